@@ -1,0 +1,337 @@
+"""``authority``: the operator's command line (init, serve, publishers, check).
+
+A thin layer over ``Log`` and the HTTP app. One process owns the database at a
+time: ``serve`` holds an exclusive lock on ``<data>/authority.lock``; the
+publisher commands append directly when no server runs, and otherwise go
+through the server's admin Unix socket (``<data>/admin.sock``, mode 0600), so
+the server's single writer stays the only writer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+import aiohttp
+from aiohttp import web
+
+from authority.log import Log, check_all_leaves
+from authority.sequencer import SequencerLimits
+from authority.server import ServerConfig, build_admin_app, build_app
+from client import canonical
+from client.entries import PublisherStatement
+from client.errors import DeplogError
+from client.keyfile import key_file_name, load_or_create_signer, load_signer
+from client.note import Signer
+
+DEFAULT_PORT = 7460
+DEFAULT_ORIGIN = "localhost/deplog"
+CONFIG_FILE = "config.json"
+DB_FILE = "log.db"
+LOCK_FILE = "authority.lock"
+ADMIN_SOCKET = "admin.sock"
+
+
+class CLIError(Exception):
+    """A one-line failure message for the operator; exit status 1."""
+
+
+@dataclass(frozen=True)
+class Instance:
+    """An initialized authority: its data directory, origin and log key."""
+
+    data: Path
+    origin: str
+    signer: Signer
+
+    @property
+    def db_path(self) -> Path:
+        return self.data / DB_FILE
+
+
+def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
+    """Create (or open) the data directory, config and log key. Idempotent."""
+    data.mkdir(parents=True, exist_ok=True)
+    config_path = data / CONFIG_FILE
+    if config_path.exists():
+        config = json.loads(config_path.read_text())
+        if origin is not None and origin != config["origin"]:
+            raise CLIError(f"{config_path} already has a different origin")
+    else:
+        config = {"origin": origin or DEFAULT_ORIGIN}
+        config["log_key"] = key_file_name(config["origin"])
+    signer, created = load_or_create_signer(keys, config["log_key"], config["origin"])
+    if not config_path.exists():
+        tmp = config_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(config, indent=2) + "\n")
+        os.replace(tmp, config_path)
+    if created:
+        print(f"created log key {keys / (config['log_key'] + '.key')} (mode 0600)", file=out)
+    print(f"log verifier key: {signer.verifier().vkey()}", file=out)
+    return Instance(data, config["origin"], signer)
+
+
+def open_instance(data: Path, keys: Path) -> Instance:
+    config_path = data / CONFIG_FILE
+    if not config_path.exists():
+        raise CLIError(f"{data} is not initialized: run 'authority init' first")
+    config = json.loads(config_path.read_text())
+    return Instance(data, config["origin"], load_signer(keys, config["log_key"]))
+
+
+@contextlib.contextmanager
+def exclusive_lock(data: Path, *, wait: bool = False) -> Iterator[bool]:
+    """Yield True if this process now owns the data directory, False if another does."""
+    fd = os.open(data / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+async def _serve(instance: Instance, host: str, port: int, limits: SequencerLimits) -> None:
+    config = ServerConfig(db_path=instance.db_path, origin=instance.origin, limits=limits)
+    app = build_app(config, instance.signer)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    admin_runner = web.AppRunner(build_admin_app(app), access_log=None)
+    await admin_runner.setup()
+    socket_path = instance.data / ADMIN_SOCKET
+    with contextlib.suppress(FileNotFoundError):
+        socket_path.unlink()
+    old_umask = os.umask(0o177)
+    try:
+        await web.UnixSite(admin_runner, str(socket_path)).start()
+    finally:
+        os.umask(old_umask)
+    await web.TCPSite(runner, host, port, backlog=1024).start()
+    bound = [a for a in runner.addresses if isinstance(a, tuple)]
+    actual_port = bound[0][1] if bound else port
+    print(f"authority {instance.origin} serving on http://{host}:{actual_port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await admin_runner.cleanup()
+    await runner.cleanup()
+    with contextlib.suppress(FileNotFoundError):
+        socket_path.unlink()
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    instance = init(args.data, args.keys, args.origin, sys.stdout)
+    with exclusive_lock(args.data) as owned:
+        if not owned:
+            raise CLIError(f"an authority is serving {args.data}; it is initialized")
+        Log(instance.db_path, instance.signer, instance.origin).close()
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    instance = init(args.data, args.keys, args.origin, sys.stdout)
+    limits = SequencerLimits(
+        interval=args.batch_interval_ms / 1000.0,
+        max_batch=args.max_batch,
+        max_pending=args.max_pending,
+    )
+    with exclusive_lock(args.data) as owned:
+        if not owned:
+            raise CLIError(f"another authority is already serving {args.data}")
+        asyncio.run(_serve(instance, args.host, args.port, limits))
+    return 0
+
+
+def _statement(args: argparse.Namespace, action: str) -> PublisherStatement:
+    obj: dict[str, object] = {
+        "action": action,
+        "publisher": args.publisher,
+        "issued_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if action == "register":
+        obj["namespaces"] = args.namespace
+    if action in ("register", "add_key", "revoke_key"):
+        obj["keys"] = args.key
+    return PublisherStatement.from_json(obj)
+
+
+async def _admin_post(socket_path: Path, statement: PublisherStatement) -> int:
+    connector = aiohttp.UnixConnector(path=str(socket_path))
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        body = canonical.dumps(statement.to_json())
+        async with session.post(
+            "http://authority/admin/publishers",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        ) as response:
+            reply = await response.json()
+            if response.status != 201:
+                raise CLIError(f"refused: {reply.get('error', response.status)}")
+            return int(reply["index"])
+
+
+def append_statement(args: argparse.Namespace, statement: PublisherStatement) -> int:
+    instance = open_instance(args.data, args.keys)
+    with exclusive_lock(args.data) as owned:
+        if owned:
+            log = Log(instance.db_path, instance.signer, instance.origin)
+            try:
+                index = log.append_publisher(statement)
+                log.publish()
+                return index
+            finally:
+                log.close()
+    return asyncio.run(_admin_post(args.data / ADMIN_SOCKET, statement))
+
+
+def cmd_publisher_change(action: str) -> object:
+    def run(args: argparse.Namespace) -> int:
+        index = append_statement(args, _statement(args, action))
+        print(f"publisher {args.publisher}: {action} appended at index {index}")
+        return 0
+
+    return run
+
+
+def cmd_publisher_list(args: argparse.Namespace) -> int:
+    from authority.reader import LogReader
+
+    instance = open_instance(args.data, args.keys)
+    reader = LogReader(instance.db_path)
+    try:
+        print(json.dumps(reader.publishers(), indent=2, sort_keys=True))
+    finally:
+        reader.close()
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    instance = open_instance(args.data, args.keys)
+    size, bad = check_all_leaves(instance.db_path)
+    if bad is not None:
+        raise CLIError(f"leaf {bad} does not match its stored hash ({size} leaves)")
+    with exclusive_lock(args.data) as owned:
+        if owned:
+            Log(instance.db_path, instance.signer, instance.origin).close()
+    print(f"ok: {size} leaves rehashed; stored tree matches the latest signed checkpoint")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="authority", description="Run and operate a deplog deprecation authority."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--data", type=Path, default=Path("data"), help="data directory (default: ./data)"
+        )
+        sp.add_argument(
+            "--keys", type=Path, default=Path("keys"), help="key directory (default: ./keys)"
+        )
+
+    sp = sub.add_parser("init", help="create the log key, config and database")
+    common(sp)
+    sp.add_argument("--origin", help=f"log origin and key name (default: {DEFAULT_ORIGIN})")
+    sp.set_defaults(func=cmd_init)
+
+    sp = sub.add_parser("serve", help="serve the HTTP API (runs init on first start)")
+    common(sp)
+    sp.add_argument("--origin", help=f"log origin on first start (default: {DEFAULT_ORIGIN})")
+    sp.add_argument("--host", default="127.0.0.1", help="listen address (default: 127.0.0.1)")
+    sp.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"listen port (default: {DEFAULT_PORT})"
+    )
+    sp.add_argument(
+        "--batch-interval-ms",
+        type=float,
+        default=5.0,
+        help="how long a batch gathers submissions (default: 5)",
+    )
+    sp.add_argument(
+        "--max-batch", type=int, default=512, help="submissions per batch at most (default: 512)"
+    )
+    sp.add_argument(
+        "--max-pending",
+        type=int,
+        default=8192,
+        help="queued submissions before 503 overloaded (default: 8192)",
+    )
+    sp.set_defaults(func=cmd_serve)
+
+    sp = sub.add_parser("check", help="rehash every leaf and check the latest checkpoint")
+    common(sp)
+    sp.set_defaults(func=cmd_check)
+
+    pub = sub.add_parser("publisher", help="register, list and revoke publishers")
+    psub = pub.add_subparsers(dest="publisher_command", required=True)
+    sp = psub.add_parser("add", help="register a publisher with namespaces and keys")
+    common(sp)
+    sp.add_argument("publisher", help="publisher id, e.g. example-org")
+    sp.add_argument(
+        "--namespace",
+        action="append",
+        required=True,
+        help="reverse-DNS namespace it owns (repeatable)",
+    )
+    sp.add_argument(
+        "--key",
+        action="append",
+        required=True,
+        help="publisher verifier key name+id+base64 (repeatable)",
+    )
+    sp.set_defaults(func=cmd_publisher_change("register"))
+    sp = psub.add_parser("add-key", help="authorize another key of a publisher")
+    common(sp)
+    sp.add_argument("publisher")
+    sp.add_argument("--key", action="append", required=True)
+    sp.set_defaults(func=cmd_publisher_change("add_key"))
+    sp = psub.add_parser("revoke-key", help="revoke keys of a publisher")
+    common(sp)
+    sp.add_argument("publisher")
+    sp.add_argument("--key", action="append", required=True)
+    sp.set_defaults(func=cmd_publisher_change("revoke_key"))
+    sp = psub.add_parser("revoke", help="revoke a publisher and all its keys")
+    common(sp)
+    sp.add_argument("publisher")
+    sp.set_defaults(func=cmd_publisher_change("revoke_publisher"))
+    sp = psub.add_parser("list", help="list publishers (from the local database)")
+    common(sp)
+    sp.set_defaults(func=cmd_publisher_list)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CLIError as err:
+        print(f"authority: {err}", file=sys.stderr)
+        return 1
+    except DeplogError as err:
+        print(f"authority: {err.code}: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

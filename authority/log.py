@@ -1,0 +1,301 @@
+"""The log: admission of entries, durable appends and signed checkpoints.
+
+``Log`` is the single writer. It is not thread-safe and is confined to one
+thread (the sequencer's); every method does blocking storage and signing work.
+
+Invariants:
+  * An entry is admitted only after its signature, its publisher's
+    authorization and its sequence number check out; a refused entry changes
+    nothing.
+  * A checkpoint is signed only over leaves that are already committed, and the
+    leaves are immutable, so no two different roots are ever signed for one
+    size (the ``checkpoints`` primary key refuses it besides).
+  * Every checkpoint is persisted before anyone can see it.
+  * The publisher registry snapshot is saved in the same transaction as the
+    publisher entry that changed it, so it always reflects the whole log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from authority import store
+from authority.tree import StoredHashTree, TreeCorruptError
+from client.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
+from client.entries import (
+    NoticeEntry,
+    PublisherStatement,
+    decode_entry,
+    encode_entry,
+    sign_publisher_statement,
+)
+from client.errors import DeplogError
+from client.note import Signer
+from client.notice import Envelope, Notice
+from client.receipt import Receipt
+from client.registry import ConflictError, PublisherRegistry
+
+
+class StorageError(DeplogError):
+    """The database failed (disk full, read-only, I/O error): nothing was changed."""
+
+    code = "storage_unavailable"
+    http_status = 503
+
+
+class IntegrityError(DeplogError):
+    """Stored data no longer matches what the authority signed: refuse to serve."""
+
+    code = "storage_corrupt"
+    http_status = 503
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """An entry that is in the log at ``index``; ``created`` is false for a resubmission."""
+
+    index: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class Sequenced:
+    """The outcome of one submission: a receipt, or the error that refused it."""
+
+    index: int | None
+    created: bool
+    receipt: bytes | None
+    error: DeplogError | None
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _notice_digest(leaf: bytes) -> bytes:
+    return hashlib.sha256(leaf).digest()
+
+
+class Log:
+    """The authority's log: the only code that writes to the database."""
+
+    def __init__(self, path: Path, signer: Signer, origin: str) -> None:
+        if signer.name != origin:
+            raise ValueError("the log key's name must be the log origin")
+        self.path = path
+        self.signer = signer
+        self.verifier = signer.verifier()
+        self.origin = origin
+        self.conn = store.connect(path)
+        store.create_schema(self.conn)
+        self.tree = StoredHashTree(self.conn)
+        self.registry = self._load_registry()
+        self.published = self._check_stored_checkpoint()
+        if self.published is None or self.published.size < self.tree.size:
+            self.published = self._sign_checkpoint()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- startup -------------------------------------------------------------
+
+    def _load_registry(self) -> PublisherRegistry:
+        snapshot = store.registry_snapshot(self.conn)
+        if snapshot is None:
+            return PublisherRegistry()
+        return PublisherRegistry.from_json(json.loads(snapshot[1]))
+
+    def _check_stored_checkpoint(self) -> store.StoredCheckpoint | None:
+        """Refuse to run if storage no longer matches the latest signed checkpoint.
+
+        Costs O(log n) reads: the root at the checkpoint's size is recomputed
+        from stored subtree hashes, and the leaves after it (never covered by
+        a checkpoint) are rehashed. ``authority check`` rehashes every leaf.
+        """
+        latest = store.latest_checkpoint(self.conn)
+        if latest is None:
+            if self.tree.size:
+                bad = self.tree.verify_leaves(0, self.tree.size)
+                if bad is not None:
+                    raise IntegrityError("storage_corrupt", f"leaf {bad} does not match its hash")
+            return None
+        try:
+            checkpoint, _ = open_checkpoint(latest.note, self.verifier)
+        except DeplogError:
+            raise IntegrityError(
+                "checkpoint_invalid", "latest stored checkpoint is not signed by this log key"
+            ) from None
+        if checkpoint.size != latest.size or checkpoint.root_hash != latest.root:
+            raise IntegrityError("checkpoint_invalid", "stored checkpoint row disagrees with note")
+        if self.tree.size < latest.size:
+            raise IntegrityError(
+                "tree_truncated", f"tree has {self.tree.size} leaves, checkpoint {latest.size}"
+            )
+        try:
+            root = self.tree.root_at(latest.size)
+        except TreeCorruptError:
+            raise IntegrityError("storage_corrupt", "stored subtree hashes are missing") from None
+        if root != latest.root:
+            raise IntegrityError("root_mismatch", f"tree root at size {latest.size} differs")
+        start = max(0, latest.size - 1)
+        bad = self.tree.verify_leaves(start, self.tree.size)
+        if bad is not None:
+            raise IntegrityError("storage_corrupt", f"leaf {bad} does not match its hash")
+        return latest
+
+    # -- writes ---------------------------------------------------------------
+
+    def _begin(self) -> None:
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error:
+            raise StorageError() from None
+
+    def _commit(self) -> None:
+        try:
+            self.conn.execute("COMMIT")
+        except sqlite3.Error:
+            self._rollback()
+            raise StorageError() from None
+
+    def _rollback(self) -> None:
+        """Undo the open transaction and forget in-memory state it had advanced."""
+        try:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+        finally:
+            self.tree = StoredHashTree(self.conn)
+            self.registry = self._load_registry()
+
+    def admit_notices(self, envelopes: Sequence[Envelope]) -> list[Admitted | DeplogError]:
+        """Append every admissible envelope in one transaction (one fsync).
+
+        Each envelope is checked against the state including the earlier ones
+        of the batch; a refused envelope is skipped and the others go on. If
+        storage fails, the transaction rolls back and ``StorageError`` is
+        raised: then none of them is in the log.
+        """
+        self._begin()
+        results: list[Admitted | DeplogError] = []
+        try:
+            for envelope in envelopes:
+                try:
+                    results.append(self._admit_notice(envelope))
+                except DeplogError as err:
+                    results.append(err)
+        except (sqlite3.Error, TreeCorruptError):
+            self._rollback()
+            raise StorageError() from None
+        except BaseException:
+            self._rollback()
+            raise
+        self._commit()
+        return results
+
+    def _admit_notice(self, envelope: Envelope) -> Admitted:
+        notice = envelope.notice
+        leaf = encode_entry(NoticeEntry(envelope))
+        digest = _notice_digest(leaf)
+        existing = store.notice_by_sequence(self.conn, notice.publisher, notice.sequence)
+        if existing is not None and existing[1] == digest:
+            return Admitted(existing[0], created=False)
+        self.registry.authorize(envelope)
+        if existing is not None:
+            raise ConflictError("sequence_reused", "sequence number already used")
+        if notice.sequence <= store.last_sequence(self.conn, notice.publisher):
+            raise ConflictError("sequence_not_increasing", "sequence number is not increasing")
+        if notice.action == "withdraw":
+            self.registry.check_withdraw(notice, self._notice_at(notice.withdraws))
+        index = self.tree.size
+        self.tree.append_entry(leaf)
+        store.insert_notice(
+            self.conn, notice.publisher, notice.sequence, index, digest, notice.tool_id
+        )
+        return Admitted(index, created=True)
+
+    def _notice_at(self, index: int | None) -> Notice | None:
+        if index is None or not 0 <= index < self.tree.size:
+            return None
+        entry = decode_entry(self.tree.leaf_data(index, index + 1)[0])
+        return entry.envelope.notice if isinstance(entry, NoticeEntry) else None
+
+    def append_publisher(self, statement: PublisherStatement) -> int:
+        """Sign a publisher statement with the log key and append it; returns its index."""
+        entry = sign_publisher_statement(statement, self.signer)
+        self._begin()
+        try:
+            registry = PublisherRegistry.from_json(self.registry.to_json())
+            index = self.tree.size
+            registry.apply(index, entry, self.verifier)
+            self.tree.append_entry(encode_entry(entry))
+            store.save_registry_snapshot(
+                self.conn, self.tree.size, json.dumps(registry.to_json(), sort_keys=True)
+            )
+        except DeplogError:
+            self._rollback()
+            raise
+        except (sqlite3.Error, TreeCorruptError):
+            self._rollback()
+            raise StorageError() from None
+        self._commit()
+        self.registry = registry
+        return index
+
+    def publish(self) -> store.StoredCheckpoint:
+        """Sign and persist a checkpoint of every committed leaf, unless one exists."""
+        if self.published is not None and self.published.size == self.tree.size:
+            return self.published
+        self.published = self._sign_checkpoint()
+        return self.published
+
+    def _sign_checkpoint(self) -> store.StoredCheckpoint:
+        size, root = self.tree.size, self.tree.current_root()
+        existing = store.checkpoint_at(self.conn, size)
+        if existing is not None:
+            if existing.root != root:
+                raise IntegrityError("root_mismatch", f"a different root is signed for {size}")
+            return existing
+        note = sign_checkpoint(Checkpoint(self.origin, size, root), self.signer)
+        self._begin()
+        try:
+            store.insert_checkpoint(self.conn, size, root, note, _now())
+        except sqlite3.Error:
+            self._rollback()
+            raise StorageError() from None
+        self._commit()
+        return store.StoredCheckpoint(size, root, note)
+
+    def receipt(self, index: int, checkpoint: store.StoredCheckpoint) -> bytes:
+        """A C2SP tlog-proof for leaf ``index`` against a stored checkpoint."""
+        proof = self.tree.inclusion_proof(index, checkpoint.size)
+        return Receipt(index=index, proof=tuple(proof), checkpoint=checkpoint.note).to_bytes()
+
+    def sequence(self, envelopes: Sequence[Envelope]) -> list[Sequenced]:
+        """Admit a batch, publish a checkpoint covering it and build every receipt."""
+        admitted = self.admit_notices(envelopes)
+        checkpoint = self.publish()
+        out: list[Sequenced] = []
+        with self.tree.memoized():
+            for result in admitted:
+                if isinstance(result, DeplogError):
+                    out.append(Sequenced(None, False, None, result))
+                else:
+                    receipt = self.receipt(result.index, checkpoint)
+                    out.append(Sequenced(result.index, result.created, receipt, None))
+        return out
+
+
+def check_all_leaves(path: Path) -> tuple[int, int | None]:
+    """Rehash every leaf of a database; returns (size, first bad index or None)."""
+    conn = store.connect(path, readonly=True)
+    try:
+        tree = StoredHashTree(conn)
+        return tree.size, tree.verify_leaves(0, tree.size)
+    finally:
+        conn.close()

@@ -1,0 +1,342 @@
+"""The authority's HTTP API: thin aiohttp handlers over ``Sequencer`` and ``LogReader``.
+
+Every refusal is ``{"error": "<stable code>"}`` with a 4xx (or 503 when the
+authority cannot take work right now); no response echoes a submitted value.
+Storage and proof work runs on threads, never on the event loop: appends on
+the sequencer's single writer thread, reads on a small pool of reader threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from authority import store
+from authority.log import Log
+from authority.metrics import Metrics
+from authority.reader import LogReader
+from authority.sequencer import Sequencer, SequencerLimits
+from client import canonical
+from client.entries import PublisherStatement
+from client.errors import DeplogError
+from client.note import Signer
+from client.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
+
+log = logging.getLogger("deplog.authority")
+
+MAX_ENTRIES_PER_REQUEST = 1000
+MAX_INT = (1 << 63) - 1
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Where the log lives and how much the server accepts."""
+
+    db_path: Path
+    origin: str
+    max_body: int = MAX_ENVELOPE_BYTES
+    max_entries: int = MAX_ENTRIES_PER_REQUEST
+    reader_threads: int = 2
+    limits: SequencerLimits = field(default_factory=SequencerLimits)
+
+
+class RequestError(DeplogError):
+    """A request the API refuses before it reaches the log."""
+
+    http_status = 400
+
+
+class UnsupportedMediaTypeError(RequestError):
+    """A body that is not declared as JSON."""
+
+    code = "unsupported_media_type"
+    http_status = 415
+
+
+def error_response(code: str, status: int) -> web.Response:
+    return web.json_response({"error": code}, status=status)
+
+
+def _error_for(exc: web.HTTPException) -> web.Response:
+    codes = {
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "too_large",
+        415: "unsupported_media_type",
+    }
+    response = error_response(codes.get(exc.status, "bad_request"), exc.status)
+    if exc.status == 405 and "Allow" in exc.headers:
+        response.headers["Allow"] = exc.headers["Allow"]
+    return response
+
+
+def _route_of(request: web.Request) -> str:
+    info = request.match_info.route.resource
+    return info.canonical if info is not None else "unmatched"
+
+
+@web.middleware
+async def errors_and_metrics(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Turn every failure into a stable JSON error and count every request."""
+    started = time.perf_counter()
+    try:
+        response = await handler(request)
+    except DeplogError as err:
+        response = error_response(err.code, getattr(err, "http_status", 400))
+        if response.status == 503:
+            response.headers["Retry-After"] = "1"
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        response = _error_for(exc)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        # Type only: the exception text may carry request values.
+        log.exception("internal error on %s", _route_of(request))
+        response = error_response("internal", 500)
+    request.app[METRICS].observe(
+        request.method, _route_of(request), response.status, time.perf_counter() - started
+    )
+    return response
+
+
+class AuthorityState:
+    """What the handlers share: the sequencer, the reader pool, the published checkpoint."""
+
+    def __init__(self, config: ServerConfig, sequencer: Sequencer) -> None:
+        self.config = config
+        self.sequencer = sequencer
+        self._readers = concurrent.futures.ThreadPoolExecutor(
+            config.reader_threads, thread_name_prefix="reader"
+        )
+        self._local = threading.local()
+        self._all_readers: list[LogReader] = []
+        self._lock = threading.Lock()
+        published = sequencer.log.published
+        assert published is not None  # Log always publishes on open
+        self.checkpoint = published
+        self.published_at = time.time()
+        sequencer.on_publish = self.set_checkpoint
+
+    def set_checkpoint(self, checkpoint: store.StoredCheckpoint) -> None:
+        if checkpoint.size > self.checkpoint.size:
+            self.checkpoint = checkpoint
+            self.published_at = time.time()
+
+    def _reader(self) -> LogReader:
+        reader: LogReader | None = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = LogReader(self.config.db_path)
+            self._local.reader = reader
+            with self._lock:
+                self._all_readers.append(reader)
+        return reader
+
+    async def read(self, fn: Callable[[LogReader], Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, lambda: fn(self._reader()))
+
+    def close(self) -> None:
+        self._readers.shutdown(wait=True)
+        for reader in self._all_readers:
+            reader.close()
+
+
+STATE = web.AppKey("state", AuthorityState)
+METRICS = web.AppKey("metrics", Metrics)
+
+
+def _int_param(request: web.Request, name: str) -> int:
+    raw = request.query.get(name)
+    if raw is None or not raw.isascii() or not raw.isdigit() or len(raw) > 19:
+        raise RequestError("bad_parameter", "missing or malformed integer parameter")
+    if len(raw) > 1 and raw[0] == "0":
+        raise RequestError("bad_parameter", "integer parameter has leading zeros")
+    value = int(raw)
+    if value > MAX_INT:
+        raise RequestError("bad_parameter", "integer parameter too large")
+    return value
+
+
+async def post_notice(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if request.content_type != JSON:
+        raise UnsupportedMediaTypeError()
+    body = await request.read()
+    envelope = Envelope.parse(body)
+    result = await state.sequencer.submit(envelope)
+    if result.error is not None:
+        raise result.error
+    assert result.receipt is not None and result.index is not None
+    return web.Response(
+        body=result.receipt,
+        status=201 if result.created else 200,
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"Deplog-Index": str(result.index)},
+    )
+
+
+async def get_checkpoint(request: web.Request) -> web.Response:
+    checkpoint = request.app[STATE].checkpoint
+    return web.Response(
+        body=checkpoint.note,
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
+async def get_inclusion(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    index, size = _int_param(request, "index"), _int_param(request, "size")
+    if size > state.checkpoint.size:
+        raise RequestError("size_not_published", "no published checkpoint has that size")
+    if index >= size:
+        raise RequestError("out_of_range", "index must be below size")
+    proof = await state.read(lambda r: r.inclusion(index, size))
+    return web.json_response(proof.to_json())
+
+
+async def get_consistency(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    old, new = _int_param(request, "old"), _int_param(request, "new")
+    if new > state.checkpoint.size:
+        raise RequestError("size_not_published", "no published checkpoint has that size")
+    if old > new:
+        raise RequestError("out_of_range", "old must not exceed new")
+    proof = await state.read(lambda r: r.consistency(old, new))
+    return web.json_response(proof.to_json())
+
+
+async def get_entries(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    start, end = _int_param(request, "start"), _int_param(request, "end")
+    if end > state.checkpoint.size:
+        raise RequestError("size_not_published", "range goes past the published checkpoint")
+    if start >= end:
+        raise RequestError("out_of_range", "start must be below end")
+    if end - start > state.config.max_entries:
+        raise RequestError("range_too_large", "too many entries in one request")
+    leaves = await state.read(lambda r: r.entries(start, end))
+    return web.json_response(
+        {"start": start, "entries": [base64.b64encode(leaf).decode() for leaf in leaves]}
+    )
+
+
+async def get_tool(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    tool_id = request.match_info["tool_id"]
+    parse_tool_id(tool_id)
+    size = state.checkpoint.size
+    now = datetime.now(UTC)
+    described = await state.read(lambda r: r.tool(tool_id, size, now))
+    return web.json_response(described)
+
+
+async def get_publishers(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.json_response(await state.read(lambda r: r.publishers()))
+
+
+async def get_healthz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.json_response(
+        {"status": "ok", "size": state.checkpoint.size, "pending": state.sequencer.pending}
+    )
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    return web.Response(
+        text=request.app[METRICS].render(), content_type="text/plain", charset="utf-8"
+    )
+
+
+async def post_admin_publisher(request: web.Request) -> web.Response:
+    """Admin-only (served on the Unix socket): append a publisher statement."""
+    state = request.app[STATE]
+    statement = PublisherStatement.from_json(canonical.loads(await request.read()))
+    index = await state.sequencer.append_publisher(statement)
+    return web.json_response({"index": index}, status=201)
+
+
+def build_app(config: ServerConfig, signer: Signer) -> web.Application:
+    """The public application; the log opens on startup and closes on cleanup."""
+    app = web.Application(client_max_size=config.max_body, middlewares=[errors_and_metrics])
+    metrics = Metrics()
+    app[METRICS] = metrics
+
+    async def open_log(app: web.Application) -> None:
+        loop = asyncio.get_running_loop()
+        sequencer_log = await loop.run_in_executor(None, Log, config.db_path, signer, config.origin)
+        sequencer = Sequencer(sequencer_log, config.limits)
+        await sequencer.start()
+        state = AuthorityState(config, sequencer)
+        app[STATE] = state
+        metrics.gauge(
+            "deplog_entries",
+            "Leaves in the latest published checkpoint.",
+            lambda: float(state.checkpoint.size),
+        )
+        metrics.gauge(
+            "deplog_checkpoint_age_seconds",
+            "Seconds since the latest checkpoint.",
+            lambda: time.time() - state.published_at,
+        )
+        metrics.gauge(
+            "deplog_pending_submissions",
+            "Submissions waiting to be sequenced.",
+            lambda: float(sequencer.pending),
+        )
+        metrics.gauge(
+            "deplog_batches_total",
+            "Batches sequenced since start.",
+            lambda: float(sequencer.batches),
+        )
+
+    async def close_log(app: web.Application) -> None:
+        state = app[STATE]
+        await state.sequencer.stop()
+        state.close()
+
+    app.on_startup.append(open_log)
+    app.on_cleanup.append(close_log)
+    app.router.add_post("/v1/notices", post_notice)
+    app.router.add_get("/checkpoint", get_checkpoint)
+    app.router.add_get("/v1/proofs/inclusion", get_inclusion)
+    app.router.add_get("/v1/proofs/consistency", get_consistency)
+    app.router.add_get("/v1/entries", get_entries)
+    app.router.add_get("/v1/tools/{tool_id:.+}", get_tool)
+    app.router.add_get("/v1/publishers", get_publishers)
+    app.router.add_get("/healthz", get_healthz)
+    app.router.add_get("/metrics", get_metrics)
+    return app
+
+
+def build_admin_app(public: web.Application) -> web.Application:
+    """The operator's app, served only on a 0600 Unix socket beside the database."""
+    admin = web.Application(client_max_size=16 * 1024, middlewares=[errors_and_metrics])
+    admin[METRICS] = Metrics()
+
+    async def share_state(app: web.Application) -> None:
+        app[STATE] = public[STATE]
+
+    admin.on_startup.append(share_state)
+    admin.router.add_post("/admin/publishers", post_admin_publisher)
+    return admin

@@ -1,0 +1,1 @@
+"""deplog client: wire formats and every verifier. Depends on nothing in ``authority``."""

@@ -1,0 +1,208 @@
+"""``deplog``: the publisher's and auditor's command line.
+
+Thin over the library: ``keygen`` writes a publisher key pair, ``publish``
+builds, signs and submits a notice and keeps the envelope and its receipt,
+``verify-receipt`` checks a receipt offline with nothing but the log's
+verifier key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from client import canonical
+from client.entries import NoticeEntry, decode_entry, encode_entry
+from client.errors import DeplogError
+from client.keyfile import create_signer, key_file_name, load_signer
+from client.note import Verifier
+from client.notice import Envelope, Notice
+from client.receipt import Receipt, verify_receipt
+
+HTTP_TIMEOUT = 30.0
+MAX_RESPONSE = 1 << 20
+
+
+class CLIError(Exception):
+    """A one-line failure message; exit status 1."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_range(text: str) -> dict[str, Any]:
+    """``A..B`` (B fixed, excluded), ``A..=B`` (B last affected) or ``A..`` (open)."""
+    if ".." not in text:
+        raise CLIError("a range is A..B, A..=B or A..")
+    introduced, rest = text.split("..", 1)
+    events: list[dict[str, str]] = [{"introduced": introduced or "0"}]
+    if rest.startswith("="):
+        events.append({"last_affected": rest[1:]})
+    elif rest:
+        events.append({"fixed": rest})
+    return {"type": "SEMVER", "events": events}
+
+
+def build_notice(args: argparse.Namespace, publisher: str) -> Notice:
+    obj: dict[str, Any] = {
+        "tool_id": args.tool,
+        "action": args.action,
+        "reasons": args.reason,
+        "effective_at": args.effective_at or _now(),
+        "issued_at": _now(),
+        "publisher": publisher,
+        "sequence": args.sequence if args.sequence is not None else time.time_ns() // 1_000_000,
+    }
+    affected: dict[str, Any] = {}
+    if args.version:
+        affected["versions"] = args.version
+    if args.range:
+        affected["ranges"] = [parse_range(r) for r in args.range]
+    if affected:
+        obj["affected"] = affected
+    if args.withdraws is not None:
+        obj["withdraws"] = args.withdraws
+    if args.advisory:
+        obj["advisories"] = args.advisory
+    if args.replacement:
+        tool, _, version = args.replacement.rpartition("@")
+        obj["replacement"] = {"tool_id": tool, "version": version}
+    for name in ("sunset_at", "schema_digest", "message"):
+        value = getattr(args, name)
+        if value is not None:
+            obj[name] = value
+    return Notice.from_json(obj)
+
+
+def post_envelope(url: str, envelope: Envelope) -> tuple[int, bytes]:
+    request = urllib.request.Request(
+        url.rstrip("/") + "/v1/notices",
+        data=envelope.canonical_bytes(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:
+            return int(response.status), bytes(response.read(MAX_RESPONSE))
+    except urllib.error.HTTPError as err:
+        try:
+            code = json.loads(err.read(4096)).get("error", str(err.code))
+        except ValueError:
+            code = str(err.code)
+        raise CLIError(f"refused ({err.code}): {code}") from None
+    except (urllib.error.URLError, OSError) as err:
+        raise CLIError(f"cannot reach the authority: {type(err).__name__}") from None
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    stem = key_file_name(args.name)
+    signer = create_signer(args.out, stem, args.name)
+    print(f"wrote {args.out / (stem + '.key')} (mode 0600) and {args.out / (stem + '.pub')}")
+    print(signer.verifier().vkey())
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    key_path: Path = args.key
+    signer = load_signer(key_path.parent, key_path.name.removesuffix(".key"))
+    notice = build_notice(args, args.publisher or signer.name)
+    envelope = Envelope.sign(notice, signer)
+    status, body = post_envelope(args.url, envelope)
+    receipt = Receipt.parse(body)
+    if args.log_key:
+        verify_receipt(receipt, encode_entry(NoticeEntry(envelope)), Verifier.parse(args.log_key))
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"{notice.publisher}-{notice.sequence}"
+    Path(f"{stem}.envelope.json").write_bytes(envelope.canonical_bytes())
+    Path(f"{stem}.tlog-proof").write_bytes(body)
+    verified = "verified" if args.log_key else "not verified: pass --log-key"
+    kind = "logged" if status == 201 else "already logged"
+    print(f"{kind} at index {receipt.index} ({verified}); receipt: {stem}.tlog-proof")
+    return 0
+
+
+def cmd_verify_receipt(args: argparse.Namespace) -> int:
+    receipt = Receipt.parse(args.receipt.read_bytes())
+    if args.envelope is not None:
+        leaf = encode_entry(
+            NoticeEntry(Envelope.from_json(canonical.loads(args.envelope.read_bytes())))
+        )
+    elif args.leaf is not None:
+        leaf = args.leaf.read_bytes()
+        decode_entry(leaf)
+    else:
+        raise CLIError("give the logged data: --envelope FILE or --leaf FILE")
+    checkpoint = verify_receipt(receipt, leaf, Verifier.parse(args.log_key))
+    print(f"ok: entry {receipt.index} is in {checkpoint.origin} at tree size {checkpoint.size}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="deplog", description="Publish and verify deplog deprecation notices."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    sp = sub.add_parser("keygen", help="create a publisher key pair")
+    sp.add_argument("--name", required=True, help="key name, usually the publisher id")
+    sp.add_argument("--out", type=Path, default=Path("keys"), help="directory (default: keys)")
+    sp.set_defaults(func=cmd_keygen)
+
+    sp = sub.add_parser("publish", help="sign and submit a notice, keep its receipt")
+    sp.add_argument("--url", required=True, help="authority base URL")
+    sp.add_argument("--key", type=Path, required=True, help="publisher private key file")
+    sp.add_argument("--log-key", help="log verifier key: verify the receipt before saving")
+    sp.add_argument("--publisher", help="publisher id (default: the key name)")
+    sp.add_argument("--tool", required=True, help="tool:<namespace>/<name>")
+    sp.add_argument("--action", required=True, choices=("deprecate", "revoke", "withdraw"))
+    sp.add_argument("--version", action="append", help="affected version (repeatable)")
+    sp.add_argument(
+        "--range", action="append", help="affected range A..B, A..=B or A.. (repeatable)"
+    )
+    sp.add_argument("--reason", action="append", required=True, help="reason (repeatable)")
+    sp.add_argument("--advisory", action="append", help="CVE or GHSA id (repeatable)")
+    sp.add_argument("--replacement", help="replacement as tool:<ns>/<name>@<version>")
+    sp.add_argument("--effective-at", help="RFC 3339 UTC time (default: now)")
+    sp.add_argument("--sunset-at", help="RFC 3339 UTC time (deprecate only)")
+    sp.add_argument("--schema-digest", help="sha256:<hex> of the affected definition")
+    sp.add_argument("--message", help="plain text, at most 500 characters")
+    sp.add_argument("--withdraws", type=int, help="log index of the notice to withdraw")
+    sp.add_argument("--sequence", type=int, help="sequence number (default: Unix time in ms)")
+    sp.add_argument("--out", type=Path, default=Path("."), help="where to save (default: .)")
+    sp.set_defaults(func=cmd_publish)
+
+    sp = sub.add_parser("verify-receipt", help="verify a receipt offline")
+    sp.add_argument("--log-key", required=True, help="log verifier key")
+    sp.add_argument("receipt", type=Path, help="the .tlog-proof file")
+    sp.add_argument("--envelope", type=Path, help="the signed envelope JSON that was published")
+    sp.add_argument("--leaf", type=Path, help="the exact leaf bytes")
+    sp.set_defaults(func=cmd_verify_receipt)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CLIError as err:
+        print(f"deplog: {err}", file=sys.stderr)
+        return 1
+    except DeplogError as err:
+        print(f"deplog: {err.code}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"deplog: {err.strerror or type(err).__name__}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Fixtures: a real authority process with real keys and registered publishers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from client.note import Signer
+from tests.integration.harness import AuthorityProcess
+
+
+@pytest.fixture
+def publisher() -> Signer:
+    return Signer.generate("acme")
+
+
+@pytest.fixture
+def authority_files(tmp_path: Path, publisher: Signer) -> AuthorityProcess:
+    """An initialized authority with publisher ``acme`` owning ``org.acme``."""
+    authority = AuthorityProcess(tmp_path / "authority")
+    authority.init()
+    authority.add_publisher(publisher, "org.acme")
+    return authority
+
+
+@pytest.fixture
+def authority(authority_files: AuthorityProcess) -> Iterator[AuthorityProcess]:
+    authority_files.start()
+    yield authority_files
+    authority_files.stop()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        yield session

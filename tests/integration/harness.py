@@ -1,0 +1,176 @@
+"""Real authority processes on 127.0.0.1 for integration tests.
+
+``AuthorityProcess`` runs ``python -m authority.cli serve`` in a subprocess on a
+free port with a real data directory and real keys, so a test can SIGKILL it
+and start it again on the same files.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from authority.cli import main as authority_main
+from client.note import Signer, Verifier
+from client.notice import Envelope, Notice
+
+ORIGIN = "test.deplog.example/log"
+STARTUP_TIMEOUT = 30.0
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def make_envelope(
+    signer: Signer,
+    sequence: int,
+    *,
+    tool: str | None = None,
+    publisher: str | None = None,
+    **fields: Any,
+) -> Envelope:
+    """A valid signed deprecation notice; ``fields`` override notice members."""
+    publisher = publisher or signer.name
+    obj: dict[str, Any] = {
+        "tool_id": tool or f"tool:org.{publisher}/search",
+        "action": "deprecate",
+        "affected": {"versions": ["1.0.0"]},
+        "reasons": ["superseded"],
+        "effective_at": "2026-01-01T00:00:00Z",
+        "issued_at": now_rfc3339(),
+        "publisher": publisher,
+        "sequence": sequence,
+    }
+    obj.update(fields)
+    obj = {k: v for k, v in obj.items() if v is not None}  # None removes a member
+    return Envelope.sign(Notice.from_json(obj), signer)
+
+
+@dataclass
+class AuthorityProcess:
+    """One authority's files, and the server process serving them when running."""
+
+    root: Path
+    extra_args: list[str] = field(default_factory=list)
+    process: subprocess.Popen[str] | None = None
+    url: str = ""
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def keys(self) -> Path:
+        return self.root / "keys"
+
+    def init(self) -> None:
+        assert (
+            authority_main(
+                ["init", "--data", str(self.data), "--keys", str(self.keys), "--origin", ORIGIN]
+            )
+            == 0
+        )
+
+    @property
+    def log_verifier(self) -> Verifier:
+        stem = ORIGIN.replace("/", "_")
+        return Verifier.parse((self.keys / f"{stem}.pub").read_text().strip())
+
+    def add_publisher(self, publisher: Signer, namespace: str) -> None:
+        code = authority_main(
+            [
+                "publisher",
+                "add",
+                publisher.name,
+                "--data",
+                str(self.data),
+                "--keys",
+                str(self.keys),
+                "--namespace",
+                namespace,
+                "--key",
+                publisher.verifier().vkey(),
+            ]
+        )
+        assert code == 0
+
+    def run_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "authority.cli",
+                *args,
+                "--data",
+                str(self.data),
+                "--keys",
+                str(self.keys),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def start(self) -> str:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "authority.cli",
+                "serve",
+                "--data",
+                str(self.data),
+                "--keys",
+                str(self.keys),
+                "--port",
+                "0",
+                *self.extra_args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        assert self.process.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"authority exited with {self.process.wait()}")
+            if "serving on " in line:
+                self.url = line.rsplit("serving on ", 1)[1].strip()
+                break
+        else:
+            raise RuntimeError("authority did not start in time")
+        with urllib.request.urlopen(self.url + "/healthz", timeout=10) as response:
+            assert response.status == 200
+        return self.url
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no flush, like a power cut for the process."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+        self.process = None
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None

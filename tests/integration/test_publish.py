@@ -1,0 +1,175 @@
+"""A real authority on 127.0.0.1: publish, receipts, checkpoints, proofs and reads."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import aiohttp
+
+from client.checkpoint import Checkpoint, open_checkpoint
+from client.entries import NoticeEntry, decode_entry, encode_entry
+from client.note import Signer
+from client.proofs import (
+    ConsistencyProof,
+    InclusionProof,
+    leaf_hash,
+    root_from_leaf_hashes,
+    verify_consistency,
+    verify_inclusion,
+)
+from client.receipt import Receipt, verify_receipt
+from tests.integration.harness import AuthorityProcess, make_envelope
+
+JSON = {"Content-Type": "application/json"}
+
+
+async def post(http: aiohttp.ClientSession, url: str, body: bytes) -> tuple[int, bytes]:
+    async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
+        return response.status, await response.read()
+
+
+async def checkpoint(http: aiohttp.ClientSession, authority: AuthorityProcess) -> Checkpoint:
+    async with http.get(authority.url + "/checkpoint") as response:
+        cp, _ = open_checkpoint(await response.read(), authority.log_verifier)
+        return cp
+
+
+async def test_publish_returns_a_receipt_that_verifies_offline(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    envelope = make_envelope(publisher, 1)
+    status, body = await post(http, authority.url, envelope.canonical_bytes())
+    assert status == 201
+    receipt = Receipt.parse(body)
+    cp = verify_receipt(receipt, encode_entry(NoticeEntry(envelope)), authority.log_verifier)
+    assert cp.size == receipt.index + 1
+
+
+async def test_identical_resubmission_returns_200_and_the_same_index(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    body = make_envelope(publisher, 1).canonical_bytes()
+    first_status, first = await post(http, authority.url, body)
+    again_status, again = await post(http, authority.url, body)
+    assert (first_status, again_status) == (201, 200)
+    assert Receipt.parse(first).index == Receipt.parse(again).index
+    assert (await checkpoint(http, authority)).size == Receipt.parse(first).index + 1
+
+
+async def test_checkpoint_is_signed_text_that_is_never_cached(
+    authority: AuthorityProcess, http: aiohttp.ClientSession
+) -> None:
+    async with http.get(authority.url + "/checkpoint") as response:
+        assert response.headers["Content-Type"] == "text/plain; charset=utf-8"
+        assert response.headers["Cache-Control"] == "no-cache"
+        cp, note = open_checkpoint(await response.read(), authority.log_verifier)
+    assert cp.origin == authority.log_verifier.name
+    assert cp.size == 1  # the publisher registration
+    assert [s.name for s in note.signatures] == [cp.origin]
+
+
+async def test_concurrent_submissions_from_20_publishers_are_each_logged_once(
+    authority_files: AuthorityProcess, http: aiohttp.ClientSession
+) -> None:
+    signers = [Signer.generate(f"pub{i}") for i in range(20)]
+    for signer in signers:
+        authority_files.add_publisher(signer, f"org.{signer.name}")
+    authority_files.start()
+    try:
+        envelopes = [make_envelope(s, seq) for s in signers for seq in range(1, 11)]
+        results = await asyncio.gather(
+            *(post(http, authority_files.url, e.canonical_bytes()) for e in envelopes)
+        )
+        assert [status for status, _ in results] == [201] * 200
+        indexes = [Receipt.parse(body).index for _, body in results]
+        assert len(set(indexes)) == 200
+        cp = await checkpoint(http, authority_files)
+        assert cp.size == 21 + 200  # acme and 20 more registrations
+        logged = []
+        async with http.get(
+            authority_files.url + f"/v1/entries?start=21&end={cp.size}"
+        ) as response:
+            leaves = [base64.b64decode(e) for e in (await response.json())["entries"]]
+        for leaf in leaves:
+            entry = decode_entry(leaf)
+            assert isinstance(entry, NoticeEntry)
+            logged.append(entry.envelope.canonical_bytes())
+        assert sorted(logged) == sorted(e.canonical_bytes() for e in envelopes)
+        for envelope, (_, body) in zip(envelopes, results, strict=True):
+            verify_receipt(
+                Receipt.parse(body),
+                encode_entry(NoticeEntry(envelope)),
+                authority_files.log_verifier,
+            )
+    finally:
+        authority_files.stop()
+
+
+async def test_proofs_and_entries_verify_against_served_checkpoints(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    sizes = []
+    for seq in range(1, 8):
+        status, _ = await post(http, authority.url, make_envelope(publisher, seq).canonical_bytes())
+        assert status == 201
+        sizes.append(await checkpoint(http, authority))
+    latest = sizes[-1]
+    async with http.get(authority.url + f"/v1/entries?start=0&end={latest.size}") as response:
+        leaves = [base64.b64decode(e) for e in (await response.json())["entries"]]
+    hashes = [leaf_hash(leaf) for leaf in leaves]
+    assert root_from_leaf_hashes(hashes) == latest.root_hash
+    for index in range(latest.size):
+        url = f"{authority.url}/v1/proofs/inclusion?index={index}&size={latest.size}"
+        async with http.get(url) as response:
+            proof = InclusionProof.from_json(await response.json())
+        assert proof.leaf_hash == hashes[index]
+        verify_inclusion(hashes[index], index, latest.size, proof.hashes, latest.root_hash)
+    for old in sizes[:-1]:
+        url = f"{authority.url}/v1/proofs/consistency?old={old.size}&new={latest.size}"
+        async with http.get(url) as response:
+            proof_c = ConsistencyProof.from_json(await response.json())
+        verify_consistency(old.size, latest.size, old.root_hash, latest.root_hash, proof_c.hashes)
+
+
+async def test_tool_status_lists_the_notices_behind_it(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    envelope = make_envelope(
+        publisher, 1, action="revoke", reasons=["security"], advisories=["CVE-2026-1234"]
+    )
+    status, body = await post(http, authority.url, envelope.canonical_bytes())
+    assert status == 201
+    index = Receipt.parse(body).index
+    async with http.get(authority.url + "/v1/tools/tool:org.acme/search") as response:
+        assert response.status == 200
+        described = await response.json()
+    [version] = described["versions"]
+    assert (version["version"], version["status"]) == ("1.0.0", "revoked")
+    assert version["notices"] == [index]
+
+
+async def test_publishers_health_and_metrics_are_served(
+    authority: AuthorityProcess, http: aiohttp.ClientSession
+) -> None:
+    async with http.get(authority.url + "/v1/publishers") as response:
+        publishers = await response.json()
+    assert "acme" in str(publishers)
+    async with http.get(authority.url + "/healthz") as response:
+        assert (await response.json())["status"] == "ok"
+    async with http.get(authority.url + "/metrics") as response:
+        text = await response.text()
+    assert "deplog_entries 1.0" in text
+    assert 'route="/healthz",code="200"' in text
+
+
+def test_publisher_added_while_serving_goes_through_the_admin_socket(
+    authority: AuthorityProcess,
+) -> None:
+    newcomer = Signer.generate("newcomer")
+    authority.add_publisher(newcomer, "org.newcomer")
+    import urllib.request
+
+    with urllib.request.urlopen(authority.url + "/checkpoint", timeout=10) as response:
+        cp, _ = open_checkpoint(response.read(), authority.log_verifier)
+    assert cp.size == 2

@@ -1,0 +1,127 @@
+"""The stored-hash tree computes exactly RFC 9162's roots and proofs, and survives reopening."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from authority import store
+from authority.tree import StoredHashTree, TreeCorruptError
+from client.proofs import (
+    consistency_path,
+    inclusion_path,
+    leaf_hash,
+    root_from_leaf_hashes,
+    verify_consistency,
+    verify_inclusion,
+)
+
+
+def leaf(i: int) -> bytes:
+    return f"leaf {i}".encode()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "log.db"
+
+
+@pytest.fixture
+def conn(db_path: Path) -> Iterator[sqlite3.Connection]:
+    c = store.connect(db_path)
+    store.create_schema(c)
+    yield c
+    c.close()
+
+
+def grow(conn: sqlite3.Connection, n: int) -> StoredHashTree:
+    tree = StoredHashTree(conn)
+    for i in range(tree.size, n):
+        tree.append_entry(leaf(i))
+    return tree
+
+
+def test_root_at_every_size_up_to_200_equals_rfc9162(conn: sqlite3.Connection) -> None:
+    tree = StoredHashTree(conn)
+    hashes = []
+    for size in range(201):
+        assert tree.root_at(size) == root_from_leaf_hashes(hashes)
+        assert tree.current_root() == root_from_leaf_hashes(hashes)
+        tree.append_entry(leaf(size))
+        hashes.append(leaf_hash(leaf(size)))
+
+
+def test_inclusion_proofs_equal_rfc9162_paths_up_to_64(conn: sqlite3.Connection) -> None:
+    tree = grow(conn, 64)
+    hashes = [leaf_hash(leaf(i)) for i in range(64)]
+    for size in range(1, 65):
+        root = root_from_leaf_hashes(hashes[:size])
+        for index in range(size):
+            proof = tree.inclusion_proof(index, size)
+            assert proof == inclusion_path(hashes, index, size)
+            verify_inclusion(hashes[index], index, size, proof, root)
+
+
+def test_consistency_proofs_equal_rfc9162_proofs_up_to_64(conn: sqlite3.Connection) -> None:
+    tree = grow(conn, 64)
+    hashes = [leaf_hash(leaf(i)) for i in range(64)]
+    for new in range(1, 65):
+        new_root = root_from_leaf_hashes(hashes[:new])
+        for old in range(new + 1):
+            proof = tree.consistency_proof(old, new)
+            assert proof == consistency_path(hashes, old, new)
+            verify_consistency(old, new, root_from_leaf_hashes(hashes[:old]), new_root, proof)
+
+
+def test_reopened_tree_resumes_with_same_root_and_frontier(db_path: Path) -> None:
+    first = store.connect(db_path)
+    store.create_schema(first)
+    tree = grow(first, 77)
+    root = tree.current_root()
+    first.close()
+
+    second = store.connect(db_path)
+    reopened = StoredHashTree(second)
+    assert reopened.size == 77
+    assert reopened.current_root() == root
+    grow(second, 100)
+    assert StoredHashTree(second).current_root() == root_from_leaf_hashes(
+        [leaf_hash(leaf(i)) for i in range(100)]
+    )
+    second.close()
+
+
+def test_uncommitted_appends_vanish_on_rollback(conn: sqlite3.Connection) -> None:
+    grow(conn, 5)
+    conn.execute("BEGIN")
+    tree = StoredHashTree(conn)
+    tree.append_entry(leaf(5))
+    conn.execute("ROLLBACK")
+    assert StoredHashTree(conn).size == 5
+
+
+def test_stored_leaves_and_nodes_are_append_only(conn: sqlite3.Connection) -> None:
+    grow(conn, 4)
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE leaves SET data = x'00' WHERE idx = 0")
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("DELETE FROM nodes")
+
+
+def test_verify_leaves_names_first_altered_leaf(conn: sqlite3.Connection) -> None:
+    tree = grow(conn, 10)
+    conn.execute("DROP TRIGGER leaves_append_only_update")
+    conn.execute("UPDATE leaves SET data = x'00' WHERE idx = 6")
+    assert tree.verify_leaves(0, 10) == 6
+    assert tree.verify_leaves(0, 6) is None
+
+
+def test_missing_subtree_hash_is_reported_as_corruption(conn: sqlite3.Connection) -> None:
+    tree = grow(conn, 8)
+    conn.execute("DROP TRIGGER nodes_append_only_delete")
+    conn.execute("DELETE FROM nodes WHERE level = 2 AND idx = 0")
+    with pytest.raises(TreeCorruptError):
+        tree.root_at(5)
