@@ -27,7 +27,7 @@ from typing import IO
 import aiohttp
 from aiohttp import web
 
-from authority.log import Log, check_all_leaves
+from authority.log import Log, audit_storage
 from authority.sequencer import SequencerLimits
 from authority.server import ServerConfig, build_admin_app, build_app
 from client import canonical
@@ -106,8 +106,12 @@ def exclusive_lock(data: Path, *, wait: bool = False) -> Iterator[bool]:
         os.close(fd)
 
 
-async def _serve(instance: Instance, host: str, port: int, limits: SequencerLimits) -> None:
-    config = ServerConfig(db_path=instance.db_path, origin=instance.origin, limits=limits)
+async def _serve(
+    instance: Instance, host: str, port: int, limits: SequencerLimits, max_db_bytes: int | None
+) -> None:
+    config = ServerConfig(
+        db_path=instance.db_path, origin=instance.origin, limits=limits, max_db_bytes=max_db_bytes
+    )
     app = build_app(config, instance.signer)
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
@@ -155,7 +159,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     with exclusive_lock(args.data) as owned:
         if not owned:
             raise CLIError(f"another authority is already serving {args.data}")
-        asyncio.run(_serve(instance, args.host, args.port, limits))
+        max_db_bytes = None if args.max_db_mb is None else int(args.max_db_mb * 1024 * 1024)
+        asyncio.run(_serve(instance, args.host, args.port, limits, max_db_bytes))
     return 0
 
 
@@ -225,13 +230,13 @@ def cmd_publisher_list(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     instance = open_instance(args.data, args.keys)
-    size, bad = check_all_leaves(instance.db_path)
-    if bad is not None:
-        raise CLIError(f"leaf {bad} does not match its stored hash ({size} leaves)")
+    size, problem = audit_storage(instance.db_path)
+    if problem is not None:
+        raise CLIError(f"storage does not match what was appended: {problem}")
     with exclusive_lock(args.data) as owned:
         if owned:
             Log(instance.db_path, instance.signer, instance.origin).close()
-    print(f"ok: {size} leaves rehashed; stored tree matches the latest signed checkpoint")
+    print(f"ok: {size} leaves and their subtree hashes recomputed; latest checkpoint matches")
     return 0
 
 
@@ -275,6 +280,11 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=8192,
         help="queued submissions before 503 overloaded (default: 8192)",
+    )
+    sp.add_argument(
+        "--max-db-mb",
+        type=float,
+        help="database size quota; past it appends get 503 storage_unavailable (default: none)",
     )
     sp.set_defaults(func=cmd_serve)
 

@@ -85,7 +85,11 @@ def _notice_digest(leaf: bytes) -> bytes:
 class Log:
     """The authority's log: the only code that writes to the database."""
 
-    def __init__(self, path: Path, signer: Signer, origin: str) -> None:
+    def __init__(
+        self, path: Path, signer: Signer, origin: str, *, max_bytes: int | None = None
+    ) -> None:
+        """Open (creating if needed) and check the log; ``max_bytes`` caps the database
+        file, so a quota is reached as a clean refusal rather than a full disk."""
         if signer.name != origin:
             raise ValueError("the log key's name must be the log origin")
         self.path = path
@@ -94,6 +98,8 @@ class Log:
         self.origin = origin
         self.conn = store.connect(path)
         store.create_schema(self.conn)
+        if max_bytes is not None:
+            store.limit_size(self.conn, max_bytes)
         self.tree = StoredHashTree(self.conn)
         self.registry = self._load_registry()
         self.published = self._check_stored_checkpoint()
@@ -291,11 +297,11 @@ class Log:
         return out
 
 
-def check_all_leaves(path: Path) -> tuple[int, int | None]:
-    """Rehash every leaf of a database; returns (size, first bad index or None)."""
+def audit_storage(path: Path) -> tuple[int, str | None]:
+    """Rehash every leaf and subtree of a database: (size, first problem or None)."""
     conn = store.connect(path, readonly=True)
     try:
         tree = StoredHashTree(conn)
-        return tree.size, tree.verify_leaves(0, tree.size)
+        return tree.size, tree.audit()
     finally:
         conn.close()

@@ -50,6 +50,7 @@ class ServerConfig:
     max_body: int = MAX_ENVELOPE_BYTES
     max_entries: int = MAX_ENTRIES_PER_REQUEST
     reader_threads: int = 2
+    max_db_bytes: int | None = None
     limits: SequencerLimits = field(default_factory=SequencerLimits)
 
 
@@ -284,7 +285,10 @@ def build_app(config: ServerConfig, signer: Signer) -> web.Application:
 
     async def open_log(app: web.Application) -> None:
         loop = asyncio.get_running_loop()
-        sequencer_log = await loop.run_in_executor(None, Log, config.db_path, signer, config.origin)
+        sequencer_log = await loop.run_in_executor(
+            None,
+            lambda: Log(config.db_path, signer, config.origin, max_bytes=config.max_db_bytes),
+        )
         sequencer = Sequencer(sequencer_log, config.limits)
         await sequencer.start()
         state = AuthorityState(config, sequencer)

@@ -44,6 +44,12 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
+def limit_size(conn: sqlite3.Connection, max_bytes: int) -> None:
+    """Refuse to grow the database beyond ``max_bytes`` (writes then fail like a full disk)."""
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    conn.execute(f"PRAGMA max_page_count = {max(1, max_bytes // page_size)}")
+
+
 def create_schema(conn: sqlite3.Connection) -> None:
     """Create every table that is missing; existing data is never touched."""
     StoredHashTree.create_schema(conn)

@@ -209,6 +209,38 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
             expected += 1
         return None if expected == end else expected
 
+    def audit(self) -> str | None:
+        """Rehash every leaf and recompute every stored subtree hash: O(n).
+
+        Returns a description of the first disagreement (naming the first
+        leaf index it affects), or None when storage is exactly what appends
+        would have written.
+        """
+        frontier: dict[int, bytes] = {}
+        expected = 0
+        for idx, data, digest in self.conn.execute(
+            "SELECT idx, data, hash FROM leaves WHERE idx < ? ORDER BY idx", (self.size,)
+        ):
+            if idx != expected:
+                return f"leaf {expected} is missing"
+            node = leaf_hash(bytes(data))
+            if node != bytes(digest):
+                return f"leaf {idx} does not match its stored hash"
+            level = 0
+            while (idx >> level) & 1:
+                node = node_hash(frontier.pop(level), node)
+                level += 1
+                try:
+                    stored = self._read_subroot(level, idx >> level)
+                except TreeCorruptError:
+                    stored = b""
+                if stored != node:
+                    first = (idx >> level) << level
+                    return f"subtree hash over leaves {first}.. (level {level}) is wrong"
+            frontier[level] = node
+            expected += 1
+        return None if expected == self.size else f"leaf {expected} is missing"
+
     # -- RFC 9162 proofs ---------------------------------------------------
 
     def inclusion_proof(self, index: int, size: int) -> list[bytes]:

@@ -213,7 +213,22 @@ def sign_publisher_statement(statement: PublisherStatement, signer: Signer) -> P
 
 
 def encode_entry(entry: Entry) -> bytes:
-    """The leaf bytes of ``entry``: its RFC 8785 canonical JSON."""
+    """The leaf bytes of ``entry``: its RFC 8785 canonical JSON.
+
+    A notice entry reuses the notice's canonical bytes (already computed to
+    check its signature): the members "notice" < "signature" < "type" are in
+    RFC 8785 order, so the concatenation is the canonical encoding itself.
+    """
+    if isinstance(entry, NoticeEntry):
+        envelope = entry.envelope
+        signature = canonical.dumps(encode_signature(envelope.key_id, envelope.signature))
+        return (
+            b'{"notice":'
+            + envelope.notice.canonical_bytes()
+            + b',"signature":'
+            + signature
+            + b',"type":"notice"}'
+        )
     return canonical.dumps(entry.to_json())
 
 

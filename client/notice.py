@@ -583,8 +583,13 @@ class Notice:
         return out
 
     def canonical_bytes(self) -> bytes:
-        """The RFC 8785 bytes that the publisher signs."""
-        return canonical.dumps(self.to_json())
+        """The RFC 8785 bytes that the publisher signs (computed once: hashing,
+        verifying and logging a notice all need them)."""
+        cached: bytes | None = self.__dict__.get("_canonical")
+        if cached is None:
+            cached = canonical.dumps(self.to_json())
+            object.__setattr__(self, "_canonical", cached)
+        return cached
 
     @property
     def namespace(self) -> str:

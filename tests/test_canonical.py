@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -139,6 +140,34 @@ json_values = st.recursive(
 @given(json_values)
 def test_dumps_then_loads_round_trips(value: object) -> None:
     assert loads(dumps(value)) == value
+
+
+ascii_keyed_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-canonical.MAX_SAFE_INTEGER, canonical.MAX_SAFE_INTEGER)
+    | st.text(st.characters(codec="utf-8")),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(st.characters(codec="ascii"), max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_dumps_equals_the_reference_rfc8785_implementation(value: object) -> None:
+    assert dumps(value) == rfc8785.dumps(value)
+
+
+@given(ascii_keyed_values)
+def test_fast_path_with_ascii_keys_equals_the_reference_implementation(value: object) -> None:
+    assert dumps(value) == rfc8785.dumps(value)
+
+
+def test_dumps_escapes_every_control_character_like_rfc8785() -> None:
+    value = {"s": "".join(chr(c) for c in range(0x20)) + '"\\\x7f\u2028\u00e9\U0001f600'}
+    assert dumps(value) == rfc8785.dumps(value)
 
 
 @given(json_values)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client import canonical
@@ -25,9 +25,10 @@ from client.entries import (
 )
 from client.errors import DeplogError
 from client.note import Signer
-from client.notice import Envelope, NoticeError
+from client.notice import Envelope, Notice, NoticeError
 from tests.model_builders import (
     NOW,
+    notices,
     register_statement,
 )
 
@@ -216,3 +217,11 @@ def test_arbitrary_leaf_raises_only_deplog_errors(value: object, kind: str | Non
 def test_arbitrary_statement_raises_only_deplog_errors(value: object) -> None:
     with contextlib.suppress(DeplogError):
         PublisherStatement.from_json(value)
+
+
+@settings(max_examples=100)
+@given(notices())
+def test_notice_leaf_is_the_canonical_encoding_of_the_whole_entry(obj: dict[str, Any]) -> None:
+    envelope = Envelope.sign(Notice.from_json(obj), Signer.generate("acme"))
+    entry = NoticeEntry(envelope)
+    assert encode_entry(entry) == canonical.dumps(entry.to_json())

@@ -125,3 +125,21 @@ def test_missing_subtree_hash_is_reported_as_corruption(conn: sqlite3.Connection
     conn.execute("DELETE FROM nodes WHERE level = 2 AND idx = 0")
     with pytest.raises(TreeCorruptError):
         tree.root_at(5)
+
+
+def test_audit_passes_on_an_untouched_tree(conn: sqlite3.Connection) -> None:
+    assert grow(conn, 37).audit() is None
+
+
+def test_audit_names_an_altered_leaf(conn: sqlite3.Connection) -> None:
+    tree = grow(conn, 37)
+    conn.execute("DROP TRIGGER leaves_append_only_update")
+    conn.execute("UPDATE leaves SET data = x'00' WHERE idx = 21")
+    assert tree.audit() == "leaf 21 does not match its stored hash"
+
+
+def test_audit_names_an_altered_subtree_hash(conn: sqlite3.Connection) -> None:
+    tree = grow(conn, 37)
+    conn.execute("DROP TRIGGER nodes_append_only_update")
+    conn.execute("UPDATE nodes SET hash = zeroblob(32) WHERE level = 3 AND idx = 2")
+    assert tree.audit() == "subtree hash over leaves 16.. (level 3) is wrong"

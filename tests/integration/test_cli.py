@@ -1,0 +1,176 @@
+"""The README walkthrough, command by command, against a real authority."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.integration.harness import AuthorityProcess
+
+
+def deplog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "client.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=cwd,
+    )
+
+
+def test_publisher_walkthrough_publishes_and_verifies_a_receipt(
+    authority: AuthorityProcess, tmp_path: Path
+) -> None:
+    made = deplog("keygen", "--name", "walker", "--out", "keys", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    vkey = (tmp_path / "keys" / "walker.pub").read_text().strip()
+    added = authority.run_cli(
+        "publisher", "add", "walker", "--namespace", "org.walker", "--key", vkey
+    )
+    assert added.returncode == 0, added.stderr
+    log_key = authority.log_verifier.vkey()
+
+    published = deplog(
+        "publish",
+        "--url",
+        authority.url,
+        "--key",
+        "keys/walker.key",
+        "--log-key",
+        log_key,
+        "--tool",
+        "tool:org.walker/search",
+        "--action",
+        "deprecate",
+        "--version",
+        "1.2.0",
+        "--range",
+        "1.0.0..1.2.0",
+        "--reason",
+        "superseded",
+        "--replacement",
+        "tool:org.walker/search@2.0.0",
+        "--sunset-at",
+        "2099-06-01T00:00:00Z",
+        "--sequence",
+        "7",
+        "--out",
+        "receipts",
+        cwd=tmp_path,
+    )
+    assert published.returncode == 0, published.stderr
+    assert "logged at index 2 (verified)" in published.stdout
+
+    verified = deplog(
+        "verify-receipt",
+        "--log-key",
+        log_key,
+        "receipts/walker-7.tlog-proof",
+        "--envelope",
+        "receipts/walker-7.envelope.json",
+        cwd=tmp_path,
+    )
+    assert verified.returncode == 0, verified.stderr
+    assert f"ok: entry 2 is in {authority.log_verifier.name} at tree size 3" in verified.stdout
+
+
+def test_verify_receipt_fails_for_another_entry(
+    authority: AuthorityProcess, tmp_path: Path
+) -> None:
+    deplog("keygen", "--name", "walker", "--out", "keys", cwd=tmp_path)
+    vkey = (tmp_path / "keys" / "walker.pub").read_text().strip()
+    authority.run_cli("publisher", "add", "walker", "--namespace", "org.walker", "--key", vkey)
+    for seq in ("1", "2"):
+        done = deplog(
+            "publish",
+            "--url",
+            authority.url,
+            "--key",
+            "keys/walker.key",
+            "--tool",
+            "tool:org.walker/search",
+            "--action",
+            "revoke",
+            "--version",
+            f"1.0.{seq}",
+            "--reason",
+            "critical_bug",
+            "--sequence",
+            seq,
+            "--out",
+            "receipts",
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr
+    mismatched = deplog(
+        "verify-receipt",
+        "--log-key",
+        authority.log_verifier.vkey(),
+        "receipts/walker-1.tlog-proof",
+        "--envelope",
+        "receipts/walker-2.envelope.json",
+        cwd=tmp_path,
+    )
+    assert mismatched.returncode == 1
+    assert mismatched.stderr.strip() == "deplog: bad_inclusion_proof"
+
+
+def test_publish_refusal_prints_the_stable_code(
+    authority: AuthorityProcess, tmp_path: Path
+) -> None:
+    deplog("keygen", "--name", "intruder", "--out", "keys", cwd=tmp_path)
+    refused = deplog(
+        "publish",
+        "--url",
+        authority.url,
+        "--key",
+        "keys/intruder.key",
+        "--tool",
+        "tool:org.acme/search",
+        "--action",
+        "deprecate",
+        "--version",
+        "1.0.0",
+        "--reason",
+        "other",
+        cwd=tmp_path,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == "deplog: refused (401): unknown_publisher"
+
+
+def test_check_recomputes_storage_and_list_shows_publishers(
+    authority_files: AuthorityProcess,
+) -> None:
+    checked = authority_files.run_cli("check")
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.startswith("ok: 1 leaves")
+    listed = authority_files.run_cli("publisher", "list")
+    assert listed.returncode == 0 and '"acme"' in listed.stdout
+
+
+def test_serve_refuses_a_second_server_on_the_same_data(
+    authority: AuthorityProcess,
+) -> None:
+    second = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "authority.cli",
+            "serve",
+            "--data",
+            str(authority.data),
+            "--keys",
+            str(authority.keys),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert second.returncode == 1
+    assert "another authority is already serving" in second.stderr

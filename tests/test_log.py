@@ -1,0 +1,174 @@
+"""The log: admission rules, durable checkpoints, and refusing to run on altered storage."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from authority import store
+from authority.log import IntegrityError, Log, StorageError
+from client.checkpoint import open_checkpoint
+from client.entries import NoticeEntry, PublisherStatement, encode_entry
+from client.note import Signer
+from client.receipt import Receipt, verify_receipt
+from tests.integration.harness import make_envelope
+
+ORIGIN = "unit.deplog.example/log"
+
+
+@pytest.fixture
+def log_signer() -> Signer:
+    return Signer.generate(ORIGIN)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "log.db"
+
+
+@pytest.fixture
+def publisher() -> Signer:
+    return Signer.generate("acme")
+
+
+def register(log: Log, publisher: Signer, namespace: str = "org.acme") -> int:
+    return log.append_publisher(
+        PublisherStatement.from_json(
+            {
+                "action": "register",
+                "publisher": publisher.name,
+                "namespaces": [namespace],
+                "keys": [publisher.verifier().vkey()],
+                "issued_at": "2026-01-01T00:00:00Z",
+            }
+        )
+    )
+
+
+@pytest.fixture
+def log(db_path: Path, log_signer: Signer, publisher: Signer) -> Log:
+    opened = Log(db_path, log_signer, ORIGIN)
+    register(opened, publisher)
+    opened.publish()
+    return opened
+
+
+def test_a_new_log_publishes_a_signed_empty_checkpoint(db_path: Path, log_signer: Signer) -> None:
+    log = Log(db_path, log_signer, ORIGIN)
+    assert log.published is not None
+    checkpoint, _ = open_checkpoint(log.published.note, log_signer.verifier())
+    assert (checkpoint.origin, checkpoint.size) == (ORIGIN, 0)
+
+
+def test_sequenced_notices_get_receipts_that_verify(
+    log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    envelopes = [make_envelope(publisher, seq) for seq in (1, 2, 3)]
+    results = log.sequence(envelopes)
+    assert [r.index for r in results] == [1, 2, 3]
+    for envelope, result in zip(envelopes, results, strict=True):
+        assert result.receipt is not None and result.created
+        checkpoint = verify_receipt(
+            Receipt.parse(result.receipt),
+            encode_entry(NoticeEntry(envelope)),
+            log_signer.verifier(),
+        )
+        assert checkpoint.size == 4
+
+
+def test_a_refused_notice_in_a_batch_does_not_stop_the_others(log: Log, publisher: Signer) -> None:
+    stranger = Signer.generate("stranger")
+    results = log.sequence(
+        [make_envelope(publisher, 1), make_envelope(stranger, 1), make_envelope(publisher, 2)]
+    )
+    assert [r.error.code if r.error else r.index for r in results] == [1, "unknown_publisher", 2]
+
+
+def test_duplicate_in_one_batch_is_logged_once(log: Log, publisher: Signer) -> None:
+    envelope = make_envelope(publisher, 1)
+    first, second = log.sequence([envelope, envelope])
+    assert (first.index, first.created) == (1, True)
+    assert (second.index, second.created) == (1, False)
+    assert log.tree.size == 2
+
+
+def test_checkpoints_and_leaves_survive_reopening(
+    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    log.sequence([make_envelope(publisher, 1)])
+    published = log.published
+    log.close()
+    reopened = Log(db_path, log_signer, ORIGIN)
+    assert reopened.published == published
+    assert reopened.tree.size == 2
+    # The registry came back from its snapshot: the publisher can still publish.
+    assert reopened.sequence([make_envelope(publisher, 2)])[0].index == 2
+
+
+def test_leaves_committed_without_a_checkpoint_are_covered_on_open(
+    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    """A crash between the leaves' commit and the checkpoint's loses nothing."""
+    log.admit_notices([make_envelope(publisher, 1)])
+    assert log.published is not None and log.published.size == 1
+    log.close()
+    reopened = Log(db_path, log_signer, ORIGIN)
+    assert reopened.published is not None and reopened.published.size == 2
+
+
+def test_a_second_root_for_a_signed_size_is_refused_by_storage(log: Log) -> None:
+    assert log.published is not None
+    with pytest.raises(sqlite3.IntegrityError):
+        store.insert_checkpoint(log.conn, log.published.size, b"\x00" * 32, b"x", "now")
+
+
+def test_open_refuses_a_tree_whose_root_no_longer_matches(
+    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    log.sequence([make_envelope(publisher, seq) for seq in range(1, 4)])
+    log.close()
+    conn = sqlite3.connect(db_path)
+    conn.execute("DROP TRIGGER nodes_append_only_update")
+    conn.execute("UPDATE nodes SET hash = zeroblob(32) WHERE level = 2 AND idx = 0")
+    conn.commit()
+    conn.close()
+    with pytest.raises(IntegrityError) as refused:
+        Log(db_path, log_signer, ORIGIN)
+    assert refused.value.code == "root_mismatch"
+
+
+def test_open_refuses_a_truncated_tree(
+    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    log.sequence([make_envelope(publisher, 1)])
+    log.close()
+    conn = sqlite3.connect(db_path)
+    conn.execute("DROP TRIGGER leaves_append_only_delete")
+    conn.execute("DELETE FROM leaves WHERE idx = 1")
+    conn.commit()
+    conn.close()
+    with pytest.raises(IntegrityError) as refused:
+        Log(db_path, log_signer, ORIGIN)
+    assert refused.value.code == "tree_truncated"
+
+
+def test_open_refuses_checkpoints_signed_by_another_key(
+    db_path: Path, log: Log, publisher: Signer
+) -> None:
+    log.close()
+    with pytest.raises(IntegrityError) as refused:
+        Log(db_path, Signer.generate(ORIGIN), ORIGIN)
+    assert refused.value.code == "checkpoint_invalid"
+
+
+def test_storage_failure_rolls_back_the_whole_batch(log: Log, publisher: Signer) -> None:
+    size, published = log.tree.size, log.published
+    # The database may not grow by a page any more: a full disk.
+    log.conn.execute("PRAGMA max_page_count = 1")
+    with pytest.raises(StorageError):
+        log.sequence([make_envelope(publisher, seq) for seq in range(1, 201)])
+    assert log.tree.size == size and log.published == published
+    log.conn.execute("PRAGMA max_page_count = 1073741823")
+    assert log.sequence([make_envelope(publisher, 1)])[0].index == size
