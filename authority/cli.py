@@ -269,8 +269,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--batch-interval-ms",
         type=float,
-        default=5.0,
-        help="how long a batch gathers submissions (default: 5)",
+        default=0.0,
+        help="extra time a batch gathers submissions (default: 0, natural batching)",
     )
     sp.add_argument(
         "--max-batch", type=int, default=512, help="submissions per batch at most (default: 512)"

@@ -89,8 +89,9 @@ class LogReader:
         return described
 
     def publishers(self) -> dict[str, Any]:
+        """Every publisher with its namespaces and keys, as of the latest registry change."""
         snapshot = store.registry_snapshot(self.conn)
         if snapshot is None:
             return {"publishers": []}
         state: dict[str, Any] = json.loads(snapshot[1])
-        return state
+        return {"publishers": state["publishers"]}

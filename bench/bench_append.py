@@ -88,10 +88,13 @@ def start_baseline() -> tuple[subprocess.Popen[str], str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=3000, help="requests per concurrency")
+    parser.add_argument(
+        "--server-arg", action="append", default=[], help="extra 'authority serve' argument"
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        authority = AuthorityProcess(Path(tmp))
+        authority = AuthorityProcess(Path(tmp), extra_args=args.server_arg)
         authority.init()
         signers = [Signer.generate(f"bench{i}") for i in range(50)]
         for s in signers:
