@@ -6,8 +6,10 @@ optional gathering delay of ``interval`` seconds, and hands it to the ``Log``.
 Without a delay, batching is natural: submissions that arrive while one batch
 commits form the next, so an idle log answers at once and a busy one shares
 each commit among many (measured in bench/bench_append.py: the default of no
-delay gave both lower latency and higher throughput than 5 ms). A submission's future resolves only after its batch is committed and
-the checkpoint that includes it is signed and stored, so a 201 is durable.
+delay gave both lower latency and higher throughput than 5 ms).
+
+A submission's future resolves only after its batch is committed and the
+checkpoint that includes it is signed and stored, so a 201 is durable.
 """
 
 from __future__ import annotations
