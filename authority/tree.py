@@ -13,10 +13,11 @@ Invariants:
     indices 0..size-1 with no gaps; rows are never updated or deleted.
   * ``nodes`` holds, for level >= 1, the hash of every *complete* perfect
     subtree: node (level, i) covers leaves [i * 2^level, (i + 1) * 2^level).
-  * ``frontier`` is the in-memory right edge: for every set bit ``level`` of
-    ``size`` the hash of the perfect subtree at that level. It is all an append
-    or a root computation of the current size needs, and it is rebuilt from
-    ``nodes`` with O(log n) reads on open.
+  * ``frontier`` (a ``client.proofs.TreeFrontier``) is the in-memory right
+    edge: the hash of the perfect subtree for every set bit of ``size``. It is
+    all an append or a root of the current size needs, it names the subtrees
+    an append completes, and it is rebuilt from ``nodes`` with O(log n) reads
+    on open.
 
 Costs: append O(log n) writes and no reads; root of the current size O(log n)
 hashing, no reads; a root or proof at any size O(log n) indexed reads.
@@ -25,14 +26,13 @@ hashing, no reads; a root or proof at any size O(log n) indexed reads.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 
 from pymerkle import BaseMerkleTree
 from pymerkle.core import _consistency_path_layout
 
-from client.proofs import leaf_hash, node_hash
+from client.proofs import TreeFrontier, leaf_hash, node_hash
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS leaves (
@@ -79,7 +79,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         row = conn.execute("SELECT max(idx) FROM leaves").fetchone()
         self.size: int = 0 if row[0] is None else row[0] + 1
         self.memo: dict[tuple[int, int], bytes] | None = None
-        self.frontier: dict[int, bytes] = self._load_frontier(self.size)
+        self.frontier = self._load_frontier(self.size)
 
     @staticmethod
     def create_schema(conn: sqlite3.Connection) -> None:
@@ -92,22 +92,14 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         return data
 
     def _store_leaf(self, data: bytes, digest: bytes) -> int:
-        index = self.size
+        index = self.frontier.size
         self.conn.execute(
             "INSERT INTO leaves (idx, data, hash) VALUES (?, ?, ?)", (index, data, digest)
         )
-        # Carry: every set low bit of the old size is a perfect subtree that
-        # the new leaf's subtree now completes a parent of.
-        level, node, position = 0, digest, index
-        while (index >> level) & 1:
-            node = node_hash(self.frontier.pop(level), node)
-            level += 1
-            position >>= 1
-            self.conn.execute(
-                "INSERT INTO nodes (level, idx, hash) VALUES (?, ?, ?)", (level, position, node)
-            )
-        self.frontier[level] = node
-        self.size = index + 1
+        self.conn.executemany(
+            "INSERT INTO nodes (level, idx, hash) VALUES (?, ?, ?)", self.frontier.append(digest)
+        )
+        self.size = self.frontier.size
         return self.size  # pymerkle counts leaves from one
 
     def _get_leaf(self, index: int) -> bytes:
@@ -164,14 +156,13 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
             raise TreeCorruptError("stored hash missing")
         return bytes(row[0])
 
-    def _load_frontier(self, size: int) -> dict[int, bytes]:
-        frontier: dict[int, bytes] = {}
-        end = size
-        for level in range(size.bit_length()):
-            if (size >> level) & 1:
-                end -= 1 << level
-                frontier[level] = self._subroot(level, end >> level)
-        return frontier
+    def _load_frontier(self, size: int) -> TreeFrontier:
+        hashes, end = [], 0
+        for level in reversed(range(size.bit_length())):
+            if size >> level & 1:
+                hashes.append(self._subroot(level, end >> level))
+                end += 1 << level
+        return TreeFrontier(size, hashes)
 
     def pin(self, size: int) -> None:
         """Limit a reader to ``size`` leaves, the size of a published checkpoint."""
@@ -179,13 +170,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
 
     def current_root(self) -> bytes:
         """Root of the whole tree from the in-memory frontier: no reads."""
-        if not self.frontier:
-            return hashlib.sha256(b"").digest()
-        levels = sorted(self.frontier)
-        root = self.frontier[levels[0]]
-        for level in levels[1:]:
-            root = node_hash(self.frontier[level], root)
-        return root
+        return self.frontier.root()
 
     def root_at(self, size: int) -> bytes:
         return bytes(self.get_root(size))
@@ -216,28 +201,23 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         leaf index it affects), or None when storage is exactly what appends
         would have written.
         """
-        frontier: dict[int, bytes] = {}
+        frontier = TreeFrontier()
         expected = 0
         for idx, data, digest in self.conn.execute(
             "SELECT idx, data, hash FROM leaves WHERE idx < ? ORDER BY idx", (self.size,)
         ):
             if idx != expected:
                 return f"leaf {expected} is missing"
-            node = leaf_hash(bytes(data))
-            if node != bytes(digest):
+            if leaf_hash(bytes(data)) != bytes(digest):
                 return f"leaf {idx} does not match its stored hash"
-            level = 0
-            while (idx >> level) & 1:
-                node = node_hash(frontier.pop(level), node)
-                level += 1
+            for level, index, node in frontier.append(bytes(digest)):
                 try:
-                    stored = self._read_subroot(level, idx >> level)
+                    stored = self._read_subroot(level, index)
                 except TreeCorruptError:
                     stored = b""
                 if stored != node:
-                    first = (idx >> level) << level
+                    first = index << level
                     return f"subtree hash over leaves {first}.. (level {level}) is wrong"
-            frontier[level] = node
             expected += 1
         return None if expected == self.size else f"leaf {expected} is missing"
 

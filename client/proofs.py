@@ -76,6 +76,52 @@ def root_from_leaf_hashes(hashes: Sequence[bytes]) -> bytes:
     return _mth(hashes, 0, len(hashes))
 
 
+class TreeFrontier:
+    """The right edge of a Merkle tree: the roots of its perfect subtrees, largest first.
+
+    For a tree of ``size`` leaves there is one perfect subtree per set bit of
+    ``size``; their hashes are all that appending a leaf or computing the
+    root needs (RFC 9162 MTH), so a verifier that holds the frontier of a
+    trusted tree can check, in memory bounded by log2(size) hashes, that new
+    entries extend it to the root of a newer checkpoint. The authority's
+    storage uses the same object to find the subtree hashes an append completes.
+    """
+
+    def __init__(self, size: int = 0, hashes: Sequence[bytes] = ()) -> None:
+        if not _is_size(size) or len(hashes) != size.bit_count() or not _are_hashes(hashes):
+            raise ProofFormatError(message="a frontier has one 32-byte hash per set bit of size")
+        self.size = size
+        levels = [level for level in range(size.bit_length()) if size >> level & 1]
+        self._nodes = dict(zip(reversed(levels), hashes, strict=True))
+
+    @property
+    def hashes(self) -> tuple[bytes, ...]:
+        """The subtree hashes, largest (leftmost) subtree first."""
+        return tuple(self._nodes[level] for level in sorted(self._nodes, reverse=True))
+
+    def append(self, leaf: bytes) -> list[tuple[int, int, bytes]]:
+        """Add a leaf hash; returns the subtrees it completes as (level, index, hash)."""
+        completed = []
+        node, level, index = leaf, 0, self.size
+        while index >> level & 1:
+            node = node_hash(self._nodes.pop(level), node)
+            level += 1
+            completed.append((level, index >> level, node))
+        self._nodes[level] = node
+        self.size += 1
+        return completed
+
+    def root(self) -> bytes:
+        """MTH of the whole tree: the subtree hashes folded from the right."""
+        root: bytes | None = None
+        for level in sorted(self._nodes):
+            root = self._nodes[level] if root is None else node_hash(self._nodes[level], root)
+        return EMPTY_ROOT if root is None else root
+
+    def copy(self) -> TreeFrontier:
+        return TreeFrontier(self.size, self.hashes)
+
+
 def _check_generation_range(hashes: Sequence[bytes], size: int) -> None:
     if size > len(hashes):
         raise ProofError("bad_proof_request", "tree size exceeds the known leaves")

@@ -20,6 +20,7 @@ from client.proofs import (
     InclusionProof,
     ProofError,
     ProofFormatError,
+    TreeFrontier,
     consistency_path,
     inclusion_path,
     leaf_hash,
@@ -499,3 +500,43 @@ def test_arbitrary_json_only_raises_format_errors(obj: object) -> None:
 def test_proof_errors_are_verification_errors() -> None:
     assert issubclass(ProofError, VerificationError)
     assert issubclass(ProofFormatError, FormatError)
+
+
+# --- TreeFrontier ---------------------------------------------------------------
+
+
+def test_frontier_root_equals_rfc9162_root_at_every_size_up_to_200() -> None:
+    frontier = TreeFrontier()
+    hashes: list[bytes] = []
+    for i in range(201):
+        assert frontier.size == i
+        assert frontier.root() == root_from_leaf_hashes(hashes)
+        hashes.append(leaf_hash(b"%d" % i))
+        frontier.append(hashes[-1])
+
+
+def test_frontier_reports_every_completed_subtree_exactly_once() -> None:
+    frontier = TreeFrontier()
+    hashes = [leaf_hash(b"%d" % i) for i in range(64)]
+    completed = [node for h in hashes for node in frontier.append(h)]
+    assert len(completed) == 63  # a perfect tree of 64 leaves has 63 interior nodes
+    for level, index, digest in completed:
+        width = 1 << level
+        assert digest == root_from_leaf_hashes(hashes[index * width : (index + 1) * width])
+
+
+@given(st.integers(0, 300), st.integers(0, 50))
+def test_frontier_survives_a_round_trip_through_its_hashes(size: int, more: int) -> None:
+    hashes = [leaf_hash(b"%d" % i) for i in range(size + more)]
+    frontier = TreeFrontier()
+    for h in hashes[:size]:
+        frontier.append(h)
+    resumed = TreeFrontier(frontier.size, frontier.hashes)
+    for h in hashes[size:]:
+        resumed.append(h)
+    assert resumed.root() == root_from_leaf_hashes(hashes)
+
+
+def test_frontier_with_the_wrong_number_of_hashes_is_refused() -> None:
+    with pytest.raises(ProofFormatError):
+        TreeFrontier(3, [EMPTY_ROOT])
