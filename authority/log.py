@@ -29,6 +29,8 @@ from authority import store
 from authority.tree import StoredHashTree, TreeCorruptError
 from client.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from client.entries import (
+    MAX_ENTRY_BYTES,
+    EntryFormatError,
     NoticeEntry,
     PublisherStatement,
     decode_entry,
@@ -207,6 +209,8 @@ class Log:
     def _admit_notice(self, envelope: Envelope) -> Admitted:
         notice = envelope.notice
         leaf = encode_entry(NoticeEntry(envelope))
+        if len(leaf) > MAX_ENTRY_BYTES:
+            raise EntryFormatError("too_large", "the entry would not fit a tlog-tiles bundle")
         digest = _notice_digest(leaf)
         existing = store.notice_by_sequence(self.conn, notice.publisher, notice.sequence)
         if existing is not None and existing[1] == digest:

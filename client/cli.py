@@ -9,6 +9,7 @@ verifier key.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -19,14 +20,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from client import canonical
+from client import auditcli, canonical
 from client.entries import NoticeEntry, decode_entry, encode_entry
 from client.errors import DeplogError
+from client.follower import Follower, SyncResult
 from client.keyfile import create_signer, key_file_name, load_signer
 from client.note import Verifier
 from client.notice import Envelope, Notice
 from client.receipt import Receipt, verify_receipt
+from client.state import LocalState
+from client.trust import ForkError
 
+DEFAULT_STATE = "deplog-state.db"
 HTTP_TIMEOUT = 30.0
 MAX_RESPONSE = 1 << 20
 
@@ -146,6 +151,57 @@ def cmd_verify_receipt(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_follow(args: argparse.Namespace) -> int:
+    """Run a follower, printing each verified advance; Ctrl-C stops it."""
+    log_key = Verifier.parse(args.log_key)
+
+    async def follow() -> None:
+        async with Follower(args.url, log_key, args.state) as follower:
+
+            def report(result: SyncResult) -> None:
+                print(
+                    f"verified {log_key.name} at size {result.new_size} "
+                    f"(was {result.old_size}; {len(result.tools)} tools changed)",
+                    flush=True,
+                )
+
+            first = await follower.sync()
+            print(f"trusted {log_key.name} at size {first.new_size}", flush=True)
+            if not args.once:
+                await follower.run(args.interval, on_advance=report)
+
+    try:
+        asyncio.run(follow())
+    except KeyboardInterrupt:
+        return 130
+    except ForkError as err:
+        raise CLIError(f"fork detected; evidence saved to {err.evidence}") from None
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """A tool's status from the local follower state (no network)."""
+    state = LocalState(args.state, None)
+    try:
+        trusted = state.trusted
+        assert trusted is not None
+        now = datetime.now(UTC)
+        index, _ = state.tool_status(args.tool_id)
+        if args.version is not None:
+            out: dict[str, Any] = index.lookup(args.tool_id, args.version, now).to_json()
+        else:
+            out = index.describe(args.tool_id, now)
+        out["processed_through"] = {
+            "size": trusted.size,
+            "verified_at": trusted.verified_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "checkpoint": trusted.note.decode(),
+        }
+        print(json.dumps(out, indent=2, sort_keys=True))
+    finally:
+        state.close()
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="deplog", description="Publish and verify deplog deprecation notices."
@@ -186,6 +242,34 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--envelope", type=Path, help="the signed envelope JSON that was published")
     sp.add_argument("--leaf", type=Path, help="the exact leaf bytes")
     sp.set_defaults(func=cmd_verify_receipt)
+
+    sp = sub.add_parser("follow", help="follow an authority, verifying every step")
+    sp.add_argument("url", help="authority base URL")
+    sp.add_argument("--log-key", required=True, help="the log's verifier key (pinned)")
+    sp.add_argument(
+        "--state",
+        type=Path,
+        default=Path(DEFAULT_STATE),
+        help=f"local state file (default: {DEFAULT_STATE})",
+    )
+    sp.add_argument(
+        "--interval", type=float, default=30.0, help="seconds between polls (default: 30)"
+    )
+    sp.add_argument("--once", action="store_true", help="sync once and exit")
+    sp.set_defaults(func=cmd_follow)
+
+    sp = sub.add_parser("status", help="a tool's status from the local follower state")
+    sp.add_argument("tool_id", help="tool:<namespace>/<name>")
+    sp.add_argument("version", nargs="?", help="a SemVer version (default: every known one)")
+    sp.add_argument(
+        "--state",
+        type=Path,
+        default=Path(DEFAULT_STATE),
+        help=f"local state file (default: {DEFAULT_STATE})",
+    )
+    sp.set_defaults(func=cmd_status)
+
+    auditcli.register(sub)
     return p
 
 

@@ -26,7 +26,6 @@ from client import canonical
 from client.errors import FormatError, VerificationError
 from client.note import KeyFormatError, Verifier
 from client.notice import (
-    MAX_ENVELOPE_BYTES,
     Envelope,
     NoticeError,
     encode_signature,
@@ -60,8 +59,9 @@ __all__ = [
 ]
 
 PUBLISHER_STATEMENT_PREFIX: Final = b"deplog/publisher-statement/v1\n"
-# An envelope of at most 64 KiB plus the "type" member, with room to spare.
-MAX_ENTRY_BYTES: Final = MAX_ENVELOPE_BYTES + 1024
+# C2SP tlog-tiles entry bundles prefix each entry with a big-endian u16 length,
+# so no leaf may be longer; a 60 KiB envelope plus the "type" member fits.
+MAX_ENTRY_BYTES: Final = 65535
 MAX_NAMESPACES: Final = 64
 MAX_KEYS: Final = 16
 

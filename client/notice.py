@@ -62,7 +62,8 @@ __all__ = [
     "parse_tool_id",
 ]
 
-MAX_ENVELOPE_BYTES: Final = 64 * 1024
+# Leaves must fit tlog-tiles entry bundles (u16 lengths, see entries.py).
+MAX_ENVELOPE_BYTES: Final = 60 * 1024
 MAX_SAFE_INTEGER: Final = canonical.MAX_SAFE_INTEGER
 MAX_MESSAGE_CHARS: Final = 500
 MAX_VERSIONS: Final = 256

@@ -22,7 +22,7 @@ withdraw conflicts. Each has an ``http_status``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Protocol
 
 from client.entries import PublisherEntry
 from client.errors import DeplogError
@@ -33,12 +33,26 @@ __all__ = [
     "AuthorizationError",
     "ConflictError",
     "KeyState",
+    "NoticeRef",
     "PublisherRegistry",
     "PublisherState",
     "RegistryError",
 ]
 
 SNAPSHOT_FORMAT: Final = "deplog-registry/v1"
+
+
+class NoticeRef(Protocol):
+    """What a withdraw check needs of its target: a ``Notice`` or a compact record of one."""
+
+    @property
+    def publisher(self) -> str: ...
+
+    @property
+    def tool_id(self) -> str: ...
+
+    @property
+    def action(self) -> str: ...
 
 
 class RegistryError(DeplogError):
@@ -250,7 +264,7 @@ class PublisherRegistry:
         self._sequences[notice.publisher] = notice.sequence
 
     @staticmethod
-    def check_withdraw(notice: Notice, target: Notice | None) -> None:
+    def check_withdraw(notice: Notice, target: NoticeRef | None) -> None:
         """For a withdraw, refuse unless ``target`` (the notice at ``notice.withdraws``)
         is a deprecate or revoke by the same publisher about the same tool.
 

@@ -61,7 +61,7 @@ class AuthorityProcess:
 
     root: Path
     extra_args: list[str] = field(default_factory=list)
-    process: subprocess.Popen[str] | None = None
+    process: subprocess.Popen[bytes] | None = None
     url: str = ""
 
     @property
@@ -121,36 +121,43 @@ class AuthorityProcess:
             check=False,
         )
 
+    @property
+    def output(self) -> Path:
+        """Everything the server printed, across restarts."""
+        return self.root / "authority.out"
+
     def start(self) -> str:
+        """Start serving on a free port; returns the base URL once /healthz answers."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "authority.cli",
-                "serve",
-                "--data",
-                str(self.data),
-                "--keys",
-                str(self.keys),
-                "--port",
-                "0",
-                *self.extra_args,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-        )
+        already = self.output.read_text() if self.output.exists() else ""
+        with open(self.output, "a") as out:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "authority.cli",
+                    "serve",
+                    "--data",
+                    str(self.data),
+                    "--keys",
+                    str(self.keys),
+                    "--port",
+                    "0",
+                    *self.extra_args,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         deadline = time.monotonic() + STARTUP_TIMEOUT
-        assert self.process.stdout is not None
         while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                raise RuntimeError(f"authority exited with {self.process.wait()}")
-            if "serving on " in line:
-                self.url = line.rsplit("serving on ", 1)[1].strip()
+            printed = self.output.read_text()[len(already) :]
+            if "serving on " in printed:
+                self.url = printed.split("serving on ", 1)[1].split()[0]
                 break
+            if self.process.poll() is not None:
+                raise RuntimeError(f"authority exited with {self.process.returncode}: {printed}")
+            time.sleep(0.02)
         else:
             raise RuntimeError("authority did not start in time")
         with urllib.request.urlopen(self.url + "/healthz", timeout=10) as response:

@@ -169,7 +169,7 @@ async def test_withdraw_of_a_publisher_entry_is_refused_with_409(
 
 
 async def test_oversized_body_is_refused_with_413(post: Post, unchanged: None) -> None:
-    assert await post(b" " * (64 * 1024 + 1)) == (413, {"error": "too_large"})
+    assert await post(b" " * (60 * 1024 + 1)) == (413, {"error": "too_large"})
 
 
 async def test_wrong_content_type_is_refused_with_415(

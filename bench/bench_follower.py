@@ -1,0 +1,137 @@
+"""Client: full and incremental verified sync, against the Ed25519-verify rate of this run.
+
+Run by hand (not in CI):  python bench/bench_follower.py [--entries 100000]
+
+Builds an authority database of N notices (one publisher), serves it on
+127.0.0.1, and times a follower's first sync from nothing (every checkpoint,
+proof, entry, signature and authorization verified, every notice folded and
+committed) and then an incremental sync of 10 new entries. The baseline,
+measured in the same run, is pynacl verifying the same kind of signatures on
+canonical notice bytes: the floor any verifying follower pays per notice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from authority.log import Log
+from client.entries import PublisherStatement
+from client.follower import Follower
+from client.note import Signer
+from tests.integration.harness import ORIGIN, AuthorityProcess, make_envelope
+
+BATCH = 1000
+
+
+def build(authority: AuthorityProcess, entries: int) -> tuple[Signer, int]:
+    """Write ``entries`` notices straight through the authority's Log, before serving."""
+    publisher = Signer.generate("bench")
+    log = Log(authority.data / "log.db", load_log_signer(authority), ORIGIN)
+    log.append_publisher(
+        PublisherStatement.from_json(
+            {
+                "action": "register",
+                "publisher": "bench",
+                "namespaces": ["org.bench"],
+                "keys": [publisher.verifier().vkey()],
+                "issued_at": "2026-01-01T00:00:00Z",
+            }
+        )
+    )
+    sequence = 0
+    while sequence < entries:
+        count = min(BATCH, entries - sequence)
+        envelopes = [make_envelope(publisher, sequence + k + 1) for k in range(count)]
+        log.sequence(envelopes)
+        sequence += count
+    log.close()
+    return publisher, sequence
+
+
+def load_log_signer(authority: AuthorityProcess) -> Signer:
+    from client.keyfile import load_signer
+
+    return load_signer(authority.keys, ORIGIN.replace("/", "_"))
+
+
+def verify_rate(publisher: Signer, n: int = 20_000) -> float:
+    """Ed25519 verifications per second over canonical notice bytes, pynacl only."""
+    envelopes = [make_envelope(publisher, k + 1) for k in range(200)]
+    messages = [(e.notice.canonical_bytes(), e.signature) for e in envelopes]
+    verifier = publisher.verifier()
+    started = time.perf_counter()
+    for k in range(n):
+        message, signature = messages[k % len(messages)]
+        verifier.verify(message, signature)
+    return n / (time.perf_counter() - started)
+
+
+async def timed_sync(follower: Follower) -> tuple[float, int]:
+    started = time.perf_counter()
+    result = await follower.sync()
+    return time.perf_counter() - started, result.new_size - result.old_size
+
+
+async def publish(url: str, publisher: Signer, first: int, count: int) -> None:
+    async with aiohttp.ClientSession() as http:
+        for sequence in range(first, first + count):
+            body = make_envelope(publisher, sequence).canonical_bytes()
+            async with http.post(
+                url + "/v1/notices", data=body, headers={"Content-Type": "application/json"}
+            ) as r:
+                assert r.status == 201, await r.text()
+
+
+async def measure(authority: AuthorityProcess, publisher: Signer, last: int, state: Path) -> None:
+    baseline = verify_rate(publisher)
+    async with Follower(authority.url, authority.log_verifier, state) as follower:
+        seconds, synced = await timed_sync(follower)
+        rate = synced / seconds
+        print(f"full sync: {synced} entries in {seconds:.2f} s = {rate:.0f} entries/s")
+        print(
+            f"Ed25519 verify alone (same run): {baseline:.0f} /s; "
+            f"ratio sync/verify = {rate / baseline:.2f}"
+        )
+        incremental = []
+        for round_ in range(5):
+            await publish(authority.url, publisher, last + 1 + 10 * round_, 10)
+            seconds, synced = await timed_sync(follower)
+            assert synced == 10
+            incremental.append(seconds)
+        median = 1000 * statistics.median(incremental)
+        low, high = 1000 * min(incremental), 1000 * max(incremental)
+        print(
+            f"incremental sync of 10 new entries: median {median:.1f} ms "
+            f"(min {low:.1f}, max {high:.1f}, 5 rounds)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, default=100_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        authority = AuthorityProcess(Path(tmp) / "authority")
+        authority.init()
+        started = time.perf_counter()
+        publisher, last = build(authority, args.entries)
+        print(f"built a log of {last + 1} entries in {time.perf_counter() - started:.1f} s")
+        authority.start()
+        try:
+            asyncio.run(measure(authority, publisher, last, Path(tmp) / "state.db"))
+        finally:
+            authority.stop()
+
+
+if __name__ == "__main__":
+    main()

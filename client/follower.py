@@ -1,0 +1,233 @@
+"""The follower: fetches from an authority and feeds ``TrustedState``, one verified step a sync.
+
+A sync is: fetch ``/checkpoint``; verify it (signature, no rollback, no fork);
+if it is new, fetch a consistency proof from the trusted size and verify it;
+then fetch the new entries in pages of at most ``page_size`` and verify each
+page as it arrives (memory stays bounded by one page); finally the tree must
+match the checkpoint and the advance commits. Every response body is read
+with a size bound and a timeout. ``run`` repeats syncs on an interval with
+jittered exponential backoff after failures; a fork stops it for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from client import canonical
+from client.canonical import JSONFormatError
+from client.errors import DeplogError
+from client.note import Verifier
+from client.proofs import ConsistencyProof
+from client.state import LocalState
+from client.trust import Advanced, ForkError, TrustedState
+
+log = logging.getLogger("deplog.follower")
+
+PAGE_SIZE = 1000
+MAX_CHECKPOINT_BYTES = 1 << 20
+MAX_PROOF_BYTES = 64 * 1024
+MAX_PAGE_BYTES = 128 * 1024 * 1024
+
+
+class FetchError(DeplogError):
+    """The authority could not be reached or answered something unusable."""
+
+    code = "fetch_failed"
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """One completed sync: where the trusted state was, where it is, what changed."""
+
+    old_size: int
+    new_size: int
+    tools: frozenset[str]
+    verified_at: datetime
+
+    @property
+    def advanced(self) -> bool:
+        return self.new_size > self.old_size
+
+
+OnAdvance = Callable[[SyncResult], Awaitable[None] | None]
+
+
+class Follower:
+    """Follows one authority into a local state file."""
+
+    def __init__(
+        self,
+        url: str,
+        log_key: Verifier,
+        state_path: Path | str,
+        *,
+        page_size: int = PAGE_SIZE,
+        timeout: float = 10.0,
+        evidence_dir: Path | None = None,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        if not 1 <= page_size <= PAGE_SIZE:
+            raise ValueError("page_size must be between 1 and 1000")
+        self.url = url.rstrip("/")
+        self.state = LocalState(state_path, log_key.name)
+        self.trust = TrustedState(self.state, log_key, evidence_dir)
+        self.page_size = page_size
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session = session
+        self._own_session = session is None
+
+    async def __aenter__(self) -> Follower:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._own_session and self._session is not None:
+            await self._session.close()
+        self._session = None
+        self.state.close()
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self.timeout)
+        return self._session
+
+    async def _get(self, path: str, limit: int) -> bytes:
+        try:
+            async with self._http().get(self.url + path, timeout=self.timeout) as response:
+                if response.status != 200:
+                    raise FetchError("fetch_failed", f"HTTP {response.status}")
+                if (response.content_length or 0) > limit:
+                    raise FetchError("response_too_large", "response exceeds its bound")
+                body = bytearray()
+                async for chunk in response.content.iter_chunked(64 * 1024):
+                    body += chunk
+                    if len(body) > limit:
+                        raise FetchError("response_too_large", "response exceeds its bound")
+                return bytes(body)
+        except (aiohttp.ClientError, TimeoutError):
+            raise FetchError("fetch_failed", "authority unreachable") from None
+
+    async def _get_json(self, path: str, limit: int) -> Any:
+        """A JSON response, parsed strictly (bounded depth, no duplicate keys)."""
+        try:
+            return canonical.loads(await self._get(path, limit), max_depth=4)
+        except JSONFormatError:
+            raise FetchError("bad_response", "response is not the expected JSON") from None
+
+    async def sync(self) -> SyncResult:
+        """One verified step to the authority's latest checkpoint."""
+        note = await self._get("/checkpoint", MAX_CHECKPOINT_BYTES)
+        checkpoint = self.trust.check_checkpoint(note)
+        old_size = self.state.size
+        if checkpoint.size == old_size and self.state.trusted is not None:
+            now = datetime.now(UTC)
+            self.trust.refresh(checkpoint, now)
+            return SyncResult(old_size, old_size, frozenset(), now)
+        proof_json = await self._get_json(
+            f"/v1/proofs/consistency?old={old_size}&new={checkpoint.size}", MAX_PROOF_BYTES
+        )
+        try:
+            proof = ConsistencyProof.from_json(proof_json)
+        except DeplogError:
+            raise FetchError("bad_response", "malformed consistency proof") from None
+        self.trust.check_consistency(note, checkpoint, proof)
+        advanced = await self._fetch_and_advance(note, checkpoint)
+        assert self.state.trusted is not None
+        return SyncResult(
+            advanced.old_size, advanced.new_size, advanced.tools, self.state.trusted.verified_at
+        )
+
+    async def _fetch_and_advance(self, note: bytes, checkpoint: Any) -> Advanced:
+        with self.trust.advance(note, checkpoint) as session:
+            start = session.next_index
+            while start < checkpoint.size:
+                end = min(checkpoint.size, start + self.page_size)
+                page = await self._get_json(f"/v1/entries?start={start}&end={end}", MAX_PAGE_BYTES)
+                leaves = _decode_page(page, start, end)
+                session.add(leaves)
+                start += len(leaves)
+            return session.finish()
+
+    async def run(
+        self,
+        interval: float = 30.0,
+        *,
+        on_advance: OnAdvance | None = None,
+        stop: asyncio.Event | None = None,
+        max_backoff: float = 300.0,
+    ) -> None:
+        """Sync every ``interval`` seconds until ``stop`` is set; a fork ends the loop."""
+        stop = stop or asyncio.Event()
+        failures = 0
+        while not stop.is_set():
+            try:
+                result = await self.sync()
+                failures = 0
+                if result.advanced and on_advance is not None:
+                    outcome = on_advance(result)
+                    if outcome is not None:
+                        await outcome
+                delay = interval
+            except ForkError:
+                raise
+            except DeplogError as err:
+                failures += 1
+                delay = min(max_backoff, interval * 2 ** min(failures, 10))
+                log.warning("sync failed: %s (attempt %d)", err.code, failures)
+            delay *= random.uniform(0.8, 1.2)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+
+
+def _decode_page(page: Any, start: int, end: int) -> list[bytes]:
+    """The leaves of an entries response, which must start at ``start`` and not overrun."""
+    if not isinstance(page, dict) or page.get("start") != start:
+        raise FetchError("bad_response", "entries response starts elsewhere")
+    entries = page.get("entries")
+    if not isinstance(entries, list) or not entries or len(entries) > end - start:
+        raise FetchError("bad_response", "entries response has a wrong count")
+    leaves = []
+    for item in entries:
+        try:
+            leaves.append(base64.b64decode(item, validate=True))
+        except (ValueError, TypeError):
+            raise FetchError("bad_response", "entry is not base64") from None
+    return leaves
+
+
+class SyncFollower:
+    """A blocking wrapper for code without an event loop: ``sync()`` and ``close()``."""
+
+    def __init__(self, url: str, log_key: Verifier, state_path: Path | str, **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self.follower = Follower(url, log_key, state_path, **kwargs)
+
+    @property
+    def state(self) -> LocalState:
+        return self.follower.state
+
+    def sync(self) -> SyncResult:
+        return self._loop.run_until_complete(self.follower.sync())
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self.follower.close())
+        self._loop.close()
+
+    def __enter__(self) -> SyncFollower:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

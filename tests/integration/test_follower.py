@@ -1,0 +1,215 @@
+"""A follower and guard against a real authority on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import aiohttp
+
+from client.follower import Follower, SyncFollower
+from client.guard import Guard, Verdict
+from client.note import Signer
+from client.state import LocalState
+from tests.integration.harness import AuthorityProcess, make_envelope
+
+JSON = {"Content-Type": "application/json"}
+TOOL = "tool:org.acme/search"
+
+
+async def publish(
+    http: aiohttp.ClientSession, url: str, publisher: Signer, sequence: int, **fields: object
+) -> int:
+    body = make_envelope(publisher, sequence, **fields).canonical_bytes()
+    async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
+        assert response.status == 201, await response.text()
+        return int(response.headers["Deplog-Index"])
+
+
+def now() -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=1)
+
+
+async def test_guard_answers_from_notices_published_over_http(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    url = authority.url
+    await publish(
+        http, url, publisher, 1, affected={"versions": ["1.0.0"]}, sunset_at="2099-01-01T00:00:00Z"
+    )
+    revoked = await publish(
+        http,
+        url,
+        publisher,
+        2,
+        action="revoke",
+        reasons=["other"],
+        affected={
+            "ranges": [
+                {"type": "SEMVER", "events": [{"introduced": "2.0.0"}, {"last_affected": "2.3.0"}]}
+            ]
+        },
+    )
+    await publish(
+        http,
+        url,
+        publisher,
+        3,
+        action="revoke",
+        reasons=["other"],
+        affected={"versions": ["3.0.0"]},
+        effective_at="2099-01-01T00:00:00Z",
+    )
+    await publish(
+        http, url, publisher, 4, affected={"versions": ["4.0.0"]}, sunset_at="2026-02-01T00:00:00Z"
+    )
+    await publish(
+        http,
+        url,
+        publisher,
+        5,
+        action="revoke",
+        reasons=["other"],
+        affected={"versions": ["5.0.0"]},
+    )
+    await publish(http, url, publisher, 6, action="withdraw", withdraws=revoked + 3, affected=None)
+
+    async with Follower(url, authority.log_verifier, tmp_path / "state.db") as follower:
+        result = await follower.sync()
+        assert (result.old_size, result.new_size) == (0, 7)
+        guard = Guard(follower.state)
+
+        def verdict(version: str) -> tuple[Verdict, str]:
+            decision = guard.check(TOOL, version, cached_at=now())
+            return decision.verdict, decision.reason
+
+        assert verdict("1.0.0") == (Verdict.WARN, "deprecated")
+        assert verdict("2.1.0") == (Verdict.REFUSE, "revoked")
+        assert verdict("2.3.1") == (Verdict.SERVE, "active")
+        assert verdict("3.0.0") == (Verdict.SERVE, "active")  # effective in 2099
+        assert verdict("4.0.0") == (Verdict.REFUSE, "sunset")
+        assert verdict("5.0.0") == (Verdict.SERVE, "active")  # its revocation was withdrawn
+
+
+async def test_follower_resumes_from_its_stored_checkpoint(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    state = tmp_path / "state.db"
+    await publish(http, authority.url, publisher, 1)
+    async with Follower(authority.url, authority.log_verifier, state) as follower:
+        assert (await follower.sync()).new_size == 2
+    await publish(http, authority.url, publisher, 2)
+    async with Follower(authority.url, authority.log_verifier, state) as follower:
+        result = await follower.sync()
+    assert (result.old_size, result.new_size, result.tools) == (2, 3, frozenset({TOOL}))
+
+
+async def test_guard_goes_stale_without_syncs_and_recovers_after_one(
+    authority: AuthorityProcess, tmp_path: Path
+) -> None:
+    async with Follower(authority.url, authority.log_verifier, tmp_path / "s.db") as follower:
+        await follower.sync()
+        guard = Guard(follower.state, freshness=timedelta(seconds=1))
+        assert guard.check(TOOL, "1.0.0", cached_at=now()).verdict == Verdict.SERVE
+        await asyncio.sleep(1.2)
+        assert guard.check(TOOL, "1.0.0", cached_at=now()).reason == "checkpoint_stale"
+        await follower.sync()
+        assert guard.check(TOOL, "1.0.0", cached_at=now()).verdict == Verdict.SERVE
+
+
+def test_sync_follower_works_without_an_event_loop(
+    authority: AuthorityProcess, tmp_path: Path
+) -> None:
+    with SyncFollower(authority.url, authority.log_verifier, tmp_path / "s.db") as follower:
+        assert follower.sync().new_size == 1
+        assert follower.state.size == 1
+
+
+# A follower in its own process that reports each verified page on stdout, so
+# the test can kill it at a known point in the middle of an advance.
+FOLLOW_REPORTING_PAGES = textwrap.dedent("""
+    import asyncio, sys
+    from client.follower import Follower
+    from client.note import Verifier
+    from client.trust import AdvanceSession
+    verify_page = AdvanceSession.add
+    def add_and_report(session, leaves, now=None):
+        verify_page(session, leaves, now)
+        print("page", session.next_index, flush=True)
+    AdvanceSession.add = add_and_report
+    async def main():
+        async with Follower(sys.argv[1], Verifier.parse(sys.argv[2]), sys.argv[3],
+                            page_size=1) as follower:
+            await follower.sync()
+        print("finished", flush=True)
+    asyncio.run(main())
+""")
+
+
+async def test_follower_killed_mid_sync_resumes_from_a_consistent_state(
+    authority_files: AuthorityProcess,
+    publisher: Signer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    authority_files.start()
+    try:
+        url = authority_files.url
+        await asyncio.gather(*(publish(http, url, publisher, seq) for seq in range(1, 301)))
+        state = tmp_path / "state.db"
+        vkey = authority_files.log_verifier.vkey()
+        child = subprocess.Popen(
+            [sys.executable, "-c", FOLLOW_REPORTING_PAGES, url, vkey, str(state)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None
+        while child.stdout.readline().strip() != "page 150":
+            pass  # half the entries are verified and staged, none committed
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        child.stdout.close()
+
+        reopened = LocalState(state, authority_files.log_verifier.name)
+        assert reopened.size == 0 and reopened.trusted is None  # nothing partial survived
+        reopened.close()
+        async with Follower(url, authority_files.log_verifier, state) as follower:
+            assert (await follower.sync()).new_size == 301
+    finally:
+        authority_files.stop()
+
+
+def test_follow_and_status_commands(
+    authority: AuthorityProcess, publisher: Signer, tmp_path: Path
+) -> None:
+    import urllib.request
+
+    body = make_envelope(publisher, 1, action="revoke", reasons=["other"]).canonical_bytes()
+    request = urllib.request.Request(authority.url + "/v1/notices", data=body, headers=JSON)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 201
+
+    def deplog(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "client.cli", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    followed = deplog("follow", authority.url, "--log-key", authority.log_verifier.vkey(), "--once")
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.strip() == f"trusted {authority.log_verifier.name} at size 2"
+    status = deplog("status", TOOL, "1.0.0")
+    assert status.returncode == 0, status.stderr
+    shown = json.loads(status.stdout)
+    assert (shown["status"], shown["notices"]) == ("revoked", [1])
+    assert shown["processed_through"]["size"] == 2

@@ -1,0 +1,70 @@
+"""A real authority log in a temporary SQLite file, and a follower state fed from it in-process.
+
+For unit tests of the client side that need real signed checkpoints, real
+leaves and real proofs but no HTTP: ``LocalLog.sync(trusted)`` performs the
+same verified steps as ``client.follower.Follower.sync``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from authority.log import Log
+from client.entries import PublisherStatement
+from client.note import Signer
+from client.proofs import ConsistencyProof
+from client.trust import Advanced, TrustedState
+from tests.integration.harness import make_envelope
+
+ORIGIN = "local.deplog.example/log"
+
+
+class LocalLog:
+    """An authority ``Log`` with publisher ``acme`` owning ``org.acme``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.signer = Signer.generate(ORIGIN)
+        self.log = Log(directory / "authority.db", self.signer, ORIGIN)
+        self.publisher = Signer.generate("acme")
+        self.register(self.publisher, "org.acme")
+        self.sequence = 0
+
+    def register(self, publisher: Signer, namespace: str) -> None:
+        self.log.append_publisher(
+            PublisherStatement.from_json(
+                {
+                    "action": "register",
+                    "publisher": publisher.name,
+                    "namespaces": [namespace],
+                    "keys": [publisher.verifier().vkey()],
+                    "issued_at": "2026-01-01T00:00:00Z",
+                }
+            )
+        )
+        self.log.publish()
+
+    def publish(self, **fields: Any) -> int:
+        """Append one notice by ``acme`` about ``tool:org.acme/search``; returns its index."""
+        self.sequence += 1
+        envelope = make_envelope(self.publisher, self.sequence, **fields)
+        [result] = self.log.sequence([envelope])
+        assert result.index is not None, result.error
+        return result.index
+
+    def sync(self, trusted: TrustedState) -> Advanced | None:
+        """Verify and fold the log's latest checkpoint, as a follower would."""
+        published = self.log.published
+        assert published is not None
+        checkpoint = trusted.check_checkpoint(published.note)
+        old = trusted.state.size
+        if checkpoint.size == old:
+            trusted.refresh(checkpoint)
+            return None
+        proof = ConsistencyProof(
+            old, checkpoint.size, tuple(self.log.tree.consistency_proof(old, checkpoint.size))
+        )
+        trusted.check_consistency(published.note, checkpoint, proof)
+        with trusted.advance(published.note, checkpoint) as session:
+            session.add(self.log.tree.leaf_data(old, checkpoint.size))
+            return session.finish()
