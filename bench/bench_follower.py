@@ -25,10 +25,10 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from authority.log import Log
-from client.entries import PublisherStatement
 from client.follower import Follower
 from client.note import Signer
 from tests.integration.harness import ORIGIN, AuthorityProcess, make_envelope
+from tests.local_log import register
 
 BATCH = 1000
 
@@ -37,17 +37,7 @@ def build(authority: AuthorityProcess, entries: int) -> tuple[Signer, int]:
     """Write ``entries`` notices straight through the authority's Log, before serving."""
     publisher = Signer.generate("bench")
     log = Log(authority.data / "log.db", load_log_signer(authority), ORIGIN)
-    log.append_publisher(
-        PublisherStatement.from_json(
-            {
-                "action": "register",
-                "publisher": "bench",
-                "namespaces": ["org.bench"],
-                "keys": [publisher.verifier().vkey()],
-                "issued_at": "2026-01-01T00:00:00Z",
-            }
-        )
-    )
+    register(log, publisher, "org.bench")
     sequence = 0
     while sequence < entries:
         count = min(BATCH, entries - sequence)

@@ -11,13 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from authority.log import Log
-from client.entries import PublisherStatement
 from client.note import Signer
 from client.proofs import ConsistencyProof
 from client.trust import Advanced, TrustedState
 from tests.integration.harness import make_envelope
+from tests.model_builders import register_statement
 
 ORIGIN = "local.deplog.example/log"
+
+
+def register(log: Log, publisher: Signer, namespace: str = "org.acme") -> int:
+    """Append the registration of ``publisher`` (one key, one namespace); returns its index."""
+    return log.append_publisher(register_statement(publisher.name, (namespace,), (publisher,)))
 
 
 class LocalLog:
@@ -31,17 +36,7 @@ class LocalLog:
         self.sequence = 0
 
     def register(self, publisher: Signer, namespace: str) -> None:
-        self.log.append_publisher(
-            PublisherStatement.from_json(
-                {
-                    "action": "register",
-                    "publisher": publisher.name,
-                    "namespaces": [namespace],
-                    "keys": [publisher.verifier().vkey()],
-                    "issued_at": "2026-01-01T00:00:00Z",
-                }
-            )
-        )
+        register(self.log, publisher, namespace)
         self.log.publish()
 
     def publish(self, **fields: Any) -> int:

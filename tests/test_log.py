@@ -10,10 +10,11 @@ import pytest
 from authority import store
 from authority.log import IntegrityError, Log, StorageError
 from client.checkpoint import open_checkpoint
-from client.entries import NoticeEntry, PublisherStatement, encode_entry
+from client.entries import NoticeEntry, encode_entry
 from client.note import Signer
 from client.receipt import Receipt, verify_receipt
 from tests.integration.harness import make_envelope
+from tests.local_log import register
 
 ORIGIN = "unit.deplog.example/log"
 
@@ -31,20 +32,6 @@ def db_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def publisher() -> Signer:
     return Signer.generate("acme")
-
-
-def register(log: Log, publisher: Signer, namespace: str = "org.acme") -> int:
-    return log.append_publisher(
-        PublisherStatement.from_json(
-            {
-                "action": "register",
-                "publisher": publisher.name,
-                "namespaces": [namespace],
-                "keys": [publisher.verifier().vkey()],
-                "issued_at": "2026-01-01T00:00:00Z",
-            }
-        )
-    )
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from aiohttp import web
 from authority import store
 from authority.log import Log
 from client.checkpoint import Checkpoint, sign_checkpoint
-from client.entries import NoticeEntry, PublisherStatement, encode_entry
+from client.entries import NoticeEntry, encode_entry
 from client.follower import MAX_CHECKPOINT_BYTES, MAX_PROOF_BYTES, FetchError, Follower
 from client.note import Signer
 from client.proofs import ConsistencyProof, consistency_path, leaf_hash, root_from_leaf_hashes
@@ -44,6 +44,7 @@ from client.trust import (
     RollbackError,
 )
 from tests.integration.harness import make_envelope
+from tests.local_log import register
 
 ORIGIN = "hostile.deplog.example/log"
 TRUSTED_SIZE = 4
@@ -246,14 +247,7 @@ def log_signer() -> Signer:
 def log(tmp_path: Path, log_signer: Signer, publisher: Signer) -> Iterator[Log]:
     """An honest log of TRUSTED_SIZE leaves with publisher ``acme`` owning ``org.acme``."""
     opened = Log(tmp_path / "log.db", log_signer, ORIGIN)
-    statement = {
-        "action": "register",
-        "publisher": publisher.name,
-        "namespaces": ["org.acme"],
-        "keys": [publisher.verifier().vkey()],
-        "issued_at": "2026-01-01T00:00:00Z",
-    }
-    opened.append_publisher(PublisherStatement.from_json(statement))
+    register(opened, publisher, "org.acme")
     opened.publish()
     grow(opened, publisher, TRUSTED_SIZE - 1)
     yield opened
