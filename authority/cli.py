@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,17 +29,20 @@ from aiohttp import web
 
 from authority.log import Log, audit_storage
 from authority.sequencer import SequencerLimits
-from authority.server import ServerConfig, build_admin_app, build_app
+from authority.server import AuthorityState, ServerConfig, build_admin_app, build_app
+from authority.witnessing import RemoteWitness, Witnessing, WitnessTrack, open_embedded_witness
 from client import canonical
 from client.entries import PublisherStatement
 from client.errors import DeplogError
 from client.keyfile import key_file_name, load_or_create_signer, load_signer
-from client.note import Signer
+from client.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier
+from client.policy import Policy
 
 DEFAULT_PORT = 7460
 DEFAULT_ORIGIN = "localhost/deplog"
 CONFIG_FILE = "config.json"
 DB_FILE = "log.db"
+EMBEDDED_WITNESS_DB = "embedded-witness.db"
 LOCK_FILE = "authority.lock"
 ADMIN_SOCKET = "admin.sock"
 
@@ -77,9 +80,18 @@ def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
         tmp = config_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(config, indent=2) + "\n")
         os.replace(tmp, config_path)
+    witness, witness_created = load_or_create_signer(
+        keys,
+        config["log_key"] + "-witness",
+        embedded_witness_name(config["origin"]),
+        SIG_TYPE_COSIGNATURE_V1,
+    )
     if created:
         print(f"created log key {keys / (config['log_key'] + '.key')} (mode 0600)", file=out)
+    if witness_created:
+        print(f"created embedded witness key under {keys} (mode 0600)", file=out)
     print(f"log verifier key: {signer.verifier().vkey()}", file=out)
+    print(f"embedded witness key: {witness.verifier().vkey()}", file=out)
     return Instance(data, config["origin"], signer)
 
 
@@ -106,13 +118,46 @@ def exclusive_lock(data: Path, *, wait: bool = False) -> Iterator[bool]:
         os.close(fd)
 
 
-async def _serve(
-    instance: Instance, host: str, port: int, limits: SequencerLimits, max_db_bytes: int | None
-) -> None:
-    config = ServerConfig(
-        db_path=instance.db_path, origin=instance.origin, limits=limits, max_db_bytes=max_db_bytes
+def witness_setup(
+    instance: Instance, keys: Path, quorum: int, timeout: float
+) -> Callable[[AuthorityState], Witnessing]:
+    """The embedded witness plus every external witness in the config, as a factory the
+    server calls once its state exists (the proofs come from its reader threads)."""
+    config = json.loads((instance.data / CONFIG_FILE).read_text())
+    stem = config["log_key"] + "-witness"
+    embedded = open_embedded_witness(
+        instance.data / EMBEDDED_WITNESS_DB,
+        keys,
+        stem,
+        embedded_witness_name(instance.origin),
+        instance.signer.verifier(),
     )
-    app = build_app(config, instance.signer)
+
+    def build(state: AuthorityState) -> Witnessing:
+        tracks = [WitnessTrack(embedded.witness.verifier(), embedded, external=False)]
+        session = aiohttp.ClientSession()
+        for entry in config.get("witnesses", []):
+            remote = RemoteWitness(entry["url"], session, timeout)
+            tracks.append(WitnessTrack(Verifier.parse_cosigner(entry["key"]), remote, True))
+        witnessing = Witnessing(tracks, state.consistency_proof, quorum=quorum, timeout=timeout)
+        witnessing.session = session
+        return witnessing
+
+    return build
+
+
+def embedded_witness_name(origin: str) -> str:
+    return f"{origin}/witness"
+
+
+async def _serve(
+    instance: Instance,
+    host: str,
+    port: int,
+    config: ServerConfig,
+    witnessing: Callable[[AuthorityState], Witnessing],
+) -> None:
+    app = build_app(config, instance.signer, witnessing)
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
     admin_runner = web.AppRunner(build_admin_app(app), access_log=None)
@@ -160,7 +205,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not owned:
             raise CLIError(f"another authority is already serving {args.data}")
         max_db_bytes = None if args.max_db_mb is None else int(args.max_db_mb * 1024 * 1024)
-        asyncio.run(_serve(instance, args.host, args.port, limits, max_db_bytes))
+        config = ServerConfig(
+            db_path=instance.db_path,
+            origin=instance.origin,
+            limits=limits,
+            max_db_bytes=max_db_bytes,
+            refresh_interval=args.witness_refresh,
+        )
+        witnesses = witness_setup(
+            instance, args.keys, args.publication_quorum, args.witness_timeout
+        )
+        asyncio.run(_serve(instance, args.host, args.port, config, witnesses))
     return 0
 
 
@@ -240,6 +295,39 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_witness_add(args: argparse.Namespace) -> int:
+    """Add an external witness (its submission URL and cosigner key) to the config."""
+    verifier = Verifier.parse_cosigner(args.key)
+    if not args.url.startswith(("http://", "https://")):
+        raise CLIError("the witness URL must be http:// or https://")
+    path = args.data / CONFIG_FILE
+    config = json.loads(path.read_text())
+    witnesses = [w for w in config.get("witnesses", []) if w["key"] != verifier.vkey()]
+    witnesses.append({"url": args.url, "key": verifier.vkey()})
+    config["witnesses"] = witnesses
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(config, indent=2) + "\n")
+    os.replace(tmp, path)
+    print(f"witness {verifier.name} added; restart the authority to use it")
+    return 0
+
+
+def cmd_policy(args: argparse.Namespace) -> int:
+    """Print the C2SP tlog-policy clients should use: log key, witnesses, quorum."""
+    instance = open_instance(args.data, args.keys)
+    config = json.loads((args.data / CONFIG_FILE).read_text())
+    stem = config["log_key"] + "-witness"
+    embedded = load_signer(args.keys, stem, SIG_TYPE_COSIGNATURE_V1).verifier()
+    witnesses = [embedded] + [
+        Verifier.parse_cosigner(w["key"]) for w in config.get("witnesses", [])
+    ]
+    k = args.quorum if args.quorum is not None else 1
+    if not 1 <= k <= len(witnesses):
+        raise CLIError(f"the quorum must be between 1 and {len(witnesses)}")
+    print(Policy.k_of_n(instance.signer.verifier(), witnesses, k).to_text(), end="")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="authority", description="Run and operate a deplog deprecation authority."
@@ -282,6 +370,25 @@ def parser() -> argparse.ArgumentParser:
         help="queued submissions before 503 overloaded (default: 8192)",
     )
     sp.add_argument(
+        "--publication-quorum",
+        type=int,
+        default=0,
+        help="external witnesses that must cosign before a checkpoint is published "
+        "(default: 0; the embedded witness always cosigns)",
+    )
+    sp.add_argument(
+        "--witness-refresh",
+        type=float,
+        default=10.0,
+        help="seconds between re-cosignings of the current checkpoint (default: 10)",
+    )
+    sp.add_argument(
+        "--witness-timeout",
+        type=float,
+        default=5.0,
+        help="seconds to wait for one witness (default: 5)",
+    )
+    sp.add_argument(
         "--max-db-mb",
         type=float,
         help="database size quota; past it appends get 503 storage_unavailable (default: none)",
@@ -291,6 +398,21 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("check", help="rehash every leaf and check the latest checkpoint")
     common(sp)
     sp.set_defaults(func=cmd_check)
+
+    wit = sub.add_parser("witness", help="configure external witnesses")
+    wsub = wit.add_subparsers(dest="witness_command", required=True)
+    sp = wsub.add_parser("add", help="add an external witness (tlog-witness protocol)")
+    common(sp)
+    sp.add_argument("--url", required=True, help="the witness's submission prefix URL")
+    sp.add_argument("--key", required=True, help="its cosigner verifier key (type 0x04)")
+    sp.set_defaults(func=cmd_witness_add)
+
+    sp = sub.add_parser("policy", help="print the C2SP tlog-policy for clients")
+    common(sp)
+    sp.add_argument(
+        "--quorum", type=int, help="witnesses (of embedded + external) required (default: 1)"
+    )
+    sp.set_defaults(func=cmd_policy)
 
     pub = sub.add_parser("publisher", help="register, list and revoke publishers")
     psub = pub.add_subparsers(dest="publisher_command", required=True)

@@ -40,7 +40,7 @@ from client.entries import (
 from client.errors import DeplogError
 from client.note import Signer
 from client.notice import Envelope, Notice
-from client.receipt import Receipt
+from client.receipt import format_receipt
 from client.registry import ConflictError, PublisherRegistry
 
 
@@ -68,12 +68,22 @@ class Admitted:
 
 @dataclass(frozen=True)
 class Sequenced:
-    """The outcome of one submission: a receipt, or the error that refused it."""
+    """The outcome of one submission: its index and inclusion proof, or the refusal.
+
+    The proof leads to ``checkpoint``; the receipt is built once the checkpoint
+    is published with its cosignatures (``receipt``).
+    """
 
     index: int | None
     created: bool
-    receipt: bytes | None
+    proof: tuple[bytes, ...]
+    checkpoint: store.StoredCheckpoint | None
     error: DeplogError | None
+
+    def receipt(self, cosigned_note: bytes) -> bytes:
+        """The C2SP tlog-proof receipt, carrying the checkpoint as published."""
+        assert self.index is not None and self.error is None
+        return format_receipt(self.index, self.proof, cosigned_note)
 
 
 def _now() -> str:
@@ -281,23 +291,40 @@ class Log:
         self._commit()
         return store.StoredCheckpoint(size, root, note)
 
-    def receipt(self, index: int, checkpoint: store.StoredCheckpoint) -> bytes:
-        """A C2SP tlog-proof for leaf ``index`` against a stored checkpoint."""
-        proof = self.tree.inclusion_proof(index, checkpoint.size)
-        return Receipt(index=index, proof=tuple(proof), checkpoint=checkpoint.note).to_bytes()
+    def save_published(self, checkpoint: store.StoredCheckpoint, note: bytes) -> None:
+        """Remember a checkpoint published under a witness quorum (never a smaller one)."""
+        self._begin()
+        try:
+            store.save_published_note(self.conn, checkpoint.size, note)
+        except sqlite3.Error:
+            self._rollback()
+            raise StorageError() from None
+        self._commit()
+
+    def last_published(self) -> tuple[store.StoredCheckpoint, bytes] | None:
+        """The checkpoint last published under a witness quorum, and its cosigned note."""
+        saved = store.published_note(self.conn)
+        if saved is None:
+            return None
+        checkpoint = store.checkpoint_at(self.conn, saved[0])
+        return None if checkpoint is None else (checkpoint, saved[1])
+
+    def proof(self, index: int, checkpoint: store.StoredCheckpoint) -> tuple[bytes, ...]:
+        """The RFC 9162 inclusion proof of leaf ``index`` in a stored checkpoint's tree."""
+        return tuple(self.tree.inclusion_proof(index, checkpoint.size))
 
     def sequence(self, envelopes: Sequence[Envelope]) -> list[Sequenced]:
-        """Admit a batch, publish a checkpoint covering it and build every receipt."""
+        """Admit a batch, publish a checkpoint covering it and prove every entry in it."""
         admitted = self.admit_notices(envelopes)
         checkpoint = self.publish()
         out: list[Sequenced] = []
         with self.tree.memoized():
             for result in admitted:
                 if isinstance(result, DeplogError):
-                    out.append(Sequenced(None, False, None, result))
+                    out.append(Sequenced(None, False, (), None, result))
                 else:
-                    receipt = self.receipt(result.index, checkpoint)
-                    out.append(Sequenced(result.index, result.created, receipt, None))
+                    proof = self.proof(result.index, checkpoint)
+                    out.append(Sequenced(result.index, result.created, proof, checkpoint, None))
         return out
 
 

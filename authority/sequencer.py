@@ -17,16 +17,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from authority.log import Log, Sequenced, StorageError
+from authority.log import Log, StorageError
+from authority.store import StoredCheckpoint
 from client.entries import PublisherStatement
 from client.errors import DeplogError
 from client.notice import Envelope
 
 T = TypeVar("T")
+log = logging.getLogger("deplog.sequencer")
 
 
 class OverloadedError(DeplogError):
@@ -45,18 +48,43 @@ class SequencerLimits:
     max_pending: int = 8192
 
 
-class Sequencer:
-    """Owns the writer thread and the ``Log``; the only way to append."""
+@dataclass(frozen=True)
+class Receipted:
+    """An accepted submission: its index, whether it is new, and its receipt."""
 
-    def __init__(self, log: Log, limits: SequencerLimits | None = None) -> None:
+    index: int
+    created: bool
+    receipt: bytes
+
+
+Publish = Callable[[StoredCheckpoint], Awaitable[bytes]]
+"""Publishes a checkpoint (witnessing it first) and returns the note receipts carry."""
+
+
+async def publish_unwitnessed(checkpoint: StoredCheckpoint) -> bytes:
+    return checkpoint.note
+
+
+class Sequencer:
+    """Owns the writer thread and the ``Log``; the only way to append.
+
+    ``publish`` runs after each commit and before any response: it is where the
+    server gathers cosignatures and makes the checkpoint visible. If it fails
+    (a publication quorum not met), the batch is durable but unacknowledged:
+    its submitters get the error and a resubmission returns the receipt later.
+    """
+
+    def __init__(
+        self, log: Log, limits: SequencerLimits | None = None, publish: Publish | None = None
+    ) -> None:
         self.log = log
         self.limits = limits or SequencerLimits()
+        self.publish = publish or publish_unwitnessed
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sequencer")
-        self._queue: asyncio.Queue[tuple[Envelope, asyncio.Future[Sequenced]]] = asyncio.Queue(
+        self._queue: asyncio.Queue[tuple[Envelope, asyncio.Future[Receipted]]] = asyncio.Queue(
             self.limits.max_pending
         )
         self._task: asyncio.Task[None] | None = None
-        self.on_publish: Callable[[Any], None] | None = None
         self.batches = 0
 
     async def start(self) -> None:
@@ -78,9 +106,9 @@ class Sequencer:
         """Run ``fn`` on the writer thread, after whatever is running there."""
         return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
 
-    async def submit(self, envelope: Envelope) -> Sequenced:
-        """Queue one envelope and wait until it is sequenced or refused."""
-        future: asyncio.Future[Sequenced] = asyncio.get_running_loop().create_future()
+    async def submit(self, envelope: Envelope) -> Receipted:
+        """Queue one envelope and wait until it is receipted or refused (raises)."""
+        future: asyncio.Future[Receipted] = asyncio.get_running_loop().create_future()
         try:
             self._queue.put_nowait((envelope, future))
         except asyncio.QueueFull:
@@ -90,8 +118,7 @@ class Sequencer:
     async def append_publisher(self, statement: PublisherStatement) -> int:
         index = await self.call(self.log.append_publisher, statement)
         checkpoint = await self.call(self.log.publish)
-        if self.on_publish is not None:
-            self.on_publish(checkpoint)
+        await self.publish(checkpoint)
         return index
 
     async def _run(self) -> None:
@@ -103,18 +130,33 @@ class Sequencer:
                 batch.append(self._queue.get_nowait())
             await self._process(batch)
 
-    async def _process(self, batch: list[tuple[Envelope, asyncio.Future[Sequenced]]]) -> None:
-        envelopes = [envelope for envelope, _ in batch]
+    async def _process(self, batch: list[tuple[Envelope, asyncio.Future[Receipted]]]) -> None:
+        futures = [future for _, future in batch]
         try:
-            results = await self.call(self.log.sequence, envelopes)
+            results = await self.call(self.log.sequence, [envelope for envelope, _ in batch])
+            checkpoint = self.log.published
+            assert checkpoint is not None
+            note = await self.publish(checkpoint)
         except DeplogError as err:
-            failure: DeplogError = err
-            results = [Sequenced(None, False, None, failure) for _ in batch]
+            _fail(futures, err)
+            return
         except Exception:  # a bug, not bad input: fail the batch, keep serving
-            results = [Sequenced(None, False, None, StorageError()) for _ in batch]
-        self.batches += 1
-        if self.on_publish is not None and self.log.published is not None:
-            self.on_publish(self.log.published)
-        for (_, future), result in zip(batch, results, strict=True):
-            if not future.done():
-                future.set_result(result)
+            log.exception("sequencing failed")
+            _fail(futures, StorageError())
+            return
+        finally:
+            self.batches += 1
+        for future, result in zip(futures, results, strict=True):
+            if future.done():
+                continue
+            if result.error is not None:
+                future.set_exception(result.error)
+            else:
+                assert result.index is not None
+                future.set_result(Receipted(result.index, result.created, result.receipt(note)))
+
+
+def _fail(futures: list[asyncio.Future[Receipted]], error: DeplogError) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(error)

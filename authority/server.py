@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +28,7 @@ from authority.log import Log
 from authority.metrics import Metrics
 from authority.reader import LogReader
 from authority.sequencer import Sequencer, SequencerLimits
+from authority.witnessing import QuorumUnavailableError, Witnessing
 from client import canonical
 from client.entries import PublisherStatement
 from client.errors import DeplogError
@@ -51,6 +53,7 @@ class ServerConfig:
     max_entries: int = MAX_ENTRIES_PER_REQUEST
     reader_threads: int = 2
     max_db_bytes: int | None = None
+    refresh_interval: float = 10.0
     limits: SequencerLimits = field(default_factory=SequencerLimits)
 
 
@@ -118,27 +121,101 @@ async def errors_and_metrics(
 
 
 class AuthorityState:
-    """What the handlers share: the sequencer, the reader pool, the published checkpoint."""
+    """What the handlers share: the sequencer, the reader pool, the published checkpoint.
 
-    def __init__(self, config: ServerConfig, sequencer: Sequencer) -> None:
+    ``checkpoint`` and ``note`` only move forward: ``note`` is the signed
+    checkpoint with the cosignatures gathered for that very size, prepared
+    once and served as is by ``GET /checkpoint``.
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        log: Log,
+        witnessing: Callable[[AuthorityState], Witnessing] | None = None,
+    ) -> None:
         self.config = config
-        self.sequencer = sequencer
+        self.sequencer = Sequencer(log, config.limits, publish=self.publish)
         self._readers = concurrent.futures.ThreadPoolExecutor(
             config.reader_threads, thread_name_prefix="reader"
         )
         self._local = threading.local()
         self._all_readers: list[LogReader] = []
         self._lock = threading.Lock()
-        published = sequencer.log.published
+        self._publishing = asyncio.Lock()
+        published = log.published
         assert published is not None  # Log always publishes on open
         self.checkpoint = published
+        self.note = published.note
         self.published_at = time.time()
-        sequencer.on_publish = self.set_checkpoint
+        self.witnessing = witnessing(self) if witnessing is not None else None
+        if self.witnessing is not None:
+            self.witnessing.on_change = self.cosignatures_changed
+        self._refresher: asyncio.Task[None] | None = None
 
-    def set_checkpoint(self, checkpoint: store.StoredCheckpoint) -> None:
-        if checkpoint.size > self.checkpoint.size:
-            self.checkpoint = checkpoint
-            self.published_at = time.time()
+    async def start(self) -> None:
+        try:
+            await self.publish(self.checkpoint, force=True)
+        except QuorumUnavailableError:
+            # Serve what last met the quorum; the refresh loop keeps trying the rest.
+            saved = await self.sequencer.call(self.sequencer.log.last_published)
+            if saved is not None:
+                self.checkpoint, self.note = saved
+            else:
+                log.warning("no checkpoint has met the publication quorum yet")
+        await self.sequencer.start()
+        if self.witnessing is not None and self.config.refresh_interval > 0:
+            self._refresher = asyncio.create_task(self._refresh_cosignatures())
+
+    async def stop(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+        if self.witnessing is not None:
+            await self.witnessing.stop()
+        await self.sequencer.stop()
+        self.close()
+
+    async def publish(self, checkpoint: store.StoredCheckpoint, force: bool = False) -> bytes:
+        """Witness a new checkpoint as configured, make it the served one, return its note."""
+        async with self._publishing:
+            if checkpoint.size <= self.checkpoint.size and not force:
+                if self.witnessing is None:
+                    return checkpoint.note
+                return self.witnessing.published_note(checkpoint)
+            note = checkpoint.note
+            if self.witnessing is not None:
+                note = await self.witnessing.witness_new(checkpoint)
+                if self.witnessing.quorum:
+                    await self.sequencer.call(self.sequencer.log.save_published, checkpoint, note)
+            self.checkpoint, self.note, self.published_at = checkpoint, note, time.time()
+            return note
+
+    def cosignatures_changed(self) -> None:
+        """A witness cosigned (in the background or on refresh): serve the new lines."""
+        if self.witnessing is not None:
+            self.note = self.witnessing.published_note(self.checkpoint)
+
+    async def _refresh_cosignatures(self) -> None:
+        """Re-submit the served checkpoint to every witness, so timestamps stay recent."""
+        assert self.witnessing is not None
+        while True:
+            await asyncio.sleep(self.config.refresh_interval)
+            latest = self.sequencer.log.published
+            if latest is not None and latest.size > self.checkpoint.size:
+                with contextlib.suppress(QuorumUnavailableError):  # withheld: try again later
+                    await self.publish(latest)
+                continue
+            async with self._publishing:
+                current = self.checkpoint
+            await self.witnessing.cosign_all(current, self.witnessing.witnesses)
+            self.cosignatures_changed()
+
+    async def consistency_proof(self, old: int, new: int) -> Sequence[bytes]:
+        proof = await self.read(lambda r: r.consistency(old, new))
+        hashes: Sequence[bytes] = proof.hashes
+        return hashes
 
     def _reader(self) -> LogReader:
         reader: LogReader | None = getattr(self._local, "reader", None)
@@ -182,9 +259,6 @@ async def post_notice(request: web.Request) -> web.Response:
     body = await request.read()
     envelope = Envelope.parse(body)
     result = await state.sequencer.submit(envelope)
-    if result.error is not None:
-        raise result.error
-    assert result.receipt is not None and result.index is not None
     return web.Response(
         body=result.receipt,
         status=201 if result.created else 200,
@@ -195,9 +269,8 @@ async def post_notice(request: web.Request) -> web.Response:
 
 
 async def get_checkpoint(request: web.Request) -> web.Response:
-    checkpoint = request.app[STATE].checkpoint
     return web.Response(
-        body=checkpoint.note,
+        body=request.app[STATE].note,
         content_type="text/plain",
         charset="utf-8",
         headers={"Cache-Control": "no-cache"},
@@ -277,7 +350,11 @@ async def post_admin_publisher(request: web.Request) -> web.Response:
     return web.json_response({"index": index}, status=201)
 
 
-def build_app(config: ServerConfig, signer: Signer) -> web.Application:
+def build_app(
+    config: ServerConfig,
+    signer: Signer,
+    witnessing: Callable[[AuthorityState], Witnessing] | None = None,
+) -> web.Application:
     """The public application; the log opens on startup and closes on cleanup."""
     app = web.Application(client_max_size=config.max_body, middlewares=[errors_and_metrics])
     metrics = Metrics()
@@ -285,14 +362,14 @@ def build_app(config: ServerConfig, signer: Signer) -> web.Application:
 
     async def open_log(app: web.Application) -> None:
         loop = asyncio.get_running_loop()
-        sequencer_log = await loop.run_in_executor(
+        log = await loop.run_in_executor(
             None,
             lambda: Log(config.db_path, signer, config.origin, max_bytes=config.max_db_bytes),
         )
-        sequencer = Sequencer(sequencer_log, config.limits)
-        await sequencer.start()
-        state = AuthorityState(config, sequencer)
+        state = AuthorityState(config, log, witnessing)
+        await state.start()
         app[STATE] = state
+        sequencer = state.sequencer
         metrics.gauge(
             "deplog_entries",
             "Leaves in the latest published checkpoint.",
@@ -300,7 +377,7 @@ def build_app(config: ServerConfig, signer: Signer) -> web.Application:
         )
         metrics.gauge(
             "deplog_checkpoint_age_seconds",
-            "Seconds since the latest checkpoint.",
+            "Seconds since the latest checkpoint was published.",
             lambda: time.time() - state.published_at,
         )
         metrics.gauge(
@@ -313,11 +390,23 @@ def build_app(config: ServerConfig, signer: Signer) -> web.Application:
             "Batches sequenced since start.",
             lambda: float(sequencer.batches),
         )
+        if state.witnessing is not None:
+            witnessing_ = state.witnessing
+            metrics.labeled_gauge(
+                "deplog_witness_lag_entries",
+                "Entries the witness's latest cosignature is behind the published checkpoint.",
+                "witness",
+                lambda: witnessing_.lag(state.checkpoint),
+            )
+            metrics.labeled_gauge(
+                "deplog_witness_cosignature_age_seconds",
+                "Seconds since the witness last cosigned.",
+                "witness",
+                lambda: witnessing_.cosignature_age(time.time()),
+            )
 
     async def close_log(app: web.Application) -> None:
-        state = app[STATE]
-        await state.sequencer.stop()
-        state.close()
+        await app[STATE].stop()
 
     app.on_startup.append(open_log)
     app.on_cleanup.append(close_log)

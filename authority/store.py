@@ -14,6 +14,8 @@ Tables besides the tree's (see ``tree.py``):
     its own notices.
   * ``registry``: a snapshot of the publisher registry and the log size it
     reflects, so a restart does not replay the log.
+  * ``published``: under a publication quorum, the last checkpoint that met it,
+    with its cosignatures, so a restart never serves a withheld checkpoint.
 """
 
 from __future__ import annotations
@@ -71,6 +73,13 @@ def create_schema(conn: sqlite3.Connection) -> None:
     db.table("tool_entries").create(
         {"tool_id": str, "idx": int},
         pk=("tool_id", "idx"),
+        if_not_exists=True,
+        strict=True,
+    )
+    db.table("published").create(
+        {"id": int, "size": int, "note": bytes},
+        pk="id",
+        not_null={"size", "note"},
         if_not_exists=True,
         strict=True,
     )
@@ -148,6 +157,21 @@ def tool_entry_indexes(conn: sqlite3.Connection, tool_id: str, size: int, limit:
         (tool_id, size, limit),
     ).fetchall()
     return [int(r[0]) for r in rows]
+
+
+def published_note(conn: sqlite3.Connection) -> tuple[int, bytes] | None:
+    """The last checkpoint published under a witness quorum, with its cosignatures."""
+    row = conn.execute("SELECT size, note FROM published WHERE id = 1").fetchone()
+    return None if row is None else (int(row[0]), bytes(row[1]))
+
+
+def save_published_note(conn: sqlite3.Connection, size: int, note: bytes) -> None:
+    conn.execute(
+        "INSERT INTO published (id, size, note) VALUES (1, ?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET size = excluded.size, note = excluded.note "
+        "WHERE excluded.size >= published.size",
+        (size, note),
+    )
 
 
 def registry_snapshot(conn: sqlite3.Connection) -> tuple[int, str] | None:

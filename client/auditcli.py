@@ -12,6 +12,12 @@ prints one line on success; on failure it prints one line to stderr naming
 the error code (and, for a replay, the first bad index) and exits with 1.
 Input files are read with size limits, so a hostile file cannot exhaust
 memory.
+
+``audit checkpoint --policy FILE`` checks a C2SP tlog-policy (log signature
+and witness quorum, :mod:`client.policy`) and adds one line per valid
+cosignature to its success line; the quorum time is the witnessed time. With
+``--policy``, ``--log-key`` is optional; if given it is the only log accepted
+(tlog-policy: a policy may leave the logs to context).
 """
 
 from __future__ import annotations
@@ -21,10 +27,13 @@ import base64
 import binascii
 import json
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -40,8 +49,10 @@ from client.bundle import read_entries, write_atomic, write_entries
 from client.checkpoint import Checkpoint
 from client.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from client.errors import DeplogError, FormatError
+from client.evidence import read_evidence
 from client.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
 from client.notice import MAX_ENVELOPE_BYTES, Envelope
+from client.policy import MAX_POLICY_SIZE, Policy, PolicyLog
 from client.proofs import ConsistencyProof, TreeFrontier, leaf_hash
 from client.receipt import MAX_RECEIPT_SIZE, Receipt
 
@@ -123,9 +134,27 @@ def _describe(checkpoint: Checkpoint) -> str:
 # --- audit commands -------------------------------------------------------------
 
 
+def _rfc3339(timestamp: int) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    checkpoint = audit_checkpoint(_read_bounded(args.file, MAX_NOTE_SIZE), _log_key(args.log_key))
-    print(f"ok: checkpoint {_describe(checkpoint)}")
+    note = _read_bounded(args.file, MAX_NOTE_SIZE)
+    if args.policy is None:
+        if args.log_key is None:
+            raise FormatError("missing_input", "give --log-key, --policy or both")
+        print(f"ok: checkpoint {_describe(audit_checkpoint(note, _log_key(args.log_key)))}")
+        return 0
+    policy = Policy.parse(_read_bounded(args.policy, MAX_POLICY_SIZE))
+    if args.log_key is not None:
+        policy = replace(policy, logs=(PolicyLog(_log_key(args.log_key)),))
+    # Offline: no freshness bound, but cosignatures dated in the future still do not count.
+    verified = policy.verify(note, now=time.time(), max_age=None)
+    when = verified.witnessed_at
+    quorum = "none required" if when is None else f"met at {_rfc3339(when)}"
+    print(f"ok: checkpoint {_describe(verified.checkpoint)}; quorum {quorum}")
+    for cosig in verified.cosignatures:
+        print(f"  cosigned by {cosig.name} at {_rfc3339(cosig.timestamp)}")
     return 0
 
 
@@ -151,6 +180,20 @@ def cmd_consistency(args: argparse.Namespace) -> int:
         _log_key(args.log_key),
     )
     print(f"ok: {new.origin} size {new.size} is consistent with size {old.size}")
+    return 0
+
+
+def cmd_evidence(args: argparse.Namespace) -> int:
+    evidence = read_evidence(args.file)
+    proves = evidence.verify(_log_key(args.log_key))
+    meaning = {
+        "conflicting_roots": "the log signed two different trees of one size: a fork",
+        "inconsistent_proof": "the log served a consistency proof that fails between "
+        "two checkpoints it signed; ask it for another: if none verifies, it forked",
+    }[proves]
+    print(
+        f"proven: {proves}: {meaning} (reported by {evidence.reporter} at {evidence.detected_at})"
+    )
     return 0
 
 
@@ -266,18 +309,28 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``audit`` (checkpoint, receipt, consistency, replay) and ``export`` to ``deplog``."""
+    """Add ``audit`` (checkpoint, receipt, consistency, replay, evidence) and ``export``."""
     audit = subparsers.add_parser("audit", help="verify log files offline")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
 
-    def add(name: str, help_text: str, fn: Command) -> argparse.ArgumentParser:
+    def add(
+        name: str, help_text: str, fn: Command, key_required: bool = True
+    ) -> argparse.ArgumentParser:
         sp = audit_sub.add_parser(name, help=help_text)
-        sp.add_argument("--log-key", required=True, help="log verifier key, or a file holding it")
+        sp.add_argument(
+            "--log-key", required=key_required, help="log verifier key, or a file holding it"
+        )
         sp.set_defaults(func=_guarded(f"audit {name}", fn))
         return sp
 
-    sp = add("checkpoint", "verify the log's signature on a checkpoint", cmd_checkpoint)
+    sp = add(
+        "checkpoint",
+        "verify a checkpoint's log signature, or a whole witness policy",
+        cmd_checkpoint,
+        key_required=False,
+    )
     sp.add_argument("file", type=Path, help="the signed checkpoint note")
+    sp.add_argument("--policy", type=Path, help="a C2SP tlog-policy file to verify against")
 
     sp = add("receipt", "verify that a receipt proves an entry is in the log", cmd_receipt)
     sp.add_argument("receipt", type=Path, help="the .tlog-proof file")
@@ -294,6 +347,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sp.add_argument("dir", type=Path, nargs="?", metavar="DIR", help="holds checkpoint, entries")
     sp.add_argument("--checkpoint", type=Path, help="checkpoint file (default: DIR/checkpoint)")
     sp.add_argument("--entries", type=Path, help="entry bundle (default: DIR/entries)")
+
+    sp = add("evidence", "verify a fork evidence file from a follower or witness", cmd_evidence)
+    sp.add_argument("file", type=Path, help="the fork-evidence JSON file")
 
     sp = subparsers.add_parser("export", help="download a log for offline audit")
     sp.add_argument("url", help="authority base URL")

@@ -27,6 +27,7 @@ from client.follower import Follower, SyncResult
 from client.keyfile import create_signer, key_file_name, load_signer
 from client.note import Verifier
 from client.notice import Envelope, Notice
+from client.policy import Policy
 from client.receipt import Receipt, verify_receipt
 from client.state import LocalState
 from client.trust import ForkError
@@ -153,20 +154,28 @@ def cmd_verify_receipt(args: argparse.Namespace) -> int:
 
 def cmd_follow(args: argparse.Namespace) -> int:
     """Run a follower, printing each verified advance; Ctrl-C stops it."""
-    log_key = Verifier.parse(args.log_key)
+    trust: Verifier | Policy
+    if args.policy is not None:
+        trust = Policy.parse(args.policy.read_bytes())
+        log_name = trust.logs[0].verifier.name if trust.logs else "?"
+    elif args.log_key is not None:
+        trust = Verifier.parse(args.log_key)
+        log_name = trust.name
+    else:
+        raise CLIError("give the trust policy (--policy FILE) or the log key (--log-key)")
 
     async def follow() -> None:
-        async with Follower(args.url, log_key, args.state) as follower:
+        async with Follower(args.url, trust, args.state) as follower:
 
             def report(result: SyncResult) -> None:
                 print(
-                    f"verified {log_key.name} at size {result.new_size} "
+                    f"verified {log_name} at size {result.new_size} "
                     f"(was {result.old_size}; {len(result.tools)} tools changed)",
                     flush=True,
                 )
 
             first = await follower.sync()
-            print(f"trusted {log_key.name} at size {first.new_size}", flush=True)
+            print(f"trusted {log_name} at size {first.new_size}", flush=True)
             if not args.once:
                 await follower.run(args.interval, on_advance=report)
 
@@ -245,7 +254,10 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("follow", help="follow an authority, verifying every step")
     sp.add_argument("url", help="authority base URL")
-    sp.add_argument("--log-key", required=True, help="the log's verifier key (pinned)")
+    sp.add_argument("--log-key", help="the log's verifier key (pinned; no witnesses)")
+    sp.add_argument(
+        "--policy", type=Path, help="C2SP tlog-policy file: the log key, witnesses and quorum"
+    )
     sp.add_argument(
         "--state",
         type=Path,

@@ -18,7 +18,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,10 @@ from client import canonical
 from client.canonical import JSONFormatError
 from client.errors import DeplogError
 from client.note import Verifier
+from client.policy import Policy
 from client.proofs import ConsistencyProof
 from client.state import LocalState
-from client.trust import Advanced, ForkError, TrustedState
+from client.trust import Advanced, Candidate, ForkError, TrustedState
 
 log = logging.getLogger("deplog.follower")
 
@@ -69,7 +70,7 @@ class Follower:
     def __init__(
         self,
         url: str,
-        log_key: Verifier,
+        trust: Verifier | Policy,
         state_path: Path | str,
         *,
         page_size: int = PAGE_SIZE,
@@ -80,8 +81,11 @@ class Follower:
         if not 1 <= page_size <= PAGE_SIZE:
             raise ValueError("page_size must be between 1 and 1000")
         self.url = url.rstrip("/")
-        self.state = LocalState(state_path, log_key.name)
-        self.trust = TrustedState(self.state, log_key, evidence_dir)
+        policy = trust if isinstance(trust, Policy) else Policy.single_log(trust)
+        if len(policy.logs) != 1:
+            raise ValueError("a follower follows exactly one log")
+        self.state = LocalState(state_path, policy.logs[0].verifier.name)
+        self.trust = TrustedState(self.state, policy, evidence_dir)
         self.page_size = page_size
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._session = session
@@ -130,31 +134,32 @@ class Follower:
     async def sync(self) -> SyncResult:
         """One verified step to the authority's latest checkpoint."""
         note = await self._get("/checkpoint", MAX_CHECKPOINT_BYTES)
-        checkpoint = self.trust.check_checkpoint(note)
+        candidate = self.trust.check_checkpoint(note)
         old_size = self.state.size
-        if checkpoint.size == old_size and self.state.trusted is not None:
-            now = datetime.now(UTC)
-            self.trust.refresh(checkpoint, now)
-            return SyncResult(old_size, old_size, frozenset(), now)
+        if candidate.checkpoint.size == old_size and self.state.trusted is not None:
+            self.trust.refresh(candidate)
+            return SyncResult(old_size, old_size, frozenset(), self.state.trusted.verified_at)
+        new_size = candidate.checkpoint.size
         proof_json = await self._get_json(
-            f"/v1/proofs/consistency?old={old_size}&new={checkpoint.size}", MAX_PROOF_BYTES
+            f"/v1/proofs/consistency?old={old_size}&new={new_size}", MAX_PROOF_BYTES
         )
         try:
             proof = ConsistencyProof.from_json(proof_json)
         except DeplogError:
             raise FetchError("bad_response", "malformed consistency proof") from None
-        self.trust.check_consistency(note, checkpoint, proof)
-        advanced = await self._fetch_and_advance(note, checkpoint)
+        self.trust.check_consistency(candidate, proof)
+        advanced = await self._fetch_and_advance(candidate)
         assert self.state.trusted is not None
         return SyncResult(
             advanced.old_size, advanced.new_size, advanced.tools, self.state.trusted.verified_at
         )
 
-    async def _fetch_and_advance(self, note: bytes, checkpoint: Any) -> Advanced:
-        with self.trust.advance(note, checkpoint) as session:
+    async def _fetch_and_advance(self, candidate: Candidate) -> Advanced:
+        size = candidate.checkpoint.size
+        with self.trust.advance(candidate) as session:
             start = session.next_index
-            while start < checkpoint.size:
-                end = min(checkpoint.size, start + self.page_size)
+            while start < size:
+                end = min(size, start + self.page_size)
                 page = await self._get_json(f"/v1/entries?start={start}&end={end}", MAX_PAGE_BYTES)
                 leaves = _decode_page(page, start, end)
                 session.add(leaves)
@@ -211,9 +216,11 @@ def _decode_page(page: Any, start: int, end: int) -> list[bytes]:
 class SyncFollower:
     """A blocking wrapper for code without an event loop: ``sync()`` and ``close()``."""
 
-    def __init__(self, url: str, log_key: Verifier, state_path: Path | str, **kwargs: Any) -> None:
+    def __init__(
+        self, url: str, trust: Verifier | Policy, state_path: Path | str, **kwargs: Any
+    ) -> None:
         self._loop = asyncio.new_event_loop()
-        self.follower = Follower(url, log_key, state_path, **kwargs)
+        self.follower = Follower(url, trust, state_path, **kwargs)
 
     @property
     def state(self) -> LocalState:

@@ -20,12 +20,13 @@ Verdicts, in the order they are decided:
   warn     ``deprecated``            serve, and pass the deprecation on
   serve    ``active``                no notice in effect
 
-Freshness is measured from the last time the follower verified the log's
-latest checkpoint. Without witnesses that is the authority's own word that
-nothing newer exists: whoever can answer as the authority could replay an old
-signed checkpoint and keep a cache "fresh". Witness cosignatures (timestamped
-by parties other than the log) are what bound that; until the follower
-enforces a witness policy, pin the authority's URL over TLS.
+Freshness is measured from ``verified_at`` of the trusted checkpoint: with a
+witness policy, the time its quorum of witnesses cosigned it (witnesses other
+than the log vouch that it was the latest tree they saw then); with ``quorum
+none``, the time the follower last verified the log's latest checkpoint,
+which is only the log's own word that nothing newer exists: whoever can
+answer as the log could then replay an old signed checkpoint and keep a
+cache "fresh". Deploy with witnesses.
 """
 
 from __future__ import annotations

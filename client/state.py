@@ -220,13 +220,15 @@ class LocalState:
         )
         writer.after_commit = (note, checkpoint, frontier, registry, verified_at)
 
-    def touch(self, verified_at: datetime) -> None:
-        """A sync found no new checkpoint, but verified it again: record when."""
+    def touch(self, note: bytes, verified_at: datetime) -> None:
+        """A sync found the trusted checkpoint again (perhaps with fresher cosignatures)."""
         if self.trusted is None:
             return
         with self._lock:
-            self._conn.execute("UPDATE trusted SET verified_at = ?", (verified_at.timestamp(),))
-        self.trusted = TrustedCheckpoint(self.trusted.note, self.trusted.checkpoint, verified_at)
+            self._conn.execute(
+                "UPDATE trusted SET note = ?, verified_at = ?", (note, verified_at.timestamp())
+            )
+        self.trusted = TrustedCheckpoint(note, self.trusted.checkpoint, verified_at)
 
 
 class AdvanceWriter:

@@ -2,8 +2,12 @@
 
 Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
 
-1. A checkpoint is considered only if it is a signed note carrying a valid
-   signature of the pinned log key, whose name is the checkpoint's origin.
+1. A checkpoint is considered only if it satisfies the trust policy (C2SP
+   tlog-policy): a valid signature of the pinned log key, whose name is the
+   checkpoint's origin, and valid cosignatures from a quorum of the policy's
+   witnesses. The quorum's cosignature time, not the local clock, is the time
+   the checkpoint is known to be current (with ``quorum none``, the local time
+   of the fetch is all there is).
 2. Its size must not be below the trusted size (``RollbackError``). At the
    trusted size its root must equal the trusted root, and above it an RFC 9162
    consistency proof from the trusted checkpoint must verify; otherwise the log
@@ -26,24 +30,23 @@ decides. Every error is a ``TrustError`` with a stable ``code``.
 
 from __future__ import annotations
 
-import json
-import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from client.checkpoint import Checkpoint, open_checkpoint
+from client.checkpoint import Checkpoint
 from client.entries import NoticeEntry
 from client.errors import DeplogError
+from client.evidence import evidence_between, write_evidence
 from client.note import Verifier
 from client.notice import Notice
+from client.policy import Policy
 from client.proofs import ConsistencyProof, ProofError, leaf_hash, verify_consistency
 from client.registry import PublisherRegistry
 from client.rules import EntryChecker, RuleViolation
 from client.state import AdvanceWriter, LocalState
-
-EVIDENCE_FORMAT = "deplog-fork-evidence/v1"
 
 
 class TrustError(DeplogError):
@@ -102,34 +105,55 @@ class Advanced:
     tools: frozenset[str]
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A checkpoint that passed step 1 and the rollback/same-size checks of step 2."""
+
+    note: bytes
+    checkpoint: Checkpoint
+    witnessed_at: int | None
+
+    def current_as_of(self) -> datetime:
+        """When the checkpoint is known to have been current: quorum time, else now."""
+        if self.witnessed_at is None:
+            return datetime.now(UTC)
+        return datetime.fromtimestamp(self.witnessed_at, UTC)
+
+
 class TrustedState:
     """The verification steps over a ``LocalState``; the only code that advances it."""
 
     def __init__(
-        self, state: LocalState, log_key: Verifier, evidence_dir: Path | None = None
+        self, state: LocalState, trust: Verifier | Policy, evidence_dir: Path | None = None
     ) -> None:
-        if state.origin != log_key.name:
-            raise ValueError("the state and the log key name different logs")
+        self.policy = trust if isinstance(trust, Policy) else Policy.single_log(trust)
+        logs = [entry.verifier for entry in self.policy.logs]
+        if len(logs) != 1 or logs[0].name != state.origin:
+            raise ValueError("the trust policy must name exactly the state's log")
         self.state = state
-        self.log_key = log_key
+        self.log_key = logs[0]
         self.evidence_dir = evidence_dir or state.path.parent
 
-    def check_checkpoint(self, note: bytes) -> Checkpoint:
-        """Steps 1 and 2 (same size): a signed checkpoint that does not go backwards."""
+    def check_checkpoint(self, note: bytes, now: float | None = None) -> Candidate:
+        """Steps 1 and 2 (same size): a checkpoint the policy accepts, not going backwards."""
         try:
-            checkpoint, _ = open_checkpoint(note, self.log_key)
+            verified = self.policy.verify(
+                note, now=time.time() if now is None else now, max_age=None
+            )
         except DeplogError as err:
-            raise CheckpointRejectedError(message=err.code) from None
+            raise CheckpointRejectedError(err.code) from None
+        checkpoint = verified.checkpoint
         if checkpoint.size < self.state.size:
             raise RollbackError(message="checkpoint is smaller than the trusted one")
         if checkpoint.size == self.state.size and checkpoint.root_hash != self.state.root:
+            if self.state.trusted is None:  # size 0: only the empty tree's root is valid
+                raise CheckpointRejectedError(message="empty tree with a non-empty root")
             raise self._fork(note, None, "two roots for one size")
-        return checkpoint
+        return Candidate(note, checkpoint, verified.witnessed_at)
 
-    def check_consistency(
-        self, note: bytes, checkpoint: Checkpoint, proof: ConsistencyProof
-    ) -> None:
+    def check_consistency(self, candidate: Candidate, proof: ConsistencyProof) -> None:
         """Step 2 (larger size): the new tree extends the trusted one."""
+        checkpoint = candidate.checkpoint
         if proof.old != self.state.size or proof.new != checkpoint.size:
             raise ProofRejectedError(message="proof is for other sizes than requested")
         try:
@@ -141,48 +165,34 @@ class TrustedState:
                 proof.hashes,
             )
         except ProofError:
-            raise self._fork(note, proof, "consistency proof fails") from None
+            raise self._fork(candidate.note, proof, "consistency proof fails") from None
 
-    def refresh(self, checkpoint: Checkpoint, now: datetime | None = None) -> None:
-        """The log is still at the trusted checkpoint, verified again just now."""
+    def refresh(self, candidate: Candidate) -> None:
+        """The log is still at the trusted checkpoint: record how current it now is."""
+        checkpoint = candidate.checkpoint
         if checkpoint.size != self.state.size or checkpoint.root_hash != self.state.root:
             raise ValueError("refresh takes the trusted checkpoint only")
-        self.state.touch(now or datetime.now(UTC))
+        self.state.touch(candidate.note, candidate.current_as_of())
 
     def _fork(self, note: bytes, proof: ConsistencyProof | None, why: str) -> ForkError:
+        """Save both signed checkpoints (and the served proof) as evidence, then fail."""
         trusted = self.state.trusted
-        evidence = {
-            "format": EVIDENCE_FORMAT,
-            "log_key": self.log_key.vkey(),
-            "reason": why,
-            "trusted_checkpoint": trusted.note.decode() if trusted else None,
-            "conflicting_checkpoint": note.decode(),
-            "consistency_proof": proof.to_json() if proof else None,
-            "detected_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
-        self.evidence_dir.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
-        path = self.evidence_dir / f"fork-evidence-{stamp}.json"
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(evidence, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        return ForkError(message=why, evidence=path)
+        assert trusted is not None  # a fork needs a trusted checkpoint to contradict
+        evidence = evidence_between(self.log_key, trusted.note, note, proof, "follower")
+        return ForkError(message=why, evidence=write_evidence(self.evidence_dir, evidence))
 
-    def advance(self, note: bytes, checkpoint: Checkpoint) -> AdvanceSession:
+    def advance(self, candidate: Candidate) -> AdvanceSession:
         """Steps 3 to 5, as a context manager fed with pages of entries in log order."""
-        return AdvanceSession(self, note, checkpoint)
+        return AdvanceSession(self, candidate)
 
 
 class AdvanceSession:
     """One advance in progress: verified entries accumulate in an open transaction."""
 
-    def __init__(self, trusted: TrustedState, note: bytes, checkpoint: Checkpoint) -> None:
+    def __init__(self, trusted: TrustedState, candidate: Candidate) -> None:
         self.trusted = trusted
-        self.note = note
-        self.checkpoint = checkpoint
+        self.candidate = candidate
+        self.checkpoint = candidate.checkpoint
         state = trusted.state
         self.old_size = state.size
         self.next_index = state.size
@@ -241,11 +251,11 @@ class AdvanceSession:
             raise EntryRejectedError("root_mismatch", self.checkpoint.size - 1)
         self.trusted.state.save_trusted(
             self._writer,
-            self.note,
+            self.candidate.note,
             self.checkpoint,
             self.frontier,
             self.registry,
-            now or datetime.now(UTC),
+            now or self.candidate.current_as_of(),
         )
         self._finished = True
         return Advanced(self.old_size, self.checkpoint.size, frozenset(self._writer.tools))

@@ -51,15 +51,14 @@ class LocalLog:
         """Verify and fold the log's latest checkpoint, as a follower would."""
         published = self.log.published
         assert published is not None
-        checkpoint = trusted.check_checkpoint(published.note)
+        candidate = trusted.check_checkpoint(published.note)
         old = trusted.state.size
-        if checkpoint.size == old:
-            trusted.refresh(checkpoint)
+        new = candidate.checkpoint.size
+        if new == old:
+            trusted.refresh(candidate)
             return None
-        proof = ConsistencyProof(
-            old, checkpoint.size, tuple(self.log.tree.consistency_proof(old, checkpoint.size))
-        )
-        trusted.check_consistency(published.note, checkpoint, proof)
-        with trusted.advance(published.note, checkpoint) as session:
-            session.add(self.log.tree.leaf_data(old, checkpoint.size))
+        proof = ConsistencyProof(old, new, tuple(self.log.tree.consistency_proof(old, new)))
+        trusted.check_consistency(candidate, proof)
+        with trusted.advance(candidate) as session:
+            session.add(self.log.tree.leaf_data(old, new))
             return session.finish()

@@ -38,7 +38,6 @@ from client.errors import DeplogError
 from client.note import Signer, Verifier
 from client.notice import Envelope
 from client.proofs import ConsistencyProof, leaf_hash, root_from_leaf_hashes
-from client.receipt import Receipt
 from tests.integration.harness import make_envelope
 
 ORIGIN = "audit.deplog.example/log"
@@ -109,9 +108,10 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealLog]:
         log.append_publisher(register(beta))
         published = log.publish()
         log.sequence([make_envelope(beta, 1)])
-        assert log.published is not None and first.receipt is not None
+        assert log.published is not None and first.checkpoint is not None
+        first_receipt = first.receipt(first.checkpoint.note)
         size = log.published.size
-        checkpoints = {2: Receipt.parse(first.receipt).checkpoint, 6: published.note}
+        checkpoints = {2: first.checkpoint.note, 6: published.note}
         checkpoints[size] = log.published.note
         yield RealLog(
             log_signer=log_signer,
@@ -119,7 +119,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealLog]:
             beta=beta,
             leaves=log.tree.leaf_data(0, size),
             note=log.published.note,
-            receipt=first.receipt,
+            receipt=first_receipt,
             checkpoints=checkpoints,
             consistency={
                 (2, size): ConsistencyProof(2, size, tuple(log.tree.consistency_proof(2, size))),

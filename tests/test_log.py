@@ -56,9 +56,9 @@ def test_sequenced_notices_get_receipts_that_verify(
     results = log.sequence(envelopes)
     assert [r.index for r in results] == [1, 2, 3]
     for envelope, result in zip(envelopes, results, strict=True):
-        assert result.receipt is not None and result.created
+        assert result.created and result.checkpoint is not None
         checkpoint = verify_receipt(
-            Receipt.parse(result.receipt),
+            Receipt.parse(result.receipt(result.checkpoint.note)),
             encode_entry(NoticeEntry(envelope)),
             log_signer.verifier(),
         )

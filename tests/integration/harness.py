@@ -1,8 +1,9 @@
-"""Real authority processes on 127.0.0.1 for integration tests.
+"""Real authority and witness processes on 127.0.0.1 for integration tests.
 
-``AuthorityProcess`` runs ``python -m authority.cli serve`` in a subprocess on a
-free port with a real data directory and real keys, so a test can SIGKILL it
-and start it again on the same files.
+``AuthorityProcess`` runs ``authority serve`` and ``WitnessProcess`` runs
+``witness serve``, each in a subprocess on a free port with real data
+directories and real keys, so a test can SIGKILL one and start it again on the
+same files.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from authority.cli import main as authority_main
+from authority.witnesscli import main as witness_main
+from client.keyfile import key_file_name
 from client.note import Signer, Verifier
 from client.notice import Envelope, Notice
 
@@ -56,8 +59,12 @@ def make_envelope(
 
 
 @dataclass
-class AuthorityProcess:
-    """One authority's files, and the server process serving them when running."""
+class ServiceProcess:
+    """A server's files, and its process on a free 127.0.0.1 port when it runs.
+
+    The process's output goes to a file (never a pipe that could fill and
+    block it); ``start`` waits for its "serving on <url>" line.
+    """
 
     root: Path
     extra_args: list[str] = field(default_factory=list)
@@ -71,6 +78,82 @@ class AuthorityProcess:
     @property
     def keys(self) -> Path:
         return self.root / "keys"
+
+    @property
+    def output(self) -> Path:
+        """Everything the server printed, across restarts."""
+        return self.root / "server.out"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, port: int = 0) -> str:
+        """Start serving (on a free port unless given); returns the base URL once /healthz
+        answers."""
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        already = self.output.read_text() if self.output.exists() else ""
+        with open(self.output, "a") as out:
+            self.process = subprocess.Popen(
+                [*self.command(), "--port", str(port), *self.extra_args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while time.monotonic() < deadline:
+            printed = self.output.read_text()[len(already) :]
+            if "serving on " in printed:
+                self.url = printed.split("serving on ", 1)[1].split()[0]
+                break
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}: {printed}")
+            time.sleep(0.02)
+        else:
+            raise RuntimeError("server did not start in time")
+        with urllib.request.urlopen(self.url + "/healthz", timeout=10) as response:
+            assert response.status == 200
+        return self.url
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no flush, like a power cut for the process."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+        self.process = None
+
+    def stop(self) -> int:
+        """SIGTERM and wait; returns the exit status."""
+        if self.process is None:
+            return 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self.process = None
+        return code
+
+
+@dataclass
+class AuthorityProcess(ServiceProcess):
+    """An authority: ``authority serve`` over its data and keys directories."""
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "authority.cli",
+            "serve",
+            "--data",
+            str(self.data),
+            "--keys",
+            str(self.keys),
+        ]
 
     def init(self) -> None:
         assert (
@@ -121,63 +204,34 @@ class AuthorityProcess:
             check=False,
         )
 
+
+@dataclass
+class WitnessProcess(ServiceProcess):
+    """A witness: ``witness serve`` with its own key, trusting the logs it was given."""
+
+    name: str = "witness.test/w1"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "authority.witnesscli",
+            "serve",
+            "--data",
+            str(self.data),
+            "--keys",
+            str(self.keys),
+            "--host",
+            "127.0.0.1",
+        ]
+
+    def init(self) -> None:
+        assert self.cli("init", "--keys", str(self.keys), "--name", self.name) == 0
+
+    def cli(self, *args: str) -> int:
+        return witness_main([args[0], "--data", str(self.data), *args[1:]])
+
     @property
-    def output(self) -> Path:
-        """Everything the server printed, across restarts."""
-        return self.root / "authority.out"
-
-    def start(self) -> str:
-        """Start serving on a free port; returns the base URL once /healthz answers."""
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        already = self.output.read_text() if self.output.exists() else ""
-        with open(self.output, "a") as out:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "authority.cli",
-                    "serve",
-                    "--data",
-                    str(self.data),
-                    "--keys",
-                    str(self.keys),
-                    "--port",
-                    "0",
-                    *self.extra_args,
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while time.monotonic() < deadline:
-            printed = self.output.read_text()[len(already) :]
-            if "serving on " in printed:
-                self.url = printed.split("serving on ", 1)[1].split()[0]
-                break
-            if self.process.poll() is not None:
-                raise RuntimeError(f"authority exited with {self.process.returncode}: {printed}")
-            time.sleep(0.02)
-        else:
-            raise RuntimeError("authority did not start in time")
-        with urllib.request.urlopen(self.url + "/healthz", timeout=10) as response:
-            assert response.status == 200
-        return self.url
-
-    def kill(self) -> None:
-        """SIGKILL: no cleanup, no flush, like a power cut for the process."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=30)
-        self.process = None
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.process = None
+    def verifier(self) -> Verifier:
+        stem = key_file_name(self.name)
+        return Verifier.parse_cosigner((self.keys / f"{stem}.pub").read_text().strip())

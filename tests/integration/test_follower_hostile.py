@@ -31,12 +31,13 @@ from authority import store
 from authority.log import Log
 from client.checkpoint import Checkpoint, sign_checkpoint
 from client.entries import NoticeEntry, encode_entry
+from client.evidence import EVIDENCE_FORMAT
+from client.evidence import read_evidence as load_evidence
 from client.follower import MAX_CHECKPOINT_BYTES, MAX_PROOF_BYTES, FetchError, Follower
-from client.note import Signer
+from client.note import Signer, Verifier
 from client.proofs import ConsistencyProof, consistency_path, leaf_hash, root_from_leaf_hashes
 from client.state import LocalState
 from client.trust import (
-    EVIDENCE_FORMAT,
     CheckpointRejectedError,
     EntryRejectedError,
     ForkError,
@@ -228,8 +229,10 @@ def assert_state_unchanged(follower: Follower, before: Trusted) -> None:
         reopened.close()
 
 
-def read_evidence(refused: ForkError) -> dict[str, Any]:
+def read_evidence(refused: ForkError, log_key: Verifier, proves: str) -> dict[str, Any]:
+    """The evidence file's JSON, after checking that it proves ``proves`` offline."""
     assert refused.evidence is not None and refused.evidence.is_file()
+    assert load_evidence(refused.evidence).verify(log_key) == proves
     evidence: dict[str, Any] = json.loads(refused.evidence.read_text())
     assert evidence["format"] == EVIDENCE_FORMAT
     return evidence
@@ -365,9 +368,9 @@ async def test_a_second_tree_of_the_trusted_size_is_a_fork_with_evidence(
 
     with pytest.raises(ForkError) as refused:
         await follower.sync()
-    evidence = read_evidence(refused.value)
-    assert evidence["trusted_checkpoint"] == trusted.note.decode()
-    assert evidence["conflicting_checkpoint"] == fork.note.decode()
+    evidence = read_evidence(refused.value, log_signer.verifier(), "conflicting_roots")
+    assert evidence["first_checkpoint"] == trusted.note.decode()
+    assert evidence["second_checkpoint"] == fork.note.decode()
     assert_state_unchanged(follower, trusted)
 
 
@@ -387,9 +390,9 @@ async def test_a_larger_tree_that_does_not_extend_the_trusted_one_is_a_fork_with
 
     with pytest.raises(ForkError) as refused:
         await follower.sync()
-    evidence = read_evidence(refused.value)
-    assert evidence["trusted_checkpoint"] == trusted.note.decode()
-    assert evidence["conflicting_checkpoint"] == fork.note.decode()
+    evidence = read_evidence(refused.value, log_signer.verifier(), "inconsistent_proof")
+    assert evidence["first_checkpoint"] == trusted.note.decode()
+    assert evidence["second_checkpoint"] == fork.note.decode()
     assert evidence["consistency_proof"] == fork.consistency(TRUSTED_SIZE, 6).to_json()
     assert server.requests == ["/checkpoint", "/v1/proofs/consistency"]
     assert_state_unchanged(follower, trusted)

@@ -1,0 +1,193 @@
+"""A real ``witness serve`` process on 127.0.0.1, spoken to over HTTP (C2SP tlog-witness).
+
+Checkpoints come from the spec-only ``MinimalLog`` of the unit tests and from a
+real deplog authority process, so the wire format is shown to interoperate in
+both directions. The witness is SIGKILLed between requests to show that its
+record is durable before it answers and that no rollback is accepted after a
+restart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from authority.witness import MAX_BODY_SIZE
+from client.checkpoint import open_checkpoint
+from client.cosignature import cosignatures
+from client.note import Signer
+from client.proofs import ConsistencyProof
+from tests.integration.harness import AuthorityProcess, WitnessProcess, make_envelope
+from tests.test_witness import MinimalLog, add_checkpoint_body, verify_cosignature
+
+NAME = "witness.test/w1"
+STARTUP_TIMEOUT = 20.0
+
+
+@pytest.fixture
+def log() -> MinimalLog:
+    return MinimalLog()
+
+
+@pytest.fixture
+def witness_files(tmp_path: Path, log: MinimalLog) -> WitnessProcess:
+    """An initialized witness that trusts the minimal log."""
+    witness = WitnessProcess(tmp_path / "witness", name=NAME)
+    witness.init()
+    assert witness.cli("add-log", "--origin", log.origin, "--key", log.vkey) == 0
+    return witness
+
+
+@pytest.fixture
+def witness(witness_files: WitnessProcess) -> Iterator[WitnessProcess]:
+    witness_files.start()
+    yield witness_files
+    witness_files.stop()
+
+
+async def add_checkpoint(
+    http: aiohttp.ClientSession, witness: WitnessProcess, body: bytes
+) -> tuple[int, str, bytes]:
+    async with http.post(witness.url + "/add-checkpoint", data=body) as response:
+        return response.status, response.headers["Content-Type"], await response.read()
+
+
+async def test_add_checkpoint_over_http_returns_a_cosignature(
+    witness: WitnessProcess, log: MinimalLog, http: aiohttp.ClientSession
+) -> None:
+    before = int(time.time())
+    status, content_type, body = await add_checkpoint(http, witness, log.request(0, 5))
+    assert (status, content_type) == (200, "text/plain; charset=utf-8")
+    timestamp = verify_cosignature(body, log.checkpoint(5), NAME, witness.verifier.public_key)
+    assert before <= timestamp <= int(time.time())
+
+
+async def test_conflict_answer_is_the_recorded_size_as_text_x_tlog_size(
+    witness: WitnessProcess, log: MinimalLog, http: aiohttp.ClientSession
+) -> None:
+    await add_checkpoint(http, witness, log.request(0, 5))
+    status, content_type, body = await add_checkpoint(http, witness, log.request(3, 8))
+    assert (status, content_type, body) == (409, "text/x.tlog.size", b"5\n")
+
+
+async def test_oversized_body_is_413_over_http(
+    witness: WitnessProcess, http: aiohttp.ClientSession
+) -> None:
+    status, _, body = await add_checkpoint(http, witness, b"old 0\n\n" + b"x" * MAX_BODY_SIZE)
+    assert (status, body) == (413, b"too_large\n")
+
+
+async def test_record_survives_sigkill_and_no_rollback_is_accepted_after_restart(
+    witness: WitnessProcess, log: MinimalLog, http: aiohttp.ClientSession
+) -> None:
+    assert (await add_checkpoint(http, witness, log.request(0, 5)))[0] == 200
+    assert (await add_checkpoint(http, witness, log.request(5, 9)))[0] == 200
+    witness.kill()
+    witness.start()
+    assert (await add_checkpoint(http, witness, log.request(5, 7)))[2] == b"9\n"
+    assert (await add_checkpoint(http, witness, log.request(0, 3)))[2] == b"9\n"
+    fork = MinimalLog(log.origin, log.key, salt="fork ")
+    assert (await add_checkpoint(http, witness, fork.request(9, 9)))[0] == 409
+    status, _, body = await add_checkpoint(http, witness, log.request(9, 12))
+    assert status == 200
+    verify_cosignature(body, log.checkpoint(12), NAME, witness.verifier.public_key)
+
+
+async def test_deplog_authority_checkpoints_are_witnessed(
+    witness_files: WitnessProcess,
+    authority: AuthorityProcess,
+    publisher: Signer,
+    http: aiohttp.ClientSession,
+) -> None:
+    assert witness_files.cli("add-log", "--key", authority.log_verifier.vkey()) == 0
+    witness_files.start()
+    try:
+
+        async def publish_and_fetch(sequence: int) -> bytes:
+            envelope = make_envelope(publisher, sequence)
+            headers = {"Content-Type": "application/json"}
+            url = authority.url + "/v1/notices"
+            async with http.post(url, data=envelope.canonical_bytes(), headers=headers) as r:
+                assert r.status == 201
+            async with http.get(authority.url + "/checkpoint") as r:
+                return await r.read()
+
+        first = await publish_and_fetch(1)
+        first_cp, _ = open_checkpoint(first, authority.log_verifier)
+        status, _, line = await add_checkpoint(
+            http, witness_files, add_checkpoint_body(0, [], first)
+        )
+        assert status == 200
+        # As the spec suggests, a log adds the answer to its note and verifies it.
+        [cosig] = cosignatures(first + line, [witness_files.verifier])
+        assert cosig.name == NAME
+
+        second = await publish_and_fetch(2)
+        second_cp, _ = open_checkpoint(second, authority.log_verifier)
+        url = f"{authority.url}/v1/proofs/consistency?old={first_cp.size}&new={second_cp.size}"
+        async with http.get(url) as r:
+            proof = ConsistencyProof.from_json(await r.json())
+        body = add_checkpoint_body(first_cp.size, list(proof.hashes), second)
+        status, _, line = await add_checkpoint(http, witness_files, body)
+        assert status == 200
+        [cosig] = cosignatures(second + line, [witness_files.verifier])
+        assert cosig.name == NAME
+    finally:
+        witness_files.stop()
+
+
+async def test_healthz_and_metrics_report_the_witness_and_its_logs(
+    witness: WitnessProcess, log: MinimalLog, http: aiohttp.ClientSession
+) -> None:
+    await add_checkpoint(http, witness, log.request(0, 5))
+    async with http.get(witness.url + "/healthz") as response:
+        assert await response.json() == {"status": "ok", "witness": witness.verifier.vkey()}
+    async with http.get(witness.url + "/metrics") as response:
+        text = await response.text()
+    assert f'deplog_witness_log_size{{origin="{log.origin}"}} 5' in text
+    assert 'route="/add-checkpoint",code="200"' in text
+
+
+def test_sigterm_stops_the_witness_cleanly(witness: WitnessProcess) -> None:
+    assert witness.stop() == 0
+
+
+def test_init_creates_a_private_cosigning_key_and_prints_its_verifier_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = WitnessProcess(tmp_path)
+    assert files.cli("init", "--keys", str(files.keys), "--name", NAME) == 0
+    printed = capsys.readouterr().out
+    key = files.keys / "witness.test_w1.key"
+    assert key.stat().st_mode & 0o777 == 0o600
+    assert key.read_text().startswith(f"PRIVATE+KEY+{NAME}+")
+    assert f"witness verifier key: {files.verifier.vkey()}" in printed
+    assert files.cli("init", "--keys", str(files.keys), "--name", NAME) == 0
+    assert f"witness verifier key: {files.verifier.vkey()}" in capsys.readouterr().out
+
+
+def test_add_log_from_a_policy_file_and_list_logs(
+    witness_files: WitnessProcess, log: MinimalLog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = MinimalLog("other.example/log")
+    policy = witness_files.root / "policy.txt"
+    policy.write_text(f"log {log.vkey}\nlog {other.vkey} https://other.example/\nquorum none\n")
+    capsys.readouterr()
+    assert witness_files.cli("add-log", "--logs", str(policy)) == 0
+    assert capsys.readouterr().out == f"known log {log.origin}\nadded log {other.origin}\n"
+    assert witness_files.cli("list-logs") == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[1:] == [
+        f"{log.origin}\t-\t-\t{log.vkey}",
+        f"other.example/log\t-\t-\t{other.vkey}",
+    ]
+
+
+def test_add_log_with_a_key_named_for_another_origin_is_refused(
+    witness_files: WitnessProcess, log: MinimalLog
+) -> None:
+    assert witness_files.cli("add-log", "--origin", "other.example/log", "--key", log.vkey) == 1

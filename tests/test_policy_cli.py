@@ -1,0 +1,133 @@
+"""``deplog audit checkpoint --policy``: a witness policy checked offline, on real files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from client.checkpoint import Checkpoint, sign_checkpoint
+from client.cli import main
+from client.cosignature import cosign, cosigner
+from client.note import Signer, add_signature_lines
+
+ORIGIN = "cli.deplog.example/log"
+T1 = 1_767_225_600  # 2026-01-01T00:00:00Z
+T2 = 1_767_225_700  # 2026-01-01T00:01:40Z
+
+
+@dataclass
+class Files:
+    """A checkpoint cosigned by witnesses a and b (not c), and the keys to write policies with."""
+
+    dir: Path
+    log: Signer
+    witnesses: list[Signer]
+    checkpoint: Path
+
+    def policy(self, text: str) -> Path:
+        path = self.dir / "policy"
+        path.write_text(text)
+        return path
+
+    def two_of_three(self) -> Path:
+        lines = [f"log {self.log.verifier().vkey()}"]
+        lines += [f"witness {w.name} {w.verifier().vkey()}" for w in self.witnesses]
+        names = " ".join(w.name for w in self.witnesses)
+        return self.policy("\n".join([*lines, f"group q 2 {names}", "quorum q", ""]))
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Files:
+    log = Signer.generate(ORIGIN)
+    witnesses = [cosigner(Signer.generate(f"{n}.witness.example")) for n in "abc"]
+    checkpoint = Checkpoint(ORIGIN, 7, bytes(range(32)))
+    text = checkpoint.to_text()
+    note = add_signature_lines(
+        sign_checkpoint(checkpoint, log),
+        cosign(text, witnesses[0], T2),
+        cosign(text, witnesses[1], T1),
+    )
+    path = tmp_path / "checkpoint"
+    path.write_bytes(note)
+    return Files(tmp_path, log, witnesses, path)
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    status = main(["audit", "checkpoint", *map(str, args)])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_policy_met_prints_origin_size_cosigners_and_quorum_time(
+    files: Files, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = run(capsys, "--policy", files.two_of_three(), files.checkpoint)
+    assert (status, err) == (0, "")
+    first, *cosigned = out.splitlines()
+    assert first.startswith(f"ok: checkpoint {ORIGIN} size 7 root ")
+    assert first.endswith("; quorum met at 2026-01-01T00:00:00Z")
+    assert sorted(cosigned) == [
+        "  cosigned by a.witness.example at 2026-01-01T00:01:40Z",
+        "  cosigned by b.witness.example at 2026-01-01T00:00:00Z",
+    ]
+
+
+def test_policy_not_met_exits_1_with_the_code(
+    files: Files, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c = files.witnesses[2]
+    policy = files.policy(
+        f"log {files.log.verifier().vkey()}\nwitness c {c.verifier().vkey()}\nquorum c\n"
+    )
+    status, out, err = run(capsys, "--policy", policy, files.checkpoint)
+    assert (status, out) == (1, "")
+    assert err == "deplog audit checkpoint: quorum_not_met: the witness quorum has not cosigned\n"
+
+
+def test_checkpoint_of_a_log_missing_from_the_policy_is_unknown_log(
+    files: Files, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = files.policy("quorum none\n")
+    status, _, err = run(capsys, "--policy", policy, files.checkpoint)
+    assert status == 1
+    assert err.startswith("deplog audit checkpoint: unknown_log")
+
+
+def test_log_key_supplies_the_log_of_a_policy_without_log_lines(
+    files: Files, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key_file = files.dir / "log.pub"
+    key_file.write_text(files.log.verifier().vkey() + "\n")
+    policy = files.policy("quorum none\n")
+    status, out, _ = run(capsys, "--policy", policy, "--log-key", key_file, files.checkpoint)
+    assert status == 0
+    assert out.splitlines()[0].endswith("; quorum none required")
+
+
+def test_malformed_policy_names_the_line(files: Files, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = files.policy("# fine\nquorum nobody\n")
+    status, _, err = run(capsys, "--policy", policy, files.checkpoint)
+    assert status == 1
+    assert err == (
+        "deplog audit checkpoint: malformed_policy: "
+        "line 2: quorum is not defined on an earlier line\n"
+    )
+
+
+def test_without_policy_or_log_key_the_command_refuses(
+    files: Files, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, err = run(capsys, files.checkpoint)
+    assert status == 1
+    assert err.startswith("deplog audit checkpoint: missing_input")
+
+
+def test_log_key_alone_still_checks_only_the_log_signature(
+    files: Files, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, _ = run(capsys, "--log-key", files.log.verifier().vkey(), files.checkpoint)
+    assert status == 0
+    assert out.startswith(f"ok: checkpoint {ORIGIN} size 7 root ")
+    assert "quorum" not in out

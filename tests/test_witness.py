@@ -1,0 +1,567 @@
+"""The tlog-witness core against real SQLite files, real keys and an independent log.
+
+``MinimalLog`` is a log written from the specs alone (RFC 9162 hashing and
+consistency proofs with hashlib, the signed note assembled by hand and signed
+with raw pynacl), so these tests show interop with any C2SP log rather than
+agreement between two halves of deplog. Cosignatures are checked the same way:
+raw pynacl over the tlog-cosignature ``cosignature/v1`` message bytes.
+Every refusal is checked to leave the witness's record unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import nacl.signing
+import pytest
+
+from authority.witness import (
+    MAX_BODY_SIZE,
+    SIZE_CONTENT_TYPE,
+    TEXT_CONTENT_TYPE,
+    LogConfigError,
+    Witness,
+    WitnessResponse,
+    WitnessState,
+    parse_logs_file,
+)
+from client.checkpoint import Checkpoint
+from client.note import SIG_TYPE_COSIGNATURE_V1, Signer
+
+NOW = 1_700_000_000
+ORIGIN = "example.com/minimal-log"
+WITNESS_NAME = "witness.test/w1"
+
+
+# A minimal independent log, straight from the specs.
+
+
+def b64(raw: bytes) -> bytes:
+    return base64.b64encode(raw)
+
+
+def leaf_hash(data: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + data).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def split_point(n: int) -> int:
+    """The largest power of two smaller than n (RFC 9162 section 2.1.1)."""
+    k = 1
+    while k * 2 < n:
+        k *= 2
+    return k
+
+
+def mth(hashes: list[bytes]) -> bytes:
+    if not hashes:
+        return hashlib.sha256(b"").digest()
+    if len(hashes) == 1:
+        return hashes[0]
+    k = split_point(len(hashes))
+    return node_hash(mth(hashes[:k]), mth(hashes[k:]))
+
+
+def subproof(m: int, hashes: list[bytes], complete: bool) -> list[bytes]:
+    """SUBPROOF(m, D[n], b) of RFC 9162 section 2.1.4.1."""
+    n = len(hashes)
+    if m == n:
+        return [] if complete else [mth(hashes)]
+    k = split_point(n)
+    if m <= k:
+        return [*subproof(m, hashes[:k], complete), mth(hashes[k:])]
+    return [*subproof(m - k, hashes[k:], False), mth(hashes[:k])]
+
+
+def signature_line(name: str, key_id: bytes, signature: bytes) -> bytes:
+    return "\u2014 ".encode() + name.encode() + b" " + b64(key_id + signature) + b"\n"
+
+
+class MinimalLog:
+    """An Ed25519 C2SP log of synthetic leaves; ``salt`` makes a different tree (a fork)."""
+
+    def __init__(
+        self, origin: str = ORIGIN, key: nacl.signing.SigningKey | None = None, salt: str = ""
+    ) -> None:
+        self.origin = origin
+        self.key = key or nacl.signing.SigningKey.generate()
+        self.salt = salt
+        self.leaves: list[bytes] = []
+        public = bytes(self.key.verify_key)
+        self.key_id = hashlib.sha256(origin.encode() + b"\n\x01" + public).digest()[:4]
+        key_blob = b64(b"\x01" + public).decode()
+        self.vkey = f"{origin}+{self.key_id.hex()}+{key_blob}"
+
+    def grow(self, size: int) -> None:
+        while len(self.leaves) < size:
+            self.leaves.append(leaf_hash(f"{self.salt}entry {len(self.leaves)}".encode()))
+
+    def root(self, size: int) -> bytes:
+        self.grow(size)
+        return mth(self.leaves[:size])
+
+    def proof(self, old: int, new: int) -> list[bytes]:
+        self.grow(new)
+        return [] if old in (0, new) else subproof(old, self.leaves[:new], True)
+
+    def text(self, size: int, extensions: tuple[str, ...] = ()) -> bytes:
+        lines = [self.origin, str(size), b64(self.root(size)).decode(), *extensions]
+        return "".join(line + "\n" for line in lines).encode()
+
+    def sign(self, text: bytes, *others: nacl.signing.SigningKey) -> bytes:
+        """The signed note: text, blank line, this log's signature line, then ``others``."""
+        lines = signature_line(self.origin, self.key_id, self.key.sign(text).signature)
+        for other in others:
+            public = bytes(other.verify_key)
+            other_id = hashlib.sha256(self.origin.encode() + b"\n\x01" + public).digest()[:4]
+            lines += signature_line(self.origin, other_id, other.sign(text).signature)
+        return text + b"\n" + lines
+
+    def checkpoint(self, size: int) -> bytes:
+        return self.sign(self.text(size))
+
+    def request(self, old: int, size: int) -> bytes:
+        return add_checkpoint_body(old, self.proof(old, size), self.checkpoint(size))
+
+
+def add_checkpoint_body(old: int, proof: list[bytes], note: bytes) -> bytes:
+    """tlog-witness: ``old N``, one base64 hash per line, a blank line, the checkpoint."""
+    return b"old %d\n" % old + b"".join(b64(h) + b"\n" for h in proof) + b"\n" + note
+
+
+def verify_cosignature(response: bytes, note: bytes, name: str, public: bytes) -> int:
+    """Check a one-line add-checkpoint answer with raw pynacl; returns its timestamp."""
+    prefix = "\u2014 ".encode() + name.encode() + b" "
+    assert response.startswith(prefix) and response.endswith(b"\n")
+    assert response.count(b"\n") == 1
+    blob = base64.b64decode(response[len(prefix) : -1], validate=True)
+    assert blob[:4] == hashlib.sha256(name.encode() + b"\n\x04" + public).digest()[:4]
+    assert len(blob) == 4 + 8 + 64
+    timestamp = int.from_bytes(blob[4:12], "big")
+    text = note[: note.rindex(b"\n\n") + 1]
+    message = b"cosignature/v1\ntime " + str(timestamp).encode() + b"\n" + text
+    nacl.signing.VerifyKey(public).verify(message, blob[12:])
+    return timestamp
+
+
+# Fixtures
+
+
+@pytest.fixture
+def witness_key() -> Signer:
+    return Signer.generate(WITNESS_NAME, SIG_TYPE_COSIGNATURE_V1)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "witness.db"
+
+
+@pytest.fixture
+def state(db_path: Path) -> Iterator[WitnessState]:
+    state = WitnessState(db_path)
+    yield state
+    state.close()
+
+
+@pytest.fixture
+def log() -> MinimalLog:
+    return MinimalLog()
+
+
+@pytest.fixture
+def witness(state: WitnessState, witness_key: Signer, log: MinimalLog) -> Witness:
+    state.add_log(log.vkey, NOW)
+    return Witness(state, witness_key)
+
+
+@pytest.fixture
+def witnessed(witness: Witness, log: MinimalLog) -> Witness:
+    """A witness that has cosigned the log at size 5."""
+    assert witness.add_checkpoint(log.request(0, 5), NOW).status == 200
+    return witness
+
+
+def stored(state: WitnessState, origin: str = ORIGIN) -> tuple[int, bytes] | None:
+    recorded = state.recorded(origin)
+    return None if recorded is None else (recorded.size, recorded.root)
+
+
+def assert_refused(response: WitnessResponse, status: int, code: str) -> None:
+    assert response.status == status
+    assert response.content_type == TEXT_CONTENT_TYPE
+    assert response.body == code.encode() + b"\n"
+
+
+def cosigned_at(response: WitnessResponse, note: bytes, witness_key: Signer) -> int:
+    assert response.status == 200
+    assert response.content_type == TEXT_CONTENT_TYPE
+    return verify_cosignature(response.body, note, WITNESS_NAME, witness_key.public_key)
+
+
+# Accepted checkpoints
+
+
+def test_first_checkpoint_from_old_zero_is_cosigned(
+    witness: Witness, log: MinimalLog, state: WitnessState, witness_key: Signer
+) -> None:
+    response = witness.add_checkpoint(log.request(0, 5), NOW)
+    assert cosigned_at(response, log.checkpoint(5), witness_key) == NOW
+    assert stored(state) == (5, log.root(5))
+
+
+@pytest.mark.parametrize(("old", "new"), [(5, 6), (5, 8), (5, 13), (5, 64)])
+def test_growth_with_a_valid_consistency_proof_is_cosigned(
+    witnessed: Witness,
+    log: MinimalLog,
+    state: WitnessState,
+    witness_key: Signer,
+    old: int,
+    new: int,
+) -> None:
+    response = witnessed.add_checkpoint(log.request(old, new), NOW + 1)
+    assert cosigned_at(response, log.checkpoint(new), witness_key) == NOW + 1
+    assert stored(state) == (new, log.root(new))
+
+
+def test_growth_from_a_power_of_two_size_is_cosigned(
+    witness: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    assert witness.add_checkpoint(log.request(0, 4), NOW).status == 200
+    assert witness.add_checkpoint(log.request(4, 11), NOW).status == 200
+    assert stored(state) == (11, log.root(11))
+
+
+def test_refresh_at_the_same_size_gives_a_newer_timestamp(
+    witnessed: Witness, log: MinimalLog, state: WitnessState, witness_key: Signer
+) -> None:
+    response = witnessed.add_checkpoint(log.request(5, 5), NOW + 60)
+    assert cosigned_at(response, log.checkpoint(5), witness_key) == NOW + 60
+    assert state.recorded(ORIGIN) is not None
+    assert state.recorded(ORIGIN).updated_at == NOW + 60  # type: ignore[union-attr]
+
+
+def test_cosignature_times_never_go_backwards_when_the_clock_does(
+    witnessed: Witness, log: MinimalLog, witness_key: Signer
+) -> None:
+    response = witnessed.add_checkpoint(log.request(5, 9), NOW - 3600)
+    assert cosigned_at(response, log.checkpoint(9), witness_key) == NOW
+
+
+def test_cosignature_covers_checkpoint_extension_lines(
+    witness: Witness, log: MinimalLog, witness_key: Signer
+) -> None:
+    note = log.sign(log.text(3, ("extension line",)))
+    response = witness.add_checkpoint(add_checkpoint_body(0, [], note), NOW)
+    assert cosigned_at(response, note, witness_key) == NOW
+
+
+def test_signatures_from_unknown_keys_are_ignored(
+    witness: Witness, log: MinimalLog, witness_key: Signer
+) -> None:
+    note = log.sign(log.text(3), nacl.signing.SigningKey.generate())
+    response = witness.add_checkpoint(add_checkpoint_body(0, [], note), NOW)
+    assert cosigned_at(response, note, witness_key) == NOW
+
+
+def test_empty_tree_checkpoint_is_cosigned(
+    witness: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    assert witness.add_checkpoint(log.request(0, 0), NOW).status == 200
+    assert stored(state) == (0, hashlib.sha256(b"").digest())
+
+
+def test_record_survives_reopening_the_database(
+    witnessed: Witness, log: MinimalLog, db_path: Path, witness_key: Signer
+) -> None:
+    witnessed.state.close()
+    reopened = WitnessState(db_path)
+    try:
+        assert stored(reopened) == (5, log.root(5))
+        response = Witness(reopened, witness_key).add_checkpoint(log.request(0, 3), NOW)
+        assert (response.status, response.body) == (409, b"5\n")
+    finally:
+        reopened.close()
+
+
+# Refusals, in the spec's order; each leaves the record as it was.
+
+
+def test_body_over_the_size_limit_is_413(
+    witnessed: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    body = log.request(5, 8)
+    body += b"x" * (MAX_BODY_SIZE + 1 - len(body))
+    assert_refused(witnessed.add_checkpoint(body, NOW), 413, "too_large")
+    assert stored(state) == (5, log.root(5))
+
+
+def _malformed_bodies(log: MinimalLog) -> dict[str, bytes]:
+    note = log.checkpoint(8)
+    proof = log.proof(5, 8)
+    good_proof = b"".join(b64(h) + b"\n" for h in proof)
+    return {
+        "no old line": note,
+        "leading zero": b"old 05\n" + good_proof + b"\n" + note,
+        "zero with leading zero": b"old 00\n\n" + log.checkpoint(3),
+        "negative": b"old -5\n" + good_proof + b"\n" + note,
+        "plus sign": b"old +5\n" + good_proof + b"\n" + note,
+        "tab separator": b"old\t5\n" + good_proof + b"\n" + note,
+        "carriage returns": b"old 5\r\n" + good_proof + b"\r\n" + note,
+        "64 proof lines": add_checkpoint_body(5, [proof[0]] * 64, note),
+        "31-byte hash": b"old 5\n" + b64(b"\x00" * 31) + b"\n\n" + note,
+        "non-canonical base64": b"old 5\n" + b64(proof[0]).rstrip(b"=") + b"\n\n" + note,
+        "no blank line": b"old 5\n" + good_proof + note,
+        "not a note": b"old 5\n\nhello\n",
+        "empty note": b"old 5\n\n",
+        "signed text not a checkpoint": add_checkpoint_body(
+            5, [], log.sign(f"{ORIGIN}\nseven\n{b64(log.root(7)).decode()}\n".encode())
+        ),
+        "size too large": add_checkpoint_body(
+            5, [], log.sign(f"{ORIGIN}\n{1 << 63}\n{b64(log.root(7)).decode()}\n".encode())
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", list(_malformed_bodies(MinimalLog())))
+def test_malformed_body_is_400(
+    witnessed: Witness, log: MinimalLog, state: WitnessState, case: str
+) -> None:
+    response = witnessed.add_checkpoint(_malformed_bodies(log)[case], NOW)
+    assert_refused(response, 400, "malformed_request")
+    assert stored(state) == (5, log.root(5))
+
+
+def test_unknown_origin_is_404(witnessed: Witness, state: WitnessState, log: MinimalLog) -> None:
+    other = MinimalLog("other.example/log")
+    assert_refused(witnessed.add_checkpoint(other.request(0, 3), NOW), 404, "unknown_log")
+    assert stored(state, "other.example/log") is None
+    assert stored(state) == (5, log.root(5))
+
+
+def test_bad_signature_from_the_trusted_key_is_403(
+    witnessed: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    note = bytearray(log.checkpoint(8))
+    signature = note.rindex(b" ") + 10
+    note[signature] = ord("A") if note[signature] != ord("A") else ord("B")
+    body = add_checkpoint_body(5, log.proof(5, 8), bytes(note))
+    assert_refused(witnessed.add_checkpoint(body, NOW), 403, "untrusted_checkpoint")
+    assert stored(state) == (5, log.root(5))
+
+
+def test_checkpoint_signed_only_by_an_unknown_key_is_403(
+    witnessed: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    impostor = MinimalLog(ORIGIN)  # same origin, another key
+    assert_refused(
+        witnessed.add_checkpoint(impostor.request(5, 8), NOW), 403, "untrusted_checkpoint"
+    )
+    assert stored(state) == (5, log.root(5))
+
+
+def test_old_size_above_the_checkpoint_size_is_400(
+    witnessed: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    body = add_checkpoint_body(5, [], log.checkpoint(3))
+    assert_refused(witnessed.add_checkpoint(body, NOW), 400, "old_size_too_large")
+    assert stored(state) == (5, log.root(5))
+
+
+def test_old_size_other_than_the_recorded_one_is_409_with_the_recorded_size(
+    witnessed: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    response = witnessed.add_checkpoint(log.request(3, 8), NOW)
+    assert response == WitnessResponse(409, SIZE_CONTENT_TYPE, b"5\n", "old_size_mismatch")
+    assert response.content_type == "text/x.tlog.size"
+    assert stored(state) == (5, log.root(5))
+
+
+def test_log_never_cosigned_reports_recorded_size_zero(
+    witness: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    response = witness.add_checkpoint(log.request(3, 8), NOW)
+    assert (response.status, response.content_type, response.body) == (
+        409,
+        SIZE_CONTENT_TYPE,
+        b"0\n",
+    )
+    assert stored(state) is None
+
+
+def test_rollback_to_a_smaller_checkpoint_is_refused(
+    witnessed: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    assert witnessed.add_checkpoint(log.request(3, 3), NOW).body == b"5\n"
+    assert witnessed.add_checkpoint(log.request(0, 3), NOW).body == b"5\n"
+    assert (
+        witnessed.add_checkpoint(add_checkpoint_body(5, [], log.checkpoint(3)), NOW).status == 400
+    )
+    assert stored(state) == (5, log.root(5))
+
+
+def test_bad_consistency_proof_is_422(
+    witnessed: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    proof = log.proof(5, 8)
+    proof[-1] = hashlib.sha256(b"not a node").digest()
+    body = add_checkpoint_body(5, proof, log.checkpoint(8))
+    assert_refused(witnessed.add_checkpoint(body, NOW), 422, "bad_consistency_proof")
+    assert stored(state) == (5, log.root(5))
+
+
+def test_proof_from_old_size_zero_must_be_empty(
+    witness: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    body = add_checkpoint_body(0, [log.root(1)], log.checkpoint(5))
+    assert_refused(witness.add_checkpoint(body, NOW), 422, "bad_consistency_proof")
+    assert stored(state) is None
+
+
+def test_proof_between_equal_sizes_must_be_empty(
+    witnessed: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    body = add_checkpoint_body(5, [log.root(5)], log.checkpoint(5))
+    assert_refused(witnessed.add_checkpoint(body, NOW), 422, "bad_consistency_proof")
+    assert stored(state) == (5, log.root(5))
+
+
+def test_fork_at_the_recorded_size_is_409(
+    witnessed: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    fork = MinimalLog(ORIGIN, log.key, salt="fork ")
+    assert_refused(witnessed.add_checkpoint(fork.request(5, 5), NOW), 409, "root_mismatch")
+    assert stored(state) == (5, log.root(5))
+
+
+def test_fork_at_a_larger_size_is_422(
+    witnessed: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    fork = MinimalLog(ORIGIN, log.key, salt="fork ")
+    assert_refused(witnessed.add_checkpoint(fork.request(5, 8), NOW), 422, "bad_consistency_proof")
+    assert stored(state) == (5, log.root(5))
+
+
+def test_refused_validly_signed_forks_are_kept_as_evidence(
+    witnessed: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    fork = MinimalLog(ORIGIN, log.key, salt="fork ")
+    witnessed.add_checkpoint(fork.request(5, 5), NOW)
+    witnessed.add_checkpoint(fork.request(5, 8), NOW + 1)
+    witnessed.add_checkpoint(log.request(3, 8), NOW + 2)  # a stale client, not misbehaviour
+    kept = state.evidence(ORIGIN)
+    assert [(e.reason, e.received_at, e.body) for e in kept] == [
+        ("root_mismatch", NOW, fork.request(5, 5)),
+        ("bad_consistency_proof", NOW + 1, fork.request(5, 8)),
+    ]
+
+
+# The race the spec warns about: check, then persist, must be atomic.
+
+
+def _run(witness: Witness, body: bytes, results: dict[str, WitnessResponse], key: str) -> None:
+    results[key] = witness.add_checkpoint(body, NOW)
+
+
+@pytest.mark.parametrize("recorded", [0, 3])
+def test_stalled_request_cannot_roll_back_a_larger_checkpoint_committed_meanwhile(
+    witness: Witness, log: MinimalLog, state: WitnessState, recorded: int
+) -> None:
+    if recorded:
+        assert witness.add_checkpoint(log.request(0, recorded), NOW).status == 200
+    stalled, release = threading.Event(), threading.Event()
+
+    def stall_size_5(checkpoint: Checkpoint) -> None:
+        if checkpoint.size == 5:
+            stalled.set()
+            assert release.wait(10)
+
+    witness.before_commit = stall_size_5
+    results: dict[str, WitnessResponse] = {}
+    first = threading.Thread(target=_run, args=(witness, log.request(recorded, 5), results, "a"))
+    first.start()
+    assert stalled.wait(10)
+    second = threading.Thread(target=_run, args=(witness, log.request(recorded, 8), results, "b"))
+    second.start()
+    second.join(10)
+    assert results["b"].status == 200
+    release.set()
+    first.join(10)
+    assert (results["a"].status, results["a"].content_type, results["a"].body) == (
+        409,
+        SIZE_CONTENT_TYPE,
+        b"8\n",
+    )
+    assert stored(state) == (8, log.root(8))
+
+
+# Configuration and status
+
+
+def test_log_status_reports_latest_size_and_cosign_time(
+    witnessed: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    witnessed.add_checkpoint(log.request(5, 7), NOW + 30)
+    [status] = state.logs()
+    assert (status.origin, status.vkey) == (ORIGIN, log.vkey)
+    assert status.recorded is not None
+    assert (status.recorded.size, status.recorded.updated_at) == (7, NOW + 30)
+    assert status.lag(NOW + 100) == 70
+
+
+def test_configured_log_never_cosigned_has_no_lag(witness: Witness, state: WitnessState) -> None:
+    [status] = state.logs()
+    assert status.recorded is None and status.lag(NOW) is None
+
+
+def test_adding_the_same_log_key_again_changes_nothing(
+    witness: Witness, log: MinimalLog, state: WitnessState
+) -> None:
+    verifier, added = state.add_log(log.vkey, NOW)
+    assert (verifier.name, added) == (ORIGIN, False)
+
+
+def test_another_key_for_a_configured_origin_is_refused(
+    witness: Witness, state: WitnessState
+) -> None:
+    with pytest.raises(LogConfigError) as err:
+        state.add_log(MinimalLog(ORIGIN).vkey, NOW)
+    assert err.value.code == "log_key_conflict"
+
+
+def test_cosigner_key_is_not_accepted_as_a_log_key(
+    state: WitnessState, witness_key: Signer
+) -> None:
+    with pytest.raises(LogConfigError) as err:
+        state.add_log(witness_key.verifier().vkey(), NOW)
+    assert err.value.code == "bad_log_key"
+
+
+def test_witness_refuses_to_cosign_with_a_log_signing_key(state: WitnessState) -> None:
+    with pytest.raises(ValueError):
+        Witness(state, Signer.generate(WITNESS_NAME))
+
+
+def test_logs_file_reads_log_lines_and_skips_client_policy_lines(log: MinimalLog) -> None:
+    other = MinimalLog("other.example/log")
+    policy = (
+        "# logs this witness follows\n"
+        f"log {log.vkey}\n"
+        f"log {other.vkey} https://other.example/\n"
+        "\n"
+        "witness w1 witness.test/w1+01234567+BAAA https://w1.example/\n"
+        "quorum none\n"
+    )
+    assert [v.vkey() for v in parse_logs_file(policy)] == [log.vkey, other.vkey]
+
+
+def test_logs_file_with_an_unknown_line_is_refused(log: MinimalLog) -> None:
+    with pytest.raises(LogConfigError):
+        parse_logs_file(f"lgo {log.vkey}\n")
