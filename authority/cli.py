@@ -119,24 +119,28 @@ def exclusive_lock(data: Path, *, wait: bool = False) -> Iterator[bool]:
 
 
 def witness_setup(
-    instance: Instance, keys: Path, quorum: int, timeout: float
-) -> Callable[[AuthorityState], Witnessing]:
+    instance: Instance, keys: Path, quorum: int, timeout: float, embedded: bool = True
+) -> Callable[[AuthorityState], Witnessing] | None:
     """The embedded witness plus every external witness in the config, as a factory the
     server calls once its state exists (the proofs come from its reader threads)."""
     config = json.loads((instance.data / CONFIG_FILE).read_text())
-    stem = config["log_key"] + "-witness"
-    embedded = open_embedded_witness(
-        instance.data / EMBEDDED_WITNESS_DB,
-        keys,
-        stem,
-        embedded_witness_name(instance.origin),
-        instance.signer.verifier(),
-    )
+    local = None
+    if embedded:
+        local = open_embedded_witness(
+            instance.data / EMBEDDED_WITNESS_DB,
+            keys,
+            config["log_key"] + "-witness",
+            embedded_witness_name(instance.origin),
+            instance.signer.verifier(),
+        )
+    externals = config.get("witnesses", [])
+    if local is None and not externals:
+        return None
 
     def build(state: AuthorityState) -> Witnessing:
-        tracks = [WitnessTrack(embedded.witness.verifier(), embedded, external=False)]
+        tracks = [] if local is None else [WitnessTrack(local.witness.verifier(), local, False)]
         session = aiohttp.ClientSession()
-        for entry in config.get("witnesses", []):
+        for entry in externals:
             remote = RemoteWitness(entry["url"], session, timeout)
             tracks.append(WitnessTrack(Verifier.parse_cosigner(entry["key"]), remote, True))
         witnessing = Witnessing(tracks, state.consistency_proof, quorum=quorum, timeout=timeout)
@@ -155,7 +159,7 @@ async def _serve(
     host: str,
     port: int,
     config: ServerConfig,
-    witnessing: Callable[[AuthorityState], Witnessing],
+    witnessing: Callable[[AuthorityState], Witnessing] | None,
 ) -> None:
     app = build_app(config, instance.signer, witnessing)
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
@@ -213,7 +217,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             refresh_interval=args.witness_refresh,
         )
         witnesses = witness_setup(
-            instance, args.keys, args.publication_quorum, args.witness_timeout
+            instance,
+            args.keys,
+            args.publication_quorum,
+            args.witness_timeout,
+            embedded=args.embedded_witness,
         )
         asyncio.run(_serve(instance, args.host, args.port, config, witnesses))
     return 0
@@ -375,6 +383,12 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="external witnesses that must cosign before a checkpoint is published "
         "(default: 0; the embedded witness always cosigns)",
+    )
+    sp.add_argument(
+        "--embedded-witness",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="cosign every checkpoint with the embedded witness (default: on)",
     )
     sp.add_argument(
         "--witness-refresh",

@@ -1,0 +1,140 @@
+"""Fork evidence: written by a follower that saw two histories, verified offline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from authority.log import Log
+from client.cli import main as deplog_main
+from client.evidence import (
+    EvidenceError,
+    EvidenceFormatError,
+    ForkEvidence,
+    evidence_between,
+    read_evidence,
+    write_evidence,
+)
+from client.note import Signer
+from client.proofs import ConsistencyProof
+from tests.integration.harness import make_envelope
+from tests.local_log import ORIGIN, LocalLog, register
+
+
+@pytest.fixture
+def signer() -> Signer:
+    return Signer.generate(ORIGIN)
+
+
+def grown_log(path: Path, signer: Signer, namespace: str, notices: int) -> Log:
+    publisher = Signer.generate("acme")
+    log = Log(path, signer, ORIGIN)
+    register(log, publisher, namespace)
+    for sequence in range(1, notices + 1):
+        log.sequence([make_envelope(publisher, sequence, tool=f"tool:{namespace}/search")])
+    return log
+
+
+@pytest.fixture
+def two_histories(tmp_path: Path, signer: Signer) -> tuple[Log, Log]:
+    """Two logs under one key: the same size, different trees."""
+    return (
+        grown_log(tmp_path / "a.db", signer, "org.acme", 2),
+        grown_log(tmp_path / "b.db", signer, "org.evil", 2),
+    )
+
+
+def note(log: Log) -> bytes:
+    assert log.published is not None
+    return log.published.note
+
+
+def test_same_size_different_roots_prove_a_fork(
+    two_histories: tuple[Log, Log], signer: Signer
+) -> None:
+    a, b = two_histories
+    evidence = evidence_between(signer.verifier(), note(a), note(b), None, "test")
+    assert evidence.verify(signer.verifier()) == "conflicting_roots"
+
+
+def test_a_failing_served_proof_is_shown_as_inconsistent(
+    tmp_path: Path, signer: Signer, two_histories: tuple[Log, Log]
+) -> None:
+    _, b = two_histories
+    smaller = grown_log(tmp_path / "c.db", signer, "org.acme", 1)
+    proof = ConsistencyProof(2, 3, tuple(b.tree.consistency_proof(2, 3)))
+    evidence = evidence_between(signer.verifier(), note(smaller), note(b), proof, "test")
+    assert evidence.verify(signer.verifier()) == "inconsistent_proof"
+
+
+def test_consistent_checkpoints_are_not_evidence(tmp_path: Path) -> None:
+    local = LocalLog(tmp_path)
+    local.publish()
+    first = note(local.log)
+    local.publish()
+    size = local.log.tree.size
+    honest = ConsistencyProof(2, size, tuple(local.log.tree.consistency_proof(2, size)))
+    key = local.signer.verifier()
+    evidence = evidence_between(key, first, note(local.log), honest, "test")
+    with pytest.raises(EvidenceError) as refused:
+        evidence.verify(key)
+    assert refused.value.code == "no_conflict"
+
+
+def test_evidence_checked_against_another_log_key_is_refused(
+    two_histories: tuple[Log, Log], signer: Signer
+) -> None:
+    a, b = two_histories
+    evidence = evidence_between(signer.verifier(), note(a), note(b), None, "test")
+    with pytest.raises(EvidenceError) as refused:
+        evidence.verify(Signer.generate(ORIGIN).verifier())
+    assert refused.value.code == "other_log"
+
+
+def test_evidence_files_round_trip(
+    tmp_path: Path, two_histories: tuple[Log, Log], signer: Signer
+) -> None:
+    a, b = two_histories
+    evidence = evidence_between(signer.verifier(), note(a), note(b), None, "test")
+    assert read_evidence(write_evidence(tmp_path, evidence)) == evidence
+
+
+def test_a_file_that_is_not_evidence_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps({"format": "something else"}))
+    with pytest.raises(EvidenceFormatError):
+        read_evidence(path)
+
+
+def test_audit_evidence_command_proves_a_fork(
+    tmp_path: Path,
+    two_histories: tuple[Log, Log],
+    signer: Signer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    a, b = two_histories
+    path = write_evidence(
+        tmp_path, evidence_between(signer.verifier(), note(a), note(b), None, "follower")
+    )
+    assert deplog_main(["audit", "evidence", "--log-key", signer.verifier().vkey(), str(path)]) == 0
+    assert capsys.readouterr().out.startswith("proven: conflicting_roots")
+
+
+def test_audit_evidence_command_fails_on_tampered_evidence(
+    tmp_path: Path, two_histories: tuple[Log, Log], signer: Signer
+) -> None:
+    a, b = two_histories
+    evidence = evidence_between(signer.verifier(), note(a), note(b), None, "follower")
+    forged = ForkEvidence(
+        evidence.log_key,
+        evidence.first,
+        evidence.second.replace("\u2014".encode(), b"-", 1),
+        None,
+        evidence.detected_at,
+        evidence.reporter,
+    )
+    path = tmp_path / "forged.json"
+    path.write_text(json.dumps(forged.to_json()))
+    assert deplog_main(["audit", "evidence", "--log-key", signer.verifier().vkey(), str(path)]) == 1
