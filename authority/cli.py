@@ -16,7 +16,6 @@ import fcntl
 import json
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import IO
 import aiohttp
 from aiohttp import web
 
+from authority.httpd import serve_until_signalled
 from authority.log import Log, audit_storage
 from authority.sequencer import SequencerLimits
 from authority.server import AuthorityState, ServerConfig, build_admin_app, build_app
@@ -174,17 +174,9 @@ async def _serve(
         await web.UnixSite(admin_runner, str(socket_path)).start()
     finally:
         os.umask(old_umask)
-    await web.TCPSite(runner, host, port, backlog=1024).start()
-    bound = [a for a in runner.addresses if isinstance(a, tuple)]
-    actual_port = bound[0][1] if bound else port
-    print(f"authority {instance.origin} serving on http://{host}:{actual_port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await admin_runner.cleanup()
-    await runner.cleanup()
+    await serve_until_signalled(
+        runner, host, port, f"authority {instance.origin}", on_stop=admin_runner.cleanup
+    )
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()
 

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from authority import store
+from authority.httpd import METRICS, errors_and_metrics
 from authority.log import Log
 from authority.metrics import Metrics
 from authority.reader import LogReader
@@ -72,52 +73,6 @@ class UnsupportedMediaTypeError(RequestError):
 
 def error_response(code: str, status: int) -> web.Response:
     return web.json_response({"error": code}, status=status)
-
-
-def _error_for(exc: web.HTTPException) -> web.Response:
-    codes = {
-        404: "not_found",
-        405: "method_not_allowed",
-        413: "too_large",
-        415: "unsupported_media_type",
-    }
-    response = error_response(codes.get(exc.status, "bad_request"), exc.status)
-    if exc.status == 405 and "Allow" in exc.headers:
-        response.headers["Allow"] = exc.headers["Allow"]
-    return response
-
-
-def _route_of(request: web.Request) -> str:
-    info = request.match_info.route.resource
-    return info.canonical if info is not None else "unmatched"
-
-
-@web.middleware
-async def errors_and_metrics(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Turn every failure into a stable JSON error and count every request."""
-    started = time.perf_counter()
-    try:
-        response = await handler(request)
-    except DeplogError as err:
-        response = error_response(err.code, getattr(err, "http_status", 400))
-        if response.status == 503:
-            response.headers["Retry-After"] = "1"
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        response = _error_for(exc)
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        # Type only: the exception text may carry request values.
-        log.exception("internal error on %s", _route_of(request))
-        response = error_response("internal", 500)
-    request.app[METRICS].observe(
-        request.method, _route_of(request), response.status, time.perf_counter() - started
-    )
-    return response
 
 
 class AuthorityState:
@@ -237,7 +192,6 @@ class AuthorityState:
 
 
 STATE = web.AppKey("state", AuthorityState)
-METRICS = web.AppKey("metrics", Metrics)
 
 
 def _int_param(request: web.Request, name: str) -> int:
@@ -356,7 +310,9 @@ def build_app(
     witnessing: Callable[[AuthorityState], Witnessing] | None = None,
 ) -> web.Application:
     """The public application; the log opens on startup and closes on cleanup."""
-    app = web.Application(client_max_size=config.max_body, middlewares=[errors_and_metrics])
+    app = web.Application(
+        client_max_size=config.max_body, middlewares=[errors_and_metrics(error_response)]
+    )
     metrics = Metrics()
     app[METRICS] = metrics
 
@@ -424,7 +380,9 @@ def build_app(
 
 def build_admin_app(public: web.Application) -> web.Application:
     """The operator's app, served only on a 0600 Unix socket beside the database."""
-    admin = web.Application(client_max_size=16 * 1024, middlewares=[errors_and_metrics])
+    admin = web.Application(
+        client_max_size=16 * 1024, middlewares=[errors_and_metrics(error_response)]
+    )
     admin[METRICS] = Metrics()
 
     async def share_state(app: web.Application) -> None:

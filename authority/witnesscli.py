@@ -23,10 +23,9 @@ import fcntl
 import json
 import logging
 import os
-import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import IO
 
 from aiohttp import web
 
+from authority.httpd import METRICS, errors_and_metrics, serve_until_signalled
 from authority.metrics import Metrics
 from authority.witness import (
     MAX_BODY_SIZE,
@@ -140,7 +140,6 @@ def add_logs_from_file(state: WitnessState, path: Path, out: IO[str]) -> None:
 
 
 WITNESS = web.AppKey("witness", Witness)
-METRICS = web.AppKey("metrics", Metrics)
 EXECUTOR = web.AppKey("executor", concurrent.futures.ThreadPoolExecutor)
 IN_FLIGHT = web.AppKey("in_flight", list)
 
@@ -149,38 +148,6 @@ def _text(code: str, status: int) -> web.Response:
     return web.Response(
         status=status, body=f"{code}\n".encode(), headers={"Content-Type": TEXT_CONTENT_TYPE}
     )
-
-
-def _route_of(request: web.Request) -> str:
-    resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else "unmatched"
-
-
-@web.middleware
-async def errors_and_metrics(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Every failure becomes a short value-free text answer; every request is counted."""
-    started = time.perf_counter()
-    try:
-        response = await handler(request)
-    except DeplogError as err:
-        response = _text(err.code, getattr(err, "http_status", 400))
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
-        response = _text(codes.get(exc.status, "bad_request"), exc.status)
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        # Type only: the exception text may carry request values.
-        log.exception("internal error on %s", _route_of(request))
-        response = _text("internal", 500)
-    request.app[METRICS].observe(
-        request.method, _route_of(request), response.status, time.perf_counter() - started
-    )
-    return response
 
 
 async def post_add_checkpoint(request: web.Request) -> web.Response:
@@ -253,7 +220,7 @@ async def get_metrics(request: web.Request) -> web.Response:
 
 def build_app(witness: Witness, threads: int = WORKER_THREADS) -> web.Application:
     """The witness HTTP application; its thread pool shuts down on cleanup."""
-    app = web.Application(client_max_size=MAX_BODY_SIZE, middlewares=[errors_and_metrics])
+    app = web.Application(client_max_size=MAX_BODY_SIZE, middlewares=[errors_and_metrics(_text)])
     app[WITNESS] = witness
     app[METRICS] = Metrics()
     app[IN_FLIGHT] = [0]
@@ -273,16 +240,7 @@ def build_app(witness: Witness, threads: int = WORKER_THREADS) -> web.Applicatio
 async def _serve(config: WitnessConfig, witness: Witness, host: str, port: int) -> None:
     runner = web.AppRunner(build_app(witness), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port, backlog=1024).start()
-    bound = [a for a in runner.addresses if isinstance(a, tuple)]
-    actual_port = bound[0][1] if bound else port
-    print(f"witness {config.name} serving on http://{host}:{actual_port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await runner.cleanup()
+    await serve_until_signalled(runner, host, port, f"witness {config.name}")
 
 
 # Commands
