@@ -27,6 +27,7 @@ import aiohttp
 from aiohttp import web
 
 from authority.httpd import serve_until_signalled
+from authority.limits import Rate
 from authority.log import Log, audit_storage
 from authority.sequencer import SequencerLimits
 from authority.server import AuthorityState, ServerConfig, build_admin_app, build_app
@@ -39,6 +40,7 @@ from client.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier
 from client.policy import Policy
 
 DEFAULT_PORT = 7460
+MAX_HEADERS = 64
 DEFAULT_ORIGIN = "localhost/deplog"
 CONFIG_FILE = "config.json"
 DB_FILE = "log.db"
@@ -162,7 +164,15 @@ async def _serve(
     witnessing: Callable[[AuthorityState], Witnessing] | None,
 ) -> None:
     app = build_app(config, instance.signer, witnessing)
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handler_cancellation=True,
+        max_line_size=8190,
+        max_field_size=8190,
+        max_headers=MAX_HEADERS,
+        keepalive_timeout=30,
+    )
     await runner.setup()
     admin_runner = web.AppRunner(build_admin_app(app), access_log=None)
     await admin_runner.setup()
@@ -207,6 +217,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             limits=limits,
             max_db_bytes=max_db_bytes,
             refresh_interval=args.witness_refresh,
+            address_rate=args.rate_per_address,
+            publisher_rate=args.rate_per_publisher,
+            body_timeout=args.body_timeout,
         )
         witnesses = witness_setup(
             instance,
@@ -375,6 +388,26 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="external witnesses that must cosign before a checkpoint is published "
         "(default: 0; the embedded witness always cosigns)",
+    )
+    sp.add_argument(
+        "--rate-per-address",
+        type=Rate.parse,
+        default=Rate(2000, 4000),
+        help="submissions a second from one client address, RATE[/BURST], 0 = no limit "
+        "(default: 2000/4000)",
+    )
+    sp.add_argument(
+        "--rate-per-publisher",
+        type=Rate.parse,
+        default=Rate(500, 1000),
+        help="accepted notices a second per publisher, RATE[/BURST], 0 = no limit "
+        "(default: 500/1000)",
+    )
+    sp.add_argument(
+        "--body-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a client has to send a request body (default: 10; then 408)",
     )
     sp.add_argument(
         "--embedded-witness",

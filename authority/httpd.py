@@ -53,6 +53,9 @@ def errors_and_metrics(render: ErrorRenderer) -> Middleware:
             response = await handler(request)
         except DeplogError as err:
             response = render(err.code, getattr(err, "http_status", 400))
+            retry_after = getattr(err, "retry_after", None)
+            if retry_after is not None:
+                response.headers["Retry-After"] = str(retry_after)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise

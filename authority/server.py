@@ -25,6 +25,7 @@ from aiohttp import web
 
 from authority import store
 from authority.httpd import METRICS, errors_and_metrics
+from authority.limits import Rate, RateLimiter
 from authority.log import Log
 from authority.metrics import Metrics
 from authority.reader import LogReader
@@ -55,6 +56,9 @@ class ServerConfig:
     reader_threads: int = 2
     max_db_bytes: int | None = None
     refresh_interval: float = 10.0
+    address_rate: Rate = field(default_factory=lambda: Rate(2000, 4000))
+    publisher_rate: Rate = field(default_factory=lambda: Rate(500, 1000))
+    body_timeout: float = 10.0
     limits: SequencerLimits = field(default_factory=SequencerLimits)
 
 
@@ -62,6 +66,13 @@ class RequestError(DeplogError):
     """A request the API refuses before it reaches the log."""
 
     http_status = 400
+
+
+class RequestTimeoutError(RequestError):
+    """A body that did not arrive in time (a slow or stalled client)."""
+
+    code = "request_timeout"
+    http_status = 408
 
 
 class UnsupportedMediaTypeError(RequestError):
@@ -103,6 +114,8 @@ class AuthorityState:
         self.checkpoint = published
         self.note = published.note
         self.published_at = time.time()
+        self.address_limit = RateLimiter(config.address_rate, "rate_limited")
+        self.publisher_limit = RateLimiter(config.publisher_rate, "publisher_rate_limited")
         self.witnessing = witnessing(self) if witnessing is not None else None
         if self.witnessing is not None:
             self.witnessing.on_change = self.cosignatures_changed
@@ -208,11 +221,20 @@ def _int_param(request: web.Request, name: str) -> int:
 
 async def post_notice(request: web.Request) -> web.Response:
     state = request.app[STATE]
+    state.address_limit.take(request.remote or "unknown")
     if request.content_type != JSON:
         raise UnsupportedMediaTypeError()
-    body = await request.read()
+    try:
+        body = await asyncio.wait_for(request.read(), state.config.body_timeout)
+    except TimeoutError:
+        raise RequestTimeoutError() from None
     envelope = Envelope.parse(body)
+    # Checked before and charged after sequencing: only accepted notices use up a
+    # publisher's budget, so forged envelopes naming it cannot lock it out.
+    state.publisher_limit.check(envelope.notice.publisher)
     result = await state.sequencer.submit(envelope)
+    if result.created:
+        state.publisher_limit.charge(envelope.notice.publisher)
     return web.Response(
         body=result.receipt,
         status=201 if result.created else 200,
