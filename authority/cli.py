@@ -210,6 +210,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     with exclusive_lock(args.data) as owned:
         if not owned:
             raise CLIError(f"another authority is already serving {args.data}")
+        if args.verify_on_start:
+            size, problem = (
+                audit_storage(instance.db_path) if instance.db_path.exists() else (0, None)
+            )
+            if problem is not None:
+                raise CLIError(f"refusing to start: {problem} ({size} leaves)")
         max_db_bytes = None if args.max_db_mb is None else int(args.max_db_mb * 1024 * 1024)
         config = ServerConfig(
             db_path=instance.db_path,
@@ -402,6 +408,12 @@ def parser() -> argparse.ArgumentParser:
         default=Rate(500, 1000),
         help="accepted notices a second per publisher, RATE[/BURST], 0 = no limit "
         "(default: 500/1000)",
+    )
+    sp.add_argument(
+        "--verify-on-start",
+        action="store_true",
+        help="rehash every leaf and subtree before serving (O(n); by default this runs "
+        "in the background after start and stops appends if it finds a problem)",
     )
     sp.add_argument(
         "--body-timeout",

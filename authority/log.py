@@ -108,13 +108,20 @@ class Log:
         self.signer = signer
         self.verifier = signer.verifier()
         self.origin = origin
-        self.conn = store.connect(path)
-        store.create_schema(self.conn)
-        if max_bytes is not None:
-            store.limit_size(self.conn, max_bytes)
-        self.tree = StoredHashTree(self.conn)
-        self.registry = self._load_registry()
-        self.published = self._check_stored_checkpoint()
+        try:
+            self.conn = store.connect(path)
+            store.create_schema(self.conn)
+            if max_bytes is not None:
+                store.limit_size(self.conn, max_bytes)
+            self.tree = StoredHashTree(self.conn)
+            self.registry = self._load_registry()
+            self.published = self._check_stored_checkpoint()
+        except sqlite3.DatabaseError as err:
+            raise IntegrityError(
+                "storage_corrupt", f"the database cannot be read ({type(err).__name__})"
+            ) from None
+        except TreeCorruptError:
+            raise IntegrityError("storage_corrupt", "stored hashes are missing") from None
         if self.published is None or self.published.size < self.tree.size:
             self.published = self._sign_checkpoint()
 

@@ -26,7 +26,7 @@ from aiohttp import web
 from authority import store
 from authority.httpd import METRICS, errors_and_metrics
 from authority.limits import Rate, RateLimiter
-from authority.log import Log
+from authority.log import IntegrityError, Log, audit_storage
 from authority.metrics import Metrics
 from authority.reader import LogReader
 from authority.sequencer import Sequencer, SequencerLimits
@@ -120,6 +120,8 @@ class AuthorityState:
         if self.witnessing is not None:
             self.witnessing.on_change = self.cosignatures_changed
         self._refresher: asyncio.Task[None] | None = None
+        self._auditor: asyncio.Task[None] | None = None
+        self.corrupt: str | None = None
 
     async def start(self) -> None:
         try:
@@ -134,8 +136,26 @@ class AuthorityState:
         await self.sequencer.start()
         if self.witnessing is not None and self.config.refresh_interval > 0:
             self._refresher = asyncio.create_task(self._refresh_cosignatures())
+        self._auditor = asyncio.create_task(self._audit_storage())
+
+    async def _audit_storage(self) -> None:
+        """Rehash every stored leaf and subtree once, off the event loop, after starting.
+
+        Start-up itself only checks the root at the latest checkpoint (O(log n));
+        this finds what that cannot, such as a leaf's bytes altered on disk, and
+        then stops all appends (``storage_corrupt``) and fails ``/healthz``.
+        """
+        loop = asyncio.get_running_loop()
+        _, problem = await loop.run_in_executor(None, audit_storage, self.config.db_path)
+        if problem is not None:
+            log.error("storage audit failed: %s; refusing appends", problem)
+            self.corrupt = problem
 
     async def stop(self) -> None:
+        if self._auditor is not None:
+            self._auditor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._auditor
         if self._refresher is not None:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -221,6 +241,8 @@ def _int_param(request: web.Request, name: str) -> int:
 
 async def post_notice(request: web.Request) -> web.Response:
     state = request.app[STATE]
+    if state.corrupt is not None:
+        raise IntegrityError()
     state.address_limit.take(request.remote or "unknown")
     if request.content_type != JSON:
         raise UnsupportedMediaTypeError()
@@ -307,6 +329,10 @@ async def get_publishers(request: web.Request) -> web.Response:
 
 async def get_healthz(request: web.Request) -> web.Response:
     state = request.app[STATE]
+    if state.corrupt is not None:
+        return web.json_response(
+            {"status": "storage_corrupt", "problem": state.corrupt}, status=503
+        )
     return web.json_response(
         {"status": "ok", "size": state.checkpoint.size, "pending": state.sequencer.pending}
     )

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -110,8 +111,11 @@ class ServiceProcess:
             time.sleep(0.02)
         else:
             raise RuntimeError("server did not start in time")
-        with urllib.request.urlopen(self.url + "/healthz", timeout=10) as response:
-            assert response.status == 200
+        try:
+            with urllib.request.urlopen(self.url + "/healthz", timeout=10) as response:
+                assert response.status == 200
+        except urllib.error.HTTPError as unhealthy:  # serving, but reporting a problem
+            assert unhealthy.code == 503
         return self.url
 
     @property
