@@ -226,6 +226,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             address_rate=args.rate_per_address,
             publisher_rate=args.rate_per_publisher,
             body_timeout=args.body_timeout,
+            max_subscribers=args.max_subscribers,
         )
         witnesses = witness_setup(
             instance,
@@ -408,6 +409,12 @@ def parser() -> argparse.ArgumentParser:
         default=Rate(500, 1000),
         help="accepted notices a second per publisher, RATE[/BURST], 0 = no limit "
         "(default: 500/1000)",
+    )
+    sp.add_argument(
+        "--max-subscribers",
+        type=int,
+        default=1024,
+        help="live checkpoint push streams at most (default: 1024; then 503)",
     )
     sp.add_argument(
         "--verify-on-start",

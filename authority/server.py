@@ -28,6 +28,7 @@ from authority.httpd import METRICS, errors_and_metrics
 from authority.limits import Rate, RateLimiter
 from authority.log import IntegrityError, Log, audit_storage
 from authority.metrics import Metrics
+from authority.push import PushHub
 from authority.reader import LogReader
 from authority.sequencer import Sequencer, SequencerLimits
 from authority.witnessing import QuorumUnavailableError, Witnessing
@@ -59,6 +60,7 @@ class ServerConfig:
     address_rate: Rate = field(default_factory=lambda: Rate(2000, 4000))
     publisher_rate: Rate = field(default_factory=lambda: Rate(500, 1000))
     body_timeout: float = 10.0
+    max_subscribers: int = 1024
     limits: SequencerLimits = field(default_factory=SequencerLimits)
 
 
@@ -114,6 +116,7 @@ class AuthorityState:
         self.checkpoint = published
         self.note = published.note
         self.published_at = time.time()
+        self.push = PushHub(config.max_subscribers)
         self.address_limit = RateLimiter(config.address_rate, "rate_limited")
         self.publisher_limit = RateLimiter(config.publisher_rate, "publisher_rate_limited")
         self.witnessing = witnessing(self) if witnessing is not None else None
@@ -130,7 +133,8 @@ class AuthorityState:
             # Serve what last met the quorum; the refresh loop keeps trying the rest.
             saved = await self.sequencer.call(self.sequencer.log.last_published)
             if saved is not None:
-                self.checkpoint, self.note = saved
+                self.checkpoint = saved[0]
+                self.serve_note(saved[1])
             else:
                 log.warning("no checkpoint has met the publication quorum yet")
         await self.sequencer.start()
@@ -152,6 +156,7 @@ class AuthorityState:
             self.corrupt = problem
 
     async def stop(self) -> None:
+        self.push.close()
         if self._auditor is not None:
             self._auditor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -177,13 +182,19 @@ class AuthorityState:
                 note = await self.witnessing.witness_new(checkpoint)
                 if self.witnessing.quorum:
                     await self.sequencer.call(self.sequencer.log.save_published, checkpoint, note)
-            self.checkpoint, self.note, self.published_at = checkpoint, note, time.time()
+            self.checkpoint, self.published_at = checkpoint, time.time()
+            self.serve_note(note)
             return note
 
     def cosignatures_changed(self) -> None:
         """A witness cosigned (in the background or on refresh): serve the new lines."""
         if self.witnessing is not None:
-            self.note = self.witnessing.published_note(self.checkpoint)
+            self.serve_note(self.witnessing.published_note(self.checkpoint))
+
+    def serve_note(self, note: bytes) -> None:
+        """Make ``note`` what ``GET /checkpoint`` returns, and push it to subscribers."""
+        self.note = note
+        self.push.publish(note)
 
     async def _refresh_cosignatures(self) -> None:
         """Re-submit the served checkpoint to every witness, so timestamps stay recent."""
@@ -327,6 +338,10 @@ async def get_publishers(request: web.Request) -> web.Response:
     return web.json_response(await state.read(lambda r: r.publishers()))
 
 
+async def get_checkpoint_stream(request: web.Request) -> web.StreamResponse:
+    return await request.app[STATE].push.stream(request)
+
+
 async def get_healthz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if state.corrupt is not None:
@@ -394,6 +409,16 @@ def build_app(
             "Batches sequenced since start.",
             lambda: float(sequencer.batches),
         )
+        metrics.gauge(
+            "deplog_push_subscribers",
+            "Live checkpoint push streams.",
+            lambda: float(len(state.push.subscribers)),
+        )
+        metrics.gauge(
+            "deplog_push_dropped_total",
+            "Push subscribers dropped for falling behind.",
+            lambda: float(state.push.dropped),
+        )
         if state.witnessing is not None:
             witnessing_ = state.witnessing
             metrics.labeled_gauge(
@@ -412,7 +437,11 @@ def build_app(
     async def close_log(app: web.Application) -> None:
         await app[STATE].stop()
 
+    async def end_streams(app: web.Application) -> None:
+        app[STATE].push.close()  # before shutdown waits for handlers: streams end now
+
     app.on_startup.append(open_log)
+    app.on_shutdown.append(end_streams)
     app.on_cleanup.append(close_log)
     app.router.add_post("/v1/notices", post_notice)
     app.router.add_get("/checkpoint", get_checkpoint)
@@ -421,6 +450,7 @@ def build_app(
     app.router.add_get("/v1/entries", get_entries)
     app.router.add_get("/v1/tools/{tool_id:.+}", get_tool)
     app.router.add_get("/v1/publishers", get_publishers)
+    app.router.add_get("/v1/checkpoints/stream", get_checkpoint_stream)
     app.router.add_get("/healthz", get_healthz)
     app.router.add_get("/metrics", get_metrics)
     return app

@@ -20,13 +20,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from client import auditcli, canonical
+from client import auditcli, canonical, inventory
+from client.checkpoint import open_checkpoint
 from client.entries import NoticeEntry, decode_entry, encode_entry
 from client.errors import DeplogError
 from client.follower import Follower, SyncResult
 from client.keyfile import create_signer, key_file_name, load_signer
 from client.note import Verifier
-from client.notice import Envelope, Notice
+from client.notice import Envelope, Notice, parse_timestamp
 from client.policy import Policy
 from client.receipt import Receipt, verify_receipt
 from client.state import LocalState
@@ -211,6 +212,42 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_time(text: str | None) -> datetime:
+    return parse_timestamp(text) if text else datetime.now(UTC).replace(microsecond=0)
+
+
+def _emit(report: dict[str, Any], fmt: str) -> None:
+    if fmt == "markdown":
+        sys.stdout.write(inventory.to_markdown(report))
+    else:
+        sys.stdout.buffer.write(inventory.to_json(report))
+
+
+def cmd_inventory_check(args: argparse.Namespace) -> int:
+    """The status of every inventory entry at the trusted checkpoint (local state only)."""
+    items = inventory.parse_inventory(args.inventory.read_bytes())
+    state = LocalState(args.state, None)
+    try:
+        _emit(inventory.check(state, items, _report_time(args.at)), args.format)
+    finally:
+        state.close()
+    return 0
+
+
+def cmd_inventory_diff(args: argparse.Namespace) -> int:
+    """What changed for the inventory between two signed checkpoints (local state only)."""
+    items = inventory.parse_inventory(args.inventory.read_bytes())
+    log_key = Verifier.parse(args.log_key)
+    old, _ = open_checkpoint(args.from_checkpoint.read_bytes(), log_key)
+    new, _ = open_checkpoint(args.to_checkpoint.read_bytes(), log_key)
+    state = LocalState(args.state, log_key.name)
+    try:
+        _emit(inventory.diff(state, items, old, new, _report_time(args.at)), args.format)
+    finally:
+        state.close()
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="deplog", description="Publish and verify deplog deprecation notices."
@@ -280,6 +317,40 @@ def parser() -> argparse.ArgumentParser:
         help=f"local state file (default: {DEFAULT_STATE})",
     )
     sp.set_defaults(func=cmd_status)
+
+    inv = sub.add_parser("inventory", help="report on an inventory of cached tools")
+    isub = inv.add_subparsers(dest="inventory_command", required=True)
+    for name, fn, help_text in (
+        ("check", cmd_inventory_check, "each entry's status at the trusted checkpoint"),
+        ("diff", cmd_inventory_diff, "what changed for the inventory between two checkpoints"),
+    ):
+        sp = isub.add_parser(name, help=help_text)
+        sp.add_argument("inventory", type=Path, help='JSON: [{"tool_id", "version"}, ...]')
+        sp.add_argument(
+            "--state",
+            type=Path,
+            default=Path(DEFAULT_STATE),
+            help=f"local follower state (default: {DEFAULT_STATE})",
+        )
+        sp.add_argument("--format", choices=("json", "markdown"), default="json")
+        sp.add_argument("--at", help="RFC 3339 UTC time to evaluate statuses at (default: now)")
+        sp.set_defaults(func=fn)
+        if name == "diff":
+            sp.add_argument(
+                "--from",
+                dest="from_checkpoint",
+                type=Path,
+                required=True,
+                help="the older signed checkpoint",
+            )
+            sp.add_argument(
+                "--to",
+                dest="to_checkpoint",
+                type=Path,
+                required=True,
+                help="the newer signed checkpoint",
+            )
+            sp.add_argument("--log-key", required=True, help="the log's verifier key")
 
     auditcli.register(sub)
     return p

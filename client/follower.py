@@ -16,7 +16,7 @@ import base64
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -31,7 +31,15 @@ from client.note import Verifier
 from client.policy import Policy
 from client.proofs import ConsistencyProof
 from client.state import LocalState
-from client.trust import Advanced, Candidate, ForkError, TrustedState
+from client.status import StatusChange
+from client.trust import (
+    Advanced,
+    Candidate,
+    CheckpointRejectedError,
+    ForkError,
+    RollbackError,
+    TrustedState,
+)
 
 log = logging.getLogger("deplog.follower")
 
@@ -39,6 +47,7 @@ PAGE_SIZE = 1000
 MAX_CHECKPOINT_BYTES = 1 << 20
 MAX_PROOF_BYTES = 64 * 1024
 MAX_PAGE_BYTES = 128 * 1024 * 1024
+PUSH_READ_TIMEOUT = 60.0  # the authority sends a keep-alive every 15 s
 
 
 class FetchError(DeplogError):
@@ -55,6 +64,7 @@ class SyncResult:
     new_size: int
     tools: frozenset[str]
     verified_at: datetime
+    changes: tuple[StatusChange, ...] = ()
 
     @property
     def advanced(self) -> bool:
@@ -62,6 +72,7 @@ class SyncResult:
 
 
 OnAdvance = Callable[[SyncResult], Awaitable[None] | None]
+"""Called after every verified advance, with what it changed (sync or async)."""
 
 
 class Follower:
@@ -90,6 +101,8 @@ class Follower:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._session = session
         self._own_session = session is None
+        self._step = asyncio.Lock()
+        self._listeners: list[OnAdvance] = []
 
     async def __aenter__(self) -> Follower:
         return self
@@ -133,26 +146,47 @@ class Follower:
 
     async def sync(self) -> SyncResult:
         """One verified step to the authority's latest checkpoint."""
-        note = await self._get("/checkpoint", MAX_CHECKPOINT_BYTES)
-        candidate = self.trust.check_checkpoint(note)
-        old_size = self.state.size
-        if candidate.checkpoint.size == old_size and self.state.trusted is not None:
-            self.trust.refresh(candidate)
-            return SyncResult(old_size, old_size, frozenset(), self.state.trusted.verified_at)
-        new_size = candidate.checkpoint.size
-        proof_json = await self._get_json(
-            f"/v1/proofs/consistency?old={old_size}&new={new_size}", MAX_PROOF_BYTES
-        )
-        try:
-            proof = ConsistencyProof.from_json(proof_json)
-        except DeplogError:
-            raise FetchError("bad_response", "malformed consistency proof") from None
-        self.trust.check_consistency(candidate, proof)
-        advanced = await self._fetch_and_advance(candidate)
-        assert self.state.trusted is not None
-        return SyncResult(
-            advanced.old_size, advanced.new_size, advanced.tools, self.state.trusted.verified_at
-        )
+        return await self.sync_to(await self._get("/checkpoint", MAX_CHECKPOINT_BYTES))
+
+    async def sync_to(self, note: bytes) -> SyncResult:
+        """One verified step to the checkpoint ``note`` (fetched, or pushed to us).
+
+        Steps run one at a time (a push can arrive during a poll); listeners
+        registered with ``add_listener`` hear about every advance.
+        """
+        async with self._step:
+            candidate = self.trust.check_checkpoint(note)
+            old_size = self.state.size
+            if candidate.checkpoint.size == old_size and self.state.trusted is not None:
+                self.trust.refresh(candidate)
+                return SyncResult(old_size, old_size, frozenset(), self.state.trusted.verified_at)
+            new_size = candidate.checkpoint.size
+            proof_json = await self._get_json(
+                f"/v1/proofs/consistency?old={old_size}&new={new_size}", MAX_PROOF_BYTES
+            )
+            try:
+                proof = ConsistencyProof.from_json(proof_json)
+            except DeplogError:
+                raise FetchError("bad_response", "malformed consistency proof") from None
+            self.trust.check_consistency(candidate, proof)
+            advanced = await self._fetch_and_advance(candidate)
+            assert self.state.trusted is not None
+            result = SyncResult(
+                advanced.old_size,
+                advanced.new_size,
+                advanced.tools,
+                self.state.trusted.verified_at,
+                advanced.changes,
+            )
+        for listener in list(self._listeners):
+            outcome = listener(result)
+            if outcome is not None:
+                await outcome
+        return result
+
+    def add_listener(self, listener: OnAdvance) -> None:
+        """Call ``listener`` after every verified advance (e.g. to evict cache keys)."""
+        self._listeners.append(listener)
 
     async def _fetch_and_advance(self, candidate: Candidate) -> Advanced:
         size = candidate.checkpoint.size
@@ -173,18 +207,36 @@ class Follower:
         on_advance: OnAdvance | None = None,
         stop: asyncio.Event | None = None,
         max_backoff: float = 300.0,
+        push: bool = True,
     ) -> None:
-        """Sync every ``interval`` seconds until ``stop`` is set; a fork ends the loop."""
+        """Stay in sync until ``stop`` is set; a fork ends the loop (ForkError).
+
+        Polls every ``interval`` seconds, with jittered exponential backoff
+        after failures. With ``push``, it also listens to the authority's
+        checkpoint stream and takes a verified step as soon as a new checkpoint
+        is announced; the stream only hints, polling goes on underneath, and a
+        dropped stream is reconnected with jittered backoff.
+        """
         stop = stop or asyncio.Event()
+        if on_advance is not None:
+            self.add_listener(on_advance)
+        listener = asyncio.create_task(self.listen(stop)) if push else None
+        try:
+            await self._poll(interval, stop, max_backoff)
+        finally:
+            if on_advance is not None:
+                self._listeners.remove(on_advance)
+            if listener is not None:
+                listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await listener
+
+    async def _poll(self, interval: float, stop: asyncio.Event, max_backoff: float) -> None:
         failures = 0
         while not stop.is_set():
             try:
-                result = await self.sync()
+                await self.sync()
                 failures = 0
-                if result.advanced and on_advance is not None:
-                    outcome = on_advance(result)
-                    if outcome is not None:
-                        await outcome
                 delay = interval
             except ForkError:
                 raise
@@ -195,6 +247,57 @@ class Follower:
             delay *= random.uniform(0.8, 1.2)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    async def listen(self, stop: asyncio.Event, max_backoff: float = 30.0) -> None:
+        """Follow the push stream until ``stop``; each announced checkpoint is verified."""
+        failures = 0
+        while not stop.is_set():
+            try:
+                async for note in self._stream():
+                    failures = 0
+                    await self._on_push(note)
+            except (aiohttp.ClientError, TimeoutError, FetchError) as err:
+                log.info("push stream lost: %s", type(err).__name__)
+            failures += 1
+            delay = min(max_backoff, 0.25 * 2 ** min(failures, 10)) * random.uniform(0.5, 1.5)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    async def _on_push(self, note: bytes) -> None:
+        """A pushed checkpoint is a hint: verified first, acted on only if it is news."""
+        try:
+            await self.sync_to(note)
+        except ForkError:
+            raise
+        except (RollbackError, CheckpointRejectedError):
+            log.info("ignored a stale or unverifiable pushed checkpoint")
+        except DeplogError as err:
+            log.info("sync after push failed: %s (polling will retry)", err.code)
+
+    async def _stream(self) -> AsyncIterator[bytes]:
+        """The checkpoint notes of the SSE stream, as they arrive (bounded per event)."""
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.timeout.total, sock_read=PUSH_READ_TIMEOUT
+        )
+        async with self._http().get(
+            self.url + "/v1/checkpoints/stream", timeout=timeout
+        ) as response:
+            if response.status != 200:
+                raise FetchError("fetch_failed", f"HTTP {response.status}")
+            data: list[str] = []
+            size = 0
+            async for raw in response.content:
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                if line.startswith("data:"):
+                    value = line[5:].removeprefix(" ")
+                    size += len(value) + 1
+                    if size > MAX_CHECKPOINT_BYTES:
+                        raise FetchError("response_too_large", "pushed event is too large")
+                    data.append(value)
+                elif not line:
+                    if data:
+                        yield ("\n".join(data) + "\n").encode("utf-8")
+                    data, size = [], 0
 
 
 def _decode_page(page: Any, start: int, end: int) -> list[bytes]:

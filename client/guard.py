@@ -16,7 +16,7 @@ Verdicts, in the order they are decided:
            ``schema_mismatch``       notices describe this version's definition by a
                                      digest, and the cached definition has another
   stale    ``cache_predates_notice`` the cached entry was fetched before the latest
-                                     notice about the tool was processed: refetch it
+                                     notice about this version was processed: refetch
   warn     ``deprecated``            serve, and pass the deprecation on
   serve    ``active``                no notice in effect
 
@@ -123,7 +123,7 @@ class Guard:
         now = self.clock()
         if now - trusted.verified_at.timestamp() > self.freshness:
             return decide(Verdict.STALE, "checkpoint_stale")
-        index, last_processed = self.state.tool_status(tool_id)
+        index, processed = self.state.tool_status(tool_id)
         status = index.lookup(tool_id, version, datetime.fromtimestamp(now, UTC))
         if status.status == "revoked":
             return decide(Verdict.REFUSE, "revoked", status)
@@ -135,6 +135,8 @@ class Guard:
             and status.schema_digest != schema_digest
         ):
             return decide(Verdict.REFUSE, "schema_mismatch", status)
+        behind = (*status.notices, *status.pending, *(i for pair in status.withdrawn for i in pair))
+        last_processed = max((processed[i] for i in behind if i in processed), default=None)
         if last_processed is not None and cached_at.timestamp() < last_processed:
             return decide(Verdict.STALE, "cache_predates_notice", status)
         if status.status == "deprecated":

@@ -55,6 +55,25 @@ SCHEMA = (
 )
 
 
+def fold_tool(
+    conn: sqlite3.Connection, tool_id: str, below: int | None = None
+) -> tuple[StatusIndex, dict[int, float]]:
+    """Fold a tool's stored notices (those before index ``below``) in log order.
+
+    Returns the status index and, per notice index, when it was processed.
+    """
+    index = StatusIndex()
+    processed: dict[int, float] = {}
+    limit = (1 << 63) - 1 if below is None else below
+    for idx, notice, processed_at in conn.execute(
+        "SELECT idx, notice, processed_at FROM notices WHERE tool_id = ? AND idx < ? ORDER BY idx",
+        (tool_id, limit),
+    ):
+        index.apply(idx, Notice.from_json(canonical.loads(bytes(notice))))
+        processed[idx] = processed_at
+    return index, processed
+
+
 class StateError(DeplogError):
     """The local state file is unusable (another log's, or unreadable)."""
 
@@ -90,8 +109,7 @@ class LocalState:
         for statement in SCHEMA:
             self._conn.execute(statement)
         self._lock = threading.RLock()
-        self._statuses: OrderedDict[str, StatusIndex] = OrderedDict()
-        self._last_processed: dict[str, float | None] = {}
+        self._statuses: OrderedDict[str, tuple[StatusIndex, dict[int, float]]] = OrderedDict()
         if origin is None:
             row = self._conn.execute("SELECT origin FROM trusted").fetchone()
             if row is None:
@@ -139,27 +157,29 @@ class LocalState:
         row = self._conn.execute("SELECT notice FROM notices WHERE idx = ?", (index,)).fetchone()
         return None if row is None else Notice.from_json(canonical.loads(bytes(row[0])))
 
-    def tool_status(self, tool_id: str) -> tuple[StatusIndex, float | None]:
-        """The fold of one tool's notices, and when its latest notice was processed."""
+    def tool_status(self, tool_id: str) -> tuple[StatusIndex, dict[int, float]]:
+        """The fold of one tool's notices, and when each notice was processed."""
         with self._lock:
             cached = self._statuses.get(tool_id)
             if cached is not None:
                 self._statuses.move_to_end(tool_id)
-                return cached, self._last_processed.get(tool_id)
-            index = StatusIndex()
-            last: float | None = None
-            for idx, notice, processed_at in self._conn.execute(
-                "SELECT idx, notice, processed_at FROM notices WHERE tool_id = ? ORDER BY idx",
-                (tool_id,),
-            ):
-                index.apply(idx, Notice.from_json(canonical.loads(bytes(notice))))
-                last = processed_at
-            self._statuses[tool_id] = index
-            self._last_processed[tool_id] = last
+                return cached
+            folded = fold_tool(self._conn, tool_id)
+            self._statuses[tool_id] = folded
             if len(self._statuses) > STATUS_CACHE_TOOLS:
-                evicted, _ = self._statuses.popitem(last=False)
-                self._last_processed.pop(evicted, None)
-            return index, last
+                self._statuses.popitem(last=False)
+            return folded
+
+    def tool_status_at(self, tool_id: str, size: int) -> StatusIndex:
+        """The fold of one tool's notices in the first ``size`` entries (not cached)."""
+        with self._lock:
+            return fold_tool(self._conn, tool_id, below=size)[0]
+
+    def tool_ids(self) -> list[str]:
+        """Every tool any processed notice is about, sorted."""
+        with self._lock:
+            rows = self._conn.execute("SELECT DISTINCT tool_id FROM notices ORDER BY tool_id")
+            return [str(r[0]) for r in rows]
 
     # -- the one write path ------------------------------------------------------
 
@@ -185,7 +205,6 @@ class LocalState:
             self._conn.execute("COMMIT")
             for tool_id in writer.tools:
                 self._statuses.pop(tool_id, None)
-                self._last_processed.pop(tool_id, None)
             if writer.after_commit is not None:
                 note, checkpoint, frontier, registry, verified_at = writer.after_commit
                 self.frontier, self.registry = frontier, registry

@@ -18,6 +18,7 @@ Everything is keyed by ``tool_id``: a lookup costs O(notices about that tool).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -256,3 +257,39 @@ def _utc(now: datetime) -> datetime:
     if now.tzinfo is None:
         raise ValueError("now must be an aware datetime")
     return now.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    """How one tool's statuses differ between two folds (before and after an advance).
+
+    ``versions`` are the exact versions named by the new notices (or by the
+    notices they withdraw) whose status differs at ``at``; versions covered
+    only by ranges cannot be listed, so a cache asks ``changed(version)`` for
+    each key it holds: the answer compares that very version before and after.
+    """
+
+    tool_id: str
+    before: StatusIndex
+    after: StatusIndex
+    versions: frozenset[str]
+    at: datetime
+
+    def changed(self, version: str, now: datetime | None = None) -> bool:
+        """Whether ``version``'s status (or the notices behind it) differs."""
+        when = now or self.at
+        try:
+            old = self.before.lookup(self.tool_id, version, when).to_json()
+            new = self.after.lookup(self.tool_id, version, when).to_json()
+        except DeplogError:
+            return False
+        return bool(old != new)
+
+
+def status_change(
+    tool_id: str, before: StatusIndex, after: StatusIndex, named: Iterable[str], at: datetime
+) -> StatusChange:
+    """A ``StatusChange`` whose ``versions`` are those of ``named`` that really changed."""
+    probe = StatusChange(tool_id, before, after, frozenset(), at)
+    versions = frozenset(v for v in named if probe.changed(v))
+    return StatusChange(tool_id, before, after, versions, at)

@@ -31,7 +31,7 @@ decides. Every error is a ``TrustError`` with a stable ``code``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,7 +46,8 @@ from client.policy import Policy
 from client.proofs import ConsistencyProof, ProofError, leaf_hash, verify_consistency
 from client.registry import PublisherRegistry
 from client.rules import EntryChecker, RuleViolation
-from client.state import AdvanceWriter, LocalState
+from client.state import AdvanceWriter, LocalState, fold_tool
+from client.status import StatusChange, StatusIndex, status_change
 
 
 class TrustError(DeplogError):
@@ -98,11 +99,12 @@ class EntryRejectedError(TrustError):
 
 @dataclass(frozen=True)
 class Advanced:
-    """What one verified advance changed."""
+    """What one verified advance changed: sizes, tools, and each tool's status change."""
 
     old_size: int
     new_size: int
     tools: frozenset[str]
+    changes: tuple[StatusChange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,8 @@ class AdvanceSession:
         self.registry = PublisherRegistry.from_json(state.registry.to_json())
         self._writer: AdvanceWriter | None = None
         self._finished = False
+        self._before: dict[str, StatusIndex] = {}
+        self._named: dict[str, set[str]] = {}
 
     def __enter__(self) -> AdvanceSession:
         self._writer = self.trusted.state.begin()
@@ -237,10 +241,24 @@ class AdvanceSession:
             except RuleViolation as violation:
                 raise EntryRejectedError(violation.code, index, violation.cause) from None
             if isinstance(entry, NoticeEntry):
-                staged[index] = entry.envelope.notice
+                notice = entry.envelope.notice
+                staged[index] = notice
+                self._note_change(notice, find_notice)
             self.frontier.append(leaf_hash(leaf))
             self.next_index += 1
         writer.add_notices(staged.items(), now or datetime.now(UTC))
+
+    def _note_change(self, notice: Notice, find_notice: Callable[[int], Notice | None]) -> None:
+        """Remember a tool's fold before this advance touches it, and the versions named."""
+        assert self._writer is not None
+        if notice.tool_id not in self._before:
+            self._before[notice.tool_id] = fold_tool(self._writer.conn, notice.tool_id)[0]
+        named = self._named.setdefault(notice.tool_id, set())
+        target = notice
+        if notice.action == "withdraw" and notice.withdraws is not None:
+            target = find_notice(notice.withdraws) or notice
+        if target.affected is not None:
+            named.update(v.text for v in target.affected.versions)
 
     def finish(self, now: datetime | None = None) -> Advanced:
         """Steps 4 and 5: the tree must be exactly the checkpoint's, then commit."""
@@ -257,5 +275,16 @@ class AdvanceSession:
             self.registry,
             now or self.candidate.current_as_of(),
         )
+        at = datetime.now(UTC)
+        changes = tuple(
+            status_change(
+                tool_id,
+                before,
+                fold_tool(self._writer.conn, tool_id)[0],
+                sorted(self._named.get(tool_id, ())),
+                at,
+            )
+            for tool_id, before in sorted(self._before.items())
+        )
         self._finished = True
-        return Advanced(self.old_size, self.checkpoint.size, frozenset(self._writer.tools))
+        return Advanced(self.old_size, self.checkpoint.size, frozenset(self._writer.tools), changes)

@@ -161,10 +161,18 @@ def test_cached_definition_with_another_digest_is_refused(
 def test_cache_entry_older_than_the_latest_notice_is_stale(
     local: LocalLog, trusted: TrustedState, guard: Guard
 ) -> None:
-    local.publish(affected={"versions": ["2.0.0"]})
+    local.publish(affected={"versions": ["1.0.0"]}, sunset_at=FUTURE)
     local.sync(trusted)
     decision = guard.check(TOOL, "1.0.0", cached_at=long_ago())
     assert (decision.verdict, decision.reason) == (Verdict.STALE, "cache_predates_notice")
+
+
+def test_a_notice_about_another_version_leaves_a_cache_entry_fresh(
+    local: LocalLog, trusted: TrustedState, guard: Guard
+) -> None:
+    local.publish(affected={"versions": ["2.0.0"]})
+    local.sync(trusted)
+    assert guard.check(TOOL, "1.0.0", cached_at=long_ago()).verdict == Verdict.SERVE
 
 
 def test_stale_checkpoint_is_never_served_and_a_sync_recovers(

@@ -1,0 +1,110 @@
+"""Guarding an MCP tools/list result with deplog identities in ``_meta``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client.guard import Guard
+from client.mcp import DEPRECATION_KEY, IDENTITY_KEY, guard_tools_list, http_date
+from client.state import LocalState
+from client.trust import TrustedState
+from tests.local_log import ORIGIN, LocalLog
+
+TOOL = "tool:org.acme/search"
+
+
+def tool(name: str, version: str | None = None, **identity: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": name, "inputSchema": {"type": "object"}}
+    if version is not None:
+        entry["_meta"] = {IDENTITY_KEY: {"tool_id": TOOL, "version": version, **identity}}
+    return entry
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> LocalLog:
+    return LocalLog(tmp_path)
+
+
+@pytest.fixture
+def trusted(tmp_path: Path, local: LocalLog) -> Iterator[TrustedState]:
+    state = LocalState(tmp_path / "follower.db", ORIGIN)
+    yield TrustedState(state, local.signer.verifier())
+    state.close()
+
+
+def listed(result: dict[str, Any]) -> list[str]:
+    return [t["name"] for t in result["tools"]]
+
+
+def now() -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=1)
+
+
+def test_tools_without_a_deplog_identity_pass_through(
+    trusted: TrustedState, local: LocalLog
+) -> None:
+    local.sync(trusted)
+    result = {"tools": [tool("plain")], "nextCursor": "abc"}
+    assert guard_tools_list(result, Guard(trusted.state), cached_at=now()) == result
+
+
+def test_revoked_and_sunset_tools_are_dropped(trusted: TrustedState, local: LocalLog) -> None:
+    local.publish(action="revoke", reasons=["other"], affected={"versions": ["1.0.0"]})
+    local.publish(affected={"versions": ["2.0.0"]}, sunset_at="2026-02-01T00:00:00Z")
+    local.sync(trusted)
+    result = {"tools": [tool("a", "1.0.0"), tool("b", "2.0.0"), tool("c", "3.0.0")]}
+    assert listed(guard_tools_list(result, Guard(trusted.state), cached_at=now())) == ["c"]
+
+
+def test_deprecated_tools_are_annotated_with_rfc_dates(
+    trusted: TrustedState, local: LocalLog
+) -> None:
+    index = local.publish(
+        affected={"versions": ["1.0.0"]},
+        effective_at="2026-03-01T00:00:00Z",
+        sunset_at="2099-01-01T00:00:00Z",
+        replacement={"tool_id": TOOL, "version": "2.0.0"},
+    )
+    local.sync(trusted)
+    [annotated] = guard_tools_list(
+        {"tools": [tool("a", "1.0.0")]}, Guard(trusted.state), cached_at=now()
+    )["tools"]
+    note = annotated["_meta"][DEPRECATION_KEY]
+    assert note["sunset"] == "Thu, 01 Jan 2099 00:00:00 GMT"
+    assert note["deprecation"] == f"@{int(datetime(2026, 3, 1, tzinfo=UTC).timestamp())}"
+    assert note["replacement"] == {"tool_id": TOOL, "version": "2.0.0"}
+    assert note["notices"] == [index]
+
+
+def test_the_input_result_is_not_modified(trusted: TrustedState, local: LocalLog) -> None:
+    local.publish(affected={"versions": ["1.0.0"]})
+    local.sync(trusted)
+    result = {"tools": [tool("a", "1.0.0")]}
+    guard_tools_list(result, Guard(trusted.state), cached_at=now())
+    assert DEPRECATION_KEY not in result["tools"][0]["_meta"]
+
+
+def test_unverified_state_drops_identified_tools_unless_asked_to_keep_them(
+    trusted: TrustedState,
+) -> None:
+    result = {"tools": [tool("a", "1.0.0"), tool("plain")]}
+    guard = Guard(trusted.state)
+    assert listed(guard_tools_list(result, guard, cached_at=now())) == ["plain"]
+    kept = guard_tools_list(result, guard, cached_at=now(), keep_unverified=True)
+    assert listed(kept) == ["a", "plain"]
+
+
+def test_a_mismatching_schema_digest_is_dropped(trusted: TrustedState, local: LocalLog) -> None:
+    local.publish(affected={"versions": ["1.0.0"]}, schema_digest="sha256:" + "a" * 64)
+    local.sync(trusted)
+    result = {"tools": [tool("a", "1.0.0", schema_digest="sha256:" + "b" * 64)]}
+    assert listed(guard_tools_list(result, Guard(trusted.state), cached_at=now())) == []
+
+
+def test_http_date_is_imf_fixdate() -> None:
+    assert http_date(datetime(2027, 6, 1, 12, 30, tzinfo=UTC)) == "Tue, 01 Jun 2027 12:30:00 GMT"
