@@ -40,10 +40,11 @@ from enum import StrEnum
 from client.errors import DeplogError
 from client.notice import parse_tool_id
 from client.semver import Version
-from client.state import LocalState
-from client.status import VersionStatus
+from client.state import LocalState, TrustedCheckpoint
+from client.status import StatusIndex, VersionStatus
 
 DEFAULT_FRESHNESS = timedelta(minutes=5)
+MEMO_ENTRIES = 100_000
 
 
 class Verdict(StrEnum):
@@ -96,6 +97,11 @@ class Guard:
         self.state = state
         self.freshness = freshness.total_seconds()
         self.clock = clock
+        self._through_for: TrustedCheckpoint | None = None
+        self._through_cached: ProcessedThrough | None = None
+        self._memo: dict[
+            tuple[str, str], tuple[StatusIndex, float, tuple[VersionStatus, float | None]]
+        ] = {}
 
     def check(
         self,
@@ -106,39 +112,71 @@ class Guard:
         schema_digest: str | None = None,
     ) -> Decision:
         trusted = self.state.trusted
-
-        def decide(verdict: Verdict, reason: str, status: VersionStatus | None = None) -> Decision:
-            through = None
-            if trusted is not None:
-                through = ProcessedThrough(trusted.note.decode(), trusted.size, trusted.verified_at)
-            return Decision(verdict, reason, tool_id, version, through, status)
-
         if trusted is None:
-            return decide(Verdict.UNKNOWN, "not_synced")
-        try:
-            parse_tool_id(tool_id)
-            Version.parse(version)
-        except DeplogError:
-            return decide(Verdict.UNKNOWN, "bad_identifier")
+            return Decision(Verdict.UNKNOWN, "not_synced", tool_id, version, None)
+        through = self._through(trusted)
         now = self.clock()
         if now - trusted.verified_at.timestamp() > self.freshness:
-            return decide(Verdict.STALE, "checkpoint_stale")
-        index, processed = self.state.tool_status(tool_id)
-        status = index.lookup(tool_id, version, datetime.fromtimestamp(now, UTC))
+            return Decision(Verdict.STALE, "checkpoint_stale", tool_id, version, through)
+        looked_up = self._status(tool_id, version, now)
+        if looked_up is None:
+            return Decision(Verdict.UNKNOWN, "bad_identifier", tool_id, version, through)
+        status, last_processed = looked_up
+
+        def decide(verdict: Verdict, reason: str) -> Decision:
+            return Decision(verdict, reason, tool_id, version, through, status)
+
         if status.status == "revoked":
-            return decide(Verdict.REFUSE, "revoked", status)
+            return decide(Verdict.REFUSE, "revoked")
         if status.status == "sunset":
-            return decide(Verdict.REFUSE, "sunset", status)
+            return decide(Verdict.REFUSE, "sunset")
         if (
             schema_digest is not None
             and status.schema_digest is not None
             and status.schema_digest != schema_digest
         ):
-            return decide(Verdict.REFUSE, "schema_mismatch", status)
+            return decide(Verdict.REFUSE, "schema_mismatch")
+        if last_processed is not None and cached_at.timestamp() < last_processed:
+            return decide(Verdict.STALE, "cache_predates_notice")
+        if status.status == "deprecated":
+            return decide(Verdict.WARN, "deprecated")
+        return decide(Verdict.SERVE, "active")
+
+    def _through(self, trusted: TrustedCheckpoint) -> ProcessedThrough:
+        """The processed-through statement, prepared once per trusted checkpoint."""
+        if self._through_for is not trusted:
+            self._through_cached = ProcessedThrough(
+                trusted.note.decode(), trusted.size, trusted.verified_at
+            )
+            self._through_for = trusted
+        assert self._through_cached is not None
+        return self._through_cached
+
+    def _status(
+        self, tool_id: str, version: str, now: float
+    ) -> tuple[VersionStatus, float | None] | None:
+        """A version's status and its latest notice's processing time (None: bad input).
+
+        Memoized per (tool_id, version) until the tool's fold changes (a verified
+        advance) or a notice's effective or sunset time passes: a cache hit, the
+        common case, is a dictionary lookup.
+        """
+        index, processed = self.state.tool_status(tool_id)
+        memo = self._memo.get((tool_id, version))
+        if memo is not None and memo[0] is index and now < memo[1]:
+            return memo[2]
+        try:
+            parse_tool_id(tool_id)
+            Version.parse(version)
+        except DeplogError:
+            return None
+        moment = datetime.fromtimestamp(now, UTC)
+        status = index.lookup(tool_id, version, moment)
         behind = (*status.notices, *status.pending, *(i for pair in status.withdrawn for i in pair))
         last_processed = max((processed[i] for i in behind if i in processed), default=None)
-        if last_processed is not None and cached_at.timestamp() < last_processed:
-            return decide(Verdict.STALE, "cache_predates_notice", status)
-        if status.status == "deprecated":
-            return decide(Verdict.WARN, "deprecated", status)
-        return decide(Verdict.SERVE, "active", status)
+        transition = index.next_transition(tool_id, moment)
+        valid_until = transition.timestamp() if transition is not None else float("inf")
+        if len(self._memo) >= MEMO_ENTRIES:
+            self._memo.clear()
+        self._memo[(tool_id, version)] = (index, valid_until, (status, last_processed))
+        return status, last_processed

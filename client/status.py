@@ -137,6 +137,21 @@ class StatusIndex:
         tool = self._tools.get(tool_id)
         return None if tool is None else tool.last_index
 
+    def next_transition(self, tool_id: str, now: datetime) -> datetime | None:
+        """The earliest time after ``now`` at which a status of ``tool_id`` can change
+        without a new log entry (an effective or sunset time), or None if never."""
+        tool = self._tools.get(tool_id)
+        if tool is None:
+            return None
+        now = _utc(now)
+        times = [
+            moment
+            for notice in (*tool.notices.values(), *tool.withdraws.values())
+            for moment in (notice.effective_at, notice.sunset_at)
+            if moment is not None and moment > now
+        ]
+        return min(times, default=None)
+
     def lookup(self, tool_id: str, version: str, now: datetime) -> VersionStatus:
         """The status of ``tool_id`` at ``version`` at time ``now`` (aware datetime).
 

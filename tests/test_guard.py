@@ -212,3 +212,25 @@ def test_same_name_in_another_namespace_is_not_affected(
     local.sync(trusted)
     other = guard.check("tool:org.other/search", "1.0.0", cached_at=just_now())
     assert other.verdict == Verdict.SERVE
+
+
+def test_a_remembered_status_changes_when_the_sunset_passes(
+    local: LocalLog, trusted: TrustedState, clock: Clock
+) -> None:
+    local.publish(sunset_at="2030-01-01T00:00:00Z")
+    local.sync(trusted)
+    guard = Guard(trusted.state, freshness=timedelta(days=36500), clock=clock)
+    clock.now = datetime(2029, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+    assert guard.check(TOOL, "1.0.0", cached_at=just_now()).verdict == Verdict.WARN
+    clock.now += 2
+    assert guard.check(TOOL, "1.0.0", cached_at=just_now()).reason == "sunset"
+
+
+def test_a_remembered_status_changes_after_an_advance(
+    local: LocalLog, trusted: TrustedState, guard: Guard
+) -> None:
+    local.sync(trusted)
+    assert guard.check(TOOL, "1.0.0", cached_at=just_now()).verdict == Verdict.SERVE
+    local.publish(action="revoke", reasons=["other"])
+    local.sync(trusted)
+    assert guard.check(TOOL, "1.0.0", cached_at=just_now()).reason == "revoked"
