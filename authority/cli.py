@@ -167,7 +167,6 @@ async def _serve(
     runner = web.AppRunner(
         app,
         access_log=None,
-        handler_cancellation=True,
         max_line_size=8190,
         max_field_size=8190,
         max_headers=MAX_HEADERS,

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -43,11 +43,19 @@ def route_of(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
-def errors_and_metrics(render: ErrorRenderer) -> Middleware:
-    """A middleware turning every failure into ``render(code, status)`` and counting requests."""
+def errors_and_metrics(render: ErrorRenderer, hot_handlers: Iterable[Handler] = ()) -> Middleware:
+    """A middleware turning every failure into ``render(code, status)`` and counting requests.
+
+    ``hot_handlers`` only serve prepared bytes and cannot fail (``GET
+    /checkpoint``): they pass straight through, recognized by identity, and
+    count their own requests; that keeps them close to a bare aiohttp handler.
+    """
+    hot = frozenset(hot_handlers or ())
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if handler in hot:
+            return await handler(request)
         started = time.perf_counter()
         try:
             response = await handler(request)

@@ -34,6 +34,7 @@ class Metrics:
         self.requests: dict[tuple[str, str, int], int] = defaultdict(int)
         self.latency: dict[tuple[str, str], Histogram] = defaultdict(Histogram)
         self.gauges: dict[str, tuple[str, Callable[[], float]]] = {}
+        self.counters: dict[str, tuple[str, Callable[[], float]]] = {}
         self.labeled: dict[str, tuple[str, str, Callable[[], dict[str, float]]]] = {}
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
@@ -42,6 +43,10 @@ class Metrics:
 
     def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         self.gauges[name] = (help_text, read)
+
+    def counter(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+        """A monotonic count kept by its owner and read at scrape time."""
+        self.counters[name] = (help_text, read)
 
     def labeled_gauge(
         self, name: str, help_text: str, label: str, read: Callable[[], dict[str, float]]
@@ -75,8 +80,9 @@ class Metrics:
                 )
             lines.append(f"deplog_http_request_duration_seconds_sum{{{labels}}} {hist.total}")
             lines.append(f"deplog_http_request_duration_seconds_count{{{labels}}} {hist.n}")
-        for name, (help_text, read) in sorted(self.gauges.items()):
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {read()}"]
+        for kind, table in (("counter", self.counters), ("gauge", self.gauges)):
+            for name, (help_text, read) in sorted(table.items()):
+                lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {read()}"]
         for name, (help_text, label, read_all) in sorted(self.labeled.items()):
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
             for value_label, value in sorted(read_all().items()):

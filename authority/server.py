@@ -12,7 +12,9 @@ import asyncio
 import base64
 import concurrent.futures
 import contextlib
+import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +28,7 @@ from aiohttp import web
 from authority import store
 from authority.httpd import METRICS, errors_and_metrics
 from authority.limits import Rate, RateLimiter
-from authority.log import IntegrityError, Log, audit_storage
+from authority.log import IntegrityError, Log
 from authority.metrics import Metrics
 from authority.push import PushHub
 from authority.reader import LogReader
@@ -41,6 +43,14 @@ from client.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
 log = logging.getLogger("deplog.authority")
 
 MAX_ENTRIES_PER_REQUEST = 1000
+AUDIT_SCRIPT = (
+    "import json, os, sys\n"
+    "os.nice(10)\n"
+    "from pathlib import Path\n"
+    "from authority.log import audit_storage\n"
+    "size, problem = audit_storage(Path(sys.argv[1]))\n"
+    "print(json.dumps({'size': size, 'problem': problem}))\n"
+)
 MAX_INT = (1 << 63) - 1
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
@@ -117,6 +127,7 @@ class AuthorityState:
         self.note = published.note
         self.published_at = time.time()
         self.push = PushHub(config.max_subscribers)
+        self.checkpoint_requests = 0
         self.address_limit = RateLimiter(config.address_rate, "rate_limited")
         self.publisher_limit = RateLimiter(config.publisher_rate, "publisher_rate_limited")
         self.witnessing = witnessing(self) if witnessing is not None else None
@@ -149,8 +160,26 @@ class AuthorityState:
         this finds what that cannot, such as a leaf's bytes altered on disk, and
         then stops all appends (``storage_corrupt``) and fails ``/healthz``.
         """
-        loop = asyncio.get_running_loop()
-        _, problem = await loop.run_in_executor(None, audit_storage, self.config.db_path)
+        # Its own niced process: rehashing a large log must not take the
+        # interpreter lock from the request handlers, and it can be killed.
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            AUDIT_SCRIPT,
+            str(self.config.db_path),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            out, _ = await process.communicate()
+        except asyncio.CancelledError:
+            process.kill()
+            await process.wait()
+            raise
+        if process.returncode != 0:
+            log.warning("the storage audit could not run (exit %s)", process.returncode)
+            return
+        problem = json.loads(out)["problem"]
         if problem is not None:
             log.error("storage audit failed: %s; refusing appends", problem)
             self.corrupt = problem
@@ -278,8 +307,11 @@ async def post_notice(request: web.Request) -> web.Response:
 
 
 async def get_checkpoint(request: web.Request) -> web.Response:
+    """The served checkpoint: prepared bytes, counted here, not by the middleware."""
+    state = request.app[STATE]
+    state.checkpoint_requests += 1
     return web.Response(
-        body=request.app[STATE].note,
+        body=state.note,
         content_type="text/plain",
         charset="utf-8",
         headers={"Cache-Control": "no-cache"},
@@ -374,7 +406,8 @@ def build_app(
 ) -> web.Application:
     """The public application; the log opens on startup and closes on cleanup."""
     app = web.Application(
-        client_max_size=config.max_body, middlewares=[errors_and_metrics(error_response)]
+        client_max_size=config.max_body,
+        middlewares=[errors_and_metrics(error_response, [get_checkpoint])],
     )
     metrics = Metrics()
     app[METRICS] = metrics
@@ -404,17 +437,22 @@ def build_app(
             "Submissions waiting to be sequenced.",
             lambda: float(sequencer.pending),
         )
-        metrics.gauge(
+        metrics.counter(
             "deplog_batches_total",
             "Batches sequenced since start.",
             lambda: float(sequencer.batches),
+        )
+        metrics.counter(
+            "deplog_checkpoint_requests_total",
+            "GET /checkpoint requests served (not in the request histograms: a hot path).",
+            lambda: float(state.checkpoint_requests),
         )
         metrics.gauge(
             "deplog_push_subscribers",
             "Live checkpoint push streams.",
             lambda: float(len(state.push.subscribers)),
         )
-        metrics.gauge(
+        metrics.counter(
             "deplog_push_dropped_total",
             "Push subscribers dropped for falling behind.",
             lambda: float(state.push.dropped),

@@ -2,7 +2,8 @@
 
 Run by hand (not in CI):  python bench/bench_follower.py [--entries 100000]
 
-Builds an authority database of N notices (one publisher), serves it on
+Builds an authority database of N notices (one publisher, spread over
+1000 tools), serves it on
 127.0.0.1, and times a follower's first sync from nothing (every checkpoint,
 proof, entry, signature and authorization verified, every notice folded and
 committed) and then an incremental sync of 10 new entries. The baseline,
@@ -31,6 +32,11 @@ from tests.integration.harness import ORIGIN, AuthorityProcess, make_envelope
 from tests.local_log import register
 
 BATCH = 1000
+TOOLS = 1000  # notices spread over this many tools, as in a real registry
+
+
+def tool_of(sequence: int) -> str:
+    return f"tool:org.bench/t{sequence % TOOLS}"
 
 
 def build(authority: AuthorityProcess, entries: int) -> tuple[Signer, int]:
@@ -41,7 +47,10 @@ def build(authority: AuthorityProcess, entries: int) -> tuple[Signer, int]:
     sequence = 0
     while sequence < entries:
         count = min(BATCH, entries - sequence)
-        envelopes = [make_envelope(publisher, sequence + k + 1) for k in range(count)]
+        envelopes = [
+            make_envelope(publisher, sequence + k + 1, tool=tool_of(sequence + k + 1))
+            for k in range(count)
+        ]
         log.sequence(envelopes)
         sequence += count
     log.close()
@@ -75,7 +84,7 @@ async def timed_sync(follower: Follower) -> tuple[float, int]:
 async def publish(url: str, publisher: Signer, first: int, count: int) -> None:
     async with aiohttp.ClientSession() as http:
         for sequence in range(first, first + count):
-            body = make_envelope(publisher, sequence).canonical_bytes()
+            body = make_envelope(publisher, sequence, tool=tool_of(sequence)).canonical_bytes()
             async with http.post(
                 url + "/v1/notices", data=body, headers={"Content-Type": "application/json"}
             ) as r:

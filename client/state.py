@@ -205,6 +205,10 @@ class LocalState:
             self._conn.execute("COMMIT")
             for tool_id in writer.tools:
                 self._statuses.pop(tool_id, None)
+            for tool_id, folded in writer.statuses.items():
+                self._statuses[tool_id] = folded
+            while len(self._statuses) > STATUS_CACHE_TOOLS:
+                self._statuses.popitem(last=False)
             if writer.after_commit is not None:
                 note, checkpoint, frontier, registry, verified_at = writer.after_commit
                 self.frontier, self.registry = frontier, registry
@@ -256,6 +260,8 @@ class AdvanceWriter:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.tools: set[str] = set()
+        # Each touched tool's fold after the advance, for the status cache.
+        self.statuses: dict[str, tuple[StatusIndex, dict[int, float]]] = {}
         self.after_commit: (
             tuple[bytes, Checkpoint, TreeFrontier, PublisherRegistry, datetime] | None
         ) = None

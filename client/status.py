@@ -112,6 +112,21 @@ class StatusIndex:
         self._tools: dict[str, _Tool] = {}
         self._last_index = -1
 
+    def copy(self) -> StatusIndex:
+        """An independent copy: applying to it leaves this index as it was."""
+        twin = StatusIndex()
+        twin._last_index = self._last_index
+        twin._tools = {
+            tool_id: _Tool(
+                dict(tool.notices),
+                {target: list(ws) for target, ws in tool.withdrawals.items()},
+                dict(tool.withdraws),
+                tool.last_index,
+            )
+            for tool_id, tool in self._tools.items()
+        }
+        return twin
+
     def apply(self, index: int, notice: Notice) -> None:
         """Fold in the notice at log ``index``; indexes must strictly increase."""
         if index <= self._last_index:

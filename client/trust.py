@@ -46,7 +46,7 @@ from client.policy import Policy
 from client.proofs import ConsistencyProof, ProofError, leaf_hash, verify_consistency
 from client.registry import PublisherRegistry
 from client.rules import EntryChecker, RuleViolation
-from client.state import AdvanceWriter, LocalState, fold_tool
+from client.state import AdvanceWriter, LocalState
 from client.status import StatusChange, StatusIndex, status_change
 
 
@@ -203,6 +203,7 @@ class AdvanceSession:
         self._writer: AdvanceWriter | None = None
         self._finished = False
         self._before: dict[str, StatusIndex] = {}
+        self._after: dict[str, tuple[StatusIndex, dict[int, float]]] = {}
         self._named: dict[str, set[str]] = {}
 
     def __enter__(self) -> AdvanceSession:
@@ -227,6 +228,7 @@ class AdvanceSession:
         writer = self._writer
         assert writer is not None, "use the session as a context manager"
         staged: dict[int, Notice] = {}
+        stamp = (now or datetime.now(UTC)).timestamp()
 
         def find_notice(index: int) -> Notice | None:
             return staged.get(index) or writer.notice_at(index)
@@ -243,22 +245,35 @@ class AdvanceSession:
             if isinstance(entry, NoticeEntry):
                 notice = entry.envelope.notice
                 staged[index] = notice
-                self._note_change(notice, find_notice)
+                self._fold(index, notice, stamp, find_notice)
             self.frontier.append(leaf_hash(leaf))
             self.next_index += 1
-        writer.add_notices(staged.items(), now or datetime.now(UTC))
+        writer.add_notices(staged.items(), datetime.fromtimestamp(stamp, UTC))
 
-    def _note_change(self, notice: Notice, find_notice: Callable[[int], Notice | None]) -> None:
-        """Remember a tool's fold before this advance touches it, and the versions named."""
-        assert self._writer is not None
-        if notice.tool_id not in self._before:
-            self._before[notice.tool_id] = fold_tool(self._writer.conn, notice.tool_id)[0]
-        named = self._named.setdefault(notice.tool_id, set())
+    def _fold(
+        self, index: int, notice: Notice, stamp: float, find_notice: Callable[[int], Notice | None]
+    ) -> None:
+        """Fold a verified notice into its tool's status, incrementally.
+
+        The first time the advance touches a tool, its status so far is taken
+        from the state (folded once, then cached there) and copied; the notices
+        of the advance are applied to the copy. ``finish`` compares the two for
+        precise invalidation, and the commit hands the copy to the state's
+        cache, so nothing is ever re-parsed from storage.
+        """
+        tool_id = notice.tool_id
+        if tool_id not in self._after:
+            before, processed = self.trusted.state.tool_status(tool_id)
+            self._before[tool_id] = before
+            self._after[tool_id] = (before.copy(), dict(processed))
+        after, processed_after = self._after[tool_id]
+        after.apply(index, notice)
+        processed_after[index] = stamp
         target = notice
         if notice.action == "withdraw" and notice.withdraws is not None:
             target = find_notice(notice.withdraws) or notice
         if target.affected is not None:
-            named.update(v.text for v in target.affected.versions)
+            self._named.setdefault(tool_id, set()).update(v.text for v in target.affected.versions)
 
     def finish(self, now: datetime | None = None) -> Advanced:
         """Steps 4 and 5: the tree must be exactly the checkpoint's, then commit."""
@@ -278,13 +293,10 @@ class AdvanceSession:
         at = datetime.now(UTC)
         changes = tuple(
             status_change(
-                tool_id,
-                before,
-                fold_tool(self._writer.conn, tool_id)[0],
-                sorted(self._named.get(tool_id, ())),
-                at,
+                tool_id, before, self._after[tool_id][0], sorted(self._named.get(tool_id, ())), at
             )
             for tool_id, before in sorted(self._before.items())
         )
+        self._writer.statuses = dict(self._after)
         self._finished = True
         return Advanced(self.old_size, self.checkpoint.size, frozenset(self._writer.tools), changes)
