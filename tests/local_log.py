@@ -7,6 +7,7 @@ same verified steps as ``client.follower.Follower.sync``.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,16 @@ ORIGIN = "local.deplog.example/log"
 def register(log: Log, publisher: Signer, namespace: str = "org.acme") -> int:
     """Append the registration of ``publisher`` (one key, one namespace); returns its index."""
     return log.append_publisher(register_statement(publisher.name, (namespace,), (publisher,)))
+
+
+class Clock:
+    """A settable clock (POSIX seconds), starting now."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class LocalLog:

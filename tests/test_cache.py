@@ -2,43 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from client.cache import GuardedCache
 from client.guard import Guard
-from client.state import LocalState
 from client.trust import TrustedState
-from tests.local_log import ORIGIN, LocalLog
+from tests.local_log import Clock, LocalLog
 
 ACME = "tool:org.acme/search"
 OTHER = "tool:org.other/search"  # the same name in another publisher's namespace
-
-
-class Clock:
-    def __init__(self) -> None:
-        import time
-
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def local(tmp_path: Path) -> LocalLog:
-    return LocalLog(tmp_path)
-
-
-@pytest.fixture
-def trusted(tmp_path: Path, local: LocalLog) -> Iterator[TrustedState]:
-    state = LocalState(tmp_path / "follower.db", ORIGIN)
-    trusted = TrustedState(state, local.signer.verifier())
-    local.sync(trusted)
-    yield trusted
-    state.close()
 
 
 @pytest.fixture
@@ -47,9 +19,16 @@ def evictions() -> list[tuple[tuple[str, str], str]]:
 
 
 @pytest.fixture
-def cache(trusted: TrustedState, evictions: list[tuple[tuple[str, str], str]]) -> GuardedCache[str]:
+def synced(trusted: TrustedState, local: LocalLog) -> TrustedState:
+    """The follower state after one verified sync of ``local``."""
+    local.sync(trusted)
+    return trusted
+
+
+@pytest.fixture
+def cache(synced: TrustedState, evictions: list[tuple[tuple[str, str], str]]) -> GuardedCache[str]:
     cache: GuardedCache[str] = GuardedCache(
-        Guard(trusted.state), on_evict=lambda key, why: evictions.append((key, why))
+        Guard(synced.state), on_evict=lambda key, why: evictions.append((key, why))
     )
     for tool in (ACME, OTHER):
         for version in ("1.0.0", "2.0.0"):
@@ -130,17 +109,17 @@ def test_a_revoked_entry_is_refused_and_dropped_on_the_next_hit(
     assert (ACME, "1.0.0") not in list(cache)
 
 
-def test_entries_expire_after_their_ttl(trusted: TrustedState) -> None:
+def test_entries_expire_after_their_ttl(synced: TrustedState) -> None:
     clock = Clock()
-    cache: GuardedCache[str] = GuardedCache(Guard(trusted.state), ttl=60, clock=clock)
+    cache: GuardedCache[str] = GuardedCache(Guard(synced.state), ttl=60, clock=clock)
     cache.put(ACME, "1.0.0", "x")
     clock.now += 61
     assert not cache.get(ACME, "1.0.0").served
     assert len(cache) == 0
 
 
-def test_capacity_evicts_the_least_recently_used(trusted: TrustedState) -> None:
-    cache: GuardedCache[str] = GuardedCache(Guard(trusted.state), max_entries=2)
+def test_capacity_evicts_the_least_recently_used(synced: TrustedState) -> None:
+    cache: GuardedCache[str] = GuardedCache(Guard(synced.state), max_entries=2)
     cache.put(ACME, "1.0.0", "a")
     cache.put(ACME, "2.0.0", "b")
     cache.get(ACME, "1.0.0")

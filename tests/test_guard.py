@@ -2,44 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from client.guard import Guard, Verdict
-from client.state import LocalState
 from client.trust import TrustedState
-from tests.local_log import ORIGIN, LocalLog
+from tests.local_log import Clock, LocalLog
 
 TOOL = "tool:org.acme/search"
 PAST = "2026-01-01T00:00:00Z"
 FUTURE = "2099-01-01T00:00:00Z"
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
-
-
-class Clock:
-    """A settable clock for the guard, starting now."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC).timestamp()
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def local(tmp_path: Path) -> LocalLog:
-    return LocalLog(tmp_path)
-
-
-@pytest.fixture
-def trusted(tmp_path: Path, local: LocalLog) -> Iterator[TrustedState]:
-    state = LocalState(tmp_path / "follower.db", ORIGIN)
-    yield TrustedState(state, local.signer.verifier())
-    state.close()
 
 
 @pytest.fixture

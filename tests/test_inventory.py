@@ -29,11 +29,6 @@ ITEMS = [
 
 
 @pytest.fixture
-def local(tmp_path: Path) -> LocalLog:
-    return LocalLog(tmp_path)
-
-
-@pytest.fixture
 def state(tmp_path: Path, local: LocalLog) -> Iterator[LocalState]:
     state = LocalState(tmp_path / "follower.db", ORIGIN)
     yield state

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from client.guard import Guard
 from client.mcp import DEPRECATION_KEY, IDENTITY_KEY, guard_tools_list, http_date
-from client.state import LocalState
 from client.trust import TrustedState
-from tests.local_log import ORIGIN, LocalLog
+from tests.local_log import LocalLog
 
 TOOL = "tool:org.acme/search"
 
@@ -23,18 +18,6 @@ def tool(name: str, version: str | None = None, **identity: str) -> dict[str, An
     if version is not None:
         entry["_meta"] = {IDENTITY_KEY: {"tool_id": TOOL, "version": version, **identity}}
     return entry
-
-
-@pytest.fixture
-def local(tmp_path: Path) -> LocalLog:
-    return LocalLog(tmp_path)
-
-
-@pytest.fixture
-def trusted(tmp_path: Path, local: LocalLog) -> Iterator[TrustedState]:
-    state = LocalState(tmp_path / "follower.db", ORIGIN)
-    yield TrustedState(state, local.signer.verifier())
-    state.close()
 
 
 def listed(result: dict[str, Any]) -> list[str]:
