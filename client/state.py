@@ -108,6 +108,12 @@ class LocalState:
         self._conn.execute("PRAGMA busy_timeout = 5000")
         for statement in SCHEMA:
             self._conn.execute(statement)
+        # Reads go through their own connection, which sees committed data only:
+        # an advance in progress (its transaction is open across awaits on the
+        # same thread) must never be visible to the guard or to reports.
+        self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._reader.execute("PRAGMA query_only = 1")
+        self._reader.execute("PRAGMA busy_timeout = 5000")
         self._lock = threading.RLock()
         self._statuses: OrderedDict[str, tuple[StatusIndex, dict[int, float]]] = OrderedDict()
         if origin is None:
@@ -122,6 +128,7 @@ class LocalState:
         self._load()
 
     def close(self) -> None:
+        self._reader.close()
         self._conn.close()
 
     def _load(self) -> None:
@@ -154,7 +161,7 @@ class LocalState:
         return EMPTY_ROOT if self.trusted is None else self.trusted.checkpoint.root_hash
 
     def notice_at(self, index: int) -> Notice | None:
-        row = self._conn.execute("SELECT notice FROM notices WHERE idx = ?", (index,)).fetchone()
+        row = self._reader.execute("SELECT notice FROM notices WHERE idx = ?", (index,)).fetchone()
         return None if row is None else Notice.from_json(canonical.loads(bytes(row[0])))
 
     def tool_status(self, tool_id: str) -> tuple[StatusIndex, dict[int, float]]:
@@ -164,7 +171,7 @@ class LocalState:
             if cached is not None:
                 self._statuses.move_to_end(tool_id)
                 return cached
-            folded = fold_tool(self._conn, tool_id)
+            folded = fold_tool(self._reader, tool_id)
             self._statuses[tool_id] = folded
             if len(self._statuses) > STATUS_CACHE_TOOLS:
                 self._statuses.popitem(last=False)
@@ -173,12 +180,12 @@ class LocalState:
     def tool_status_at(self, tool_id: str, size: int) -> StatusIndex:
         """The fold of one tool's notices in the first ``size`` entries (not cached)."""
         with self._lock:
-            return fold_tool(self._conn, tool_id, below=size)[0]
+            return fold_tool(self._reader, tool_id, below=size)[0]
 
     def tool_ids(self) -> list[str]:
         """Every tool any processed notice is about, sorted."""
         with self._lock:
-            rows = self._conn.execute("SELECT DISTINCT tool_id FROM notices ORDER BY tool_id")
+            rows = self._reader.execute("SELECT DISTINCT tool_id FROM notices ORDER BY tool_id")
             return [str(r[0]) for r in rows]
 
     # -- the one write path ------------------------------------------------------

@@ -209,3 +209,20 @@ def test_a_remembered_status_changes_after_an_advance(
     local.publish(action="revoke", reasons=["other"])
     local.sync(trusted)
     assert guard.check(TOOL, "1.0.0", cached_at=just_now()).reason == "revoked"
+
+
+def test_an_advance_in_progress_is_invisible_to_the_guard(
+    local: LocalLog, trusted: TrustedState, guard: Guard
+) -> None:
+    """Staged entries are verified one by one but trusted only as a whole, at commit."""
+    local.sync(trusted)
+    old = trusted.state.size
+    local.publish(action="revoke", reasons=["other"])
+    published = local.log.published
+    assert published is not None
+    candidate = trusted.check_checkpoint(published.note)
+    with trusted.advance(candidate) as session:
+        session.add(local.log.tree.leaf_data(old, published.size))
+        assert guard.check(TOOL, "1.0.0", cached_at=just_now()).verdict == Verdict.SERVE
+        session.finish()
+    assert guard.check(TOOL, "1.0.0", cached_at=just_now()).reason == "revoked"
