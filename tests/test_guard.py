@@ -226,3 +226,19 @@ def test_an_advance_in_progress_is_invisible_to_the_guard(
         assert guard.check(TOOL, "1.0.0", cached_at=just_now()).verdict == Verdict.SERVE
         session.finish()
     assert guard.check(TOOL, "1.0.0", cached_at=just_now()).reason == "revoked"
+
+
+def test_reports_do_not_see_an_advance_in_progress(local: LocalLog, trusted: TrustedState) -> None:
+    local.sync(trusted)
+    old = trusted.state.size
+    local.publish(tool="tool:org.acme/brand-new")
+    published = local.log.published
+    assert published is not None
+    with trusted.advance(trusted.check_checkpoint(published.note)) as session:
+        session.add(local.log.tree.leaf_data(old, published.size))
+        assert "tool:org.acme/brand-new" not in trusted.state.tool_ids()
+        assert not trusted.state.tool_status_at("tool:org.acme/brand-new", published.size).describe(
+            "tool:org.acme/brand-new", datetime.now(UTC)
+        )["notices"]
+        session.finish()
+    assert "tool:org.acme/brand-new" in trusted.state.tool_ids()
