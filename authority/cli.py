@@ -19,7 +19,6 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
@@ -37,6 +36,7 @@ from client.entries import PublisherStatement
 from client.errors import DeplogError
 from client.keyfile import key_file_name, load_or_create_signer, load_signer
 from client.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier
+from client.notice import now_timestamp
 from client.policy import Policy
 
 DEFAULT_PORT = 7460
@@ -242,7 +242,7 @@ def _statement(args: argparse.Namespace, action: str) -> PublisherStatement:
     obj: dict[str, object] = {
         "action": action,
         "publisher": args.publisher,
-        "issued_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "issued_at": now_timestamp(),
     }
     if action == "register":
         obj["namespaces"] = args.namespace

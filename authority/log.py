@@ -22,7 +22,6 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from authority import store
@@ -39,7 +38,7 @@ from client.entries import (
 )
 from client.errors import DeplogError
 from client.note import Signer
-from client.notice import Envelope, Notice
+from client.notice import Envelope, Notice, now_timestamp
 from client.receipt import format_receipt
 from client.registry import ConflictError, PublisherRegistry
 
@@ -84,10 +83,6 @@ class Sequenced:
         """The C2SP tlog-proof receipt, carrying the checkpoint as published."""
         assert self.index is not None and self.error is None
         return format_receipt(self.index, self.proof, cosigned_note)
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _notice_digest(leaf: bytes) -> bytes:
@@ -291,7 +286,7 @@ class Log:
         note = sign_checkpoint(Checkpoint(self.origin, size, root), self.signer)
         self._begin()
         try:
-            store.insert_checkpoint(self.conn, size, root, note, _now())
+            store.insert_checkpoint(self.conn, size, root, note, now_timestamp())
         except sqlite3.Error:
             self._rollback()
             raise StorageError() from None

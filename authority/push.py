@@ -50,7 +50,6 @@ class PushHub:
     subscribers: set[asyncio.Queue[bytes | None]] = field(default_factory=set)
     latest: bytes | None = None
     dropped: int = 0
-    sent: int = 0
 
     def publish(self, note: bytes) -> None:
         """Offer a new note to every subscriber without ever waiting for one."""
@@ -61,7 +60,6 @@ class PushHub:
         for queue in list(self.subscribers):
             try:
                 queue.put_nowait(message)
-                self.sent += 1
             except asyncio.QueueFull:
                 self._drop(queue)
 

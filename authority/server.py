@@ -53,7 +53,6 @@ AUDIT_SCRIPT = (
 )
 MAX_INT = (1 << 63) - 1
 JSON = "application/json"
-TEXT = "text/plain; charset=utf-8"
 
 
 @dataclass(frozen=True)

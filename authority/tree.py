@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from pymerkle import BaseMerkleTree
 from pymerkle.core import _consistency_path_layout
@@ -272,10 +272,3 @@ def consistency_path_from_pymerkle(
         proof = [] if ranges[base][0] == 0 else [hashes[base]]
         proof.append(sibling)
     return proof + hashes[base + 1 :]
-
-
-def append_all(tree: StoredHashTree, leaves: Iterable[bytes]) -> int:
-    """Append leaves through pymerkle (leaf hashing included); returns the new size."""
-    for data in leaves:
-        tree.append_entry(data)
-    return tree.size

@@ -47,6 +47,7 @@ from authority.witness import (
 from client.errors import DeplogError
 from client.keyfile import create_signer, key_file_name, load_signer
 from client.note import SIG_TYPE_COSIGNATURE_V1, Signer
+from client.notice import format_timestamp
 
 log = logging.getLogger("deplog.witness")
 
@@ -270,7 +271,7 @@ def cmd_add_log(args: argparse.Namespace) -> int:
 
 
 def _when(timestamp: int) -> str:
-    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_timestamp(datetime.fromtimestamp(timestamp, UTC))
 
 
 def cmd_list_logs(args: argparse.Namespace) -> int:

@@ -51,7 +51,7 @@ from client.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from client.errors import DeplogError, FormatError
 from client.evidence import read_evidence
 from client.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
-from client.notice import MAX_ENVELOPE_BYTES, Envelope
+from client.notice import MAX_ENVELOPE_BYTES, Envelope, format_timestamp
 from client.policy import MAX_POLICY_SIZE, Policy, PolicyLog
 from client.proofs import ConsistencyProof, TreeFrontier, leaf_hash
 from client.receipt import MAX_RECEIPT_SIZE, Receipt
@@ -135,7 +135,7 @@ def _describe(checkpoint: Checkpoint) -> str:
 
 
 def _rfc3339(timestamp: int) -> str:
-    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_timestamp(datetime.fromtimestamp(timestamp, UTC))
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:

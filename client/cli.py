@@ -27,7 +27,13 @@ from client.errors import DeplogError
 from client.follower import Follower, SyncResult
 from client.keyfile import create_signer, key_file_name, load_signer
 from client.note import Verifier
-from client.notice import Envelope, Notice, parse_timestamp
+from client.notice import (
+    Envelope,
+    Notice,
+    format_timestamp,
+    now_timestamp,
+    parse_timestamp,
+)
 from client.policy import Policy
 from client.receipt import Receipt, verify_receipt
 from client.state import LocalState
@@ -40,10 +46,6 @@ MAX_RESPONSE = 1 << 20
 
 class CLIError(Exception):
     """A one-line failure message; exit status 1."""
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_range(text: str) -> dict[str, Any]:
@@ -64,8 +66,8 @@ def build_notice(args: argparse.Namespace, publisher: str) -> Notice:
         "tool_id": args.tool,
         "action": args.action,
         "reasons": args.reason,
-        "effective_at": args.effective_at or _now(),
-        "issued_at": _now(),
+        "effective_at": args.effective_at or now_timestamp(),
+        "issued_at": now_timestamp(),
         "publisher": publisher,
         "sequence": args.sequence if args.sequence is not None else time.time_ns() // 1_000_000,
     }
@@ -203,7 +205,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             out = index.describe(args.tool_id, now)
         out["processed_through"] = {
             "size": trusted.size,
-            "verified_at": trusted.verified_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "verified_at": format_timestamp(trusted.verified_at),
             "checkpoint": trusted.note.decode(),
         }
         print(json.dumps(out, indent=2, sort_keys=True))

@@ -25,6 +25,7 @@ from typing import Any
 from client.checkpoint import open_checkpoint
 from client.errors import DeplogError, FormatError, VerificationError
 from client.note import Verifier
+from client.notice import now_timestamp
 from client.proofs import ConsistencyProof, ProofError, verify_consistency
 
 EVIDENCE_FORMAT = "deplog-fork-evidence/v1"
@@ -152,12 +153,8 @@ def read_evidence(path: Path) -> ForkEvidence:
         raise EvidenceFormatError() from None
 
 
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def evidence_between(
     log_key: Verifier, first: bytes, second: bytes, proof: ConsistencyProof | None, reporter: str
 ) -> ForkEvidence:
     """Evidence about ``log_key``'s log, stamped now."""
-    return ForkEvidence(log_key.vkey(), first, second, proof, now_rfc3339(), reporter)
+    return ForkEvidence(log_key.vkey(), first, second, proof, now_timestamp(), reporter)

@@ -262,6 +262,11 @@ def format_timestamp(dt: datetime) -> str:
     return f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}Z"
 
 
+def now_timestamp() -> str:
+    """The current time in the one timestamp form deplog writes."""
+    return format_timestamp(datetime.now(UTC))
+
+
 def parse_key_id(value: object) -> bytes:
     """Decode an 8-hex-digit lower-case key id; NoticeError ``bad_signature_encoding``."""
     s = require_str(value)

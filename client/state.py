@@ -182,12 +182,6 @@ class LocalState:
         with self._lock:
             return fold_tool(self._reader, tool_id, below=size)[0]
 
-    def tool_ids(self) -> list[str]:
-        """Every tool any processed notice is about, sorted."""
-        with self._lock:
-            rows = self._reader.execute("SELECT DISTINCT tool_id FROM notices ORDER BY tool_id")
-            return [str(r[0]) for r in rows]
-
     # -- the one write path ------------------------------------------------------
 
     def begin(self) -> AdvanceWriter:
@@ -210,9 +204,8 @@ class LocalState:
         """Make the advance durable, then let the in-memory view follow it."""
         try:
             self._conn.execute("COMMIT")
-            for tool_id in writer.tools:
+            for tool_id, folded in writer.statuses.items():  # every tool the advance touched
                 self._statuses.pop(tool_id, None)
-            for tool_id, folded in writer.statuses.items():
                 self._statuses[tool_id] = folded
             while len(self._statuses) > STATUS_CACHE_TOOLS:
                 self._statuses.popitem(last=False)
@@ -266,7 +259,6 @@ class AdvanceWriter:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self.tools: set[str] = set()
         # Each touched tool's fold after the advance, for the status cache.
         self.statuses: dict[str, tuple[StatusIndex, dict[int, float]]] = {}
         self.after_commit: (
@@ -279,7 +271,6 @@ class AdvanceWriter:
         self.conn.executemany(
             "INSERT INTO notices (idx, tool_id, notice, processed_at) VALUES (?, ?, ?, ?)", batch
         )
-        self.tools.update(tool_id for _, tool_id, _, _ in batch)
 
     def notice_at(self, index: int) -> Notice | None:
         row = self.conn.execute("SELECT notice FROM notices WHERE idx = ?", (index,)).fetchone()

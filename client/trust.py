@@ -103,8 +103,12 @@ class Advanced:
 
     old_size: int
     new_size: int
-    tools: frozenset[str]
     changes: tuple[StatusChange, ...] = ()
+
+    @property
+    def tools(self) -> frozenset[str]:
+        """Every tool a notice of the advance was about."""
+        return frozenset(change.tool_id for change in self.changes)
 
 
 @dataclass(frozen=True)
@@ -219,10 +223,6 @@ class AdvanceSession:
         else:
             self.trusted.state.rollback(self._writer)
 
-    @property
-    def remaining(self) -> int:
-        return self.checkpoint.size - self.next_index
-
     def add(self, leaves: Sequence[bytes], now: datetime | None = None) -> None:
         """Verify the next entries in log order (``client.rules``) and stage their effects."""
         writer = self._writer
@@ -299,4 +299,4 @@ class AdvanceSession:
         )
         self._writer.statuses = dict(self._after)
         self._finished = True
-        return Advanced(self.old_size, self.checkpoint.size, frozenset(self._writer.tools), changes)
+        return Advanced(self.old_size, self.checkpoint.size, changes)

@@ -212,3 +212,37 @@ def notices(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         obj["message"] = draw(_message)
     return obj
+
+
+# Edits that tend to matter to deplog's line- and JSON-based formats (shared by the
+# hypothesis tests and the atheris fuzz targets in bench/fuzz/).
+HOSTILE_TOKENS: tuple[bytes, ...] = (
+    b"\n",
+    b"\n\n",
+    b"\xe2\x80\x94 ",  # the signature line prefix: em dash, space
+    b" ",
+    b"\t",
+    b"\r",
+    b"\x00",
+    b"+",
+    b"=",
+    b"0",
+    b"00",
+    b"-1",
+    b"9223372036854775808",
+    b"18446744073709551616",
+    b'"',
+    b"\\",
+    b"\\ud800",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    b"1e5",
+    b"null",
+    b"\xff",
+    b"\xc3\xa9",
+    b"#",
+)

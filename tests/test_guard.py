@@ -236,9 +236,9 @@ def test_reports_do_not_see_an_advance_in_progress(local: LocalLog, trusted: Tru
     assert published is not None
     with trusted.advance(trusted.check_checkpoint(published.note)) as session:
         session.add(local.log.tree.leaf_data(old, published.size))
-        assert "tool:org.acme/brand-new" not in trusted.state.tool_ids()
+        assert trusted.state.notice_at(old) is None
         assert not trusted.state.tool_status_at("tool:org.acme/brand-new", published.size).describe(
             "tool:org.acme/brand-new", datetime.now(UTC)
         )["notices"]
         session.finish()
-    assert "tool:org.acme/brand-new" in trusted.state.tool_ids()
+    assert trusted.state.notice_at(old) is not None

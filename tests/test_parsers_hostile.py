@@ -44,7 +44,14 @@ from client.notice import Envelope, Notice
 from client.policy import Policy
 from client.proofs import inclusion_path, leaf_hash, root_from_leaf_hashes
 from client.receipt import Receipt
-from tests.model_builders import NOW, notice_json, register_statement, revoke_json, withdraw_json
+from tests.model_builders import (
+    HOSTILE_TOKENS,
+    NOW,
+    notice_json,
+    register_statement,
+    revoke_json,
+    withdraw_json,
+)
 
 T = TypeVar("T")
 
@@ -82,36 +89,6 @@ RECEIPT = Receipt(
 ).to_bytes()
 ADD_CHECKPOINT_BODY = request_body(3, (bytes(32), bytes(range(32))), CHECKPOINT_NOTE)
 
-# Edits that matter to line-based and JSON formats.
-TOKENS = [
-    b"\n",
-    b"\n\n",
-    "\u2014 ".encode(),
-    b" ",
-    b"\t",
-    b"\r",
-    b"\x00",
-    b"+",
-    b"=",
-    b"0",
-    b"00",
-    b"-1",
-    b"9223372036854775808",
-    b'"',
-    b"\\",
-    b"\\ud800",
-    b"{",
-    b"}",
-    b"[",
-    b"]",
-    b",",
-    b":",
-    b"1e5",
-    b"null",
-    b"\xff",
-    b"\xc3\xa9",
-]
-
 
 def refused_or(parse: Callable[[], T]) -> T | DeplogError:
     """``parse()``'s value, or the DeplogError it raised; anything else propagates."""
@@ -131,7 +108,7 @@ def mutated(draw: st.DrawFn, samples: list[bytes]) -> bytes:
         if edit == "flip" and at < len(out):
             out[at] ^= draw(st.integers(1, 255))
         elif edit == "token":
-            out[at:at] = draw(st.sampled_from(TOKENS))
+            out[at:at] = draw(st.sampled_from(HOSTILE_TOKENS))
         elif edit == "junk":
             out[at:at] = draw(st.binary(min_size=1, max_size=8))
         elif edit == "delete":

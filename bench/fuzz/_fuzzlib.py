@@ -14,40 +14,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import atheris
 
-# Edits that tend to matter to deplog's line- and JSON-based formats.
-TOKENS: tuple[bytes, ...] = (
-    b"\n",
-    b"\n\n",
-    b"\xe2\x80\x94 ",  # the signature line prefix: em dash, space
-    b" ",
-    b"\t",
-    b"\r",
-    b"\x00",
-    b"+",
-    b"=",
-    b"0",
-    b"00",
-    b"-1",
-    b"9223372036854775808",
-    b"18446744073709551616",
-    b'"',
-    b"\\",
-    b"\\ud800",
-    b"{",
-    b"}",
-    b"[",
-    b"]",
-    b",",
-    b":",
-    b"1e5",
-    b"null",
-    b"\xff",
-    b"\xc3\xa9",
-    b"#",
-)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.model_builders import HOSTILE_TOKENS as TOKENS
 
 
 def derive(data: bytes, samples: Sequence[bytes]) -> bytes:

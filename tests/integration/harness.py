@@ -16,7 +16,6 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,10 @@ from authority.cli import main as authority_main
 from authority.witnesscli import main as witness_main
 from client.keyfile import key_file_name
 from client.note import Signer, Verifier
-from client.notice import Envelope, Notice
+from client.notice import Envelope, Notice, now_timestamp
 
 ORIGIN = "test.deplog.example/log"
 STARTUP_TIMEOUT = 30.0
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def make_envelope(
@@ -50,7 +45,7 @@ def make_envelope(
         "affected": {"versions": ["1.0.0"]},
         "reasons": ["superseded"],
         "effective_at": "2026-01-01T00:00:00Z",
-        "issued_at": now_rfc3339(),
+        "issued_at": now_timestamp(),
         "publisher": publisher,
         "sequence": sequence,
     }
