@@ -25,19 +25,24 @@ from typing import IO
 import aiohttp
 from aiohttp import web
 
-from authority.httpd import serve_until_signalled
-from authority.limits import Rate
-from authority.log import Log, audit_storage
-from authority.sequencer import SequencerLimits
-from authority.server import AuthorityState, ServerConfig, build_admin_app, build_app
-from authority.witnessing import RemoteWitness, Witnessing, WitnessTrack, open_embedded_witness
-from client import canonical
-from client.entries import PublisherStatement
-from client.errors import DeplogError
-from client.keyfile import key_file_name, load_or_create_signer, load_signer
-from client.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier
-from client.notice import now_timestamp
-from client.policy import Policy
+from deplog.authority.http.limits import Rate
+from deplog.authority.http.plumbing import serve_until_signalled
+from deplog.authority.http.server import AuthorityState, ServerConfig, build_admin_app, build_app
+from deplog.authority.log import Log, audit_storage
+from deplog.authority.sequencer import SequencerLimits
+from deplog.authority.witnessing import (
+    RemoteWitness,
+    Witnessing,
+    WitnessTrack,
+    open_embedded_witness,
+)
+from deplog.client.errors import DeplogError
+from deplog.client.model import canonical
+from deplog.client.model.entries import PublisherStatement
+from deplog.client.model.notice import now_timestamp
+from deplog.client.tlog.keyfile import key_file_name, load_or_create_signer, load_signer
+from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier
+from deplog.client.tlog.policy import Policy
 
 DEFAULT_PORT = 7460
 MAX_HEADERS = 64
@@ -291,7 +296,7 @@ def cmd_publisher_change(action: str) -> object:
 
 
 def cmd_publisher_list(args: argparse.Namespace) -> int:
-    from authority.reader import LogReader
+    from deplog.authority.storage.reader import LogReader
 
     instance = open_instance(args.data, args.keys)
     reader = LogReader(instance.db_path)

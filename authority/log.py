@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from authority import store
-from authority.tree import StoredHashTree, TreeCorruptError
-from client.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
-from client.entries import (
+from deplog.authority.storage import store
+from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
+from deplog.client.errors import DeplogError
+from deplog.client.model.entries import (
     MAX_ENTRY_BYTES,
     EntryFormatError,
     NoticeEntry,
@@ -36,11 +36,11 @@ from client.entries import (
     encode_entry,
     sign_publisher_statement,
 )
-from client.errors import DeplogError
-from client.note import Signer
-from client.notice import Envelope, Notice, now_timestamp
-from client.receipt import format_receipt
-from client.registry import ConflictError, PublisherRegistry
+from deplog.client.model.notice import Envelope, Notice, now_timestamp
+from deplog.client.model.registry import ConflictError, PublisherRegistry
+from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
+from deplog.client.tlog.note import Signer
+from deplog.client.tlog.receipt import format_receipt
 
 
 class StorageError(DeplogError):

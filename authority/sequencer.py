@@ -22,11 +22,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from authority.log import Log, StorageError
-from authority.store import StoredCheckpoint
-from client.entries import PublisherStatement
-from client.errors import DeplogError
-from client.notice import Envelope
+from deplog.authority.log import Log, StorageError
+from deplog.authority.storage.store import StoredCheckpoint
+from deplog.client.errors import DeplogError
+from deplog.client.model.entries import PublisherStatement
+from deplog.client.model.notice import Envelope
 
 T = TypeVar("T")
 log = logging.getLogger("deplog.sequencer")

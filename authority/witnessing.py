@@ -31,13 +31,13 @@ from typing import Protocol
 
 import aiohttp
 
-from authority.store import StoredCheckpoint
-from authority.witness import Witness, WitnessState
-from client.checkpoint import Checkpoint
-from client.cosignature import verify_cosignature
-from client.errors import DeplogError
-from client.keyfile import load_or_create_signer
-from client.note import (
+from deplog.authority.storage.store import StoredCheckpoint
+from deplog.authority.witness.core import Witness, WitnessState
+from deplog.client.errors import DeplogError
+from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.cosignature import verify_cosignature
+from deplog.client.tlog.keyfile import load_or_create_signer
+from deplog.client.tlog.note import (
     SIG_TYPE_COSIGNATURE_V1,
     NoteSignature,
     Verifier,

@@ -37,8 +37,8 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, pct, start_minimal_server
-from client.note import Signer
-from client.notice import Envelope
+from deplog.client.model.notice import Envelope
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess, make_envelope
 
 CONCURRENCY = (1, 10, 50, 100)

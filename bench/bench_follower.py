@@ -25,9 +25,9 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from authority.log import Log
-from client.follower import Follower
-from client.note import Signer
+from deplog.authority.log import Log
+from deplog.client.follow.follower import Follower
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import ORIGIN, AuthorityProcess, make_envelope
 from tests.local_log import register
 
@@ -58,7 +58,7 @@ def build(authority: AuthorityProcess, entries: int) -> tuple[Signer, int]:
 
 
 def load_log_signer(authority: AuthorityProcess) -> Signer:
-    from client.keyfile import load_signer
+    from deplog.client.tlog.keyfile import load_signer
 
     return load_signer(authority.keys, ORIGIN.replace("/", "_"))
 

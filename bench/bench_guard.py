@@ -25,9 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, pct
-from client.guard import Guard, Verdict
-from client.state import LocalState
-from client.trust import TrustedState
+from deplog.client.cache.guard import Guard, Verdict
+from deplog.client.follow.state import LocalState
+from deplog.client.follow.trust import TrustedState
 from tests.local_log import ORIGIN, LocalLog
 
 

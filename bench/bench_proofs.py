@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_tree import build
 from bench.common import free_port, median, pct, wait_http
-from client.note import Signer
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess, make_envelope
 
 REQUESTS = 1000

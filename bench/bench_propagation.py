@@ -39,9 +39,9 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, pct
-from client.follower import Follower, SyncResult
-from client.guard import Guard, Verdict
-from client.note import Signer
+from deplog.client.cache.guard import Guard, Verdict
+from deplog.client.follow.follower import Follower, SyncResult
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess, make_envelope
 
 TOOL = "tool:org.acme/search"

@@ -32,7 +32,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import free_port, median, start_minimal_server, wait_http
-from client.note import Signer
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess, make_envelope
 
 NGINX_CONF = """

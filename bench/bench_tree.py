@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pymerkle import SqliteTree
 
-from authority import store
-from authority.log import Log
-from authority.tree import StoredHashTree
-from client.note import Signer
+from deplog.authority.log import Log
+from deplog.authority.storage import store
+from deplog.authority.storage.tree import StoredHashTree
+from deplog.client.tlog.note import Signer
 
 ORIGIN = "bench.deplog.example/log"
 BATCH = 10_000

@@ -29,11 +29,11 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from authority.log import Log
-from authority.witness import Witness, WitnessState
-from authority.witnessing import request_body
-from client.cosignature import cosigner
-from client.note import Signer
+from deplog.authority.log import Log
+from deplog.authority.witness.core import Witness, WitnessState
+from deplog.authority.witnessing import request_body
+from deplog.client.tlog.cosignature import cosigner
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess, WitnessProcess, make_envelope
 from tests.local_log import register
 

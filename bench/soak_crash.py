@@ -24,7 +24,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from client.note import Signer
+from deplog.client.tlog.note import Signer
 from tests.integration.campaign import authority_campaign, witness_campaign, witness_log
 from tests.integration.harness import AuthorityProcess, WitnessProcess
 

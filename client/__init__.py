@@ -1,1 +1,70 @@
-"""deplog client: wire formats and every verifier. Depends on nothing in ``authority``."""
+"""deplog's client library: wire formats, every verifier, the follower and the cache guard.
+
+The names below are the public API (what the README's cache example uses); they are
+loaded on first use, so importing one sub-package (say ``deplog.client.tlog`` in a
+witness) does not import the follower and its HTTP stack. Everything else is reached
+through its sub-package:
+
+* ``deplog.client.tlog``: C2SP signed notes, checkpoints, cosignatures, tlog-proof
+  receipts, tlog-policy, RFC 9162 proofs, key files, fork evidence;
+* ``deplog.client.model``: canonical JSON, SemVer, notices, entries and the pure folds;
+* ``deplog.client.follow``: log sources, the trusted state, the follower;
+* ``deplog.client.cache``: the guard, a guarded cache, MCP and inventory helpers;
+* ``deplog.client.audit``: offline audits and the export they read.
+
+This package never imports ``deplog.authority``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from deplog.client.cache.guard import Decision, Guard, Verdict
+    from deplog.client.cache.guarded_cache import GuardedCache
+    from deplog.client.errors import DeplogError
+    from deplog.client.follow.follower import Follower, SyncFollower
+    from deplog.client.tlog.note import Verifier
+    from deplog.client.tlog.policy import Policy
+    from deplog.client.tlog.receipt import verify_receipt
+
+__all__ = [
+    "Decision",
+    "DeplogError",
+    "Follower",
+    "Guard",
+    "GuardedCache",
+    "Policy",
+    "SyncFollower",
+    "Verdict",
+    "Verifier",
+    "verify_receipt",
+]
+
+_HOME = {
+    "Decision": "deplog.client.cache.guard",
+    "DeplogError": "deplog.client.errors",
+    "Follower": "deplog.client.follow.follower",
+    "Guard": "deplog.client.cache.guard",
+    "GuardedCache": "deplog.client.cache.guarded_cache",
+    "Policy": "deplog.client.tlog.policy",
+    "SyncFollower": "deplog.client.follow.follower",
+    "Verdict": "deplog.client.cache.guard",
+    "Verifier": "deplog.client.tlog.note",
+    "verify_receipt": "deplog.client.tlog.receipt",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module on first use (PEP 562)."""
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

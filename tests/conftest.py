@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from client.state import LocalState
-from client.trust import TrustedState
+from deplog.client.follow.state import LocalState
+from deplog.client.follow.trust import TrustedState
 from tests.local_log import ORIGIN, LocalLog
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from client.note import Signer
-from client.notice import Envelope
+from deplog.client.model.notice import Envelope
+from deplog.client.tlog.note import Signer
 from tests.model_builders import make_notice
 
 

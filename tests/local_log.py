@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from authority.log import Log
-from client.note import Signer
-from client.proofs import ConsistencyProof
-from client.trust import Advanced, TrustedState
+from deplog.authority.log import Log
+from deplog.client.follow.trust import Advanced, TrustedState
+from deplog.client.tlog.note import Signer
+from deplog.client.tlog.proofs import ConsistencyProof
 from tests.integration.harness import make_envelope
 from tests.model_builders import register_statement
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from client.entries import PublisherStatement
-from client.note import Signer
-from client.notice import Notice
+from deplog.client.model.entries import PublisherStatement
+from deplog.client.model.notice import Notice
+from deplog.client.tlog.note import Signer
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 TOOL = "tool:org.example/search"
@@ -118,7 +118,7 @@ def _ts(d: datetime) -> str:
 @st.composite
 def _ranges(draw: st.DrawFn) -> dict[str, Any]:
     """An OSV range with strictly increasing, alternating events."""
-    from client.semver import Version
+    from deplog.client.model.semver import Version
 
     vs = draw(st.lists(semvers, min_size=1, max_size=5))
     uniq: dict[tuple[object, ...], str] = {}

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from authority.log import Log
-from client.audit import (
+from deplog.authority.log import Log
+from deplog.client.audit.bundle import BundleFormatError, read_entries, write_entries
+from deplog.client.audit.offline import (
     AuditError,
     ReplayError,
     audit_checkpoint,
@@ -26,18 +27,17 @@ from client.audit import (
     audit_receipt,
     replay,
 )
-from client.bundle import BundleFormatError, read_entries, write_entries
-from client.checkpoint import Checkpoint, sign_checkpoint
-from client.entries import (
+from deplog.client.errors import DeplogError
+from deplog.client.model.entries import (
     NoticeEntry,
     PublisherStatement,
     encode_entry,
     sign_publisher_statement,
 )
-from client.errors import DeplogError
-from client.note import Signer, Verifier
-from client.notice import Envelope
-from client.proofs import ConsistencyProof, leaf_hash, root_from_leaf_hashes
+from deplog.client.model.notice import Envelope
+from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
+from deplog.client.tlog.note import Signer, Verifier
+from deplog.client.tlog.proofs import ConsistencyProof, leaf_hash, root_from_leaf_hashes
 from tests.integration.harness import make_envelope
 
 ORIGIN = "audit.deplog.example/log"

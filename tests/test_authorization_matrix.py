@@ -39,15 +39,15 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from authority.log import Admitted, Log
-from client.audit import ReplayError, replay
-from client.checkpoint import Checkpoint, sign_checkpoint
-from client.entries import NoticeEntry, PublisherStatement, encode_entry
-from client.errors import DeplogError
-from client.note import Signer
-from client.notice import Envelope
-from client.proofs import leaf_hash, root_from_leaf_hashes
-from client.registry import AuthorizationError
+from deplog.authority.log import Admitted, Log
+from deplog.client.audit.offline import ReplayError, replay
+from deplog.client.errors import DeplogError
+from deplog.client.model.entries import NoticeEntry, PublisherStatement, encode_entry
+from deplog.client.model.notice import Envelope
+from deplog.client.model.registry import AuthorizationError
+from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
+from deplog.client.tlog.note import Signer
+from deplog.client.tlog.proofs import leaf_hash, root_from_leaf_hashes
 from tests.integration.harness import make_envelope
 from tests.model_builders import NOW, register_statement
 

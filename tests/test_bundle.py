@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.bundle import BundleFormatError, read_entries, write_atomic, write_entries
+from deplog.client.audit.bundle import BundleFormatError, read_entries, write_atomic, write_entries
 
 entry_lists = st.lists(st.binary(max_size=300), max_size=20)
 

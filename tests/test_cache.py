@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from client.cache import GuardedCache
-from client.guard import Guard
-from client.trust import TrustedState
+from deplog.client.cache.guard import Guard
+from deplog.client.cache.guarded_cache import GuardedCache
+from deplog.client.follow.trust import TrustedState
 from tests.local_log import Clock, LocalLog
 
 ACME = "tool:org.acme/search"

@@ -9,9 +9,9 @@ import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client import canonical
-from client.canonical import JSONFormatError, dumps, loads
-from client.errors import DeplogError
+from deplog.client.errors import DeplogError
+from deplog.client.model import canonical
+from deplog.client.model.canonical import JSONFormatError, dumps, loads
 
 
 def test_rfc8785_sorting_example_matches_spec() -> None:

@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.checkpoint import (
+from deplog.client.errors import FormatError, VerificationError
+from deplog.client.tlog.checkpoint import (
     Checkpoint,
     CheckpointFormatError,
     WrongOriginError,
     open_checkpoint,
     sign_checkpoint,
 )
-from client.errors import FormatError, VerificationError
-from client.note import (
+from deplog.client.tlog.note import (
     SIG_TYPE_COSIGNATURE_V1,
     InvalidNoteSignatureError,
     KeyFormatError,

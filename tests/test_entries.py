@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client import canonical
-from client.entries import (
+from deplog.client.errors import DeplogError
+from deplog.client.model import canonical
+from deplog.client.model.entries import (
     MAX_ENTRY_BYTES,
     PUBLISHER_STATEMENT_PREFIX,
     EntryFormatError,
@@ -23,9 +24,8 @@ from client.entries import (
     encode_entry,
     sign_publisher_statement,
 )
-from client.errors import DeplogError
-from client.note import Signer
-from client.notice import Envelope, Notice, NoticeError
+from deplog.client.model.notice import Envelope, Notice, NoticeError
+from deplog.client.tlog.note import Signer
 from tests.model_builders import (
     NOW,
     notices,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from authority.log import Log
-from client.cli import main as deplog_main
-from client.evidence import (
+from deplog.authority.log import Log
+from deplog.client.cli.main import main as deplog_main
+from deplog.client.tlog.evidence import (
     EvidenceError,
     EvidenceFormatError,
     ForkEvidence,
@@ -17,8 +17,8 @@ from client.evidence import (
     read_evidence,
     write_evidence,
 )
-from client.note import Signer
-from client.proofs import ConsistencyProof
+from deplog.client.tlog.note import Signer
+from deplog.client.tlog.proofs import ConsistencyProof
 from tests.integration.harness import make_envelope
 from tests.local_log import ORIGIN, LocalLog, register
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from client.guard import Guard, Verdict
-from client.trust import TrustedState
+from deplog.client.cache.guard import Guard, Verdict
+from deplog.client.follow.trust import TrustedState
 from tests.local_log import Clock, LocalLog
 
 TOOL = "tool:org.acme/search"

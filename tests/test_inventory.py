@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from client import inventory
-from client.checkpoint import open_checkpoint
-from client.cli import main as deplog_main
-from client.errors import DeplogError
-from client.state import LocalState
-from client.trust import TrustedState
+from deplog.client.cache import inventory
+from deplog.client.cli.main import main as deplog_main
+from deplog.client.errors import DeplogError
+from deplog.client.follow.state import LocalState
+from deplog.client.follow.trust import TrustedState
+from deplog.client.tlog.checkpoint import open_checkpoint
 from tests.local_log import ORIGIN, LocalLog
 
 TOOL = "tool:org.acme/search"

@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from client.keyfile import KeyFileError, create_signer, load_or_create_signer, load_signer
-from client.note import Verifier
+from deplog.client.tlog.keyfile import (
+    KeyFileError,
+    create_signer,
+    load_or_create_signer,
+    load_signer,
+)
+from deplog.client.tlog.note import Verifier
 
 
 def test_private_key_is_created_with_mode_0600(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from authority.limits import Rate, RateLimitedError, RateLimiter
+from deplog.authority.http.limits import Rate, RateLimitedError, RateLimiter
 
 
 class Clock:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from authority import store
-from authority.log import IntegrityError, Log, StorageError
-from client.checkpoint import open_checkpoint
-from client.entries import NoticeEntry, encode_entry
-from client.note import Signer
-from client.receipt import Receipt, verify_receipt
+from deplog.authority.log import IntegrityError, Log, StorageError
+from deplog.authority.storage import store
+from deplog.client.model.entries import NoticeEntry, encode_entry
+from deplog.client.tlog.checkpoint import open_checkpoint
+from deplog.client.tlog.note import Signer
+from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.integration.harness import make_envelope
 from tests.local_log import register
 

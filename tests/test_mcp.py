@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from client.guard import Guard
-from client.mcp import DEPRECATION_KEY, IDENTITY_KEY, guard_tools_list, http_date
-from client.trust import TrustedState
+from deplog.client.cache.guard import Guard
+from deplog.client.cache.mcp import DEPRECATION_KEY, IDENTITY_KEY, guard_tools_list, http_date
+from deplog.client.follow.trust import TrustedState
 from tests.local_log import LocalLog
 
 TOOL = "tool:org.acme/search"

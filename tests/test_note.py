@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.errors import FormatError, VerificationError
-from client.note import (
+from deplog.client.errors import FormatError, VerificationError
+from deplog.client.tlog.note import (
     MAX_NOTE_SIZE,
     MAX_SIGNATURES,
     SIG_TYPE_COSIGNATURE_V1,

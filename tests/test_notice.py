@@ -12,10 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client import canonical
-from client.errors import DeplogError
-from client.note import Signer
-from client.notice import (
+from deplog.client.errors import DeplogError
+from deplog.client.model import canonical
+from deplog.client.model.notice import (
     MAX_ENVELOPE_BYTES,
     Envelope,
     Notice,
@@ -23,7 +22,8 @@ from client.notice import (
     NoticeSignatureError,
     parse_tool_id,
 )
-from client.semver import Version
+from deplog.client.model.semver import Version
+from deplog.client.tlog.note import Signer
 from tests.model_builders import (
     TOOL,
     make_notice,

@@ -24,26 +24,26 @@ from aiohttp.test_utils import make_mocked_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from authority.server import MAX_INT, _int_param
-from authority.witness import parse_add_checkpoint
-from authority.witnessing import request_body
-from client import canonical
-from client.bundle import BundleFormatError, read_entries, write_entries
-from client.checkpoint import Checkpoint, sign_checkpoint
-from client.cosignature import Cosignature, cosign, cosignatures, cosigner
-from client.entries import (
+from deplog.authority.http.server import MAX_INT, _int_param
+from deplog.authority.witness.core import parse_add_checkpoint
+from deplog.authority.witnessing import request_body
+from deplog.client.audit.bundle import BundleFormatError, read_entries, write_entries
+from deplog.client.errors import DeplogError
+from deplog.client.model import canonical
+from deplog.client.model.entries import (
     NoticeEntry,
     PublisherStatement,
     decode_entry,
     encode_entry,
     sign_publisher_statement,
 )
-from client.errors import DeplogError
-from client.note import Signer, add_signature_lines, parse_note
-from client.notice import Envelope, Notice
-from client.policy import Policy
-from client.proofs import inclusion_path, leaf_hash, root_from_leaf_hashes
-from client.receipt import Receipt
+from deplog.client.model.notice import Envelope, Notice
+from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
+from deplog.client.tlog.cosignature import Cosignature, cosign, cosignatures, cosigner
+from deplog.client.tlog.note import Signer, add_signature_lines, parse_note
+from deplog.client.tlog.policy import Policy
+from deplog.client.tlog.proofs import inclusion_path, leaf_hash, root_from_leaf_hashes
+from deplog.client.tlog.receipt import Receipt
 from tests.model_builders import (
     HOSTILE_TOKENS,
     NOW,

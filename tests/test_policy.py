@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.checkpoint import Checkpoint, sign_checkpoint
-from client.cosignature import Cosignature, CosignatureError, cosign, cosigner
-from client.note import (
+from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
+from deplog.client.tlog.cosignature import Cosignature, CosignatureError, cosign, cosigner
+from deplog.client.tlog.note import (
     Signer,
     UnverifiedNoteError,
     Verifier,
@@ -24,7 +24,7 @@ from client.note import (
     cosigned_message,
     parse_note,
 )
-from client.policy import (
+from deplog.client.tlog.policy import (
     MAX_CLOCK_SKEW,
     MAX_LOGS,
     MAX_POLICY_SIZE,

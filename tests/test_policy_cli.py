@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from client.checkpoint import Checkpoint, sign_checkpoint
-from client.cli import main
-from client.cosignature import cosign, cosigner
-from client.note import Signer, add_signature_lines
+from deplog.client.cli.main import main
+from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
+from deplog.client.tlog.cosignature import cosign, cosigner
+from deplog.client.tlog.note import Signer, add_signature_lines
 
 ORIGIN = "cli.deplog.example/log"
 T1 = 1_767_225_600  # 2026-01-01T00:00:00Z

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.errors import FormatError, VerificationError
-from client.proofs import (
+from deplog.client.errors import FormatError, VerificationError
+from deplog.client.tlog.proofs import (
     EMPTY_ROOT,
     HASH_SIZE,
     ConsistencyProof,

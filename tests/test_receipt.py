@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.checkpoint import Checkpoint, WrongOriginError, sign_checkpoint
-from client.errors import FormatError, VerificationError
-from client.note import (
+from deplog.client.errors import FormatError, VerificationError
+from deplog.client.tlog.checkpoint import Checkpoint, WrongOriginError, sign_checkpoint
+from deplog.client.tlog.note import (
     SIG_TYPE_COSIGNATURE_V1,
     InvalidNoteSignatureError,
     NoteSignature,
@@ -22,8 +22,8 @@ from client.note import (
     cosigned_message,
     sign_note,
 )
-from client.proofs import ProofError, inclusion_path, leaf_hash, root_from_leaf_hashes
-from client.receipt import Receipt, ReceiptFormatError, verify_receipt
+from deplog.client.tlog.proofs import ProofError, inclusion_path, leaf_hash, root_from_leaf_hashes
+from deplog.client.tlog.receipt import Receipt, ReceiptFormatError, verify_receipt
 
 ORIGIN = "example.com/log"
 ENTRIES = [b"entry %d" % i for i in range(11)]

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.entries import PublisherStatement, sign_publisher_statement
-from client.note import Signer
-from client.notice import Envelope
-from client.registry import (
+from deplog.client.model.entries import PublisherStatement, sign_publisher_statement
+from deplog.client.model.notice import Envelope
+from deplog.client.model.registry import (
     AuthorizationError,
     ConflictError,
     PublisherRegistry,
     RegistryError,
 )
+from deplog.client.tlog.note import Signer
 from tests.model_builders import (
     NOW,
     PUBLISHER,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.semver import SemverError, Version, is_version
+from deplog.client.model.semver import SemverError, Version, is_version
 from tests.model_builders import semvers
 
 SPEC_ORDER = [

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from client.notice import Notice, NoticeError
-from client.status import StatusError, StatusIndex
+from deplog.client.model.notice import Notice, NoticeError
+from deplog.client.model.status import StatusError, StatusIndex
 from tests.model_builders import TOOL, make_notice, revoke_json, withdraw_json
 
 FEB = datetime(2026, 2, 1, tzinfo=UTC)  # effective_at of the default notice

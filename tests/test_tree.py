@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from authority import store
-from authority.tree import StoredHashTree, TreeCorruptError
-from client.proofs import (
+from deplog.authority.storage import store
+from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
+from deplog.client.tlog.proofs import (
     consistency_path,
     inclusion_path,
     leaf_hash,

@@ -19,7 +19,7 @@ from pathlib import Path
 import nacl.signing
 import pytest
 
-from authority.witness import (
+from deplog.authority.witness.core import (
     MAX_BODY_SIZE,
     SIZE_CONTENT_TYPE,
     TEXT_CONTENT_TYPE,
@@ -29,8 +29,8 @@ from authority.witness import (
     WitnessState,
     parse_logs_file,
 )
-from client.checkpoint import Checkpoint
-from client.note import SIG_TYPE_COSIGNATURE_V1, Signer
+from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer
 
 NOW = 1_700_000_000
 ORIGIN = "example.com/minimal-log"

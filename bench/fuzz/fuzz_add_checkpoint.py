@@ -12,12 +12,12 @@ from __future__ import annotations
 import atheris
 from _fuzzlib import derive, main
 
-with atheris.instrument_imports(include=["client", "authority.witness"]):
-    from authority.witness import parse_add_checkpoint
-    from authority.witnessing import request_body
-    from client.checkpoint import Checkpoint, sign_checkpoint
-    from client.errors import DeplogError
-    from client.note import Signer
+with atheris.instrument_imports(include=["deplog.client", "deplog.authority.witness.core"]):
+    from deplog.authority.witness.core import parse_add_checkpoint
+    from deplog.authority.witnessing import request_body
+    from deplog.client.errors import DeplogError
+    from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
+    from deplog.client.tlog.note import Signer
 
 LOG = Signer.from_seed("example.org/log", bytes(range(32)))
 _NOTE = sign_checkpoint(Checkpoint("example.org/log", 5, bytes(range(32))), LOG)

@@ -21,8 +21,8 @@ from pathlib import Path
 import atheris
 from _fuzzlib import derive, main
 
-with atheris.instrument_imports(include=["client"]):
-    from client.bundle import BundleFormatError, read_entries, write_entries
+with atheris.instrument_imports(include=["deplog.client"]):
+    from deplog.client.audit.bundle import BundleFormatError, read_entries, write_entries
 
 _SHM = Path("/dev/shm")
 DIRECTORY = Path(tempfile.mkdtemp(prefix="deplog-fuzz-", dir=_SHM if _SHM.is_dir() else None))

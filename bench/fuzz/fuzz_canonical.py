@@ -12,9 +12,9 @@ from __future__ import annotations
 import atheris
 from _fuzzlib import derive, main
 
-with atheris.instrument_imports(include=["client", "json"]):
-    from client.canonical import dumps, loads
-    from client.errors import DeplogError
+with atheris.instrument_imports(include=["deplog.client", "json"]):
+    from deplog.client.errors import DeplogError
+    from deplog.client.model.canonical import dumps, loads
 
 SAMPLES = [
     b'{"a":[1,-2,true,false,null],"b":{"c":"d\\u00e9\\n\\ud83d\\ude00"},"\xc3\xa9":""}',

@@ -12,10 +12,10 @@ from __future__ import annotations
 import atheris
 from _fuzzlib import derive, main
 
-with atheris.instrument_imports(include=["client"]):
-    from client.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
-    from client.errors import DeplogError
-    from client.note import Signer
+with atheris.instrument_imports(include=["deplog.client"]):
+    from deplog.client.errors import DeplogError
+    from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
+    from deplog.client.tlog.note import Signer
 
 ORIGIN = "example.org/log"
 LOG = Signer.from_seed(ORIGIN, bytes(range(32)))

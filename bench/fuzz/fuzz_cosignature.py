@@ -11,11 +11,11 @@ from __future__ import annotations
 import atheris
 from _fuzzlib import derive, main
 
-with atheris.instrument_imports(include=["client"]):
-    from client.checkpoint import Checkpoint, sign_checkpoint
-    from client.cosignature import cosign, cosignatures, cosigner
-    from client.errors import DeplogError
-    from client.note import Signer, add_signature_lines
+with atheris.instrument_imports(include=["deplog.client"]):
+    from deplog.client.errors import DeplogError
+    from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
+    from deplog.client.tlog.cosignature import cosign, cosignatures, cosigner
+    from deplog.client.tlog.note import Signer, add_signature_lines
 
 ORIGIN = "example.org/log"
 LOG = Signer.from_seed(ORIGIN, bytes(range(32)))

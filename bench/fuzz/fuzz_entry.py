@@ -14,17 +14,17 @@ from datetime import UTC, datetime
 import atheris
 from _fuzzlib import derive, main
 
-with atheris.instrument_imports(include=["client"]):
-    from client.entries import (
+with atheris.instrument_imports(include=["deplog.client"]):
+    from deplog.client.errors import DeplogError
+    from deplog.client.model.entries import (
         NoticeEntry,
         PublisherStatement,
         decode_entry,
         encode_entry,
         sign_publisher_statement,
     )
-    from client.errors import DeplogError
-    from client.note import Signer
-    from client.notice import Envelope, Notice
+    from deplog.client.model.notice import Envelope, Notice
+    from deplog.client.tlog.note import Signer
 
 LOG = Signer.from_seed("example.org/log", bytes(range(32)))
 PUBLISHER = Signer.from_seed("acme", bytes([3]) * 32)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import atheris
 from _fuzzlib import derive, main
 
-with atheris.instrument_imports(include=["client"]):
-    from client.errors import DeplogError
-    from client.note import Signer
-    from client.notice import Envelope, Notice
+with atheris.instrument_imports(include=["deplog.client"]):
+    from deplog.client.errors import DeplogError
+    from deplog.client.model.notice import Envelope, Notice
+    from deplog.client.tlog.note import Signer
 
 PUBLISHER = Signer.from_seed("acme", bytes(range(32)))
 _BASE = {

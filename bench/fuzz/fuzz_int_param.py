@@ -16,11 +16,11 @@ from urllib.parse import urlencode
 import atheris
 from _fuzzlib import main
 
-with atheris.instrument_imports(include=["authority.server"]):
+with atheris.instrument_imports(include=["deplog.authority.http.server"]):
     from aiohttp.test_utils import make_mocked_request
 
-    from authority.server import _int_param
-    from client.errors import DeplogError
+    from deplog.authority.http.server import _int_param
+    from deplog.client.errors import DeplogError
 
 
 def test_one_input(data: bytes) -> None:

@@ -13,10 +13,16 @@ from __future__ import annotations
 import atheris
 from _fuzzlib import derive, main
 
-with atheris.instrument_imports(include=["client"]):
-    from client.cosignature import cosign, cosigner
-    from client.errors import DeplogError
-    from client.note import Signer, add_signature_lines, open_note, parse_note, sign_note
+with atheris.instrument_imports(include=["deplog.client"]):
+    from deplog.client.errors import DeplogError
+    from deplog.client.tlog.cosignature import cosign, cosigner
+    from deplog.client.tlog.note import (
+        Signer,
+        add_signature_lines,
+        open_note,
+        parse_note,
+        sign_note,
+    )
 
 LOG = Signer.from_seed("example.org/log", bytes(range(32)))
 OTHER = Signer.from_seed("other.example/log", bytes(32))

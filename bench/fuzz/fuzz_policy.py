@@ -11,11 +11,11 @@ from __future__ import annotations
 import atheris
 from _fuzzlib import derive, main
 
-with atheris.instrument_imports(include=["client"]):
-    from client.cosignature import cosigner
-    from client.errors import DeplogError
-    from client.note import Signer
-    from client.policy import Policy
+with atheris.instrument_imports(include=["deplog.client"]):
+    from deplog.client.errors import DeplogError
+    from deplog.client.tlog.cosignature import cosigner
+    from deplog.client.tlog.note import Signer
+    from deplog.client.tlog.policy import Policy
 
 LOG = Signer.from_seed("example.org/log", bytes(range(32))).verifier()
 _W = [cosigner(Signer.from_seed(f"w{i}.example", bytes([i]) * 32)).verifier() for i in range(4)]

@@ -14,12 +14,12 @@ import contextlib
 import atheris
 from _fuzzlib import derive, main
 
-with atheris.instrument_imports(include=["client"]):
-    from client.checkpoint import Checkpoint, sign_checkpoint
-    from client.errors import DeplogError
-    from client.note import Signer
-    from client.proofs import inclusion_path, leaf_hash, root_from_leaf_hashes
-    from client.receipt import Receipt, verify_receipt
+with atheris.instrument_imports(include=["deplog.client"]):
+    from deplog.client.errors import DeplogError
+    from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
+    from deplog.client.tlog.note import Signer
+    from deplog.client.tlog.proofs import inclusion_path, leaf_hash, root_from_leaf_hashes
+    from deplog.client.tlog.receipt import Receipt, verify_receipt
 
 ORIGIN = "example.org/log"
 LOG = Signer.from_seed(ORIGIN, bytes(range(32)))

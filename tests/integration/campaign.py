@@ -23,13 +23,13 @@ from pathlib import Path
 
 import aiohttp
 
-from authority.log import Log
-from authority.witness import WitnessState
-from authority.witnessing import request_body
-from client.checkpoint import Checkpoint, open_checkpoint
-from client.entries import NoticeEntry, decode_entry
-from client.note import Signer
-from client.proofs import ConsistencyProof, verify_consistency
+from deplog.authority.log import Log
+from deplog.authority.witness.core import WitnessState
+from deplog.authority.witnessing import request_body
+from deplog.client.model.entries import NoticeEntry, decode_entry
+from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
+from deplog.client.tlog.note import Signer
+from deplog.client.tlog.proofs import ConsistencyProof, verify_consistency
 from tests.integration.harness import AuthorityProcess, WitnessProcess, make_envelope
 
 JSON = {"Content-Type": "application/json"}
@@ -231,7 +231,7 @@ async def _rollback(
     http: aiohttp.ClientSession, witness: WitnessProcess, log: Log, recorded: int
 ) -> int:
     """Submit the log's own, genuinely signed, smaller checkpoint from the recorded size."""
-    from authority import store
+    from deplog.authority.storage import store
 
     stored = store.checkpoint_at(log.conn, recorded - 1)
     assert stored is not None

@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from client.note import Signer
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess
 
 

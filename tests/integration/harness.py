@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from authority.cli import main as authority_main
-from authority.witnesscli import main as witness_main
-from client.keyfile import key_file_name
-from client.note import Signer, Verifier
-from client.notice import Envelope, Notice, now_timestamp
+from deplog.authority.cli import main as authority_main
+from deplog.authority.witness.cli import main as witness_main
+from deplog.client.model.notice import Envelope, Notice, now_timestamp
+from deplog.client.tlog.keyfile import key_file_name
+from deplog.client.tlog.note import Signer, Verifier
 
 ORIGIN = "test.deplog.example/log"
 STARTUP_TIMEOUT = 30.0
@@ -146,7 +146,7 @@ class AuthorityProcess(ServiceProcess):
         return [
             sys.executable,
             "-m",
-            "authority.cli",
+            "deplog.authority.cli",
             "serve",
             "--data",
             str(self.data),
@@ -190,7 +190,7 @@ class AuthorityProcess(ServiceProcess):
             [
                 sys.executable,
                 "-m",
-                "authority.cli",
+                "deplog.authority.cli",
                 *args,
                 "--data",
                 str(self.data),
@@ -214,7 +214,7 @@ class WitnessProcess(ServiceProcess):
         return [
             sys.executable,
             "-m",
-            "authority.witnesscli",
+            "deplog.authority.witness.cli",
             "serve",
             "--data",
             str(self.data),

@@ -9,7 +9,7 @@ import time
 import aiohttp
 import pytest
 
-from client.note import Signer
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess, make_envelope
 
 JSON = {"Content-Type": "application/json"}

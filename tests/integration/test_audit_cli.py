@@ -16,19 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from client.auditcli import ExportError, export
-from client.bundle import read_entries
-from client.checkpoint import Checkpoint, sign_checkpoint
-from client.entries import NoticeEntry, encode_entry
-from client.keyfile import key_file_name
-from client.note import Signer
-from client.proofs import leaf_hash, root_from_leaf_hashes
+from deplog.client.audit.bundle import read_entries
+from deplog.client.cli.audit import ExportError, export
+from deplog.client.model.entries import NoticeEntry, encode_entry
+from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
+from deplog.client.tlog.keyfile import key_file_name
+from deplog.client.tlog.note import Signer
+from deplog.client.tlog.proofs import leaf_hash, root_from_leaf_hashes
 from tests.integration.harness import ORIGIN, AuthorityProcess, make_envelope
 
 
 def deplog(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "client.cli", *map(str, args)],
+        [sys.executable, "-m", "deplog.client.cli.main", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=60,

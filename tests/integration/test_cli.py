@@ -11,7 +11,7 @@ from tests.integration.harness import AuthorityProcess
 
 def deplog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "client.cli", *args],
+        [sys.executable, "-m", "deplog.client.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -158,7 +158,7 @@ def test_serve_refuses_a_second_server_on_the_same_data(
         [
             sys.executable,
             "-m",
-            "authority.cli",
+            "deplog.authority.cli",
             "serve",
             "--data",
             str(authority.data),

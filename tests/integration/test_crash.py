@@ -11,7 +11,7 @@ from pathlib import Path
 
 import aiohttp
 
-from client.note import Signer
+from deplog.client.tlog.note import Signer
 from tests.integration.campaign import authority_campaign, witness_campaign, witness_log
 from tests.integration.harness import AuthorityProcess, WitnessProcess
 

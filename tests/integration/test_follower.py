@@ -13,10 +13,10 @@ from pathlib import Path
 
 import aiohttp
 
-from client.follower import Follower, SyncFollower
-from client.guard import Guard, Verdict
-from client.note import Signer
-from client.state import LocalState
+from deplog.client.cache.guard import Guard, Verdict
+from deplog.client.follow.follower import Follower, SyncFollower
+from deplog.client.follow.state import LocalState
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess, make_envelope
 
 JSON = {"Content-Type": "application/json"}
@@ -135,9 +135,9 @@ def test_sync_follower_works_without_an_event_loop(
 # the test can kill it at a known point in the middle of an advance.
 FOLLOW_REPORTING_PAGES = textwrap.dedent("""
     import asyncio, sys
-    from client.follower import Follower
-    from client.note import Verifier
-    from client.trust import AdvanceSession
+    from deplog.client.follow.follower import Follower
+    from deplog.client.tlog.note import Verifier
+    from deplog.client.follow.trust import AdvanceSession
     verify_page = AdvanceSession.add
     def add_and_report(session, leaves, now=None):
         verify_page(session, leaves, now)
@@ -197,7 +197,7 @@ def test_follow_and_status_commands(
 
     def deplog(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "client.cli", *args],
+            [sys.executable, "-m", "deplog.client.cli.main", *args],
             cwd=tmp_path,
             capture_output=True,
             text=True,

@@ -27,22 +27,32 @@ from typing import Any, Protocol
 import pytest
 from aiohttp import web
 
-from authority import store
-from authority.log import Log
-from client.checkpoint import Checkpoint, sign_checkpoint
-from client.entries import NoticeEntry, encode_entry
-from client.evidence import EVIDENCE_FORMAT
-from client.evidence import read_evidence as load_evidence
-from client.follower import MAX_CHECKPOINT_BYTES, MAX_PROOF_BYTES, FetchError, Follower
-from client.note import Signer, Verifier
-from client.proofs import ConsistencyProof, consistency_path, leaf_hash, root_from_leaf_hashes
-from client.state import LocalState
-from client.trust import (
+from deplog.authority.log import Log
+from deplog.authority.storage import store
+from deplog.client.follow.follower import (
+    MAX_CHECKPOINT_BYTES,
+    MAX_PROOF_BYTES,
+    FetchError,
+    Follower,
+)
+from deplog.client.follow.state import LocalState
+from deplog.client.follow.trust import (
     CheckpointRejectedError,
     EntryRejectedError,
     ForkError,
     ProofRejectedError,
     RollbackError,
+)
+from deplog.client.model.entries import NoticeEntry, encode_entry
+from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
+from deplog.client.tlog.evidence import EVIDENCE_FORMAT
+from deplog.client.tlog.evidence import read_evidence as load_evidence
+from deplog.client.tlog.note import Signer, Verifier
+from deplog.client.tlog.proofs import (
+    ConsistencyProof,
+    consistency_path,
+    leaf_hash,
+    root_from_leaf_hashes,
 )
 from tests.integration.harness import make_envelope
 from tests.local_log import register

@@ -7,10 +7,10 @@ import base64
 
 import aiohttp
 
-from client.checkpoint import Checkpoint, open_checkpoint
-from client.entries import NoticeEntry, decode_entry, encode_entry
-from client.note import Signer
-from client.proofs import (
+from deplog.client.model.entries import NoticeEntry, decode_entry, encode_entry
+from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
+from deplog.client.tlog.note import Signer
+from deplog.client.tlog.proofs import (
     ConsistencyProof,
     InclusionProof,
     leaf_hash,
@@ -18,7 +18,7 @@ from client.proofs import (
     verify_consistency,
     verify_inclusion,
 )
-from client.receipt import Receipt, verify_receipt
+from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.integration.harness import AuthorityProcess, make_envelope
 
 JSON = {"Content-Type": "application/json"}

@@ -12,12 +12,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from authority.push import sse_event
-from client.cache import GuardedCache
-from client.checkpoint import Checkpoint, sign_checkpoint
-from client.follower import Follower
-from client.guard import Guard, Verdict
-from client.note import Signer
+from deplog.authority.http.push import sse_event
+from deplog.client.cache.guard import Guard, Verdict
+from deplog.client.cache.guarded_cache import GuardedCache
+from deplog.client.follow.follower import Follower
+from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess, make_envelope
 from tests.local_log import ORIGIN, LocalLog
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import aiohttp
 
-from client.note import Signer
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess, make_envelope
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import pytest
 
-from client.note import Signer
-from client.notice import Envelope
+from deplog.client.model.notice import Envelope
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess, make_envelope
 
 JSON = {"Content-Type": "application/json"}

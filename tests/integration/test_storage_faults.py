@@ -19,8 +19,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from client.checkpoint import open_checkpoint
-from client.note import Signer
+from deplog.client.tlog.checkpoint import open_checkpoint
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess, make_envelope
 
 JSON = {"Content-Type": "application/json"}

@@ -6,10 +6,10 @@ import base64
 
 import aiohttp
 
-from client.checkpoint import open_checkpoint
-from client.entries import NoticeEntry, decode_entry
-from client.note import Signer
-from client.proofs import ConsistencyProof, verify_consistency
+from deplog.client.model.entries import NoticeEntry, decode_entry
+from deplog.client.tlog.checkpoint import open_checkpoint
+from deplog.client.tlog.note import Signer
+from deplog.client.tlog.proofs import ConsistencyProof, verify_consistency
 from tests.integration.harness import AuthorityProcess, make_envelope
 
 JSON = {"Content-Type": "application/json"}

@@ -16,11 +16,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from authority.witness import MAX_BODY_SIZE
-from client.checkpoint import open_checkpoint
-from client.cosignature import cosignatures
-from client.note import Signer
-from client.proofs import ConsistencyProof
+from deplog.authority.witness.core import MAX_BODY_SIZE
+from deplog.client.tlog.checkpoint import open_checkpoint
+from deplog.client.tlog.cosignature import cosignatures
+from deplog.client.tlog.note import Signer
+from deplog.client.tlog.proofs import ConsistencyProof
 from tests.integration.harness import AuthorityProcess, WitnessProcess, make_envelope
 from tests.test_witness import MinimalLog, add_checkpoint_body, verify_cosignature
 

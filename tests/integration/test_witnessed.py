@@ -11,16 +11,16 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from authority.cli import main as authority_main
-from authority.log import Log
-from client.checkpoint import open_checkpoint
-from client.cosignature import cosignatures
-from client.entries import NoticeEntry, encode_entry
-from client.follower import Follower
-from client.guard import Guard, Verdict
-from client.note import Signer, Verifier
-from client.policy import Policy
-from client.receipt import Receipt, verify_receipt
+from deplog.authority.cli import main as authority_main
+from deplog.authority.log import Log
+from deplog.client.cache.guard import Guard, Verdict
+from deplog.client.follow.follower import Follower
+from deplog.client.model.entries import NoticeEntry, encode_entry
+from deplog.client.tlog.checkpoint import open_checkpoint
+from deplog.client.tlog.cosignature import cosignatures
+from deplog.client.tlog.note import Signer, Verifier
+from deplog.client.tlog.policy import Policy
+from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.integration.harness import AuthorityProcess, WitnessProcess, make_envelope
 
 JSON = {"Content-Type": "application/json"}
@@ -252,7 +252,7 @@ async def test_a_second_authority_with_the_same_key_is_refused_as_a_fork(
     http: aiohttp.ClientSession,
 ) -> None:
     """Two logs signed by one key: the witness cosigns one history and refuses the other."""
-    from client.keyfile import load_signer
+    from deplog.client.tlog.keyfile import load_signer
     from tests.local_log import register
 
     signer = load_signer(authority_files.keys, "test.deplog.example_log")
@@ -270,7 +270,7 @@ async def test_a_second_authority_with_the_same_key_is_refused_as_a_fork(
             if old in (0, log.published.size)
             else log.tree.consistency_proof(old, log.published.size)
         )
-        from authority.witnessing import request_body
+        from deplog.authority.witnessing import request_body
 
         async with http.post(
             witness.url + "/add-checkpoint", data=request_body(old, proof, log.published.note)

@@ -1,0 +1,98 @@
+"""Rate limits: token buckets per client address and per publisher, in bounded memory.
+
+A bucket holds up to ``burst`` tokens and refills at ``rate`` tokens a second;
+a request takes one token or is refused with the seconds until the next token
+(the ``Retry-After`` a 429 carries). Buckets live in an LRU of at most
+``max_keys`` entries, so a flood of distinct addresses or publisher ids costs
+bounded memory: an evicted key simply starts again with a full bucket.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from deplog.client.errors import DeplogError
+
+MAX_KEYS = 65536
+
+
+class RateLimitedError(DeplogError):
+    """Too many requests from one address or for one publisher; retry later."""
+
+    code = "rate_limited"
+    http_status = 429
+
+    def __init__(self, code: str, retry_after: int) -> None:
+        super().__init__(code, "rate limit exceeded")
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Rate:
+    """``rate`` tokens a second, at most ``burst`` at once; a rate of 0 disables the limit."""
+
+    rate: float
+    burst: float
+
+    @classmethod
+    def parse(cls, text: str) -> Rate:
+        """``RATE`` or ``RATE/BURST`` (a burst defaults to two seconds' worth)."""
+        rate_text, _, burst_text = text.partition("/")
+        rate = float(rate_text)
+        burst = float(burst_text) if burst_text else max(1.0, 2 * rate)
+        if not (math.isfinite(rate) and math.isfinite(burst)) or rate < 0 or burst < 1:
+            raise ValueError("a rate is RATE[/BURST] with RATE >= 0 and BURST >= 1")
+        return cls(rate, burst)
+
+
+class RateLimiter:
+    """Token buckets keyed by a string (an address, a publisher id)."""
+
+    def __init__(
+        self,
+        limit: Rate,
+        code: str,
+        *,
+        max_keys: int = MAX_KEYS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit = limit
+        self.code = code
+        self.max_keys = max_keys
+        self.clock = clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def _tokens(self, key: str, now: float) -> float:
+        tokens, stamp = self._buckets.get(key, (self.limit.burst, now))
+        return min(self.limit.burst, tokens + (now - stamp) * self.limit.rate)
+
+    def check(self, key: str) -> None:
+        """Refuse (``RateLimitedError``) if ``key`` has no token left; takes none."""
+        if self.limit.rate <= 0:
+            return
+        tokens = self._tokens(key, self.clock())
+        if tokens < 1:
+            raise RateLimitedError(self.code, math.ceil((1 - tokens) / self.limit.rate))
+
+    def charge(self, key: str) -> None:
+        """Take one token for ``key`` (down to zero at most)."""
+        if self.limit.rate <= 0:
+            return
+        now = self.clock()
+        tokens = self._tokens(key, now)
+        self._buckets.pop(key, None)
+        self._buckets[key] = (max(0.0, tokens - 1), now)
+        if len(self._buckets) > self.max_keys:
+            self._buckets.popitem(last=False)
+
+    def take(self, key: str) -> None:
+        """Check, then charge: one token per request."""
+        self.check(key)
+        self.charge(key)
+
+    def __len__(self) -> int:
+        return len(self._buckets)

@@ -1,0 +1,508 @@
+"""The authority's HTTP API: thin aiohttp handlers over ``Sequencer`` and ``LogReader``.
+
+Every refusal is ``{"error": "<stable code>"}`` with a 4xx (or 503 when the
+authority cannot take work right now); no response echoes a submitted value.
+Storage and proof work runs on threads, never on the event loop: appends on
+the sequencer's single writer thread, reads on a small pool of reader threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import contextlib
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from deplog.authority.http.limits import Rate, RateLimiter
+from deplog.authority.http.metrics import Metrics
+from deplog.authority.http.plumbing import METRICS, errors_and_metrics
+from deplog.authority.http.push import PushHub
+from deplog.authority.log import IntegrityError, Log
+from deplog.authority.sequencer import Sequencer, SequencerLimits
+from deplog.authority.storage import store
+from deplog.authority.storage.reader import LogReader
+from deplog.authority.witnessing import QuorumUnavailableError, Witnessing
+from deplog.client.errors import DeplogError
+from deplog.client.model import canonical
+from deplog.client.model.entries import PublisherStatement
+from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
+from deplog.client.tlog.note import Signer
+
+log = logging.getLogger("deplog.authority")
+
+MAX_ENTRIES_PER_REQUEST = 1000
+AUDIT_SCRIPT = (
+    "import json, os, sys\n"
+    "os.nice(10)\n"
+    "from pathlib import Path\n"
+    "from deplog.authority.log import audit_storage\n"
+    "size, problem = audit_storage(Path(sys.argv[1]))\n"
+    "print(json.dumps({'size': size, 'problem': problem}))\n"
+)
+MAX_INT = (1 << 63) - 1
+JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Where the log lives and how much the server accepts."""
+
+    db_path: Path
+    origin: str
+    max_body: int = MAX_ENVELOPE_BYTES
+    max_entries: int = MAX_ENTRIES_PER_REQUEST
+    reader_threads: int = 2
+    max_db_bytes: int | None = None
+    refresh_interval: float = 10.0
+    address_rate: Rate = field(default_factory=lambda: Rate(2000, 4000))
+    publisher_rate: Rate = field(default_factory=lambda: Rate(500, 1000))
+    body_timeout: float = 10.0
+    max_subscribers: int = 1024
+    limits: SequencerLimits = field(default_factory=SequencerLimits)
+
+
+class RequestError(DeplogError):
+    """A request the API refuses before it reaches the log."""
+
+    http_status = 400
+
+
+class RequestTimeoutError(RequestError):
+    """A body that did not arrive in time (a slow or stalled client)."""
+
+    code = "request_timeout"
+    http_status = 408
+
+
+class UnsupportedMediaTypeError(RequestError):
+    """A body that is not declared as JSON."""
+
+    code = "unsupported_media_type"
+    http_status = 415
+
+
+def error_response(code: str, status: int) -> web.Response:
+    return web.json_response({"error": code}, status=status)
+
+
+class AuthorityState:
+    """What the handlers share: the sequencer, the reader pool, the published checkpoint.
+
+    ``checkpoint`` and ``note`` only move forward: ``note`` is the signed
+    checkpoint with the cosignatures gathered for that very size, prepared
+    once and served as is by ``GET /checkpoint``.
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        log: Log,
+        witnessing: Callable[[AuthorityState], Witnessing] | None = None,
+    ) -> None:
+        self.config = config
+        self.sequencer = Sequencer(log, config.limits, publish=self.publish)
+        self._readers = concurrent.futures.ThreadPoolExecutor(
+            config.reader_threads, thread_name_prefix="reader"
+        )
+        self._local = threading.local()
+        self._all_readers: list[LogReader] = []
+        self._lock = threading.Lock()
+        self._publishing = asyncio.Lock()
+        published = log.published
+        assert published is not None  # Log always publishes on open
+        self.checkpoint = published
+        self.note = published.note
+        self.published_at = time.time()
+        self.push = PushHub(config.max_subscribers)
+        self.checkpoint_requests = 0
+        self.address_limit = RateLimiter(config.address_rate, "rate_limited")
+        self.publisher_limit = RateLimiter(config.publisher_rate, "publisher_rate_limited")
+        self.witnessing = witnessing(self) if witnessing is not None else None
+        if self.witnessing is not None:
+            self.witnessing.on_change = self.cosignatures_changed
+        self._refresher: asyncio.Task[None] | None = None
+        self._auditor: asyncio.Task[None] | None = None
+        self.corrupt: str | None = None
+
+    async def start(self) -> None:
+        try:
+            await self.publish(self.checkpoint, force=True)
+        except QuorumUnavailableError:
+            # Serve what last met the quorum; the refresh loop keeps trying the rest.
+            saved = await self.sequencer.call(self.sequencer.log.last_published)
+            if saved is not None:
+                self.checkpoint = saved[0]
+                self.serve_note(saved[1])
+            else:
+                log.warning("no checkpoint has met the publication quorum yet")
+        await self.sequencer.start()
+        if self.witnessing is not None and self.config.refresh_interval > 0:
+            self._refresher = asyncio.create_task(self._refresh_cosignatures())
+        self._auditor = asyncio.create_task(self._audit_storage())
+
+    async def _audit_storage(self) -> None:
+        """Rehash every stored leaf and subtree once, off the event loop, after starting.
+
+        Start-up itself only checks the root at the latest checkpoint (O(log n));
+        this finds what that cannot, such as a leaf's bytes altered on disk, and
+        then stops all appends (``storage_corrupt``) and fails ``/healthz``.
+        """
+        # Its own niced process: rehashing a large log must not take the
+        # interpreter lock from the request handlers, and it can be killed.
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            AUDIT_SCRIPT,
+            str(self.config.db_path),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            out, _ = await process.communicate()
+        except asyncio.CancelledError:
+            process.kill()
+            await process.wait()
+            raise
+        if process.returncode != 0:
+            log.warning("the storage audit could not run (exit %s)", process.returncode)
+            return
+        problem = json.loads(out)["problem"]
+        if problem is not None:
+            log.error("storage audit failed: %s; refusing appends", problem)
+            self.corrupt = problem
+
+    async def stop(self) -> None:
+        self.push.close()
+        if self._auditor is not None:
+            self._auditor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._auditor
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+        if self.witnessing is not None:
+            await self.witnessing.stop()
+        await self.sequencer.stop()
+        self.close()
+
+    async def publish(self, checkpoint: store.StoredCheckpoint, force: bool = False) -> bytes:
+        """Witness a new checkpoint as configured, make it the served one, return its note."""
+        async with self._publishing:
+            if checkpoint.size <= self.checkpoint.size and not force:
+                if self.witnessing is None:
+                    return checkpoint.note
+                return self.witnessing.published_note(checkpoint)
+            note = checkpoint.note
+            if self.witnessing is not None:
+                note = await self.witnessing.witness_new(checkpoint)
+                if self.witnessing.quorum:
+                    await self.sequencer.call(self.sequencer.log.save_published, checkpoint, note)
+            self.checkpoint, self.published_at = checkpoint, time.time()
+            self.serve_note(note)
+            return note
+
+    def cosignatures_changed(self) -> None:
+        """A witness cosigned (in the background or on refresh): serve the new lines."""
+        if self.witnessing is not None:
+            self.serve_note(self.witnessing.published_note(self.checkpoint))
+
+    def serve_note(self, note: bytes) -> None:
+        """Make ``note`` what ``GET /checkpoint`` returns, and push it to subscribers."""
+        self.note = note
+        self.push.publish(note)
+
+    async def _refresh_cosignatures(self) -> None:
+        """Re-submit the served checkpoint to every witness, so timestamps stay recent."""
+        assert self.witnessing is not None
+        while True:
+            await asyncio.sleep(self.config.refresh_interval)
+            latest = self.sequencer.log.published
+            if latest is not None and latest.size > self.checkpoint.size:
+                with contextlib.suppress(QuorumUnavailableError):  # withheld: try again later
+                    await self.publish(latest)
+                continue
+            async with self._publishing:
+                current = self.checkpoint
+            await self.witnessing.cosign_all(current, self.witnessing.witnesses)
+            self.cosignatures_changed()
+
+    async def consistency_proof(self, old: int, new: int) -> Sequence[bytes]:
+        proof = await self.read(lambda r: r.consistency(old, new))
+        hashes: Sequence[bytes] = proof.hashes
+        return hashes
+
+    def _reader(self) -> LogReader:
+        reader: LogReader | None = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = LogReader(self.config.db_path)
+            self._local.reader = reader
+            with self._lock:
+                self._all_readers.append(reader)
+        return reader
+
+    async def read(self, fn: Callable[[LogReader], Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, lambda: fn(self._reader()))
+
+    def close(self) -> None:
+        self._readers.shutdown(wait=True)
+        for reader in self._all_readers:
+            reader.close()
+
+
+STATE = web.AppKey("state", AuthorityState)
+
+
+def _int_param(request: web.Request, name: str) -> int:
+    raw = request.query.get(name)
+    if raw is None or not raw.isascii() or not raw.isdigit() or len(raw) > 19:
+        raise RequestError("bad_parameter", "missing or malformed integer parameter")
+    if len(raw) > 1 and raw[0] == "0":
+        raise RequestError("bad_parameter", "integer parameter has leading zeros")
+    value = int(raw)
+    if value > MAX_INT:
+        raise RequestError("bad_parameter", "integer parameter too large")
+    return value
+
+
+async def post_notice(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if state.corrupt is not None:
+        raise IntegrityError()
+    state.address_limit.take(request.remote or "unknown")
+    if request.content_type != JSON:
+        raise UnsupportedMediaTypeError()
+    try:
+        body = await asyncio.wait_for(request.read(), state.config.body_timeout)
+    except TimeoutError:
+        raise RequestTimeoutError() from None
+    envelope = Envelope.parse(body)
+    # Checked before and charged after sequencing: only accepted notices use up a
+    # publisher's budget, so forged envelopes naming it cannot lock it out.
+    state.publisher_limit.check(envelope.notice.publisher)
+    result = await state.sequencer.submit(envelope)
+    if result.created:
+        state.publisher_limit.charge(envelope.notice.publisher)
+    return web.Response(
+        body=result.receipt,
+        status=201 if result.created else 200,
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"Deplog-Index": str(result.index)},
+    )
+
+
+async def get_checkpoint(request: web.Request) -> web.Response:
+    """The served checkpoint: prepared bytes, counted here, not by the middleware."""
+    state = request.app[STATE]
+    state.checkpoint_requests += 1
+    return web.Response(
+        body=state.note,
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
+async def get_inclusion(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    index, size = _int_param(request, "index"), _int_param(request, "size")
+    if size > state.checkpoint.size:
+        raise RequestError("size_not_published", "no published checkpoint has that size")
+    if index >= size:
+        raise RequestError("out_of_range", "index must be below size")
+    proof = await state.read(lambda r: r.inclusion(index, size))
+    return web.json_response(proof.to_json())
+
+
+async def get_consistency(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    old, new = _int_param(request, "old"), _int_param(request, "new")
+    if new > state.checkpoint.size:
+        raise RequestError("size_not_published", "no published checkpoint has that size")
+    if old > new:
+        raise RequestError("out_of_range", "old must not exceed new")
+    proof = await state.read(lambda r: r.consistency(old, new))
+    return web.json_response(proof.to_json())
+
+
+async def get_entries(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    start, end = _int_param(request, "start"), _int_param(request, "end")
+    if end > state.checkpoint.size:
+        raise RequestError("size_not_published", "range goes past the published checkpoint")
+    if start >= end:
+        raise RequestError("out_of_range", "start must be below end")
+    if end - start > state.config.max_entries:
+        raise RequestError("range_too_large", "too many entries in one request")
+    leaves = await state.read(lambda r: r.entries(start, end))
+    return web.json_response(
+        {"start": start, "entries": [base64.b64encode(leaf).decode() for leaf in leaves]}
+    )
+
+
+async def get_tool(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    tool_id = request.match_info["tool_id"]
+    parse_tool_id(tool_id)
+    size = state.checkpoint.size
+    now = datetime.now(UTC)
+    described = await state.read(lambda r: r.tool(tool_id, size, now))
+    return web.json_response(described)
+
+
+async def get_publishers(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.json_response(await state.read(lambda r: r.publishers()))
+
+
+async def get_checkpoint_stream(request: web.Request) -> web.StreamResponse:
+    return await request.app[STATE].push.stream(request)
+
+
+async def get_healthz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if state.corrupt is not None:
+        return web.json_response(
+            {"status": "storage_corrupt", "problem": state.corrupt}, status=503
+        )
+    return web.json_response(
+        {"status": "ok", "size": state.checkpoint.size, "pending": state.sequencer.pending}
+    )
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    return web.Response(
+        text=request.app[METRICS].render(), content_type="text/plain", charset="utf-8"
+    )
+
+
+async def post_admin_publisher(request: web.Request) -> web.Response:
+    """Admin-only (served on the Unix socket): append a publisher statement."""
+    state = request.app[STATE]
+    statement = PublisherStatement.from_json(canonical.loads(await request.read()))
+    index = await state.sequencer.append_publisher(statement)
+    return web.json_response({"index": index}, status=201)
+
+
+def build_app(
+    config: ServerConfig,
+    signer: Signer,
+    witnessing: Callable[[AuthorityState], Witnessing] | None = None,
+) -> web.Application:
+    """The public application; the log opens on startup and closes on cleanup."""
+    app = web.Application(
+        client_max_size=config.max_body,
+        middlewares=[errors_and_metrics(error_response, [get_checkpoint])],
+    )
+    metrics = Metrics()
+    app[METRICS] = metrics
+
+    async def open_log(app: web.Application) -> None:
+        loop = asyncio.get_running_loop()
+        log = await loop.run_in_executor(
+            None,
+            lambda: Log(config.db_path, signer, config.origin, max_bytes=config.max_db_bytes),
+        )
+        state = AuthorityState(config, log, witnessing)
+        await state.start()
+        app[STATE] = state
+        sequencer = state.sequencer
+        metrics.gauge(
+            "deplog_entries",
+            "Leaves in the latest published checkpoint.",
+            lambda: float(state.checkpoint.size),
+        )
+        metrics.gauge(
+            "deplog_checkpoint_age_seconds",
+            "Seconds since the latest checkpoint was published.",
+            lambda: time.time() - state.published_at,
+        )
+        metrics.gauge(
+            "deplog_pending_submissions",
+            "Submissions waiting to be sequenced.",
+            lambda: float(sequencer.pending),
+        )
+        metrics.counter(
+            "deplog_batches_total",
+            "Batches sequenced since start.",
+            lambda: float(sequencer.batches),
+        )
+        metrics.counter(
+            "deplog_checkpoint_requests_total",
+            "GET /checkpoint requests served (not in the request histograms: a hot path).",
+            lambda: float(state.checkpoint_requests),
+        )
+        metrics.gauge(
+            "deplog_push_subscribers",
+            "Live checkpoint push streams.",
+            lambda: float(len(state.push.subscribers)),
+        )
+        metrics.counter(
+            "deplog_push_dropped_total",
+            "Push subscribers dropped for falling behind.",
+            lambda: float(state.push.dropped),
+        )
+        if state.witnessing is not None:
+            witnessing_ = state.witnessing
+            metrics.labeled_gauge(
+                "deplog_witness_lag_entries",
+                "Entries the witness's latest cosignature is behind the published checkpoint.",
+                "witness",
+                lambda: witnessing_.lag(state.checkpoint),
+            )
+            metrics.labeled_gauge(
+                "deplog_witness_cosignature_age_seconds",
+                "Seconds since the witness last cosigned.",
+                "witness",
+                lambda: witnessing_.cosignature_age(time.time()),
+            )
+
+    async def close_log(app: web.Application) -> None:
+        await app[STATE].stop()
+
+    async def end_streams(app: web.Application) -> None:
+        app[STATE].push.close()  # before shutdown waits for handlers: streams end now
+
+    app.on_startup.append(open_log)
+    app.on_shutdown.append(end_streams)
+    app.on_cleanup.append(close_log)
+    app.router.add_post("/v1/notices", post_notice)
+    app.router.add_get("/checkpoint", get_checkpoint)
+    app.router.add_get("/v1/proofs/inclusion", get_inclusion)
+    app.router.add_get("/v1/proofs/consistency", get_consistency)
+    app.router.add_get("/v1/entries", get_entries)
+    app.router.add_get("/v1/tools/{tool_id:.+}", get_tool)
+    app.router.add_get("/v1/publishers", get_publishers)
+    app.router.add_get("/v1/checkpoints/stream", get_checkpoint_stream)
+    app.router.add_get("/healthz", get_healthz)
+    app.router.add_get("/metrics", get_metrics)
+    return app
+
+
+def build_admin_app(public: web.Application) -> web.Application:
+    """The operator's app, served only on a 0600 Unix socket beside the database."""
+    admin = web.Application(
+        client_max_size=16 * 1024, middlewares=[errors_and_metrics(error_response)]
+    )
+    admin[METRICS] = Metrics()
+
+    async def share_state(app: web.Application) -> None:
+        app[STATE] = public[STATE]
+
+    admin.on_startup.append(share_state)
+    admin.router.add_post("/admin/publishers", post_admin_publisher)
+    return admin

@@ -1,0 +1,2 @@
+"""The log's storage: the SQLite schema, the stored hash tree, the read side and the
+offline storage audit."""

@@ -1,0 +1,187 @@
+"""The authority's SQLite database: the tree, signed checkpoints and lookup indexes.
+
+One file, WAL mode, ``synchronous=FULL``: a commit returns only after the WAL
+is on disk, so a transaction that committed survives a kill or a power cut.
+Only the sequencer thread writes; readers use their own connections and see
+committed snapshots.
+
+Tables besides the tree's (see ``tree.py``):
+  * ``checkpoints``: every checkpoint the authority signed, keyed by size, so a
+    second, different root for a size is refused by the primary key.
+  * ``notices``: (publisher, sequence) -> leaf index and notice digest, for
+    idempotent resubmission and strictly increasing sequences.
+  * ``tool_entries``: (tool_id, leaf index), so a tool's status folds only
+    its own notices.
+  * ``registry``: a snapshot of the publisher registry and the log size it
+    reflects, so a restart does not replay the log.
+  * ``published``: under a publication quorum, the last checkpoint that met it,
+    with its cosignatures, so a restart never serves a withheld checkpoint.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlite_utils
+
+from deplog.authority.storage.tree import StoredHashTree
+
+BUSY_TIMEOUT_MS = 5000
+
+
+def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """A connection with explicit transactions (``BEGIN``/``COMMIT``) and durable commits."""
+    if readonly:
+        conn = sqlite3.connect(
+            f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+        )
+    else:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    if not readonly:
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+def limit_size(conn: sqlite3.Connection, max_bytes: int) -> None:
+    """Refuse to grow the database beyond ``max_bytes`` (writes then fail like a full disk)."""
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    conn.execute(f"PRAGMA max_page_count = {max(1, max_bytes // page_size)}")
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    """Create every table that is missing; existing data is never touched."""
+    StoredHashTree.create_schema(conn)
+    db = sqlite_utils.Database(conn)
+    db.table("checkpoints").create(
+        {"size": int, "root": bytes, "note": bytes, "signed_at": str},
+        pk="size",
+        not_null={"root", "note", "signed_at"},
+        if_not_exists=True,
+        strict=True,
+    )
+    db.table("notices").create(
+        {"publisher": str, "sequence": int, "idx": int, "digest": bytes},
+        pk=("publisher", "sequence"),
+        not_null={"idx", "digest"},
+        if_not_exists=True,
+        strict=True,
+    )
+    db.table("tool_entries").create(
+        {"tool_id": str, "idx": int},
+        pk=("tool_id", "idx"),
+        if_not_exists=True,
+        strict=True,
+    )
+    db.table("published").create(
+        {"id": int, "size": int, "note": bytes},
+        pk="id",
+        not_null={"size", "note"},
+        if_not_exists=True,
+        strict=True,
+    )
+    db.table("registry").create(
+        {"id": int, "size": int, "state": str},
+        pk="id",
+        not_null={"size", "state"},
+        if_not_exists=True,
+        strict=True,
+    )
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """A checkpoint as signed and persisted: its size, root and signed note bytes."""
+
+    size: int
+    root: bytes
+    note: bytes
+
+
+def latest_checkpoint(conn: sqlite3.Connection) -> StoredCheckpoint | None:
+    row = conn.execute(
+        "SELECT size, root, note FROM checkpoints ORDER BY size DESC LIMIT 1"
+    ).fetchone()
+    return None if row is None else StoredCheckpoint(row[0], bytes(row[1]), bytes(row[2]))
+
+
+def checkpoint_at(conn: sqlite3.Connection, size: int) -> StoredCheckpoint | None:
+    row = conn.execute(
+        "SELECT size, root, note FROM checkpoints WHERE size = ?", (size,)
+    ).fetchone()
+    return None if row is None else StoredCheckpoint(row[0], bytes(row[1]), bytes(row[2]))
+
+
+def insert_checkpoint(
+    conn: sqlite3.Connection, size: int, root: bytes, note: bytes, signed_at: str
+) -> None:
+    conn.execute(
+        "INSERT INTO checkpoints (size, root, note, signed_at) VALUES (?, ?, ?, ?)",
+        (size, root, note, signed_at),
+    )
+
+
+def notice_by_sequence(
+    conn: sqlite3.Connection, publisher: str, sequence: int
+) -> tuple[int, bytes] | None:
+    row = conn.execute(
+        "SELECT idx, digest FROM notices WHERE publisher = ? AND sequence = ?",
+        (publisher, sequence),
+    ).fetchone()
+    return None if row is None else (row[0], bytes(row[1]))
+
+
+def last_sequence(conn: sqlite3.Connection, publisher: str) -> int:
+    row = conn.execute(
+        "SELECT max(sequence) FROM notices WHERE publisher = ?", (publisher,)
+    ).fetchone()
+    return 0 if row[0] is None else int(row[0])
+
+
+def insert_notice(
+    conn: sqlite3.Connection, publisher: str, sequence: int, idx: int, digest: bytes, tool_id: str
+) -> None:
+    conn.execute(
+        "INSERT INTO notices (publisher, sequence, idx, digest) VALUES (?, ?, ?, ?)",
+        (publisher, sequence, idx, digest),
+    )
+    conn.execute("INSERT INTO tool_entries (tool_id, idx) VALUES (?, ?)", (tool_id, idx))
+
+
+def tool_entry_indexes(conn: sqlite3.Connection, tool_id: str, size: int, limit: int) -> list[int]:
+    rows = conn.execute(
+        "SELECT idx FROM tool_entries WHERE tool_id = ? AND idx < ? ORDER BY idx LIMIT ?",
+        (tool_id, size, limit),
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def published_note(conn: sqlite3.Connection) -> tuple[int, bytes] | None:
+    """The last checkpoint published under a witness quorum, with its cosignatures."""
+    row = conn.execute("SELECT size, note FROM published WHERE id = 1").fetchone()
+    return None if row is None else (int(row[0]), bytes(row[1]))
+
+
+def save_published_note(conn: sqlite3.Connection, size: int, note: bytes) -> None:
+    conn.execute(
+        "INSERT INTO published (id, size, note) VALUES (1, ?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET size = excluded.size, note = excluded.note "
+        "WHERE excluded.size >= published.size",
+        (size, note),
+    )
+
+
+def registry_snapshot(conn: sqlite3.Connection) -> tuple[int, str] | None:
+    row = conn.execute("SELECT size, state FROM registry WHERE id = 1").fetchone()
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
+def save_registry_snapshot(conn: sqlite3.Connection, size: int, state: str) -> None:
+    conn.execute(
+        "INSERT INTO registry (id, size, state) VALUES (1, ?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET size = excluded.size, state = excluded.state",
+        (size, state),
+    )

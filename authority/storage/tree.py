@@ -1,0 +1,274 @@
+"""The Merkle tree of the log, as a pymerkle backend over stored subtree hashes.
+
+pymerkle computes RFC 9162 roots and proof paths from *subroots*: hashes of
+perfect subtrees of width 2^level starting at a multiple of 2^level. Its stock
+SQLite backend rebuilds each subroot from leaf rows, so costs grow with the log.
+Here every subroot is persisted once, when the append that completes it
+happens (the layout of the Go checksum database's stored hashes, keyed by
+``(level, index)`` instead of a single linear index), and pymerkle's subroot
+lookup is served from that table: one indexed read per subroot.
+
+Invariants:
+  * ``leaves`` holds the entry bytes and the RFC 9162 leaf hash of every leaf,
+    indices 0..size-1 with no gaps; rows are never updated or deleted.
+  * ``nodes`` holds, for level >= 1, the hash of every *complete* perfect
+    subtree: node (level, i) covers leaves [i * 2^level, (i + 1) * 2^level).
+  * ``frontier`` (a ``client.proofs.TreeFrontier``) is the in-memory right
+    edge: the hash of the perfect subtree for every set bit of ``size``. It is
+    all an append or a root of the current size needs, it names the subtrees
+    an append completes, and it is rebuilt from ``nodes`` with O(log n) reads
+    on open.
+
+Costs: append O(log n) writes and no reads; root of the current size O(log n)
+hashing, no reads; a root or proof at any size O(log n) indexed reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator, Sequence
+
+from pymerkle import BaseMerkleTree
+from pymerkle.core import _consistency_path_layout
+
+from deplog.client.tlog.proofs import TreeFrontier, leaf_hash, node_hash
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS leaves (
+        idx INTEGER PRIMARY KEY,
+        data BLOB NOT NULL,
+        hash BLOB NOT NULL
+    ) STRICT""",
+    """CREATE TABLE IF NOT EXISTS nodes (
+        level INTEGER NOT NULL,
+        idx INTEGER NOT NULL,
+        hash BLOB NOT NULL,
+        PRIMARY KEY (level, idx)
+    ) STRICT, WITHOUT ROWID""",
+    # Append-only: contiguous indices are what make a leaf index meaningful.
+    """CREATE TRIGGER IF NOT EXISTS leaves_append_only_update BEFORE UPDATE ON leaves
+        BEGIN SELECT RAISE(ABORT, 'leaves are append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS leaves_append_only_delete BEFORE DELETE ON leaves
+        BEGIN SELECT RAISE(ABORT, 'leaves are append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS nodes_append_only_update BEFORE UPDATE ON nodes
+        BEGIN SELECT RAISE(ABORT, 'nodes are append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS nodes_append_only_delete BEFORE DELETE ON nodes
+        BEGIN SELECT RAISE(ABORT, 'nodes are append-only'); END""",
+)
+
+
+class TreeCorruptError(Exception):
+    """Stored hashes that cannot be what our own appends wrote: storage was altered."""
+
+
+class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
+    """A pymerkle tree whose subroots are read from the ``nodes`` table.
+
+    One instance per SQLite connection. The writer instance appends; reader
+    instances are opened on their own connections and pinned to a published
+    size with ``pin``, so they never see a leaf that no checkpoint covers.
+    Transactions are the caller's: ``append_entry`` writes rows but commits
+    nothing, so a batch of appends is one commit.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        # pymerkle's LRU subroot cache is bypassed: every subroot is one read.
+        super().__init__("sha256", capacity=0)
+        row = conn.execute("SELECT max(idx) FROM leaves").fetchone()
+        self.size: int = 0 if row[0] is None else row[0] + 1
+        self.memo: dict[tuple[int, int], bytes] | None = None
+        self.frontier = self._load_frontier(self.size)
+
+    @staticmethod
+    def create_schema(conn: sqlite3.Connection) -> None:
+        for statement in SCHEMA:
+            conn.execute(statement)
+
+    # -- pymerkle storage interface ---------------------------------------
+
+    def _encode_entry(self, data: bytes) -> bytes:
+        return data
+
+    def _store_leaf(self, data: bytes, digest: bytes) -> int:
+        index = self.frontier.size
+        self.conn.execute(
+            "INSERT INTO leaves (idx, data, hash) VALUES (?, ?, ?)", (index, data, digest)
+        )
+        self.conn.executemany(
+            "INSERT INTO nodes (level, idx, hash) VALUES (?, ?, ?)", self.frontier.append(digest)
+        )
+        self.size = self.frontier.size
+        return self.size  # pymerkle counts leaves from one
+
+    def _get_leaf(self, index: int) -> bytes:
+        return self._subroot(0, index - 1)
+
+    def _get_leaves(self, offset: int, width: int) -> list[bytes]:
+        rows = self.conn.execute(
+            "SELECT hash FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
+            (offset, offset + width),
+        ).fetchall()
+        if len(rows) != width:
+            raise TreeCorruptError("leaf rows missing")
+        return [bytes(r[0]) for r in rows]
+
+    def _get_size(self) -> int:
+        return self.size
+
+    def _get_subroot(self, offset: int, width: int) -> bytes:
+        level = width.bit_length() - 1
+        return self._subroot(level, offset >> level)
+
+    _get_subroot_uncached = _get_subroot
+
+    # -- our own reads -----------------------------------------------------
+
+    def _subroot(self, level: int, index: int) -> bytes:
+        if self.memo is not None:
+            cached = self.memo.get((level, index))
+            if cached is None:
+                cached = self.memo[(level, index)] = self._read_subroot(level, index)
+            return cached
+        return self._read_subroot(level, index)
+
+    @contextlib.contextmanager
+    def memoized(self) -> Iterator[None]:
+        """Share stored-hash reads across many proofs of one size (a batch's receipts).
+
+        Safe because stored hashes never change once written.
+        """
+        self.memo = {}
+        try:
+            yield
+        finally:
+            self.memo = None
+
+    def _read_subroot(self, level: int, index: int) -> bytes:
+        if level == 0:
+            row = self.conn.execute("SELECT hash FROM leaves WHERE idx = ?", (index,)).fetchone()
+        else:
+            row = self.conn.execute(
+                "SELECT hash FROM nodes WHERE level = ? AND idx = ?", (level, index)
+            ).fetchone()
+        if row is None:
+            raise TreeCorruptError("stored hash missing")
+        return bytes(row[0])
+
+    def _load_frontier(self, size: int) -> TreeFrontier:
+        hashes, end = [], 0
+        for level in reversed(range(size.bit_length())):
+            if size >> level & 1:
+                hashes.append(self._subroot(level, end >> level))
+                end += 1 << level
+        return TreeFrontier(size, hashes)
+
+    def pin(self, size: int) -> None:
+        """Limit a reader to ``size`` leaves, the size of a published checkpoint."""
+        self.size = size
+
+    def current_root(self) -> bytes:
+        """Root of the whole tree from the in-memory frontier: no reads."""
+        return self.frontier.root()
+
+    def root_at(self, size: int) -> bytes:
+        return bytes(self.get_root(size))
+
+    def leaf_data(self, start: int, end: int) -> list[bytes]:
+        rows = self.conn.execute(
+            "SELECT data FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx", (start, end)
+        ).fetchall()
+        return [bytes(r[0]) for r in rows]
+
+    def verify_leaves(self, start: int, end: int) -> int | None:
+        """First index in [start, end) whose stored hash is not the hash of its data."""
+        cursor = self.conn.execute(
+            "SELECT idx, data, hash FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
+            (start, end),
+        )
+        expected = start
+        for idx, data, digest in cursor:
+            if idx != expected or leaf_hash(bytes(data)) != bytes(digest):
+                return expected
+            expected += 1
+        return None if expected == end else expected
+
+    def audit(self) -> str | None:
+        """Rehash every leaf and recompute every stored subtree hash: O(n).
+
+        Returns a description of the first disagreement (naming the first
+        leaf index it affects), or None when storage is exactly what appends
+        would have written.
+        """
+        frontier = TreeFrontier()
+        expected = 0
+        for idx, data, digest in self.conn.execute(
+            "SELECT idx, data, hash FROM leaves WHERE idx < ? ORDER BY idx", (self.size,)
+        ):
+            if idx != expected:
+                return f"leaf {expected} is missing"
+            if leaf_hash(bytes(data)) != bytes(digest):
+                return f"leaf {idx} does not match its stored hash"
+            for level, index, node in frontier.append(bytes(digest)):
+                try:
+                    stored = self._read_subroot(level, index)
+                except TreeCorruptError:
+                    stored = b""
+                if stored != node:
+                    first = index << level
+                    return f"subtree hash over leaves {first}.. (level {level}) is wrong"
+            expected += 1
+        return None if expected == self.size else f"leaf {expected} is missing"
+
+    # -- RFC 9162 proofs ---------------------------------------------------
+
+    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
+        """RFC 9162 2.1.3.1 PATH for 0-based ``index`` in the tree of ``size`` leaves."""
+        proof = self.prove_inclusion(index + 1, size)
+        return inclusion_path_from_pymerkle(proof.path)
+
+    def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
+        """RFC 9162 2.1.4.1 PROOF between the trees of ``old_size`` and ``new_size`` leaves."""
+        if old_size == 0 or old_size == new_size:
+            return []
+        proof = self.prove_consistency(old_size, new_size)
+        return consistency_path_from_pymerkle(old_size, new_size, proof.path)
+
+
+def inclusion_path_from_pymerkle(path: Sequence[bytes]) -> list[bytes]:
+    """pymerkle's inclusion path starts with the leaf hash itself; RFC 9162 omits it."""
+    return [bytes(h) for h in path[1:]]
+
+
+def consistency_path_from_pymerkle(
+    old_size: int, new_size: int, path: Sequence[bytes]
+) -> list[bytes]:
+    """Turn pymerkle's consistency path into RFC 9162's SUBPROOF list.
+
+    Both walk down from the root splitting at the largest power of two k below
+    the width, and both list hashes bottom-up. They differ in two places:
+
+    * RFC 9162 stops when the old tree is exactly a left subtree (m == k) and
+      emits the right sibling as one hash; pymerkle instead descends into the
+      right subtree with an empty old part and emits its decomposition (the
+      leading run of ranges with mask 0). Folding that run gives the sibling.
+    * RFC 9162 omits the old subtree hash while the walk never went right
+      (b == true), since the verifier already knows the old root; pymerkle
+      always lists it. Such a range starts at leaf 0.
+    """
+    _rule, subset, ranges = _consistency_path_layout(old_size, new_size)
+    hashes = [bytes(h) for h in path]
+    if len(hashes) != len(ranges):
+        raise TreeCorruptError("pymerkle path does not match its layout")
+    if subset[0] == 1:
+        base = 0
+        proof = [] if ranges[0][0] == 0 else [hashes[0]]
+    else:
+        base = next(i for i, mask in enumerate(subset) if mask == 1)
+        sibling = hashes[0]
+        for h in hashes[1:base]:
+            sibling = node_hash(sibling, h)
+        proof = [] if ranges[base][0] == 0 else [hashes[base]]
+        proof.append(sibling)
+    return proof + hashes[base + 1 :]

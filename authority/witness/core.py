@@ -1,0 +1,584 @@
+"""A C2SP tlog-witness v1.0.0 witness: verify, compare-and-swap, cosign.
+
+The witness keeps, per log origin, the latest checkpoint it cosigned, and
+cosigns a submitted checkpoint only if it is signed by the log's trusted key
+and provably extends that record. Its ``cosignature/v1`` (tlog-cosignature
+v1.0.1) then states "as of this time, this is the largest consistent tree I
+have seen for this origin". That statement is only true if the record never
+moves backwards, so the rules are:
+
+* The record only changes through :meth:`WitnessState.compare_and_swap`, an
+  ``UPDATE ... WHERE origin = ? AND size = ? AND root = ?`` (or, for a log
+  never cosigned, an ``INSERT`` guarded by the primary key) in one SQLite
+  transaction (WAL, ``synchronous=FULL``). The checks read the record without
+  a lock; if another request changed it in between, the swap matches no row
+  and the request gets 409 with the new size. A race can therefore never roll
+  the witness back (tlog-witness, "add-checkpoint", the A/B race), and the
+  record is durable before any cosignature leaves the process.
+* Cosignature timestamps never decrease for an origin (the stored time is
+  ``max(previous, now)``): after "as of T, the largest tree is M", a witness
+  whose clock stepped back must not sign "as of T' < T, the largest is N > M".
+* Checks happen in the order the spec lists them, each with its status code:
+  body over :data:`MAX_BODY_SIZE` 413; malformed body 400; unknown origin 404;
+  no valid signature by the origin's trusted key 403 (signatures by other keys
+  are ignored); old size above the checkpoint size 400; old size not the
+  recorded size 409 with the recorded size as ``text/x.tlog.size``; a proof
+  that does not verify (or any proof from size 0, or between equal sizes) 422;
+  equal sizes with another root 409; then the swap and 200 with the
+  cosignature line. A refused request changes nothing but, when the
+  checkpoint was validly signed and the refusal is a failed proof or a fork,
+  its bytes are kept (bounded) as possible evidence of log misbehaviour.
+* The witness works for any C2SP log: an origin and a type 0x01 Ed25519
+  verifier key whose name is the origin. It knows nothing of deplog entries.
+
+Nothing here speaks HTTP: :meth:`Witness.add_checkpoint` maps a request body
+to a :class:`WitnessResponse`, and ``authority.witnesscli`` serves it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from deplog.client.errors import DeplogError
+from deplog.client.tlog.checkpoint import Checkpoint, CheckpointFormatError, parse_decimal
+from deplog.client.tlog.cosignature import cosign
+from deplog.client.tlog.note import (
+    SIG_TYPE_COSIGNATURE_V1,
+    InvalidNoteSignatureError,
+    KeyFormatError,
+    NoteFormatError,
+    Signer,
+    UnverifiedNoteError,
+    Verifier,
+    decode_base64,
+    open_note,
+    parse_note,
+)
+from deplog.client.tlog.proofs import EMPTY_ROOT, HASH_SIZE, ProofError, verify_consistency
+
+log = logging.getLogger("deplog.witness")
+
+MAX_BODY_SIZE = 1 << 20
+"""Largest add-checkpoint body accepted, in bytes (413 above it)."""
+
+MAX_PROOF_LINES = 63
+"""tlog-witness: a client MUST NOT send more than 63 consistency proof lines."""
+
+MAX_EVIDENCE_PER_LOG = 100
+"""Refused-but-validly-signed checkpoints kept per origin; the oldest are dropped."""
+
+MAX_LOGS_FILE_SIZE = 1 << 20
+MAX_TIMESTAMP = (1 << 63) - 1
+
+SIZE_CONTENT_TYPE = "text/x.tlog.size"
+"""Content type of a 409 old-size conflict body (tlog-witness, "add-checkpoint")."""
+
+TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS logs (
+    origin TEXT PRIMARY KEY,
+    vkey TEXT NOT NULL,
+    added_at INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS checkpoints (
+    origin TEXT PRIMARY KEY REFERENCES logs(origin),
+    size INTEGER NOT NULL CHECK (size >= 0),
+    root BLOB NOT NULL CHECK (length(root) = 32),
+    updated_at INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS evidence (
+    id INTEGER PRIMARY KEY,
+    origin TEXT NOT NULL REFERENCES logs(origin),
+    reason TEXT NOT NULL,
+    received_at INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    digest BLOB NOT NULL UNIQUE
+) STRICT;
+"""
+
+
+class WitnessError(DeplogError):
+    """Base class of witness refusals; ``http_status`` is the tlog-witness status code."""
+
+    code = "witness_error"
+    http_status = 400
+
+
+class BodyTooLargeError(WitnessError):
+    """A request body over :data:`MAX_BODY_SIZE`."""
+
+    code = "too_large"
+    http_status = 413
+
+
+class MalformedRequestError(WitnessError):
+    """A body that is not ``old N``, proof lines, a blank line and a checkpoint note."""
+
+    code = "malformed_request"
+
+
+class UnknownLogError(WitnessError):
+    """A checkpoint whose origin the witness is not configured for."""
+
+    code = "unknown_log"
+    http_status = 404
+
+
+class UntrustedCheckpointError(WitnessError):
+    """A checkpoint with no valid signature by the origin's trusted key."""
+
+    code = "untrusted_checkpoint"
+    http_status = 403
+
+
+class OldSizeTooLargeError(WitnessError):
+    """An old size above the checkpoint's size."""
+
+    code = "old_size_too_large"
+
+
+class SizeConflictError(WitnessError):
+    """An old size other than the recorded one; the body tells the client the recorded size."""
+
+    code = "old_size_mismatch"
+    http_status = 409
+
+    def __init__(self, recorded_size: int) -> None:
+        super().__init__()
+        self.recorded_size = recorded_size
+
+
+class InconsistentCheckpointError(WitnessError):
+    """A consistency proof that does not prove the checkpoint extends the record."""
+
+    code = "bad_consistency_proof"
+    http_status = 422
+
+
+class ForkError(WitnessError):
+    """A checkpoint of the recorded size with another root hash: the log forked."""
+
+    code = "root_mismatch"
+    http_status = 409
+
+
+class StorageUnavailableError(WitnessError):
+    """The database stayed locked or failed; nothing was cosigned, the client may retry."""
+
+    code = "unavailable"
+    http_status = 503
+
+
+class LogConfigError(WitnessError):
+    """A log key or logs file the witness cannot use (operator input, not a request)."""
+
+    code = "bad_log_config"
+
+
+@dataclass(frozen=True)
+class WitnessResponse:
+    """What to answer: status, exact ``Content-Type``, body; ``code`` is for logs and metrics."""
+
+    status: int
+    content_type: str
+    body: bytes
+    code: str = "ok"
+
+
+@dataclass(frozen=True)
+class AddCheckpointRequest:
+    """A parsed add-checkpoint body; nothing in it is verified yet."""
+
+    old_size: int
+    proof: tuple[bytes, ...]
+    note: bytes
+
+
+@dataclass(frozen=True)
+class RecordedCheckpoint:
+    """The latest checkpoint cosigned for an origin, and when (the last cosignature's time)."""
+
+    size: int
+    root: bytes
+    updated_at: int
+
+
+@dataclass(frozen=True)
+class LogStatus:
+    """One configured log: its key, and the record if it was ever cosigned."""
+
+    origin: str
+    vkey: str
+    recorded: RecordedCheckpoint | None
+
+    def lag(self, now: int) -> int | None:
+        """Seconds since the latest cosignature for this log, or None if never cosigned."""
+        return None if self.recorded is None else max(0, now - self.recorded.updated_at)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A refused checkpoint that was validly signed by the log: possible misbehaviour."""
+
+    origin: str
+    reason: str
+    received_at: int
+    body: bytes
+
+
+def parse_add_checkpoint(body: bytes) -> AddCheckpointRequest:
+    """Split an add-checkpoint body (tlog-witness, "add-checkpoint") without verifying it.
+
+    ``old <size>`` (ASCII decimal, no leading zeros), at most 63 lines of
+    canonical base64 32-byte hashes, an empty line, then the checkpoint note.
+    Proof lines are never empty, so the first blank line ends the header.
+    """
+    if len(body) > MAX_BODY_SIZE:
+        raise BodyTooLargeError()
+    head, sep, note = body.partition(b"\n\n")
+    if not sep or not note:
+        raise MalformedRequestError(message="no blank line before the checkpoint")
+    try:
+        lines = head.decode("ascii").split("\n")
+    except UnicodeDecodeError:
+        raise MalformedRequestError(message="header is not ASCII") from None
+    first, proof_lines = lines[0], lines[1:]
+    old_size = parse_decimal(first[4:]) if first.startswith("old ") else None
+    if old_size is None:
+        raise MalformedRequestError(message="first line must be 'old <size>'")
+    if len(proof_lines) > MAX_PROOF_LINES:
+        raise MalformedRequestError(message="more than 63 consistency proof lines")
+    proof: list[bytes] = []
+    for line in proof_lines:
+        digest = decode_base64(line)
+        if digest is None or len(digest) != HASH_SIZE:
+            raise MalformedRequestError(message="proof line is not a base64 32-byte hash")
+        proof.append(digest)
+    return AddCheckpointRequest(old_size, tuple(proof), note)
+
+
+def parse_log_verifier(vkey: str) -> Verifier:
+    """A log's type 0x01 verifier key; its key name is the origin it signs checkpoints for."""
+    try:
+        verifier = Verifier.parse(vkey)
+        # The origin must also be a valid checkpoint origin line.
+        Checkpoint(verifier.name, 0, EMPTY_ROOT)
+    except (KeyFormatError, CheckpointFormatError):
+        raise LogConfigError("bad_log_key", "not a type 0x01 Ed25519 log verifier key") from None
+    return verifier
+
+
+def parse_logs_file(text: str) -> list[Verifier]:
+    """The ``log <vkey> [<url>]`` lines of a C2SP tlog-policy file.
+
+    Blank lines and ``#`` comments are skipped; ``witness``, ``group`` and
+    ``quorum`` lines concern clients, not a witness, and are ignored; any
+    other line is an error, so a typo cannot silently drop a log.
+    """
+    if len(text) > MAX_LOGS_FILE_SIZE:
+        raise LogConfigError("logs_file_too_large", "logs file is too large")
+    verifiers: list[Verifier] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split()
+        if fields[0] in ("witness", "group", "quorum"):
+            continue
+        if fields[0] != "log" or len(fields) not in (2, 3):
+            raise LogConfigError("bad_logs_file", f"line {number}: expected 'log <vkey> [<url>]'")
+        verifiers.append(parse_log_verifier(fields[1]))
+    return verifiers
+
+
+class WitnessState:
+    """The witness's SQLite database: trusted logs, the record per origin, evidence.
+
+    Each thread gets its own connection, so concurrent requests really are
+    concurrent at the database and only the compare-and-swap orders them.
+    """
+
+    def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
+        self.path = path
+        self._busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        conn = self._conn()
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        """A write transaction: the write lock is taken up front, so it cannot deadlock."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every thread's connection; the state must not be used afterwards."""
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    def add_log(self, vkey: str, now: int) -> tuple[Verifier, bool]:
+        """Trust ``vkey`` for the origin named by it; the flag says whether it is new.
+
+        One key per origin: a different key for a configured origin is refused,
+        because silently swapping a log's key would let a new key fork the log.
+        """
+        verifier = parse_log_verifier(vkey)
+        canonical = verifier.vkey()
+        with self._transaction(self._conn()) as conn:
+            row = conn.execute(
+                "SELECT vkey FROM logs WHERE origin = ?", (verifier.name,)
+            ).fetchone()
+            if row is not None:
+                if row[0] != canonical:
+                    raise LogConfigError("log_key_conflict", "origin already has another key")
+                return verifier, False
+            conn.execute(
+                "INSERT INTO logs (origin, vkey, added_at) VALUES (?, ?, ?)",
+                (verifier.name, canonical, now),
+            )
+        return verifier, True
+
+    def log_verifier(self, origin: str) -> Verifier | None:
+        """The trusted key for ``origin``, or None if the origin is not configured."""
+        row = self._conn().execute("SELECT vkey FROM logs WHERE origin = ?", (origin,)).fetchone()
+        return None if row is None else Verifier.parse(row[0])
+
+    def recorded(self, origin: str) -> RecordedCheckpoint | None:
+        """The latest checkpoint cosigned for ``origin``, or None if there is none."""
+        return self._recorded(self._conn(), origin)
+
+    @staticmethod
+    def _recorded(conn: sqlite3.Connection, origin: str) -> RecordedCheckpoint | None:
+        row = conn.execute(
+            "SELECT size, root, updated_at FROM checkpoints WHERE origin = ?", (origin,)
+        ).fetchone()
+        return None if row is None else RecordedCheckpoint(row[0], bytes(row[1]), row[2])
+
+    def logs(self) -> list[LogStatus]:
+        """Every configured log with its record, by origin."""
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT l.origin, l.vkey, c.size, c.root, c.updated_at FROM logs l "
+                "LEFT JOIN checkpoints c ON c.origin = l.origin ORDER BY l.origin"
+            )
+            .fetchall()
+        )
+        return [
+            LogStatus(
+                origin,
+                vkey,
+                None if size is None else RecordedCheckpoint(size, bytes(root), updated_at),
+            )
+            for origin, vkey, size, root, updated_at in rows
+        ]
+
+    def compare_and_swap(
+        self, origin: str, expected: RecordedCheckpoint | None, size: int, root: bytes, now: int
+    ) -> int:
+        """Replace the record ``expected`` by (size, root); returns the cosignature time.
+
+        The swap applies only if the record still has ``expected``'s size and
+        root (or, for None, still does not exist); otherwise nothing changes
+        and :class:`SizeConflictError` carries the current size. The time is
+        ``max(now, previous time)`` and is stored with the record, so the
+        cosignature times of an origin never decrease.
+        """
+        try:
+            with self._transaction(self._conn()) as conn:
+                if expected is None:
+                    try:
+                        conn.execute(
+                            "INSERT INTO checkpoints (origin, size, root, updated_at) "
+                            "VALUES (?, ?, ?, ?)",
+                            (origin, size, root, now),
+                        )
+                        return now
+                    except sqlite3.IntegrityError:
+                        rows = []
+                else:
+                    rows = conn.execute(
+                        "UPDATE checkpoints SET size = ?, root = ?, "
+                        "updated_at = max(updated_at, ?) "
+                        "WHERE origin = ? AND size = ? AND root = ? RETURNING updated_at",
+                        (size, root, now, origin, expected.size, expected.root),
+                    ).fetchall()
+                if len(rows) == 1:
+                    timestamp: int = rows[0][0]
+                    return timestamp
+                current = self._recorded(conn, origin)
+                raise SizeConflictError(0 if current is None else current.size)
+        except sqlite3.Error:
+            log.exception("witness database error during compare-and-swap")
+            raise StorageUnavailableError() from None
+
+    def record_evidence(self, origin: str, reason: str, body: bytes, now: int) -> None:
+        """Keep a refused, validly signed request (deduplicated, bounded per origin).
+
+        Best effort: failing to keep evidence never changes the answer.
+        """
+        digest = hashlib.sha256(body).digest()
+        try:
+            with self._transaction(self._conn()) as conn:
+                conn.execute(
+                    "INSERT OR IGNORE INTO evidence (origin, reason, received_at, body, digest) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (origin, reason, now, body, digest),
+                )
+                conn.execute(
+                    "DELETE FROM evidence WHERE origin = ? AND id NOT IN "
+                    "(SELECT id FROM evidence WHERE origin = ? ORDER BY id DESC LIMIT ?)",
+                    (origin, origin, MAX_EVIDENCE_PER_LOG),
+                )
+        except sqlite3.Error:
+            log.exception("witness database error while keeping evidence")
+
+    def evidence(self, origin: str) -> list[Evidence]:
+        """The kept evidence for ``origin``, oldest first."""
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT origin, reason, received_at, body FROM evidence "
+                "WHERE origin = ? ORDER BY id",
+                (origin,),
+            )
+            .fetchall()
+        )
+        return [Evidence(o, reason, at, bytes(body)) for o, reason, at, body in rows]
+
+
+class Witness:
+    """Checks add-checkpoint requests against the state and cosigns with a type 0x04 key.
+
+    ``before_commit``, None by default, is called with the checkpoint after
+    every check passed and before the compare-and-swap: tests stall a request
+    there to show that a concurrent update makes it fail instead of rolling
+    the record back.
+    """
+
+    def __init__(self, state: WitnessState, signer: Signer) -> None:
+        if signer.sig_type != SIG_TYPE_COSIGNATURE_V1:
+            raise ValueError("a witness cosigns with a type 0x04 (cosignature/v1) key")
+        self.state = state
+        self.signer = signer
+        self.before_commit: Callable[[Checkpoint], None] | None = None
+
+    def verifier(self) -> Verifier:
+        """The witness's cosigner verifier key (type 0x04)."""
+        return self.signer.verifier()
+
+    def add_checkpoint(self, body: bytes, now: int) -> WitnessResponse:
+        """Answer one add-checkpoint request body at POSIX time ``now`` (tlog-witness).
+
+        200 carries the cosignature line; 409 for an old-size conflict carries
+        the recorded size and ``text/x.tlog.size``; other refusals carry their
+        stable code. Refusals change no record.
+        """
+        if isinstance(now, bool) or not 0 <= now <= MAX_TIMESTAMP:
+            raise ValueError("now must be a POSIX timestamp below 2^63")
+        try:
+            line = self._add_checkpoint(body, now)
+        except SizeConflictError as err:
+            size = f"{err.recorded_size}\n".encode("ascii")
+            return WitnessResponse(409, SIZE_CONTENT_TYPE, size, err.code)
+        except WitnessError as err:
+            return WitnessResponse(
+                err.http_status, TEXT_CONTENT_TYPE, f"{err.code}\n".encode("ascii"), err.code
+            )
+        return WitnessResponse(200, TEXT_CONTENT_TYPE, line)
+
+    def _add_checkpoint(self, body: bytes, now: int) -> bytes:
+        request = parse_add_checkpoint(body)
+        try:
+            text, _ = parse_note(request.note)
+        except NoteFormatError:
+            raise MalformedRequestError(message="checkpoint is not a signed note") from None
+        # The origin line picks the key; the text is trusted only once the
+        # signature by that key verified (signed-note).
+        origin = text.split("\n", 1)[0]
+        verifier = self.state.log_verifier(origin)
+        if verifier is None:
+            raise UnknownLogError()
+        try:
+            note = open_note(request.note, [verifier])
+        except (InvalidNoteSignatureError, UnverifiedNoteError):
+            raise UntrustedCheckpointError() from None
+        try:
+            checkpoint = Checkpoint.from_text(note.text)
+        except CheckpointFormatError:
+            raise MalformedRequestError(message="note text is not a checkpoint") from None
+        if request.old_size > checkpoint.size:
+            raise OldSizeTooLargeError()
+        recorded = self.state.recorded(origin)
+        recorded_size = 0 if recorded is None else recorded.size
+        if request.old_size != recorded_size:
+            raise SizeConflictError(recorded_size)
+        # A log never cosigned is at the empty tree, whose root is SHA-256("").
+        recorded_root = EMPTY_ROOT if recorded is None else recorded.root
+        try:
+            self._check_consistency(request, checkpoint, recorded_root)
+        except (InconsistentCheckpointError, ForkError) as err:
+            self.state.record_evidence(origin, err.code, body, now)
+            raise
+        if self.before_commit is not None:
+            self.before_commit(checkpoint)
+        timestamp = self.state.compare_and_swap(
+            origin, recorded, checkpoint.size, checkpoint.root_hash, now
+        )
+        return cosign(note.text, self.signer, timestamp).line().encode("utf-8")
+
+    @staticmethod
+    def _check_consistency(
+        request: AddCheckpointRequest, checkpoint: Checkpoint, recorded_root: bytes
+    ) -> None:
+        """The proof checks (422), then the equal-size root check (409), in the spec's order."""
+        old, size, proof = request.old_size, checkpoint.size, request.proof
+        if old in (0, size):
+            # From the empty tree, and between equal sizes, the proof is empty
+            # (tlog-witness for size 0, RFC 9162 section 2.1.4 for equal sizes).
+            if proof:
+                raise InconsistentCheckpointError()
+        else:
+            try:
+                verify_consistency(old, size, recorded_root, checkpoint.root_hash, proof)
+            except ProofError:
+                raise InconsistentCheckpointError() from None
+        if old == size and checkpoint.root_hash != recorded_root:
+            raise ForkError()

@@ -1,0 +1,199 @@
+"""The offline auditor: checks that need nothing but files and the log's verifier key.
+
+Every function here is pure (bytes and iterables in, a verified result or an
+error out) so the same checks run from the command line, from tests and from
+anyone's own tooling. The rules:
+
+- A checkpoint counts only once the log key's signature on it verifies and
+  its origin is the key's name (:func:`audit_checkpoint`). Cosignatures are
+  left alone: they are the witness policy's business, not the auditor's.
+- A receipt proves that a leaf is in the log only if its embedded checkpoint
+  is genuine and the inclusion proof leads from the leaf to that checkpoint's
+  root; the leaf must also be a canonical deplog entry (:func:`audit_receipt`).
+- A consistency proof is checked between the sizes and roots of two verified
+  checkpoints, never sizes the proof claims (:func:`audit_consistency`); two
+  genuine checkpoints of one size with different roots are a fork by
+  themselves, whatever the proof says.
+- A replay (:func:`replay`) re-derives everything the authority decided, from
+  entry 0: each leaf decodes canonically; each publisher entry carries the
+  log key's signature and is a valid registry transition; each notice is
+  signed by a key that, at that point of the log, is active, belongs to an
+  active publisher and covers the tool's namespace; sequences strictly
+  increase per publisher; a withdraw names an earlier deprecate or revoke
+  notice of the same publisher about the same tool. Then the leaves must be
+  exactly as many as the checkpoint's size and hash to its root. The first
+  failure stops the replay with a :class:`ReplayError` naming its index.
+
+Replay memory is bounded by the publisher registry plus one small record per
+notice (publisher, tool, action, for withdraw checks) and log2(size) subtree
+hashes: leaves are streamed, never kept. Leaves past the checkpoint's size
+are refused as soon as the first one appears, so an oversized input cannot
+cost more work than the checkpoint announces.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from deplog.client.errors import VerificationError
+from deplog.client.model.entries import PublisherEntry, decode_entry
+from deplog.client.model.registry import PublisherRegistry
+from deplog.client.model.rules import EntryChecker, RuleViolation
+from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
+from deplog.client.tlog.note import Verifier
+from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, leaf_hash, verify_consistency
+from deplog.client.tlog.receipt import Receipt, verify_receipt
+
+__all__ = [
+    "AuditError",
+    "ReplayError",
+    "ReplayReport",
+    "audit_checkpoint",
+    "audit_consistency",
+    "audit_receipt",
+    "replay",
+]
+
+
+class AuditError(VerificationError):
+    """Files that are each well formed but do not agree with each other."""
+
+    code = "audit_failed"
+
+
+class ReplayError(AuditError):
+    """The first entry of a replayed log that breaks a rule.
+
+    ``index`` is the leaf index at fault; for ``size_mismatch`` it is the first
+    index present on one side only, and for ``root_mismatch`` it is None, since
+    a root covers every leaf and cannot point at one. ``cause`` is the
+    underlying error's code (for example ``unknown_key`` behind
+    ``unauthorized_notice``), or None.
+    """
+
+    code = "replay_failed"
+
+    def __init__(self, code: str, index: int | None, cause: str | None = None) -> None:
+        where = "the log" if index is None else f"index {index}"
+        detail = f" ({cause})" if cause else ""
+        super().__init__(code, f"{code}{detail} at {where}")
+        self.index = index
+        self.cause = cause
+
+
+def audit_checkpoint(note: bytes, log_key: Verifier) -> Checkpoint:
+    """Verify the log's signature on a checkpoint note and return the checkpoint."""
+    checkpoint, _ = open_checkpoint(note, log_key)
+    return checkpoint
+
+
+def audit_receipt(receipt: bytes, leaf: bytes, log_key: Verifier) -> Checkpoint:
+    """Verify that ``leaf`` is a deplog entry included in the receipt's checkpoint.
+
+    Returns the verified checkpoint the receipt leads to.
+    """
+    decode_entry(leaf)
+    return verify_receipt(Receipt.parse(receipt), leaf, log_key)
+
+
+def audit_consistency(
+    old_note: bytes, new_note: bytes, proof: ConsistencyProof, log_key: Verifier
+) -> tuple[Checkpoint, Checkpoint]:
+    """Verify that the checkpoint in ``new_note`` extends the one in ``old_note``.
+
+    The sizes come from the two verified checkpoints; the proof's own
+    ``old``/``new`` must name exactly those sizes (``proof_size_mismatch``),
+    so a proof cannot smuggle in a size. Equal sizes with different roots are
+    ``conflicting_checkpoints``: a fork signed by the log key.
+    """
+    old = audit_checkpoint(old_note, log_key)
+    new = audit_checkpoint(new_note, log_key)
+    if old.size == new.size and old.root_hash != new.root_hash:
+        raise AuditError("conflicting_checkpoints", "two roots are signed for one size")
+    if (proof.old, proof.new) != (old.size, new.size):
+        raise AuditError("proof_size_mismatch", "proof sizes differ from the checkpoints")
+    verify_consistency(old.size, new.size, old.root_hash, new.root_hash, proof.hashes)
+    return old, new
+
+
+class _NoticeRecord(NamedTuple):
+    """What a later withdraw needs to know about a notice, and nothing more."""
+
+    publisher: str
+    tool_id: str
+    action: str
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """The outcome of a successful replay: what the verified log contains."""
+
+    checkpoint: Checkpoint
+    notices: dict[str, int]
+    """Notice entries by action (``deprecate``, ``revoke``, ``withdraw``)."""
+    publisher_entries: int
+    publishers: tuple[str, ...]
+    """Every publisher ever registered, in registration order."""
+    registry: PublisherRegistry
+    """The authorization state after the last entry."""
+
+    @property
+    def size(self) -> int:
+        """Number of leaves, equal to the checkpoint's size."""
+        return self.checkpoint.size
+
+    @property
+    def root(self) -> bytes:
+        """The verified root hash, equal to the checkpoint's."""
+        return self.checkpoint.root_hash
+
+
+def replay(leaves: Iterable[bytes], checkpoint_note: bytes, log_key: Verifier) -> ReplayReport:
+    """Replay a whole log from entry 0 against its signed checkpoint.
+
+    The checkpoint is verified first (its errors keep their own codes), then
+    every leaf in order by the rules in this module's docstring. Codes of
+    ReplayError: ``malformed_entry``, ``bad_publisher_entry``,
+    ``unauthorized_notice``, ``sequence_not_increasing``,
+    ``bad_withdraw_target``, ``size_mismatch`` and ``root_mismatch``; the
+    first three carry the underlying code in ``cause``. Errors raised by
+    ``leaves`` itself (a malformed bundle) propagate unchanged.
+    """
+    checkpoint = audit_checkpoint(checkpoint_note, log_key)
+    registry = PublisherRegistry()
+    frontier = TreeFrontier()
+    records: dict[int, _NoticeRecord] = {}
+    notices: Counter[str] = Counter()
+    publisher_entries = 0
+    checker = EntryChecker(registry, log_key, records.get)
+    for index, leaf in enumerate(leaves):
+        if index >= checkpoint.size:
+            raise ReplayError("size_mismatch", index)
+        frontier.append(leaf_hash(leaf))
+        try:
+            entry = checker.check(index, leaf)
+        except RuleViolation as violation:
+            raise ReplayError(violation.code, index, violation.cause) from None
+        if isinstance(entry, PublisherEntry):
+            publisher_entries += 1
+            continue
+        notice = entry.envelope.notice
+        records[index] = _NoticeRecord(
+            sys.intern(notice.publisher), sys.intern(notice.tool_id), notice.action
+        )
+        notices[notice.action] += 1
+    if frontier.size != checkpoint.size:
+        raise ReplayError("size_mismatch", frontier.size)
+    if frontier.root() != checkpoint.root_hash:
+        raise ReplayError("root_mismatch", None)
+    return ReplayReport(
+        checkpoint=checkpoint,
+        notices=dict(sorted(notices.items())),
+        publisher_entries=publisher_entries,
+        publishers=tuple(p.publisher for p in registry.publishers()),
+        registry=registry,
+    )

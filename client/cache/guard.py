@@ -1,0 +1,182 @@
+"""The guard: what a cache asks before it serves a cached tool definition.
+
+``Guard.check`` answers from the follower's verified local state only, with a
+verdict from a closed set and a stable reason code, and always says which
+signed checkpoint the answer was made at ("processed through"). It never says
+serve when the last verified sync is older than the freshness bound: a cache
+that stopped hearing from the log stops serving on the log's authority.
+
+Verdicts, in the order they are decided:
+
+  unknown  ``not_synced``            nothing verified yet: look the tool up live
+           ``bad_identifier``        not a deplog tool id or SemVer version
+  stale    ``checkpoint_stale``      the last verified sync is older than the bound
+  refuse   ``revoked``               a revoke notice is in effect
+           ``sunset``                a deprecation's sunset time has passed
+           ``schema_mismatch``       notices describe this version's definition by a
+                                     digest, and the cached definition has another
+  stale    ``cache_predates_notice`` the cached entry was fetched before the latest
+                                     notice about this version was processed: refetch
+  warn     ``deprecated``            serve, and pass the deprecation on
+  serve    ``active``                no notice in effect
+
+Freshness is measured from ``verified_at`` of the trusted checkpoint: with a
+witness policy, the time its quorum of witnesses cosigned it (witnesses other
+than the log vouch that it was the latest tree they saw then); with ``quorum
+none``, the time the follower last verified the log's latest checkpoint,
+which is only the log's own word that nothing newer exists: whoever can
+answer as the log could then replay an old signed checkpoint and keep a
+cache "fresh". Deploy with witnesses.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+
+from deplog.client.errors import DeplogError
+from deplog.client.follow.state import LocalState, TrustedCheckpoint
+from deplog.client.model.notice import parse_tool_id
+from deplog.client.model.semver import Version
+from deplog.client.model.status import StatusIndex, VersionStatus
+
+DEFAULT_FRESHNESS = timedelta(minutes=5)
+MEMO_ENTRIES = 100_000
+
+
+class Verdict(StrEnum):
+    """What the cache may do with its entry."""
+
+    SERVE = "serve"
+    WARN = "serve_with_warning"
+    REFUSE = "refuse"
+    STALE = "stale"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class ProcessedThrough:
+    """The signed checkpoint a decision was made at, and when it was last verified."""
+
+    checkpoint: str
+    size: int
+    verified_at: datetime
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A guard verdict with its reason code, the status behind it and its checkpoint."""
+
+    verdict: Verdict
+    reason: str
+    tool_id: str
+    version: str
+    processed_through: ProcessedThrough | None
+    status: VersionStatus | None = None
+
+    @property
+    def may_serve(self) -> bool:
+        return self.verdict in (Verdict.SERVE, Verdict.WARN)
+
+
+class Guard:
+    """Decides from a follower's ``LocalState``; cheap enough for every cache hit."""
+
+    def __init__(
+        self,
+        state: LocalState,
+        *,
+        freshness: timedelta = DEFAULT_FRESHNESS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if freshness <= timedelta(0):
+            raise ValueError("freshness must be positive")
+        self.state = state
+        self.freshness = freshness.total_seconds()
+        self.clock = clock
+        self._through_for: TrustedCheckpoint | None = None
+        self._through_cached: ProcessedThrough | None = None
+        self._memo: dict[
+            tuple[str, str], tuple[StatusIndex, float, tuple[VersionStatus, float | None]]
+        ] = {}
+
+    def check(
+        self,
+        tool_id: str,
+        version: str,
+        *,
+        cached_at: datetime,
+        schema_digest: str | None = None,
+    ) -> Decision:
+        trusted = self.state.trusted
+        if trusted is None:
+            return Decision(Verdict.UNKNOWN, "not_synced", tool_id, version, None)
+        through = self._through(trusted)
+        now = self.clock()
+        if now - trusted.verified_at.timestamp() > self.freshness:
+            return Decision(Verdict.STALE, "checkpoint_stale", tool_id, version, through)
+        looked_up = self._status(tool_id, version, now)
+        if looked_up is None:
+            return Decision(Verdict.UNKNOWN, "bad_identifier", tool_id, version, through)
+        status, last_processed = looked_up
+
+        def decide(verdict: Verdict, reason: str) -> Decision:
+            return Decision(verdict, reason, tool_id, version, through, status)
+
+        if status.status == "revoked":
+            return decide(Verdict.REFUSE, "revoked")
+        if status.status == "sunset":
+            return decide(Verdict.REFUSE, "sunset")
+        if (
+            schema_digest is not None
+            and status.schema_digest is not None
+            and status.schema_digest != schema_digest
+        ):
+            return decide(Verdict.REFUSE, "schema_mismatch")
+        if last_processed is not None and cached_at.timestamp() < last_processed:
+            return decide(Verdict.STALE, "cache_predates_notice")
+        if status.status == "deprecated":
+            return decide(Verdict.WARN, "deprecated")
+        return decide(Verdict.SERVE, "active")
+
+    def _through(self, trusted: TrustedCheckpoint) -> ProcessedThrough:
+        """The processed-through statement, prepared once per trusted checkpoint."""
+        if self._through_for is not trusted:
+            self._through_cached = ProcessedThrough(
+                trusted.note.decode(), trusted.size, trusted.verified_at
+            )
+            self._through_for = trusted
+        assert self._through_cached is not None
+        return self._through_cached
+
+    def _status(
+        self, tool_id: str, version: str, now: float
+    ) -> tuple[VersionStatus, float | None] | None:
+        """A version's status and its latest notice's processing time (None: bad input).
+
+        Memoized per (tool_id, version) until the tool's fold changes (a verified
+        advance) or a notice's effective or sunset time passes: a cache hit, the
+        common case, is a dictionary lookup.
+        """
+        index, processed = self.state.tool_status(tool_id)
+        memo = self._memo.get((tool_id, version))
+        if memo is not None and memo[0] is index and now < memo[1]:
+            return memo[2]
+        try:
+            parse_tool_id(tool_id)
+            Version.parse(version)
+        except DeplogError:
+            return None
+        moment = datetime.fromtimestamp(now, UTC)
+        status = index.lookup(tool_id, version, moment)
+        behind = (*status.notices, *status.pending, *(i for pair in status.withdrawn for i in pair))
+        last_processed = max((processed[i] for i in behind if i in processed), default=None)
+        transition = index.next_transition(tool_id, moment)
+        valid_until = transition.timestamp() if transition is not None else float("inf")
+        if len(self._memo) >= MEMO_ENTRIES:
+            self._memo.clear()
+        self._memo[(tool_id, version)] = (index, valid_until, (status, last_processed))
+        return status, last_processed

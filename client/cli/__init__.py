@@ -1,0 +1,1 @@
+"""The ``deplog`` command line: thin over the library."""

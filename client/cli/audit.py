@@ -1,0 +1,358 @@
+"""``deplog audit ...`` and ``deplog export``: the auditor's command line.
+
+Thin over :mod:`client.audit` and :mod:`client.bundle`. The ``audit``
+commands read files only and never touch the network; ``export`` is the one
+command that fetches, and it writes exactly the files ``audit replay`` reads:
+``DIR/checkpoint`` (the signed note, verbatim, cosignatures included) and
+``DIR/entries`` (every leaf as a tlog-tiles entry bundle).
+
+``--log-key`` takes a verifier key (``name+hex8+base64``) or the path of a
+file holding one, such as the authority's ``keys/<origin>.pub``. Each command
+prints one line on success; on failure it prints one line to stderr naming
+the error code (and, for a replay, the first bad index) and exits with 1.
+Input files are read with size limits, so a hostile file cannot exhaust
+memory.
+
+``audit checkpoint --policy FILE`` checks a C2SP tlog-policy (log signature
+and witness quorum, :mod:`client.policy`) and adds one line per valid
+cosignature to its success line; the quorum time is the witnessed time. With
+``--policy``, ``--log-key`` is optional; if given it is the only log accepted
+(tlog-policy: a policy may leave the logs to context).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import json
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+from deplog.client.audit.bundle import read_entries, write_atomic, write_entries
+from deplog.client.audit.offline import (
+    ReplayReport,
+    audit_checkpoint,
+    audit_consistency,
+    audit_receipt,
+    replay,
+)
+from deplog.client.errors import DeplogError, FormatError
+from deplog.client.model import canonical
+from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
+from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, format_timestamp
+from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.evidence import read_evidence
+from deplog.client.tlog.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
+from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyLog
+from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, leaf_hash
+from deplog.client.tlog.receipt import MAX_RECEIPT_SIZE, Receipt
+
+__all__ = ["ExportError", "export", "register"]
+
+HTTP_TIMEOUT: Final = 30.0
+PAGE_SIZE: Final = 1000
+"""Entries per request: the authority's ``/v1/entries`` limit."""
+MAX_PAGE_RESPONSE: Final = PAGE_SIZE * (4 * -(-MAX_ENTRY_BYTES // 3) + 4) + 4096
+"""A full page of maximal leaves in base64 JSON; anything longer is refused unread."""
+MAX_PROOF_FILE: Final = 64 * 1024
+MAX_KEY_FILE: Final = 4096
+
+Command = Callable[[argparse.Namespace], int]
+
+
+class ExportError(DeplogError):
+    """The authority's answers could not be exported as a verified copy of its log."""
+
+    code = "export_failed"
+
+
+# --- helpers ------------------------------------------------------------------
+
+
+def _read_bounded(path: Path, limit: int) -> bytes:
+    """The whole file, refusing it (``file_too_large``) if it is over ``limit`` bytes."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise FormatError("file_too_large", "input file is over the size limit")
+    return data
+
+
+def _log_key(value: str) -> Verifier:
+    """A verifier key given inline or as the path of a file that holds one."""
+    path = Path(value)
+    if path.is_file():
+        value = _read_bounded(path, MAX_KEY_FILE).decode("utf-8", errors="replace").strip()
+    return Verifier.parse(value)
+
+
+def _failure(command: str, err: BaseException) -> int:
+    """Print the one-line failure message and return the exit status."""
+    if isinstance(err, DeplogError):
+        message = err.code
+        cause = getattr(err, "cause", None)
+        if cause:
+            message += f" ({cause})"
+        index = getattr(err, "index", None)
+        if isinstance(index, int):
+            message += f" at index {index}"
+        elif str(err) != err.code and not cause:
+            message += f": {err}"  # messages are value-free by design, so safe to print
+    elif isinstance(err, OSError):
+        message = f"cannot access a file: {err.strerror or type(err).__name__}"
+    else:
+        message = str(err)
+    print(f"deplog {command}: {message}", file=sys.stderr)
+    return 1
+
+
+def _guarded(name: str, fn: Command) -> Command:
+    """Run ``fn``, turning deplog and file errors into a one-line failure (exit 1)."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except (DeplogError, OSError) as err:
+            return _failure(name, err)
+
+    return run
+
+
+def _describe(checkpoint: Checkpoint) -> str:
+    return f"{checkpoint.origin} size {checkpoint.size} root {encode_base64(checkpoint.root_hash)}"
+
+
+# --- audit commands -------------------------------------------------------------
+
+
+def _rfc3339(timestamp: int) -> str:
+    return format_timestamp(datetime.fromtimestamp(timestamp, UTC))
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    note = _read_bounded(args.file, MAX_NOTE_SIZE)
+    if args.policy is None:
+        if args.log_key is None:
+            raise FormatError("missing_input", "give --log-key, --policy or both")
+        print(f"ok: checkpoint {_describe(audit_checkpoint(note, _log_key(args.log_key)))}")
+        return 0
+    policy = Policy.parse(_read_bounded(args.policy, MAX_POLICY_SIZE))
+    if args.log_key is not None:
+        policy = replace(policy, logs=(PolicyLog(_log_key(args.log_key)),))
+    # Offline: no freshness bound, but cosignatures dated in the future still do not count.
+    verified = policy.verify(note, now=time.time(), max_age=None)
+    when = verified.witnessed_at
+    quorum = "none required" if when is None else f"met at {_rfc3339(when)}"
+    print(f"ok: checkpoint {_describe(verified.checkpoint)}; quorum {quorum}")
+    for cosig in verified.cosignatures:
+        print(f"  cosigned by {cosig.name} at {_rfc3339(cosig.timestamp)}")
+    return 0
+
+
+def cmd_receipt(args: argparse.Namespace) -> int:
+    if args.envelope is not None:
+        body = _read_bounded(args.envelope, MAX_ENVELOPE_BYTES)
+        leaf = encode_entry(NoticeEntry(Envelope.parse(body)))
+    else:
+        leaf = _read_bounded(args.leaf, MAX_ENTRY_BYTES)
+    receipt = _read_bounded(args.receipt, MAX_RECEIPT_SIZE)
+    checkpoint = audit_receipt(receipt, leaf, _log_key(args.log_key))
+    index = Receipt.parse(receipt).index
+    print(f"ok: entry {index} is included in {_describe(checkpoint)}")
+    return 0
+
+
+def cmd_consistency(args: argparse.Namespace) -> int:
+    proof = ConsistencyProof.from_json(canonical.loads(_read_bounded(args.proof, MAX_PROOF_FILE)))
+    old, new = audit_consistency(
+        _read_bounded(args.old, MAX_NOTE_SIZE),
+        _read_bounded(args.new, MAX_NOTE_SIZE),
+        proof,
+        _log_key(args.log_key),
+    )
+    print(f"ok: {new.origin} size {new.size} is consistent with size {old.size}")
+    return 0
+
+
+def cmd_evidence(args: argparse.Namespace) -> int:
+    evidence = read_evidence(args.file)
+    proves = evidence.verify(_log_key(args.log_key))
+    meaning = {
+        "conflicting_roots": "the log signed two different trees of one size: a fork",
+        "inconsistent_proof": "the log served a consistency proof that fails between "
+        "two checkpoints it signed; ask it for another: if none verifies, it forked",
+    }[proves]
+    print(
+        f"proven: {proves}: {meaning} (reported by {evidence.reporter} at {evidence.detected_at})"
+    )
+    return 0
+
+
+def _summary(report: ReplayReport) -> str:
+    actions = ", ".join(f"{n} {action}" for action, n in report.notices.items()) or "none"
+    return (
+        f"ok: replayed {report.size} entries of {report.checkpoint.origin}: "
+        f"{report.publisher_entries} publisher entries, notices: {actions}, "
+        f"{len(report.publishers)} publishers; root {encode_base64(report.root)}"
+    )
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    checkpoint_path = args.checkpoint or (args.dir / "checkpoint" if args.dir else None)
+    entries_path = args.entries or (args.dir / "entries" if args.dir else None)
+    if checkpoint_path is None or entries_path is None:
+        raise FormatError("missing_input", "give DIR, or --checkpoint FILE and --entries FILE")
+    note = _read_bounded(checkpoint_path, MAX_NOTE_SIZE)
+    report = replay(read_entries(entries_path), note, _log_key(args.log_key))
+    print(_summary(report))
+    return 0
+
+
+# --- export ---------------------------------------------------------------------
+
+
+def _get(url: str, limit: int) -> bytes:
+    """GET ``url`` with a timeout, refusing bodies over ``limit`` bytes."""
+    try:
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as response:
+            body = bytes(response.read(limit + 1))
+    except urllib.error.HTTPError as err:
+        raise ExportError("http_error", f"the authority answered {err.code}") from None
+    except (urllib.error.URLError, OSError):
+        raise ExportError("unreachable", "cannot reach the authority") from None
+    if len(body) > limit:
+        raise ExportError("response_too_large", "the authority's answer is too large")
+    return body
+
+
+def _fetch_page(base: str, start: int, end: int) -> list[bytes]:
+    """Leaves ``start`` to ``end`` (excluded) from ``/v1/entries``, checked for shape."""
+    query = urllib.parse.urlencode({"start": start, "end": end})
+    body = _get(f"{base}/v1/entries?{query}", MAX_PAGE_RESPONSE)
+    try:
+        page = json.loads(body)
+    except ValueError:
+        raise ExportError("bad_response", "entries page is not JSON") from None
+    if not isinstance(page, dict) or page.get("start") != start:
+        raise ExportError("bad_response", "entries page does not answer the request")
+    items = page.get("entries")
+    if not isinstance(items, list) or not items:
+        raise ExportError("bad_response", "entries page does not answer the request")
+    if len(items) > end - start:
+        raise ExportError("bad_response", "entries page is longer than requested")
+    leaves: list[bytes] = []
+    for item in items:
+        try:
+            leaf = base64.b64decode(item, validate=True) if isinstance(item, str) else None
+        except binascii.Error:
+            leaf = None
+        if leaf is None or len(leaf) > MAX_ENTRY_BYTES:
+            raise ExportError("bad_response", "entry is not base64 of at most 65535 bytes")
+        leaves.append(leaf)
+    return leaves
+
+
+def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, bool]:
+    """Copy the log at ``url`` into ``out/checkpoint`` and ``out/entries``.
+
+    Fetches the checkpoint, then its leaves in pages of 1000, and checks that
+    they hash to the checkpoint's root before anything is renamed into place.
+    With ``log_key`` the checkpoint's signature is verified too (returned flag
+    True); without, the copy is only self-consistent. ``entries`` is written
+    before ``checkpoint``, so an interrupted re-export never pairs a new
+    checkpoint with old entries (a replay would fail, not pass, on old ones).
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ExportError("bad_url", "the authority URL must be http or https")
+    base = url.rstrip("/")
+    note = _get(f"{base}/checkpoint", MAX_NOTE_SIZE)
+    if log_key is not None:
+        checkpoint = audit_checkpoint(note, log_key)
+    else:
+        checkpoint = Checkpoint.from_text(parse_note(note)[0])
+
+    def leaves() -> Iterator[bytes]:
+        frontier = TreeFrontier()
+        while frontier.size < checkpoint.size:
+            end = min(frontier.size + PAGE_SIZE, checkpoint.size)
+            for leaf in _fetch_page(base, frontier.size, end):
+                frontier.append(leaf_hash(leaf))
+                yield leaf
+        if frontier.root() != checkpoint.root_hash:
+            raise ExportError("root_mismatch", "the entries do not hash to the checkpoint root")
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_entries(out / "entries", leaves())
+    write_atomic(out / "checkpoint", [note])
+    return checkpoint, log_key is not None
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    log_key = _log_key(args.log_key) if args.log_key else None
+    checkpoint, verified = export(args.url, args.out, log_key)
+    how = "verified" if verified else "root checked, signature not verified: pass --log-key"
+    print(f"exported {checkpoint.size} entries of {_describe(checkpoint)} to {args.out} ({how})")
+    return 0
+
+
+# --- wiring ---------------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``audit`` (checkpoint, receipt, consistency, replay, evidence) and ``export``."""
+    audit = subparsers.add_parser("audit", help="verify log files offline")
+    audit_sub = audit.add_subparsers(dest="audit_command", required=True)
+
+    def add(
+        name: str, help_text: str, fn: Command, key_required: bool = True
+    ) -> argparse.ArgumentParser:
+        sp = audit_sub.add_parser(name, help=help_text)
+        sp.add_argument(
+            "--log-key", required=key_required, help="log verifier key, or a file holding it"
+        )
+        sp.set_defaults(func=_guarded(f"audit {name}", fn))
+        return sp
+
+    sp = add(
+        "checkpoint",
+        "verify a checkpoint's log signature, or a whole witness policy",
+        cmd_checkpoint,
+        key_required=False,
+    )
+    sp.add_argument("file", type=Path, help="the signed checkpoint note")
+    sp.add_argument("--policy", type=Path, help="a C2SP tlog-policy file to verify against")
+
+    sp = add("receipt", "verify that a receipt proves an entry is in the log", cmd_receipt)
+    sp.add_argument("receipt", type=Path, help="the .tlog-proof file")
+    given = sp.add_mutually_exclusive_group(required=True)
+    given.add_argument("--envelope", type=Path, help="the signed envelope JSON that was logged")
+    given.add_argument("--leaf", type=Path, help="the exact leaf bytes")
+
+    sp = add("consistency", "verify that a newer checkpoint extends an older one", cmd_consistency)
+    sp.add_argument("old", type=Path, metavar="OLD_CHECKPOINT")
+    sp.add_argument("new", type=Path, metavar="NEW_CHECKPOINT")
+    sp.add_argument("proof", type=Path, metavar="PROOF_JSON", help='{"old","new","proof"}')
+
+    sp = add("replay", "replay an exported log: every leaf, signature and the root", cmd_replay)
+    sp.add_argument("dir", type=Path, nargs="?", metavar="DIR", help="holds checkpoint, entries")
+    sp.add_argument("--checkpoint", type=Path, help="checkpoint file (default: DIR/checkpoint)")
+    sp.add_argument("--entries", type=Path, help="entry bundle (default: DIR/entries)")
+
+    sp = add("evidence", "verify a fork evidence file from a follower or witness", cmd_evidence)
+    sp.add_argument("file", type=Path, help="the fork-evidence JSON file")
+
+    sp = subparsers.add_parser("export", help="download a log for offline audit")
+    sp.add_argument("url", help="authority base URL")
+    sp.add_argument("--out", type=Path, required=True, help="directory to write")
+    sp.add_argument("--log-key", help="log verifier key, or a file holding it")
+    sp.set_defaults(func=_guarded("export", cmd_export))

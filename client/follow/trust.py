@@ -1,0 +1,302 @@
+"""The follower's trust state machine: the local state advances only through verified steps.
+
+Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
+
+1. A checkpoint is considered only if it satisfies the trust policy (C2SP
+   tlog-policy): a valid signature of the pinned log key, whose name is the
+   checkpoint's origin, and valid cosignatures from a quorum of the policy's
+   witnesses. The quorum's cosignature time, not the local clock, is the time
+   the checkpoint is known to be current (with ``quorum none``, the local time
+   of the fetch is all there is).
+2. Its size must not be below the trusted size (``RollbackError``). At the
+   trusted size its root must equal the trusted root, and above it an RFC 9162
+   consistency proof from the trusted checkpoint must verify; otherwise the log
+   has shown two histories (``ForkError``): both signed checkpoints and the proof
+   are written to an evidence file and the state stays where it was.
+3. The entries from the trusted size up to the new size are then checked one
+   by one, in log order, by the authority's own admission rules
+   (``client.rules``: canonical encoding, authority-signed registry changes,
+   notices signed by a key active for the namespace at that point, increasing
+   sequences, valid withdraw targets). Any failure is an
+   ``EntryRejectedError`` naming the first bad index.
+4. The extended tree's root must equal the new checkpoint's root, and the
+   number of entries its size.
+5. Only then is everything (checkpoint, tree edge, registry, notices) committed
+   in one transaction; any failure before rolls the whole advance back.
+
+Nothing here does network I/O: ``client.follower`` fetches, this module
+decides. Every error is a ``TrustError`` with a stable ``code``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from deplog.client.errors import DeplogError
+from deplog.client.follow.state import AdvanceWriter, LocalState
+from deplog.client.model.entries import NoticeEntry
+from deplog.client.model.notice import Notice
+from deplog.client.model.registry import PublisherRegistry
+from deplog.client.model.rules import EntryChecker, RuleViolation
+from deplog.client.model.status import StatusChange, StatusIndex, status_change
+from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.evidence import evidence_between, write_evidence
+from deplog.client.tlog.note import Verifier
+from deplog.client.tlog.policy import Policy
+from deplog.client.tlog.proofs import ConsistencyProof, ProofError, leaf_hash, verify_consistency
+
+
+class TrustError(DeplogError):
+    """Base of every refusal to advance the trusted state."""
+
+    code = "untrusted"
+
+
+class CheckpointRejectedError(TrustError):
+    """A checkpoint that is malformed or not signed by the log key."""
+
+    code = "bad_checkpoint"
+
+
+class RollbackError(TrustError):
+    """A validly signed checkpoint smaller than the trusted one."""
+
+    code = "rollback"
+
+
+class ForkError(TrustError):
+    """Two signed checkpoints that cannot both be true; ``evidence`` names the file."""
+
+    code = "fork"
+
+    def __init__(
+        self, code: str | None = None, message: str | None = None, evidence: Path | None = None
+    ) -> None:
+        super().__init__(code, message)
+        self.evidence = evidence
+
+
+class ProofRejectedError(TrustError):
+    """A proof that answers a different question than the one asked."""
+
+    code = "bad_proof"
+
+
+class EntryRejectedError(TrustError):
+    """An entry that fails verification; ``index`` is the first bad one."""
+
+    code = "bad_entry"
+
+    def __init__(self, code: str, index: int, cause: str | None = None) -> None:
+        super().__init__(code, f"entry {index}: {cause or code}")
+        self.index = index
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class Advanced:
+    """What one verified advance changed: sizes, tools, and each tool's status change."""
+
+    old_size: int
+    new_size: int
+    changes: tuple[StatusChange, ...] = ()
+
+    @property
+    def tools(self) -> frozenset[str]:
+        """Every tool a notice of the advance was about."""
+        return frozenset(change.tool_id for change in self.changes)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A checkpoint that passed step 1 and the rollback/same-size checks of step 2."""
+
+    note: bytes
+    checkpoint: Checkpoint
+    witnessed_at: int | None
+
+    def current_as_of(self) -> datetime:
+        """When the checkpoint is known to have been current: quorum time, else now."""
+        if self.witnessed_at is None:
+            return datetime.now(UTC)
+        return datetime.fromtimestamp(self.witnessed_at, UTC)
+
+
+class TrustedState:
+    """The verification steps over a ``LocalState``; the only code that advances it."""
+
+    def __init__(
+        self, state: LocalState, trust: Verifier | Policy, evidence_dir: Path | None = None
+    ) -> None:
+        self.policy = trust if isinstance(trust, Policy) else Policy.single_log(trust)
+        logs = [entry.verifier for entry in self.policy.logs]
+        if len(logs) != 1 or logs[0].name != state.origin:
+            raise ValueError("the trust policy must name exactly the state's log")
+        self.state = state
+        self.log_key = logs[0]
+        self.evidence_dir = evidence_dir or state.path.parent
+
+    def check_checkpoint(self, note: bytes, now: float | None = None) -> Candidate:
+        """Steps 1 and 2 (same size): a checkpoint the policy accepts, not going backwards."""
+        try:
+            verified = self.policy.verify(
+                note, now=time.time() if now is None else now, max_age=None
+            )
+        except DeplogError as err:
+            raise CheckpointRejectedError(err.code) from None
+        checkpoint = verified.checkpoint
+        if checkpoint.size < self.state.size:
+            raise RollbackError(message="checkpoint is smaller than the trusted one")
+        if checkpoint.size == self.state.size and checkpoint.root_hash != self.state.root:
+            if self.state.trusted is None:  # size 0: only the empty tree's root is valid
+                raise CheckpointRejectedError(message="empty tree with a non-empty root")
+            raise self._fork(note, None, "two roots for one size")
+        return Candidate(note, checkpoint, verified.witnessed_at)
+
+    def check_consistency(self, candidate: Candidate, proof: ConsistencyProof) -> None:
+        """Step 2 (larger size): the new tree extends the trusted one."""
+        checkpoint = candidate.checkpoint
+        if proof.old != self.state.size or proof.new != checkpoint.size:
+            raise ProofRejectedError(message="proof is for other sizes than requested")
+        try:
+            verify_consistency(
+                self.state.size,
+                checkpoint.size,
+                self.state.root,
+                checkpoint.root_hash,
+                proof.hashes,
+            )
+        except ProofError:
+            raise self._fork(candidate.note, proof, "consistency proof fails") from None
+
+    def refresh(self, candidate: Candidate) -> None:
+        """The log is still at the trusted checkpoint: record how current it now is."""
+        checkpoint = candidate.checkpoint
+        if checkpoint.size != self.state.size or checkpoint.root_hash != self.state.root:
+            raise ValueError("refresh takes the trusted checkpoint only")
+        self.state.touch(candidate.note, candidate.current_as_of())
+
+    def _fork(self, note: bytes, proof: ConsistencyProof | None, why: str) -> ForkError:
+        """Save both signed checkpoints (and the served proof) as evidence, then fail."""
+        trusted = self.state.trusted
+        assert trusted is not None  # a fork needs a trusted checkpoint to contradict
+        evidence = evidence_between(self.log_key, trusted.note, note, proof, "follower")
+        return ForkError(message=why, evidence=write_evidence(self.evidence_dir, evidence))
+
+    def advance(self, candidate: Candidate) -> AdvanceSession:
+        """Steps 3 to 5, as a context manager fed with pages of entries in log order."""
+        return AdvanceSession(self, candidate)
+
+
+class AdvanceSession:
+    """One advance in progress: verified entries accumulate in an open transaction."""
+
+    def __init__(self, trusted: TrustedState, candidate: Candidate) -> None:
+        self.trusted = trusted
+        self.candidate = candidate
+        self.checkpoint = candidate.checkpoint
+        state = trusted.state
+        self.old_size = state.size
+        self.next_index = state.size
+        self.frontier = state.frontier.copy()
+        self.registry = PublisherRegistry.from_json(state.registry.to_json())
+        self._writer: AdvanceWriter | None = None
+        self._finished = False
+        self._before: dict[str, StatusIndex] = {}
+        self._after: dict[str, tuple[StatusIndex, dict[int, float]]] = {}
+        self._named: dict[str, set[str]] = {}
+
+    def __enter__(self) -> AdvanceSession:
+        self._writer = self.trusted.state.begin()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        """Commit only a finished advance; anything else (an error, or leaving
+        early) rolls the whole advance back."""
+        assert self._writer is not None
+        if exc_type is None and self._finished:
+            self.trusted.state.commit(self._writer)
+        else:
+            self.trusted.state.rollback(self._writer)
+
+    def add(self, leaves: Sequence[bytes], now: datetime | None = None) -> None:
+        """Verify the next entries in log order (``client.rules``) and stage their effects."""
+        writer = self._writer
+        assert writer is not None, "use the session as a context manager"
+        staged: dict[int, Notice] = {}
+        stamp = (now or datetime.now(UTC)).timestamp()
+
+        def find_notice(index: int) -> Notice | None:
+            return staged.get(index) or writer.notice_at(index)
+
+        checker = EntryChecker(self.registry, self.trusted.log_key, find_notice)
+        for leaf in leaves:
+            index = self.next_index
+            if index >= self.checkpoint.size:
+                raise EntryRejectedError("too_many_entries", index)
+            try:
+                entry = checker.check(index, leaf)
+            except RuleViolation as violation:
+                raise EntryRejectedError(violation.code, index, violation.cause) from None
+            if isinstance(entry, NoticeEntry):
+                notice = entry.envelope.notice
+                staged[index] = notice
+                self._fold(index, notice, stamp, find_notice)
+            self.frontier.append(leaf_hash(leaf))
+            self.next_index += 1
+        writer.add_notices(staged.items(), datetime.fromtimestamp(stamp, UTC))
+
+    def _fold(
+        self, index: int, notice: Notice, stamp: float, find_notice: Callable[[int], Notice | None]
+    ) -> None:
+        """Fold a verified notice into its tool's status, incrementally.
+
+        The first time the advance touches a tool, its status so far is taken
+        from the state (folded once, then cached there) and copied; the notices
+        of the advance are applied to the copy. ``finish`` compares the two for
+        precise invalidation, and the commit hands the copy to the state's
+        cache, so nothing is ever re-parsed from storage.
+        """
+        tool_id = notice.tool_id
+        if tool_id not in self._after:
+            before, processed = self.trusted.state.tool_status(tool_id)
+            self._before[tool_id] = before
+            self._after[tool_id] = (before.copy(), dict(processed))
+        after, processed_after = self._after[tool_id]
+        after.apply(index, notice)
+        processed_after[index] = stamp
+        target = notice
+        if notice.action == "withdraw" and notice.withdraws is not None:
+            target = find_notice(notice.withdraws) or notice
+        if target.affected is not None:
+            self._named.setdefault(tool_id, set()).update(v.text for v in target.affected.versions)
+
+    def finish(self, now: datetime | None = None) -> Advanced:
+        """Steps 4 and 5: the tree must be exactly the checkpoint's, then commit."""
+        assert self._writer is not None
+        if self.next_index != self.checkpoint.size:
+            raise EntryRejectedError("missing_entries", self.next_index)
+        if self.frontier.root() != self.checkpoint.root_hash:
+            raise EntryRejectedError("root_mismatch", self.checkpoint.size - 1)
+        self.trusted.state.save_trusted(
+            self._writer,
+            self.candidate.note,
+            self.checkpoint,
+            self.frontier,
+            self.registry,
+            now or self.candidate.current_as_of(),
+        )
+        at = datetime.now(UTC)
+        changes = tuple(
+            status_change(
+                tool_id, before, self._after[tool_id][0], sorted(self._named.get(tool_id, ())), at
+            )
+            for tool_id, before in sorted(self._before.items())
+        )
+        self._writer.statuses = dict(self._after)
+        self._finished = True
+        return Advanced(self.old_size, self.checkpoint.size, changes)

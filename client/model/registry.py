@@ -1,0 +1,354 @@
+"""Publisher authorization state, as a pure fold of the log.
+
+Rules of the state machine:
+
+- Only authority-signed publisher entries change it (``apply``); each is
+  checked completely before anything changes, so a refused entry leaves the
+  registry exactly as it was.
+- A publisher id, a namespace, a key id and a raw public key each belong to
+  at most one publisher, forever: revoking a key or a publisher does not free
+  them, so nobody can later sign into a namespace's history under an old
+  identity. Namespaces match exactly (``org.example`` does not cover
+  ``org.example.sub``).
+- ``authorize`` decides whether an envelope may enter the log at this point
+  of the log; ``record_sequence`` then advances the publisher's sequence,
+  which must strictly increase (replay and reorder protection).
+
+Errors: RegistryError for refused publisher entries and snapshots,
+AuthorizationError for refused envelopes, ConflictError for sequence and
+withdraw conflicts. Each has an ``http_status``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, Protocol
+
+from deplog.client.errors import DeplogError
+from deplog.client.model.entries import PublisherEntry
+from deplog.client.model.notice import Envelope, Notice, NoticeSignatureError
+from deplog.client.tlog.note import KeyFormatError, Verifier
+
+__all__ = [
+    "AuthorizationError",
+    "ConflictError",
+    "KeyState",
+    "NoticeRef",
+    "PublisherRegistry",
+    "PublisherState",
+    "RegistryError",
+]
+
+SNAPSHOT_FORMAT: Final = "deplog-registry/v1"
+
+
+class NoticeRef(Protocol):
+    """What a withdraw check needs of its target: a ``Notice`` or a compact record of one."""
+
+    @property
+    def publisher(self) -> str: ...
+
+    @property
+    def tool_id(self) -> str: ...
+
+    @property
+    def action(self) -> str: ...
+
+
+class RegistryError(DeplogError):
+    """A publisher entry or snapshot that cannot be applied to the current state."""
+
+    code = "registry_error"
+    http_status: int = 409
+
+
+class AuthorizationError(DeplogError):
+    """An envelope whose signer may not publish this notice; status depends on the code."""
+
+    code = "not_authorized"
+    http_status: int = 403
+    STATUS: ClassVar[dict[str, int]] = {
+        "unknown_publisher": 401,
+        "unknown_key": 401,
+        "bad_signature": 401,
+        "key_revoked": 403,
+        "publisher_revoked": 403,
+        "namespace_not_authorized": 403,
+    }
+
+    def __init__(self, code: str | None = None, message: str | None = None) -> None:
+        super().__init__(code, message)
+        self.http_status = self.STATUS.get(self.code, 403)
+
+
+class ConflictError(DeplogError):
+    """A notice that is valid and authorized but conflicts with the log's history."""
+
+    code = "conflict"
+    http_status: int = 409
+
+
+@dataclass
+class KeyState:
+    """One publisher key: when it was added and, if so, revoked (log indexes)."""
+
+    verifier: Verifier
+    added_at: int
+    revoked_at: int | None = None
+
+    @property
+    def revoked(self) -> bool:
+        """True once a revoke_key entry named this key."""
+        return self.revoked_at is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for snapshots and ``GET /v1/publishers``."""
+        return {
+            "key": self.verifier.vkey(),
+            "key_id": self.verifier.key_id.hex(),
+            "status": "revoked" if self.revoked else "active",
+            "added_at": self.added_at,
+            "revoked_at": self.revoked_at,
+        }
+
+
+@dataclass
+class PublisherState:
+    """A registered publisher: its namespaces, keys (by key id) and revocation."""
+
+    publisher: str
+    namespaces: tuple[str, ...]
+    registered_at: int
+    keys: dict[bytes, KeyState] = field(default_factory=dict)
+    revoked_at: int | None = None
+
+    @property
+    def revoked(self) -> bool:
+        """True once a revoke_publisher entry named this publisher."""
+        return self.revoked_at is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for snapshots and ``GET /v1/publishers``."""
+        return {
+            "publisher": self.publisher,
+            "namespaces": list(self.namespaces),
+            "status": "revoked" if self.revoked else "active",
+            "registered_at": self.registered_at,
+            "revoked_at": self.revoked_at,
+            "keys": [k.to_json() for k in self.keys.values()],
+        }
+
+
+class PublisherRegistry:
+    """Who may publish for which namespace, with which keys, at this point of the log."""
+
+    def __init__(self) -> None:
+        self._publishers: dict[str, PublisherState] = {}
+        self._namespace_owner: dict[str, str] = {}
+        self._key_id_owner: dict[bytes, str] = {}
+        self._raw_key_owner: dict[bytes, str] = {}
+        self._sequences: dict[str, int] = {}
+
+    # --- reading ------------------------------------------------------------
+
+    def publisher(self, publisher: str) -> PublisherState | None:
+        """The state of ``publisher``, or None if it was never registered."""
+        return self._publishers.get(publisher)
+
+    def publishers(self) -> list[PublisherState]:
+        """Every publisher ever registered, in registration order."""
+        return list(self._publishers.values())
+
+    def namespace_owner(self, namespace: str) -> str | None:
+        """The publisher that owns ``namespace``, if any."""
+        return self._namespace_owner.get(namespace)
+
+    def last_sequence(self, publisher: str) -> int:
+        """The highest sequence recorded for ``publisher`` (0 if none)."""
+        return self._sequences.get(publisher, 0)
+
+    # --- publisher entries --------------------------------------------------
+
+    def apply(self, index: int, entry: PublisherEntry, authority: Verifier) -> None:
+        """Verify the authority's signature on ``entry`` and fold it in, or refuse it."""
+        try:
+            entry.verify(authority)
+        except DeplogError:
+            raise RegistryError("bad_authority_signature") from None
+        st = entry.statement
+        action = st.action
+        current = self._publishers.get(st.publisher)
+        if action == "register":
+            if current is not None:
+                raise RegistryError("publisher_exists")
+            for ns in st.namespaces:
+                if ns in self._namespace_owner:
+                    raise RegistryError("namespace_in_use")
+            verifiers = self._new_keys(st.verifiers())
+            state = PublisherState(st.publisher, st.namespaces, index)
+            for v in verifiers:
+                self._add_key(state, v, index)
+            for ns in st.namespaces:
+                self._namespace_owner[ns] = st.publisher
+            self._publishers[st.publisher] = state
+            return
+        if current is None:
+            raise RegistryError("unknown_publisher")
+        if current.revoked:
+            raise RegistryError("publisher_revoked")
+        if action == "add_key":
+            for v in self._new_keys(st.verifiers()):
+                self._add_key(current, v, index)
+        elif action == "revoke_key":
+            targets: list[KeyState] = []
+            for v in st.verifiers():
+                ks = current.keys.get(v.key_id)
+                if ks is None or ks.verifier != v:
+                    raise RegistryError("unknown_key")
+                if ks.revoked:
+                    raise RegistryError("key_already_revoked")
+                targets.append(ks)
+            for ks in targets:
+                ks.revoked_at = index
+        else:  # revoke_publisher
+            current.revoked_at = index
+
+    def _new_keys(self, verifiers: tuple[Verifier, ...]) -> tuple[Verifier, ...]:
+        """Refuse keys whose key id or raw key already belongs to anyone (or repeats)."""
+        ids: set[bytes] = set()
+        raws: set[bytes] = set()
+        for v in verifiers:
+            kid, raw = bytes(v.key_id), bytes(v.public_key)
+            if kid in self._key_id_owner or raw in self._raw_key_owner or kid in ids or raw in raws:
+                raise RegistryError("key_in_use")
+            ids.add(kid)
+            raws.add(raw)
+        return verifiers
+
+    def _add_key(self, state: PublisherState, v: Verifier, index: int) -> None:
+        state.keys[bytes(v.key_id)] = KeyState(v, index)
+        self._key_id_owner[bytes(v.key_id)] = state.publisher
+        self._raw_key_owner[bytes(v.public_key)] = state.publisher
+
+    # --- notices ------------------------------------------------------------
+
+    def authorize(self, envelope: Envelope) -> None:
+        """Refuse ``envelope`` unless an active key of its active publisher signed it
+        and the publisher owns the tool's namespace."""
+        notice = envelope.notice
+        state = self._publishers.get(notice.publisher)
+        if state is None:
+            raise AuthorizationError("unknown_publisher")
+        key = state.keys.get(envelope.key_id)
+        if key is None:
+            raise AuthorizationError("unknown_key")
+        try:
+            envelope.verify(key.verifier)
+        except NoticeSignatureError:
+            raise AuthorizationError("bad_signature") from None
+        if state.revoked:
+            raise AuthorizationError("publisher_revoked")
+        if key.revoked:
+            raise AuthorizationError("key_revoked")
+        if notice.namespace not in state.namespaces:
+            raise AuthorizationError("namespace_not_authorized")
+
+    def check_sequence(self, notice: Notice) -> None:
+        """Refuse a sequence that does not exceed the publisher's last one (409)."""
+        if notice.sequence <= self._sequences.get(notice.publisher, 0):
+            raise ConflictError("sequence_not_increasing")
+
+    def record_sequence(self, notice: Notice) -> None:
+        """Check, then advance the publisher's sequence to ``notice.sequence``."""
+        self.check_sequence(notice)
+        self._sequences[notice.publisher] = notice.sequence
+
+    @staticmethod
+    def check_withdraw(notice: Notice, target: NoticeRef | None) -> None:
+        """For a withdraw, refuse unless ``target`` (the notice at ``notice.withdraws``)
+        is a deprecate or revoke by the same publisher about the same tool.
+
+        Non-withdraw notices pass. The caller looks the target up; None means
+        the index names no notice (absent, a publisher entry, or not earlier).
+        """
+        if notice.action != "withdraw":
+            return
+        if (
+            target is None
+            or target.action not in ("deprecate", "revoke")
+            or target.publisher != notice.publisher
+            or target.tool_id != notice.tool_id
+        ):
+            raise ConflictError("bad_withdraw_target")
+
+    # --- snapshots ----------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """A snapshot of the whole state (persist it instead of replaying the log)."""
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "publishers": [p.to_json() for p in self._publishers.values()],
+            "sequences": dict(sorted(self._sequences.items())),
+        }
+
+    @classmethod
+    def from_json(cls, obj: object) -> PublisherRegistry:
+        """Rebuild a registry from ``to_json`` output; RegistryError ``bad_snapshot``."""
+        try:
+            return cls._from_json(obj)
+        except RegistryError:
+            raise
+        except (DeplogError, KeyError, TypeError, ValueError, AttributeError):
+            raise RegistryError("bad_snapshot") from None
+
+    @classmethod
+    def _from_json(cls, obj: object) -> PublisherRegistry:
+        if not isinstance(obj, dict) or obj.get("format") != SNAPSHOT_FORMAT:
+            raise RegistryError("bad_snapshot")
+        reg = cls()
+        for p in obj["publishers"]:
+            name = p["publisher"]
+            namespaces = tuple(p["namespaces"])
+            if (
+                not isinstance(name, str)
+                or name in reg._publishers
+                or not all(isinstance(ns, str) for ns in namespaces)
+                or any(ns in reg._namespace_owner for ns in namespaces)
+            ):
+                raise RegistryError("bad_snapshot")
+            state = PublisherState(
+                name, namespaces, _index(p["registered_at"]), revoked_at=_opt_index(p["revoked_at"])
+            )
+            if (p["status"] == "revoked") != state.revoked:
+                raise RegistryError("bad_snapshot")
+            for k in p["keys"]:
+                try:
+                    v = Verifier.parse(k["key"])
+                except KeyFormatError:
+                    raise RegistryError("bad_snapshot") from None
+                try:
+                    reg._new_keys((v,))
+                except RegistryError:
+                    raise RegistryError("bad_snapshot") from None
+                reg._add_key(state, v, _index(k["added_at"]))
+                state.keys[bytes(v.key_id)].revoked_at = _opt_index(k["revoked_at"])
+                if (k["status"] == "revoked") != state.keys[bytes(v.key_id)].revoked:
+                    raise RegistryError("bad_snapshot")
+            for ns in namespaces:
+                reg._namespace_owner[ns] = name
+            reg._publishers[name] = state
+        for name, seq in obj["sequences"].items():
+            if name not in reg._publishers:
+                raise RegistryError("bad_snapshot")
+            reg._sequences[name] = _index(seq)
+        return reg
+
+
+def _index(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise RegistryError("bad_snapshot")
+    return value
+
+
+def _opt_index(value: object) -> int | None:
+    return None if value is None else _index(value)

@@ -1,0 +1,87 @@
+"""The authority's admission rules, replayed in log order by every verifier.
+
+The authority admits an entry only if it passes these rules at its point of
+the log; a follower advancing its trusted state and an auditor replaying a
+whole log re-check every logged entry with this one implementation, so the
+three can never disagree about what the log may contain:
+
+1. The leaf decodes as a canonical entry (``malformed_entry``).
+2. A publisher entry carries the log key's signature and is a valid registry
+   transition (``bad_publisher_entry``).
+3. A notice is signed by a key of its publisher that is active at this point,
+   the publisher is active and owns the tool's namespace (``unauthorized_notice``).
+4. Its sequence number exceeds the publisher's previous one (``sequence_not_increasing``).
+5. A withdraw names an earlier deprecate or revoke notice of the same
+   publisher about the same tool (``bad_withdraw_target``).
+
+Failures raise ``RuleViolation`` with the rule's code, the entry's index and
+the underlying error's code as ``cause``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from deplog.client.errors import DeplogError, VerificationError
+from deplog.client.model.entries import Entry, NoticeEntry, PublisherEntry, decode_entry
+from deplog.client.model.registry import NoticeRef, PublisherRegistry
+from deplog.client.tlog.note import Verifier
+
+TargetLookup = Callable[[int], NoticeRef | None]
+"""Finds the notice at an earlier log index (None: no notice there)."""
+
+
+class RuleViolation(VerificationError):
+    """A logged entry that the authority should never have admitted."""
+
+    code = "rule_violation"
+
+    def __init__(self, code: str, index: int, cause: str | None = None) -> None:
+        super().__init__(code, f"entry {index}: {code}" + (f" ({cause})" if cause else ""))
+        self.index = index
+        self.cause = cause
+
+
+class EntryChecker:
+    """Applies the rules to entries in log order, advancing ``registry`` as it goes."""
+
+    def __init__(
+        self, registry: PublisherRegistry, log_key: Verifier, find_notice: TargetLookup
+    ) -> None:
+        self.registry = registry
+        self.log_key = log_key
+        self.find_notice = find_notice
+
+    def check(self, index: int, leaf: bytes) -> Entry:
+        """Check the entry at ``index``; on success its effects are in ``registry``."""
+        try:
+            entry = decode_entry(leaf)
+        except DeplogError as err:
+            raise RuleViolation("malformed_entry", index, err.code) from None
+        if isinstance(entry, PublisherEntry):
+            try:
+                self.registry.apply(index, entry, self.log_key)
+            except DeplogError as err:
+                raise RuleViolation("bad_publisher_entry", index, err.code) from None
+            return entry
+        self._check_notice(index, entry)
+        return entry
+
+    def _check_notice(self, index: int, entry: NoticeEntry) -> None:
+        notice = entry.envelope.notice
+        try:
+            self.registry.authorize(entry.envelope)
+        except DeplogError as err:
+            raise RuleViolation("unauthorized_notice", index, err.code) from None
+        try:
+            self.registry.record_sequence(notice)
+        except DeplogError as err:
+            raise RuleViolation("sequence_not_increasing", index, err.code) from None
+        if notice.action == "withdraw":
+            target = None
+            if notice.withdraws is not None and notice.withdraws < index:
+                target = self.find_notice(notice.withdraws)
+            try:
+                PublisherRegistry.check_withdraw(notice, target)
+            except DeplogError as err:
+                raise RuleViolation("bad_withdraw_target", index, err.code) from None

@@ -1,0 +1,325 @@
+"""Tool status as a pure fold of the notices in the log.
+
+``StatusIndex.apply`` takes notices in log order (already authorized); the
+status of a ``(tool_id, version)`` is then a function of the folded prefix and
+the time of the question:
+
+- a deprecate or revoke notice *applies* to a version when it affects it, its
+  ``effective_at`` has passed, and it has not been withdrawn;
+- a withdraw retracts its target from the withdraw's own ``effective_at``
+  (usually at once); the target stays recorded and is reported as withdrawn;
+- precedence: ``revoked`` > ``sunset`` (an applying deprecate whose
+  ``sunset_at`` passed) > ``deprecated`` > ``active``;
+- notices (and withdraws) not yet effective are reported as ``pending`` and
+  change nothing.
+
+Everything is keyed by ``tool_id``: a lookup costs O(notices about that tool).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from deplog.client.errors import DeplogError
+from deplog.client.model.notice import (
+    Notice,
+    Replacement,
+    format_timestamp,
+    parse_tool_id,
+    parse_version,
+)
+from deplog.client.model.semver import Version
+
+__all__ = ["STATUSES", "StatusError", "StatusIndex", "VersionStatus"]
+
+Status = Literal["active", "deprecated", "sunset", "revoked"]
+STATUSES: Final[tuple[str, ...]] = ("active", "deprecated", "sunset", "revoked")
+
+
+class StatusError(DeplogError):
+    """A notice that cannot be folded in: out of log order, or a withdraw with no target."""
+
+    code = "bad_status_fold"
+    http_status: int = 409
+
+
+@dataclass(frozen=True)
+class VersionStatus:
+    """The status of one tool version at one time, and the notices behind it.
+
+    ``notices`` are the log indexes that apply now; ``pending`` those that will
+    (including pending withdraws); ``withdrawn`` pairs (notice, withdraw) for
+    retracted notices that would otherwise affect the version. ``effective_at``
+    is the earliest effective time of the notices that decide ``status``;
+    ``sunset_at`` the earliest sunset of any applying deprecate; ``replacement``
+    and ``schema_digest`` come from the latest applying notice carrying one;
+    ``reasons`` and ``advisories`` are the union over applying notices in log
+    order.
+    """
+
+    tool_id: str
+    version: str
+    status: Status
+    notices: tuple[int, ...] = ()
+    pending: tuple[int, ...] = ()
+    withdrawn: tuple[tuple[int, int], ...] = ()
+    effective_at: datetime | None = None
+    sunset_at: datetime | None = None
+    replacement: Replacement | None = None
+    schema_digest: str | None = None
+    reasons: tuple[str, ...] = ()
+    advisories: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (every key present; absent values are null or empty)."""
+        return {
+            "tool_id": self.tool_id,
+            "version": self.version,
+            "status": self.status,
+            "notices": list(self.notices),
+            "pending": list(self.pending),
+            "withdrawn": [{"index": i, "withdrawn_by": w} for i, w in self.withdrawn],
+            "effective_at": _ts(self.effective_at),
+            "sunset_at": _ts(self.sunset_at),
+            "replacement": self.replacement.to_json() if self.replacement else None,
+            "schema_digest": self.schema_digest,
+            "reasons": list(self.reasons),
+            "advisories": list(self.advisories),
+        }
+
+
+def _ts(dt: datetime | None) -> str | None:
+    return None if dt is None else format_timestamp(dt)
+
+
+@dataclass
+class _Tool:
+    # Deprecate/revoke notices by log index (dicts keep insertion = log order).
+    notices: dict[int, Notice] = field(default_factory=dict)
+    # Target index -> [(withdraw index, withdraw effective_at)].
+    withdrawals: dict[int, list[tuple[int, datetime]]] = field(default_factory=dict)
+    withdraws: dict[int, Notice] = field(default_factory=dict)
+    last_index: int = -1
+
+
+class StatusIndex:
+    """The folded status of every tool seen in the log."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, _Tool] = {}
+        self._last_index = -1
+
+    def copy(self) -> StatusIndex:
+        """An independent copy: applying to it leaves this index as it was."""
+        twin = StatusIndex()
+        twin._last_index = self._last_index
+        twin._tools = {
+            tool_id: _Tool(
+                dict(tool.notices),
+                {target: list(ws) for target, ws in tool.withdrawals.items()},
+                dict(tool.withdraws),
+                tool.last_index,
+            )
+            for tool_id, tool in self._tools.items()
+        }
+        return twin
+
+    def apply(self, index: int, notice: Notice) -> None:
+        """Fold in the notice at log ``index``; indexes must strictly increase."""
+        if index <= self._last_index:
+            raise StatusError("index_not_increasing")
+        tool = self._tools.get(notice.tool_id)
+        if notice.action == "withdraw":
+            assert notice.withdraws is not None  # guaranteed by Notice.from_json
+            target = tool.notices.get(notice.withdraws) if tool is not None else None
+            if target is None or target.publisher != notice.publisher:
+                raise StatusError("bad_withdraw_target")
+            assert tool is not None
+            tool.withdrawals.setdefault(notice.withdraws, []).append((index, notice.effective_at))
+            tool.withdraws[index] = notice
+        else:
+            if tool is None:
+                tool = self._tools[notice.tool_id] = _Tool()
+            tool.notices[index] = notice
+        tool.last_index = index
+        self._last_index = index
+
+    def last_index(self, tool_id: str) -> int | None:
+        """The last log index that touched ``tool_id``, or None if none did."""
+        tool = self._tools.get(tool_id)
+        return None if tool is None else tool.last_index
+
+    def next_transition(self, tool_id: str, now: datetime) -> datetime | None:
+        """The earliest time after ``now`` at which a status of ``tool_id`` can change
+        without a new log entry (an effective or sunset time), or None if never."""
+        tool = self._tools.get(tool_id)
+        if tool is None:
+            return None
+        now = _utc(now)
+        times = [
+            moment
+            for notice in (*tool.notices.values(), *tool.withdraws.values())
+            for moment in (notice.effective_at, notice.sunset_at)
+            if moment is not None and moment > now
+        ]
+        return min(times, default=None)
+
+    def lookup(self, tool_id: str, version: str, now: datetime) -> VersionStatus:
+        """The status of ``tool_id`` at ``version`` at time ``now`` (aware datetime).
+
+        Bad input raises NoticeError (``bad_tool_id``, ``bad_version``).
+        """
+        parse_tool_id(tool_id)
+        return self._lookup(tool_id, parse_version(version), _utc(now))
+
+    def _lookup(self, tool_id: str, v: Version, now: datetime) -> VersionStatus:
+        tool = self._tools.get(tool_id)
+        if tool is None:
+            return VersionStatus(tool_id, v.text, "active")
+        applying: list[tuple[int, Notice]] = []
+        pending: set[int] = set()
+        withdrawn: list[tuple[int, int]] = []
+        for idx, n in tool.notices.items():
+            if not n.affects(v):
+                continue
+            done = [w for w, at in tool.withdrawals.get(idx, ()) if at <= now]
+            if done:
+                withdrawn.append((idx, min(done)))
+                continue
+            pending.update(w for w, _ in tool.withdrawals.get(idx, ()))
+            if n.effective_at > now:
+                pending.add(idx)
+            else:
+                applying.append((idx, n))
+
+        revokes = [n for _, n in applying if n.action == "revoke"]
+        deprecates = [n for _, n in applying if n.action == "deprecate"]
+        sunsets = [n.sunset_at for n in deprecates if n.sunset_at is not None]
+        sunset_at = min(sunsets) if sunsets else None
+        status: Status
+        if revokes:
+            status, deciding = "revoked", revokes
+        elif sunset_at is not None and sunset_at <= now:
+            status, deciding = "sunset", deprecates
+        elif deprecates:
+            status, deciding = "deprecated", deprecates
+        else:
+            status, deciding = "active", []
+
+        reasons: dict[str, None] = {}
+        advisories: dict[str, None] = {}
+        replacement: Replacement | None = None
+        digest: str | None = None
+        for _, n in applying:
+            reasons.update(dict.fromkeys(n.reasons))
+            advisories.update(dict.fromkeys(n.advisories))
+            replacement = n.replacement or replacement
+            digest = n.schema_digest or digest
+        return VersionStatus(
+            tool_id=tool_id,
+            version=v.text,
+            status=status,
+            notices=tuple(i for i, _ in applying),
+            pending=tuple(sorted(pending)),
+            withdrawn=tuple(withdrawn),
+            effective_at=min((n.effective_at for n in deciding), default=None),
+            sunset_at=sunset_at,
+            replacement=replacement,
+            schema_digest=digest,
+            reasons=tuple(reasons),
+            advisories=tuple(advisories),
+        )
+
+    def describe(self, tool_id: str, now: datetime) -> dict[str, Any]:
+        """A JSON-able summary of a tool (what ``GET /v1/tools/<tool_id>`` returns).
+
+        ``versions``: the status of every exact version any notice names, in
+        precedence order; ``ranges``: every distinct range with the notices
+        that carry it; ``notices``: every notice about the tool with the
+        withdraws aimed at it; ``last_index``: the last log index touching it.
+        """
+        parse_tool_id(tool_id)
+        now = _utc(now)
+        tool = self._tools.get(tool_id)
+        if tool is None:
+            return {
+                "tool_id": tool_id,
+                "last_index": None,
+                "versions": [],
+                "ranges": [],
+                "notices": [],
+            }
+        named: dict[str, Version] = {}
+        ranges: dict[str, tuple[dict[str, Any], list[int]]] = {}
+        for idx, n in tool.notices.items():
+            assert n.affected is not None  # deprecate/revoke always carry it
+            for ver in n.affected.versions:
+                named.setdefault(ver.text, ver)
+            for r in n.affected.ranges:
+                rj = r.to_json()
+                key = repr(r.events)
+                ranges.setdefault(key, (rj, []))[1].append(idx)
+        versions = sorted(named.values(), key=lambda x: (x.sort_key, x.text))
+        notices = []
+        for idx, n in tool.notices.items():
+            notices.append(
+                {
+                    "index": idx,
+                    "action": n.action,
+                    "publisher": n.publisher,
+                    "effective_at": format_timestamp(n.effective_at),
+                    "withdrawn_by": [w for w, _ in tool.withdrawals.get(idx, ())],
+                }
+            )
+        return {
+            "tool_id": tool_id,
+            "last_index": tool.last_index,
+            "versions": [self._lookup(tool_id, ver, now).to_json() for ver in versions],
+            "ranges": [{**rj, "notices": idxs} for rj, idxs in ranges.values()],
+            "notices": notices,
+        }
+
+
+def _utc(now: datetime) -> datetime:
+    if now.tzinfo is None:
+        raise ValueError("now must be an aware datetime")
+    return now.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    """How one tool's statuses differ between two folds (before and after an advance).
+
+    ``versions`` are the exact versions named by the new notices (or by the
+    notices they withdraw) whose status differs at ``at``; versions covered
+    only by ranges cannot be listed, so a cache asks ``changed(version)`` for
+    each key it holds: the answer compares that very version before and after.
+    """
+
+    tool_id: str
+    before: StatusIndex
+    after: StatusIndex
+    versions: frozenset[str]
+    at: datetime
+
+    def changed(self, version: str, now: datetime | None = None) -> bool:
+        """Whether ``version``'s status (or the notices behind it) differs."""
+        when = now or self.at
+        try:
+            old = self.before.lookup(self.tool_id, version, when).to_json()
+            new = self.after.lookup(self.tool_id, version, when).to_json()
+        except DeplogError:
+            return False
+        return bool(old != new)
+
+
+def status_change(
+    tool_id: str, before: StatusIndex, after: StatusIndex, named: Iterable[str], at: datetime
+) -> StatusChange:
+    """A ``StatusChange`` whose ``versions`` are those of ``named`` that really changed."""
+    probe = StatusChange(tool_id, before, after, frozenset(), at)
+    versions = frozenset(v for v in named if probe.changed(v))
+    return StatusChange(tool_id, before, after, versions, at)

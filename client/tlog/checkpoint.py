@@ -1,0 +1,125 @@
+"""Transparency log checkpoints (C2SP tlog-checkpoint v1.0.0).
+
+A checkpoint is the text of a signed note: origin line, tree size line, base64
+root hash line, then optional extension lines, each ending in a newline. The
+log signs it with its Ed25519 (type 0x01) key, whose key name equals the
+origin; other signatures on the note (witness cosignatures) are left for the
+caller's witness policy.
+
+Parsing is strict so that one tree head has exactly one encoding: sizes are
+ASCII decimal without leading zeros and below 2^63, the root is canonical
+standard base64 of exactly 32 bytes, extension lines are non-empty.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from deplog.client.errors import FormatError, VerificationError
+from deplog.client.tlog.note import (
+    SIG_TYPE_ED25519,
+    KeyFormatError,
+    Note,
+    Signer,
+    Verifier,
+    decode_base64,
+    encode_base64,
+    open_note,
+    sign_note,
+)
+
+HASH_SIZE = 32
+MAX_TREE_SIZE = (1 << 63) - 1
+"""Sizes are kept within a signed 64-bit integer, as every tlog implementation does."""
+
+_DECIMAL = re.compile("0|[1-9][0-9]{0,18}")
+_CONTROL = re.compile(r"[\x00-\x1f]")
+
+
+class CheckpointFormatError(FormatError):
+    """Note text that is not a well-formed checkpoint body."""
+
+    code = "malformed_checkpoint"
+
+
+class WrongOriginError(VerificationError):
+    """A checkpoint whose origin is not the name of the log key it was checked against."""
+
+    code = "wrong_origin"
+
+
+def parse_decimal(text: str) -> int | None:
+    """An ASCII decimal, no leading zeros, below 2^63, or None (tlog-checkpoint, "Note text")."""
+    if not _DECIMAL.fullmatch(text):
+        return None
+    value = int(text)
+    return value if value <= MAX_TREE_SIZE else None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A log's tree head: origin, number of leaves, and RFC 9162 root hash."""
+
+    origin: str
+    size: int
+    root_hash: bytes
+    extensions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.origin or _CONTROL.search(self.origin):
+            raise CheckpointFormatError(message="origin must be non-empty, on one line")
+        if isinstance(self.size, bool) or not 0 <= self.size <= MAX_TREE_SIZE:
+            raise CheckpointFormatError(message="tree size out of range")
+        if len(self.root_hash) != HASH_SIZE:
+            raise CheckpointFormatError(message="root hash must be 32 bytes")
+        for line in self.extensions:
+            if not line or _CONTROL.search(line):
+                raise CheckpointFormatError(message="extension lines must be non-empty lines")
+
+    def to_text(self) -> str:
+        """The note text: origin, size, base64 root, extension lines, each newline-terminated."""
+        lines = [self.origin, str(self.size), encode_base64(self.root_hash), *self.extensions]
+        return "".join(line + "\n" for line in lines)
+
+    @classmethod
+    def from_text(cls, text: str) -> Checkpoint:
+        """Parse a checkpoint body strictly (tlog-checkpoint, "Note text")."""
+        if not text.endswith("\n"):
+            raise CheckpointFormatError(message="checkpoint must end in a newline")
+        lines = text[:-1].split("\n")
+        if len(lines) < 3:
+            raise CheckpointFormatError(message="checkpoint needs origin, size and root lines")
+        origin, size_text, root_text, *extensions = lines
+        size = parse_decimal(size_text)
+        if size is None:
+            raise CheckpointFormatError(message="tree size is not a canonical decimal")
+        root = decode_base64(root_text)
+        if root is None or len(root) != HASH_SIZE:
+            raise CheckpointFormatError(message="root hash is not 32 bytes of base64")
+        return cls(origin, size, root, tuple(extensions))
+
+
+def sign_checkpoint(checkpoint: Checkpoint, signer: Signer) -> bytes:
+    """The signed note of ``checkpoint``; the log key's name must be the origin."""
+    if signer.sig_type != SIG_TYPE_ED25519:
+        raise KeyFormatError(message="checkpoints are signed with a type 0x01 key")
+    if signer.name != checkpoint.origin:
+        raise WrongOriginError(message="log key name differs from the checkpoint origin")
+    return sign_note(checkpoint.to_text(), signer)
+
+
+def open_checkpoint(msg: bytes, log_verifier: Verifier) -> tuple[Checkpoint, Note]:
+    """Verify the log's signature on a checkpoint note, then parse its text.
+
+    The text is only parsed after the signature verified (signed-note: the text
+    must be ignored otherwise), and the origin must equal the log key's name.
+    Cosignatures and other unknown signatures are returned in ``Note.unverified``.
+    """
+    if log_verifier.sig_type != SIG_TYPE_ED25519:
+        raise KeyFormatError(message="checkpoints are verified with a type 0x01 key")
+    note = open_note(msg, [log_verifier])
+    checkpoint = Checkpoint.from_text(note.text)
+    if checkpoint.origin != log_verifier.name:
+        raise WrongOriginError(message="checkpoint origin differs from the log key name")
+    return checkpoint, note

@@ -1,0 +1,69 @@
+"""Key files: private keys 0600 and git-ignored, verifier keys beside them.
+
+A private key file holds one line in the signed-note private key format
+(``PRIVATE+KEY+<name>+<id>+<base64>``), readable by Go's ``note`` package too.
+The verifier key is written beside it as ``<file>.pub``. Key material is never
+logged or put into an error message.
+
+The signature type byte is part of both encodings, so a witness's cosigning key
+(type 0x04, tlog-cosignature) is stored as such and cannot be loaded by mistake
+as a log key (type 0x01), whose key ID differs.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from deplog.client.errors import DeplogError
+from deplog.client.tlog.note import SIG_TYPE_ED25519, Signer
+
+
+class KeyFileError(DeplogError):
+    """A key file that is missing, unreadable, malformed or readable by others."""
+
+    code = "key_file"
+
+
+def key_file_name(name: str) -> str:
+    """A file-system safe stem for a key name such as ``example.com/log``."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def create_signer(keys_dir: Path, stem: str, name: str, sig_type: int = SIG_TYPE_ED25519) -> Signer:
+    """Generate a key, write ``<stem>.key`` (0600, created exclusively) and ``<stem>.pub``."""
+    keys_dir.mkdir(parents=True, exist_ok=True)
+    signer = Signer.generate(name, sig_type)
+    private = keys_dir / f"{stem}.key"
+    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(signer.skey() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    (keys_dir / f"{stem}.pub").write_text(signer.verifier().vkey() + "\n")
+    return signer
+
+
+def load_signer(keys_dir: Path, stem: str, sig_type: int = SIG_TYPE_ED25519) -> Signer:
+    """Read ``<stem>.key`` of the given type, refusing a file that group or others can read."""
+    private = keys_dir / f"{stem}.key"
+    try:
+        mode = private.stat().st_mode
+    except FileNotFoundError:
+        raise KeyFileError("key_missing", "private key file not found") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise KeyFileError("key_permissions", "private key file must be mode 0600")
+    try:
+        return Signer.parse(private.read_text().strip(), sig_type)
+    except DeplogError:
+        raise KeyFileError("key_malformed", "private key file is malformed") from None
+
+
+def load_or_create_signer(
+    keys_dir: Path, stem: str, name: str, sig_type: int = SIG_TYPE_ED25519
+) -> tuple[Signer, bool]:
+    """The key named ``stem``, created on first use; the flag says whether it is new."""
+    if (keys_dir / f"{stem}.key").exists():
+        return load_signer(keys_dir, stem, sig_type), False
+    return create_signer(keys_dir, stem, name, sig_type), True
