@@ -39,10 +39,26 @@ from deplog.authority.witnessing import (
 from deplog.client.errors import DeplogError
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
-from deplog.client.model.notice import now_timestamp
 from deplog.client.tlog.keyfile import key_file_name, load_or_create_signer, load_signer
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier
 from deplog.client.tlog.policy import Policy
+from deplog.client.tlog.timestamps import now_timestamp
+
+__all__ = [
+    "ADMIN_SOCKET",
+    "CONFIG_FILE",
+    "DB_FILE",
+    "DEFAULT_ORIGIN",
+    "DEFAULT_PORT",
+    "EMBEDDED_WITNESS_DB",
+    "LOCK_FILE",
+    "MAX_HEADERS",
+    "CLIError",
+    "Instance",
+    "init",
+    "main",
+    "parser",
+]
 
 DEFAULT_PORT = 7460
 MAX_HEADERS = 64
@@ -90,7 +106,7 @@ def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
     witness, witness_created = load_or_create_signer(
         keys,
         config["log_key"] + "-witness",
-        embedded_witness_name(config["origin"]),
+        _embedded_witness_name(config["origin"]),
         SIG_TYPE_COSIGNATURE_V1,
     )
     if created:
@@ -102,7 +118,7 @@ def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
     return Instance(data, config["origin"], signer)
 
 
-def open_instance(data: Path, keys: Path) -> Instance:
+def _open_instance(data: Path, keys: Path) -> Instance:
     config_path = data / CONFIG_FILE
     if not config_path.exists():
         raise CLIError(f"{data} is not initialized: run 'authority init' first")
@@ -111,7 +127,7 @@ def open_instance(data: Path, keys: Path) -> Instance:
 
 
 @contextlib.contextmanager
-def exclusive_lock(data: Path, *, wait: bool = False) -> Iterator[bool]:
+def _exclusive_lock(data: Path, *, wait: bool = False) -> Iterator[bool]:
     """Yield True if this process now owns the data directory, False if another does."""
     fd = os.open(data / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -125,7 +141,7 @@ def exclusive_lock(data: Path, *, wait: bool = False) -> Iterator[bool]:
         os.close(fd)
 
 
-def witness_setup(
+def _witness_setup(
     instance: Instance, keys: Path, quorum: int, timeout: float, embedded: bool = True
 ) -> Callable[[AuthorityState], Witnessing] | None:
     """The embedded witness plus every external witness in the config, as a factory the
@@ -137,7 +153,7 @@ def witness_setup(
             instance.data / EMBEDDED_WITNESS_DB,
             keys,
             config["log_key"] + "-witness",
-            embedded_witness_name(instance.origin),
+            _embedded_witness_name(instance.origin),
             instance.signer.verifier(),
         )
     externals = config.get("witnesses", [])
@@ -157,7 +173,7 @@ def witness_setup(
     return build
 
 
-def embedded_witness_name(origin: str) -> str:
+def _embedded_witness_name(origin: str) -> str:
     return f"{origin}/witness"
 
 
@@ -195,23 +211,23 @@ async def _serve(
         socket_path.unlink()
 
 
-def cmd_init(args: argparse.Namespace) -> int:
+def _cmd_init(args: argparse.Namespace) -> int:
     instance = init(args.data, args.keys, args.origin, sys.stdout)
-    with exclusive_lock(args.data) as owned:
+    with _exclusive_lock(args.data) as owned:
         if not owned:
             raise CLIError(f"an authority is serving {args.data}; it is initialized")
         Log(instance.db_path, instance.signer, instance.origin).close()
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _cmd_serve(args: argparse.Namespace) -> int:
     instance = init(args.data, args.keys, args.origin, sys.stdout)
     limits = SequencerLimits(
         interval=args.batch_interval_ms / 1000.0,
         max_batch=args.max_batch,
         max_pending=args.max_pending,
     )
-    with exclusive_lock(args.data) as owned:
+    with _exclusive_lock(args.data) as owned:
         if not owned:
             raise CLIError(f"another authority is already serving {args.data}")
         if args.verify_on_start:
@@ -232,7 +248,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             body_timeout=args.body_timeout,
             max_subscribers=args.max_subscribers,
         )
-        witnesses = witness_setup(
+        witnesses = _witness_setup(
             instance,
             args.keys,
             args.publication_quorum,
@@ -272,9 +288,9 @@ async def _admin_post(socket_path: Path, statement: PublisherStatement) -> int:
             return int(reply["index"])
 
 
-def append_statement(args: argparse.Namespace, statement: PublisherStatement) -> int:
-    instance = open_instance(args.data, args.keys)
-    with exclusive_lock(args.data) as owned:
+def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -> int:
+    instance = _open_instance(args.data, args.keys)
+    with _exclusive_lock(args.data) as owned:
         if owned:
             log = Log(instance.db_path, instance.signer, instance.origin)
             try:
@@ -286,19 +302,19 @@ def append_statement(args: argparse.Namespace, statement: PublisherStatement) ->
     return asyncio.run(_admin_post(args.data / ADMIN_SOCKET, statement))
 
 
-def cmd_publisher_change(action: str) -> object:
+def _cmd_publisher_change(action: str) -> object:
     def run(args: argparse.Namespace) -> int:
-        index = append_statement(args, _statement(args, action))
+        index = _append_statement(args, _statement(args, action))
         print(f"publisher {args.publisher}: {action} appended at index {index}")
         return 0
 
     return run
 
 
-def cmd_publisher_list(args: argparse.Namespace) -> int:
+def _cmd_publisher_list(args: argparse.Namespace) -> int:
     from deplog.authority.storage.reader import LogReader
 
-    instance = open_instance(args.data, args.keys)
+    instance = _open_instance(args.data, args.keys)
     reader = LogReader(instance.db_path)
     try:
         print(json.dumps(reader.publishers(), indent=2, sort_keys=True))
@@ -307,19 +323,19 @@ def cmd_publisher_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    instance = open_instance(args.data, args.keys)
+def _cmd_check(args: argparse.Namespace) -> int:
+    instance = _open_instance(args.data, args.keys)
     size, problem = audit_storage(instance.db_path)
     if problem is not None:
         raise CLIError(f"storage does not match what was appended: {problem}")
-    with exclusive_lock(args.data) as owned:
+    with _exclusive_lock(args.data) as owned:
         if owned:
             Log(instance.db_path, instance.signer, instance.origin).close()
     print(f"ok: {size} leaves and their subtree hashes recomputed; latest checkpoint matches")
     return 0
 
 
-def cmd_witness_add(args: argparse.Namespace) -> int:
+def _cmd_witness_add(args: argparse.Namespace) -> int:
     """Add an external witness (its submission URL and cosigner key) to the config."""
     verifier = Verifier.parse_cosigner(args.key)
     if not args.url.startswith(("http://", "https://")):
@@ -336,9 +352,9 @@ def cmd_witness_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_policy(args: argparse.Namespace) -> int:
+def _cmd_policy(args: argparse.Namespace) -> int:
     """Print the C2SP tlog-policy clients should use: log key, witnesses, quorum."""
-    instance = open_instance(args.data, args.keys)
+    instance = _open_instance(args.data, args.keys)
     config = json.loads((args.data / CONFIG_FILE).read_text())
     stem = config["log_key"] + "-witness"
     embedded = load_signer(args.keys, stem, SIG_TYPE_COSIGNATURE_V1).verifier()
@@ -369,7 +385,7 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("init", help="create the log key, config and database")
     common(sp)
     sp.add_argument("--origin", help=f"log origin and key name (default: {DEFAULT_ORIGIN})")
-    sp.set_defaults(func=cmd_init)
+    sp.set_defaults(func=_cmd_init)
 
     sp = sub.add_parser("serve", help="serve the HTTP API (runs init on first start)")
     common(sp)
@@ -455,11 +471,11 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         help="database size quota; past it appends get 503 storage_unavailable (default: none)",
     )
-    sp.set_defaults(func=cmd_serve)
+    sp.set_defaults(func=_cmd_serve)
 
     sp = sub.add_parser("check", help="rehash every leaf and check the latest checkpoint")
     common(sp)
-    sp.set_defaults(func=cmd_check)
+    sp.set_defaults(func=_cmd_check)
 
     wit = sub.add_parser("witness", help="configure external witnesses")
     wsub = wit.add_subparsers(dest="witness_command", required=True)
@@ -467,14 +483,14 @@ def parser() -> argparse.ArgumentParser:
     common(sp)
     sp.add_argument("--url", required=True, help="the witness's submission prefix URL")
     sp.add_argument("--key", required=True, help="its cosigner verifier key (type 0x04)")
-    sp.set_defaults(func=cmd_witness_add)
+    sp.set_defaults(func=_cmd_witness_add)
 
     sp = sub.add_parser("policy", help="print the C2SP tlog-policy for clients")
     common(sp)
     sp.add_argument(
         "--quorum", type=int, help="witnesses (of embedded + external) required (default: 1)"
     )
-    sp.set_defaults(func=cmd_policy)
+    sp.set_defaults(func=_cmd_policy)
 
     pub = sub.add_parser("publisher", help="register, list and revoke publishers")
     psub = pub.add_subparsers(dest="publisher_command", required=True)
@@ -493,24 +509,24 @@ def parser() -> argparse.ArgumentParser:
         required=True,
         help="publisher verifier key name+id+base64 (repeatable)",
     )
-    sp.set_defaults(func=cmd_publisher_change("register"))
+    sp.set_defaults(func=_cmd_publisher_change("register"))
     sp = psub.add_parser("add-key", help="authorize another key of a publisher")
     common(sp)
     sp.add_argument("publisher")
     sp.add_argument("--key", action="append", required=True)
-    sp.set_defaults(func=cmd_publisher_change("add_key"))
+    sp.set_defaults(func=_cmd_publisher_change("add_key"))
     sp = psub.add_parser("revoke-key", help="revoke keys of a publisher")
     common(sp)
     sp.add_argument("publisher")
     sp.add_argument("--key", action="append", required=True)
-    sp.set_defaults(func=cmd_publisher_change("revoke_key"))
+    sp.set_defaults(func=_cmd_publisher_change("revoke_key"))
     sp = psub.add_parser("revoke", help="revoke a publisher and all its keys")
     common(sp)
     sp.add_argument("publisher")
-    sp.set_defaults(func=cmd_publisher_change("revoke_publisher"))
+    sp.set_defaults(func=_cmd_publisher_change("revoke_publisher"))
     sp = psub.add_parser("list", help="list publishers (from the local database)")
     common(sp)
-    sp.set_defaults(func=cmd_publisher_list)
+    sp.set_defaults(func=_cmd_publisher_list)
     return p
 
 

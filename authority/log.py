@@ -36,11 +36,21 @@ from deplog.client.model.entries import (
     encode_entry,
     sign_publisher_statement,
 )
-from deplog.client.model.notice import Envelope, Notice, now_timestamp
+from deplog.client.model.notice import Envelope, Notice
 from deplog.client.model.registry import ConflictError, PublisherRegistry
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import format_receipt
+from deplog.client.tlog.timestamps import now_timestamp
+
+__all__ = [
+    "Admitted",
+    "IntegrityError",
+    "Log",
+    "Sequenced",
+    "StorageError",
+    "audit_storage",
+]
 
 
 class StorageError(DeplogError):

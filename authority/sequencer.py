@@ -28,6 +28,14 @@ from deplog.client.errors import DeplogError
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import Envelope
 
+__all__ = [
+    "OverloadedError",
+    "Publish",
+    "Receipted",
+    "Sequencer",
+    "SequencerLimits",
+]
+
 T = TypeVar("T")
 log = logging.getLogger("deplog.sequencer")
 
@@ -61,7 +69,7 @@ Publish = Callable[[StoredCheckpoint], Awaitable[bytes]]
 """Publishes a checkpoint (witnessing it first) and returns the note receipts carry."""
 
 
-async def publish_unwitnessed(checkpoint: StoredCheckpoint) -> bytes:
+async def _publish_unwitnessed(checkpoint: StoredCheckpoint) -> bytes:
     return checkpoint.note
 
 
@@ -79,7 +87,7 @@ class Sequencer:
     ) -> None:
         self.log = log
         self.limits = limits or SequencerLimits()
-        self.publish = publish or publish_unwitnessed
+        self.publish = publish or _publish_unwitnessed
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sequencer")
         self._queue: asyncio.Queue[tuple[Envelope, asyncio.Future[Receipted]]] = asyncio.Queue(
             self.limits.max_pending

@@ -46,6 +46,20 @@ from deplog.client.tlog.note import (
     parse_note,
 )
 
+__all__ = [
+    "MAX_WITNESS_RESPONSE",
+    "SIZE_CONTENT_TYPE",
+    "Cosigner",
+    "LocalWitness",
+    "ProofSource",
+    "QuorumUnavailableError",
+    "RemoteWitness",
+    "WitnessTrack",
+    "Witnessing",
+    "open_embedded_witness",
+    "request_body",
+]
+
 log = logging.getLogger("deplog.witnessing")
 
 MAX_WITNESS_RESPONSE = 64 * 1024

@@ -7,6 +7,12 @@ values, so an error can always be logged or echoed safely.
 
 from __future__ import annotations
 
+__all__ = [
+    "DeplogError",
+    "FormatError",
+    "VerificationError",
+]
+
 
 class DeplogError(Exception):
     """Base class of every deplog error; ``code`` is stable across releases."""

@@ -17,6 +17,13 @@ from dataclasses import dataclass
 
 from deplog.client.errors import DeplogError
 
+__all__ = [
+    "MAX_KEYS",
+    "Rate",
+    "RateLimitedError",
+    "RateLimiter",
+]
+
 MAX_KEYS = 65536
 
 

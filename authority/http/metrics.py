@@ -10,6 +10,12 @@ import bisect
 from collections import defaultdict
 from collections.abc import Callable
 
+__all__ = [
+    "LATENCY_BUCKETS",
+    "Histogram",
+    "Metrics",
+]
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 

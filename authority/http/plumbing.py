@@ -21,6 +21,14 @@ from aiohttp.typedefs import Middleware
 from deplog.authority.http.metrics import Metrics
 from deplog.client.errors import DeplogError
 
+__all__ = [
+    "METRICS",
+    "ErrorRenderer",
+    "Handler",
+    "errors_and_metrics",
+    "serve_until_signalled",
+]
+
 log = logging.getLogger("deplog.http")
 
 METRICS = web.AppKey("metrics", Metrics)
@@ -28,7 +36,7 @@ METRICS = web.AppKey("metrics", Metrics)
 ErrorRenderer = Callable[[str, int], web.Response]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-HTTP_ERROR_CODES = {
+_HTTP_ERROR_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     408: "request_timeout",
@@ -37,7 +45,7 @@ HTTP_ERROR_CODES = {
 }
 
 
-def route_of(request: web.Request) -> str:
+def _route_of(request: web.Request) -> str:
     """The route template (never the request path): a bounded metrics label."""
     resource = request.match_info.route.resource
     return resource.canonical if resource is not None else "unmatched"
@@ -67,19 +75,19 @@ def errors_and_metrics(render: ErrorRenderer, hot_handlers: Iterable[Handler] = 
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            response = render(HTTP_ERROR_CODES.get(exc.status, "bad_request"), exc.status)
+            response = render(_HTTP_ERROR_CODES.get(exc.status, "bad_request"), exc.status)
             if exc.status == 405 and "Allow" in exc.headers:
                 response.headers["Allow"] = exc.headers["Allow"]
         except asyncio.CancelledError:
             raise
         except Exception:
             # The type only: an exception's text may carry request values.
-            log.exception("internal error on %s", route_of(request))
+            log.exception("internal error on %s", _route_of(request))
             response = render("internal", 500)
         if response.status == 503:
             response.headers.setdefault("Retry-After", "1")
         request.app[METRICS].observe(
-            request.method, route_of(request), response.status, time.perf_counter() - started
+            request.method, _route_of(request), response.status, time.perf_counter() - started
         )
         return response
 

@@ -22,6 +22,13 @@ from aiohttp import web
 
 from deplog.client.errors import DeplogError
 
+__all__ = [
+    "KEEPALIVE_SECONDS",
+    "PushHub",
+    "TooManySubscribersError",
+    "sse_event",
+]
+
 KEEPALIVE_SECONDS = 15.0
 
 

@@ -40,10 +40,23 @@ from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
 from deplog.client.tlog.note import Signer
 
+__all__ = [
+    "JSON",
+    "MAX_ENTRIES_PER_REQUEST",
+    "MAX_INT",
+    "AuthorityState",
+    "RequestError",
+    "RequestTimeoutError",
+    "ServerConfig",
+    "UnsupportedMediaTypeError",
+    "build_admin_app",
+    "build_app",
+]
+
 log = logging.getLogger("deplog.authority")
 
 MAX_ENTRIES_PER_REQUEST = 1000
-AUDIT_SCRIPT = (
+_AUDIT_SCRIPT = (
     "import json, os, sys\n"
     "os.nice(10)\n"
     "from pathlib import Path\n"
@@ -93,7 +106,7 @@ class UnsupportedMediaTypeError(RequestError):
     http_status = 415
 
 
-def error_response(code: str, status: int) -> web.Response:
+def _error_response(code: str, status: int) -> web.Response:
     return web.json_response({"error": code}, status=status)
 
 
@@ -164,7 +177,7 @@ class AuthorityState:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
-            AUDIT_SCRIPT,
+            _AUDIT_SCRIPT,
             str(self.config.db_path),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
@@ -263,7 +276,7 @@ class AuthorityState:
             reader.close()
 
 
-STATE = web.AppKey("state", AuthorityState)
+_STATE = web.AppKey("state", AuthorityState)
 
 
 def _int_param(request: web.Request, name: str) -> int:
@@ -278,8 +291,8 @@ def _int_param(request: web.Request, name: str) -> int:
     return value
 
 
-async def post_notice(request: web.Request) -> web.Response:
-    state = request.app[STATE]
+async def _post_notice(request: web.Request) -> web.Response:
+    state = request.app[_STATE]
     if state.corrupt is not None:
         raise IntegrityError()
     state.address_limit.take(request.remote or "unknown")
@@ -305,9 +318,9 @@ async def post_notice(request: web.Request) -> web.Response:
     )
 
 
-async def get_checkpoint(request: web.Request) -> web.Response:
+async def _get_checkpoint(request: web.Request) -> web.Response:
     """The served checkpoint: prepared bytes, counted here, not by the middleware."""
-    state = request.app[STATE]
+    state = request.app[_STATE]
     state.checkpoint_requests += 1
     return web.Response(
         body=state.note,
@@ -317,8 +330,8 @@ async def get_checkpoint(request: web.Request) -> web.Response:
     )
 
 
-async def get_inclusion(request: web.Request) -> web.Response:
-    state = request.app[STATE]
+async def _get_inclusion(request: web.Request) -> web.Response:
+    state = request.app[_STATE]
     index, size = _int_param(request, "index"), _int_param(request, "size")
     if size > state.checkpoint.size:
         raise RequestError("size_not_published", "no published checkpoint has that size")
@@ -328,8 +341,8 @@ async def get_inclusion(request: web.Request) -> web.Response:
     return web.json_response(proof.to_json())
 
 
-async def get_consistency(request: web.Request) -> web.Response:
-    state = request.app[STATE]
+async def _get_consistency(request: web.Request) -> web.Response:
+    state = request.app[_STATE]
     old, new = _int_param(request, "old"), _int_param(request, "new")
     if new > state.checkpoint.size:
         raise RequestError("size_not_published", "no published checkpoint has that size")
@@ -339,8 +352,8 @@ async def get_consistency(request: web.Request) -> web.Response:
     return web.json_response(proof.to_json())
 
 
-async def get_entries(request: web.Request) -> web.Response:
-    state = request.app[STATE]
+async def _get_entries(request: web.Request) -> web.Response:
+    state = request.app[_STATE]
     start, end = _int_param(request, "start"), _int_param(request, "end")
     if end > state.checkpoint.size:
         raise RequestError("size_not_published", "range goes past the published checkpoint")
@@ -354,8 +367,8 @@ async def get_entries(request: web.Request) -> web.Response:
     )
 
 
-async def get_tool(request: web.Request) -> web.Response:
-    state = request.app[STATE]
+async def _get_tool(request: web.Request) -> web.Response:
+    state = request.app[_STATE]
     tool_id = request.match_info["tool_id"]
     parse_tool_id(tool_id)
     size = state.checkpoint.size
@@ -364,17 +377,17 @@ async def get_tool(request: web.Request) -> web.Response:
     return web.json_response(described)
 
 
-async def get_publishers(request: web.Request) -> web.Response:
-    state = request.app[STATE]
+async def _get_publishers(request: web.Request) -> web.Response:
+    state = request.app[_STATE]
     return web.json_response(await state.read(lambda r: r.publishers()))
 
 
-async def get_checkpoint_stream(request: web.Request) -> web.StreamResponse:
-    return await request.app[STATE].push.stream(request)
+async def _get_checkpoint_stream(request: web.Request) -> web.StreamResponse:
+    return await request.app[_STATE].push.stream(request)
 
 
-async def get_healthz(request: web.Request) -> web.Response:
-    state = request.app[STATE]
+async def _get_healthz(request: web.Request) -> web.Response:
+    state = request.app[_STATE]
     if state.corrupt is not None:
         return web.json_response(
             {"status": "storage_corrupt", "problem": state.corrupt}, status=503
@@ -384,15 +397,15 @@ async def get_healthz(request: web.Request) -> web.Response:
     )
 
 
-async def get_metrics(request: web.Request) -> web.Response:
+async def _get_metrics(request: web.Request) -> web.Response:
     return web.Response(
         text=request.app[METRICS].render(), content_type="text/plain", charset="utf-8"
     )
 
 
-async def post_admin_publisher(request: web.Request) -> web.Response:
+async def _post_admin_publisher(request: web.Request) -> web.Response:
     """Admin-only (served on the Unix socket): append a publisher statement."""
-    state = request.app[STATE]
+    state = request.app[_STATE]
     statement = PublisherStatement.from_json(canonical.loads(await request.read()))
     index = await state.sequencer.append_publisher(statement)
     return web.json_response({"index": index}, status=201)
@@ -406,7 +419,7 @@ def build_app(
     """The public application; the log opens on startup and closes on cleanup."""
     app = web.Application(
         client_max_size=config.max_body,
-        middlewares=[errors_and_metrics(error_response, [get_checkpoint])],
+        middlewares=[errors_and_metrics(_error_response, [_get_checkpoint])],
     )
     metrics = Metrics()
     app[METRICS] = metrics
@@ -419,7 +432,7 @@ def build_app(
         )
         state = AuthorityState(config, log, witnessing)
         await state.start()
-        app[STATE] = state
+        app[_STATE] = state
         sequencer = state.sequencer
         metrics.gauge(
             "deplog_entries",
@@ -472,37 +485,37 @@ def build_app(
             )
 
     async def close_log(app: web.Application) -> None:
-        await app[STATE].stop()
+        await app[_STATE].stop()
 
     async def end_streams(app: web.Application) -> None:
-        app[STATE].push.close()  # before shutdown waits for handlers: streams end now
+        app[_STATE].push.close()  # before shutdown waits for handlers: streams end now
 
     app.on_startup.append(open_log)
     app.on_shutdown.append(end_streams)
     app.on_cleanup.append(close_log)
-    app.router.add_post("/v1/notices", post_notice)
-    app.router.add_get("/checkpoint", get_checkpoint)
-    app.router.add_get("/v1/proofs/inclusion", get_inclusion)
-    app.router.add_get("/v1/proofs/consistency", get_consistency)
-    app.router.add_get("/v1/entries", get_entries)
-    app.router.add_get("/v1/tools/{tool_id:.+}", get_tool)
-    app.router.add_get("/v1/publishers", get_publishers)
-    app.router.add_get("/v1/checkpoints/stream", get_checkpoint_stream)
-    app.router.add_get("/healthz", get_healthz)
-    app.router.add_get("/metrics", get_metrics)
+    app.router.add_post("/v1/notices", _post_notice)
+    app.router.add_get("/checkpoint", _get_checkpoint)
+    app.router.add_get("/v1/proofs/inclusion", _get_inclusion)
+    app.router.add_get("/v1/proofs/consistency", _get_consistency)
+    app.router.add_get("/v1/entries", _get_entries)
+    app.router.add_get("/v1/tools/{tool_id:.+}", _get_tool)
+    app.router.add_get("/v1/publishers", _get_publishers)
+    app.router.add_get("/v1/checkpoints/stream", _get_checkpoint_stream)
+    app.router.add_get("/healthz", _get_healthz)
+    app.router.add_get("/metrics", _get_metrics)
     return app
 
 
 def build_admin_app(public: web.Application) -> web.Application:
     """The operator's app, served only on a 0600 Unix socket beside the database."""
     admin = web.Application(
-        client_max_size=16 * 1024, middlewares=[errors_and_metrics(error_response)]
+        client_max_size=16 * 1024, middlewares=[errors_and_metrics(_error_response)]
     )
     admin[METRICS] = Metrics()
 
     async def share_state(app: web.Application) -> None:
-        app[STATE] = public[STATE]
+        app[_STATE] = public[_STATE]
 
     admin.on_startup.append(share_state)
-    admin.router.add_post("/admin/publishers", post_admin_publisher)
+    admin.router.add_post("/admin/publishers", _post_admin_publisher)
     return admin

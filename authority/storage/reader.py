@@ -19,6 +19,12 @@ from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.status import StatusIndex
 from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_hash
 
+__all__ = [
+    "MAX_TOOL_NOTICES",
+    "LogReader",
+    "ReadError",
+]
+
 # A tool with more notices than this is answered from its first ones only and
 # flagged ``truncated``; no publisher needs thousands of notices for one tool.
 MAX_TOOL_NOTICES = 4096

@@ -28,6 +28,25 @@ import sqlite_utils
 
 from deplog.authority.storage.tree import StoredHashTree
 
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "StoredCheckpoint",
+    "checkpoint_at",
+    "connect",
+    "create_schema",
+    "insert_checkpoint",
+    "insert_notice",
+    "last_sequence",
+    "latest_checkpoint",
+    "limit_size",
+    "notice_by_sequence",
+    "published_note",
+    "registry_snapshot",
+    "save_published_note",
+    "save_registry_snapshot",
+    "tool_entry_indexes",
+]
+
 BUSY_TIMEOUT_MS = 5000
 
 

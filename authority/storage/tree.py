@@ -34,6 +34,12 @@ from pymerkle.core import _consistency_path_layout
 
 from deplog.client.tlog.proofs import TreeFrontier, leaf_hash, node_hash
 
+__all__ = [
+    "SCHEMA",
+    "StoredHashTree",
+    "TreeCorruptError",
+]
+
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS leaves (
         idx INTEGER PRIMARY KEY,
@@ -226,22 +232,22 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
     def inclusion_proof(self, index: int, size: int) -> list[bytes]:
         """RFC 9162 2.1.3.1 PATH for 0-based ``index`` in the tree of ``size`` leaves."""
         proof = self.prove_inclusion(index + 1, size)
-        return inclusion_path_from_pymerkle(proof.path)
+        return _inclusion_path_from_pymerkle(proof.path)
 
     def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
         """RFC 9162 2.1.4.1 PROOF between the trees of ``old_size`` and ``new_size`` leaves."""
         if old_size == 0 or old_size == new_size:
             return []
         proof = self.prove_consistency(old_size, new_size)
-        return consistency_path_from_pymerkle(old_size, new_size, proof.path)
+        return _consistency_path_from_pymerkle(old_size, new_size, proof.path)
 
 
-def inclusion_path_from_pymerkle(path: Sequence[bytes]) -> list[bytes]:
+def _inclusion_path_from_pymerkle(path: Sequence[bytes]) -> list[bytes]:
     """pymerkle's inclusion path starts with the leaf hash itself; RFC 9162 omits it."""
     return [bytes(h) for h in path[1:]]
 
 
-def consistency_path_from_pymerkle(
+def _consistency_path_from_pymerkle(
     old_size: int, new_size: int, path: Sequence[bytes]
 ) -> list[bytes]:
     """Turn pymerkle's consistency path into RFC 9162's SUBPROOF list.

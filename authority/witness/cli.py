@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import contextlib
 import fcntl
 import json
@@ -33,21 +32,29 @@ from typing import IO
 
 from aiohttp import web
 
-from deplog.authority.http.metrics import Metrics
-from deplog.authority.http.plumbing import METRICS, errors_and_metrics, serve_until_signalled
+from deplog.authority.http.plumbing import serve_until_signalled
 from deplog.authority.witness.core import (
-    MAX_BODY_SIZE,
-    TEXT_CONTENT_TYPE,
-    LogStatus,
     Witness,
     WitnessState,
     parse_log_verifier,
     parse_logs_file,
 )
+from deplog.authority.witness.server import build_app
 from deplog.client.errors import DeplogError
-from deplog.client.model.notice import format_timestamp
 from deplog.client.tlog.keyfile import create_signer, key_file_name, load_signer
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer
+from deplog.client.tlog.timestamps import format_timestamp
+
+__all__ = [
+    "CONFIG_FILE",
+    "DB_FILE",
+    "DEFAULT_PORT",
+    "LOCK_FILE",
+    "CLIError",
+    "WitnessConfig",
+    "init",
+    "main",
+]
 
 log = logging.getLogger("deplog.witness")
 
@@ -55,10 +62,6 @@ DEFAULT_PORT = 7461
 CONFIG_FILE = "witness.json"
 DB_FILE = "witness.db"
 LOCK_FILE = "witness.lock"
-BODY_TIMEOUT = 10.0
-"""Seconds a client has to send its add-checkpoint body."""
-MAX_IN_FLIGHT = 64
-WORKER_THREADS = 4
 
 
 class CLIError(Exception):
@@ -83,7 +86,7 @@ def init(data: Path, keys: Path, name: str, out: IO[str]) -> tuple[WitnessConfig
     data.mkdir(parents=True, exist_ok=True)
     config_path = data / CONFIG_FILE
     if config_path.exists():
-        config = read_config(data)
+        config = _read_config(data)
         if config.name != name:
             raise CLIError(f"{config_path} already names another witness")
     else:
@@ -103,7 +106,7 @@ def init(data: Path, keys: Path, name: str, out: IO[str]) -> tuple[WitnessConfig
     return config, signer
 
 
-def read_config(data: Path) -> WitnessConfig:
+def _read_config(data: Path) -> WitnessConfig:
     config_path = data / CONFIG_FILE
     if not config_path.exists():
         raise CLIError(f"{data} is not initialized: run 'witness init' first")
@@ -112,7 +115,7 @@ def read_config(data: Path) -> WitnessConfig:
 
 
 @contextlib.contextmanager
-def exclusive_lock(data: Path) -> Iterator[bool]:
+def _exclusive_lock(data: Path) -> Iterator[bool]:
     """Yield True if this process now serves the data directory, False if another does."""
     fd = os.open(data / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -126,7 +129,7 @@ def exclusive_lock(data: Path) -> Iterator[bool]:
         os.close(fd)
 
 
-def add_logs_from_file(state: WitnessState, path: Path, out: IO[str]) -> None:
+def _add_logs_from_file(state: WitnessState, path: Path, out: IO[str]) -> None:
     """Trust every ``log <vkey>`` line of a tlog-policy file."""
     try:
         text = path.read_text()
@@ -135,107 +138,6 @@ def add_logs_from_file(state: WitnessState, path: Path, out: IO[str]) -> None:
     for verifier in parse_logs_file(text):
         _, added = state.add_log(verifier.vkey(), int(time.time()))
         print(f"{'added' if added else 'known'} log {verifier.name}", file=out)
-
-
-# HTTP
-
-
-WITNESS = web.AppKey("witness", Witness)
-EXECUTOR = web.AppKey("executor", concurrent.futures.ThreadPoolExecutor)
-IN_FLIGHT = web.AppKey("in_flight", list)
-
-
-def _text(code: str, status: int) -> web.Response:
-    return web.Response(
-        status=status, body=f"{code}\n".encode(), headers={"Content-Type": TEXT_CONTENT_TYPE}
-    )
-
-
-async def post_add_checkpoint(request: web.Request) -> web.Response:
-    """tlog-witness add-checkpoint: read the bounded body, then check and cosign on a thread."""
-    if request.content_length is not None and request.content_length > MAX_BODY_SIZE:
-        return _text("too_large", 413)
-    in_flight = request.app[IN_FLIGHT]
-    if in_flight[0] >= MAX_IN_FLIGHT:
-        response = _text("busy", 503)
-        response.headers["Retry-After"] = "1"
-        return response
-    in_flight[0] += 1
-    try:
-        try:
-            body = await asyncio.wait_for(request.read(), BODY_TIMEOUT)
-        except TimeoutError:
-            return _text("request_timeout", 408)
-        witness = request.app[WITNESS]
-        loop = asyncio.get_running_loop()
-        # Once started, the check-and-swap runs to completion even if the
-        # client goes away: the record and the cosignature stay in step.
-        result = await loop.run_in_executor(
-            request.app[EXECUTOR], lambda: witness.add_checkpoint(body, int(time.time()))
-        )
-    finally:
-        in_flight[0] -= 1
-    return web.Response(
-        status=result.status, body=result.body, headers={"Content-Type": result.content_type}
-    )
-
-
-async def get_healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok", "witness": request.app[WITNESS].verifier().vkey()})
-
-
-def _label(value: str) -> str:
-    """A Prometheus label value, escaped (exposition format)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def render_log_metrics(logs: Sequence[LogStatus], now: int) -> str:
-    """Per-log gauges; the label set is the operator's list of logs, so it is bounded."""
-    series = [
-        ("deplog_witness_log_size", "Tree size of the latest checkpoint cosigned per log."),
-        (
-            "deplog_witness_log_cosigned_timestamp_seconds",
-            "POSIX time of the latest cosignature per log.",
-        ),
-        ("deplog_witness_log_lag_seconds", "Seconds since the latest cosignature per log."),
-    ]
-    lines: list[str] = []
-    for index, (name, help_text) in enumerate(series):
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        for status in logs:
-            if status.recorded is None:
-                continue
-            lag = status.lag(now)
-            value = (status.recorded.size, status.recorded.updated_at, lag)[index]
-            lines.append(f'{name}{{origin="{_label(status.origin)}"}} {value}')
-    return "\n".join(lines) + "\n"
-
-
-async def get_metrics(request: web.Request) -> web.Response:
-    witness = request.app[WITNESS]
-    loop = asyncio.get_running_loop()
-    logs = await loop.run_in_executor(request.app[EXECUTOR], witness.state.logs)
-    text = request.app[METRICS].render() + render_log_metrics(logs, int(time.time()))
-    return web.Response(text=text, content_type="text/plain", charset="utf-8")
-
-
-def build_app(witness: Witness, threads: int = WORKER_THREADS) -> web.Application:
-    """The witness HTTP application; its thread pool shuts down on cleanup."""
-    app = web.Application(client_max_size=MAX_BODY_SIZE, middlewares=[errors_and_metrics(_text)])
-    app[WITNESS] = witness
-    app[METRICS] = Metrics()
-    app[IN_FLIGHT] = [0]
-    executor = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="witness")
-    app[EXECUTOR] = executor
-
-    async def shutdown(app: web.Application) -> None:
-        executor.shutdown(wait=True)
-
-    app.on_cleanup.append(shutdown)
-    app.router.add_post("/add-checkpoint", post_add_checkpoint)
-    app.router.add_get("/healthz", get_healthz)
-    app.router.add_get("/metrics", get_metrics)
-    return app
 
 
 async def _serve(config: WitnessConfig, witness: Witness, host: str, port: int) -> None:
@@ -247,17 +149,17 @@ async def _serve(config: WitnessConfig, witness: Witness, host: str, port: int) 
 # Commands
 
 
-def cmd_init(args: argparse.Namespace) -> int:
+def _cmd_init(args: argparse.Namespace) -> int:
     init(args.data, args.keys, args.name, sys.stdout)
     return 0
 
 
-def cmd_add_log(args: argparse.Namespace) -> int:
-    read_config(args.data)
+def _cmd_add_log(args: argparse.Namespace) -> int:
+    _read_config(args.data)
     state = WitnessState(args.data / DB_FILE)
     try:
         if args.logs is not None:
-            add_logs_from_file(state, args.logs, sys.stdout)
+            _add_logs_from_file(state, args.logs, sys.stdout)
             return 0
         if args.key is None:
             raise CLIError("give --key VKEY or --logs FILE")
@@ -274,8 +176,8 @@ def _when(timestamp: int) -> str:
     return format_timestamp(datetime.fromtimestamp(timestamp, UTC))
 
 
-def cmd_list_logs(args: argparse.Namespace) -> int:
-    read_config(args.data)
+def _cmd_list_logs(args: argparse.Namespace) -> int:
+    _read_config(args.data)
     state = WitnessState(args.data / DB_FILE)
     try:
         logs = state.logs()
@@ -290,16 +192,16 @@ def cmd_list_logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    config = read_config(args.data)
+def _cmd_serve(args: argparse.Namespace) -> int:
+    config = _read_config(args.data)
     signer = load_signer(args.keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)
-    with exclusive_lock(args.data) as owned:
+    with _exclusive_lock(args.data) as owned:
         if not owned:
             raise CLIError(f"another witness is already serving {args.data}")
         state = WitnessState(config.db_path)
         try:
             if args.logs is not None:
-                add_logs_from_file(state, args.logs, sys.stdout)
+                _add_logs_from_file(state, args.logs, sys.stdout)
             print(f"witness verifier key: {signer.verifier().vkey()}", flush=True)
             asyncio.run(_serve(config, Witness(state, signer), args.host, args.port))
         finally:
@@ -307,7 +209,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="witness", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -318,18 +220,18 @@ def build_parser() -> argparse.ArgumentParser:
     data_arg(p)
     p.add_argument("--keys", type=Path, required=True, help="directory of key files")
     p.add_argument("--name", required=True, help="witness key name, e.g. witness.example/w1")
-    p.set_defaults(func=cmd_init)
+    p.set_defaults(func=_cmd_init)
 
     p = sub.add_parser("add-log", help="trust a log's key (its key name is the origin)")
     data_arg(p)
     p.add_argument("--origin", help="checkpoint origin; must equal the key name")
     p.add_argument("--key", help="log verifier key (type 0x01 vkey)")
     p.add_argument("--logs", type=Path, help="tlog-policy file: every 'log <vkey>' line")
-    p.set_defaults(func=cmd_add_log)
+    p.set_defaults(func=_cmd_add_log)
 
     p = sub.add_parser("list-logs", help="configured logs and the latest size cosigned")
     data_arg(p)
-    p.set_defaults(func=cmd_list_logs)
+    p.set_defaults(func=_cmd_list_logs)
 
     p = sub.add_parser("serve", help="serve the tlog-witness HTTP API")
     data_arg(p)
@@ -337,13 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
     p.add_argument("--logs", type=Path, help="tlog-policy file of logs to trust at startup")
-    p.set_defaults(func=cmd_serve)
+    p.set_defaults(func=_cmd_serve)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
+    args = _build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
     except CLIError as err:

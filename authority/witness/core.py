@@ -63,6 +63,37 @@ from deplog.client.tlog.note import (
 )
 from deplog.client.tlog.proofs import EMPTY_ROOT, HASH_SIZE, ProofError, verify_consistency
 
+__all__ = [
+    "MAX_BODY_SIZE",
+    "MAX_EVIDENCE_PER_LOG",
+    "MAX_LOGS_FILE_SIZE",
+    "MAX_PROOF_LINES",
+    "MAX_TIMESTAMP",
+    "SIZE_CONTENT_TYPE",
+    "TEXT_CONTENT_TYPE",
+    "AddCheckpointRequest",
+    "BodyTooLargeError",
+    "Evidence",
+    "ForkError",
+    "InconsistentCheckpointError",
+    "LogConfigError",
+    "LogStatus",
+    "MalformedRequestError",
+    "OldSizeTooLargeError",
+    "RecordedCheckpoint",
+    "SizeConflictError",
+    "StorageUnavailableError",
+    "UnknownLogError",
+    "UntrustedCheckpointError",
+    "Witness",
+    "WitnessError",
+    "WitnessResponse",
+    "WitnessState",
+    "parse_add_checkpoint",
+    "parse_log_verifier",
+    "parse_logs_file",
+]
+
 log = logging.getLogger("deplog.witness")
 
 MAX_BODY_SIZE = 1 << 20

@@ -43,6 +43,15 @@ from deplog.client.model.notice import parse_tool_id
 from deplog.client.model.semver import Version
 from deplog.client.model.status import StatusIndex, VersionStatus
 
+__all__ = [
+    "DEFAULT_FRESHNESS",
+    "MEMO_ENTRIES",
+    "Decision",
+    "Guard",
+    "ProcessedThrough",
+    "Verdict",
+]
+
 DEFAULT_FRESHNESS = timedelta(minutes=5)
 MEMO_ENTRIES = 100_000
 

@@ -23,10 +23,22 @@ from typing import Any
 from deplog.client.errors import FormatError
 from deplog.client.follow.state import LocalState
 from deplog.client.model import canonical
-from deplog.client.model.notice import format_timestamp, parse_tool_id, require_object
+from deplog.client.model.notice import parse_tool_id, require_object
 from deplog.client.model.semver import Version
 from deplog.client.model.status import VersionStatus
 from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.timestamps import format_timestamp
+
+__all__ = [
+    "MAX_INVENTORY_ITEMS",
+    "InventoryFormatError",
+    "Item",
+    "check",
+    "diff",
+    "parse_inventory",
+    "to_json",
+    "to_markdown",
+]
 
 MAX_INVENTORY_ITEMS = 100_000
 _FIELDS = frozenset({"tool_id", "version", "schema_digest"})

@@ -24,6 +24,14 @@ from typing import Any
 
 from deplog.client.cache.guard import Decision, Guard, Verdict
 
+__all__ = [
+    "DEPRECATION_KEY",
+    "IDENTITY_KEY",
+    "deprecation_annotation",
+    "guard_tools_list",
+    "http_date",
+]
+
 IDENTITY_KEY = "dev.deplog/tool"
 DEPRECATION_KEY = "dev.deplog/deprecation"
 

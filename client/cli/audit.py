@@ -48,13 +48,14 @@ from deplog.client.audit.offline import (
 from deplog.client.errors import DeplogError, FormatError
 from deplog.client.model import canonical
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
-from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, format_timestamp
+from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.evidence import read_evidence
 from deplog.client.tlog.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyLog
 from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, leaf_hash
 from deplog.client.tlog.receipt import MAX_RECEIPT_SIZE, Receipt
+from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = ["ExportError", "export", "register"]
 
@@ -66,7 +67,7 @@ MAX_PAGE_RESPONSE: Final = PAGE_SIZE * (4 * -(-MAX_ENTRY_BYTES // 3) + 4) + 4096
 MAX_PROOF_FILE: Final = 64 * 1024
 MAX_KEY_FILE: Final = 4096
 
-Command = Callable[[argparse.Namespace], int]
+_Command = Callable[[argparse.Namespace], int]
 
 
 class ExportError(DeplogError):
@@ -115,7 +116,7 @@ def _failure(command: str, err: BaseException) -> int:
     return 1
 
 
-def _guarded(name: str, fn: Command) -> Command:
+def _guarded(name: str, fn: _Command) -> _Command:
     """Run ``fn``, turning deplog and file errors into a one-line failure (exit 1)."""
 
     def run(args: argparse.Namespace) -> int:
@@ -138,7 +139,7 @@ def _rfc3339(timestamp: int) -> str:
     return format_timestamp(datetime.fromtimestamp(timestamp, UTC))
 
 
-def cmd_checkpoint(args: argparse.Namespace) -> int:
+def _cmd_checkpoint(args: argparse.Namespace) -> int:
     note = _read_bounded(args.file, MAX_NOTE_SIZE)
     if args.policy is None:
         if args.log_key is None:
@@ -158,7 +159,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_receipt(args: argparse.Namespace) -> int:
+def _cmd_receipt(args: argparse.Namespace) -> int:
     if args.envelope is not None:
         body = _read_bounded(args.envelope, MAX_ENVELOPE_BYTES)
         leaf = encode_entry(NoticeEntry(Envelope.parse(body)))
@@ -171,7 +172,7 @@ def cmd_receipt(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_consistency(args: argparse.Namespace) -> int:
+def _cmd_consistency(args: argparse.Namespace) -> int:
     proof = ConsistencyProof.from_json(canonical.loads(_read_bounded(args.proof, MAX_PROOF_FILE)))
     old, new = audit_consistency(
         _read_bounded(args.old, MAX_NOTE_SIZE),
@@ -183,7 +184,7 @@ def cmd_consistency(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_evidence(args: argparse.Namespace) -> int:
+def _cmd_evidence(args: argparse.Namespace) -> int:
     evidence = read_evidence(args.file)
     proves = evidence.verify(_log_key(args.log_key))
     meaning = {
@@ -206,7 +207,7 @@ def _summary(report: ReplayReport) -> str:
     )
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
+def _cmd_replay(args: argparse.Namespace) -> int:
     checkpoint_path = args.checkpoint or (args.dir / "checkpoint" if args.dir else None)
     entries_path = args.entries or (args.dir / "entries" if args.dir else None)
     if checkpoint_path is None or entries_path is None:
@@ -297,7 +298,7 @@ def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, b
     return checkpoint, log_key is not None
 
 
-def cmd_export(args: argparse.Namespace) -> int:
+def _cmd_export(args: argparse.Namespace) -> int:
     log_key = _log_key(args.log_key) if args.log_key else None
     checkpoint, verified = export(args.url, args.out, log_key)
     how = "verified" if verified else "root checked, signature not verified: pass --log-key"
@@ -314,7 +315,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
 
     def add(
-        name: str, help_text: str, fn: Command, key_required: bool = True
+        name: str, help_text: str, fn: _Command, key_required: bool = True
     ) -> argparse.ArgumentParser:
         sp = audit_sub.add_parser(name, help=help_text)
         sp.add_argument(
@@ -326,33 +327,33 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sp = add(
         "checkpoint",
         "verify a checkpoint's log signature, or a whole witness policy",
-        cmd_checkpoint,
+        _cmd_checkpoint,
         key_required=False,
     )
     sp.add_argument("file", type=Path, help="the signed checkpoint note")
     sp.add_argument("--policy", type=Path, help="a C2SP tlog-policy file to verify against")
 
-    sp = add("receipt", "verify that a receipt proves an entry is in the log", cmd_receipt)
+    sp = add("receipt", "verify that a receipt proves an entry is in the log", _cmd_receipt)
     sp.add_argument("receipt", type=Path, help="the .tlog-proof file")
     given = sp.add_mutually_exclusive_group(required=True)
     given.add_argument("--envelope", type=Path, help="the signed envelope JSON that was logged")
     given.add_argument("--leaf", type=Path, help="the exact leaf bytes")
 
-    sp = add("consistency", "verify that a newer checkpoint extends an older one", cmd_consistency)
+    sp = add("consistency", "verify that a newer checkpoint extends an older one", _cmd_consistency)
     sp.add_argument("old", type=Path, metavar="OLD_CHECKPOINT")
     sp.add_argument("new", type=Path, metavar="NEW_CHECKPOINT")
     sp.add_argument("proof", type=Path, metavar="PROOF_JSON", help='{"old","new","proof"}')
 
-    sp = add("replay", "replay an exported log: every leaf, signature and the root", cmd_replay)
+    sp = add("replay", "replay an exported log: every leaf, signature and the root", _cmd_replay)
     sp.add_argument("dir", type=Path, nargs="?", metavar="DIR", help="holds checkpoint, entries")
     sp.add_argument("--checkpoint", type=Path, help="checkpoint file (default: DIR/checkpoint)")
     sp.add_argument("--entries", type=Path, help="entry bundle (default: DIR/entries)")
 
-    sp = add("evidence", "verify a fork evidence file from a follower or witness", cmd_evidence)
+    sp = add("evidence", "verify a fork evidence file from a follower or witness", _cmd_evidence)
     sp.add_argument("file", type=Path, help="the fork-evidence JSON file")
 
     sp = subparsers.add_parser("export", help="download a log for offline audit")
     sp.add_argument("url", help="authority base URL")
     sp.add_argument("--out", type=Path, required=True, help="directory to write")
     sp.add_argument("--log-key", help="log verifier key, or a file holding it")
-    sp.set_defaults(func=_guarded("export", cmd_export))
+    sp.set_defaults(func=_guarded("export", _cmd_export))

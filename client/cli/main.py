@@ -31,8 +31,6 @@ from deplog.client.model.entries import NoticeEntry, decode_entry, encode_entry
 from deplog.client.model.notice import (
     Envelope,
     Notice,
-    format_timestamp,
-    now_timestamp,
     parse_timestamp,
 )
 from deplog.client.tlog.checkpoint import open_checkpoint
@@ -40,20 +38,29 @@ from deplog.client.tlog.keyfile import create_signer, key_file_name, load_signer
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.receipt import Receipt, verify_receipt
+from deplog.client.tlog.timestamps import format_timestamp, now_timestamp
+
+__all__ = [
+    "DEFAULT_STATE",
+    "HTTP_TIMEOUT",
+    "MAX_RESPONSE",
+    "main",
+    "parser",
+]
 
 DEFAULT_STATE = "deplog-state.db"
 HTTP_TIMEOUT = 30.0
 MAX_RESPONSE = 1 << 20
 
 
-class CLIError(Exception):
+class _CLIError(Exception):
     """A one-line failure message; exit status 1."""
 
 
-def parse_range(text: str) -> dict[str, Any]:
+def _parse_range(text: str) -> dict[str, Any]:
     """``A..B`` (B fixed, excluded), ``A..=B`` (B last affected) or ``A..`` (open)."""
     if ".." not in text:
-        raise CLIError("a range is A..B, A..=B or A..")
+        raise _CLIError("a range is A..B, A..=B or A..")
     introduced, rest = text.split("..", 1)
     events: list[dict[str, str]] = [{"introduced": introduced or "0"}]
     if rest.startswith("="):
@@ -63,7 +70,7 @@ def parse_range(text: str) -> dict[str, Any]:
     return {"type": "SEMVER", "events": events}
 
 
-def build_notice(args: argparse.Namespace, publisher: str) -> Notice:
+def _build_notice(args: argparse.Namespace, publisher: str) -> Notice:
     obj: dict[str, Any] = {
         "tool_id": args.tool,
         "action": args.action,
@@ -77,7 +84,7 @@ def build_notice(args: argparse.Namespace, publisher: str) -> Notice:
     if args.version:
         affected["versions"] = args.version
     if args.range:
-        affected["ranges"] = [parse_range(r) for r in args.range]
+        affected["ranges"] = [_parse_range(r) for r in args.range]
     if affected:
         obj["affected"] = affected
     if args.withdraws is not None:
@@ -94,7 +101,7 @@ def build_notice(args: argparse.Namespace, publisher: str) -> Notice:
     return Notice.from_json(obj)
 
 
-def post_envelope(url: str, envelope: Envelope) -> tuple[int, bytes]:
+def _post_envelope(url: str, envelope: Envelope) -> tuple[int, bytes]:
     request = urllib.request.Request(
         url.rstrip("/") + "/v1/notices",
         data=envelope.canonical_bytes(),
@@ -109,12 +116,12 @@ def post_envelope(url: str, envelope: Envelope) -> tuple[int, bytes]:
             code = json.loads(err.read(4096)).get("error", str(err.code))
         except ValueError:
             code = str(err.code)
-        raise CLIError(f"refused ({err.code}): {code}") from None
+        raise _CLIError(f"refused ({err.code}): {code}") from None
     except (urllib.error.URLError, OSError) as err:
-        raise CLIError(f"cannot reach the authority: {type(err).__name__}") from None
+        raise _CLIError(f"cannot reach the authority: {type(err).__name__}") from None
 
 
-def cmd_keygen(args: argparse.Namespace) -> int:
+def _cmd_keygen(args: argparse.Namespace) -> int:
     stem = key_file_name(args.name)
     signer = create_signer(args.out, stem, args.name)
     print(f"wrote {args.out / (stem + '.key')} (mode 0600) and {args.out / (stem + '.pub')}")
@@ -122,12 +129,12 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_publish(args: argparse.Namespace) -> int:
+def _cmd_publish(args: argparse.Namespace) -> int:
     key_path: Path = args.key
     signer = load_signer(key_path.parent, key_path.name.removesuffix(".key"))
-    notice = build_notice(args, args.publisher or signer.name)
+    notice = _build_notice(args, args.publisher or signer.name)
     envelope = Envelope.sign(notice, signer)
-    status, body = post_envelope(args.url, envelope)
+    status, body = _post_envelope(args.url, envelope)
     receipt = Receipt.parse(body)
     if args.log_key:
         verify_receipt(receipt, encode_entry(NoticeEntry(envelope)), Verifier.parse(args.log_key))
@@ -141,7 +148,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_verify_receipt(args: argparse.Namespace) -> int:
+def _cmd_verify_receipt(args: argparse.Namespace) -> int:
     receipt = Receipt.parse(args.receipt.read_bytes())
     if args.envelope is not None:
         leaf = encode_entry(
@@ -151,13 +158,13 @@ def cmd_verify_receipt(args: argparse.Namespace) -> int:
         leaf = args.leaf.read_bytes()
         decode_entry(leaf)
     else:
-        raise CLIError("give the logged data: --envelope FILE or --leaf FILE")
+        raise _CLIError("give the logged data: --envelope FILE or --leaf FILE")
     checkpoint = verify_receipt(receipt, leaf, Verifier.parse(args.log_key))
     print(f"ok: entry {receipt.index} is in {checkpoint.origin} at tree size {checkpoint.size}")
     return 0
 
 
-def cmd_follow(args: argparse.Namespace) -> int:
+def _cmd_follow(args: argparse.Namespace) -> int:
     """Run a follower, printing each verified advance; Ctrl-C stops it."""
     trust: Verifier | Policy
     if args.policy is not None:
@@ -167,7 +174,7 @@ def cmd_follow(args: argparse.Namespace) -> int:
         trust = Verifier.parse(args.log_key)
         log_name = trust.name
     else:
-        raise CLIError("give the trust policy (--policy FILE) or the log key (--log-key)")
+        raise _CLIError("give the trust policy (--policy FILE) or the log key (--log-key)")
 
     async def follow() -> None:
         async with Follower(args.url, trust, args.state) as follower:
@@ -189,11 +196,11 @@ def cmd_follow(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     except ForkError as err:
-        raise CLIError(f"fork detected; evidence saved to {err.evidence}") from None
+        raise _CLIError(f"fork detected; evidence saved to {err.evidence}") from None
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def _cmd_status(args: argparse.Namespace) -> int:
     """A tool's status from the local follower state (no network)."""
     state = LocalState(args.state, None)
     try:
@@ -227,7 +234,7 @@ def _emit(report: dict[str, Any], fmt: str) -> None:
         sys.stdout.buffer.write(inventory.to_json(report))
 
 
-def cmd_inventory_check(args: argparse.Namespace) -> int:
+def _cmd_inventory_check(args: argparse.Namespace) -> int:
     """The status of every inventory entry at the trusted checkpoint (local state only)."""
     items = inventory.parse_inventory(args.inventory.read_bytes())
     state = LocalState(args.state, None)
@@ -238,7 +245,7 @@ def cmd_inventory_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_inventory_diff(args: argparse.Namespace) -> int:
+def _cmd_inventory_diff(args: argparse.Namespace) -> int:
     """What changed for the inventory between two signed checkpoints (local state only)."""
     items = inventory.parse_inventory(args.inventory.read_bytes())
     log_key = Verifier.parse(args.log_key)
@@ -261,7 +268,7 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("keygen", help="create a publisher key pair")
     sp.add_argument("--name", required=True, help="key name, usually the publisher id")
     sp.add_argument("--out", type=Path, default=Path("keys"), help="directory (default: keys)")
-    sp.set_defaults(func=cmd_keygen)
+    sp.set_defaults(func=_cmd_keygen)
 
     sp = sub.add_parser("publish", help="sign and submit a notice, keep its receipt")
     sp.add_argument("--url", required=True, help="authority base URL")
@@ -284,14 +291,14 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--withdraws", type=int, help="log index of the notice to withdraw")
     sp.add_argument("--sequence", type=int, help="sequence number (default: Unix time in ms)")
     sp.add_argument("--out", type=Path, default=Path("."), help="where to save (default: .)")
-    sp.set_defaults(func=cmd_publish)
+    sp.set_defaults(func=_cmd_publish)
 
     sp = sub.add_parser("verify-receipt", help="verify a receipt offline")
     sp.add_argument("--log-key", required=True, help="log verifier key")
     sp.add_argument("receipt", type=Path, help="the .tlog-proof file")
     sp.add_argument("--envelope", type=Path, help="the signed envelope JSON that was published")
     sp.add_argument("--leaf", type=Path, help="the exact leaf bytes")
-    sp.set_defaults(func=cmd_verify_receipt)
+    sp.set_defaults(func=_cmd_verify_receipt)
 
     sp = sub.add_parser("follow", help="follow an authority, verifying every step")
     sp.add_argument("url", help="authority base URL")
@@ -309,7 +316,7 @@ def parser() -> argparse.ArgumentParser:
         "--interval", type=float, default=30.0, help="seconds between polls (default: 30)"
     )
     sp.add_argument("--once", action="store_true", help="sync once and exit")
-    sp.set_defaults(func=cmd_follow)
+    sp.set_defaults(func=_cmd_follow)
 
     sp = sub.add_parser("status", help="a tool's status from the local follower state")
     sp.add_argument("tool_id", help="tool:<namespace>/<name>")
@@ -320,13 +327,13 @@ def parser() -> argparse.ArgumentParser:
         default=Path(DEFAULT_STATE),
         help=f"local state file (default: {DEFAULT_STATE})",
     )
-    sp.set_defaults(func=cmd_status)
+    sp.set_defaults(func=_cmd_status)
 
     inv = sub.add_parser("inventory", help="report on an inventory of cached tools")
     isub = inv.add_subparsers(dest="inventory_command", required=True)
     for name, fn, help_text in (
-        ("check", cmd_inventory_check, "each entry's status at the trusted checkpoint"),
-        ("diff", cmd_inventory_diff, "what changed for the inventory between two checkpoints"),
+        ("check", _cmd_inventory_check, "each entry's status at the trusted checkpoint"),
+        ("diff", _cmd_inventory_diff, "what changed for the inventory between two checkpoints"),
     ):
         sp = isub.add_parser(name, help=help_text)
         sp.add_argument("inventory", type=Path, help='JSON: [{"tool_id", "version"}, ...]')
@@ -364,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except CLIError as err:
+    except _CLIError as err:
         print(f"deplog: {err}", file=sys.stderr)
         return 1
     except DeplogError as err:

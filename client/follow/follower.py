@@ -41,6 +41,19 @@ from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.proofs import ConsistencyProof
 
+__all__ = [
+    "MAX_CHECKPOINT_BYTES",
+    "MAX_PAGE_BYTES",
+    "MAX_PROOF_BYTES",
+    "PAGE_SIZE",
+    "PUSH_READ_TIMEOUT",
+    "FetchError",
+    "Follower",
+    "OnAdvance",
+    "SyncFollower",
+    "SyncResult",
+]
+
 log = logging.getLogger("deplog.follower")
 
 PAGE_SIZE = 1000

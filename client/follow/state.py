@@ -32,6 +32,15 @@ from deplog.client.model.status import StatusIndex
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.proofs import EMPTY_ROOT, TreeFrontier
 
+__all__ = [
+    "SCHEMA",
+    "STATUS_CACHE_TOOLS",
+    "AdvanceWriter",
+    "LocalState",
+    "StateError",
+    "TrustedCheckpoint",
+]
+
 STATUS_CACHE_TOOLS = 4096
 
 SCHEMA = (
@@ -55,7 +64,7 @@ SCHEMA = (
 )
 
 
-def fold_tool(
+def _fold_tool(
     conn: sqlite3.Connection, tool_id: str, below: int | None = None
 ) -> tuple[StatusIndex, dict[int, float]]:
     """Fold a tool's stored notices (those before index ``below``) in log order.
@@ -171,7 +180,7 @@ class LocalState:
             if cached is not None:
                 self._statuses.move_to_end(tool_id)
                 return cached
-            folded = fold_tool(self._reader, tool_id)
+            folded = _fold_tool(self._reader, tool_id)
             self._statuses[tool_id] = folded
             if len(self._statuses) > STATUS_CACHE_TOOLS:
                 self._statuses.popitem(last=False)
@@ -180,7 +189,7 @@ class LocalState:
     def tool_status_at(self, tool_id: str, size: int) -> StatusIndex:
         """The fold of one tool's notices in the first ``size`` entries (not cached)."""
         with self._lock:
-            return fold_tool(self._reader, tool_id, below=size)[0]
+            return _fold_tool(self._reader, tool_id, below=size)[0]
 
     # -- the one write path ------------------------------------------------------
 

@@ -49,6 +49,19 @@ from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.proofs import ConsistencyProof, ProofError, leaf_hash, verify_consistency
 
+__all__ = [
+    "AdvanceSession",
+    "Advanced",
+    "Candidate",
+    "CheckpointRejectedError",
+    "EntryRejectedError",
+    "ForkError",
+    "ProofRejectedError",
+    "RollbackError",
+    "TrustError",
+    "TrustedState",
+]
+
 
 class TrustError(DeplogError):
     """Base of every refusal to advance the trusted state."""

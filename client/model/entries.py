@@ -28,7 +28,6 @@ from deplog.client.model.notice import (
     Envelope,
     NoticeError,
     encode_signature,
-    format_timestamp,
     parse_namespace,
     parse_publisher_id,
     parse_signature_object,
@@ -39,6 +38,7 @@ from deplog.client.model.notice import (
     require_unique,
 )
 from deplog.client.tlog.note import KeyFormatError, Verifier
+from deplog.client.tlog.timestamps import format_timestamp
 
 if TYPE_CHECKING:
     from deplog.client.tlog.note import Signer

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from deplog.client.errors import FormatError, VerificationError
 from deplog.client.model import canonical
 from deplog.client.model.semver import SemverError, Version
+from deplog.client.tlog.timestamps import format_timestamp
 
 if TYPE_CHECKING:
     from deplog.client.tlog.note import Signer, Verifier
@@ -53,13 +54,19 @@ __all__ = [
     "NoticeSignatureError",
     "Replacement",
     "VersionRange",
-    "format_timestamp",
+    "encode_signature",
     "parse_key_id",
     "parse_namespace",
     "parse_publisher_id",
     "parse_signature",
+    "parse_signature_object",
     "parse_timestamp",
     "parse_tool_id",
+    "parse_version",
+    "require_list",
+    "require_object",
+    "require_str",
+    "require_unique",
 ]
 
 # Leaves must fit tlog-tiles entry bundles (u16 lengths, see entries.py).
@@ -164,7 +171,7 @@ def require_str(value: object) -> str:
     return value
 
 
-def require_int(value: object) -> int:
+def _require_int(value: object) -> int:
     """The value if it is a JSON integer (not a boolean); ``wrong_type`` otherwise."""
     # JSON true/false are not integers, even though Python says so.
     if isinstance(value, bool) or not isinstance(value, int):
@@ -252,19 +259,6 @@ def parse_timestamp(value: object) -> datetime:
         return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
     except ValueError:  # Feb 30, hour 24, leap second 60, year 0000, ...
         raise NoticeError("bad_timestamp") from None
-
-
-def format_timestamp(dt: datetime) -> str:
-    """Format an aware datetime as ``YYYY-MM-DDTHH:MM:SSZ`` (the only form we accept)."""
-    if dt.tzinfo is None:
-        raise ValueError("naive datetime")
-    u = dt.astimezone(UTC)
-    return f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}Z"
-
-
-def now_timestamp() -> str:
-    """The current time in the one timestamp form deplog writes."""
-    return format_timestamp(datetime.now(UTC))
 
 
 def parse_key_id(value: object) -> bytes:
@@ -502,7 +496,7 @@ class Notice:
 
         withdraws: int | None = None
         if "withdraws" in o:
-            withdraws = require_int(o["withdraws"])
+            withdraws = _require_int(o["withdraws"])
             if not 0 <= withdraws <= MAX_SAFE_INTEGER:
                 raise NoticeError("bad_withdraw_index")
 
@@ -540,7 +534,7 @@ class Notice:
 
         message = _parse_message(o["message"]) if "message" in o else None
         publisher = parse_publisher_id(o["publisher"])
-        sequence = require_int(o["sequence"])
+        sequence = _require_int(o["sequence"])
         if not 1 <= sequence <= MAX_SAFE_INTEGER:
             raise NoticeError("bad_sequence")
 

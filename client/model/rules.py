@@ -27,6 +27,12 @@ from deplog.client.model.entries import Entry, NoticeEntry, PublisherEntry, deco
 from deplog.client.model.registry import NoticeRef, PublisherRegistry
 from deplog.client.tlog.note import Verifier
 
+__all__ = [
+    "EntryChecker",
+    "RuleViolation",
+    "TargetLookup",
+]
+
 TargetLookup = Callable[[int], NoticeRef | None]
 """Finds the notice at an earlier log index (None: no notice there)."""
 

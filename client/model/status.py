@@ -27,13 +27,20 @@ from deplog.client.errors import DeplogError
 from deplog.client.model.notice import (
     Notice,
     Replacement,
-    format_timestamp,
     parse_tool_id,
     parse_version,
 )
 from deplog.client.model.semver import Version
+from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = ["STATUSES", "StatusError", "StatusIndex", "VersionStatus"]
+__all__ = [
+    "STATUSES",
+    "StatusChange",
+    "StatusError",
+    "StatusIndex",
+    "VersionStatus",
+    "status_change",
+]
 
 Status = Literal["active", "deprecated", "sunset", "revoked"]
 STATUSES: Final[tuple[str, ...]] = ("active", "deprecated", "sunset", "revoked")

@@ -29,6 +29,17 @@ from deplog.client.tlog.note import (
     sign_note,
 )
 
+__all__ = [
+    "HASH_SIZE",
+    "MAX_TREE_SIZE",
+    "Checkpoint",
+    "CheckpointFormatError",
+    "WrongOriginError",
+    "open_checkpoint",
+    "parse_decimal",
+    "sign_checkpoint",
+]
+
 HASH_SIZE = 32
 MAX_TREE_SIZE = (1 << 63) - 1
 """Sizes are kept within a signed 64-bit integer, as every tlog implementation does."""

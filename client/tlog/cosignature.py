@@ -23,6 +23,16 @@ from deplog.client.tlog.note import (
     parse_note,
 )
 
+__all__ = [
+    "TIMESTAMP_SIZE",
+    "Cosignature",
+    "CosignatureError",
+    "cosign",
+    "cosignatures",
+    "cosigner",
+    "verify_cosignature",
+]
+
 TIMESTAMP_SIZE = 8
 
 

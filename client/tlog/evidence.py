@@ -23,10 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from deplog.client.errors import DeplogError, FormatError, VerificationError
-from deplog.client.model.notice import now_timestamp
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.proofs import ConsistencyProof, ProofError, verify_consistency
+from deplog.client.tlog.timestamps import now_timestamp
+
+__all__ = [
+    "EVIDENCE_FORMAT",
+    "MAX_EVIDENCE_BYTES",
+    "EvidenceError",
+    "EvidenceFormatError",
+    "ForkEvidence",
+    "evidence_between",
+    "read_evidence",
+    "write_evidence",
+]
 
 EVIDENCE_FORMAT = "deplog-fork-evidence/v1"
 MAX_EVIDENCE_BYTES = 4 * 1024 * 1024

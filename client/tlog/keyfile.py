@@ -19,6 +19,14 @@ from pathlib import Path
 from deplog.client.errors import DeplogError
 from deplog.client.tlog.note import SIG_TYPE_ED25519, Signer
 
+__all__ = [
+    "KeyFileError",
+    "create_signer",
+    "key_file_name",
+    "load_or_create_signer",
+    "load_signer",
+]
+
 
 class KeyFileError(DeplogError):
     """A key file that is missing, unreadable, malformed or readable by others."""

@@ -42,6 +42,34 @@ import nacl.signing
 
 from deplog.client.errors import FormatError, VerificationError
 
+__all__ = [
+    "COSIGNATURE_V1_SIZE",
+    "ED25519_KEY_SIZE",
+    "ED25519_SIGNATURE_SIZE",
+    "KEY_ID_SIZE",
+    "MAX_NOTE_SIZE",
+    "MAX_SIGNATURES",
+    "SIG_TYPE_COSIGNATURE_V1",
+    "SIG_TYPE_ED25519",
+    "InvalidNoteSignatureError",
+    "KeyFormatError",
+    "Note",
+    "NoteFormatError",
+    "NoteSignature",
+    "Signer",
+    "UnverifiedNoteError",
+    "Verifier",
+    "add_signature_lines",
+    "cosigned_message",
+    "decode_base64",
+    "encode_base64",
+    "is_valid_key_name",
+    "key_id",
+    "open_note",
+    "parse_note",
+    "sign_note",
+]
+
 SIG_TYPE_ED25519 = 0x01
 """Signature type byte of Ed25519 note signatures (signed-note, "Signature types")."""
 

@@ -21,9 +21,10 @@ from typing import Any
 
 from deplog.authority.cli import main as authority_main
 from deplog.authority.witness.cli import main as witness_main
-from deplog.client.model.notice import Envelope, Notice, now_timestamp
+from deplog.client.model.notice import Envelope, Notice
 from deplog.client.tlog.keyfile import key_file_name
 from deplog.client.tlog.note import Signer, Verifier
+from deplog.client.tlog.timestamps import now_timestamp
 
 ORIGIN = "test.deplog.example/log"
 STARTUP_TIMEOUT = 30.0

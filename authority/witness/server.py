@@ -1,0 +1,130 @@
+"""The witness's HTTP server: tlog-witness ``POST /add-checkpoint``, ``/healthz``, ``/metrics``.
+
+Thin over :class:`deplog.authority.witness.core.Witness`: the add-checkpoint work
+runs on a small thread pool, off the event loop, and once started it runs to
+completion even if the client goes away, so the record and the cosignature stay in
+step. Everything a client controls is bounded: body size (413), time to send the
+body (408), requests in flight (503 with ``Retry-After``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from deplog.authority.http.metrics import Metrics
+from deplog.authority.http.plumbing import METRICS, errors_and_metrics
+from deplog.authority.witness.core import (
+    MAX_BODY_SIZE,
+    TEXT_CONTENT_TYPE,
+    LogStatus,
+    Witness,
+)
+
+__all__ = ["BODY_TIMEOUT", "MAX_IN_FLIGHT", "WITNESS", "WORKER_THREADS", "build_app"]
+
+BODY_TIMEOUT = 10.0
+"""Seconds a client has to send its add-checkpoint body."""
+MAX_IN_FLIGHT = 64
+WORKER_THREADS = 4
+
+WITNESS = web.AppKey("witness", Witness)
+_EXECUTOR = web.AppKey("executor", concurrent.futures.ThreadPoolExecutor)
+_IN_FLIGHT = web.AppKey("in_flight", list)
+
+
+def _text(code: str, status: int) -> web.Response:
+    return web.Response(
+        status=status, body=f"{code}\n".encode(), headers={"Content-Type": TEXT_CONTENT_TYPE}
+    )
+
+
+async def _post_add_checkpoint(request: web.Request) -> web.Response:
+    """tlog-witness add-checkpoint: read the bounded body, then check and cosign on a thread."""
+    if request.content_length is not None and request.content_length > MAX_BODY_SIZE:
+        return _text("too_large", 413)
+    in_flight = request.app[_IN_FLIGHT]
+    if in_flight[0] >= MAX_IN_FLIGHT:
+        response = _text("busy", 503)
+        response.headers["Retry-After"] = "1"
+        return response
+    in_flight[0] += 1
+    try:
+        try:
+            body = await asyncio.wait_for(request.read(), BODY_TIMEOUT)
+        except TimeoutError:
+            return _text("request_timeout", 408)
+        witness = request.app[WITNESS]
+        loop = asyncio.get_running_loop()
+        # Once started, the check-and-swap runs to completion even if the
+        # client goes away: the record and the cosignature stay in step.
+        result = await loop.run_in_executor(
+            request.app[_EXECUTOR], lambda: witness.add_checkpoint(body, int(time.time()))
+        )
+    finally:
+        in_flight[0] -= 1
+    return web.Response(
+        status=result.status, body=result.body, headers={"Content-Type": result.content_type}
+    )
+
+
+async def _get_healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok", "witness": request.app[WITNESS].verifier().vkey()})
+
+
+def _label(value: str) -> str:
+    """A Prometheus label value, escaped (exposition format)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _render_log_metrics(logs: Sequence[LogStatus], now: int) -> str:
+    """Per-log gauges; the label set is the operator's list of logs, so it is bounded."""
+    series = [
+        ("deplog_witness_log_size", "Tree size of the latest checkpoint cosigned per log."),
+        (
+            "deplog_witness_log_cosigned_timestamp_seconds",
+            "POSIX time of the latest cosignature per log.",
+        ),
+        ("deplog_witness_log_lag_seconds", "Seconds since the latest cosignature per log."),
+    ]
+    lines: list[str] = []
+    for index, (name, help_text) in enumerate(series):
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        for status in logs:
+            if status.recorded is None:
+                continue
+            lag = status.lag(now)
+            value = (status.recorded.size, status.recorded.updated_at, lag)[index]
+            lines.append(f'{name}{{origin="{_label(status.origin)}"}} {value}')
+    return "\n".join(lines) + "\n"
+
+
+async def _get_metrics(request: web.Request) -> web.Response:
+    witness = request.app[WITNESS]
+    loop = asyncio.get_running_loop()
+    logs = await loop.run_in_executor(request.app[_EXECUTOR], witness.state.logs)
+    text = request.app[METRICS].render() + _render_log_metrics(logs, int(time.time()))
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+
+def build_app(witness: Witness, threads: int = WORKER_THREADS) -> web.Application:
+    """The witness HTTP application; its thread pool shuts down on cleanup."""
+    app = web.Application(client_max_size=MAX_BODY_SIZE, middlewares=[errors_and_metrics(_text)])
+    app[WITNESS] = witness
+    app[METRICS] = Metrics()
+    app[_IN_FLIGHT] = [0]
+    executor = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="witness")
+    app[_EXECUTOR] = executor
+
+    async def shutdown(app: web.Application) -> None:
+        executor.shutdown(wait=True)
+
+    app.on_cleanup.append(shutdown)
+    app.router.add_post("/add-checkpoint", _post_add_checkpoint)
+    app.router.add_get("/healthz", _get_healthz)
+    app.router.add_get("/metrics", _get_metrics)
+    return app

@@ -1,0 +1,243 @@
+"""The package tree is the architecture: these tests keep it so.
+
+* ``client/tlog`` is C2SP and RFC 9162 only: it imports nothing of deplog but itself
+  and the base errors, so another project could lift it out whole.
+* ``authority/witness`` is a standalone tlog-witness: base errors, ``client/tlog``
+  and the shared HTTP plumbing, nothing of the log.
+* ``client`` never imports ``authority``; nothing imports top-level ``client`` or
+  ``authority`` (they install as ``deplog.client`` and ``deplog.authority``).
+* Every module declares ``__all__``; what it defines and leaves out is private.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_DIRS = {"deplog.client": ROOT / "client", "deplog.authority": ROOT / "authority"}
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    """Every module of the two packages, by its installed dotted name."""
+    for prefix, directory in PACKAGE_DIRS.items():
+        for path in sorted(directory.rglob("*.py")):
+            parts = path.relative_to(directory).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            yield ".".join((prefix, *parts)), path
+
+
+def imports_of(path: Path, module: str) -> set[str]:
+    """Every module ``path`` imports, anywhere in the file, resolved to absolute names."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def deplog_imports(path: Path, module: str) -> set[str]:
+    return {
+        name
+        for name in imports_of(path, module)
+        if name.split(".")[0] in ("deplog", "client", "authority")
+    }
+
+
+def existing(names: set[str]) -> set[str]:
+    """Only the names that are modules (``from a import b`` may import a function b)."""
+    known = {name for name, _ in modules()}
+    return {name for name in names if name in known}
+
+
+MODULES = list(modules())
+
+
+def test_the_installed_packages_are_every_package_directory() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    directories = {name for name, path in MODULES if path.name == "__init__.py"}
+    assert set(config["packages"]) == directories
+    assert config["package-dir"] == {"deplog.client": "client", "deplog.authority": "authority"}
+
+
+@pytest.mark.parametrize(("module", "path"), MODULES, ids=[m for m, _ in MODULES])
+def test_nothing_imports_top_level_client_or_authority(module: str, path: Path) -> None:
+    bare = {n for n in deplog_imports(path, module) if n.split(".")[0] != "deplog"}
+    assert not bare
+
+
+@pytest.mark.parametrize(
+    ("module", "path"),
+    [(m, p) for m, p in MODULES if m.startswith("deplog.client")],
+    ids=[m for m, _ in MODULES if m.startswith("deplog.client")],
+)
+def test_client_never_imports_authority(module: str, path: Path) -> None:
+    assert not {n for n in deplog_imports(path, module) if n.startswith("deplog.authority")}
+
+
+def allowed(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(in_package(name, p) for p in prefixes)
+
+
+TLOG_MAY_IMPORT = ("deplog.client.tlog", "deplog.client.errors")
+WITNESS_MAY_IMPORT = (
+    "deplog.authority.witness",
+    "deplog.client.tlog",
+    "deplog.client.errors",
+    "deplog.authority.http.plumbing",
+    "deplog.authority.http.metrics",
+)
+
+
+def in_package(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+STANDALONE = [
+    (module, path, rules)
+    for package, rules in (
+        ("deplog.client.tlog", TLOG_MAY_IMPORT),
+        ("deplog.authority.witness", WITNESS_MAY_IMPORT),
+    )
+    for module, path in MODULES
+    if in_package(module, package)
+]
+
+
+@pytest.mark.parametrize(
+    ("module", "path", "may_import"), STANDALONE, ids=[m for m, _, _ in STANDALONE]
+)
+def test_standalone_packages_import_only_what_they_may(
+    module: str, path: Path, may_import: tuple[str, ...]
+) -> None:
+    imported = existing(deplog_imports(path, module)) | {
+        n for n in deplog_imports(path, module) if n.count(".") <= 2
+    }
+    outside = {n for n in imported if not allowed(n, may_import)}
+    # "from deplog.client import errors"-style parents are fine when the leaf is allowed
+    outside -= {"deplog.client", "deplog.authority", "deplog.authority.http"}
+    assert not outside
+
+
+@pytest.mark.parametrize(
+    ("module", "path"),
+    [(m, p) for m, p in MODULES if p.name != "__init__.py"],
+    ids=[m for m, p in MODULES if p.name != "__init__.py"],
+)
+def test_every_module_declares_its_public_names(module: str, path: Path) -> None:
+    loaded = importlib.import_module(module)
+    declared = getattr(loaded, "__all__", None)
+    assert declared is not None, "no __all__"
+    assert all(hasattr(loaded, name) for name in declared)
+    defined = {
+        node.name
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }
+    undeclared = {name for name in defined if not name.startswith("_")} - set(declared)
+    assert not undeclared, "public but not in __all__: make it private or declare it"
+
+
+def test_the_public_api_is_what_the_readme_uses() -> None:
+    import deplog.client as api
+
+    expected = {
+        "Decision",
+        "DeplogError",
+        "Follower",
+        "Guard",
+        "GuardedCache",
+        "Policy",
+        "SyncFollower",
+        "Verdict",
+        "Verifier",
+        "verify_receipt",
+    }
+    assert set(api.__all__) == expected
+    for name in expected:
+        assert getattr(api, name).__module__.startswith("deplog.client.")
+
+
+def test_importing_tlog_does_not_load_the_follower() -> None:
+    code = (
+        "import sys, deplog.client.tlog.checkpoint; "
+        "print(any(m.startswith(('deplog.client.follow', 'aiohttp')) for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_lives_beside_a_foreign_client_package(tmp_path: Path) -> None:
+    """A gateway may have its own ``client`` module: ours installs as ``deplog.client``."""
+    wheels, site, foreign = tmp_path / "wheels", tmp_path / "site", tmp_path / "foreign"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "-w",
+            str(wheels),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    [wheel] = wheels.glob("deplog-*.whl")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(site),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    assert not (site / "client").exists() and not (site / "authority").exists()
+    (foreign / "client").mkdir(parents=True)
+    (foreign / "client" / "__init__.py").write_text("WHO = 'the gateway'\n")
+    code = (
+        "import client, deplog.client, deplog.authority.cli; "
+        "from deplog.client import Follower, Guard; "
+        "print(client.WHO, deplog.client.__file__, Follower.__module__, Guard.__module__)"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(foreign), str(site)]))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    who, location, follower, guard = out.stdout.rsplit(maxsplit=3)
+    assert who == "the gateway"
+    assert Path(location).is_relative_to(site)
+    assert (follower, guard) == ("deplog.client.follow.follower", "deplog.client.cache.guard")
