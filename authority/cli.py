@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -25,36 +24,44 @@ from typing import IO
 import aiohttp
 from aiohttp import web
 
-from deplog.authority.http.limits import Rate
-from deplog.authority.http.plumbing import serve_until_signalled
+from deplog.authority.config import (
+    CONFIG_FILE,
+    DEFAULT_ORIGIN,
+    WITNESS_URL_SCHEMES,
+    AuthorityConfig,
+)
+from deplog.authority.http.plumbing import Listen, serve_until_signalled
 from deplog.authority.http.server import AuthorityState, ServerConfig, build_admin_app, build_app
 from deplog.authority.log import Log, audit_storage
+from deplog.authority.options import add_options, from_options, option
 from deplog.authority.sequencer import SequencerLimits
 from deplog.authority.witnessing import (
     RemoteWitness,
     Witnessing,
+    WitnessingConfig,
     WitnessTrack,
     open_embedded_witness,
 )
 from deplog.client.errors import DeplogError
+from deplog.client.files import exclusive_lock
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
-from deplog.client.tlog.keyfile import key_file_name, load_or_create_signer, load_signer
+from deplog.client.tlog.keyfile import load_or_create_signer, load_signer
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier
 from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.timestamps import now_timestamp
 
 __all__ = [
     "ADMIN_SOCKET",
-    "CONFIG_FILE",
     "DB_FILE",
-    "DEFAULT_ORIGIN",
     "DEFAULT_PORT",
     "EMBEDDED_WITNESS_DB",
     "LOCK_FILE",
     "MAX_HEADERS",
+    "SERVE_CONFIGS",
     "CLIError",
     "Instance",
+    "ServeOptions",
     "init",
     "main",
     "parser",
@@ -62,8 +69,6 @@ __all__ = [
 
 DEFAULT_PORT = 7460
 MAX_HEADERS = 64
-DEFAULT_ORIGIN = "localhost/deplog"
-CONFIG_FILE = "config.json"
 DB_FILE = "log.db"
 EMBEDDED_WITNESS_DB = "embedded-witness.db"
 LOCK_FILE = "authority.lock"
@@ -75,12 +80,32 @@ class CLIError(Exception):
 
 
 @dataclass(frozen=True)
+class ServeOptions(Listen):
+    """How ``authority serve`` starts: where it listens and what it checks first."""
+
+    port: int = option(DEFAULT_PORT, "listen port")
+    verify_on_start: bool = option(
+        False,
+        "rehash every leaf and subtree before serving, O(n)",
+        note="otherwise this runs in the background after start and stops appends on a problem",
+    )
+
+
+SERVE_CONFIGS = (ServeOptions, SequencerLimits, ServerConfig, WitnessingConfig)
+"""The config dataclasses whose fields are the options of ``authority serve``."""
+
+
+@dataclass(frozen=True)
 class Instance:
-    """An initialized authority: its data directory, origin and log key."""
+    """An initialized authority: its data directory, configuration and log key."""
 
     data: Path
-    origin: str
+    config: AuthorityConfig
     signer: Signer
+
+    @property
+    def origin(self) -> str:
+        return self.config.origin
 
     @property
     def db_path(self) -> Path:
@@ -91,96 +116,76 @@ def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
     """Create (or open) the data directory, config and log key. Idempotent."""
     data.mkdir(parents=True, exist_ok=True)
     config_path = data / CONFIG_FILE
-    if config_path.exists():
-        config = json.loads(config_path.read_text())
-        if origin is not None and origin != config["origin"]:
+    exists = config_path.exists()
+    if exists:
+        config = AuthorityConfig.load(config_path)
+        if origin is not None and origin != config.origin:
             raise CLIError(f"{config_path} already has a different origin")
     else:
-        config = {"origin": origin or DEFAULT_ORIGIN}
-        config["log_key"] = key_file_name(config["origin"])
-    signer, created = load_or_create_signer(keys, config["log_key"], config["origin"])
-    if not config_path.exists():
-        tmp = config_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(config, indent=2) + "\n")
-        os.replace(tmp, config_path)
+        config = AuthorityConfig.new(origin)
+    signer, created = load_or_create_signer(keys, config.log_key, config.origin)
+    if not exists:
+        config.save(config_path)
     witness, witness_created = load_or_create_signer(
-        keys,
-        config["log_key"] + "-witness",
-        _embedded_witness_name(config["origin"]),
-        SIG_TYPE_COSIGNATURE_V1,
+        keys, config.embedded_witness_key, config.embedded_witness_name, SIG_TYPE_COSIGNATURE_V1
     )
     if created:
-        print(f"created log key {keys / (config['log_key'] + '.key')} (mode 0600)", file=out)
+        print(f"created log key {keys / (config.log_key + '.key')} (mode 0600)", file=out)
     if witness_created:
         print(f"created embedded witness key under {keys} (mode 0600)", file=out)
     print(f"log verifier key: {signer.verifier().vkey()}", file=out)
     print(f"embedded witness key: {witness.verifier().vkey()}", file=out)
-    return Instance(data, config["origin"], signer)
+    return Instance(data, config, signer)
 
 
-def _open_instance(data: Path, keys: Path) -> Instance:
+def _load_config(data: Path) -> AuthorityConfig:
     config_path = data / CONFIG_FILE
     if not config_path.exists():
         raise CLIError(f"{data} is not initialized: run 'authority init' first")
-    config = json.loads(config_path.read_text())
-    return Instance(data, config["origin"], load_signer(keys, config["log_key"]))
+    return AuthorityConfig.load(config_path)
 
 
-@contextlib.contextmanager
-def _exclusive_lock(data: Path, *, wait: bool = False) -> Iterator[bool]:
-    """Yield True if this process now owns the data directory, False if another does."""
-    fd = os.open(data / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
+def _open_instance(data: Path, keys: Path) -> Instance:
+    config = _load_config(data)
+    return Instance(data, config, load_signer(keys, config.log_key))
 
 
 def _witness_setup(
-    instance: Instance, keys: Path, quorum: int, timeout: float, embedded: bool = True
+    instance: Instance, keys: Path, options: WitnessingConfig
 ) -> Callable[[AuthorityState], Witnessing] | None:
     """The embedded witness plus every external witness in the config, as a factory the
     server calls once its state exists (the proofs come from its reader threads)."""
-    config = json.loads((instance.data / CONFIG_FILE).read_text())
+    config = instance.config
     local = None
-    if embedded:
+    if options.embedded:
         local = open_embedded_witness(
             instance.data / EMBEDDED_WITNESS_DB,
             keys,
-            config["log_key"] + "-witness",
-            _embedded_witness_name(instance.origin),
+            config.embedded_witness_key,
+            config.embedded_witness_name,
             instance.signer.verifier(),
         )
-    externals = config.get("witnesses", [])
-    if local is None and not externals:
+    if local is None and not config.witnesses:
         return None
 
     def build(state: AuthorityState) -> Witnessing:
         tracks = [] if local is None else [WitnessTrack(local.witness.verifier(), local, False)]
         session = aiohttp.ClientSession()
-        for entry in externals:
-            remote = RemoteWitness(entry["url"], session, timeout)
-            tracks.append(WitnessTrack(Verifier.parse_cosigner(entry["key"]), remote, True))
-        witnessing = Witnessing(tracks, state.consistency_proof, quorum=quorum, timeout=timeout)
+        for external in config.witnesses:
+            remote = RemoteWitness(external.url, session, options.timeout)
+            tracks.append(WitnessTrack(external.verifier(), remote, True))
+        witnessing = Witnessing(
+            tracks, state.consistency_proof, quorum=options.quorum, timeout=options.timeout
+        )
         witnessing.session = session
         return witnessing
 
     return build
 
 
-def _embedded_witness_name(origin: str) -> str:
-    return f"{origin}/witness"
-
-
 async def _serve(
     instance: Instance,
-    host: str,
-    port: int,
+    listen: ServeOptions,
     config: ServerConfig,
     witnessing: Callable[[AuthorityState], Witnessing] | None,
 ) -> None:
@@ -205,7 +210,11 @@ async def _serve(
     finally:
         os.umask(old_umask)
     await serve_until_signalled(
-        runner, host, port, f"authority {instance.origin}", on_stop=admin_runner.cleanup
+        runner,
+        listen.host,
+        listen.port,
+        f"authority {instance.origin}",
+        on_stop=admin_runner.cleanup,
     )
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()
@@ -213,7 +222,7 @@ async def _serve(
 
 def _cmd_init(args: argparse.Namespace) -> int:
     instance = init(args.data, args.keys, args.origin, sys.stdout)
-    with _exclusive_lock(args.data) as owned:
+    with exclusive_lock(args.data / LOCK_FILE) as owned:
         if not owned:
             raise CLIError(f"an authority is serving {args.data}; it is initialized")
         Log(instance.db_path, instance.signer, instance.origin).close()
@@ -222,40 +231,25 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     instance = init(args.data, args.keys, args.origin, sys.stdout)
-    limits = SequencerLimits(
-        interval=args.batch_interval_ms / 1000.0,
-        max_batch=args.max_batch,
-        max_pending=args.max_pending,
-    )
-    with _exclusive_lock(args.data) as owned:
+    serve = from_options(ServeOptions, args)
+    with exclusive_lock(args.data / LOCK_FILE) as owned:
         if not owned:
             raise CLIError(f"another authority is already serving {args.data}")
-        if args.verify_on_start:
+        if serve.verify_on_start:
             size, problem = (
                 audit_storage(instance.db_path) if instance.db_path.exists() else (0, None)
             )
             if problem is not None:
                 raise CLIError(f"refusing to start: {problem} ({size} leaves)")
-        max_db_bytes = None if args.max_db_mb is None else int(args.max_db_mb * 1024 * 1024)
-        config = ServerConfig(
+        config = from_options(
+            ServerConfig,
+            args,
             db_path=instance.db_path,
             origin=instance.origin,
-            limits=limits,
-            max_db_bytes=max_db_bytes,
-            refresh_interval=args.witness_refresh,
-            address_rate=args.rate_per_address,
-            publisher_rate=args.rate_per_publisher,
-            body_timeout=args.body_timeout,
-            max_subscribers=args.max_subscribers,
+            limits=from_options(SequencerLimits, args),
         )
-        witnesses = _witness_setup(
-            instance,
-            args.keys,
-            args.publication_quorum,
-            args.witness_timeout,
-            embedded=args.embedded_witness,
-        )
-        asyncio.run(_serve(instance, args.host, args.port, config, witnesses))
+        witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args))
+        asyncio.run(_serve(instance, serve, config, witnesses))
     return 0
 
 
@@ -290,7 +284,7 @@ async def _admin_post(socket_path: Path, statement: PublisherStatement) -> int:
 
 def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -> int:
     instance = _open_instance(args.data, args.keys)
-    with _exclusive_lock(args.data) as owned:
+    with exclusive_lock(args.data / LOCK_FILE) as owned:
         if owned:
             log = Log(instance.db_path, instance.signer, instance.origin)
             try:
@@ -328,7 +322,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     size, problem = audit_storage(instance.db_path)
     if problem is not None:
         raise CLIError(f"storage does not match what was appended: {problem}")
-    with _exclusive_lock(args.data) as owned:
+    with exclusive_lock(args.data / LOCK_FILE) as owned:
         if owned:
             Log(instance.db_path, instance.signer, instance.origin).close()
     print(f"ok: {size} leaves and their subtree hashes recomputed; latest checkpoint matches")
@@ -338,16 +332,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_witness_add(args: argparse.Namespace) -> int:
     """Add an external witness (its submission URL and cosigner key) to the config."""
     verifier = Verifier.parse_cosigner(args.key)
-    if not args.url.startswith(("http://", "https://")):
+    if not args.url.startswith(WITNESS_URL_SCHEMES):
         raise CLIError("the witness URL must be http:// or https://")
-    path = args.data / CONFIG_FILE
-    config = json.loads(path.read_text())
-    witnesses = [w for w in config.get("witnesses", []) if w["key"] != verifier.vkey()]
-    witnesses.append({"url": args.url, "key": verifier.vkey()})
-    config["witnesses"] = witnesses
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(config, indent=2) + "\n")
-    os.replace(tmp, path)
+    config = _load_config(args.data)
+    config.with_witness(args.url, verifier).save(args.data / CONFIG_FILE)
     print(f"witness {verifier.name} added; restart the authority to use it")
     return 0
 
@@ -355,12 +343,10 @@ def _cmd_witness_add(args: argparse.Namespace) -> int:
 def _cmd_policy(args: argparse.Namespace) -> int:
     """Print the C2SP tlog-policy clients should use: log key, witnesses, quorum."""
     instance = _open_instance(args.data, args.keys)
-    config = json.loads((args.data / CONFIG_FILE).read_text())
-    stem = config["log_key"] + "-witness"
+    config = instance.config
+    stem = config.embedded_witness_key
     embedded = load_signer(args.keys, stem, SIG_TYPE_COSIGNATURE_V1).verifier()
-    witnesses = [embedded] + [
-        Verifier.parse_cosigner(w["key"]) for w in config.get("witnesses", [])
-    ]
+    witnesses = [embedded, *(w.verifier() for w in config.witnesses)]
     k = args.quorum if args.quorum is not None else 1
     if not 1 <= k <= len(witnesses):
         raise CLIError(f"the quorum must be between 1 and {len(witnesses)}")
@@ -390,87 +376,8 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("serve", help="serve the HTTP API (runs init on first start)")
     common(sp)
     sp.add_argument("--origin", help=f"log origin on first start (default: {DEFAULT_ORIGIN})")
-    sp.add_argument("--host", default="127.0.0.1", help="listen address (default: 127.0.0.1)")
-    sp.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"listen port (default: {DEFAULT_PORT})"
-    )
-    sp.add_argument(
-        "--batch-interval-ms",
-        type=float,
-        default=0.0,
-        help="extra time a batch gathers submissions (default: 0, natural batching)",
-    )
-    sp.add_argument(
-        "--max-batch", type=int, default=512, help="submissions per batch at most (default: 512)"
-    )
-    sp.add_argument(
-        "--max-pending",
-        type=int,
-        default=8192,
-        help="queued submissions before 503 overloaded (default: 8192)",
-    )
-    sp.add_argument(
-        "--publication-quorum",
-        type=int,
-        default=0,
-        help="external witnesses that must cosign before a checkpoint is published "
-        "(default: 0; the embedded witness always cosigns)",
-    )
-    sp.add_argument(
-        "--rate-per-address",
-        type=Rate.parse,
-        default=Rate(2000, 4000),
-        help="submissions a second from one client address, RATE[/BURST], 0 = no limit "
-        "(default: 2000/4000)",
-    )
-    sp.add_argument(
-        "--rate-per-publisher",
-        type=Rate.parse,
-        default=Rate(500, 1000),
-        help="accepted notices a second per publisher, RATE[/BURST], 0 = no limit "
-        "(default: 500/1000)",
-    )
-    sp.add_argument(
-        "--max-subscribers",
-        type=int,
-        default=1024,
-        help="live checkpoint push streams at most (default: 1024; then 503)",
-    )
-    sp.add_argument(
-        "--verify-on-start",
-        action="store_true",
-        help="rehash every leaf and subtree before serving (O(n); by default this runs "
-        "in the background after start and stops appends if it finds a problem)",
-    )
-    sp.add_argument(
-        "--body-timeout",
-        type=float,
-        default=10.0,
-        help="seconds a client has to send a request body (default: 10; then 408)",
-    )
-    sp.add_argument(
-        "--embedded-witness",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="cosign every checkpoint with the embedded witness (default: on)",
-    )
-    sp.add_argument(
-        "--witness-refresh",
-        type=float,
-        default=10.0,
-        help="seconds between re-cosignings of the current checkpoint (default: 10)",
-    )
-    sp.add_argument(
-        "--witness-timeout",
-        type=float,
-        default=5.0,
-        help="seconds to wait for one witness (default: 5)",
-    )
-    sp.add_argument(
-        "--max-db-mb",
-        type=float,
-        help="database size quota; past it appends get 503 storage_unavailable (default: none)",
-    )
+    for serve_config in SERVE_CONFIGS:
+        add_options(sp, serve_config)
     sp.set_defaults(func=_cmd_serve)
 
     sp = sub.add_parser("check", help="rehash every leaf and check the latest checkpoint")

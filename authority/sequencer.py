@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from deplog.authority.log import Log, StorageError
+from deplog.authority.options import MILLISECONDS, option
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.client.errors import DeplogError
 from deplog.client.model.entries import PublisherStatement
@@ -51,9 +52,16 @@ class OverloadedError(DeplogError):
 class SequencerLimits:
     """Bounds of the append path; see the README's "Limits" table."""
 
-    interval: float = 0.0
-    max_batch: int = 512
-    max_pending: int = 8192
+    interval: float = option(
+        0.0,
+        "extra time a batch gathers submissions",
+        flag="--batch-interval-ms",
+        units=MILLISECONDS,
+        note="natural batching",
+    )
+    """Seconds a batch waits for more submissions; 0 takes whatever queued meanwhile."""
+    max_batch: int = option(512, "submissions per batch at most")
+    max_pending: int = option(8192, "queued submissions before 503 overloaded")
 
 
 @dataclass(frozen=True)

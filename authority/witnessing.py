@@ -31,6 +31,7 @@ from typing import Protocol
 
 import aiohttp
 
+from deplog.authority.options import option
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.witness.core import Witness, WitnessState
 from deplog.client.errors import DeplogError
@@ -56,6 +57,7 @@ __all__ = [
     "RemoteWitness",
     "WitnessTrack",
     "Witnessing",
+    "WitnessingConfig",
     "open_embedded_witness",
     "request_body",
 ]
@@ -151,6 +153,22 @@ class WitnessTrack:
         return self.verifier.name
 
 
+@dataclass(frozen=True)
+class WitnessingConfig:
+    """Which witnesses cosign, how many must before publication, how long each may take."""
+
+    embedded: bool = option(
+        True, "cosign every checkpoint with the embedded witness", flag="--embedded-witness"
+    )
+    quorum: int = option(
+        0,
+        "external witnesses that must cosign before a checkpoint is published",
+        flag="--publication-quorum",
+        note="the embedded witness always cosigns",
+    )
+    timeout: float = option(5.0, "seconds to wait for one witness", flag="--witness-timeout")
+
+
 def request_body(old: int, proof: Sequence[bytes], note: bytes) -> bytes:
     """A tlog-witness add-checkpoint body: old size, proof lines, blank line, checkpoint."""
     lines = [f"old {old}", *(encode_base64(h) for h in proof), ""]
@@ -165,8 +183,8 @@ class Witnessing:
         witnesses: Sequence[WitnessTrack],
         proofs: ProofSource,
         *,
-        quorum: int = 0,
-        timeout: float = 5.0,
+        quorum: int,
+        timeout: float,
     ) -> None:
         externals = [w for w in witnesses if w.external]
         if not 0 <= quorum <= len(externals):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deplog.client.audit.bundle import BundleFormatError, read_entries, write_atomic, write_entries
+from deplog.client.audit.bundle import BundleFormatError, read_entries, write_entries
 
 entry_lists = st.lists(st.binary(max_size=300), max_size=20)
 
@@ -55,12 +55,6 @@ def test_failing_source_leaves_no_file_and_no_temporary(bundle: Path) -> None:
     with pytest.raises(RuntimeError):
         write_entries(bundle, broken())
     assert list(bundle.parent.iterdir()) == []
-
-
-def test_write_atomic_replaces_the_whole_file(bundle: Path) -> None:
-    write_atomic(bundle, [b"a much longer first version"])
-    write_atomic(bundle, [b"new", b"er"])
-    assert bundle.read_bytes() == b"newer"
 
 
 @pytest.mark.parametrize(

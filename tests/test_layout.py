@@ -101,8 +101,12 @@ WITNESS_MAY_IMPORT = (
     "deplog.authority.witness",
     "deplog.client.tlog",
     "deplog.client.errors",
+    # Atomic writes and the data-directory lock, shared with the authority and the client.
+    "deplog.client.files",
     "deplog.authority.http.plumbing",
     "deplog.authority.http.metrics",
+    # Command-line options built from config dataclasses; knows nothing of the log.
+    "deplog.authority.options",
 )
 
 

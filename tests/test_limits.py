@@ -81,3 +81,12 @@ def test_rates_parse_from_flags(text: str, rate: Rate) -> None:
 def test_bad_rates_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         Rate.parse(text)
+
+
+@pytest.mark.parametrize("rate", [Rate(2000, 4000), Rate(2.5, 7), Rate(0, 1)])
+def test_a_rate_prints_as_its_flag_reads_it(rate: Rate) -> None:
+    assert Rate.parse(str(rate)) == rate
+
+
+def test_a_whole_rate_prints_without_decimals() -> None:
+    assert str(Rate(2000, 4000)) == "2000/4000"

@@ -55,6 +55,10 @@ class Rate:
             raise ValueError("a rate is RATE[/BURST] with RATE >= 0 and BURST >= 1")
         return cls(rate, burst)
 
+    def __str__(self) -> str:
+        """``RATE/BURST``, as :meth:`parse` reads it."""
+        return f"{self.rate:g}/{self.burst:g}"
+
 
 class RateLimiter:
     """Token buckets keyed by a string (an address, a publisher id)."""

@@ -14,17 +14,20 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from deplog.authority.http.metrics import Metrics
+from deplog.authority.options import option
 from deplog.client.errors import DeplogError
 
 __all__ = [
     "METRICS",
     "ErrorRenderer",
     "Handler",
+    "Listen",
     "errors_and_metrics",
     "serve_until_signalled",
 ]
@@ -92,6 +95,16 @@ def errors_and_metrics(render: ErrorRenderer, hot_handlers: Iterable[Handler] = 
         return response
 
     return middleware
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where a server listens: loopback unless the operator exposes it (SECURITY.md).
+
+    Each server's serve options extend it with their own ``port``.
+    """
+
+    host: str = option("127.0.0.1", "listen address")
 
 
 async def serve_until_signalled(

@@ -30,6 +30,7 @@ from deplog.authority.http.metrics import Metrics
 from deplog.authority.http.plumbing import METRICS, errors_and_metrics
 from deplog.authority.http.push import PushHub
 from deplog.authority.log import IntegrityError, Log
+from deplog.authority.options import MEBIBYTES, option
 from deplog.authority.sequencer import Sequencer, SequencerLimits
 from deplog.authority.storage import store
 from deplog.authority.storage.reader import LogReader
@@ -77,12 +78,31 @@ class ServerConfig:
     max_body: int = MAX_ENVELOPE_BYTES
     max_entries: int = MAX_ENTRIES_PER_REQUEST
     reader_threads: int = 2
-    max_db_bytes: int | None = None
-    refresh_interval: float = 10.0
-    address_rate: Rate = field(default_factory=lambda: Rate(2000, 4000))
-    publisher_rate: Rate = field(default_factory=lambda: Rate(500, 1000))
-    body_timeout: float = 10.0
-    max_subscribers: int = 1024
+    max_db_bytes: int | None = option(
+        None,
+        "database size quota in MiB; past it appends get 503 storage_unavailable",
+        flag="--max-db-mb",
+        units=MEBIBYTES,
+    )
+    refresh_interval: float = option(
+        10.0, "seconds between re-cosignings of the current checkpoint", flag="--witness-refresh"
+    )
+    address_rate: Rate = option(
+        Rate(2000, 4000),
+        "submissions a second from one client address, RATE[/BURST], 0 = no limit",
+        flag="--rate-per-address",
+        parse=Rate.parse,
+    )
+    publisher_rate: Rate = option(
+        Rate(500, 1000),
+        "accepted notices a second per publisher, RATE[/BURST], 0 = no limit",
+        flag="--rate-per-publisher",
+        parse=Rate.parse,
+    )
+    body_timeout: float = option(
+        10.0, "seconds a client has to send a request body", note="then 408"
+    )
+    max_subscribers: int = option(1024, "live checkpoint push streams at most", note="then 503")
     limits: SequencerLimits = field(default_factory=SequencerLimits)
 
 

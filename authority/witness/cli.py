@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import fcntl
 import json
 import logging
-import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +29,8 @@ from typing import IO
 
 from aiohttp import web
 
-from deplog.authority.http.plumbing import serve_until_signalled
+from deplog.authority.http.plumbing import Listen, serve_until_signalled
+from deplog.authority.options import add_options, from_options, option
 from deplog.authority.witness.core import (
     Witness,
     WitnessState,
@@ -41,7 +39,13 @@ from deplog.authority.witness.core import (
 )
 from deplog.authority.witness.server import build_app
 from deplog.client.errors import DeplogError
-from deplog.client.tlog.keyfile import create_signer, key_file_name, load_signer
+from deplog.client.files import exclusive_lock, write_atomic
+from deplog.client.tlog.keyfile import (
+    create_signer,
+    is_key_file_stem,
+    key_file_name,
+    load_signer,
+)
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer
 from deplog.client.tlog.timestamps import format_timestamp
 
@@ -51,6 +55,7 @@ __all__ = [
     "DEFAULT_PORT",
     "LOCK_FILE",
     "CLIError",
+    "ServeOptions",
     "WitnessConfig",
     "init",
     "main",
@@ -66,6 +71,13 @@ LOCK_FILE = "witness.lock"
 
 class CLIError(Exception):
     """A one-line failure message for the operator; exit status 1."""
+
+
+@dataclass(frozen=True)
+class ServeOptions(Listen):
+    """Where ``witness serve`` listens."""
+
+    port: int = option(DEFAULT_PORT, "listen port, 0 picks a free one")
 
 
 @dataclass(frozen=True)
@@ -98,9 +110,8 @@ def init(data: Path, keys: Path, name: str, out: IO[str]) -> tuple[WitnessConfig
         signer = create_signer(keys, config.key_stem, name, SIG_TYPE_COSIGNATURE_V1)
         print(f"created witness key {private} (mode 0600)", file=out)
     if not config_path.exists():
-        tmp = config_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"name": name, "key": config.key_stem}, indent=2) + "\n")
-        os.replace(tmp, config_path)
+        text = json.dumps({"name": name, "key": config.key_stem}, indent=2) + "\n"
+        write_atomic(config_path, [text.encode()])
     WitnessState(config.db_path).close()
     print(f"witness verifier key: {signer.verifier().vkey()}", file=out)
     return config, signer
@@ -110,23 +121,14 @@ def _read_config(data: Path) -> WitnessConfig:
     config_path = data / CONFIG_FILE
     if not config_path.exists():
         raise CLIError(f"{data} is not initialized: run 'witness init' first")
-    raw = json.loads(config_path.read_text())
-    return WitnessConfig(data, raw["name"], raw["key"])
-
-
-@contextlib.contextmanager
-def _exclusive_lock(data: Path) -> Iterator[bool]:
-    """Yield True if this process now serves the data directory, False if another does."""
-    fd = os.open(data / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
+        raw = json.loads(config_path.read_bytes())
+    except (ValueError, RecursionError):
+        raw = None
+    name, stem = (raw.get("name"), raw.get("key")) if isinstance(raw, dict) else (None, None)
+    if not isinstance(name, str) or not isinstance(stem, str) or not is_key_file_stem(stem):
+        raise CLIError(f"{config_path} is malformed: it needs a 'name' and a key file stem 'key'")
+    return WitnessConfig(data, name, stem)
 
 
 def _add_logs_from_file(state: WitnessState, path: Path, out: IO[str]) -> None:
@@ -140,10 +142,10 @@ def _add_logs_from_file(state: WitnessState, path: Path, out: IO[str]) -> None:
         print(f"{'added' if added else 'known'} log {verifier.name}", file=out)
 
 
-async def _serve(config: WitnessConfig, witness: Witness, host: str, port: int) -> None:
+async def _serve(config: WitnessConfig, witness: Witness, listen: ServeOptions) -> None:
     runner = web.AppRunner(build_app(witness), access_log=None)
     await runner.setup()
-    await serve_until_signalled(runner, host, port, f"witness {config.name}")
+    await serve_until_signalled(runner, listen.host, listen.port, f"witness {config.name}")
 
 
 # Commands
@@ -195,7 +197,7 @@ def _cmd_list_logs(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     config = _read_config(args.data)
     signer = load_signer(args.keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)
-    with _exclusive_lock(args.data) as owned:
+    with exclusive_lock(args.data / LOCK_FILE) as owned:
         if not owned:
             raise CLIError(f"another witness is already serving {args.data}")
         state = WitnessState(config.db_path)
@@ -203,7 +205,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             if args.logs is not None:
                 _add_logs_from_file(state, args.logs, sys.stdout)
             print(f"witness verifier key: {signer.verifier().vkey()}", flush=True)
-            asyncio.run(_serve(config, Witness(state, signer), args.host, args.port))
+            listen = from_options(ServeOptions, args)
+            asyncio.run(_serve(config, Witness(state, signer), listen))
         finally:
             state.close()
     return 0
@@ -236,8 +239,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve the tlog-witness HTTP API")
     data_arg(p)
     p.add_argument("--keys", type=Path, required=True, help="directory of key files")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    add_options(p, ServeOptions)
     p.add_argument("--logs", type=Path, help="tlog-policy file of logs to trust at startup")
     p.set_defaults(func=_cmd_serve)
     return parser

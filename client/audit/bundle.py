@@ -11,25 +11,23 @@ Reading streams one entry at a time, so memory stays bounded by the largest
 entry whatever the file's size. A file that ends inside a length prefix or an
 entry (truncation, or trailing bytes after the last whole entry) is refused
 with :class:`BundleFormatError`, naming the index of the entry where it broke.
-Writing is atomic: a reader sees the old file or the complete new one.
+Writing is atomic (:func:`deplog.client.files.write_atomic`): a reader sees the
+old file or the complete new one.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
 from deplog.client.errors import FormatError
+from deplog.client.files import write_atomic
 
 __all__ = [
     "MAX_BUNDLE_ENTRY",
     "BundleFormatError",
     "read_entries",
-    "write_atomic",
     "write_entries",
 ]
 
@@ -48,40 +46,6 @@ class BundleFormatError(FormatError):
     def __init__(self, index: int, message: str, code: str | None = None) -> None:
         super().__init__(code, message)
         self.index = index
-
-
-def write_atomic(path: Path, chunks: Iterable[bytes]) -> None:
-    """Write ``chunks`` to ``path`` so that it is either untouched or completely replaced.
-
-    The data goes to a temporary file in the same directory, is fsynced, then
-    renamed over ``path``, and the directory is fsynced so the rename survives
-    a crash. If ``chunks`` raises, the temporary file is removed and ``path``
-    is unchanged. Exports are public data, so the file is made world-readable.
-    """
-    path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb", buffering=_BUFFER) as out:
-            for chunk in chunks:
-                out.write(chunk)
-            out.flush()
-            os.fchmod(out.fileno(), 0o644)
-            os.fsync(out.fileno())
-        tmp.replace(path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def write_entries(path: Path, leaves: Iterable[bytes]) -> int:

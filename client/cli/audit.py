@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from deplog.client.audit.bundle import read_entries, write_atomic, write_entries
+from deplog.client.audit.bundle import read_entries, write_entries
 from deplog.client.audit.offline import (
     ReplayReport,
     audit_checkpoint,
@@ -46,6 +46,7 @@ from deplog.client.audit.offline import (
     replay,
 )
 from deplog.client.errors import DeplogError, FormatError
+from deplog.client.files import write_atomic
 from deplog.client.model import canonical
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope

@@ -22,6 +22,7 @@ from deplog.client.tlog.note import SIG_TYPE_ED25519, Signer
 __all__ = [
     "KeyFileError",
     "create_signer",
+    "is_key_file_stem",
     "key_file_name",
     "load_or_create_signer",
     "load_signer",
@@ -37,6 +38,11 @@ class KeyFileError(DeplogError):
 def key_file_name(name: str) -> str:
     """A file-system safe stem for a key name such as ``example.com/log``."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def is_key_file_stem(stem: str) -> bool:
+    """Whether ``stem`` is one :func:`key_file_name` could have made (no path separators)."""
+    return bool(stem) and key_file_name(stem) == stem
 
 
 def create_signer(keys_dir: Path, stem: str, name: str, sig_type: int = SIG_TYPE_ED25519) -> Signer:

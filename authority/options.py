@@ -1,0 +1,169 @@
+"""Command-line options declared on config dataclass fields, so each default lives once.
+
+A server's tunables are fields of frozen config dataclasses (``ServerConfig``,
+``SequencerLimits`` ...). A field declared with :func:`option` carries its flag,
+its help text and how to read it; :func:`add_options` builds the argparse
+options from those fields and :func:`from_options` builds the dataclass back
+from the parsed arguments.
+
+Rules:
+
+1. The field's default is the only default. Argparse is given none
+   (``SUPPRESS``): a flag left out is absent from the parsed arguments, so the
+   dataclass default applies, and ``--help`` prints that same default.
+2. A flag's text becomes the field's value through ``parse``: by default the
+   type of the default (``int``, ``float``, ``str``). A flag in other units than
+   its field (``--batch-interval-ms`` for a field in seconds) names its
+   :class:`Units`, which convert both ways, so ``--help`` prints the default in
+   the units the flag takes.
+3. A ``bool`` field is a switch: ``--flag`` when it defaults to off,
+   ``--flag/--no-flag`` when it defaults to on.
+4. Fields without an ``option`` are the program's to set (paths, the origin,
+   fixed limits) and never appear on the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any, Final, TypeVar
+
+__all__ = [
+    "MEBIBYTES",
+    "MILLISECONDS",
+    "Option",
+    "Units",
+    "add_options",
+    "from_options",
+    "mebibytes",
+    "milliseconds",
+    "option",
+    "options_of",
+]
+
+T = TypeVar("T")
+C = TypeVar("C")
+
+_KEY: Final = "deplog.option"
+_MIB: Final = 1024 * 1024
+
+
+def _show(value: object) -> str:
+    """A default as ``--help`` prints it: 10 rather than 10.0, on/off, none."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "none" if value is None else str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Units:
+    """How a flag in other units than its field converts, both ways (rule 2)."""
+
+    parse: Callable[[str], Any]
+    """Flag text to field value; argparse names it in "invalid <name> value"."""
+    show: Callable[[Any], str]
+    """A field value in the flag's units."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """How one config field appears on the command line."""
+
+    help: str
+    """What the option sets; ``--help`` appends ``(default: <shown default>[; <note>])``."""
+    flag: str = ""
+    """The option string; empty means ``--`` and the field name with dashes."""
+    parse: Callable[[str], Any] | None = None
+    """Command-line text to field value (rule 2); None means the default's type."""
+    show: Callable[[Any], str] = _show
+    """The field's default as printed, in the flag's units."""
+    note: str = ""
+    """What the default means or what happens past it, printed after it."""
+
+
+def option(
+    default: T,
+    help: str,
+    *,
+    flag: str = "",
+    parse: Callable[[str], Any] | None = None,
+    units: Units | None = None,
+    note: str = "",
+) -> T:
+    """A dataclass field with ``default`` that is also a command-line option.
+
+    ``parse`` reads a value shown as ``str(value)`` (``Rate.parse``); ``units``
+    reads and shows a flag in other units than the field. Typed as the default,
+    so a checker sees ``max_batch: int = option(512, ...)`` as a plain default.
+    """
+    if units is not None:
+        spec = Option(help, flag, units.parse, units.show, note)
+    else:
+        spec = Option(help, flag, parse, _show, note)
+    return dataclasses.field(default=default, metadata={_KEY: spec})
+
+
+def options_of(config: type[Any]) -> Iterator[tuple[dataclasses.Field[Any], Option, str]]:
+    """Each optional field of a config dataclass, its option and its flag (rule 4)."""
+    for field in dataclasses.fields(config):
+        spec = field.metadata.get(_KEY)
+        if isinstance(spec, Option):
+            yield field, spec, spec.flag or "--" + field.name.replace("_", "-")
+
+
+def _dest(flag: str) -> str:
+    return flag.removeprefix("--").replace("-", "_")
+
+
+def add_options(parser: argparse.ArgumentParser, config: type[Any]) -> None:
+    """Add an option to ``parser`` for every optional field of ``config`` (rules 1-3)."""
+    for field, spec, flag in options_of(config):
+        default = field.default
+        shown = spec.show(default) + (f"; {spec.note}" if spec.note else "")
+        help_text = f"{spec.help} (default: {shown})".replace("%", "%%")
+        common: dict[str, Any] = {
+            "dest": _dest(flag),
+            "default": argparse.SUPPRESS,
+            "help": help_text,
+        }
+        if isinstance(default, bool):
+            action = argparse.BooleanOptionalAction if default else "store_true"
+            parser.add_argument(flag, action=action, **common)
+        elif spec.parse is not None:
+            parser.add_argument(flag, type=spec.parse, **common)
+        elif isinstance(default, int | float | str):
+            parser.add_argument(flag, type=type(default), **common)
+        else:
+            raise TypeError(f"option {flag} must say how to parse it")
+
+
+def from_options(config: type[C], args: argparse.Namespace, **fixed: Any) -> C:
+    """``config`` built from the options given in ``args`` and the ``fixed`` fields.
+
+    An option left out keeps the field's default (rule 1).
+    """
+    given = {
+        field.name: getattr(args, _dest(flag))
+        for field, _, flag in options_of(config)
+        if hasattr(args, _dest(flag))
+    }
+    return config(**given, **fixed)
+
+
+def milliseconds(text: str) -> float:
+    """Seconds from a flag given in milliseconds."""
+    return float(text) / 1000
+
+
+def mebibytes(text: str) -> int:
+    """Bytes from a flag given in MiB (fractions allowed)."""
+    return int(float(text) * _MIB)
+
+
+MILLISECONDS: Final = Units(milliseconds, lambda seconds: f"{seconds * 1000:g}")
+"""A flag in milliseconds for a field in seconds."""
+MEBIBYTES: Final = Units(mebibytes, lambda size: _show(None if size is None else size / _MIB))
+"""A flag in MiB for a field in bytes (None, no limit, shown as ``none``)."""
