@@ -2,9 +2,10 @@
 
 Thin over :mod:`client.audit` and :mod:`client.bundle`. The ``audit``
 commands read files only and never touch the network; ``export`` is the one
-command that fetches, and it writes exactly the files ``audit replay`` reads:
-``DIR/checkpoint`` (the signed note, verbatim, cosignatures included) and
-``DIR/entries`` (every leaf as a tlog-tiles entry bundle).
+command that fetches (through the follower's ``HttpLogSource``, with its
+bounds, checks and error codes), and it writes exactly the files ``audit
+replay`` reads: ``DIR/checkpoint`` (the signed note, verbatim, cosignatures
+included) and ``DIR/entries`` (every leaf as a tlog-tiles entry bundle).
 
 ``--log-key`` takes a verifier key (``name+hex8+base64``) or the path of a
 file holding one, such as the authority's ``keys/<origin>.pub``. Each command
@@ -23,14 +24,10 @@ cosignature to its success line; the quorum time is the witnessed time. With
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
-import json
+import asyncio
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -47,6 +44,8 @@ from deplog.client.audit.offline import (
 )
 from deplog.client.errors import DeplogError, FormatError
 from deplog.client.files import write_atomic
+from deplog.client.follow.http import HttpLogSource
+from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
 from deplog.client.model import canonical
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
@@ -60,11 +59,6 @@ from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = ["ExportError", "export", "register"]
 
-HTTP_TIMEOUT: Final = 30.0
-PAGE_SIZE: Final = 1000
-"""Entries per request: the authority's ``/v1/entries`` limit."""
-MAX_PAGE_RESPONSE: Final = PAGE_SIZE * (4 * -(-MAX_ENTRY_BYTES // 3) + 4) + 4096
-"""A full page of maximal leaves in base64 JSON; anything longer is refused unread."""
 MAX_PROOF_FILE: Final = 64 * 1024
 MAX_KEY_FILE: Final = 4096
 
@@ -72,7 +66,11 @@ _Command = Callable[[argparse.Namespace], int]
 
 
 class ExportError(DeplogError):
-    """The authority's answers could not be exported as a verified copy of its log."""
+    """A URL export cannot use (``bad_url``), or leaves that miss the root (``root_mismatch``).
+
+    What the authority answers is checked by the log source, whose
+    ``FetchError`` codes export shares with the follower.
+    """
 
     code = "export_failed"
 
@@ -222,81 +220,56 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 # --- export ---------------------------------------------------------------------
 
 
-def _get(url: str, limit: int) -> bytes:
-    """GET ``url`` with a timeout, refusing bodies over ``limit`` bytes."""
-    try:
-        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as response:
-            body = bytes(response.read(limit + 1))
-    except urllib.error.HTTPError as err:
-        raise ExportError("http_error", f"the authority answered {err.code}") from None
-    except (urllib.error.URLError, OSError):
-        raise ExportError("unreachable", "cannot reach the authority") from None
-    if len(body) > limit:
-        raise ExportError("response_too_large", "the authority's answer is too large")
-    return body
-
-
-def _fetch_page(base: str, start: int, end: int) -> list[bytes]:
-    """Leaves ``start`` to ``end`` (excluded) from ``/v1/entries``, checked for shape."""
-    query = urllib.parse.urlencode({"start": start, "end": end})
-    body = _get(f"{base}/v1/entries?{query}", MAX_PAGE_RESPONSE)
-    try:
-        page = json.loads(body)
-    except ValueError:
-        raise ExportError("bad_response", "entries page is not JSON") from None
-    if not isinstance(page, dict) or page.get("start") != start:
-        raise ExportError("bad_response", "entries page does not answer the request")
-    items = page.get("entries")
-    if not isinstance(items, list) or not items:
-        raise ExportError("bad_response", "entries page does not answer the request")
-    if len(items) > end - start:
-        raise ExportError("bad_response", "entries page is longer than requested")
-    leaves: list[bytes] = []
-    for item in items:
-        try:
-            leaf = base64.b64decode(item, validate=True) if isinstance(item, str) else None
-        except binascii.Error:
-            leaf = None
-        if leaf is None or len(leaf) > MAX_ENTRY_BYTES:
-            raise ExportError("bad_response", "entry is not base64 of at most 65535 bytes")
-        leaves.append(leaf)
-    return leaves
-
-
 def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, bool]:
     """Copy the log at ``url`` into ``out/checkpoint`` and ``out/entries``.
 
-    Fetches the checkpoint, then its leaves in pages of 1000, and checks that
-    they hash to the checkpoint's root before anything is renamed into place.
-    With ``log_key`` the checkpoint's signature is verified too (returned flag
-    True); without, the copy is only self-consistent. ``entries`` is written
-    before ``checkpoint``, so an interrupted re-export never pairs a new
-    checkpoint with old entries (a replay would fail, not pass, on old ones).
+    Reads it through ``HttpLogSource``, the follower's source, so every answer
+    has the same bounds and checks (``FetchError``: ``fetch_failed``,
+    ``response_too_large``, ``bad_response``). Fetches the checkpoint, then its
+    leaves a page at a time, streamed into the bundle as they arrive, and
+    checks that they hash to the checkpoint's root before anything is renamed
+    into place (``root_mismatch``). With ``log_key`` the checkpoint's signature
+    is verified too (returned flag True); without, the copy is only
+    self-consistent. ``entries`` is written before ``checkpoint``, so an
+    interrupted re-export never pairs a new checkpoint with old entries (a
+    replay would fail, not pass, on old ones). Runs its own event loop: call
+    it from synchronous code.
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ExportError("bad_url", "the authority URL must be http or https")
-    base = url.rstrip("/")
-    note = _get(f"{base}/checkpoint", MAX_NOTE_SIZE)
-    if log_key is not None:
-        checkpoint = audit_checkpoint(note, log_key)
-    else:
-        checkpoint = Checkpoint.from_text(parse_note(note)[0])
-
-    def leaves() -> Iterator[bytes]:
-        frontier = TreeFrontier()
-        while frontier.size < checkpoint.size:
-            end = min(frontier.size + PAGE_SIZE, checkpoint.size)
-            for leaf in _fetch_page(base, frontier.size, end):
-                frontier.append(leaf_hash(leaf))
-                yield leaf
-        if frontier.root() != checkpoint.root_hash:
-            raise ExportError("root_mismatch", "the entries do not hash to the checkpoint root")
-
-    out.mkdir(parents=True, exist_ok=True)
-    write_entries(out / "entries", leaves())
-    write_atomic(out / "checkpoint", [note])
+    with asyncio.Runner() as runner:
+        source = HttpLogSource(url)
+        try:
+            note = runner.run(source.checkpoint())
+            if log_key is not None:
+                checkpoint = audit_checkpoint(note, log_key)
+            else:
+                checkpoint = Checkpoint.from_text(parse_note(note)[0])
+            out.mkdir(parents=True, exist_ok=True)
+            write_entries(out / "entries", _leaves_under(checkpoint, source, runner))
+            write_atomic(out / "checkpoint", [note])
+        finally:
+            runner.run(source.close())
     return checkpoint, log_key is not None
+
+
+def _leaves_under(
+    checkpoint: Checkpoint, source: LogSource, runner: asyncio.Runner
+) -> Iterator[bytes]:
+    """Every leaf of ``checkpoint``'s tree, then ``root_mismatch`` unless they hash to its root.
+
+    A page is fetched only once the bundle writer has taken the last one, so
+    memory holds one page whatever the log's size.
+    """
+    frontier = TreeFrontier()
+    while frontier.size < checkpoint.size:
+        end = min(frontier.size + PAGE_SIZE, checkpoint.size)
+        for leaf in runner.run(fetch_page(source, frontier.size, end)):
+            frontier.append(leaf_hash(leaf))
+            yield leaf
+    if frontier.root() != checkpoint.root_hash:
+        raise ExportError("root_mismatch", "the entries do not hash to the checkpoint root")
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

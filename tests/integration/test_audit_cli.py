@@ -2,28 +2,33 @@
 
 from __future__ import annotations
 
-import base64
-import http.server
+import asyncio
 import json
 import subprocess
 import sys
-import threading
-import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from deplog.client.audit.bundle import read_entries
 from deplog.client.cli.audit import ExportError, export
+from deplog.client.follow.http import MAX_PAGE_BYTES
+from deplog.client.follow.source import FetchError
 from deplog.client.model.entries import NoticeEntry, encode_entry
-from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
+from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.keyfile import key_file_name
-from deplog.client.tlog.note import Signer
-from deplog.client.tlog.proofs import leaf_hash, root_from_leaf_hashes
+from deplog.client.tlog.note import Signer, Verifier
 from tests.integration.harness import ORIGIN, AuthorityProcess, make_envelope
+from tests.integration.scripted_authority import (
+    Raw,
+    ScriptedAuthority,
+    running,
+    signed_log,
+    unreachable_url,
+)
 
 
 def deplog(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -224,75 +229,95 @@ def test_export_with_the_wrong_log_key_writes_nothing(
     assert not (tmp_path / "out" / "checkpoint").exists()
 
 
-# --- export paging, against a stub that serves arbitrary leaves ---------------------
+def test_export_failures_are_printed_with_the_followers_codes(tmp_path: Path) -> None:
+    exported = deplog("export", unreachable_url(), "--out", tmp_path / "out", cwd=tmp_path)
+    assert exported.returncode == 1
+    assert exported.stderr.startswith("deplog export: fetch_failed")
+    assert not (tmp_path / "out").exists()
 
 
-@dataclass
-class StubLog:
-    """An authority stand-in: a signed checkpoint over ``leaves``, served 1000 at a time."""
+def test_export_refuses_a_url_that_is_not_http(tmp_path: Path) -> None:
+    with pytest.raises(ExportError) as caught:
+        export("file:///etc", tmp_path, None)
+    assert caught.value.code == "bad_url"
+    assert list(tmp_path.iterdir()) == []
 
-    signer: Signer
-    leaves: list[bytes]
-    served: list[bytes] = field(default_factory=list)
-    requests: list[tuple[int, int]] = field(default_factory=list)
-    url: str = ""
 
-    @property
-    def note(self) -> bytes:
-        root = root_from_leaf_hashes([leaf_hash(leaf) for leaf in self.leaves])
-        return sign_checkpoint(Checkpoint(ORIGIN, len(self.leaves), root), self.signer)
+# --- export paging and refusals, against a scripted authority serving chosen leaves --------
+
+LEAVES = [f"leaf {i}".encode() for i in range(2345)]
 
 
 @pytest.fixture
-def stub() -> Iterator[StubLog]:
-    log = StubLog(Signer.generate(ORIGIN), [f"leaf {i}".encode() for i in range(2345)])
-    log.served = list(log.leaves)
-    note = log.note
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            if url.path == "/checkpoint":
-                return self.reply(note)
-            query = {k: int(v[0]) for k, v in urllib.parse.parse_qs(url.query).items()}
-            start, end = query["start"], query["end"]
-            log.requests.append((start, end))
-            if end - start > 1000 or end > len(log.leaves):
-                self.send_error(400)
-                return None
-            page = [base64.b64encode(leaf).decode() for leaf in log.served[start:end]]
-            return self.reply(json.dumps({"start": start, "entries": page}).encode())
-
-        def reply(self, body: bytes) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    log.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield log
-    server.shutdown()
-    server.server_close()
-    thread.join()
+def log_signer() -> Signer:
+    return Signer.generate(ORIGIN)
 
 
-def test_export_fetches_every_leaf_in_pages_of_1000(stub: StubLog, tmp_path: Path) -> None:
-    checkpoint, verified = export(stub.url, tmp_path, stub.signer.verifier())
+@pytest.fixture
+async def stub(log_signer: Signer) -> AsyncIterator[ScriptedAuthority]:
+    """A signed log of 2345 short leaves, served as the authority serves them."""
+    async with running(ScriptedAuthority(signed_log(log_signer, LEAVES))) as authority:
+        yield authority
+
+
+async def export_from(
+    url: str, out: Path, log_key: Verifier | None = None
+) -> tuple[Checkpoint, bool]:
+    """``export`` in a worker thread: it runs its own event loop, the server runs in ours."""
+    return await asyncio.to_thread(export, url, out, log_key)
+
+
+async def test_export_fetches_every_leaf_in_pages_of_1000(
+    stub: ScriptedAuthority, log_signer: Signer, tmp_path: Path
+) -> None:
+    checkpoint, verified = await export_from(stub.url, tmp_path, log_signer.verifier())
     assert (checkpoint.size, verified) == (2345, True)
-    assert stub.requests == [(0, 1000), (1000, 2000), (2000, 2345)]
-    assert list(read_entries(tmp_path / "entries")) == stub.leaves
-    assert (tmp_path / "checkpoint").read_bytes() == stub.note
+    assert stub.ranges == [(0, 1000), (1000, 2000), (2000, 2345)]
+    assert list(read_entries(tmp_path / "entries")) == LEAVES
+    assert stub.source is not None
+    assert (tmp_path / "checkpoint").read_bytes() == await stub.source.checkpoint()
 
 
-def test_export_refuses_leaves_that_miss_the_checkpoint_root(stub: StubLog, tmp_path: Path) -> None:
-    stub.served[1500] = b"substituted"
+async def test_export_refuses_leaves_that_miss_the_checkpoint_root(
+    stub: ScriptedAuthority, tmp_path: Path
+) -> None:
+    stub.rewrite_page = lambda start, leaves: [
+        b"substituted" if i == 1500 else leaf for i, leaf in enumerate(leaves, start)
+    ]
     with pytest.raises(ExportError) as caught:
-        export(stub.url, tmp_path, None)
+        await export_from(stub.url, tmp_path)
     assert caught.value.code == "root_mismatch"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("route", "response", "code"),
+    [
+        ("/checkpoint", Raw(b"", status=503), "fetch_failed"),
+        ("/v1/entries", Raw(b"{}", status=500), "fetch_failed"),
+        ("/v1/entries", Raw(b"{", declared_length=MAX_PAGE_BYTES + 1), "response_too_large"),
+        ("/v1/entries", Raw(b'{"start": 0, "entries": []}'), "bad_response"),
+        ("/v1/entries", Raw(b'{"start": 0, "entries": ["YR=="]}'), "bad_response"),
+    ],
+    ids=["checkpoint-503", "entries-500", "huge-page", "empty-page", "noncanonical-base64"],
+)
+async def test_export_refuses_what_the_follower_refuses_and_writes_nothing(
+    stub: ScriptedAuthority, tmp_path: Path, route: str, response: Raw, code: str
+) -> None:
+    stub.raw[route] = response
+    with pytest.raises(FetchError) as caught:
+        await export_from(stub.url, tmp_path)
+    assert caught.value.code == code
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_export_stopped_by_a_bad_page_after_good_ones_renames_nothing(
+    stub: ScriptedAuthority, tmp_path: Path
+) -> None:
+    """The first 1000 leaves were streamed into a temporary bundle, which is removed."""
+    stub.rewrite_page = lambda start, leaves: [] if start == 1000 else leaves
+    with pytest.raises(FetchError) as caught:
+        await export_from(stub.url, tmp_path)
+    assert caught.value.code == "bad_response"
+    assert stub.ranges == [(0, 1000), (1000, 2000)]
     assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,202 @@
+"""The authority's HTTP API as a ``LogSource``: every response bound and wire check, once.
+
+The follower and ``deplog export`` both read a log through ``HttpLogSource``,
+so both hold a server to the same rules, each refusal a ``FetchError``:
+
+1. Every request has a total timeout (``DEFAULT_TIMEOUT`` unless given): a
+   server that stalls or trickles is ``fetch_failed``, as is any status but
+   200 and any connection failure.
+2. Every body is read against a bound, checked on its Content-Length and again
+   while it streams (a chunked body declares none): checkpoint 1 MiB, proof
+   64 KiB, entries page 128 MiB, one pushed event 1 MiB. A body past its bound
+   is ``response_too_large`` and is not read further.
+3. JSON is parsed strictly (``client.model.canonical.loads``: bounded depth, no
+   duplicate keys, no floats). A proof must parse as a ``ConsistencyProof``;
+   an entries page must be an object whose ``start`` is the index asked for
+   and whose ``entries`` are canonical base64 strings (RFC 4648 section 4).
+   Anything else is ``bad_response``. The page's length and each entry's size
+   are ``fetch_page``'s checks (``client.follow.source`` rule 2), which hold
+   for every source.
+4. Entries are asked for at most ``PAGE_SIZE`` at a time, the authority's
+   limit: a wider range is answered with its first page, and the caller pages.
+5. ``checkpoints`` reads the Server-Sent Events stream: each event's ``data:``
+   lines make one note; a line or an event over 1 MiB ends the stream with
+   ``response_too_large``, and 60 s without a byte (the authority sends a
+   keep-alive every 15 s) with ``fetch_failed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import aiohttp
+from aiohttp.http_exceptions import LineTooLong
+
+from deplog.client.errors import DeplogError
+from deplog.client.follow.source import PAGE_SIZE, FetchError
+from deplog.client.model import canonical
+from deplog.client.model.canonical import JSONFormatError
+from deplog.client.tlog.note import MAX_NOTE_SIZE, decode_base64
+from deplog.client.tlog.proofs import ConsistencyProof
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "MAX_CHECKPOINT_BYTES",
+    "MAX_EVENT_BYTES",
+    "MAX_PAGE_BYTES",
+    "MAX_PROOF_BYTES",
+    "PUSH_READ_TIMEOUT",
+    "HttpLogSource",
+]
+
+DEFAULT_TIMEOUT: Final = 10.0
+"""Seconds one request may take, from connecting to the last byte of its body."""
+MAX_CHECKPOINT_BYTES: Final = MAX_NOTE_SIZE
+"""A checkpoint is a signed note, and no note may be longer."""
+MAX_PROOF_BYTES: Final = 64 * 1024
+"""A proof of at most 64 hashes in base64 JSON is under 4 KiB; the bound leaves room."""
+MAX_PAGE_BYTES: Final = 128 * 1024 * 1024
+"""Above the largest honest page: 1000 entries of 65535 bytes in base64 JSON (about 83 MiB)."""
+MAX_EVENT_BYTES: Final = MAX_CHECKPOINT_BYTES
+"""A pushed event carries one checkpoint note."""
+PUSH_READ_TIMEOUT: Final = 60.0
+"""Seconds of silence after which the checkpoint stream counts as lost."""
+
+_MAX_JSON_DEPTH: Final = 4
+_CHUNK: Final = 64 * 1024
+
+
+class HttpLogSource:
+    """A log read over the authority's HTTP API, with rules 1 to 5.
+
+    Without ``session`` it opens its own on first use and ``close`` ends it;
+    a session passed in belongs to the caller, who closes it.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session = session
+        self._own_session = session is None
+
+    async def __aenter__(self) -> HttpLogSource:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._own_session and self._session is not None:
+            await self._session.close()
+        self._session = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self.timeout)
+        return self._session
+
+    async def checkpoint(self) -> bytes:
+        return await self._get("/checkpoint", {}, MAX_CHECKPOINT_BYTES)
+
+    async def consistency(self, old: int, new: int) -> ConsistencyProof:
+        body = await self._get_json(
+            "/v1/proofs/consistency", {"old": old, "new": new}, MAX_PROOF_BYTES
+        )
+        try:
+            return ConsistencyProof.from_json(body)
+        except DeplogError:
+            raise FetchError("bad_response", "malformed consistency proof") from None
+
+    async def entries(self, start: int, end: int) -> list[bytes]:
+        end = min(end, start + PAGE_SIZE)
+        page = await self._get_json("/v1/entries", {"start": start, "end": end}, MAX_PAGE_BYTES)
+        first = page.get("start") if isinstance(page, dict) else None
+        if isinstance(first, bool) or first != start:
+            raise FetchError("bad_response", "entries page starts elsewhere")
+        items = page.get("entries")
+        if not isinstance(items, list):
+            raise FetchError("bad_response", "entries page has no list of entries")
+        leaves = []
+        for item in items:
+            leaf = decode_base64(item) if isinstance(item, str) else None
+            if leaf is None:
+                raise FetchError("bad_response", "entry is not canonical base64")
+            leaves.append(leaf)
+        return leaves
+
+    async def checkpoints(self) -> AsyncIterator[bytes]:
+        """The notes of ``/v1/checkpoints/stream`` as they arrive (rule 5)."""
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.timeout.total, sock_read=PUSH_READ_TIMEOUT
+        )
+        try:
+            async with self._http().get(
+                self.url + "/v1/checkpoints/stream", timeout=timeout
+            ) as response:
+                if response.status != 200:
+                    raise FetchError("fetch_failed", f"HTTP {response.status}")
+                async for note in _sse_data(response.content):
+                    yield note
+        except (aiohttp.ClientError, TimeoutError):
+            raise FetchError("fetch_failed", "checkpoint stream lost") from None
+
+    async def _get(self, path: str, query: dict[str, int], limit: int) -> bytes:
+        """The body of a 200 answer to GET ``path``, read up to ``limit`` bytes (rules 1, 2)."""
+        try:
+            async with self._http().get(
+                self.url + path, params=query, timeout=self.timeout
+            ) as response:
+                if response.status != 200:
+                    raise FetchError("fetch_failed", f"HTTP {response.status}")
+                if (response.content_length or 0) > limit:
+                    raise FetchError("response_too_large", "response exceeds its bound")
+                body = bytearray()
+                async for chunk in response.content.iter_chunked(_CHUNK):
+                    body += chunk
+                    if len(body) > limit:
+                        raise FetchError("response_too_large", "response exceeds its bound")
+                return bytes(body)
+        except (aiohttp.ClientError, TimeoutError):
+            raise FetchError("fetch_failed", "authority unreachable") from None
+
+    async def _get_json(self, path: str, query: dict[str, int], limit: int) -> Any:
+        """A JSON answer, parsed strictly (rule 3)."""
+        try:
+            return canonical.loads(await self._get(path, query, limit), max_depth=_MAX_JSON_DEPTH)
+        except JSONFormatError:
+            raise FetchError("bad_response", "response is not the expected JSON") from None
+
+
+async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """The data of each Server-Sent Event in ``content``, a line and an event at a time.
+
+    Only ``data:`` fields count (``event:`` names and ``:`` comments such as
+    keep-alives are skipped); a blank line ends an event, and its data lines
+    joined by newlines, plus the note's final newline, are yielded.
+    """
+    data: list[str] = []
+    size = 0
+    while True:
+        try:
+            line = await content.readline(max_line_length=MAX_EVENT_BYTES)
+        except LineTooLong:
+            raise FetchError("response_too_large", "pushed event is too large") from None
+        if not line:
+            return
+        text = line.decode("utf-8", "replace").rstrip("\r\n")
+        if text.startswith("data:"):
+            data.append(text[5:].removeprefix(" "))
+            size += len(line)
+            if size > MAX_EVENT_BYTES:
+                raise FetchError("response_too_large", "pushed event is too large")
+        elif not text:
+            if data:
+                yield ("\n".join(data) + "\n").encode("utf-8")
+            data, size = [], 0

@@ -1,0 +1,166 @@
+"""Where a log is read from, and the one sequence of steps that reads it into the trust state.
+
+A ``LogSource`` answers three questions about one log: its latest checkpoint,
+a consistency proof between two tree sizes, and the leaves in a range. Every
+way of reading a log (the authority's HTTP API in ``client.follow.http``,
+tiles, a file, a test double) is one implementation. The rules:
+
+1. A source is untrusted, whatever its transport. It promises the *shape* of
+   its answers (note bytes, a ``ConsistencyProof``, leaf bytes) and nothing
+   about their truth: signatures, rollbacks, forks, proofs, entries and roots
+   are checked by ``client.follow.trust`` before anything is kept, so a source
+   that lies is caught there, never trusted here.
+2. ``entries(start, end)`` answers a non-empty prefix of ``[start, end)`` (a
+   server's page limit, a tile boundary); the caller asks again from where it
+   ended. Callers read entries through ``fetch_page``, which holds every
+   source to that: an empty page, a page longer than asked or a leaf over
+   ``MAX_ENTRY_BYTES`` is ``FetchError`` ``bad_response``, so a broken or
+   hostile source can neither stall a sync nor stretch a page past its bound.
+3. A source that cannot answer raises ``FetchError``: ``fetch_failed`` (not
+   reachable, refused, no such range), ``response_too_large`` or
+   ``bad_response`` (an answer it would not read or could not decode). Codes
+   and messages are value-free.
+
+``sync_step`` is the one sequence of a verified step (checkpoint, trust policy,
+consistency, pages of entries, finish). The follower and the tests' local log
+both step through it, so the order in which untrusted answers meet the checks
+is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Final, Protocol, runtime_checkable
+
+from deplog.client.errors import DeplogError
+from deplog.client.follow.trust import Advanced, TrustedState
+from deplog.client.model.entries import MAX_ENTRY_BYTES
+from deplog.client.tlog.proofs import ConsistencyProof, ProofError, consistency_path, leaf_hash
+
+__all__ = [
+    "PAGE_SIZE",
+    "CheckpointStream",
+    "FetchError",
+    "LogSource",
+    "MemoryLogSource",
+    "fetch_page",
+    "sync_step",
+]
+
+PAGE_SIZE: Final = 1000
+"""The most entries asked for at once: the authority's ``/v1/entries`` limit."""
+
+
+class FetchError(DeplogError):
+    """The authority could not be reached or answered something unusable."""
+
+    code = "fetch_failed"
+
+
+class LogSource(Protocol):
+    """One log, read from somewhere untrusted (rules 1 to 3)."""
+
+    async def checkpoint(self) -> bytes:
+        """The latest checkpoint note as served, signatures included; not yet verified."""
+        ...
+
+    async def consistency(self, old: int, new: int) -> ConsistencyProof:
+        """A consistency proof from size ``old`` to size ``new`` as served; it may be
+        for other sizes or simply wrong (the trust state finds out which)."""
+        ...
+
+    async def entries(self, start: int, end: int) -> Sequence[bytes]:
+        """Leaves from index ``start`` on: a non-empty prefix of ``[start, end)`` as served."""
+        ...
+
+
+@runtime_checkable
+class CheckpointStream(Protocol):
+    """A source that also announces checkpoints as the log publishes them."""
+
+    def checkpoints(self) -> AsyncIterator[bytes]:
+        """Each announced checkpoint note, until the stream ends (``FetchError`` if it
+        breaks). An announcement is a hint: it is verified like any fetched note."""
+        ...
+
+
+class MemoryLogSource:
+    """A log held in memory: a checkpoint note and the leaves it is said to cover.
+
+    Proofs are computed from the leaves by the RFC 9162 reference functions of
+    ``client.tlog.proofs``. Nothing ties the note to the leaves: built from an
+    honest signed note it is an honest log, built from any other it is a log
+    that lies, and only the trust state may tell the two apart (rule 1). Each
+    answer holds at most ``page_size`` leaves, so callers page as over HTTP. A
+    range or proof outside the leaves is ``fetch_failed``, as a server's 400
+    would be.
+    """
+
+    def __init__(self, note: bytes, leaves: Iterable[bytes], *, page_size: int = PAGE_SIZE) -> None:
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        self.note = note
+        self.leaves = tuple(leaves)
+        self.page_size = page_size
+        self._hashes = tuple(leaf_hash(leaf) for leaf in self.leaves)
+
+    async def checkpoint(self) -> bytes:
+        return self.note
+
+    async def consistency(self, old: int, new: int) -> ConsistencyProof:
+        try:
+            return ConsistencyProof(old, new, tuple(consistency_path(self._hashes, old, new)))
+        except ProofError:
+            raise FetchError("fetch_failed", "no proof between those sizes") from None
+
+    async def entries(self, start: int, end: int) -> Sequence[bytes]:
+        if not 0 <= start < end <= len(self.leaves):
+            raise FetchError("fetch_failed", "no entries in that range")
+        return self.leaves[start : min(end, start + self.page_size)]
+
+
+async def fetch_page(source: LogSource, start: int, end: int) -> Sequence[bytes]:
+    """The next leaves of ``[start, end)`` from ``source``, refused unless it kept rule 2."""
+    leaves = await source.entries(start, end)
+    if not leaves:
+        raise FetchError("bad_response", "entries page is empty")
+    if len(leaves) > end - start:
+        raise FetchError("bad_response", "entries page is longer than asked")
+    if any(len(leaf) > MAX_ENTRY_BYTES for leaf in leaves):
+        raise FetchError("bad_response", "entry is over 65535 bytes")
+    return leaves
+
+
+async def sync_step(
+    source: LogSource,
+    trusted: TrustedState,
+    note: bytes | None = None,
+    *,
+    page_size: int = PAGE_SIZE,
+) -> Advanced | None:
+    """One verified step of ``trusted`` to the source's latest checkpoint, or to ``note``.
+
+    ``note`` is a checkpoint the caller already holds (one pushed to it). The
+    steps: the trust policy accepts the checkpoint and it does not go back; at
+    the trusted size it is only seen current again (``refresh``, and None is
+    returned); above it, the source's consistency proof must verify, then the
+    new entries are verified page by page (at most ``page_size`` leaves in
+    memory) and the advance commits only if they rebuild the checkpoint's
+    tree. Returns what the advance changed. Any refusal (a ``TrustError`` from
+    a check, a ``FetchError`` from the source) leaves the state where it was.
+    """
+    if page_size < 1:
+        raise ValueError("page_size must be at least 1")
+    if note is None:
+        note = await source.checkpoint()
+    candidate = trusted.check_checkpoint(note)
+    old, new = trusted.state.size, candidate.checkpoint.size
+    if new == old and trusted.state.trusted is not None:
+        trusted.refresh(candidate)
+        return None
+    trusted.check_consistency(candidate, await source.consistency(old, new))
+    with trusted.advance(candidate) as session:
+        while session.next_index < new:
+            start = session.next_index
+            session.add(await fetch_page(source, start, min(new, start + page_size)))
+        return session.finish()
