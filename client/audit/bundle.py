@@ -1,11 +1,11 @@
 """Export files: every leaf of a log, in order, as one C2SP tlog-tiles entry bundle.
 
-The encoding is the one tlog-tiles v0.1.0 gives entry bundles ("Log entries"):
-each entry is a big-endian uint16 length followed by that many bytes. One file
-holds the whole log instead of 256-entry tiles, so an auditor can replay it
-with a single sequential read; cutting it into tiles is a matter of counting.
-The uint16 prefix is why no leaf may exceed 65535 bytes
-(:data:`client.entries.MAX_ENTRY_BYTES`).
+The encoding is the one tlog-tiles v0.1.0 gives entry bundles ("Log entries"),
+and :mod:`client.tlog.tiles` owns its codec: each entry is a big-endian uint16
+length followed by that many bytes. One file holds the whole log instead of
+256-entry tiles, so an auditor can replay it with a single sequential read;
+cutting it into tiles is a matter of counting. The uint16 prefix is why no leaf
+may exceed 65535 bytes (:data:`client.entries.MAX_ENTRY_BYTES`).
 
 Reading streams one entry at a time, so memory stays bounded by the largest
 entry whatever the file's size. A file that ends inside a length prefix or an
@@ -21,8 +21,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
-from deplog.client.errors import FormatError
 from deplog.client.files import write_atomic
+from deplog.client.tlog.tiles import (
+    MAX_ENTRY_SIZE,
+    BundleFormatError,
+    decode_entries,
+    encode_entries,
+)
 
 __all__ = [
     "MAX_BUNDLE_ENTRY",
@@ -31,21 +36,10 @@ __all__ = [
     "write_entries",
 ]
 
-MAX_BUNDLE_ENTRY: Final = 0xFFFF
+MAX_BUNDLE_ENTRY: Final = MAX_ENTRY_SIZE
 """Longest entry a uint16 length prefix can describe."""
 
-_PREFIX: Final = 2
 _BUFFER: Final = 1 << 16
-
-
-class BundleFormatError(FormatError):
-    """A bundle that does not decode, or an entry that cannot be encoded; ``index`` says where."""
-
-    code = "malformed_bundle"
-
-    def __init__(self, index: int, message: str, code: str | None = None) -> None:
-        super().__init__(code, message)
-        self.index = index
 
 
 def write_entries(path: Path, leaves: Iterable[bytes]) -> int:
@@ -59,11 +53,8 @@ def write_entries(path: Path, leaves: Iterable[bytes]) -> int:
 
     def encoded() -> Iterator[bytes]:
         nonlocal count
-        for leaf in leaves:
-            if len(leaf) > MAX_BUNDLE_ENTRY:
-                raise BundleFormatError(count, "entry is over 65535 bytes", "entry_too_large")
-            yield len(leaf).to_bytes(_PREFIX, "big")
-            yield bytes(leaf)
+        for entry in encode_entries(leaves):
+            yield entry
             count += 1
 
     write_atomic(path, encoded())
@@ -78,16 +69,4 @@ def read_entries(path: Path) -> Iterator[bytes]:
     bytes are cut short; every entry before it has been yielded already.
     """
     with open(path, "rb", buffering=_BUFFER) as src:
-        index = 0
-        while True:
-            prefix = src.read(_PREFIX)
-            if not prefix:
-                return
-            if len(prefix) < _PREFIX:
-                raise BundleFormatError(index, f"bundle ends inside the length of entry {index}")
-            length = int.from_bytes(prefix, "big")
-            data = src.read(length)
-            if len(data) < length:
-                raise BundleFormatError(index, f"bundle ends inside entry {index}")
-            yield data
-            index += 1
+        yield from decode_entries(src.read)

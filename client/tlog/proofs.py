@@ -7,7 +7,10 @@ count from 0.
 
 Generation (:func:`inclusion_path`, :func:`consistency_path`) is the RFC's
 recursive definition, written for clarity, not speed: the authority and the
-offline auditor use it, and the tests compare the verifiers against it.
+offline auditor use it, and the tests compare the verifiers against it. The
+recursion yields leaf ranges (:func:`inclusion_ranges`,
+:func:`consistency_ranges`), hashed here over leaf hashes and by
+:mod:`client.tlog.tiles` over tiles, so both read the RFC the same way.
 Verification (:func:`verify_inclusion`, :func:`verify_consistency`) follows the
 iterative algorithms of sections 2.1.3.2 and 2.1.4.2 and raises
 :class:`ProofError` on any failure. A proof never establishes a tree size on
@@ -35,7 +38,9 @@ __all__ = [
     "ProofFormatError",
     "TreeFrontier",
     "consistency_path",
+    "consistency_ranges",
     "inclusion_path",
+    "inclusion_ranges",
     "leaf_hash",
     "node_hash",
     "root_from_leaf_hashes",
@@ -149,17 +154,28 @@ def _check_generation_range(hashes: Sequence[bytes], size: int) -> None:
 def inclusion_path(hashes: Sequence[bytes], index: int, size: int) -> list[bytes]:
     """PATH(index, D[0:size]) of RFC 9162 section 2.1.3.1, from the leaf's sibling up."""
     _check_generation_range(hashes, size)
+    return [_mth(hashes, lo, hi) for lo, hi in inclusion_ranges(index, size)]
+
+
+def inclusion_ranges(index: int, size: int) -> list[tuple[int, int]]:
+    """The leaf ranges ``(lo, hi)`` whose MTH(D[lo:hi]) make up PATH(index, D[0:size]).
+
+    The shape of a proof, apart from any hashes: :func:`inclusion_path` hashes
+    the ranges over leaf hashes, a tiles reader over tiles. Every range is a
+    node of the RFC's recursion, so ``lo`` is a multiple of the largest power
+    of two not above ``hi - lo``.
+    """
     if not 0 <= index < size:
         raise ProofError("bad_proof_request", "leaf index outside the tree")
 
-    def path(m: int, lo: int, hi: int) -> list[bytes]:
+    def path(m: int, lo: int, hi: int) -> list[tuple[int, int]]:
         n = hi - lo
         if n == 1:
             return []
         k = _split(n)
         if m < k:
-            return [*path(m, lo, lo + k), _mth(hashes, lo + k, hi)]
-        return [*path(m - k, lo + k, hi), _mth(hashes, lo, lo + k)]
+            return [*path(m, lo, lo + k), (lo + k, hi)]
+        return [*path(m - k, lo + k, hi), (lo, lo + k)]
 
     return path(index, 0, size)
 
@@ -171,19 +187,27 @@ def consistency_path(hashes: Sequence[bytes], old_size: int, new_size: int) -> l
     between equal sizes the proof is empty.
     """
     _check_generation_range(hashes, new_size)
+    return [_mth(hashes, lo, hi) for lo, hi in consistency_ranges(old_size, new_size)]
+
+
+def consistency_ranges(old_size: int, new_size: int) -> list[tuple[int, int]]:
+    """The leaf ranges ``(lo, hi)`` whose MTH(D[lo:hi]) make up PROOF(old_size, D[0:new_size]).
+
+    The counterpart of :func:`inclusion_ranges` for :func:`consistency_path`.
+    """
     if not 0 <= old_size <= new_size:
         raise ProofError("bad_proof_request", "old size exceeds new size")
     if old_size in (0, new_size):
         return []
 
-    def subproof(m: int, lo: int, hi: int, complete: bool) -> list[bytes]:
+    def subproof(m: int, lo: int, hi: int, complete: bool) -> list[tuple[int, int]]:
         n = hi - lo
         if m == n:
-            return [] if complete else [_mth(hashes, lo, hi)]
+            return [] if complete else [(lo, hi)]
         k = _split(n)
         if m <= k:
-            return [*subproof(m, lo, lo + k, complete), _mth(hashes, lo + k, hi)]
-        return [*subproof(m - k, lo + k, hi, False), _mth(hashes, lo, lo + k)]
+            return [*subproof(m, lo, lo + k, complete), (lo + k, hi)]
+        return [*subproof(m - k, lo + k, hi, False), (lo, lo + k)]
 
     return subproof(old_size, 0, new_size, True)
 
