@@ -7,7 +7,6 @@ same verified steps as ``client.follower.Follower.sync``.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,25 +14,9 @@ from deplog.authority.log import Log
 from deplog.client.follow.trust import Advanced, TrustedState
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof
-from tests.integration.harness import make_envelope
-from tests.model_builders import register_statement
+from tests.builders import make_envelope, register
 
 ORIGIN = "local.deplog.example/log"
-
-
-def register(log: Log, publisher: Signer, namespace: str = "org.acme") -> int:
-    """Append the registration of ``publisher`` (one key, one namespace); returns its index."""
-    return log.append_publisher(register_statement(publisher.name, (namespace,), (publisher,)))
-
-
-class Clock:
-    """A settable clock (POSIX seconds), starting now."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class LocalLog:

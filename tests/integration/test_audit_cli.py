@@ -18,12 +18,10 @@ import pytest
 
 from deplog.client.audit.bundle import read_entries
 from deplog.client.cli.audit import ExportError, export
-from deplog.client.model.entries import NoticeEntry, encode_entry
-from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.keyfile import key_file_name
 from deplog.client.tlog.note import Signer
-from deplog.client.tlog.proofs import leaf_hash, root_from_leaf_hashes
-from tests.integration.harness import ORIGIN, AuthorityProcess, make_envelope
+from tests.builders import make_envelope, notice_leaf, sign_tree
+from tests.integration.harness import ORIGIN, AuthorityProcess
 
 
 def deplog(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -197,7 +195,7 @@ def test_audit_receipt_refuses_another_leaf(
     published: Published, publisher: Signer, tmp_path: Path
 ) -> None:
     other = tmp_path / "other.leaf"
-    other.write_bytes(encode_entry(NoticeEntry(make_envelope(publisher, 2))))
+    other.write_bytes(notice_leaf(make_envelope(publisher, 2)))
     checked = deplog(
         "audit",
         "receipt",
@@ -239,8 +237,7 @@ class StubLog:
 
     @property
     def note(self) -> bytes:
-        root = root_from_leaf_hashes([leaf_hash(leaf) for leaf in self.leaves])
-        return sign_checkpoint(Checkpoint(ORIGIN, len(self.leaves), root), self.signer)
+        return sign_tree(self.signer, self.leaves)
 
 
 @pytest.fixture

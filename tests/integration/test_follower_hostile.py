@@ -54,8 +54,7 @@ from deplog.client.tlog.proofs import (
     leaf_hash,
     root_from_leaf_hashes,
 )
-from tests.integration.harness import make_envelope
-from tests.local_log import register
+from tests.builders import make_envelope, register
 
 ORIGIN = "hostile.deplog.example/log"
 TRUSTED_SIZE = 4
