@@ -10,13 +10,16 @@ delay gave both lower latency and higher throughput than 5 ms).
 
 A submission's future resolves only after its batch is committed and the
 checkpoint that includes it is signed and stored, so a 201 is durable.
+
+``stop`` drains: it refuses new submissions (``ShuttingDownError``), sequences
+everything already queued as usual, then closes the log, so no caller is ever
+left waiting on a submission that nobody will process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,6 +38,7 @@ __all__ = [
     "Receipted",
     "Sequencer",
     "SequencerLimits",
+    "ShuttingDownError",
 ]
 
 T = TypeVar("T")
@@ -45,6 +49,13 @@ class OverloadedError(DeplogError):
     """Too many submissions are waiting; the client should retry later."""
 
     code = "overloaded"
+    http_status = 503
+
+
+class ShuttingDownError(DeplogError):
+    """The sequencer is stopping and takes no new submissions; retry once it is back."""
+
+    code = "shutting_down"
     http_status = 503
 
 
@@ -76,6 +87,8 @@ class Receipted:
 Publish = Callable[[StoredCheckpoint], Awaitable[bytes]]
 """Publishes a checkpoint (witnessing it first) and returns the note receipts carry."""
 
+_Submission = tuple[Envelope, asyncio.Future[Receipted]]
+
 
 async def _publish_unwitnessed(checkpoint: StoredCheckpoint) -> bytes:
     return checkpoint.note
@@ -97,20 +110,31 @@ class Sequencer:
         self.limits = limits or SequencerLimits()
         self.publish = publish or _publish_unwitnessed
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sequencer")
-        self._queue: asyncio.Queue[tuple[Envelope, asyncio.Future[Receipted]]] = asyncio.Queue(
-            self.limits.max_pending
-        )
+        # ``None`` is stop's marker: everything queued before it is still sequenced.
+        self._queue: asyncio.Queue[_Submission | None] = asyncio.Queue(self.limits.max_pending)
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.batches = 0
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="sequencer")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        """Refuse new submissions, sequence every queued one, then close the log.
+
+        Queued submissions were accepted within ``max_pending`` and their callers
+        are waiting, so they get their receipts or refusals as usual (at most
+        ``max_pending / max_batch`` more commits) rather than an error; the batch
+        in progress is never cut short. A second call returns at once.
+        """
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._task is None:  # never started: still answer what was queued
+            await self.start()
+        assert self._task is not None
+        await self._queue.put(None)
+        await self._task
         await self.call(self.log.close)
         self._writer.shutdown(wait=True)
 
@@ -124,6 +148,8 @@ class Sequencer:
 
     async def submit(self, envelope: Envelope) -> Receipted:
         """Queue one envelope and wait until it is receipted or refused (raises)."""
+        if self._stopping:
+            raise ShuttingDownError()
         future: asyncio.Future[Receipted] = asyncio.get_running_loop().create_future()
         try:
             self._queue.put_nowait((envelope, future))
@@ -138,15 +164,24 @@ class Sequencer:
         return index
 
     async def _run(self) -> None:
-        while True:
-            batch = [await self._queue.get()]
+        """Sequence batches until stop's marker, which follows every earlier submission."""
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is None:
+                return
+            batch = [first]
             if self.limits.interval > 0 and self._queue.qsize() < self.limits.max_batch - 1:
                 await asyncio.sleep(self.limits.interval)
             while len(batch) < self.limits.max_batch and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+                queued = self._queue.get_nowait()
+                if queued is None:
+                    stopping = True
+                    break
+                batch.append(queued)
             await self._process(batch)
 
-    async def _process(self, batch: list[tuple[Envelope, asyncio.Future[Receipted]]]) -> None:
+    async def _process(self, batch: list[_Submission]) -> None:
         futures = [future for _, future in batch]
         try:
             results = await self.call(self.log.sequence, [envelope for envelope, _ in batch])

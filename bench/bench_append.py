@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import median, pct, start_minimal_server
 from deplog.client.model.notice import Envelope
 from deplog.client.tlog.note import Signer
-from tests.integration.harness import AuthorityProcess, make_envelope
+from tests.builders import make_envelope
+from tests.integration.harness import AuthorityProcess
 
 CONCURRENCY = (1, 10, 50, 100)
 HEADERS = {"Content-Type": "application/json"}

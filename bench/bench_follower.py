@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from deplog.authority.log import Log
 from deplog.client.follow.follower import Follower
 from deplog.client.tlog.note import Signer
-from tests.integration.harness import ORIGIN, AuthorityProcess, make_envelope
-from tests.local_log import register
+from tests.builders import make_envelope, register
+from tests.integration.harness import ORIGIN, AuthorityProcess
 
 BATCH = 1000
 TOOLS = 1000  # notices spread over this many tools, as in a real registry

@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_tree import build
 from bench.common import free_port, median, pct, wait_http
 from deplog.client.tlog.note import Signer
-from tests.integration.harness import AuthorityProcess, make_envelope
+from tests.builders import make_envelope
+from tests.integration.harness import AuthorityProcess
 
 REQUESTS = 1000
 

@@ -42,7 +42,8 @@ from bench.common import median, pct
 from deplog.client.cache.guard import Guard, Verdict
 from deplog.client.follow.follower import Follower, SyncResult
 from deplog.client.tlog.note import Signer
-from tests.integration.harness import AuthorityProcess, make_envelope
+from tests.builders import make_envelope
+from tests.integration.harness import AuthorityProcess
 
 TOOL = "tool:org.acme/search"
 HEADERS = {"Content-Type": "application/json"}

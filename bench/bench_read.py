@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import free_port, median, start_minimal_server, wait_http
 from deplog.client.tlog.note import Signer
-from tests.integration.harness import AuthorityProcess, make_envelope
+from tests.builders import make_envelope
+from tests.integration.harness import AuthorityProcess
 
 NGINX_CONF = """
 worker_processes 1;

@@ -34,8 +34,8 @@ from deplog.authority.witness.core import Witness, WitnessState
 from deplog.authority.witnessing import request_body
 from deplog.client.tlog.cosignature import cosigner
 from deplog.client.tlog.note import Signer
-from tests.integration.harness import AuthorityProcess, WitnessProcess, make_envelope
-from tests.local_log import register
+from tests.builders import make_envelope, register
+from tests.integration.harness import AuthorityProcess, WitnessProcess
 
 ORIGIN = "bench.deplog.example/log"
 

@@ -1,4 +1,5 @@
-"""Fixtures shared by the client-side tests: a real local log and a follower state fed by it."""
+"""Fixtures shared by the unit tests: real keys, a settable clock, a real local log and a
+follower state fed by it. The values they hold are built by ``tests/builders.py``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,35 @@ import pytest
 
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import TrustedState
+from deplog.client.model.notice import Envelope
+from deplog.client.tlog.note import Signer
+from tests.builders import Clock, make_notice
 from tests.local_log import ORIGIN, LocalLog
+
+
+@pytest.fixture(scope="session")
+def authority() -> Signer:
+    """The authority's log key, which signs publisher statements (under tests/integration,
+    ``authority`` is a running authority server instead)."""
+    return Signer.generate("log.example.org")
+
+
+@pytest.fixture(scope="session")
+def publisher_key() -> Signer:
+    """The publisher's signing key."""
+    return Signer.generate("example-key-1")
+
+
+@pytest.fixture
+def signed_envelope(publisher_key: Signer) -> Envelope:
+    """A valid deprecate notice signed by ``publisher_key``."""
+    return Envelope.sign(make_notice(), publisher_key)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A settable clock, starting now."""
+    return Clock()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ own verified step (``client.follow.source.sync_step``) over it, and
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,25 +19,9 @@ from deplog.client.follow.source import FetchError, MemoryLogSource, sync_step
 from deplog.client.follow.trust import Advanced, TrustedState
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof
-from tests.integration.harness import make_envelope
-from tests.model_builders import register_statement
+from tests.builders import make_envelope, register
 
 ORIGIN = "local.deplog.example/log"
-
-
-def register(log: Log, publisher: Signer, namespace: str = "org.acme") -> int:
-    """Append the registration of ``publisher`` (one key, one namespace); returns its index."""
-    return log.append_publisher(register_statement(publisher.name, (namespace,), (publisher,)))
-
-
-class Clock:
-    """A settable clock (POSIX seconds), starting now."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class InProcessLogSource:

@@ -28,39 +28,20 @@ from deplog.client.audit.offline import (
     replay,
 )
 from deplog.client.errors import DeplogError
-from deplog.client.model.entries import (
-    NoticeEntry,
-    PublisherStatement,
-    encode_entry,
-    sign_publisher_statement,
-)
-from deplog.client.model.notice import Envelope
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer, Verifier
-from deplog.client.tlog.proofs import ConsistencyProof, leaf_hash, root_from_leaf_hashes
-from tests.integration.harness import make_envelope
+from deplog.client.tlog.proofs import ConsistencyProof
+from tests.builders import (
+    make_envelope,
+    notice_leaf,
+    publisher_leaf,
+    publisher_statement,
+    register,
+    register_statement,
+    sign_tree,
+)
 
 ORIGIN = "audit.deplog.example/log"
-
-
-def statement(action: str, publisher: Signer, **fields: object) -> PublisherStatement:
-    return PublisherStatement.from_json(
-        {"action": action, "publisher": publisher.name, "issued_at": "2026-01-01T00:00:00Z"}
-        | fields
-    )
-
-
-def register(publisher: Signer) -> PublisherStatement:
-    return statement(
-        "register",
-        publisher,
-        namespaces=[f"org.{publisher.name}"],
-        keys=[publisher.verifier().vkey()],
-    )
-
-
-def notice_leaf(envelope: Envelope) -> bytes:
-    return encode_entry(NoticeEntry(envelope))
 
 
 @dataclass
@@ -84,11 +65,6 @@ class RealLog:
     def log_key(self) -> Verifier:
         return self.log_signer.verifier()
 
-    def resign(self, leaves: list[bytes]) -> bytes:
-        """What a malicious authority would publish for ``leaves``: a genuine signature."""
-        root = root_from_leaf_hashes([leaf_hash(leaf) for leaf in leaves])
-        return sign_checkpoint(Checkpoint(ORIGIN, len(leaves), root), self.log_signer)
-
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealLog]:
@@ -99,13 +75,13 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealLog]:
     )
     log = Log(tmp_path_factory.mktemp("log") / "log.db", log_signer, ORIGIN)
     try:
-        log.append_publisher(register(acme))
+        register(log, acme)
         first = log.sequence([make_envelope(acme, 1)])[0]
         log.sequence([make_envelope(acme, 2)])
         revoke = make_envelope(acme, 3, action="revoke", reasons=["critical_bug"])
         withdraw = make_envelope(acme, 4, action="withdraw", withdraws=1, affected=None)
         log.sequence([revoke, withdraw])
-        log.append_publisher(register(beta))
+        register(log, beta)
         published = log.publish()
         log.sequence([make_envelope(beta, 1)])
         assert log.published is not None and first.checkpoint is not None
@@ -204,14 +180,14 @@ def test_consistency_proof_with_a_wrong_hash_is_refused(real: RealLog) -> None:
 
 def test_fork_from_the_old_checkpoint_is_refused(real: RealLog) -> None:
     """A new checkpoint over a rewritten history has no valid proof from the old one."""
-    rewritten = real.resign([real.leaves[0], real.leaves[2], *real.leaves[2:]])
+    rewritten = sign_tree(real.log_signer, [real.leaves[0], real.leaves[2], *real.leaves[2:]])
     with pytest.raises(DeplogError) as caught:
         audit_consistency(real.checkpoints[2], rewritten, real.consistency[(2, 7)], real.log_key)
     assert caught.value.code == "bad_consistency_proof"
 
 
 def test_two_roots_signed_for_one_size_are_conflicting_checkpoints(real: RealLog) -> None:
-    other = real.resign([real.leaves[1], real.leaves[0]])
+    other = sign_tree(real.log_signer, [real.leaves[1], real.leaves[0]])
     empty = ConsistencyProof(2, 2, ())
     with pytest.raises(AuditError) as caught:
         audit_consistency(real.checkpoints[2], other, empty, real.log_key)
@@ -231,7 +207,7 @@ def test_honest_log_replays_with_its_counts(real: RealLog) -> None:
 
 
 def test_empty_log_replays(real: RealLog) -> None:
-    report = replay([], real.resign([]), real.log_key)
+    report = replay([], sign_tree(real.log_signer, []), real.log_key)
     assert (report.size, report.publishers, report.notices) == (0, (), {})
 
 
@@ -261,20 +237,20 @@ def test_non_canonical_leaf_is_a_malformed_entry(real: RealLog) -> None:
     """One entry has one leaf: re-encoding it (same JSON value) changes its hash."""
     leaves = list(real.leaves)
     leaves[1] = leaves[1].replace(b'{"notice":', b'{ "notice":', 1)
-    err = replay_error(leaves, real.resign(leaves), real.log_key)
+    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.cause, err.index) == ("malformed_entry", "noncanonical_entry", 1)
 
 
 def test_reordered_notices_break_the_sequence(real: RealLog) -> None:
     leaves = list(real.leaves)
     leaves[1], leaves[2] = leaves[2], leaves[1]
-    err = replay_error(leaves, real.resign(leaves), real.log_key)
+    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.index) == ("sequence_not_increasing", 2)
 
 
 def test_notice_moved_before_its_publisher_registration_is_unauthorized(real: RealLog) -> None:
     leaves = [real.leaves[1], real.leaves[0], *real.leaves[2:]]
-    err = replay_error(leaves, real.resign(leaves), real.log_key)
+    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.cause, err.index) == ("unauthorized_notice", "unknown_publisher", 0)
 
 
@@ -308,13 +284,13 @@ def test_notice_signed_by_an_unregistered_key_is_caught_by_authorization(real: R
     """The authority logged it anyway and signed the checkpoint: only the registry objects."""
     stranger = Signer.generate("acme")
     leaves = [*real.leaves, notice_leaf(make_envelope(stranger, 9))]
-    err = replay_error(leaves, real.resign(leaves), real.log_key)
+    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.cause, err.index) == ("unauthorized_notice", "unknown_key", 7)
 
 
 def test_notice_for_another_publishers_namespace_is_unauthorized(real: RealLog) -> None:
     leaves = [*real.leaves, notice_leaf(make_envelope(real.acme, 9, tool="tool:org.beta/search"))]
-    err = replay_error(leaves, real.resign(leaves), real.log_key)
+    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.cause, err.index) == (
         "unauthorized_notice",
         "namespace_not_authorized",
@@ -323,21 +299,24 @@ def test_notice_for_another_publishers_namespace_is_unauthorized(real: RealLog) 
 
 
 def test_key_revoked_earlier_in_the_log_cannot_sign_later_notices(real: RealLog) -> None:
-    revoke = statement("revoke_key", real.acme, keys=[real.acme.verifier().vkey()])
+    revoke = publisher_statement("revoke_key", real.acme.name, (real.acme,))
     leaves = [
         *real.leaves,
-        encode_entry(sign_publisher_statement(revoke, real.log_signer)),
+        publisher_leaf(revoke, real.log_signer),
         notice_leaf(make_envelope(real.acme, 9)),
     ]
-    err = replay_error(leaves, real.resign(leaves), real.log_key)
+    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.cause, err.index) == ("unauthorized_notice", "key_revoked", 8)
 
 
 def test_publisher_entry_signed_by_another_key_is_refused(real: RealLog) -> None:
     forger = Signer.generate(ORIGIN)
     mallory = Signer.generate("mallory")
-    leaves = [*real.leaves, encode_entry(sign_publisher_statement(register(mallory), forger))]
-    err = replay_error(leaves, real.resign(leaves), real.log_key)
+    leaves = [
+        *real.leaves,
+        publisher_leaf(register_statement("mallory", ("org.mallory",), (mallory,)), forger),
+    ]
+    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.cause, err.index) == (
         "bad_publisher_entry",
         "bad_authority_signature",
@@ -347,15 +326,17 @@ def test_publisher_entry_signed_by_another_key_is_refused(real: RealLog) -> None
 
 def test_publisher_entry_that_is_no_valid_transition_is_refused(real: RealLog) -> None:
     """Signed by the real key, but beta's namespace already belongs to beta."""
-    again = sign_publisher_statement(register(real.beta), real.log_signer)
-    leaves = [*real.leaves, encode_entry(again)]
-    err = replay_error(leaves, real.resign(leaves), real.log_key)
+    leaves = [
+        *real.leaves,
+        publisher_leaf(register_statement("beta", ("org.beta",), (real.beta,)), real.log_signer),
+    ]
+    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.cause, err.index) == ("bad_publisher_entry", "publisher_exists", 7)
 
 
 def test_replayed_notice_is_a_sequence_violation(real: RealLog) -> None:
     leaves = [*real.leaves, real.leaves[2]]
-    err = replay_error(leaves, real.resign(leaves), real.log_key)
+    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.index) == ("sequence_not_increasing", 7)
 
 
@@ -374,7 +355,7 @@ def test_withdraw_of_anything_but_an_earlier_own_notice_is_refused(
 ) -> None:
     withdraw = make_envelope(real.acme, 9, action="withdraw", withdraws=target, affected=None)
     leaves = [*real.leaves, notice_leaf(withdraw)]
-    err = replay_error(leaves, real.resign(leaves), real.log_key)
+    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.index) == ("bad_withdraw_target", 7), why
 
 

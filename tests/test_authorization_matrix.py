@@ -42,14 +42,16 @@ import pytest
 from deplog.authority.log import Admitted, Log
 from deplog.client.audit.offline import ReplayError, replay
 from deplog.client.errors import DeplogError
-from deplog.client.model.entries import NoticeEntry, PublisherStatement, encode_entry
 from deplog.client.model.notice import Envelope
 from deplog.client.model.registry import AuthorizationError
-from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
-from deplog.client.tlog.proofs import leaf_hash, root_from_leaf_hashes
-from tests.integration.harness import make_envelope
-from tests.model_builders import NOW, register_statement
+from tests.builders import (
+    make_envelope,
+    notice_leaf,
+    publisher_statement,
+    register_statement,
+    sign_tree,
+)
 
 ORIGIN = "matrix.deplog.example/log"
 WITHDRAW_TARGET = 2
@@ -128,15 +130,6 @@ class World:
         return self.log.tree.size, self.log.tree.current_root(), self.log.publish().size
 
 
-def _statement(action: str, publisher: str, keys: tuple[Signer, ...] = ()) -> PublisherStatement:
-    return PublisherStatement(
-        action=action,  # type: ignore[arg-type]
-        publisher=publisher,
-        issued_at=NOW,
-        keys=tuple(k.verifier().vkey() for k in keys),
-    )
-
-
 def _build(directory: Path, cell: Cell) -> World:
     log_signer = Signer.generate(ORIGIN)
     keys = {name: Signer.generate(f"acme-{name}") for name in ("active", "revoked", "rotated_out")}
@@ -149,11 +142,11 @@ def _build(directory: Path, cell: Cell) -> World:
     log.append_publisher(register_statement("beta", ("org.beta",), (keys["other_publishers"],)))
     [target] = log.admit_notices([make_envelope(keys["active"], 1, publisher="acme")])
     assert target == Admitted(WITHDRAW_TARGET, created=True)
-    log.append_publisher(_statement("revoke_key", "acme", (keys["revoked"],)))
-    log.append_publisher(_statement("add_key", "acme", (keys["rotated_in"],)))
-    log.append_publisher(_statement("revoke_key", "acme", (keys["rotated_out"],)))
+    log.append_publisher(publisher_statement("revoke_key", "acme", (keys["revoked"],)))
+    log.append_publisher(publisher_statement("add_key", "acme", (keys["rotated_in"],)))
+    log.append_publisher(publisher_statement("revoke_key", "acme", (keys["rotated_out"],)))
     if cell.publisher == "revoked":
-        log.append_publisher(_statement("revoke_publisher", "acme"))
+        log.append_publisher(publisher_statement("revoke_publisher", "acme"))
     log.publish()
     envelope = make_envelope(
         keys[cell.key],
@@ -176,12 +169,6 @@ def world(tmp_path: Path, cell: Cell) -> Iterator[World]:
 
 def _outcome(result: Admitted | DeplogError) -> str:
     return "admitted" if isinstance(result, Admitted) else result.code
-
-
-def _forged_checkpoint(world: World, leaves: list[bytes]) -> bytes:
-    """What a malicious authority publishes over ``leaves``: a genuine log signature."""
-    root = root_from_leaf_hashes([leaf_hash(leaf) for leaf in leaves])
-    return sign_checkpoint(Checkpoint(ORIGIN, len(leaves), root), world.log_signer)
 
 
 # --- the tests ------------------------------------------------------------------------------
@@ -221,9 +208,9 @@ def test_admission_appends_exactly_one_leaf(world: World, cell: Cell) -> None:
 @refused_cells
 def test_replay_refuses_the_forced_entry_with_the_same_code(world: World, cell: Cell) -> None:
     """The log signs a checkpoint over the refused entry anyway: the auditor names it."""
-    leaves = [*world.leaves(), encode_entry(NoticeEntry(world.envelope))]
+    leaves = [*world.leaves(), notice_leaf(world.envelope)]
     with pytest.raises(ReplayError) as caught:
-        replay(leaves, _forged_checkpoint(world, leaves), world.log_signer.verifier())
+        replay(leaves, sign_tree(world.log_signer, leaves), world.log_signer.verifier())
     assert (caught.value.code, caught.value.cause, caught.value.index) == (
         "unauthorized_notice",
         expected_code(cell),

@@ -26,14 +26,11 @@ from deplog.client.model.entries import (
 )
 from deplog.client.model.notice import Envelope, Notice, NoticeError
 from deplog.client.tlog.note import Signer
-from tests.model_builders import (
+from tests.builders import (
     NOW,
     notices,
     register_statement,
 )
-
-# Fixtures (authority, publisher_key, signed_envelope) come from the shared module.
-pytest_plugins = ("tests.fixtures_model",)
 
 
 def statement_json(**overrides: Any) -> dict[str, Any]:

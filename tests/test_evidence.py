@@ -19,8 +19,8 @@ from deplog.client.tlog.evidence import (
 )
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof
-from tests.integration.harness import make_envelope
-from tests.local_log import ORIGIN, LocalLog, register
+from tests.builders import make_envelope, register
+from tests.local_log import ORIGIN, LocalLog
 
 
 @pytest.fixture

@@ -8,18 +8,14 @@ import pytest
 
 from deplog.client.cache.guard import Guard, Verdict
 from deplog.client.follow.trust import TrustedState
-from tests.local_log import Clock, LocalLog
+from tests.builders import Clock
+from tests.local_log import LocalLog
 
 TOOL = "tool:org.acme/search"
 PAST = "2026-01-01T00:00:00Z"
 FUTURE = "2099-01-01T00:00:00Z"
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture

@@ -5,19 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deplog.authority.http.limits import Rate, RateLimitedError, RateLimiter
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
+from tests.builders import Clock
 
 
 def test_a_burst_is_allowed_then_refused_with_the_wait(clock: Clock) -> None:

@@ -9,12 +9,10 @@ import pytest
 
 from deplog.authority.log import IntegrityError, Log, StorageError
 from deplog.authority.storage import store
-from deplog.client.model.entries import NoticeEntry, encode_entry
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
-from tests.integration.harness import make_envelope
-from tests.local_log import register
+from tests.builders import make_envelope, notice_leaf, register
 
 ORIGIN = "unit.deplog.example/log"
 
@@ -59,7 +57,7 @@ def test_sequenced_notices_get_receipts_that_verify(
         assert result.created and result.checkpoint is not None
         checkpoint = verify_receipt(
             Receipt.parse(result.receipt(result.checkpoint.note)),
-            encode_entry(NoticeEntry(envelope)),
+            notice_leaf(envelope),
             log_signer.verifier(),
         )
         assert checkpoint.size == 4

@@ -24,7 +24,7 @@ from deplog.client.model.notice import (
 )
 from deplog.client.model.semver import Version
 from deplog.client.tlog.note import Signer
-from tests.model_builders import (
+from tests.builders import (
     TOOL,
     make_notice,
     notice_json,
@@ -32,9 +32,6 @@ from tests.model_builders import (
     revoke_json,
     withdraw_json,
 )
-
-# Fixtures (authority, publisher_key, signed_envelope) come from the shared module.
-pytest_plugins = ("tests.fixtures_model",)
 
 
 def code_of(obj: Any) -> str:

@@ -30,13 +30,7 @@ from deplog.authority.witnessing import request_body
 from deplog.client.audit.bundle import BundleFormatError, read_entries, write_entries
 from deplog.client.errors import DeplogError
 from deplog.client.model import canonical
-from deplog.client.model.entries import (
-    NoticeEntry,
-    PublisherStatement,
-    decode_entry,
-    encode_entry,
-    sign_publisher_statement,
-)
+from deplog.client.model.entries import decode_entry, encode_entry
 from deplog.client.model.notice import Envelope, Notice
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.cosignature import Cosignature, cosign, cosignatures, cosigner
@@ -44,10 +38,12 @@ from deplog.client.tlog.note import Signer, add_signature_lines, parse_note
 from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.proofs import inclusion_path, leaf_hash, root_from_leaf_hashes
 from deplog.client.tlog.receipt import Receipt
-from tests.model_builders import (
+from tests.builders import (
     HOSTILE_TOKENS,
-    NOW,
     notice_json,
+    notice_leaf,
+    publisher_leaf,
+    publisher_statement,
     register_statement,
     revoke_json,
     withdraw_json,
@@ -72,12 +68,12 @@ ENVELOPES = [
     Envelope.sign(Notice.from_json(obj), PUBLISHER)
     for obj in (notice_json(message="caf\u00e9"), revoke_json(sequence=2), withdraw_json(1))
 ]
-LEAVES = [encode_entry(NoticeEntry(e)) for e in ENVELOPES] + [
-    encode_entry(sign_publisher_statement(s, LOG))
+LEAVES = [notice_leaf(e) for e in ENVELOPES] + [
+    publisher_leaf(s, LOG)
     for s in (
         register_statement(keys=(PUBLISHER,)),
-        PublisherStatement("revoke_key", "example", NOW, keys=(PUBLISHER.verifier().vkey(),)),
-        PublisherStatement("revoke_publisher", "example", NOW),
+        publisher_statement("revoke_key", keys=(PUBLISHER,)),
+        publisher_statement("revoke_publisher"),
     )
 ]
 _HASHES = [leaf_hash(leaf) for leaf in LEAVES]

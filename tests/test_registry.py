@@ -18,26 +18,12 @@ from deplog.client.model.registry import (
     RegistryError,
 )
 from deplog.client.tlog.note import Signer
-from tests.model_builders import (
-    NOW,
+from tests.builders import (
     PUBLISHER,
     make_notice,
+    publisher_statement,
     register_statement,
 )
-
-# Fixtures (authority, publisher_key, signed_envelope) come from the shared module.
-pytest_plugins = ("tests.fixtures_model",)
-
-
-def stmt(
-    action: str, publisher: str = PUBLISHER, keys: tuple[Signer, ...] = ()
-) -> PublisherStatement:
-    return PublisherStatement(
-        action=action,  # type: ignore[arg-type]
-        publisher=publisher,
-        issued_at=NOW,
-        keys=tuple(k.verifier().vkey() for k in keys),
-    )
 
 
 @pytest.fixture
@@ -94,7 +80,7 @@ def test_bad_signature_is_401(registry: PublisherRegistry, publisher_key: Signer
 def test_revoked_key_is_403(
     registry: PublisherRegistry, authority: Signer, publisher_key: Signer
 ) -> None:
-    apply(registry, authority, stmt("revoke_key", keys=(publisher_key,)))
+    apply(registry, authority, publisher_statement("revoke_key", keys=(publisher_key,)))
     env = Envelope.sign(make_notice(), publisher_key)
     assert auth_code(registry, env) == ("key_revoked", 403)
 
@@ -102,7 +88,7 @@ def test_revoked_key_is_403(
 def test_revoked_publisher_is_403(
     registry: PublisherRegistry, authority: Signer, publisher_key: Signer
 ) -> None:
-    apply(registry, authority, stmt("revoke_publisher"))
+    apply(registry, authority, publisher_statement("revoke_publisher"))
     env = Envelope.sign(make_notice(), publisher_key)
     assert auth_code(registry, env) == ("publisher_revoked", 403)
 
@@ -119,7 +105,7 @@ def test_sub_namespace_is_not_covered(registry: PublisherRegistry, publisher_key
 
 def test_added_key_is_authorized(registry: PublisherRegistry, authority: Signer) -> None:
     new = Signer.generate("example-key-2")
-    apply(registry, authority, stmt("add_key", keys=(new,)))
+    apply(registry, authority, publisher_statement("add_key", keys=(new,)))
     registry.authorize(Envelope.sign(make_notice(), new))
 
 
@@ -127,15 +113,19 @@ def test_added_key_is_authorized(registry: PublisherRegistry, authority: Signer)
 
 
 def test_entry_signed_by_other_key_is_refused(registry: PublisherRegistry) -> None:
-    entry = sign_publisher_statement(stmt("revoke_publisher"), Signer.generate("evil"))
+    entry = sign_publisher_statement(
+        publisher_statement("revoke_publisher"), Signer.generate("evil")
+    )
     with pytest.raises(RegistryError) as e:
         registry.apply(1, entry, Signer.generate("log").verifier())
     assert e.value.code == "bad_authority_signature"
 
 
 def test_forged_entry_is_refused(registry: PublisherRegistry, authority: Signer) -> None:
-    real = sign_publisher_statement(stmt("add_key", keys=(Signer.generate("a"),)), authority)
-    forged = type(real)(stmt("revoke_publisher"), real.signature, real.key_id)
+    real = sign_publisher_statement(
+        publisher_statement("add_key", keys=(Signer.generate("a"),)), authority
+    )
+    forged = type(real)(publisher_statement("revoke_publisher"), real.signature, real.key_id)
     with pytest.raises(RegistryError) as e:
         registry.apply(1, forged, authority.verifier())
     assert e.value.code == "bad_authority_signature"
@@ -167,46 +157,51 @@ def test_same_raw_key_under_another_name_is_refused(
 ) -> None:
     renamed = Signer.from_seed("renamed", b"\x01" * 32)
     twin = Signer.from_seed("twin", b"\x01" * 32)
-    apply(registry, authority, stmt("add_key", keys=(renamed,)))
-    assert reg_code(registry, authority, stmt("add_key", keys=(twin,))) == "key_in_use"
+    apply(registry, authority, publisher_statement("add_key", keys=(renamed,)))
+    assert (
+        reg_code(registry, authority, publisher_statement("add_key", keys=(twin,))) == "key_in_use"
+    )
 
 
 def test_readding_own_key_is_refused(
     registry: PublisherRegistry, authority: Signer, publisher_key: Signer
 ) -> None:
-    assert reg_code(registry, authority, stmt("add_key", keys=(publisher_key,))) == "key_in_use"
+    assert (
+        reg_code(registry, authority, publisher_statement("add_key", keys=(publisher_key,)))
+        == "key_in_use"
+    )
 
 
 def test_adding_key_to_unknown_publisher_is_refused(
     registry: PublisherRegistry, authority: Signer
 ) -> None:
-    st_ = stmt("add_key", publisher="ghost", keys=(Signer.generate("g"),))
+    st_ = publisher_statement("add_key", publisher="ghost", keys=(Signer.generate("g"),))
     assert reg_code(registry, authority, st_) == "unknown_publisher"
 
 
 def test_adding_key_to_revoked_publisher_is_refused(
     registry: PublisherRegistry, authority: Signer
 ) -> None:
-    apply(registry, authority, stmt("revoke_publisher"))
-    st_ = stmt("add_key", keys=(Signer.generate("g"),))
+    apply(registry, authority, publisher_statement("revoke_publisher"))
+    st_ = publisher_statement("add_key", keys=(Signer.generate("g"),))
     assert reg_code(registry, authority, st_) == "publisher_revoked"
 
 
 def test_revoking_key_not_owned_is_refused(registry: PublisherRegistry, authority: Signer) -> None:
-    st_ = stmt("revoke_key", keys=(Signer.generate("g"),))
+    st_ = publisher_statement("revoke_key", keys=(Signer.generate("g"),))
     assert reg_code(registry, authority, st_) == "unknown_key"
 
 
 def test_revoking_key_twice_is_refused(
     registry: PublisherRegistry, authority: Signer, publisher_key: Signer
 ) -> None:
-    apply(registry, authority, stmt("revoke_key", keys=(publisher_key,)))
-    st_ = stmt("revoke_key", keys=(publisher_key,))
+    apply(registry, authority, publisher_statement("revoke_key", keys=(publisher_key,)))
+    st_ = publisher_statement("revoke_key", keys=(publisher_key,))
     assert reg_code(registry, authority, st_) == "key_already_revoked"
 
 
 def test_revoked_namespace_stays_reserved(registry: PublisherRegistry, authority: Signer) -> None:
-    apply(registry, authority, stmt("revoke_publisher"))
+    apply(registry, authority, publisher_statement("revoke_publisher"))
     st_ = register_statement(publisher="usurper", keys=(Signer.generate("u"),))
     assert reg_code(registry, authority, st_) == "namespace_in_use"
 
@@ -256,8 +251,8 @@ def test_snapshot_round_trips_state(
     registry: PublisherRegistry, authority: Signer, publisher_key: Signer
 ) -> None:
     new = Signer.generate("example-key-2")
-    apply(registry, authority, stmt("add_key", keys=(new,)), index=3)
-    apply(registry, authority, stmt("revoke_key", keys=(publisher_key,)), index=4)
+    apply(registry, authority, publisher_statement("add_key", keys=(new,)), index=3)
+    apply(registry, authority, publisher_statement("revoke_key", keys=(publisher_key,)), index=4)
     registry.record_sequence(make_notice(sequence=7))
     snap = json.loads(json.dumps(registry.to_json()))
     restored = PublisherRegistry.from_json(snap)

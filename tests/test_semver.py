@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from deplog.client.model.semver import SemverError, Version, is_version
-from tests.model_builders import semvers
+from tests.builders import semvers
 
 SPEC_ORDER = [
     "1.0.0-alpha",

@@ -9,7 +9,7 @@ import pytest
 
 from deplog.client.model.notice import Notice, NoticeError
 from deplog.client.model.status import StatusError, StatusIndex
-from tests.model_builders import TOOL, make_notice, revoke_json, withdraw_json
+from tests.builders import TOOL, make_notice, revoke_json, withdraw_json
 
 FEB = datetime(2026, 2, 1, tzinfo=UTC)  # effective_at of the default notice
 JUNE = datetime(2026, 6, 1, tzinfo=UTC)  # its sunset_at

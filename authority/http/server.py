@@ -226,9 +226,9 @@ class AuthorityState:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._refresher
+        await self.sequencer.stop()  # drains its queue: publishing still needs the witnesses
         if self.witnessing is not None:
             await self.witnessing.stop()
-        await self.sequencer.stop()
         self.close()
 
     async def publish(self, checkpoint: store.StoredCheckpoint, force: bool = False) -> bytes:

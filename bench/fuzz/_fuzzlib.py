@@ -20,7 +20,7 @@ import atheris
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.model_builders import HOSTILE_TOKENS as TOKENS
+from tests.builders import HOSTILE_TOKENS as TOKENS
 
 
 def derive(data: bytes, samples: Sequence[bytes]) -> bytes:

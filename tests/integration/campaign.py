@@ -30,7 +30,8 @@ from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, verify_consistency
-from tests.integration.harness import AuthorityProcess, WitnessProcess, make_envelope
+from tests.builders import make_envelope, register
+from tests.integration.harness import AuthorityProcess, WitnessProcess
 
 JSON = {"Content-Type": "application/json"}
 
@@ -244,8 +245,6 @@ async def _rollback(
 
 def witness_log(tmp: Path, publisher: Signer) -> tuple[Log, Signer]:
     """A fresh in-process log for a witness campaign, with ``publisher`` registered."""
-    from tests.local_log import register
-
     signer = Signer.generate("campaign.deplog.example/log")
     log = Log(tmp / "campaign-log.db", signer, signer.name)
     register(log, publisher, "org.acme")

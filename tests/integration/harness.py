@@ -17,42 +17,14 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from deplog.authority.cli import main as authority_main
 from deplog.authority.witness.cli import main as witness_main
-from deplog.client.model.notice import Envelope, Notice
 from deplog.client.tlog.keyfile import key_file_name
 from deplog.client.tlog.note import Signer, Verifier
-from deplog.client.tlog.timestamps import now_timestamp
 
 ORIGIN = "test.deplog.example/log"
 STARTUP_TIMEOUT = 30.0
-
-
-def make_envelope(
-    signer: Signer,
-    sequence: int,
-    *,
-    tool: str | None = None,
-    publisher: str | None = None,
-    **fields: Any,
-) -> Envelope:
-    """A valid signed deprecation notice; ``fields`` override notice members."""
-    publisher = publisher or signer.name
-    obj: dict[str, Any] = {
-        "tool_id": tool or f"tool:org.{publisher}/search",
-        "action": "deprecate",
-        "affected": {"versions": ["1.0.0"]},
-        "reasons": ["superseded"],
-        "effective_at": "2026-01-01T00:00:00Z",
-        "issued_at": now_timestamp(),
-        "publisher": publisher,
-        "sequence": sequence,
-    }
-    obj.update(fields)
-    obj = {k: v for k, v in obj.items() if v is not None}  # None removes a member
-    return Envelope.sign(Notice.from_json(obj), signer)
 
 
 @dataclass

@@ -10,7 +10,8 @@ import aiohttp
 import pytest
 
 from deplog.client.tlog.note import Signer
-from tests.integration.harness import AuthorityProcess, make_envelope
+from tests.builders import make_envelope
+from tests.integration.harness import AuthorityProcess
 
 JSON = {"Content-Type": "application/json"}
 

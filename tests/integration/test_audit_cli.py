@@ -17,11 +17,11 @@ from deplog.client.audit.bundle import read_entries
 from deplog.client.cli.audit import ExportError, export
 from deplog.client.follow.http import MAX_PAGE_BYTES
 from deplog.client.follow.source import FetchError
-from deplog.client.model.entries import NoticeEntry, encode_entry
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.keyfile import key_file_name
 from deplog.client.tlog.note import Signer, Verifier
-from tests.integration.harness import ORIGIN, AuthorityProcess, make_envelope
+from tests.builders import make_envelope, notice_leaf
+from tests.integration.harness import ORIGIN, AuthorityProcess
 from tests.integration.scripted_authority import (
     Raw,
     ScriptedAuthority,
@@ -202,7 +202,7 @@ def test_audit_receipt_refuses_another_leaf(
     published: Published, publisher: Signer, tmp_path: Path
 ) -> None:
     other = tmp_path / "other.leaf"
-    other.write_bytes(encode_entry(NoticeEntry(make_envelope(publisher, 2))))
+    other.write_bytes(notice_leaf(make_envelope(publisher, 2)))
     checked = deplog(
         "audit",
         "receipt",

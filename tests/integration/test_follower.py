@@ -17,7 +17,8 @@ from deplog.client.cache.guard import Guard, Verdict
 from deplog.client.follow.follower import Follower, SyncFollower
 from deplog.client.follow.state import LocalState
 from deplog.client.tlog.note import Signer
-from tests.integration.harness import AuthorityProcess, make_envelope
+from tests.builders import make_envelope
+from tests.integration.harness import AuthorityProcess
 
 JSON = {"Content-Type": "application/json"}
 TOOL = "tool:org.acme/search"

@@ -44,9 +44,9 @@ from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.evidence import EVIDENCE_FORMAT
 from deplog.client.tlog.evidence import read_evidence as load_evidence
 from deplog.client.tlog.note import Signer, Verifier
-from tests.integration.harness import make_envelope
+from tests.builders import make_envelope, register
 from tests.integration.scripted_authority import Raw, ScriptedAuthority, running, signed_log
-from tests.local_log import InProcessLogSource, register
+from tests.local_log import InProcessLogSource
 
 ORIGIN = "hostile.deplog.example/log"
 TRUSTED_SIZE = 4

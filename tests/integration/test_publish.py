@@ -7,7 +7,7 @@ import base64
 
 import aiohttp
 
-from deplog.client.model.entries import NoticeEntry, decode_entry, encode_entry
+from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import (
@@ -19,7 +19,8 @@ from deplog.client.tlog.proofs import (
     verify_inclusion,
 )
 from deplog.client.tlog.receipt import Receipt, verify_receipt
-from tests.integration.harness import AuthorityProcess, make_envelope
+from tests.builders import make_envelope, notice_leaf
+from tests.integration.harness import AuthorityProcess
 
 JSON = {"Content-Type": "application/json"}
 
@@ -42,7 +43,7 @@ async def test_publish_returns_a_receipt_that_verifies_offline(
     status, body = await post(http, authority.url, envelope.canonical_bytes())
     assert status == 201
     receipt = Receipt.parse(body)
-    cp = verify_receipt(receipt, encode_entry(NoticeEntry(envelope)), authority.log_verifier)
+    cp = verify_receipt(receipt, notice_leaf(envelope), authority.log_verifier)
     assert cp.size == receipt.index + 1
 
 
@@ -99,7 +100,7 @@ async def test_concurrent_submissions_from_20_publishers_are_each_logged_once(
         for envelope, (_, body) in zip(envelopes, results, strict=True):
             verify_receipt(
                 Receipt.parse(body),
-                encode_entry(NoticeEntry(envelope)),
+                notice_leaf(envelope),
                 authority_files.log_verifier,
             )
     finally:

@@ -11,7 +11,8 @@ from pathlib import Path
 import aiohttp
 
 from deplog.client.tlog.note import Signer
-from tests.integration.harness import AuthorityProcess, make_envelope
+from tests.builders import make_envelope
+from tests.integration.harness import AuthorityProcess
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

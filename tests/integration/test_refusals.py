@@ -11,7 +11,8 @@ import pytest
 
 from deplog.client.model.notice import Envelope
 from deplog.client.tlog.note import Signer
-from tests.integration.harness import AuthorityProcess, make_envelope
+from tests.builders import make_envelope
+from tests.integration.harness import AuthorityProcess
 
 JSON = {"Content-Type": "application/json"}
 Post = Callable[[bytes], Awaitable[tuple[int, dict[str, str]]]]

@@ -10,7 +10,8 @@ from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, verify_consistency
-from tests.integration.harness import AuthorityProcess, make_envelope
+from tests.builders import make_envelope
+from tests.integration.harness import AuthorityProcess
 
 JSON = {"Content-Type": "application/json"}
 MAX_ATTEMPTS = 3000

@@ -21,7 +21,8 @@ from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.cosignature import cosignatures
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof
-from tests.integration.harness import AuthorityProcess, WitnessProcess, make_envelope
+from tests.builders import make_envelope
+from tests.integration.harness import AuthorityProcess, WitnessProcess
 from tests.test_witness import MinimalLog, add_checkpoint_body, verify_cosignature
 
 NAME = "witness.test/w1"

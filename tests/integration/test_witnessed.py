@@ -15,13 +15,13 @@ from deplog.authority.cli import main as authority_main
 from deplog.authority.log import Log
 from deplog.client.cache.guard import Guard, Verdict
 from deplog.client.follow.follower import Follower
-from deplog.client.model.entries import NoticeEntry, encode_entry
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.cosignature import cosignatures
 from deplog.client.tlog.note import Signer, Verifier
 from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.receipt import Receipt, verify_receipt
-from tests.integration.harness import AuthorityProcess, WitnessProcess, make_envelope
+from tests.builders import make_envelope, notice_leaf, register
+from tests.integration.harness import AuthorityProcess, WitnessProcess
 
 JSON = {"Content-Type": "application/json"}
 REFRESH = "0.3"  # seconds between re-cosignings, so freshness moves within a test
@@ -144,7 +144,7 @@ async def test_receipts_carry_the_embedded_witness_cosignature(
         witnessed.url + "/v1/notices", data=envelope.canonical_bytes(), headers=JSON
     ) as response:
         receipt = Receipt.parse(await response.read())
-    verify_receipt(receipt, encode_entry(NoticeEntry(envelope)), witnessed.log_verifier)
+    verify_receipt(receipt, notice_leaf(envelope), witnessed.log_verifier)
     embedded = Verifier.parse_cosigner(
         (witnessed.keys / "test.deplog.example_log-witness.pub").read_text().strip()
     )
@@ -253,7 +253,6 @@ async def test_a_second_authority_with_the_same_key_is_refused_as_a_fork(
 ) -> None:
     """Two logs signed by one key: the witness cosigns one history and refuses the other."""
     from deplog.client.tlog.keyfile import load_signer
-    from tests.local_log import register
 
     signer = load_signer(authority_files.keys, "test.deplog.example_log")
     honest = Log(tmp_path / "honest.db", signer, signer.name)

@@ -1,24 +1,56 @@
-"""Shared builders and Hypothesis strategies for the data-model tests.
+"""Builders for the tests: every value a test makes, made one way.
 
-Plain values and functions live here; the pytest fixtures built from them are
-in ``tests/fixtures_model.py`` (load it with ``pytest_plugins``).
+Notices and envelopes, publisher statements, log leaves, checkpoints signed
+over chosen leaves, registrations in a real ``Log``, a settable clock, and the
+Hypothesis strategies of the data model. Everything here is a plain value or
+function over real keys and real formats; the pytest fixtures built from them
+live in ``tests/conftest.py``.
+
+One notice template serves every test: ``notice_json`` holds the defaults and
+``make_envelope`` only overrides what a signed submission by a given key
+needs (its publisher, its tool, issued now).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import strategies as st
 
-from deplog.client.model.entries import PublisherStatement
-from deplog.client.model.notice import Notice
+from deplog.authority.log import Log
+from deplog.client.model.entries import (
+    NoticeEntry,
+    PublisherStatement,
+    StatementAction,
+    encode_entry,
+    sign_publisher_statement,
+)
+from deplog.client.model.notice import Envelope, Notice
+from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
+from deplog.client.tlog.proofs import leaf_hash, root_from_leaf_hashes
+from deplog.client.tlog.timestamps import now_timestamp
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 TOOL = "tool:org.example/search"
 PUBLISHER = "example"
 NAMESPACE = "org.example"
+
+
+class Clock:
+    """A settable clock (POSIX seconds) for code that takes a ``clock`` callable."""
+
+    def __init__(self, now: float | None = None) -> None:
+        self.now = time.time() if now is None else now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- notices and envelopes ----------------------------------------------------------
 
 
 def notice_json(**overrides: Any) -> dict[str, Any]:
@@ -68,22 +100,92 @@ def withdraw_json(target: int, **overrides: Any) -> dict[str, Any]:
     return notice_json(**fields)
 
 
-def register_statement(
+def make_envelope(
+    signer: Signer,
+    sequence: int,
+    *,
+    tool: str | None = None,
+    publisher: str | None = None,
+    **fields: Any,
+) -> Envelope:
+    """A submission signed by ``signer``: a deprecation of version 1.0.0, without a sunset,
+    by the publisher named like the key, about ``tool:org.<publisher>/search``, issued now.
+
+    ``fields`` override notice members (``None`` deletes one), as in ``notice_json``.
+    """
+    publisher = publisher or signer.name
+    submission: dict[str, Any] = {
+        "tool_id": tool or f"tool:org.{publisher}/search",
+        "affected": {"versions": ["1.0.0"]},
+        "effective_at": "2026-01-01T00:00:00Z",
+        "sunset_at": None,
+        "issued_at": now_timestamp(),
+        "publisher": publisher,
+        "sequence": sequence,
+    }
+    return Envelope.sign(make_notice(**(submission | fields)), signer)
+
+
+# --- publisher statements -------------------------------------------------------------
+
+
+def publisher_statement(
+    action: StatementAction,
     publisher: str = PUBLISHER,
-    namespaces: tuple[str, ...] = (NAMESPACE,),
-    keys: tuple[Signer, ...] = (),
+    keys: Sequence[Signer] = (),
+    namespaces: Sequence[str] = (),
 ) -> PublisherStatement:
-    """A register statement for ``publisher`` with the given keys."""
+    """An unsigned registry change about ``publisher`` and the public keys of ``keys``."""
     return PublisherStatement(
-        action="register",
+        action=action,
         publisher=publisher,
         issued_at=NOW,
-        namespaces=namespaces,
+        namespaces=tuple(namespaces),
         keys=tuple(k.verifier().vkey() for k in keys),
     )
 
 
-# --- Hypothesis strategies ------------------------------------------------------
+def register_statement(
+    publisher: str = PUBLISHER,
+    namespaces: Sequence[str] = (NAMESPACE,),
+    keys: Sequence[Signer] = (),
+) -> PublisherStatement:
+    """A register statement for ``publisher`` with the given namespaces and keys."""
+    return publisher_statement("register", publisher, keys, namespaces)
+
+
+# --- leaves, logs and checkpoints -------------------------------------------------------
+
+
+def notice_leaf(envelope: Envelope) -> bytes:
+    """The log leaf of a notice: its canonical entry bytes."""
+    return encode_entry(NoticeEntry(envelope))
+
+
+def publisher_leaf(statement: PublisherStatement, log_signer: Signer) -> bytes:
+    """The log leaf of a registry change, signed with ``log_signer`` (the log key, or not)."""
+    return encode_entry(sign_publisher_statement(statement, log_signer))
+
+
+def register(log: Log, publisher: Signer, namespace: str | None = None) -> int:
+    """Append the registration of the publisher named like the key ``publisher``, with that
+    one key and one namespace (by default ``org.<name>``, where ``make_envelope``'s tools
+    live); returns its index."""
+    owned = namespace or f"org.{publisher.name}"
+    return log.append_publisher(register_statement(publisher.name, (owned,), (publisher,)))
+
+
+def sign_tree(log_signer: Signer, leaves: Sequence[bytes]) -> bytes:
+    """A checkpoint over exactly ``leaves``, signed with ``log_signer`` (origin: its name).
+
+    What any holder of the log key can publish, honest or not: with it a test
+    shows a verifier a tree it chose, under a genuine log signature.
+    """
+    root = root_from_leaf_hashes([leaf_hash(leaf) for leaf in leaves])
+    return sign_checkpoint(Checkpoint(log_signer.name, len(leaves), root), log_signer)
+
+
+# --- Hypothesis strategies ------------------------------------------------------------
 
 _label = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,8}[a-z0-9])?", fullmatch=True)
 namespaces = st.lists(_label, min_size=2, max_size=4).map(".".join)
