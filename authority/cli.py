@@ -28,8 +28,9 @@ from aiohttp import web
 from deplog.authority.http.limits import Rate
 from deplog.authority.http.plumbing import serve_until_signalled
 from deplog.authority.http.server import AuthorityState, ServerConfig, build_admin_app, build_app
-from deplog.authority.log import Log, audit_storage
+from deplog.authority.log import Log
 from deplog.authority.sequencer import SequencerLimits
+from deplog.authority.storage.audit import audit_storage
 from deplog.authority.witnessing import (
     RemoteWitness,
     Witnessing,
