@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from deplog.authority.http.limits import Rate, RateLimiter
 from deplog.authority.http.metrics import Metrics
@@ -390,9 +390,9 @@ async def _get_healthz(request: web.Request) -> web.Response:
 
 
 async def _get_metrics(request: web.Request) -> web.Response:
-    return web.Response(
-        text=request.app[METRICS].render(), content_type="text/plain", charset="utf-8"
-    )
+    """Scraped on the event loop: the callbacks read state that only the loop changes."""
+    body, content_type = request.app[METRICS].exposition(request.headers.get(hdrs.ACCEPT, ""))
+    return web.Response(body=body, headers={hdrs.CONTENT_TYPE: content_type})
 
 
 async def _post_admin_publisher(request: web.Request) -> web.Response:
