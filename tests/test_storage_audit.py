@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ from deplog.authority.storage.audit import (
     EXIT_CORRUPT,
     EXIT_OK,
     EXIT_UNREADABLE,
+    NICENESS,
     audit_storage,
 )
 from tests.local_log import LocalLog
@@ -26,14 +30,19 @@ from tests.local_log import LocalLog
 NOTICES = 20  # with the registration, 21 leaves: subtree hashes up to level 4
 
 
+COMMAND = [sys.executable, "-m", "deplog.authority.storage.audit"]
+
+
 def run_audit(db: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "deplog.authority.storage.audit", str(db)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+        [*COMMAND, str(db)], capture_output=True, text=True, timeout=60, check=False
     )
+
+
+def niceness(pid: int) -> int:
+    """The nice value of a running process (proc(5): field 19 of /proc/<pid>/stat)."""
+    after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(after_name[16])
 
 
 @pytest.fixture
@@ -121,3 +130,22 @@ def test_a_missing_file_cannot_be_audited_and_is_not_created(tmp_path: Path) -> 
     done = run_audit(missing)
     assert done.returncode == EXIT_UNREADABLE
     assert not missing.exists()
+
+
+def test_the_audit_runs_at_low_priority_and_dies_when_killed(tmp_path: Path) -> None:
+    # Opening a FIFO blocks until a writer comes: the audit is held mid-run.
+    held = tmp_path / "held.db"
+    os.mkfifo(held)
+    process = subprocess.Popen([*COMMAND, str(held)], stdout=subprocess.PIPE)
+    try:
+        expected = min(19, os.nice(0) + NICENESS)
+        deadline = time.monotonic() + 30
+        while niceness(process.pid) != expected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert niceness(process.pid) == expected
+        assert process.poll() is None
+    finally:
+        process.kill()
+        out, _ = process.communicate(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+    assert out == b""
