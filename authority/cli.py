@@ -32,9 +32,10 @@ from deplog.authority.config import (
 )
 from deplog.authority.http.plumbing import Listen, serve_until_signalled
 from deplog.authority.http.server import AuthorityState, ServerConfig, build_admin_app, build_app
-from deplog.authority.log import Log, audit_storage
+from deplog.authority.log import Log
 from deplog.authority.options import add_options, from_options, option
 from deplog.authority.sequencer import SequencerLimits
+from deplog.authority.storage.audit import audit_storage
 from deplog.authority.witnessing import (
     RemoteWitness,
     Witnessing,

@@ -49,7 +49,6 @@ __all__ = [
     "Log",
     "Sequenced",
     "StorageError",
-    "audit_storage",
 ]
 
 
@@ -338,13 +337,3 @@ class Log:
                     proof = self.proof(result.index, checkpoint)
                     out.append(Sequenced(result.index, result.created, proof, checkpoint, None))
         return out
-
-
-def audit_storage(path: Path) -> tuple[int, str | None]:
-    """Rehash every leaf and subtree of a database: (size, first problem or None)."""
-    conn = store.connect(path, readonly=True)
-    try:
-        tree = StoredHashTree(conn)
-        return tree.size, tree.audit()
-    finally:
-        conn.close()

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from deplog.authority.storage import store
-from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
+from deplog.authority.storage.tree import (
+    StoredHashTree,
+    TreeCorruptError,
+    _consistency_path_from_pymerkle,
+)
 from deplog.client.tlog.proofs import (
     consistency_path,
     inclusion_path,
@@ -18,6 +23,8 @@ from deplog.client.tlog.proofs import (
     verify_consistency,
     verify_inclusion,
 )
+
+PYMERKLE = f"pymerkle {metadata.version('pymerkle')}"
 
 
 def leaf(i: int) -> bytes:
@@ -72,8 +79,17 @@ def test_consistency_proofs_equal_rfc9162_proofs_up_to_64(conn: sqlite3.Connecti
         new_root = root_from_leaf_hashes(hashes[:new])
         for old in range(new + 1):
             proof = tree.consistency_proof(old, new)
-            assert proof == consistency_path(hashes, old, new)
+            assert proof == consistency_path(hashes, old, new), (
+                f"{PYMERKLE}: its consistency proofs no longer convert to RFC 9162's"
+            )
             verify_consistency(old, new, root_from_leaf_hashes(hashes[:old]), new_root, proof)
+
+
+def test_a_pymerkle_proof_of_another_shape_is_a_loud_error_naming_its_version() -> None:
+    with pytest.raises(RuntimeError, match=PYMERKLE):
+        _consistency_path_from_pymerkle([0, 0], [b"\x00" * 32, b"\x01" * 32])
+    with pytest.raises(RuntimeError, match=PYMERKLE):
+        _consistency_path_from_pymerkle([1], [])
 
 
 def test_reopened_tree_resumes_with_same_root_and_frontier(db_path: Path) -> None:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from deplog.authority.http.limits import Rate, RateLimiter
 from deplog.authority.http.metrics import Metrics
@@ -32,7 +32,7 @@ from deplog.authority.http.push import PushHub
 from deplog.authority.log import IntegrityError, Log
 from deplog.authority.options import MEBIBYTES, option
 from deplog.authority.sequencer import Sequencer, SequencerLimits
-from deplog.authority.storage import store
+from deplog.authority.storage import audit, store
 from deplog.authority.storage.reader import LogReader
 from deplog.authority.witnessing import QuorumUnavailableError, Witnessing
 from deplog.client.errors import DeplogError
@@ -57,14 +57,6 @@ __all__ = [
 log = logging.getLogger("deplog.authority")
 
 MAX_ENTRIES_PER_REQUEST = 1000
-_AUDIT_SCRIPT = (
-    "import json, os, sys\n"
-    "os.nice(10)\n"
-    "from pathlib import Path\n"
-    "from deplog.authority.log import audit_storage\n"
-    "size, problem = audit_storage(Path(sys.argv[1]))\n"
-    "print(json.dumps({'size': size, 'problem': problem}))\n"
-)
 MAX_INT = (1 << 63) - 1
 JSON = "application/json"
 
@@ -192,12 +184,12 @@ class AuthorityState:
         this finds what that cannot, such as a leaf's bytes altered on disk, and
         then stops all appends (``storage_corrupt``) and fails ``/healthz``.
         """
-        # Its own niced process: rehashing a large log must not take the
-        # interpreter lock from the request handlers, and it can be killed.
+        # Its own niced process (see storage/audit.py): rehashing a large log must
+        # not take the interpreter lock from the request handlers, and it can be killed.
         process = await asyncio.create_subprocess_exec(
             sys.executable,
-            "-c",
-            _AUDIT_SCRIPT,
+            "-m",
+            audit.__name__,
             str(self.config.db_path),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
@@ -208,7 +200,7 @@ class AuthorityState:
             process.kill()
             await process.wait()
             raise
-        if process.returncode != 0:
+        if process.returncode not in (audit.EXIT_OK, audit.EXIT_CORRUPT):
             log.warning("the storage audit could not run (exit %s)", process.returncode)
             return
         problem = json.loads(out)["problem"]
@@ -418,9 +410,9 @@ async def _get_healthz(request: web.Request) -> web.Response:
 
 
 async def _get_metrics(request: web.Request) -> web.Response:
-    return web.Response(
-        text=request.app[METRICS].render(), content_type="text/plain", charset="utf-8"
-    )
+    """Scraped on the event loop: the callbacks read state that only the loop changes."""
+    body, content_type = request.app[METRICS].exposition(request.headers.get(hdrs.ACCEPT, ""))
+    return web.Response(body=body, headers={hdrs.CONTENT_TYPE: content_type})
 
 
 async def _post_admin_publisher(request: web.Request) -> web.Response:

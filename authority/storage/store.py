@@ -71,10 +71,17 @@ def limit_size(conn: sqlite3.Connection, max_bytes: int) -> None:
     conn.execute(f"PRAGMA max_page_count = {max(1, max_bytes // page_size)}")
 
 
+def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
+    """sqlite-utils over our connection, leaving it as ``connect`` set it up: no plugin
+    hooks run on it and no pragma changes. Its writes inside our transaction are
+    savepoints, so they commit only with it."""
+    return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+
+
 def create_schema(conn: sqlite3.Connection) -> None:
     """Create every table that is missing; existing data is never touched."""
     StoredHashTree.create_schema(conn)
-    db = sqlite_utils.Database(conn)
+    db = _database(conn)
     db.table("checkpoints").create(
         {"size": int, "root": bytes, "note": bytes, "signed_at": str},
         pk="size",
@@ -185,6 +192,9 @@ def published_note(conn: sqlite3.Connection) -> tuple[int, bytes] | None:
 
 
 def save_published_note(conn: sqlite3.Connection, size: int, note: bytes) -> None:
+    """Replace the published note, never by one of a smaller size.
+
+    Plain SQL: the upsert is guarded, which sqlite-utils' ``upsert`` cannot express."""
     conn.execute(
         "INSERT INTO published (id, size, note) VALUES (1, ?, ?) "
         "ON CONFLICT (id) DO UPDATE SET size = excluded.size, note = excluded.note "
@@ -199,8 +209,5 @@ def registry_snapshot(conn: sqlite3.Connection) -> tuple[int, str] | None:
 
 
 def save_registry_snapshot(conn: sqlite3.Connection, size: int, state: str) -> None:
-    conn.execute(
-        "INSERT INTO registry (id, size, state) VALUES (1, ?, ?) "
-        "ON CONFLICT (id) DO UPDATE SET size = excluded.size, state = excluded.state",
-        (size, state),
-    )
+    """Replace the snapshot, inside the caller's transaction (rare: publisher changes only)."""
+    _database(conn).table("registry").upsert({"id": 1, "size": size, "state": state}, pk="id")

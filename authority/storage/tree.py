@@ -28,9 +28,9 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Iterator, Sequence
+from importlib import metadata
 
 from pymerkle import BaseMerkleTree
-from pymerkle.core import _consistency_path_layout
 
 from deplog.client.tlog.proofs import TreeFrontier, leaf_hash, node_hash
 
@@ -239,7 +239,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         if old_size == 0 or old_size == new_size:
             return []
         proof = self.prove_consistency(old_size, new_size)
-        return _consistency_path_from_pymerkle(old_size, new_size, proof.path)
+        return _consistency_path_from_pymerkle(proof.subset, proof.path)
 
 
 def _inclusion_path_from_pymerkle(path: Sequence[bytes]) -> list[bytes]:
@@ -247,34 +247,38 @@ def _inclusion_path_from_pymerkle(path: Sequence[bytes]) -> list[bytes]:
     return [bytes(h) for h in path[1:]]
 
 
-def _consistency_path_from_pymerkle(
-    old_size: int, new_size: int, path: Sequence[bytes]
-) -> list[bytes]:
-    """Turn pymerkle's consistency path into RFC 9162's SUBPROOF list.
+def _consistency_path_from_pymerkle(subset: Sequence[int], path: Sequence[bytes]) -> list[bytes]:
+    """Turn a pymerkle consistency proof (its public ``subset`` and ``path``) into RFC 9162's.
 
     Both walk down from the root splitting at the largest power of two k below
-    the width, and both list hashes bottom-up. They differ in two places:
+    the width, and both list hashes bottom-up; ``subset`` marks the hashes of
+    subtrees inside the old tree. They differ in two places:
 
     * RFC 9162 stops when the old tree is exactly a left subtree (m == k) and
       emits the right sibling as one hash; pymerkle instead descends into the
-      right subtree with an empty old part and emits its decomposition (the
-      leading run of ranges with mask 0). Folding that run gives the sibling.
+      right subtree with an empty old part and emits its decomposition: the
+      leading run of hashes outside the old tree. Folding that run gives the sibling.
     * RFC 9162 omits the old subtree hash while the walk never went right
       (b == true), since the verifier already knows the old root; pymerkle
-      always lists it. Such a range starts at leaf 0.
+      always lists it. The walk went right exactly where pymerkle lists a
+      hash of the old tree *above* that subtree's own hash.
+
+    ``tests/test_tree.py`` holds the result to the RFC's own recursion for every
+    pair of sizes up to 64, so a change in pymerkle's proof shape fails there.
     """
-    _rule, subset, ranges = _consistency_path_layout(old_size, new_size)
     hashes = [bytes(h) for h in path]
-    if len(hashes) != len(ranges):
-        raise TreeCorruptError("pymerkle path does not match its layout")
-    if subset[0] == 1:
-        base = 0
-        proof = [] if ranges[0][0] == 0 else [hashes[0]]
-    else:
-        base = next(i for i, mask in enumerate(subset) if mask == 1)
+    if len(hashes) != len(subset) or 1 not in subset:
+        # Our reading of pymerkle is wrong, not the storage: fail loudly (a 500).
+        raise RuntimeError(
+            f"pymerkle {metadata.version('pymerkle')} returned a consistency proof of "
+            "an unexpected shape"
+        )
+    base = list(subset).index(1)  # the old tree's lowest subtree in the path
+    went_right = any(subset[base + 1 :])
+    proof = [hashes[base]] if went_right else []
+    if base:
         sibling = hashes[0]
         for h in hashes[1:base]:
             sibling = node_hash(sibling, h)
-        proof = [] if ranges[base][0] == 0 else [hashes[base]]
         proof.append(sibling)
     return proof + hashes[base + 1 :]

@@ -12,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Sequence
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from prometheus_client.metrics_core import GaugeMetricFamily
 
 from deplog.authority.http.metrics import Metrics
 from deplog.authority.http.plumbing import METRICS, errors_and_metrics
 from deplog.authority.witness.core import (
     MAX_BODY_SIZE,
     TEXT_CONTENT_TYPE,
-    LogStatus,
     Witness,
 )
 
@@ -76,46 +75,69 @@ async def _get_healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "witness": request.app[WITNESS].verifier().vkey()})
 
 
-def _label(value: str) -> str:
-    """A Prometheus label value, escaped (exposition format)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+class _LogGauges:
+    """Per-log gauges from one read of the witness state per scrape.
 
+    The label set is the operator's list of logs, so it is bounded; a log that
+    was never cosigned has no samples yet.
+    """
 
-def _render_log_metrics(logs: Sequence[LogStatus], now: int) -> str:
-    """Per-log gauges; the label set is the operator's list of logs, so it is bounded."""
-    series = [
-        ("deplog_witness_log_size", "Tree size of the latest checkpoint cosigned per log."),
-        (
-            "deplog_witness_log_cosigned_timestamp_seconds",
-            "POSIX time of the latest cosignature per log.",
-        ),
-        ("deplog_witness_log_lag_seconds", "Seconds since the latest cosignature per log."),
-    ]
-    lines: list[str] = []
-    for index, (name, help_text) in enumerate(series):
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        for status in logs:
-            if status.recorded is None:
+    def __init__(self, witness: Witness) -> None:
+        self._witness = witness
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "deplog_witness_log_size",
+                "Tree size of the latest checkpoint cosigned per log.",
+                labels=("origin",),
+            ),
+            GaugeMetricFamily(
+                "deplog_witness_log_cosigned_timestamp_seconds",
+                "POSIX time of the latest cosignature per log.",
+                labels=("origin",),
+            ),
+            GaugeMetricFamily(
+                "deplog_witness_log_lag_seconds",
+                "Seconds since the latest cosignature per log.",
+                labels=("origin",),
+            ),
+        )
+
+    def describe(self) -> tuple[GaugeMetricFamily, ...]:
+        return self._families()
+
+    def collect(self) -> tuple[GaugeMetricFamily, ...]:
+        size, cosigned_at, lag = families = self._families()
+        now = int(time.time())
+        for status in self._witness.state.logs():
+            recorded, seconds_behind = status.recorded, status.lag(now)
+            if recorded is None or seconds_behind is None:
                 continue
-            lag = status.lag(now)
-            value = (status.recorded.size, status.recorded.updated_at, lag)[index]
-            lines.append(f'{name}{{origin="{_label(status.origin)}"}} {value}')
-    return "\n".join(lines) + "\n"
+            size.add_metric((status.origin,), recorded.size)
+            cosigned_at.add_metric((status.origin,), recorded.updated_at)
+            lag.add_metric((status.origin,), seconds_behind)
+        return families
 
 
 async def _get_metrics(request: web.Request) -> web.Response:
-    witness = request.app[WITNESS]
+    """Scraped on the worker threads: the per-log gauges read the database."""
+    accept = request.headers.get(hdrs.ACCEPT, "")
     loop = asyncio.get_running_loop()
-    logs = await loop.run_in_executor(request.app[_EXECUTOR], witness.state.logs)
-    text = request.app[METRICS].render() + _render_log_metrics(logs, int(time.time()))
-    return web.Response(text=text, content_type="text/plain", charset="utf-8")
+    body, content_type = await loop.run_in_executor(
+        request.app[_EXECUTOR], request.app[METRICS].exposition, accept
+    )
+    return web.Response(body=body, headers={hdrs.CONTENT_TYPE: content_type})
 
 
 def build_app(witness: Witness, threads: int = WORKER_THREADS) -> web.Application:
     """The witness HTTP application; its thread pool shuts down on cleanup."""
     app = web.Application(client_max_size=MAX_BODY_SIZE, middlewares=[errors_and_metrics(_text)])
     app[WITNESS] = witness
-    app[METRICS] = Metrics()
+    metrics = Metrics()
+    metrics.registry.register(_LogGauges(witness))
+    app[METRICS] = metrics
     app[_IN_FLIGHT] = [0]
     executor = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="witness")
     app[_EXECUTOR] = executor

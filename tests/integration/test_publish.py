@@ -21,6 +21,7 @@ from deplog.client.tlog.proofs import (
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf
 from tests.integration.harness import AuthorityProcess
+from tests.scrape import names, sample
 
 JSON = {"Content-Type": "application/json"}
 
@@ -160,8 +161,36 @@ async def test_publishers_health_and_metrics_are_served(
         assert (await response.json())["status"] == "ok"
     async with http.get(authority.url + "/metrics") as response:
         text = await response.text()
-    assert "deplog_entries 1.0" in text
-    assert 'route="/healthz",code="200"' in text
+    assert sample(text, "deplog_entries") == 1.0
+    healthz = sample(text, "deplog_http_requests_total", method="GET", route="/healthz", code="200")
+    assert healthz is not None and healthz >= 1
+
+
+async def test_checkpoint_reads_are_counted_apart_from_the_request_metrics(
+    authority: AuthorityProcess, http: aiohttp.ClientSession
+) -> None:
+    async def scrape() -> str:
+        async with http.get(authority.url + "/metrics") as response:
+            return await response.text()
+
+    before = sample(await scrape(), "deplog_checkpoint_requests_total")
+    for _ in range(3):
+        async with http.get(authority.url + "/checkpoint") as response:
+            assert response.status == 200
+    text = await scrape()
+    assert before is not None
+    assert sample(text, "deplog_checkpoint_requests_total") == before + 3
+    assert 'route="/checkpoint"' not in text  # the hot path stays out of the per-route series
+
+
+async def test_metrics_include_the_process_and_runtime_collectors(
+    authority: AuthorityProcess, http: aiohttp.ClientSession
+) -> None:
+    async with http.get(authority.url + "/metrics") as response:
+        assert response.content_type == "text/plain"
+        scraped = names(await response.text())
+    assert {"process_cpu_seconds_total", "process_open_fds", "python_info"} <= scraped
+    assert "python_gc_collections_total" in scraped
 
 
 def test_publisher_added_while_serving_goes_through_the_admin_socket(

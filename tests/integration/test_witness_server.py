@@ -23,6 +23,7 @@ from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof
 from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess, WitnessProcess
+from tests.scrape import names, sample
 from tests.test_witness import MinimalLog, add_checkpoint_body, verify_cosignature
 
 NAME = "witness.test/w1"
@@ -149,8 +150,14 @@ async def test_healthz_and_metrics_report_the_witness_and_its_logs(
         assert await response.json() == {"status": "ok", "witness": witness.verifier.vkey()}
     async with http.get(witness.url + "/metrics") as response:
         text = await response.text()
-    assert f'deplog_witness_log_size{{origin="{log.origin}"}} 5' in text
-    assert 'route="/add-checkpoint",code="200"' in text
+    assert sample(text, "deplog_witness_log_size", origin=log.origin) == 5
+    cosigned_at = sample(text, "deplog_witness_log_cosigned_timestamp_seconds", origin=log.origin)
+    lag = sample(text, "deplog_witness_log_lag_seconds", origin=log.origin)
+    assert cosigned_at is not None and abs(cosigned_at - time.time()) < 60
+    assert lag is not None and 0 <= lag < 60
+    added = {"method": "POST", "route": "/add-checkpoint", "code": "200"}
+    assert sample(text, "deplog_http_requests_total", **added) == 1
+    assert "process_cpu_seconds_total" in names(text)
 
 
 def test_sigterm_stops_the_witness_cleanly(witness: WitnessProcess) -> None:

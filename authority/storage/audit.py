@@ -1,0 +1,85 @@
+"""The full storage audit: rehash every stored leaf and subtree hash of a log database.
+
+Start-up checks only the root at the latest checkpoint (O(log n)); this finds
+what that cannot, such as a leaf's bytes altered on disk. ``authority check``
+and ``authority serve --verify-on-start`` call :func:`audit_storage` directly;
+a serving authority runs it in the background as its own niced, killable process,
+``python -m deplog.authority.storage.audit <db>``, so rehashing a large log
+never takes the interpreter lock from request handlers.
+
+Rules:
+  * The database is opened read-only: an audit never changes what it checks.
+  * The result is the leaf count and the first problem found, or None; the
+    problem names positions only (a leaf index, a subtree level), never data.
+  * The command prints one JSON line ``{"size": n, "problem": str | null}`` and
+    exits 0 when storage is exactly what appends wrote, 1 when it is not, and 2
+    when the database cannot be audited at all (missing, unreadable, not a log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from deplog.authority.storage import store
+from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
+
+__all__ = [
+    "EXIT_CORRUPT",
+    "EXIT_OK",
+    "EXIT_UNREADABLE",
+    "NICENESS",
+    "audit_storage",
+    "main",
+]
+
+EXIT_OK = 0
+EXIT_CORRUPT = 1
+EXIT_UNREADABLE = 2
+NICENESS = 10
+"""How much the command lowers its own priority: it is a background job."""
+
+
+def audit_storage(path: Path) -> tuple[int, str | None]:
+    """Rehash every leaf and subtree of a database: (size, first problem or None).
+
+    Raises ``sqlite3.Error`` when the file cannot be read as a log database.
+    """
+    conn = store.connect(path, readonly=True)
+    try:
+        try:
+            tree = StoredHashTree(conn)
+        except TreeCorruptError:
+            # The right edge is loaded on open; a hole there is a finding too.
+            size = int(conn.execute("SELECT count(*) FROM leaves").fetchone()[0])
+            return size, "a subtree hash of the tree's right edge is missing"
+        return tree.size, tree.audit()
+    finally:
+        conn.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m deplog.authority.storage.audit <db>``: audit at low priority, print JSON."""
+    parser = argparse.ArgumentParser(
+        prog="python -m deplog.authority.storage.audit",
+        description="Rehash every stored leaf and subtree hash of an authority database.",
+    )
+    parser.add_argument("db", type=Path, help="the log database (data/log.db)")
+    args = parser.parse_args(argv)
+    os.nice(NICENESS)
+    try:
+        size, problem = audit_storage(args.db)
+    except sqlite3.Error as err:
+        print(f"cannot audit {args.db}: {type(err).__name__}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    print(json.dumps({"size": size, "problem": problem}), flush=True)
+    return EXIT_OK if problem is None else EXIT_CORRUPT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
