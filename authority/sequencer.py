@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from deplog.authority.log import Log, StorageError
 from deplog.authority.storage.store import StoredCheckpoint
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import Envelope
 
@@ -43,8 +43,7 @@ log = logging.getLogger("deplog.sequencer")
 class OverloadedError(DeplogError):
     """Too many submissions are waiting; the client should retry later."""
 
-    code = "overloaded"
-    http_status = 503
+    code = ErrorCode.OVERLOADED
 
 
 @dataclass(frozen=True)

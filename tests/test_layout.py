@@ -103,6 +103,8 @@ WITNESS_MAY_IMPORT = (
     "deplog.client.errors",
     "deplog.authority.http.plumbing",
     "deplog.authority.http.metrics",
+    # The one table of HTTP statuses: the shared middleware answers the witness's codes by it.
+    "deplog.authority.http.status",
 )
 
 

@@ -40,7 +40,7 @@ from deplog.authority.witness.core import (
     parse_logs_file,
 )
 from deplog.authority.witness.server import build_app
-from deplog.client.errors import DeplogError
+from deplog.client.errors import CLIError, DeplogError
 from deplog.client.tlog.keyfile import create_signer, key_file_name, load_signer
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer
 from deplog.client.tlog.timestamps import format_timestamp
@@ -50,7 +50,6 @@ __all__ = [
     "DB_FILE",
     "DEFAULT_PORT",
     "LOCK_FILE",
-    "CLIError",
     "WitnessConfig",
     "init",
     "main",
@@ -62,10 +61,6 @@ DEFAULT_PORT = 7461
 CONFIG_FILE = "witness.json"
 DB_FILE = "witness.db"
 LOCK_FILE = "witness.lock"
-
-
-class CLIError(Exception):
-    """A one-line failure message for the operator; exit status 1."""
 
 
 @dataclass(frozen=True)
@@ -249,8 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except CLIError as err:
-        print(f"witness: {err}", file=sys.stderr)
-        return 1
+        print(f"witness: {err.message}", file=sys.stderr)
+        return err.exit_status
     except DeplogError as err:
         print(f"witness: {err.code}", file=sys.stderr)
         return 1

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
-from deplog.client.errors import FormatError
+from deplog.client.errors import ErrorCode, FormatError
 
 __all__ = [
     "MAX_BUNDLE_ENTRY",
@@ -43,9 +43,10 @@ _BUFFER: Final = 1 << 16
 class BundleFormatError(FormatError):
     """A bundle that does not decode, or an entry that cannot be encoded; ``index`` says where."""
 
-    code = "malformed_bundle"
+    codes = frozenset({ErrorCode.MALFORMED_BUNDLE, ErrorCode.ENTRY_TOO_LARGE})
+    code = ErrorCode.MALFORMED_BUNDLE
 
-    def __init__(self, index: int, message: str, code: str | None = None) -> None:
+    def __init__(self, index: int, message: str, code: ErrorCode | None = None) -> None:
         super().__init__(code, message)
         self.index = index
 
@@ -97,7 +98,9 @@ def write_entries(path: Path, leaves: Iterable[bytes]) -> int:
         nonlocal count
         for leaf in leaves:
             if len(leaf) > MAX_BUNDLE_ENTRY:
-                raise BundleFormatError(count, "entry is over 65535 bytes", "entry_too_large")
+                raise BundleFormatError(
+                    count, "entry is over 65535 bytes", ErrorCode.ENTRY_TOO_LARGE
+                )
             yield len(leaf).to_bytes(_PREFIX, "big")
             yield bytes(leaf)
             count += 1

@@ -45,7 +45,8 @@ from deplog.client.audit.offline import (
     audit_receipt,
     replay,
 )
-from deplog.client.errors import DeplogError, FormatError
+from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.follow.follower import FetchError
 from deplog.client.model import canonical
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
@@ -53,11 +54,11 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.evidence import read_evidence
 from deplog.client.tlog.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyLog
-from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, leaf_hash
+from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, TreeMismatchError, leaf_hash
 from deplog.client.tlog.receipt import MAX_RECEIPT_SIZE, Receipt
 from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = ["ExportError", "export", "register"]
+__all__ = ["AuditInputError", "ExportError", "export", "register"]
 
 HTTP_TIMEOUT: Final = 30.0
 PAGE_SIZE: Final = 1000
@@ -71,9 +72,19 @@ _Command = Callable[[argparse.Namespace], int]
 
 
 class ExportError(DeplogError):
-    """The authority's answers could not be exported as a verified copy of its log."""
+    """The authority could not be asked: a URL that is not HTTP, an error answer, no answer.
 
-    code = "export_failed"
+    Unusable answers are the follower's ``FetchError`` codes, leaves that miss
+    the checkpoint's root ``TreeMismatchError``, as for a follower.
+    """
+
+    codes = frozenset({ErrorCode.BAD_URL, ErrorCode.HTTP_ERROR, ErrorCode.UNREACHABLE})
+
+
+class AuditInputError(DeplogError):
+    """Command-line input an audit command cannot use: a missing file, or one over its bound."""
+
+    codes = frozenset({ErrorCode.MISSING_INPUT, ErrorCode.FILE_TOO_LARGE})
 
 
 # --- helpers ------------------------------------------------------------------
@@ -84,7 +95,7 @@ def _read_bounded(path: Path, limit: int) -> bytes:
     with open(path, "rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise FormatError("file_too_large", "input file is over the size limit")
+        raise AuditInputError(ErrorCode.FILE_TOO_LARGE, "input file is over the size limit")
     return data
 
 
@@ -99,7 +110,7 @@ def _log_key(value: str) -> Verifier:
 def _failure(command: str, err: BaseException) -> int:
     """Print the one-line failure message and return the exit status."""
     if isinstance(err, DeplogError):
-        message = err.code
+        message = str(err.code)
         cause = getattr(err, "cause", None)
         if cause:
             message += f" ({cause})"
@@ -143,7 +154,7 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     note = _read_bounded(args.file, MAX_NOTE_SIZE)
     if args.policy is None:
         if args.log_key is None:
-            raise FormatError("missing_input", "give --log-key, --policy or both")
+            raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")
         print(f"ok: checkpoint {_describe(audit_checkpoint(note, _log_key(args.log_key)))}")
         return 0
     policy = Policy.parse(_read_bounded(args.policy, MAX_POLICY_SIZE))
@@ -211,7 +222,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     checkpoint_path = args.checkpoint or (args.dir / "checkpoint" if args.dir else None)
     entries_path = args.entries or (args.dir / "entries" if args.dir else None)
     if checkpoint_path is None or entries_path is None:
-        raise FormatError("missing_input", "give DIR, or --checkpoint FILE and --entries FILE")
+        raise AuditInputError(
+            ErrorCode.MISSING_INPUT, "give DIR, or --checkpoint FILE and --entries FILE"
+        )
     note = _read_bounded(checkpoint_path, MAX_NOTE_SIZE)
     report = replay(read_entries(entries_path), note, _log_key(args.log_key))
     print(_summary(report))
@@ -227,11 +240,11 @@ def _get(url: str, limit: int) -> bytes:
         with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as response:
             body = bytes(response.read(limit + 1))
     except urllib.error.HTTPError as err:
-        raise ExportError("http_error", f"the authority answered {err.code}") from None
+        raise ExportError(ErrorCode.HTTP_ERROR, f"the authority answered {err.code}") from None
     except (urllib.error.URLError, OSError):
-        raise ExportError("unreachable", "cannot reach the authority") from None
+        raise ExportError(ErrorCode.UNREACHABLE, "cannot reach the authority") from None
     if len(body) > limit:
-        raise ExportError("response_too_large", "the authority's answer is too large")
+        raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "the authority's answer is too large")
     return body
 
 
@@ -242,14 +255,14 @@ def _fetch_page(base: str, start: int, end: int) -> list[bytes]:
     try:
         page = json.loads(body)
     except ValueError:
-        raise ExportError("bad_response", "entries page is not JSON") from None
+        raise FetchError(ErrorCode.BAD_RESPONSE, "entries page is not JSON") from None
     if not isinstance(page, dict) or page.get("start") != start:
-        raise ExportError("bad_response", "entries page does not answer the request")
+        raise FetchError(ErrorCode.BAD_RESPONSE, "entries page does not answer the request")
     items = page.get("entries")
     if not isinstance(items, list) or not items:
-        raise ExportError("bad_response", "entries page does not answer the request")
+        raise FetchError(ErrorCode.BAD_RESPONSE, "entries page does not answer the request")
     if len(items) > end - start:
-        raise ExportError("bad_response", "entries page is longer than requested")
+        raise FetchError(ErrorCode.BAD_RESPONSE, "entries page is longer than requested")
     leaves: list[bytes] = []
     for item in items:
         try:
@@ -257,7 +270,7 @@ def _fetch_page(base: str, start: int, end: int) -> list[bytes]:
         except binascii.Error:
             leaf = None
         if leaf is None or len(leaf) > MAX_ENTRY_BYTES:
-            raise ExportError("bad_response", "entry is not base64 of at most 65535 bytes")
+            raise FetchError(ErrorCode.BAD_RESPONSE, "entry is not base64 of at most 65535 bytes")
         leaves.append(leaf)
     return leaves
 
@@ -274,7 +287,7 @@ def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, b
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ExportError("bad_url", "the authority URL must be http or https")
+        raise ExportError(ErrorCode.BAD_URL, "the authority URL must be http or https")
     base = url.rstrip("/")
     note = _get(f"{base}/checkpoint", MAX_NOTE_SIZE)
     if log_key is not None:
@@ -290,7 +303,7 @@ def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, b
                 frontier.append(leaf_hash(leaf))
                 yield leaf
         if frontier.root() != checkpoint.root_hash:
-            raise ExportError("root_mismatch", "the entries do not hash to the checkpoint root")
+            raise TreeMismatchError(ErrorCode.ENTRIES_ROOT_MISMATCH, None)
 
     out.mkdir(parents=True, exist_ok=True)
     write_entries(out / "entries", leaves())

@@ -24,14 +24,12 @@ from typing import Any
 
 import aiohttp
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import (
     Advanced,
     Candidate,
-    CheckpointRejectedError,
     ForkError,
-    RollbackError,
     TrustedState,
 )
 from deplog.client.model import canonical
@@ -66,7 +64,9 @@ PUSH_READ_TIMEOUT = 60.0  # the authority sends a keep-alive every 15 s
 class FetchError(DeplogError):
     """The authority could not be reached or answered something unusable."""
 
-    code = "fetch_failed"
+    codes = frozenset(
+        {ErrorCode.FETCH_FAILED, ErrorCode.RESPONSE_TOO_LARGE, ErrorCode.BAD_RESPONSE}
+    )
 
 
 @dataclass(frozen=True)
@@ -138,24 +138,24 @@ class Follower:
         try:
             async with self._http().get(self.url + path, timeout=self.timeout) as response:
                 if response.status != 200:
-                    raise FetchError("fetch_failed", f"HTTP {response.status}")
+                    raise FetchError(ErrorCode.FETCH_FAILED, f"HTTP {response.status}")
                 if (response.content_length or 0) > limit:
-                    raise FetchError("response_too_large", "response exceeds its bound")
+                    raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "response exceeds its bound")
                 body = bytearray()
                 async for chunk in response.content.iter_chunked(64 * 1024):
                     body += chunk
                     if len(body) > limit:
-                        raise FetchError("response_too_large", "response exceeds its bound")
+                        raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "response exceeds its bound")
                 return bytes(body)
         except (aiohttp.ClientError, TimeoutError):
-            raise FetchError("fetch_failed", "authority unreachable") from None
+            raise FetchError(ErrorCode.FETCH_FAILED, "authority unreachable") from None
 
     async def _get_json(self, path: str, limit: int) -> Any:
         """A JSON response, parsed strictly (bounded depth, no duplicate keys)."""
         try:
             return canonical.loads(await self._get(path, limit), max_depth=4)
         except JSONFormatError:
-            raise FetchError("bad_response", "response is not the expected JSON") from None
+            raise FetchError(ErrorCode.BAD_RESPONSE, "response is not the expected JSON") from None
 
     async def sync(self) -> SyncResult:
         """One verified step to the authority's latest checkpoint."""
@@ -180,7 +180,7 @@ class Follower:
             try:
                 proof = ConsistencyProof.from_json(proof_json)
             except DeplogError:
-                raise FetchError("bad_response", "malformed consistency proof") from None
+                raise FetchError(ErrorCode.BAD_RESPONSE, "malformed consistency proof") from None
             self.trust.check_consistency(candidate, proof)
             advanced = await self._fetch_and_advance(candidate)
             assert self.state.trusted is not None
@@ -282,10 +282,8 @@ class Follower:
             await self.sync_to(note)
         except ForkError:
             raise
-        except (RollbackError, CheckpointRejectedError):
-            log.info("ignored a stale or unverifiable pushed checkpoint")
-        except DeplogError as err:
-            log.info("sync after push failed: %s (polling will retry)", err.code)
+        except DeplogError as err:  # stale, unverifiable, or the sync failed: polling goes on
+            log.info("pushed checkpoint not taken: %s", err.code)
 
     async def _stream(self) -> AsyncIterator[bytes]:
         """The checkpoint notes of the SSE stream, as they arrive (bounded per event)."""
@@ -296,7 +294,7 @@ class Follower:
             self.url + "/v1/checkpoints/stream", timeout=timeout
         ) as response:
             if response.status != 200:
-                raise FetchError("fetch_failed", f"HTTP {response.status}")
+                raise FetchError(ErrorCode.FETCH_FAILED, f"HTTP {response.status}")
             data: list[str] = []
             size = 0
             async for raw in response.content:
@@ -305,7 +303,7 @@ class Follower:
                     value = line[5:].removeprefix(" ")
                     size += len(value) + 1
                     if size > MAX_CHECKPOINT_BYTES:
-                        raise FetchError("response_too_large", "pushed event is too large")
+                        raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "pushed event is too large")
                     data.append(value)
                 elif not line:
                     if data:
@@ -316,16 +314,16 @@ class Follower:
 def _decode_page(page: Any, start: int, end: int) -> list[bytes]:
     """The leaves of an entries response, which must start at ``start`` and not overrun."""
     if not isinstance(page, dict) or page.get("start") != start:
-        raise FetchError("bad_response", "entries response starts elsewhere")
+        raise FetchError(ErrorCode.BAD_RESPONSE, "entries response starts elsewhere")
     entries = page.get("entries")
     if not isinstance(entries, list) or not entries or len(entries) > end - start:
-        raise FetchError("bad_response", "entries response has a wrong count")
+        raise FetchError(ErrorCode.BAD_RESPONSE, "entries response has a wrong count")
     leaves = []
     for item in entries:
         try:
             leaves.append(base64.b64decode(item, validate=True))
         except (ValueError, TypeError):
-            raise FetchError("bad_response", "entry is not base64") from None
+            raise FetchError(ErrorCode.BAD_RESPONSE, "entry is not base64") from None
     return leaves
 
 

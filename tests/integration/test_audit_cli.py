@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from deplog.client.audit.bundle import read_entries
-from deplog.client.cli.audit import ExportError, export
+from deplog.client.cli.audit import export
 from deplog.client.model.entries import NoticeEntry, encode_entry
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.keyfile import key_file_name
 from deplog.client.tlog.note import Signer
-from deplog.client.tlog.proofs import leaf_hash, root_from_leaf_hashes
+from deplog.client.tlog.proofs import TreeMismatchError, leaf_hash, root_from_leaf_hashes
 from tests.integration.harness import ORIGIN, AuthorityProcess, make_envelope
 
 
@@ -292,7 +292,7 @@ def test_export_fetches_every_leaf_in_pages_of_1000(stub: StubLog, tmp_path: Pat
 
 def test_export_refuses_leaves_that_miss_the_checkpoint_root(stub: StubLog, tmp_path: Path) -> None:
     stub.served[1500] = b"substituted"
-    with pytest.raises(ExportError) as caught:
+    with pytest.raises(TreeMismatchError) as caught:
         export(stub.url, tmp_path, None)
-    assert caught.value.code == "root_mismatch"
+    assert caught.value.code == "entries_root_mismatch"
     assert list(tmp_path.iterdir()) == []
