@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from deplog.authority.log import Log
+from deplog.client.errors import ErrorCode
 from deplog.client.follow.source import FetchError, MemoryLogSource, sync_step
 from deplog.client.follow.trust import Advanced, TrustedState
 from deplog.client.tlog.note import Signer
@@ -37,12 +38,12 @@ class InProcessLogSource:
 
     async def consistency(self, old: int, new: int) -> ConsistencyProof:
         if not 0 <= old <= new <= self.log.tree.size:
-            raise FetchError("fetch_failed", "no proof between those sizes")
+            raise FetchError(ErrorCode.FETCH_FAILED, "no proof between those sizes")
         return ConsistencyProof(old, new, tuple(self.log.tree.consistency_proof(old, new)))
 
     async def entries(self, start: int, end: int) -> Sequence[bytes]:
         if not 0 <= start < end <= self.log.tree.size:
-            raise FetchError("fetch_failed", "no entries in that range")
+            raise FetchError(ErrorCode.FETCH_FAILED, "no entries in that range")
         return self.log.tree.leaf_data(start, end)
 
 
