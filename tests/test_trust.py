@@ -2,7 +2,7 @@
 
 ``TrustedState`` is driven directly, step by step, with no network: real keys,
 checkpoints signed with the real log key, and real leaves. The honest ones come
-from an authority ``Log`` in a temporary SQLite file (``tests.local_log``);
+from an authority ``Log`` in a temporary SQLite file (``tests.builders.LocalLog``);
 the lies are trees a test chose, signed with the same log key, since the
 authority holds that key and may lie with it. So every lie below carries a
 valid log signature unless the test says otherwise.
@@ -61,13 +61,14 @@ from deplog.client.tlog.proofs import (
     leaf_hash,
 )
 from tests.builders import (
+    ORIGIN,
+    LocalLog,
     make_envelope,
     notice_leaf,
     publisher_leaf,
     register_statement,
     sign_tree,
 )
-from tests.local_log import ORIGIN, LocalLog
 
 TRUSTED_SIZE = 4
 """The follower's trusted tree in most tests: acme's registration, then notices 1 to 3."""

@@ -40,9 +40,8 @@ from deplog.client.tlog.evidence import EVIDENCE_FORMAT
 from deplog.client.tlog.evidence import read_evidence as load_evidence
 from deplog.client.tlog.note import Signer, UnverifiedNoteError, Verifier
 from deplog.client.tlog.proofs import ProofError
-from tests.builders import make_envelope, register
+from tests.builders import InProcessLogSource, make_envelope, register
 from tests.integration.scripted_authority import Raw, ScriptedAuthority, running, signed_log
-from tests.local_log import InProcessLogSource
 
 ORIGIN = "hostile.deplog.example/log"
 TRUSTED_SIZE = 4
