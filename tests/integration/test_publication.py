@@ -26,6 +26,7 @@ from deplog.client.tlog.cosignature import cosignatures
 from deplog.client.tlog.note import Signer, Verifier
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf
+from tests.integration.attached_faults import injected, needs_strace
 from tests.integration.harness import AuthorityProcess
 from tests.scrape import sample
 
@@ -162,3 +163,35 @@ async def test_appends_fail_closed_while_the_embedded_witness_cannot_cosign_then
         assert "Traceback" not in out
     finally:
         assert authority_files.stop() == 0
+
+
+@needs_strace
+async def test_no_receipt_lacks_the_embedded_cosignature_while_its_database_fsync_fails(
+    authority_files: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    """The issue's fault: EIO from fsync on the embedded witness's database and WAL."""
+    authority_files.start()
+    try:
+        url = authority_files.url
+        embedded = embedded_witness(authority_files)
+        envelopes = [make_envelope(publisher, n) for n in range(1, 21)]
+        witness_files = [authority_files.data / f"embedded-witness.db{s}" for s in ("", "-wal")]
+        assert authority_files.process is not None
+        with injected(authority_files.process.pid, witness_files, ["fsync", "fdatasync"]):
+            during = [await post(http, url, e.canonical_bytes()) for e in envelopes[:10]]
+            status, report = await healthz(http, url)
+        assert {s for s, _ in during} == {503}
+        assert {a for _, a in during} == {b'{"error": "embedded_witness_unavailable"}'}
+        assert (status, report["status"]) == (503, "degraded")
+        after = [await post(http, url, e.canonical_bytes()) for e in envelopes]
+        assert [s for s, _ in after] == [200] * 10 + [201] * 10
+        for envelope, (_, body) in zip(envelopes, after, strict=True):
+            receipt = Receipt.parse(body)
+            verify_receipt(receipt, notice_leaf(envelope), authority_files.log_verifier)
+            assert [c.name for c in cosignatures(receipt.checkpoint, [embedded])] == [embedded.name]
+        assert (await healthz(http, url))[0] == 200
+    finally:
+        assert authority_files.stop() == 0
+    out = authority_files.output.read_text()
+    assert "Traceback" not in out
+    assert out.count("not published: embedded_witness_unavailable") == 1
