@@ -2,9 +2,11 @@
 
 Each configured witness is spoken to with the C2SP tlog-witness protocol: the
 log sends ``old <size>``, a consistency proof from the size the witness last
-cosigned, and the signed checkpoint; a 409 answer names the witness's size and
-the log retries once from there. The embedded witness (in this process, its
-own key and state) speaks the same protocol without HTTP. Requests to one
+cosigned, and the signed checkpoint; an old-size conflict (``SizeConflictError``,
+a 409 over HTTP) names the witness's size and the log retries once from there.
+The embedded witness (in this process, its own key and state) is the same
+witness code without HTTP: its refusals are the witness's own errors, and a
+remote witness's answers are read into the same errors. Requests to one
 witness are serialized, so a witness never sees this log go backwards.
 
 Publication: a new checkpoint is published (served by ``GET /checkpoint`` and
@@ -52,11 +54,13 @@ from typing import Protocol
 
 import aiohttp
 
+from deplog.authority.http.status import http_status
 from deplog.authority.options import option
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.supervise import Supervisor
-from deplog.authority.witness.core import Witness, WitnessState
-from deplog.client.errors import DeplogError
+from deplog.authority.witness.core import SizeConflictError, Witness, WitnessState
+from deplog.authority.witness.server import SIZE_CONTENT_TYPE
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.cosignature import verify_cosignature
 from deplog.client.tlog.keyfile import load_or_create_signer
@@ -71,13 +75,13 @@ from deplog.client.tlog.note import (
 
 __all__ = [
     "MAX_WITNESS_RESPONSE",
-    "SIZE_CONTENT_TYPE",
     "Cosigner",
     "EmbeddedWitnessUnavailableError",
     "LocalWitness",
     "ProofSource",
     "QuorumUnavailableError",
     "RemoteWitness",
+    "WitnessAnswerError",
     "WitnessTrack",
     "Witnessing",
     "WitnessingConfig",
@@ -88,7 +92,7 @@ __all__ = [
 log = logging.getLogger("deplog.witnessing")
 
 MAX_WITNESS_RESPONSE = 64 * 1024
-SIZE_CONTENT_TYPE = "text/x.tlog.size"
+_SIZE_CONFLICT = http_status(ErrorCode.OLD_SIZE_MISMATCH)
 
 ProofSource = Callable[[int, int], Awaitable[Sequence[bytes]]]
 """Returns the RFC 9162 consistency proof between two sizes of this log."""
@@ -97,23 +101,31 @@ ProofSource = Callable[[int, int], Awaitable[Sequence[bytes]]]
 class QuorumUnavailableError(DeplogError):
     """Fewer witnesses than the publication quorum cosigned in time."""
 
-    code = "witness_quorum_unavailable"
-    http_status = 503
+    code = ErrorCode.WITNESS_QUORUM_UNAVAILABLE
+
+
+class WitnessAnswerError(DeplogError):
+    """A witness's answer the log cannot use: a refusal, a malformed old size, or no
+    valid cosignature by the witness's key. Logged and counted, never served."""
+
+    codes = frozenset(
+        {ErrorCode.WITNESS_REFUSED, ErrorCode.BAD_WITNESS_RESPONSE, ErrorCode.NO_COSIGNATURE}
+    )
 
 
 class EmbeddedWitnessUnavailableError(DeplogError):
     """The embedded witness did not cosign: no receipt or served checkpoint without it."""
 
-    code = "embedded_witness_unavailable"
-    http_status = 503
+    code = ErrorCode.EMBEDDED_WITNESS_UNAVAILABLE
     retry_after = 2
 
 
 class Cosigner(Protocol):
     """Something that answers tlog-witness add-checkpoint requests."""
 
-    async def add_checkpoint(self, body: bytes) -> tuple[int, str, bytes]:
-        """POST the body; returns (status, content type, response body)."""
+    async def add_checkpoint(self, body: bytes) -> bytes:
+        """Submit the body; returns the cosignature lines. A witness at another size
+        raises SizeConflictError with that size; any other refusal raises too."""
         ...
 
 
@@ -125,10 +137,17 @@ class RemoteWitness:
         self.session = session
         self.timeout = aiohttp.ClientTimeout(total=timeout)
 
-    async def add_checkpoint(self, body: bytes) -> tuple[int, str, bytes]:
+    async def add_checkpoint(self, body: bytes) -> bytes:
+        """POST the body; 200 is the cosignature, and an old-size conflict (the status
+        tlog-witness gives it, with a ``text/x.tlog.size`` body) the witness's size."""
         async with self.session.post(self.url, data=body, timeout=self.timeout) as response:
-            data = await response.content.read(MAX_WITNESS_RESPONSE + 1)
-            return response.status, response.content_type, data[:MAX_WITNESS_RESPONSE]
+            data = (await response.content.read(MAX_WITNESS_RESPONSE + 1))[:MAX_WITNESS_RESPONSE]
+            status, content_type = response.status, response.content_type
+        if status == _SIZE_CONFLICT and content_type == SIZE_CONTENT_TYPE:
+            raise SizeConflictError(_parse_size(data))
+        if status != 200:
+            raise WitnessAnswerError(ErrorCode.WITNESS_REFUSED, f"the witness answered {status}")
+        return data
 
 
 class LocalWitness:
@@ -143,11 +162,10 @@ class LocalWitness:
         self.witness = witness
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="witness")
 
-    async def add_checkpoint(self, body: bytes) -> tuple[int, str, bytes]:
-        response = await asyncio.get_running_loop().run_in_executor(
+    async def add_checkpoint(self, body: bytes) -> bytes:
+        return await asyncio.get_running_loop().run_in_executor(
             self._thread, self.witness.add_checkpoint, body, int(time.time())
         )
-        return response.status, response.content_type, response.body
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)
@@ -246,7 +264,9 @@ class Witnessing:
             try:
                 done = await asyncio.wait_for(self._cosign(witness, checkpoint), self.timeout)
             except (TimeoutError, aiohttp.ClientError, OSError, DeplogError, sqlite3.Error) as err:
-                reason = err.code if isinstance(err, DeplogError) else type(err).__name__
+                reason = type(err).__name__
+                if isinstance(err, DeplogError):  # messages are value-free: safe to log
+                    reason = err.code if str(err) == err.code else f"{err.code} ({err})"
                 self._failed(witness, reason)
                 return False
         if done and witness.failing is not None:
@@ -261,7 +281,7 @@ class Witnessing:
             witness.failing = reason
 
     async def _cosign(self, witness: WitnessTrack, checkpoint: StoredCheckpoint) -> bool:
-        for _ in range(2):  # a 409 teaches us the witness's size; retry once from there
+        for _ in range(2):  # a size conflict teaches us the witness's size; retry once from there
             old = witness.size if witness.size is not None else 0
             if old > checkpoint.size:
                 if (witness.cosigned_size or 0) >= old:
@@ -270,15 +290,13 @@ class Witnessing:
                 self._failed(witness, "witness_ahead")
                 return False
             proof = [] if old in (0, checkpoint.size) else await self.proofs(old, checkpoint.size)
-            status, content_type, body = await witness.client.add_checkpoint(
-                request_body(old, proof, checkpoint.note)
-            )
-            if status == 409 and content_type == SIZE_CONTENT_TYPE:
-                witness.size = _parse_size(body)
+            try:
+                body = await witness.client.add_checkpoint(
+                    request_body(old, proof, checkpoint.note)
+                )
+            except SizeConflictError as conflict:
+                witness.size = conflict.recorded_size
                 continue
-            if status != 200:
-                self._failed(witness, f"answered {status}")
-                return False
             line = self._accept(witness, checkpoint, body)
             self._keep(checkpoint.size, witness, line, time.time())
             witness.size = witness.cosigned_size = checkpoint.size
@@ -301,7 +319,9 @@ class Witnessing:
             if (line.name, line.key_id) == (witness.name, witness.verifier.key_id):
                 verify_cosignature(text, line, witness.verifier)
                 return line
-        raise DeplogError("no_cosignature", "the witness answered without its cosignature")
+        raise WitnessAnswerError(
+            ErrorCode.NO_COSIGNATURE, "the witness answered without its cosignature"
+        )
 
     async def cosign_all(
         self, checkpoint: StoredCheckpoint, witnesses: Sequence[WitnessTrack]
@@ -392,5 +412,5 @@ class Witnessing:
 def _parse_size(body: bytes) -> int:
     text = body.decode("ascii", "replace")
     if not text.endswith("\n") or not text[:-1].isdigit() or len(text) > 21:
-        raise DeplogError("bad_witness_response", "malformed size in a 409 answer")
+        raise WitnessAnswerError(ErrorCode.BAD_WITNESS_RESPONSE, "malformed size in a 409 answer")
     return int(text[:-1])
