@@ -30,10 +30,11 @@ Publication (``AuthorityState``), one order in one place:
    when one fails.
 
 ``/healthz``: 200 ``ok``; 503 ``degraded`` with ``reasons`` (stable codes:
-``storage_unavailable`` and the other batch failures while appends fail and none
-succeeded since, ``embedded_witness_unavailable`` while the embedded witness
-cannot cosign, ``cosignatures_stale`` when the served embedded cosignature is
-older than ``STALE_REFRESHES`` refresh intervals); 503 ``storage_corrupt``.
+``storage_unavailable`` while appends fail and none succeeded since; the code
+of a failed publication until one succeeds, the refresh loop's included;
+``embedded_witness_unavailable`` while the embedded witness cannot cosign;
+``cosignatures_stale`` when the served embedded cosignature is older than
+``STALE_REFRESHES`` refresh intervals); 503 ``storage_corrupt``.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ JSON = "application/json"
 STALE_REFRESHES = 3
 """Refresh intervals after which the served embedded cosignature counts as stale."""
 _PUBLICATION_FAILURES = (EmbeddedWitnessUnavailableError, QuorumUnavailableError)
+_PUBLICATION_CODES = frozenset(error.code for error in _PUBLICATION_FAILURES)
 
 
 @dataclass(frozen=True)
@@ -328,8 +330,10 @@ class AuthorityState:
         """Why the server is degraded, as stable codes; empty when it is ok."""
         reasons = []
         failing = self.sequencer.failing
-        if failing is not None:
-            reasons.append(failing)
+        if failing is not None and failing not in _PUBLICATION_CODES:
+            reasons.append(failing)  # the storage: clears when an append succeeds
+        if self._publication_failing is not None:
+            reasons.append(self._publication_failing)  # clears when a publication succeeds
         if self.witnessing is not None:
             if self.witnessing.embedded_failing:
                 reasons.append(EmbeddedWitnessUnavailableError.code)
