@@ -16,8 +16,8 @@ Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
 3. The entries from the trusted size up to the new size are then checked one
    by one, in log order, by the authority's own admission rules
    (``client.rules``: canonical encoding, authority-signed registry changes,
-   notices signed by a key active for the namespace at that point, increasing
-   sequences, valid withdraw targets). Any failure is an
+   notices signed by a key active for the namespace at that point, sequence
+   numbers unique per publisher, valid withdraw targets). Any failure is an
    ``EntryRejectedError`` naming the first bad index.
 4. The extended tree's root must equal the new checkpoint's root, and the
    number of entries its size.
@@ -241,12 +241,18 @@ class AdvanceSession:
         writer = self._writer
         assert writer is not None, "use the session as a context manager"
         staged: dict[int, Notice] = {}
+        staged_sequences: set[tuple[str, int]] = set()
         stamp = (now or datetime.now(UTC)).timestamp()
 
         def find_notice(index: int) -> Notice | None:
             return staged.get(index) or writer.notice_at(index)
 
-        checker = EntryChecker(self.registry, self.trusted.log_key, find_notice)
+        def sequence_used(publisher: str, sequence: int) -> bool:
+            return (publisher, sequence) in staged_sequences or writer.sequence_used(
+                publisher, sequence
+            )
+
+        checker = EntryChecker(self.registry, self.trusted.log_key, find_notice, sequence_used)
         for leaf in leaves:
             index = self.next_index
             if index >= self.checkpoint.size:
@@ -258,6 +264,7 @@ class AdvanceSession:
             if isinstance(entry, NoticeEntry):
                 notice = entry.envelope.notice
                 staged[index] = notice
+                staged_sequences.add((notice.publisher, notice.sequence))
                 self._fold(index, notice, stamp, find_notice)
             self.frontier.append(leaf_hash(leaf))
             self.next_index += 1

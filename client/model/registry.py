@@ -11,12 +11,13 @@ Rules of the state machine:
   identity. Namespaces match exactly (``org.example`` does not cover
   ``org.example.sub``).
 - ``authorize`` decides whether an envelope may enter the log at this point
-  of the log; ``record_sequence`` then advances the publisher's sequence,
-  which must strictly increase (replay and reorder protection).
+  of the log. Sequence numbers are not registry state: they are unique per
+  publisher (``client.model.rules``), checked against the notices logged so
+  far, which the authority, the follower and the auditor each index.
 
 Errors: RegistryError for refused publisher entries and snapshots,
-AuthorizationError for refused envelopes, ConflictError for sequence and
-withdraw conflicts. Each has an ``http_status``.
+AuthorizationError for refused envelopes, ConflictError for withdraw (and,
+at the authority, sequence) conflicts. Each has an ``http_status``.
 """
 
 from __future__ import annotations
@@ -147,7 +148,6 @@ class PublisherRegistry:
         self._namespace_owner: dict[str, str] = {}
         self._key_id_owner: dict[bytes, str] = {}
         self._raw_key_owner: dict[bytes, str] = {}
-        self._sequences: dict[str, int] = {}
 
     # --- reading ------------------------------------------------------------
 
@@ -162,10 +162,6 @@ class PublisherRegistry:
     def namespace_owner(self, namespace: str) -> str | None:
         """The publisher that owns ``namespace``, if any."""
         return self._namespace_owner.get(namespace)
-
-    def last_sequence(self, publisher: str) -> int:
-        """The highest sequence recorded for ``publisher`` (0 if none)."""
-        return self._sequences.get(publisher, 0)
 
     # --- publisher entries --------------------------------------------------
 
@@ -253,16 +249,6 @@ class PublisherRegistry:
         if notice.namespace not in state.namespaces:
             raise AuthorizationError("namespace_not_authorized")
 
-    def check_sequence(self, notice: Notice) -> None:
-        """Refuse a sequence that does not exceed the publisher's last one (409)."""
-        if notice.sequence <= self._sequences.get(notice.publisher, 0):
-            raise ConflictError("sequence_not_increasing")
-
-    def record_sequence(self, notice: Notice) -> None:
-        """Check, then advance the publisher's sequence to ``notice.sequence``."""
-        self.check_sequence(notice)
-        self._sequences[notice.publisher] = notice.sequence
-
     @staticmethod
     def check_withdraw(notice: Notice, target: NoticeRef | None) -> None:
         """For a withdraw, refuse unless ``target`` (the notice at ``notice.withdraws``)
@@ -288,7 +274,6 @@ class PublisherRegistry:
         return {
             "format": SNAPSHOT_FORMAT,
             "publishers": [p.to_json() for p in self._publishers.values()],
-            "sequences": dict(sorted(self._sequences.items())),
         }
 
     @classmethod
@@ -337,10 +322,8 @@ class PublisherRegistry:
             for ns in namespaces:
                 reg._namespace_owner[ns] = name
             reg._publishers[name] = state
-        for name, seq in obj["sequences"].items():
-            if name not in reg._publishers:
-                raise RegistryError("bad_snapshot")
-            reg._sequences[name] = _index(seq)
+        # Snapshots written under the old sequence rule also hold a "sequences"
+        # map; the unique rule does not keep it here, so it is read past.
         return reg
 
 

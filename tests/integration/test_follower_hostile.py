@@ -348,7 +348,7 @@ async def test_an_entry_left_out_of_a_range_is_rejected(
 
     with pytest.raises(EntryRejectedError) as refused:
         await follower.sync()
-    assert (refused.value.code, refused.value.index) == ("sequence_not_increasing", hidden + 1)
+    assert (refused.value.code, refused.value.index) == ("sequence_reused", hidden + 1)
     assert_state_unchanged(follower, trusted)
 
 
