@@ -43,12 +43,13 @@ from typing import Any, NamedTuple
 import pytest
 
 from deplog.authority.log import Admitted, Log
-from deplog.client.audit.offline import ReplayError, replay
+from deplog.client.audit.offline import replay
 from deplog.client.errors import DeplogError
 from deplog.client.follow.state import LocalState
-from deplog.client.follow.trust import EntryRejectedError, TrustedState
+from deplog.client.follow.trust import TrustedState
 from deplog.client.model.notice import Envelope
 from deplog.client.model.registry import AuthorizationError
+from deplog.client.model.rules import RuleViolation
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof
 from tests.builders import (
@@ -215,7 +216,7 @@ def test_admission_appends_exactly_one_leaf(world: World, cell: Cell) -> None:
 def test_replay_refuses_the_forced_entry_with_the_same_code(world: World, cell: Cell) -> None:
     """The log signs a checkpoint over the refused entry anyway: the auditor names it."""
     leaves = [*world.leaves(), notice_leaf(world.envelope)]
-    with pytest.raises(ReplayError) as caught:
+    with pytest.raises(RuleViolation) as caught:
         replay(leaves, sign_tree(world.log_signer, leaves), world.log_signer.verifier())
     assert (caught.value.code, caught.value.cause, caught.value.index) == (
         "unauthorized_notice",
@@ -304,9 +305,8 @@ def _follower_verdict(directory: Path, leaves: list[bytes], log_signer: Signer) 
             with trusted.advance(candidate) as session:
                 session.add(leaves)
                 session.finish()
-        except EntryRejectedError as err:
-            assert err.index == len(leaves) - 1
-            return err.code
+        except RuleViolation as err:
+            return _sequence_finding(err, len(leaves) - 1)
         return "admitted"
     finally:
         state.close()
@@ -315,10 +315,16 @@ def _follower_verdict(directory: Path, leaves: list[bytes], log_signer: Signer) 
 def _replay_verdict(leaves: list[bytes], log_signer: Signer) -> str:
     try:
         replay(leaves, sign_tree(log_signer, leaves), log_signer.verifier())
-    except ReplayError as err:
-        assert err.index == len(leaves) - 1
-        return err.code
+    except RuleViolation as err:
+        return _sequence_finding(err, len(leaves) - 1)
     return "admitted"
+
+
+def _sequence_finding(err: RuleViolation, index: int) -> str:
+    """A verifier's finding, as the code the authority refuses the entry with."""
+    assert (err.code, err.index) == ("replayed_notice", index)
+    assert err.cause is not None
+    return str(err.cause)
 
 
 @sequence_cases

@@ -20,7 +20,7 @@ from typing import Any
 from deplog.client.cache import inventory
 from deplog.client.cli import audit as auditcli
 from deplog.client.cli import publish as publishcli
-from deplog.client.errors import DeplogError
+from deplog.client.errors import CLIError, DeplogError
 from deplog.client.follow.follower import Follower, SyncResult
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import ForkError
@@ -39,19 +39,11 @@ from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
     "DEFAULT_STATE",
-    "HTTP_TIMEOUT",
-    "MAX_RESPONSE",
     "main",
     "parser",
 ]
 
 DEFAULT_STATE = "deplog-state.db"
-HTTP_TIMEOUT = 30.0
-MAX_RESPONSE = 1 << 20
-
-
-class _CLIError(Exception):
-    """A one-line failure message; exit status 1."""
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
@@ -72,7 +64,7 @@ def _cmd_verify_receipt(args: argparse.Namespace) -> int:
         leaf = args.leaf.read_bytes()
         decode_entry(leaf)
     else:
-        raise _CLIError("give the logged data: --envelope FILE or --leaf FILE")
+        raise CLIError("give the logged data: --envelope FILE or --leaf FILE")
     checkpoint = verify_receipt(receipt, leaf, read_verifier_key(args.log_key))
     print(f"ok: entry {receipt.index} is in {checkpoint.origin} at tree size {checkpoint.size}")
     return 0
@@ -88,7 +80,7 @@ def _cmd_follow(args: argparse.Namespace) -> int:
         trust = Verifier.parse(args.log_key)
         log_name = trust.name
     else:
-        raise _CLIError("give the trust policy (--policy FILE) or the log key (--log-key)")
+        raise CLIError("give the trust policy (--policy FILE) or the log key (--log-key)")
 
     async def follow() -> None:
         async with Follower(args.url, trust, args.state) as follower:
@@ -110,7 +102,7 @@ def _cmd_follow(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     except ForkError as err:
-        raise _CLIError(f"fork detected; evidence saved to {err.evidence}") from None
+        raise CLIError(f"fork detected; evidence saved to {err.evidence}") from None
     return 0
 
 
@@ -264,9 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except _CLIError as err:
-        print(f"deplog: {err}", file=sys.stderr)
-        return 1
+    except CLIError as err:
+        print(f"deplog: {err.message}", file=sys.stderr)
+        return err.exit_status
     except DeplogError as err:
         print(f"deplog: {err.code}", file=sys.stderr)
         return 1

@@ -40,7 +40,6 @@ import http.client
 import json
 import re
 import shlex
-import sys
 import threading
 import time
 import urllib.error
@@ -51,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import CLIError, DeplogError
 from deplog.client.files import write_atomic
 from deplog.client.model.entries import NoticeEntry, encode_entry
 from deplog.client.model.notice import (
@@ -129,16 +128,8 @@ _NOTICE_FLAGS: Final = (
 )
 
 
-class _Failure(Exception):
-    """One line for stderr and the exit code it ends the command with."""
-
-    def __init__(self, exit_code: int, message: str) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-def _usage(flag: str, message: str) -> _Failure:
-    return _Failure(EXIT_USAGE, f"{flag}: {message}; nothing was signed or sent")
+def _usage(flag: str, message: str) -> CLIError:
+    return CLIError(f"{flag}: {message}; nothing was signed or sent", EXIT_USAGE)
 
 
 def _flag(name: str) -> str:
@@ -429,15 +420,15 @@ def _post(url: str, envelope: Envelope) -> _Answer:
         retry_after = err.headers.get("Retry-After", "")
         later = f", retry after {retry_after} s" if retry_after.isdigit() else ""
         if err.code in _RETRYABLE_STATUSES or err.code >= 500:
-            raise _Failure(
-                EXIT_NOT_CONFIRMED, f"not confirmed ({err.code} {code}{later})"
+            raise CLIError(
+                f"not confirmed ({err.code} {code}{later})", EXIT_NOT_CONFIRMED
             ) from None
-        raise _Failure(EXIT_REFUSED, f"refused ({err.code} {code})") from None
+        raise CLIError(f"refused ({err.code} {code})", EXIT_REFUSED) from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
         reason = getattr(err, "reason", err)
-        raise _Failure(
-            EXIT_NOT_CONFIRMED,
+        raise CLIError(
             f"not confirmed: cannot reach the authority ({type(reason).__name__})",
+            EXIT_NOT_CONFIRMED,
         ) from None
 
 
@@ -463,24 +454,17 @@ def _keep_receipt(
         if log_key is not None:
             reason += " that verifies against --log-key for this envelope"
         write_atomic(Path(f"{aside}.reason"), [reason.encode() + b"\n"])
-        raise _Failure(
-            EXIT_UNVERIFIED,
+        raise CLIError(
             f"logged ({answer.status}) but the receipt did not verify ({err.code}); "
             f"kept aside as {aside}, reason in {aside}.reason",
+            EXIT_UNVERIFIED,
         ) from None
     write_atomic(Path(f"{stem}.tlog-proof"), [answer.body])
     return receipt
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
-    try:
-        return _publish(args)
-    except _Failure as failure:
-        print(f"deplog publish: {failure}", file=sys.stderr)
-        return failure.exit_code
-
-
-def _publish(args: argparse.Namespace) -> int:
+    """Rules 1 to 4; every failure is a ``CLIError`` with its exit code."""
     _check_url(args.url)
     log_key = _log_key(args.log_key)
     if log_key is not None:
@@ -501,18 +485,18 @@ def _publish(args: argparse.Namespace) -> int:
     try:
         answer = _post(args.url, envelope)
         if answer.status not in (200, 201):
-            raise _Failure(EXIT_NOT_CONFIRMED, f"not confirmed (unexpected answer {answer.status})")
+            raise CLIError(f"not confirmed (unexpected answer {answer.status})", EXIT_NOT_CONFIRMED)
         try:
             receipt = _keep_receipt(stem, answer, envelope, log_key)
         except OSError as err:
-            raise _Failure(
-                EXIT_NOT_CONFIRMED, f"logged, but the receipt cannot be written ({err.strerror})"
+            raise CLIError(
+                f"logged, but the receipt cannot be written ({err.strerror})", EXIT_NOT_CONFIRMED
             ) from None
-    except _Failure as failure:
-        raise _Failure(
-            failure.exit_code,
-            f"{failure}; the envelope is saved in {envelope_path}; resubmit it with: "
+    except CLIError as failure:
+        raise CLIError(
+            f"{failure.message}; the envelope is saved in {envelope_path}; resubmit it with: "
             f"{_resubmit_command(envelope_path, args)}",
+            failure.exit_status,
         ) from None
     verified = "verified" if log_key is not None else "not verified: pass --log-key"
     kind = "logged" if answer.status == 201 else "already logged"

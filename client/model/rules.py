@@ -5,30 +5,34 @@ the log; a follower advancing its trusted state and an auditor replaying a
 whole log re-check every logged entry with this one implementation, so the
 three can never disagree about what the log may contain:
 
-1. The leaf decodes as a canonical entry (``malformed_entry``).
+1. The leaf decodes as a canonical entry (``bad_leaf``).
 2. A publisher entry carries the log key's signature and is a valid registry
    transition (``bad_publisher_entry``).
 3. A notice is signed by a key of its publisher that is active at this point,
    the publisher is active and owns the tool's namespace (``unauthorized_notice``).
 4. Its sequence number is one its publisher has not used before
-   (``sequence_reused``). Sequences are unique per publisher, not ordered: a
-   publisher may post concurrently and retry a refused notice after later ones
-   landed, while a logged envelope can never be logged again (replay) and a
-   used number never carries other content. Supersession is decided by log
-   order alone (``client.model.status`` folds in log order). A log admitted
-   under the older rule (strictly increasing sequences) satisfies this one.
+   (``replayed_notice``, cause ``sequence_reused``). Sequences are unique per
+   publisher, not ordered: a publisher may post concurrently and retry a
+   refused notice after later ones landed, while a logged envelope can never
+   be logged again (replay) and a used number never carries other content.
+   Supersession is decided by log order alone (``client.model.status`` folds
+   in log order). A log admitted under the older rule (strictly increasing
+   sequences) satisfies this one.
 5. A withdraw names an earlier deprecate or revoke notice of the same
-   publisher about the same tool (``bad_withdraw_target``).
+   publisher about the same tool (``invalid_withdraw``).
 
 Failures raise ``RuleViolation`` with the rule's code, the entry's index and
-the underlying error's code as ``cause``.
+the underlying error's code as ``cause`` (the code the authority would have
+refused the entry with, such as ``unknown_key`` or ``sequence_reused``).
+The follower and the auditor both let it through unchanged: it is the same
+finding whoever makes it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from deplog.client.errors import DeplogError, VerificationError
+from deplog.client.errors import DeplogError, ErrorCode, VerificationError
 from deplog.client.model.entries import Entry, NoticeEntry, PublisherEntry, decode_entry
 from deplog.client.model.registry import NoticeRef, PublisherRegistry
 from deplog.client.tlog.note import Verifier
@@ -50,9 +54,17 @@ SequenceLookup = Callable[[str, int], bool]
 class RuleViolation(VerificationError):
     """A logged entry that the authority should never have admitted."""
 
-    code = "rule_violation"
+    codes = frozenset(
+        {
+            ErrorCode.BAD_LEAF,
+            ErrorCode.BAD_PUBLISHER_ENTRY,
+            ErrorCode.UNAUTHORIZED_NOTICE,
+            ErrorCode.REPLAYED_NOTICE,
+            ErrorCode.INVALID_WITHDRAW,
+        }
+    )
 
-    def __init__(self, code: str, index: int, cause: str | None = None) -> None:
+    def __init__(self, code: ErrorCode, index: int, cause: ErrorCode | None = None) -> None:
         super().__init__(code, f"entry {index}: {code}" + (f" ({cause})" if cause else ""))
         self.index = index
         self.cause = cause
@@ -82,12 +94,12 @@ class EntryChecker:
         try:
             entry = decode_entry(leaf)
         except DeplogError as err:
-            raise RuleViolation("malformed_entry", index, err.code) from None
+            raise RuleViolation(ErrorCode.BAD_LEAF, index, err.code) from None
         if isinstance(entry, PublisherEntry):
             try:
                 self.registry.apply(index, entry, self.log_key)
             except DeplogError as err:
-                raise RuleViolation("bad_publisher_entry", index, err.code) from None
+                raise RuleViolation(ErrorCode.BAD_PUBLISHER_ENTRY, index, err.code) from None
             return entry
         self._check_notice(index, entry)
         return entry
@@ -97,9 +109,9 @@ class EntryChecker:
         try:
             self.registry.authorize(entry.envelope)
         except DeplogError as err:
-            raise RuleViolation("unauthorized_notice", index, err.code) from None
+            raise RuleViolation(ErrorCode.UNAUTHORIZED_NOTICE, index, err.code) from None
         if self.sequence_used(notice.publisher, notice.sequence):
-            raise RuleViolation("sequence_reused", index)
+            raise RuleViolation(ErrorCode.REPLAYED_NOTICE, index, ErrorCode.SEQUENCE_REUSED)
         if notice.action == "withdraw":
             target = None
             if notice.withdraws is not None and notice.withdraws < index:
@@ -107,4 +119,4 @@ class EntryChecker:
             try:
                 PublisherRegistry.check_withdraw(notice, target)
             except DeplogError as err:
-                raise RuleViolation("bad_withdraw_target", index, err.code) from None
+                raise RuleViolation(ErrorCode.INVALID_WITHDRAW, index, err.code) from None

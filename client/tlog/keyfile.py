@@ -21,7 +21,7 @@ import stat
 from pathlib import Path
 from typing import Final
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 from deplog.client.tlog.note import SIG_TYPE_ED25519, Signer, Verifier
 
 __all__ = [
@@ -40,7 +40,7 @@ MAX_VERIFIER_KEY_FILE: Final = 4096
 class KeyFileError(DeplogError):
     """A key file that is missing, unreadable, malformed or readable by others."""
 
-    code = "key_file"
+    codes = frozenset({ErrorCode.KEY_MISSING, ErrorCode.KEY_PERMISSIONS, ErrorCode.KEY_MALFORMED})
 
 
 def key_file_name(name: str) -> str:
@@ -73,13 +73,13 @@ def load_signer(keys_dir: Path, stem: str, sig_type: int = SIG_TYPE_ED25519) -> 
     try:
         mode = private.stat().st_mode
     except FileNotFoundError:
-        raise KeyFileError("key_missing", "private key file not found") from None
+        raise KeyFileError(ErrorCode.KEY_MISSING, "private key file not found") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise KeyFileError("key_permissions", "private key file must be mode 0600")
+        raise KeyFileError(ErrorCode.KEY_PERMISSIONS, "private key file must be mode 0600")
     try:
         return Signer.parse(private.read_text().strip(), sig_type)
     except DeplogError:
-        raise KeyFileError("key_malformed", "private key file is malformed") from None
+        raise KeyFileError(ErrorCode.KEY_MALFORMED, "private key file is malformed") from None
 
 
 def load_or_create_signer(
@@ -93,13 +93,13 @@ def load_or_create_signer(
 
 def read_verifier_key(value: str) -> Verifier:
     """A log verifier key given inline (``name+hex8+base64``) or as the path of a file
-    holding one; ``KeyFormatError`` if it is neither, ``KeyFileError`` for a file over
+    holding one; ``KeyFormatError`` if it is neither, ``TooLargeError`` for a file over
     4 KiB (no key file is that large, and a hostile path must not exhaust memory)."""
     path = Path(value)
     if path.is_file():
         with open(path, "rb") as f:
             data = f.read(MAX_VERIFIER_KEY_FILE + 1)
         if len(data) > MAX_VERIFIER_KEY_FILE:
-            raise KeyFileError("key_file_too_large", "a verifier key file is at most 4 KiB")
+            raise TooLargeError(message="a verifier key file is at most 4 KiB")
         value = data.decode("utf-8", errors="replace").strip()
     return Verifier.parse(value)

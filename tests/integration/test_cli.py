@@ -140,7 +140,7 @@ def test_publish_refusal_prints_the_stable_code(
     assert refused.returncode == 1
     line = refused.stderr.strip()
     assert line.startswith(
-        "deplog publish: refused (401 unknown_publisher); the envelope is saved in intruder-"
+        "deplog: refused (401 unknown_publisher); the envelope is saved in intruder-"
     )
     assert "resubmit it with: deplog publish --resubmit intruder-" in line
 
