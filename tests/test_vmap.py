@@ -987,13 +987,18 @@ def test_the_line_vectors_hold(vectors: dict[str, Any]) -> None:
 def test_the_log_vector_is_an_admitted_log(vectors: dict[str, Any]) -> None:
     """The map is defined over admitted prefixes: the vector log passes every rule."""
     notices: dict[int, Notice] = {}
+    used: set[tuple[str, int]] = set()
     checker = EntryChecker(
-        PublisherRegistry(), Verifier.parse(vectors["log"]["log_key"]), notices.get
+        PublisherRegistry(),
+        Verifier.parse(vectors["log"]["log_key"]),
+        notices.get,
+        lambda publisher, sequence: (publisher, sequence) in used,
     )
     for index, text in enumerate(vectors["log"]["leaves"]):
         entry = checker.check(index, b64(text))
         if isinstance(entry, NoticeEntry):
             notices[index] = entry.envelope.notice
+            used.add((entry.envelope.notice.publisher, entry.envelope.notice.sequence))
     assert sorted(notices) == [1, 2, 3, 4, 5]
 
 
