@@ -102,6 +102,13 @@ class ErrorCode(enum.StrEnum):
     # client/model/status.py
     INDEX_NOT_INCREASING = "index_not_increasing"
     UNKNOWN_WITHDRAW_TARGET = "unknown_withdraw_target"
+    # client/model/vmap.py: proofs and records, the checkpoint line, verification
+    MALFORMED_MAP_PROOF = "malformed_map_proof"
+    MALFORMED_MAP_RECORD = "malformed_map_record"
+    MALFORMED_MAP_LINE = "malformed_map_line"
+    MISSING_MAP_LINE = "missing_map_line"
+    BAD_MAP_PROOF = "bad_map_proof"
+    MAP_CHECKPOINT_MISMATCH = "map_checkpoint_mismatch"
     # client/tlog/note.py
     MALFORMED_NOTE = "malformed_note"
     BAD_KEY = "bad_key"

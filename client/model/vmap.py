@@ -1,0 +1,835 @@
+"""The verifiable tool-status map (``deplog-map/v1``): keys, records, tree, proofs, line.
+
+The normative text is ``docs/fold-spec.md``; this module is its executable form.
+Rules it keeps:
+
+1. The map is a function of the log prefix: key ``SHA-256(tool_id)``, value the
+   canonical status record of every notice naming the tool, in log order. The
+   record is built and evaluated through ``StatusIndex``, the one fold.
+2. The tree's shape is a function of the key set: an inner node exists for a
+   prefix iff keys exist under both of its extensions, so no batch order or
+   partition changes the root.
+3. Hashes are tagged 0x10-0x13, disjoint from RFC 9162's 0x00/0x01, and every
+   input is fixed-length except the record, which is last.
+4. A batch update reads and rehashes only the nodes on the changed keys' paths,
+   one hash per node, then hands every written row to the store at once, so a
+   storage backend commits a batch (and its root) in one transaction.
+5. Parsers are strict and total: one encoding per proof, no trailing bytes,
+   every bad input a stable code and no value in the message.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Literal, Protocol
+
+from deplog.client.errors import DeplogError, ErrorCode, FormatError, VerificationError
+from deplog.client.model import canonical
+from deplog.client.model.entries import NoticeEntry, decode_entry
+from deplog.client.model.notice import Notice, parse_tool_id
+from deplog.client.model.status import StatusIndex, VersionStatus
+from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.note import decode_base64, encode_base64, parse_note
+from deplog.client.tlog.proofs import leaf_hash as log_leaf_hash
+
+__all__ = [
+    "EMPTY_ROOT",
+    "KEY_BITS",
+    "MAP_LINE_KEYWORD",
+    "PROOF_TYPE",
+    "RECORD_TYPE",
+    "ChildRef",
+    "InnerNode",
+    "KeyPath",
+    "MapFormatError",
+    "MapLineError",
+    "MapProof",
+    "MapProofDocument",
+    "MapProofError",
+    "MemoryNodeStore",
+    "NodeStore",
+    "PathStep",
+    "PrefixTree",
+    "RecordNotice",
+    "StatusRecord",
+    "VerifiableMap",
+    "bit_of",
+    "evaluate",
+    "fold_entries",
+    "leaf_hash",
+    "map_key",
+    "map_line",
+    "map_root_of",
+    "node_hash",
+    "node_id",
+    "require_map_root",
+    "root_from_path",
+    "value_hash",
+    "verify_map_proof",
+    "verify_proof_document",
+    "verify_status",
+]
+
+KEY_BITS: Final = 256
+"""Keys are SHA-256 digests; a child reference with ``bits == KEY_BITS`` is a leaf."""
+RECORD_TYPE: Final = "deplog.tool_status/v1"
+PROOF_TYPE: Final = "deplog.map_proof/v1"
+MAP_LINE_KEYWORD: Final = "deplog-map/v1"
+BINARY_VERSION: Final = 1
+MAX_PATH: Final = KEY_BITS
+"""Split bits strictly decrease from leaf to root, so no path has more than 256 steps."""
+
+_TAG_LEAF, _TAG_NODE, _TAG_EMPTY, _TAG_VALUE = b"\x10", b"\x11", b"\x12", b"\x13"
+EMPTY_ROOT: Final = hashlib.sha256(_TAG_EMPTY).digest()
+"""The root of the map with no keys."""
+
+Result = Literal["present", "absent", "empty"]
+_RESULT_CODES: Final[tuple[Result, ...]] = ("present", "absent", "empty")
+
+
+class MapFormatError(FormatError):
+    """A map proof or status record that is not the format's one encoding."""
+
+    codes = frozenset({ErrorCode.MALFORMED_MAP_PROOF, ErrorCode.MALFORMED_MAP_RECORD})
+    code = ErrorCode.MALFORMED_MAP_PROOF
+
+
+class MapLineError(FormatError):
+    """A checkpoint whose ``deplog-map/v1`` line is malformed, repeated, or missing."""
+
+    codes = frozenset({ErrorCode.MALFORMED_MAP_LINE, ErrorCode.MISSING_MAP_LINE})
+    code = ErrorCode.MALFORMED_MAP_LINE
+
+
+class MapProofError(VerificationError):
+    """A well-formed map proof that does not show its claim under the given root."""
+
+    codes = frozenset({ErrorCode.BAD_MAP_PROOF, ErrorCode.MAP_CHECKPOINT_MISMATCH})
+    code = ErrorCode.BAD_MAP_PROOF
+
+
+# --- hashing ----------------------------------------------------------------------------
+
+
+def map_key(tool_id: str) -> bytes:
+    """SHA-256 of the tool id's ASCII bytes, after the grammar check (NoticeError
+    ``bad_tool_id``): only ids a notice could name have keys."""
+    parse_tool_id(tool_id)
+    return hashlib.sha256(tool_id.encode("ascii")).digest()
+
+
+def value_hash(record: bytes) -> bytes:
+    """The leaf value committing to a record's canonical bytes."""
+    return hashlib.sha256(_TAG_VALUE + record).digest()
+
+
+def leaf_hash(key: bytes, value: bytes) -> bytes:
+    """The hash of a leaf: both inputs are 32 bytes."""
+    return hashlib.sha256(_TAG_LEAF + key + value).digest()
+
+
+def node_hash(bit: int, left: bytes, right: bytes) -> bytes:
+    """The hash of an inner node splitting on ``bit`` (bound in, so one root has one shape)."""
+    return hashlib.sha256(_TAG_NODE + bytes((bit,)) + left + right).digest()
+
+
+def bit_of(key: bytes, i: int) -> int:
+    """Bit ``i`` of ``key``, most significant bit of byte 0 first."""
+    return (key[i >> 3] >> (7 - (i & 7))) & 1
+
+
+def node_id(bit: int, key: bytes) -> bytes:
+    """A storage id for the inner node splitting on ``bit`` above ``key``: ``u8 bit`` and
+    the first ``ceil(bit/8)`` key bytes, bits at or after ``bit`` zeroed."""
+    prefix = bytearray(key[: (bit + 7) // 8])
+    if bit % 8:
+        prefix[-1] &= 0xFF << (8 - bit % 8) & 0xFF
+    return bytes((bit,)) + bytes(prefix)
+
+
+def _prefix_int(ref: ChildRef) -> int:
+    """The key bits above a child (all of them for a leaf) as a 256-bit integer."""
+    raw = ref.id if ref.bits == KEY_BITS else ref.id[1:]
+    return int.from_bytes(raw.ljust(32, b"\x00"), "big")
+
+
+# --- the status record ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordNotice:
+    """One notice in a record: its log index, its RFC 9162 leaf hash, the notice itself."""
+
+    index: int
+    leaf_hash: bytes
+    notice: Notice
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"index", "leaf_hash", "notice"}``."""
+        return {
+            "index": self.index,
+            "leaf_hash": encode_base64(self.leaf_hash),
+            "notice": self.notice.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class StatusRecord:
+    """Every notice naming one tool, in log order: the map's value for that tool.
+
+    Holds rules, not an evaluated status (effective and sunset times depend on
+    the clock). Build it with ``build``/``extended``/``decode``, which run the
+    notices through ``StatusIndex``, so a record always folds.
+    """
+
+    tool_id: str
+    notices: tuple[RecordNotice, ...]
+
+    @classmethod
+    def build(cls, tool_id: str, notices: Iterable[RecordNotice]) -> StatusRecord:
+        """A record of ``notices``; StatusError if they do not fold (order, withdraw target),
+        MapFormatError ``malformed_map_record`` if one names another tool or none is given."""
+        parse_tool_id(tool_id)
+        record = cls(tool_id, tuple(notices))
+        if not record.notices or any(n.notice.tool_id != tool_id for n in record.notices):
+            raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+        record.status_index()
+        return record
+
+    def extended(self, item: RecordNotice) -> StatusRecord:
+        """This record with one more notice (a later log index)."""
+        return StatusRecord.build(self.tool_id, (*self.notices, item))
+
+    def status_index(self) -> StatusIndex:
+        """The fold of this record's notices (raises StatusError if they do not fold)."""
+        index = StatusIndex()
+        for item in self.notices:
+            index.apply(item.index, item.notice)
+        return index
+
+    def to_json(self) -> dict[str, Any]:
+        """The record object, as the spec's section 3 defines it."""
+        return {
+            "type": RECORD_TYPE,
+            "tool_id": self.tool_id,
+            "notices": [item.to_json() for item in self.notices],
+        }
+
+    def encode(self) -> bytes:
+        """The record's RFC 8785 bytes (what the value hash covers)."""
+        cached: bytes | None = self.__dict__.get("_encoded")
+        if cached is None:
+            cached = canonical.dumps(self.to_json())
+            object.__setattr__(self, "_encoded", cached)
+        return cached
+
+    def value(self) -> bytes:
+        """The leaf value of this record."""
+        return value_hash(self.encode())
+
+    @classmethod
+    def decode(cls, data: bytes) -> StatusRecord:
+        """Parse record bytes strictly: canonical, closed schema, right ``type``, notices
+        that round-trip and fold. Anything else is ``malformed_map_record``."""
+        try:
+            obj = canonical.loads(data)
+            record = cls._from_json(obj)
+        except DeplogError:
+            raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD) from None
+        if record.encode() != bytes(data):
+            raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+        return record
+
+    @classmethod
+    def _from_json(cls, obj: object) -> StatusRecord:
+        if not isinstance(obj, dict) or set(obj) != {"type", "tool_id", "notices"}:
+            raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+        if obj["type"] != RECORD_TYPE or not isinstance(obj["notices"], list):
+            raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+        items = []
+        for raw in obj["notices"]:
+            if not isinstance(raw, dict) or set(raw) != {"index", "leaf_hash", "notice"}:
+                raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+            index, hash_text = raw["index"], raw["leaf_hash"]
+            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+                raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+            digest = decode_base64(hash_text) if isinstance(hash_text, str) else None
+            if digest is None or len(digest) != 32:
+                raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+            items.append(RecordNotice(index, digest, Notice.from_json(raw["notice"])))
+        tool_id = obj["tool_id"]
+        if not isinstance(tool_id, str):
+            raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+        return cls.build(tool_id, items)
+
+
+def evaluate(
+    tool_id: str, record: StatusRecord | None, version: str, now: datetime
+) -> VersionStatus:
+    """The status of ``tool_id`` at ``version`` at ``now`` under a verified record (None:
+    the tool is absent from the map, so every version is active)."""
+    if record is not None and record.tool_id != tool_id:
+        raise ValueError("the record is about another tool")
+    index = StatusIndex() if record is None else record.status_index()
+    return index.lookup(tool_id, version, now)
+
+
+def fold_entries(
+    entries: Iterable[tuple[int, bytes]], find: Callable[[str], StatusRecord | None]
+) -> dict[str, StatusRecord]:
+    """The map function over admitted log entries ``(index, leaf)`` in log order.
+
+    ``find`` gives a tool's record before these entries (None if absent). Returns
+    the new record of every tool the entries touch; publisher entries change no
+    record. Entries must already have passed the admission rules.
+    """
+    changed: dict[str, StatusRecord] = {}
+    for index, leaf in entries:
+        entry = decode_entry(leaf)
+        if not isinstance(entry, NoticeEntry):
+            continue
+        notice = entry.envelope.notice
+        item = RecordNotice(index, log_leaf_hash(leaf), notice)
+        before = changed[notice.tool_id] if notice.tool_id in changed else find(notice.tool_id)
+        changed[notice.tool_id] = (
+            StatusRecord.build(notice.tool_id, (item,)) if before is None else before.extended(item)
+        )
+    return changed
+
+
+# --- the tree and its storage seam ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChildRef:
+    """A child as its parent row holds it: ``id`` (an inner node's id, a leaf's key),
+    ``bits`` (its split bit, ``KEY_BITS`` for a leaf) and its hash."""
+
+    id: bytes
+    bits: int
+    hash: bytes
+
+
+@dataclass(frozen=True)
+class InnerNode:
+    """One inner node row: its id, split bit, and both children."""
+
+    id: bytes
+    bit: int
+    left: ChildRef
+    right: ChildRef
+
+
+class NodeStore(Protocol):
+    """Where a ``PrefixTree`` keeps its rows (in memory, or an SQLite backend).
+
+    A proof reads one ``inner`` row per level; a batch reads the rows on the
+    changed paths and ends with exactly one ``write``, which a durable backend
+    commits in one transaction together with the new root.
+    """
+
+    def root(self) -> ChildRef | None:
+        """The root reference, None for the empty map."""
+        ...
+
+    def inner(self, node: bytes) -> InnerNode:
+        """The inner node row with this id."""
+        ...
+
+    def leaf_value(self, key: bytes) -> bytes:
+        """The value of the leaf with this key."""
+        ...
+
+    def write(
+        self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
+    ) -> None:
+        """Store a batch: new or replaced inner rows, leaf values, and the new root."""
+        ...
+
+
+class MemoryNodeStore:
+    """A ``NodeStore`` in dicts."""
+
+    def __init__(self) -> None:
+        self._root: ChildRef | None = None
+        self._inners: dict[bytes, InnerNode] = {}
+        self._leaves: dict[bytes, bytes] = {}
+
+    def root(self) -> ChildRef | None:
+        """The root reference, None for the empty map."""
+        return self._root
+
+    def inner(self, node: bytes) -> InnerNode:
+        """The inner node row with this id."""
+        return self._inners[node]
+
+    def leaf_value(self, key: bytes) -> bytes:
+        """The value of the leaf with this key."""
+        return self._leaves[key]
+
+    def write(
+        self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
+    ) -> None:
+        """Store a batch."""
+        self._inners.update((node.id, node) for node in inners)
+        self._leaves.update(leaves)
+        self._root = root
+
+
+@dataclass(frozen=True)
+class PathStep:
+    """One level of a proof: the split bit and the sibling's hash."""
+
+    bit: int
+    sibling: bytes
+
+
+@dataclass(frozen=True)
+class KeyPath:
+    """What a lookup reaches: the leaf (None in the empty map) and its siblings, leaf to root."""
+
+    leaf_key: bytes | None
+    leaf_value: bytes | None
+    steps: tuple[PathStep, ...]
+
+
+class _Batch:
+    """One batch update: the sorted keys as integers, their values, the rows written."""
+
+    def __init__(self, store: NodeStore, changes: Mapping[bytes, bytes]) -> None:
+        self.store = store
+        self.keys = sorted(changes)
+        self.ints = [int.from_bytes(k, "big") for k in self.keys]
+        self.changes = changes
+        self.written: list[InnerNode] = []
+
+    def inner(self, bit: int, key: bytes, left: ChildRef, right: ChildRef) -> ChildRef:
+        node = InnerNode(node_id(bit, key), bit, left, right)
+        self.written.append(node)
+        return ChildRef(node.id, bit, node_hash(bit, left.hash, right.hash))
+
+    def build(self, lo: int, hi: int) -> ChildRef:
+        """A fresh subtree of keys ``[lo, hi)`` (non-empty): recursive partition."""
+        if hi - lo == 1:
+            key = self.keys[lo]
+            return ChildRef(key, KEY_BITS, leaf_hash(key, self.changes[key]))
+        first, last = self.ints[lo], self.ints[hi - 1]
+        bit = KEY_BITS - (first ^ last).bit_length()
+        mid = bisect.bisect_left(self.ints, _split_point(first, bit), lo, hi)
+        return self.inner(bit, self.keys[lo], self.build(lo, mid), self.build(mid, hi))
+
+    def merge(self, ref: ChildRef, lo: int, hi: int) -> ChildRef:
+        """The subtree ``ref`` with keys ``[lo, hi)`` (non-empty) set in it."""
+        prefix, bits = _prefix_int(ref), ref.bits
+        bit = min(_diverge(prefix, bits, self.ints[lo]), _diverge(prefix, bits, self.ints[hi - 1]))
+        if bit < bits:  # some keys leave this subtree above it: a new node at ``bit``
+            mid = bisect.bisect_left(self.ints, _split_point(prefix, bit), lo, hi)
+            key = prefix.to_bytes(32, "big")
+            if (prefix >> (KEY_BITS - 1 - bit)) & 1:
+                left = self.build(lo, mid)
+                right = self.merge(ref, mid, hi) if mid < hi else ref
+            else:
+                left = self.merge(ref, lo, mid) if lo < mid else ref
+                right = self.build(mid, hi)
+            return self.inner(bit, key, left, right)
+        if bits == KEY_BITS:  # the same key: a new value
+            return self.build(lo, hi)
+        row = self.store.inner(ref.id)
+        mid = bisect.bisect_left(self.ints, _split_point(prefix, bits), lo, hi)
+        left = self.merge(row.left, lo, mid) if lo < mid else row.left
+        right = self.merge(row.right, mid, hi) if mid < hi else row.right
+        return self.inner(bits, self.keys[lo], left, right)
+
+
+def _diverge(prefix: int, bits: int, key: int) -> int:
+    """The first bit below ``bits`` where ``key`` leaves ``prefix``, or ``bits``."""
+    shift = KEY_BITS - bits
+    differ = (prefix ^ key) >> shift
+    return bits - differ.bit_length() if differ else bits
+
+
+def _split_point(key: int, bit: int) -> int:
+    """The smallest key sharing ``key``'s bits above ``bit`` with ``bit`` set."""
+    shift = KEY_BITS - bit
+    return ((key >> shift) << shift) | (1 << (shift - 1))
+
+
+class PrefixTree:
+    """A path-compressed binary prefix tree over 32-byte keys and 32-byte values."""
+
+    def __init__(self, store: NodeStore | None = None) -> None:
+        self.store: NodeStore = store if store is not None else MemoryNodeStore()
+
+    def root(self) -> bytes:
+        """The root hash (``EMPTY_ROOT`` for no keys)."""
+        ref = self.store.root()
+        return EMPTY_ROOT if ref is None else ref.hash
+
+    def update(self, changes: Mapping[bytes, bytes]) -> bytes:
+        """Set every ``key -> value`` of ``changes`` in one batch; returns the new root.
+
+        Reads and rehashes only the nodes on the changed keys' paths (one hash per
+        node), then writes them with the new root in one ``store.write``.
+        """
+        if any(len(k) != 32 or len(v) != 32 for k, v in changes.items()):
+            raise ValueError("keys and values are 32 bytes")
+        if not changes:
+            return self.root()
+        batch = _Batch(self.store, changes)
+        old = self.store.root()
+        count = len(batch.keys)
+        new = batch.build(0, count) if old is None else batch.merge(old, 0, count)
+        self.store.write(new, batch.written, dict(changes))
+        return new.hash
+
+    def lookup(self, key: bytes) -> KeyPath:
+        """Walk the split bits of ``key`` to the one leaf it reaches (``key``'s own leaf iff
+        present), collecting siblings; leaf to root."""
+        ref = self.store.root()
+        if ref is None:
+            return KeyPath(None, None, ())
+        steps: list[PathStep] = []
+        while ref.bits != KEY_BITS:
+            row = self.store.inner(ref.id)
+            if bit_of(key, row.bit):
+                steps.append(PathStep(row.bit, row.left.hash))
+                ref = row.right
+            else:
+                steps.append(PathStep(row.bit, row.right.hash))
+                ref = row.left
+        steps.reverse()
+        return KeyPath(ref.id, self.store.leaf_value(ref.id), tuple(steps))
+
+
+def root_from_path(key: bytes, path: KeyPath) -> bytes:
+    """The root a lookup path leads to, checking what makes it a lookup of ``key``: bits
+    strictly decrease toward the root and, when the leaf is another key, ``key`` agrees
+    with it at every bit. MapProofError ``bad_map_proof`` otherwise."""
+    if path.leaf_key is None or path.leaf_value is None:
+        if path.steps:
+            raise MapProofError()
+        return EMPTY_ROOT
+    alternate = path.leaf_key != key
+    current = leaf_hash(path.leaf_key, path.leaf_value)
+    previous = KEY_BITS
+    for step in path.steps:
+        if not 0 <= step.bit < previous:
+            raise MapProofError()
+        previous = step.bit
+        side = bit_of(key, step.bit)
+        if alternate and bit_of(path.leaf_key, step.bit) != side:
+            raise MapProofError()
+        current = (
+            node_hash(step.bit, step.sibling, current)
+            if side
+            else node_hash(step.bit, current, step.sibling)
+        )
+    return current
+
+
+# --- proofs -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MapProof:
+    """A lookup result for one key: ``present`` with the record, ``absent`` with the
+    alternate leaf the lookup reaches, or ``empty``; ``path`` leaf to root."""
+
+    result: Result
+    path: tuple[PathStep, ...] = ()
+    record: bytes | None = None
+    alt_key: bytes | None = None
+    alt_value: bytes | None = None
+
+    def to_binary(self) -> bytes:
+        """``u8 1 ‖ u8 result ‖ (u32 len ‖ record | alt_key ‖ alt_value) ‖ u16 n ‖ n x
+        (u8 bit ‖ sibling)``, integers big-endian."""
+        out = bytearray((BINARY_VERSION, _RESULT_CODES.index(self.result)))
+        if self.result == "present":
+            assert self.record is not None
+            out += struct.pack(">I", len(self.record)) + self.record
+        elif self.result == "absent":
+            assert self.alt_key is not None and self.alt_value is not None
+            out += self.alt_key + self.alt_value
+        out += struct.pack(">H", len(self.path))
+        for step in self.path:
+            out += bytes((step.bit,)) + step.sibling
+        return bytes(out)
+
+    @classmethod
+    def from_binary(cls, data: bytes) -> MapProof:
+        """Parse the binary form; anything but exactly one proof is ``malformed_map_proof``."""
+        reader = _Reader(bytes(data))
+        if reader.u8() != BINARY_VERSION:
+            raise MapFormatError()
+        code = reader.u8()
+        if code >= len(_RESULT_CODES):
+            raise MapFormatError()
+        result = _RESULT_CODES[code]
+        record = alt_key = alt_value = None
+        if result == "present":
+            record = reader.take(reader.u32())
+        elif result == "absent":
+            alt_key, alt_value = reader.take(32), reader.take(32)
+        count = reader.u16()
+        if count > MAX_PATH or (result == "empty" and count):
+            raise MapFormatError()
+        path = tuple(PathStep(reader.u8(), reader.take(32)) for _ in range(count))
+        reader.end()
+        return cls(result, path, record, alt_key, alt_value)
+
+    def to_json(self) -> dict[str, Any]:
+        """The proof members of the JSON form (``result``, ``record``/``alt_leaf``, ``path``)."""
+        out: dict[str, Any] = {"result": self.result}
+        if self.record is not None:
+            out["record"] = encode_base64(self.record)
+        if self.alt_key is not None and self.alt_value is not None:
+            out["alt_leaf"] = {
+                "key": encode_base64(self.alt_key),
+                "value": encode_base64(self.alt_value),
+            }
+        out["path"] = [{"bit": s.bit, "sibling": encode_base64(s.sibling)} for s in self.path]
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> MapProof:
+        """Parse the proof members of a JSON proof (other members are the caller's)."""
+        result = obj.get("result")
+        if result not in _RESULT_CODES:
+            raise MapFormatError()
+        extra = {"present": {"record"}, "absent": {"alt_leaf"}, "empty": set()}[result]
+        if set(obj) - _DOCUMENT_MEMBERS != {"result", "path", *extra}:
+            raise MapFormatError()
+        record = alt_key = alt_value = None
+        if result == "present":
+            record = _b64(obj["record"])
+        elif result == "absent":
+            alt = obj["alt_leaf"]
+            if not isinstance(alt, dict) or set(alt) != {"key", "value"}:
+                raise MapFormatError()
+            alt_key, alt_value = _b64(alt["key"], 32), _b64(alt["value"], 32)
+        raw_path = obj["path"]
+        if not isinstance(raw_path, list) or len(raw_path) > MAX_PATH:
+            raise MapFormatError()
+        if result == "empty" and raw_path:
+            raise MapFormatError()
+        path = []
+        for raw in raw_path:
+            if not isinstance(raw, dict) or set(raw) != {"bit", "sibling"}:
+                raise MapFormatError()
+            bit = raw["bit"]
+            if isinstance(bit, bool) or not isinstance(bit, int) or not 0 <= bit < KEY_BITS:
+                raise MapFormatError()
+            path.append(PathStep(bit, _b64(raw["sibling"], 32)))
+        return cls(result, tuple(path), record, alt_key, alt_value)
+
+
+_DOCUMENT_MEMBERS: Final = frozenset({"type", "checkpoint", "tool_id"})
+
+
+class _Reader:
+    """Bounds-checked reads over proof bytes; running out is ``malformed_map_proof``."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, n: int) -> bytes:
+        if self.at + n > len(self.data):
+            raise MapFormatError()
+        self.at += n
+        return self.data[self.at - n : self.at]
+
+    def u8(self) -> int:
+        return self.take(1)[0]
+
+    def u16(self) -> int:
+        return int.from_bytes(self.take(2), "big")
+
+    def u32(self) -> int:
+        return int.from_bytes(self.take(4), "big")
+
+    def end(self) -> None:
+        if self.at != len(self.data):
+            raise MapFormatError()
+
+
+def _b64(value: object, size: int | None = None) -> bytes:
+    raw = decode_base64(value) if isinstance(value, str) else None
+    if raw is None or (size is not None and len(raw) != size):
+        raise MapFormatError()
+    return raw
+
+
+def verify_map_proof(root: bytes, tool_id: str, proof: MapProof) -> StatusRecord | None:
+    """Check ``proof`` for ``tool_id`` under the map ``root``; the tool's record, or None
+    when the proof shows it absent (or the map empty).
+
+    MapFormatError ``malformed_map_record`` for a record that is not canonical;
+    MapProofError ``bad_map_proof`` for anything that does not lead to ``root``,
+    a record about another tool, or an absent proof whose leaf is the key itself.
+    """
+    key = map_key(tool_id)
+    record: StatusRecord | None = None
+    if proof.result == "present":
+        if proof.record is None:
+            raise MapFormatError()
+        record = StatusRecord.decode(proof.record)
+        if record.tool_id != tool_id:
+            raise MapProofError()
+        path = KeyPath(key, value_hash(proof.record), proof.path)
+    elif proof.result == "absent":
+        if proof.alt_key is None or proof.alt_value is None:
+            raise MapFormatError()
+        if proof.alt_key == key:
+            raise MapProofError()
+        path = KeyPath(proof.alt_key, proof.alt_value, proof.path)
+    else:
+        path = KeyPath(None, None, proof.path)
+    if root_from_path(key, path) != root:
+        raise MapProofError()
+    return record
+
+
+def verify_status(
+    root: bytes, tool_id: str, version: str, now: datetime, proof: MapProof
+) -> VersionStatus:
+    """The status of ``tool_id`` at ``version`` at ``now``, as the map ``root`` proves it."""
+    return evaluate(tool_id, verify_map_proof(root, tool_id, proof), version, now)
+
+
+@dataclass(frozen=True)
+class MapProofDocument:
+    """The JSON proof: the signed checkpoint it was made at, the tool id and the proof."""
+
+    checkpoint: bytes
+    tool_id: str
+    proof: MapProof
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"type", "checkpoint", "tool_id", "result", ..., "path"}``."""
+        return {
+            "type": PROOF_TYPE,
+            "checkpoint": self.checkpoint.decode("utf-8"),
+            "tool_id": self.tool_id,
+            **self.proof.to_json(),
+        }
+
+    def encode(self) -> bytes:
+        """The RFC 8785 bytes of the JSON form."""
+        return canonical.dumps(self.to_json())
+
+    @classmethod
+    def parse(cls, data: bytes) -> MapProofDocument:
+        """Parse the JSON form strictly (``malformed_map_proof``); the checkpoint is only
+        checked to be a signed note here: the caller verifies it."""
+        try:
+            obj = canonical.loads(data)
+        except DeplogError:
+            raise MapFormatError() from None
+        if not isinstance(obj, dict) or obj.get("type") != PROOF_TYPE:
+            raise MapFormatError()
+        checkpoint, tool_id = obj.get("checkpoint"), obj.get("tool_id")
+        if not isinstance(checkpoint, str) or not isinstance(tool_id, str):
+            raise MapFormatError()
+        note = checkpoint.encode("utf-8")
+        try:
+            parse_note(note)
+            parse_tool_id(tool_id)
+        except DeplogError:
+            raise MapFormatError() from None
+        return cls(note, tool_id, MapProof.from_json(obj))
+
+
+def verify_proof_document(
+    document: MapProofDocument, checkpoint: Checkpoint, version: str, now: datetime
+) -> VersionStatus:
+    """Verify a JSON proof against the checkpoint the caller verified (its log signature and
+    cosignatures, under its own policy): that checkpoint is authoritative, and the one the
+    document carries must have the same body (``map_checkpoint_mismatch`` otherwise)."""
+    text, _ = parse_note(document.checkpoint)
+    if text != checkpoint.to_text():
+        raise MapProofError(ErrorCode.MAP_CHECKPOINT_MISMATCH)
+    root = require_map_root(checkpoint)
+    return verify_status(root, document.tool_id, version, now, document.proof)
+
+
+# --- the checkpoint extension line -------------------------------------------------------
+
+
+def map_line(root: bytes) -> str:
+    """The extension line committing to ``root`` (without its newline)."""
+    if len(root) != 32:
+        raise ValueError("a map root is 32 bytes")
+    return f"{MAP_LINE_KEYWORD} {encode_base64(root)}"
+
+
+def map_root_of(extensions: Sequence[str]) -> bytes | None:
+    """The map root of a checkpoint's extension lines, None if no line is ours.
+
+    A line is ours when its first space-separated word is ``deplog-map/v1``; it
+    must then be exactly that word, one space and 44 characters of canonical
+    base64 of 32 bytes, and appear once (``malformed_map_line``). Other lines
+    are ignored.
+    """
+    found: bytes | None = None
+    for line in extensions:
+        word, space, rest = line.partition(" ")
+        if word != MAP_LINE_KEYWORD:
+            continue
+        root = decode_base64(rest) if space else None
+        if found is not None or root is None or len(root) != 32:
+            raise MapLineError(ErrorCode.MALFORMED_MAP_LINE)
+        found = root
+    return found
+
+
+def require_map_root(checkpoint: Checkpoint) -> bytes:
+    """The checkpoint's map root; ``missing_map_line`` if it commits to none."""
+    root = map_root_of(checkpoint.extensions)
+    if root is None:
+        raise MapLineError(ErrorCode.MISSING_MAP_LINE)
+    return root
+
+
+# --- the map ----------------------------------------------------------------------------
+
+
+class VerifiableMap:
+    """Tool id -> status record over a ``PrefixTree``: fold entries in, prove lookups.
+
+    Records live in memory here; a storage backend keeps them beside the leaves.
+    """
+
+    def __init__(self, store: NodeStore | None = None) -> None:
+        self.tree = PrefixTree(store)
+        self.records: dict[str, StatusRecord] = {}
+
+    def root(self) -> bytes:
+        """The map root."""
+        return self.tree.root()
+
+    def fold(self, entries: Iterable[tuple[int, bytes]]) -> bytes:
+        """Fold admitted entries ``(index, leaf)`` in log order, as one batch; the new root."""
+        return self.apply(fold_entries(entries, self.records.get).values())
+
+    def apply(self, records: Iterable[StatusRecord]) -> bytes:
+        """Set these records (one per tool) in one batch; the new root."""
+        batch = {record.tool_id: record for record in records}
+        root = self.tree.update({map_key(t): r.value() for t, r in batch.items()})
+        self.records.update(batch)
+        return root
+
+    def prove(self, tool_id: str) -> MapProof:
+        """The proof of ``tool_id``'s record, or of its absence."""
+        key = map_key(tool_id)
+        path = self.tree.lookup(key)
+        if path.leaf_key is None:
+            return MapProof("empty")
+        if path.leaf_key == key:
+            return MapProof("present", path.steps, record=self.records[tool_id].encode())
+        return MapProof("absent", path.steps, alt_key=path.leaf_key, alt_value=path.leaf_value)
