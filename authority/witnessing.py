@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from deplog.authority.options import option
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.witness.core import Witness, WitnessState
 from deplog.client.errors import DeplogError
+from deplog.client.storage_faults import database_fault
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.cosignature import verify_cosignature
 from deplog.client.tlog.keyfile import load_or_create_signer
@@ -130,7 +132,11 @@ def open_embedded_witness(
     ``path``, trusting exactly this log's key."""
     signer, _ = load_or_create_signer(keys, stem, name, SIG_TYPE_COSIGNATURE_V1)
     state = WitnessState(path)
-    state.add_log(log_key.vkey(), int(time.time()))
+    try:
+        state.add_log(log_key.vkey(), int(time.time()))
+    except sqlite3.Error as err:
+        state.close()
+        raise database_fault(err, path) from None
     return LocalWitness(Witness(state, signer))
 
 

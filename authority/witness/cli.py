@@ -40,6 +40,7 @@ from deplog.authority.witness.core import (
 from deplog.authority.witness.server import build_app
 from deplog.client.errors import DeplogError
 from deplog.client.files import exclusive_lock, write_atomic
+from deplog.client.storage_faults import StorageFault
 from deplog.client.tlog.keyfile import (
     create_signer,
     is_key_file_stem,
@@ -253,6 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CLIError as err:
         print(f"witness: {err}", file=sys.stderr)
         return 1
+    except StorageFault as err:
+        print(f"witness: {err.code}: {err}", file=sys.stderr)
+        return err.exit_status
     except DeplogError as err:
         print(f"witness: {err.code}", file=sys.stderr)
         return 1

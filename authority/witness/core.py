@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deplog.client.errors import DeplogError
+from deplog.client.storage_faults import opening_database
 from deplog.client.tlog.checkpoint import Checkpoint, CheckpointFormatError, parse_decimal
 from deplog.client.tlog.cosignature import cosign
 from deplog.client.tlog.note import (
@@ -343,9 +344,10 @@ class WitnessState:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
-        conn = self._conn()
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
+        with opening_database(path, self.close):
+            conn = self._conn()
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
