@@ -9,9 +9,9 @@ Rules:
 1. Evidence decides, never the exception's class: SQLite's extended result code
    (``sqlite_errorcode``), then the ``errno`` of our own probe of the same files
    (SQLite does not expose the ``errno`` it saw), then the file system's free space.
-2. Each kind has a stable code and its own exit status (``sysexits.h`` values):
-   permission denied 77, disk full 73, I/O error 74, proven corruption 65;
-   anything else is ``storage_unavailable``, exit 1.
+2. Each kind has a stable name (the message's first word) and its own exit status
+   (``sysexits.h`` values): permission denied 77, disk full 73, I/O error 74,
+   proven corruption 65; anything else is ``storage_unavailable``, exit 1.
 3. Corruption is reported only when proven: an ``SQLITE_CORRUPT`` or
    ``SQLITE_NOTADB`` answer alone is not proof (a failing read looks the same), so
    ``PRAGMA integrity_check`` runs on a read-only connection and must report a
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import CLIError
 
 __all__ = [
     "CORRUPT",
@@ -104,18 +104,21 @@ _PERMISSION_CODES = frozenset({sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY, sql
 _CORRUPT_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 
-class StorageFault(DeplogError):
-    """A database that cannot be used, classified by evidence; says what to do about it."""
+class StorageFault(CLIError):
+    """A database that cannot be used, classified by evidence, told to its operator.
+
+    A :class:`CLIError` (not a ``DeplogError``): it ends a command or a server's
+    start-up with ``exit_status``, and its message names the operator's files.
+    ``code`` is the kind's stable name, the message's first word.
+    """
 
     def __init__(self, kind: FaultKind, path: Path, evidence: str) -> None:
         self.kind = kind
         self.path = path
         self.evidence = evidence
-        super().__init__(kind.code, f"{kind.summary} on {path} ({evidence}): {kind.advice}")
-
-    @property
-    def exit_status(self) -> int:
-        return self.kind.exit_status
+        self.code = kind.code
+        message = f"{kind.code}: {kind.summary} on {path} ({evidence}): {kind.advice}"
+        super().__init__(message, kind.exit_status)
 
 
 def database_files(path: Path) -> tuple[Path, Path, Path]:

@@ -123,7 +123,7 @@ def test_open_refuses_a_tree_whose_root_no_longer_matches(
     with pytest.raises(StorageFault) as refused:
         Log(db_path, log_signer, ORIGIN)
     assert refused.value.kind is CORRUPT
-    assert refused.value.evidence.startswith("root_mismatch: ")
+    assert refused.value.evidence.startswith("stored_root_mismatch: ")
 
 
 def test_open_refuses_a_truncated_tree(

@@ -26,7 +26,7 @@ from deplog.authority.storage.audit import (
     audit_storage,
     lower_priority,
 )
-from tests.local_log import LocalLog
+from tests.builders import LocalLog
 
 NOTICES = 20  # with the registration, 21 leaves: subtree hashes up to level 4
 
