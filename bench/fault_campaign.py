@@ -7,7 +7,8 @@ on a fresh authority each time, every combination of syscall set
 (fsync+fdatasync, pwrite64, write), error (EIO, ENOSPC) and timing (once, a
 burst, for good) on the log's files and on the embedded witness's files, at
 invocation numbers drawn from the seed; the same on a standalone witness's
-files; and the start-up faults (openat EACCES, EPERM, EIO on either database).
+files (4 x ``--notices`` checkpoints each: a burst counts per thread of its pool);
+and the start-up faults (openat EACCES, EPERM, EIO on either database).
 CI runs a fixed subset (tests/integration/test_syscall_faults.py).
 
 It prints one row per scenario and the totals: faults injected, acknowledged
@@ -210,7 +211,7 @@ async def run(rounds: int, publishers: int, notices: int, seed: int) -> None:
         with tempfile.TemporaryDirectory() as name:
             tmp = Path(name)
             authority = await authority_rounds(tmp, rng, publishers, notices)
-            witness = await witness_rounds(tmp, rng, notices)
+            witness = await witness_rounds(tmp, rng, notices * 4)
             startup = startup_rounds(tmp)
         print(f"\nauthority: {authority}\nwitness: {witness}\nstart-up: {startup}")
     print(f"\n{time.monotonic() - started:.0f} s in all")
