@@ -72,10 +72,6 @@ AUTHORITY_FAULTS = {
     ),
 }
 TRANSIENT = [name for name, fault in AUTHORITY_FAULTS.items() if not fault.persistent]
-DEFECT_2 = pytest.mark.xfail(
-    strict=True, reason="issue 12 defect 2, fixed on branch pub (receipts fail closed)"
-)
-DEFECT_5 = pytest.mark.xfail(strict=True, reason="issue 12 defect 5, fixed on branch pub")
 
 
 class _AuthorityRuns(dict[str, FaultRun]):
@@ -150,29 +146,22 @@ def test_a_persistent_log_fault_acknowledges_nothing_more(
     assert len(run.acknowledged) < PUBLISHERS * 5
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(name, marks=DEFECT_2 if name.startswith("witness-") else ())
-        for name in AUTHORITY_FAULTS
-    ],
-)
+@pytest.mark.parametrize("name", AUTHORITY_FAULTS)
 def test_no_receipt_without_the_embedded_cosignature(
     authority_runs: dict[str, FaultRun], name: str
 ) -> None:
     assert authority_runs[name].receipts_without_cosignature == 0
 
 
-@DEFECT_2
-def test_no_served_checkpoint_without_the_embedded_cosignature_while_it_fails(
-    authority_runs: dict[str, FaultRun],
+@pytest.mark.parametrize("name", AUTHORITY_FAULTS)
+def test_no_served_checkpoint_without_the_embedded_cosignature(
+    authority_runs: dict[str, FaultRun], name: str
 ) -> None:
-    run = authority_runs["witness-fsync-EIO-persistent"]
+    run = authority_runs[name]
     assert run.checkpoints_served > 0
     assert run.checkpoints_without_cosignature == 0
 
 
-@DEFECT_5
 def test_healthz_is_not_ok_while_every_append_fails(
     authority_runs: dict[str, FaultRun],
 ) -> None:
