@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from deplog.client.errors import CLIError, DeplogError
 from deplog.client.files import exclusive_lock
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
+from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault
 from deplog.client.tlog.keyfile import load_or_create_signer, load_signer
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier
 from deplog.client.tlog.policy import Policy
@@ -220,6 +222,17 @@ async def _serve(
         socket_path.unlink()
 
 
+def _audit(db_path: Path) -> tuple[int, str | None]:
+    """The full storage audit (proof of corruption when it finds a problem); a database it
+    cannot read is a classified fault."""
+    if not db_path.exists():
+        raise CLIError(f"{db_path} does not exist: run 'authority init' first")
+    try:
+        return audit_storage(db_path)
+    except sqlite3.Error as err:
+        raise database_fault(err, db_path) from None
+
+
 def _cmd_init(args: argparse.Namespace) -> int:
     instance = init(args.data, args.keys, args.origin, sys.stdout)
     with exclusive_lock(args.data / LOCK_FILE) as owned:
@@ -236,11 +249,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         if not owned:
             raise CLIError(f"another authority is already serving {args.data}")
         if serve.verify_on_start:
-            size, problem = (
-                audit_storage(instance.db_path) if instance.db_path.exists() else (0, None)
-            )
+            size, problem = _audit(instance.db_path) if instance.db_path.exists() else (0, None)
             if problem is not None:
-                raise CLIError(f"refusing to start: {problem} ({size} leaves)")
+                raise StorageFault(CORRUPT, instance.db_path, f"{problem}, {size} leaves")
         config = from_options(
             ServerConfig,
             args,
@@ -319,9 +330,9 @@ def _cmd_publisher_list(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     instance = _open_instance(args.data, args.keys)
-    size, problem = audit_storage(instance.db_path)
+    size, problem = _audit(instance.db_path)
     if problem is not None:
-        raise CLIError(f"storage does not match what was appended: {problem}")
+        raise StorageFault(CORRUPT, instance.db_path, f"{problem}, {size} leaves")
     with exclusive_lock(args.data / LOCK_FILE) as owned:
         if owned:
             Log(instance.db_path, instance.signer, instance.origin).close()

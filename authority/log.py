@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -40,6 +41,7 @@ from deplog.client.model.entries import (
 )
 from deplog.client.model.notice import Envelope, Notice
 from deplog.client.model.registry import ConflictError, PublisherRegistry
+from deplog.client.storage_faults import CORRUPT, StorageFault, opening_database
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import format_receipt
@@ -121,25 +123,39 @@ class Log:
         self.signer = signer
         self.verifier = signer.verifier()
         self.origin = origin
-        try:
+        with opening_database(path, self._close_quietly):
             self.conn = store.connect(path)
             store.create_schema(self.conn)
             if max_bytes is not None:
                 store.limit_size(self.conn, max_bytes)
-            self.tree = StoredHashTree(self.conn)
-            self.registry = self._load_registry()
-            self.published = self._check_stored_checkpoint()
-        except sqlite3.DatabaseError as err:
-            raise IntegrityError(
-                ErrorCode.STORAGE_CORRUPT, f"the database cannot be read ({type(err).__name__})"
-            ) from None
-        except TreeCorruptError:
-            raise IntegrityError(ErrorCode.STORAGE_CORRUPT, "stored hashes are missing") from None
-        if self.published is None or self.published.size < self.tree.size:
-            self.published = self._sign_checkpoint()
+            try:
+                self.tree = StoredHashTree(self.conn)
+                self.registry = self._load_registry()
+                self.published = self._check_stored_checkpoint()
+                if self.published is None or self.published.size < self.tree.size:
+                    self.published = self._sign_checkpoint()
+            except TreeCorruptError:
+                self._close_quietly()
+                raise StorageFault(CORRUPT, path, "stored subtree hashes are missing") from None
+            except IntegrityError as err:
+                self._close_quietly()
+                raise StorageFault(CORRUPT, path, f"{err.code}: {err}") from None
+            except StorageError as err:
+                # Storing the first checkpoint failed; SQLite's own error is the
+                # context, and opening_database classifies that.
+                if isinstance(err.__context__, sqlite3.Error):
+                    raise err.__context__ from None
+                raise
 
     def close(self) -> None:
         self.conn.close()
+
+    def _close_quietly(self) -> None:
+        """Close the connection if a failed open got as far as making one."""
+        conn: sqlite3.Connection | None = getattr(self, "conn", None)
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
 
     # -- startup -------------------------------------------------------------
 

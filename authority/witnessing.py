@@ -61,6 +61,7 @@ from deplog.authority.supervise import Supervisor
 from deplog.authority.witness.core import SizeConflictError, Witness, WitnessState
 from deplog.authority.witness.server import SIZE_CONTENT_TYPE
 from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.storage_faults import database_fault
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.cosignature import verify_cosignature
 from deplog.client.tlog.keyfile import load_or_create_signer
@@ -179,7 +180,11 @@ def open_embedded_witness(
     ``path``, trusting exactly this log's key."""
     signer, _ = load_or_create_signer(keys, stem, name, SIG_TYPE_COSIGNATURE_V1)
     state = WitnessState(path)
-    state.add_log(log_key.vkey(), int(time.time()))
+    try:
+        state.add_log(log_key.vkey(), int(time.time()))
+    except sqlite3.Error as err:
+        state.close()
+        raise database_fault(err, path) from None
     return LocalWitness(Witness(state, signer))
 
 

@@ -103,6 +103,8 @@ WITNESS_MAY_IMPORT = (
     "deplog.client.errors",
     # Atomic writes and the data-directory lock, shared with the authority and the client.
     "deplog.client.files",
+    # One classification of database start-up failures (and exit codes) for every command.
+    "deplog.client.storage_faults",
     "deplog.authority.http.plumbing",
     "deplog.authority.http.metrics",
     # Command-line options built from config dataclasses; knows nothing of the log.

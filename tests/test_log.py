@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from deplog.authority.log import IntegrityError, Log, StorageError
+from deplog.authority.log import Log, StorageError
 from deplog.authority.storage import store
+from deplog.client.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
@@ -119,9 +120,10 @@ def test_open_refuses_a_tree_whose_root_no_longer_matches(
     conn.execute("UPDATE nodes SET hash = zeroblob(32) WHERE level = 2 AND idx = 0")
     conn.commit()
     conn.close()
-    with pytest.raises(IntegrityError) as refused:
+    with pytest.raises(StorageFault) as refused:
         Log(db_path, log_signer, ORIGIN)
-    assert refused.value.code == "stored_root_mismatch"
+    assert refused.value.kind is CORRUPT
+    assert refused.value.evidence.startswith("stored_root_mismatch: ")
 
 
 def test_open_refuses_a_truncated_tree(
@@ -134,18 +136,20 @@ def test_open_refuses_a_truncated_tree(
     conn.execute("DELETE FROM leaves WHERE idx = 1")
     conn.commit()
     conn.close()
-    with pytest.raises(IntegrityError) as refused:
+    with pytest.raises(StorageFault) as refused:
         Log(db_path, log_signer, ORIGIN)
-    assert refused.value.code == "tree_truncated"
+    assert refused.value.kind is CORRUPT
+    assert refused.value.evidence.startswith("tree_truncated: ")
 
 
 def test_open_refuses_checkpoints_signed_by_another_key(
     db_path: Path, log: Log, publisher: Signer
 ) -> None:
     log.close()
-    with pytest.raises(IntegrityError) as refused:
+    with pytest.raises(StorageFault) as refused:
         Log(db_path, Signer.generate(ORIGIN), ORIGIN)
-    assert refused.value.code == "checkpoint_invalid"
+    assert refused.value.kind is CORRUPT
+    assert refused.value.evidence.startswith("checkpoint_invalid: ")
 
 
 def test_storage_failure_rolls_back_the_whole_batch(log: Log, publisher: Signer) -> None:

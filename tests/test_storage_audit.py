@@ -24,6 +24,7 @@ from deplog.authority.storage.audit import (
     EXIT_UNREADABLE,
     NICENESS,
     audit_storage,
+    lower_priority,
 )
 from tests.builders import LocalLog
 
@@ -149,3 +150,18 @@ def test_the_audit_runs_at_low_priority_and_dies_when_killed(tmp_path: Path) -> 
         out, _ = process.communicate(timeout=30)
     assert process.returncode == -signal.SIGKILL
     assert out == b""
+
+
+def test_a_server_lowers_its_audit_childs_priority_once_and_for_all() -> None:
+    """The server lowers it right after spawning (so the child's imports are niced too);
+    the child lowering it again relative to the same parent changes nothing."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        lower_priority(child.pid, os.getpid())
+        expected = min(19, os.nice(0) + NICENESS)
+        assert niceness(child.pid) == expected
+        lower_priority(child.pid, os.getpid())
+        assert niceness(child.pid) == expected
+    finally:
+        child.kill()
+        child.wait()

@@ -45,6 +45,7 @@ import concurrent.futures
 import contextlib
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -225,6 +226,8 @@ class AuthorityState:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
         )
+        with contextlib.suppress(ProcessLookupError):  # it may already have ended
+            audit.lower_priority(process.pid, os.getpid())
         try:
             out, _ = await process.communicate()
         except asyncio.CancelledError:

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
+from deplog.client.storage_faults import opening_database
 from deplog.client.tlog.checkpoint import Checkpoint, CheckpointFormatError, parse_decimal
 from deplog.client.tlog.cosignature import cosign
 from deplog.client.tlog.note import (
@@ -321,9 +322,10 @@ class WitnessState:
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
         self.failing: str | None = None
-        conn = self._conn()
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
+        with opening_database(path, self.close):
+            conn = self._conn()
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)

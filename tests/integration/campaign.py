@@ -178,10 +178,10 @@ async def _witness_campaign(
             log.sequence([make_envelope(publisher, sequence)])
             assert log.published is not None
             try:
-                status, body = await _add(http, witness, log, known)
+                status, body = await add_checkpoint(http, witness, log, known)
                 if status == 409 and body.strip().isdigit():
                     known = int(body)
-                    status, body = await _add(http, witness, log, known)
+                    status, body = await add_checkpoint(http, witness, log, known)
             except (aiohttp.ClientError, TimeoutError):
                 break
             if status == 200:
@@ -190,13 +190,13 @@ async def _witness_campaign(
         await killer
         report.kills += 1
         witness.start(port)
-        recorded = _recorded(witness, log.origin)
+        recorded = recorded_size(witness, log.origin)
         assert recorded is not None and recorded >= acked, "an acknowledged cosignature was lost"
         known = recorded
         if recorded > 1:  # a rollback to an earlier checkpoint of the log is refused
             status = await _rollback(http, witness, log, recorded)
             assert status == 400
-            assert _recorded(witness, log.origin) == recorded
+            assert recorded_size(witness, log.origin) == recorded
             report.refused_rollbacks += 1
     witness.stop()
     return report
@@ -207,7 +207,7 @@ async def _kill_at(witness: WitnessProcess, deadline: float) -> None:
     witness.kill()
 
 
-def _recorded(witness: WitnessProcess, origin: str) -> int | None:
+def recorded_size(witness: WitnessProcess, origin: str) -> int | None:
     state = WitnessState(witness.data / "witness.db")
     try:
         recorded = state.recorded(origin)
@@ -216,7 +216,7 @@ def _recorded(witness: WitnessProcess, origin: str) -> int | None:
         state.close()
 
 
-async def _add(
+async def add_checkpoint(
     http: aiohttp.ClientSession, witness: WitnessProcess, log: Log, old: int
 ) -> tuple[int, str]:
     assert log.published is not None

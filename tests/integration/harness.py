@@ -37,6 +37,8 @@ class ServiceProcess:
 
     root: Path
     extra_args: list[str] = field(default_factory=list)
+    wrapper: list[str] = field(default_factory=list)
+    """A command the server runs under, e.g. ``strace -e inject=...`` (fault injection)."""
     process: subprocess.Popen[bytes] | None = None
     url: str = ""
 
@@ -63,7 +65,7 @@ class ServiceProcess:
         already = self.output.read_text() if self.output.exists() else ""
         with open(self.output, "a") as out:
             self.process = subprocess.Popen(
-                [*self.command(), "--port", str(port), *self.extra_args],
+                [*self.wrapper, *self.command(), "--port", str(port), *self.extra_args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -90,10 +92,21 @@ class ServiceProcess:
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1])
 
+    def _signal(self, signal_number: int) -> None:
+        """Signal the server itself, also under a wrapper: strace detaches from its tracee
+        on SIGTERM (and the kernel does on SIGKILL) instead of passing the signal on, then
+        exits with the tracee's status once the tracee exits."""
+        assert self.process is not None
+        pid = self.process.pid
+        if self.wrapper:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            pid = int(children[0]) if children else pid
+        os.kill(pid, signal_number)
+
     def kill(self) -> None:
         """SIGKILL: no cleanup, no flush, like a power cut for the process."""
         assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
+        self._signal(signal.SIGKILL)
         self.process.wait(timeout=30)
         self.process = None
 
@@ -101,7 +114,7 @@ class ServiceProcess:
         """SIGTERM and wait; returns the exit status."""
         if self.process is None:
             return 0
-        self.process.send_signal(signal.SIGTERM)
+        self._signal(signal.SIGTERM)
         try:
             code = self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:

@@ -75,7 +75,8 @@ def test_verify_on_start_refuses_to_start_naming_the_altered_leaf(
     with_notices.extra_args = ["--verify-on-start"]
     with pytest.raises(RuntimeError) as refused:
         with_notices.start()
-    assert "refusing to start: leaf 2 does not match its stored hash" in str(refused.value)
+    assert "storage_corrupt: the stored data is corrupt (proven)" in str(refused.value)
+    assert "(leaf 2 does not match its stored hash, 4 leaves)" in str(refused.value)
 
 
 async def test_background_audit_finds_an_altered_leaf_and_stops_appends(

@@ -1,0 +1,255 @@
+"""Why a SQLite database could not be opened, told apart so the operator does the right thing.
+
+The log, the embedded witness and the standalone witness open their databases
+through :func:`database_fault` when opening fails, so ``authority serve``,
+``authority check`` and ``witness serve`` report one failure one way.
+
+Rules:
+
+1. Evidence decides, never the exception's class: SQLite's extended result code
+   (``sqlite_errorcode``), then the ``errno`` of our own probe of the same files
+   (SQLite does not expose the ``errno`` it saw), then the file system's free space.
+2. Each kind has a stable name (the message's first word) and its own exit status
+   (``sysexits.h`` values): permission denied 77, disk full 73, I/O error 74,
+   proven corruption 65; anything else is ``storage_unavailable``, exit 1.
+3. Corruption is reported only when proven: an ``SQLITE_CORRUPT`` or
+   ``SQLITE_NOTADB`` answer alone is not proof (a failing read looks the same), so
+   ``PRAGMA integrity_check`` runs on a read-only connection and must report a
+   problem, or find no database at all. Corruption found by the log's own checks
+   against what it signed is proof too (:data:`CORRUPT`).
+4. Only proven corruption mentions backups, and then only one that holds every
+   checkpoint the log published: restoring an older copy forks the log.
+5. The message is one line; it names files and the evidence (codes, never data).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from deplog.client.errors import CLIError
+
+__all__ = [
+    "CORRUPT",
+    "DISK_FULL",
+    "IO_ERROR",
+    "LOW_SPACE_BYTES",
+    "PERMISSION_DENIED",
+    "UNAVAILABLE",
+    "FaultKind",
+    "StorageFault",
+    "database_fault",
+    "database_files",
+    "integrity_problem",
+    "opening_database",
+]
+
+LOW_SPACE_BYTES = 64 * 1024
+"""Free space below which a failed write is taken for a full file system."""
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """One kind of storage failure: its stable code, exit status, summary and advice."""
+
+    code: str
+    exit_status: int
+    summary: str
+    advice: str
+
+
+PERMISSION_DENIED = FaultKind(
+    "storage_permission_denied",
+    77,
+    "permission denied",
+    "give the user running this process read and write access to the directory and its "
+    "database files (also -wal and -shm), then start again; the data is not damaged",
+)
+DISK_FULL = FaultKind(
+    "storage_full",
+    73,
+    "the file system is full",
+    "free space on it, then start again; nothing that was acknowledged is lost",
+)
+IO_ERROR = FaultKind(
+    "storage_io_error",
+    74,
+    "an I/O error",
+    "check the device and the kernel log (dmesg) and start again once it is healthy; do "
+    "not restore a backup: nothing shows the data is damaged",
+)
+CORRUPT = FaultKind(
+    "storage_corrupt",
+    65,
+    "the stored data is corrupt (proven)",
+    "keep every file as it is, locate the damage ('authority check' for a log), and restore "
+    "only a backup holding every checkpoint ever published: an older copy forks the log",
+)
+UNAVAILABLE = FaultKind(
+    "storage_unavailable",
+    1,
+    "the database could not be opened",
+    "read the evidence, fix its cause, then start again; do not restore a backup: nothing "
+    "shows the data is damaged",
+)
+
+_PERMISSION_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_PERMISSION_CODES = frozenset({sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_AUTH})
+_CORRUPT_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+
+
+class StorageFault(CLIError):
+    """A database that cannot be used, classified by evidence, told to its operator.
+
+    A :class:`CLIError` (not a ``DeplogError``): it ends a command or a server's
+    start-up with ``exit_status``, and its message names the operator's files.
+    ``code`` is the kind's stable name, the message's first word.
+    """
+
+    def __init__(self, kind: FaultKind, path: Path, evidence: str) -> None:
+        self.kind = kind
+        self.path = path
+        self.evidence = evidence
+        self.code = kind.code
+        message = f"{kind.code}: {kind.summary} on {path} ({evidence}): {kind.advice}"
+        super().__init__(message, kind.exit_status)
+
+
+def database_files(path: Path) -> tuple[Path, Path, Path]:
+    """The database and the WAL-mode files SQLite keeps beside it."""
+    return path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")
+
+
+def integrity_problem(path: Path) -> str | None:
+    """The first problem ``PRAGMA integrity_check`` reports on ``path``, or None if it passes.
+
+    Raises ``sqlite3.Error`` when the check itself cannot run; a file that is not a
+    database at all is a problem, not an error.
+    """
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        try:
+            rows = conn.execute("PRAGMA integrity_check(1)").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as err:
+        if _primary_code(err) in _CORRUPT_CODES:
+            return _name(err)
+        raise
+    return None if rows == [("ok",)] else "integrity_check reports a problem"
+
+
+def database_fault(err: sqlite3.Error | OSError, path: Path) -> StorageFault:
+    """Classify a failure to open or read the database at ``path`` (rules 1-3)."""
+    if isinstance(err, OSError):
+        return _from_errno(err.errno, path, _errno_name(err.errno)) or StorageFault(
+            UNAVAILABLE, path, _errno_name(err.errno)
+        )
+    code, name = _primary_code(err), _name(err)
+    if code in _CORRUPT_CODES:
+        return _prove_corruption(path, name)
+    if code == sqlite3.SQLITE_FULL:
+        return StorageFault(DISK_FULL, path, name)
+    probed = _probe(path)
+    if probed is not None:
+        fault = _from_errno(probed, path, f"{name}, {_errno_name(probed)}")
+        if fault is not None:
+            return fault
+    if _low_on_space(path.parent):
+        return StorageFault(DISK_FULL, path, f"{name}, under {LOW_SPACE_BYTES} bytes free")
+    if code in _PERMISSION_CODES:
+        return StorageFault(PERMISSION_DENIED, path, name)
+    if code in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN):
+        return StorageFault(IO_ERROR, path, name)
+    return StorageFault(UNAVAILABLE, path, name)
+
+
+def _prove_corruption(path: Path, name: str) -> StorageFault:
+    try:
+        problem = integrity_problem(path)
+    except sqlite3.Error as check_failed:
+        fault = database_fault(check_failed, path)  # never CORRUPT: those codes are returned
+        return StorageFault(fault.kind, path, f"{name}; integrity_check failed: {fault.evidence}")
+    if problem is not None:
+        return StorageFault(CORRUPT, path, f"{name}; {problem}")
+    return StorageFault(IO_ERROR, path, f"{name} on a read, but integrity_check passes")
+
+
+def _from_errno(number: int | None, path: Path, evidence: str) -> StorageFault | None:
+    if number in _PERMISSION_ERRNOS:
+        return StorageFault(PERMISSION_DENIED, path, evidence)
+    if number in _FULL_ERRNOS:
+        return StorageFault(DISK_FULL, path, evidence)
+    if number == errno.EIO:
+        return StorageFault(IO_ERROR, path, evidence)
+    return None
+
+
+def _probe(path: Path) -> int | None:
+    """The errno our own open of the database files (or of the directory) fails with."""
+    directory = path.parent
+    if not directory.is_dir():
+        return errno.ENOENT
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return errno.EACCES
+    for file in database_files(path.absolute()):  # the very path SQLite opened
+        try:
+            fd = os.open(file, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            return err.errno
+        try:
+            os.pread(fd, 100, 0)
+        except OSError as err:
+            return err.errno
+        finally:
+            os.close(fd)
+    return None
+
+
+def _low_on_space(directory: Path) -> bool:
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < LOW_SPACE_BYTES
+
+
+def _primary_code(err: sqlite3.Error) -> int | None:
+    code = getattr(err, "sqlite_errorcode", None)
+    return None if code is None else int(code) & 0xFF
+
+
+def _name(err: sqlite3.Error) -> str:
+    return str(getattr(err, "sqlite_errorname", None) or type(err).__name__)
+
+
+def _errno_name(number: int | None) -> str:
+    return errno.errorcode.get(number, "errno unknown") if number is not None else "no errno"
+
+
+@contextlib.contextmanager
+def opening_database(path: Path, close: Callable[[], None]) -> Iterator[None]:
+    """Open a database inside this block: a ``sqlite3.Error`` or ``OSError`` becomes a
+    classified :class:`StorageFault`, after ``close`` ran and, if the database did not
+    exist before, the files the attempt created are removed (nothing half-created)."""
+    existed = {file for file in database_files(path) if file.exists()}
+    try:
+        yield
+    except (sqlite3.Error, OSError) as err:
+        fault = database_fault(err, path)
+        close()
+        if path not in existed:
+            for file in database_files(path):
+                if file not in existed:
+                    with contextlib.suppress(FileNotFoundError):
+                        file.unlink()
+        raise fault from None
