@@ -107,6 +107,8 @@ WITNESS_MAY_IMPORT = (
     "deplog.authority.http.metrics",
     # Command-line options built from config dataclasses; knows nothing of the log.
     "deplog.authority.options",
+    # The one table of HTTP statuses: the shared middleware answers the witness's codes by it.
+    "deplog.authority.http.status",
 )
 
 
@@ -245,3 +247,13 @@ def test_an_installed_wheel_lives_beside_a_foreign_client_package(tmp_path: Path
     assert who == "the gateway"
     assert Path(location).is_relative_to(site)
     assert (follower, guard) == ("deplog.client.follow.follower", "deplog.client.cache.guard")
+
+
+def test_the_readme_layout_names_every_sub_package() -> None:
+    readme = (ROOT / "README.md").read_text()
+    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    packages = {name for name, path in MODULES if path.name == "__init__.py"}
+    for package in packages:
+        directory = package.removeprefix("deplog.").split(".")
+        label = f"{directory[-1]}/" if len(directory) > 1 else f"{directory[0]}/"
+        assert label in layout, f"README Layout lacks {package}"

@@ -42,7 +42,7 @@ from deplog.client.audit.offline import (
     audit_receipt,
     replay,
 )
-from deplog.client.errors import DeplogError, FormatError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
@@ -53,11 +53,11 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.evidence import read_evidence
 from deplog.client.tlog.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyLog
-from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, leaf_hash
+from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, TreeMismatchError, leaf_hash
 from deplog.client.tlog.receipt import MAX_RECEIPT_SIZE, Receipt
 from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = ["ExportError", "export", "register"]
+__all__ = ["AuditInputError", "ExportError", "export", "register"]
 
 MAX_PROOF_FILE: Final = 64 * 1024
 MAX_KEY_FILE: Final = 4096
@@ -66,13 +66,20 @@ _Command = Callable[[argparse.Namespace], int]
 
 
 class ExportError(DeplogError):
-    """A URL export cannot use (``bad_url``), or leaves that miss the root (``root_mismatch``).
+    """An authority URL export cannot use (``bad_url``).
 
-    What the authority answers is checked by the log source, whose
-    ``FetchError`` codes export shares with the follower.
+    What the authority answers is checked by the log source, whose ``FetchError``
+    codes export shares with the follower; leaves that miss the checkpoint's
+    root are ``TreeMismatchError``, as for a follower.
     """
 
-    code = "export_failed"
+    code = ErrorCode.BAD_URL
+
+
+class AuditInputError(DeplogError):
+    """Command-line input an audit command cannot use: a missing file, or one over its bound."""
+
+    codes = frozenset({ErrorCode.MISSING_INPUT, ErrorCode.FILE_TOO_LARGE})
 
 
 # --- helpers ------------------------------------------------------------------
@@ -83,7 +90,7 @@ def _read_bounded(path: Path, limit: int) -> bytes:
     with open(path, "rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise FormatError("file_too_large", "input file is over the size limit")
+        raise AuditInputError(ErrorCode.FILE_TOO_LARGE, "input file is over the size limit")
     return data
 
 
@@ -98,7 +105,7 @@ def _log_key(value: str) -> Verifier:
 def _failure(command: str, err: BaseException) -> int:
     """Print the one-line failure message and return the exit status."""
     if isinstance(err, DeplogError):
-        message = err.code
+        message = str(err.code)
         cause = getattr(err, "cause", None)
         if cause:
             message += f" ({cause})"
@@ -142,7 +149,7 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     note = _read_bounded(args.file, MAX_NOTE_SIZE)
     if args.policy is None:
         if args.log_key is None:
-            raise FormatError("missing_input", "give --log-key, --policy or both")
+            raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")
         print(f"ok: checkpoint {_describe(audit_checkpoint(note, _log_key(args.log_key)))}")
         return 0
     policy = Policy.parse(_read_bounded(args.policy, MAX_POLICY_SIZE))
@@ -210,7 +217,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     checkpoint_path = args.checkpoint or (args.dir / "checkpoint" if args.dir else None)
     entries_path = args.entries or (args.dir / "entries" if args.dir else None)
     if checkpoint_path is None or entries_path is None:
-        raise FormatError("missing_input", "give DIR, or --checkpoint FILE and --entries FILE")
+        raise AuditInputError(
+            ErrorCode.MISSING_INPUT, "give DIR, or --checkpoint FILE and --entries FILE"
+        )
     note = _read_bounded(checkpoint_path, MAX_NOTE_SIZE)
     report = replay(read_entries(entries_path), note, _log_key(args.log_key))
     print(_summary(report))
@@ -228,7 +237,7 @@ def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, b
     ``response_too_large``, ``bad_response``). Fetches the checkpoint, then its
     leaves a page at a time, streamed into the bundle as they arrive, and
     checks that they hash to the checkpoint's root before anything is renamed
-    into place (``root_mismatch``). With ``log_key`` the checkpoint's signature
+    into place (``entries_root_mismatch``). With ``log_key`` the checkpoint's signature
     is verified too (returned flag True); without, the copy is only
     self-consistent. ``entries`` is written before ``checkpoint``, so an
     interrupted re-export never pairs a new checkpoint with old entries (a
@@ -237,7 +246,7 @@ def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, b
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ExportError("bad_url", "the authority URL must be http or https")
+        raise ExportError(ErrorCode.BAD_URL, "the authority URL must be http or https")
     with asyncio.Runner() as runner:
         source = HttpLogSource(url)
         try:
@@ -257,7 +266,7 @@ def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, b
 def _leaves_under(
     checkpoint: Checkpoint, source: LogSource, runner: asyncio.Runner
 ) -> Iterator[bytes]:
-    """Every leaf of ``checkpoint``'s tree, then ``root_mismatch`` unless they hash to its root.
+    """Every leaf of ``checkpoint``'s tree; ``entries_root_mismatch`` unless they hash to its root.
 
     A page is fetched only once the bundle writer has taken the last one, so
     memory holds one page whatever the log's size.
@@ -269,7 +278,7 @@ def _leaves_under(
             frontier.append(leaf_hash(leaf))
             yield leaf
     if frontier.root() != checkpoint.root_hash:
-        raise ExportError("root_mismatch", "the entries do not hash to the checkpoint root")
+        raise TreeMismatchError(ErrorCode.ENTRIES_ROOT_MISMATCH, None)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

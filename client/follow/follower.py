@@ -34,9 +34,7 @@ from deplog.client.follow.source import (
 )
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import (
-    CheckpointRejectedError,
     ForkError,
-    RollbackError,
     TrustedState,
 )
 from deplog.client.model.status import StatusChange
@@ -232,10 +230,8 @@ class Follower:
             await self.sync_to(note)
         except ForkError:
             raise
-        except (RollbackError, CheckpointRejectedError):
-            log.info("ignored a stale or unverifiable pushed checkpoint")
-        except DeplogError as err:
-            log.info("sync after push failed: %s (polling will retry)", err.code)
+        except DeplogError as err:  # stale, unverifiable, or the sync failed: polling goes on
+            log.info("pushed checkpoint not taken: %s", err.code)
 
 
 class SyncFollower:

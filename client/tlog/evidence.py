@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from deplog.client.errors import DeplogError, FormatError, VerificationError
+from deplog.client.errors import DeplogError, ErrorCode, FormatError, VerificationError
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.proofs import ConsistencyProof, ProofError, verify_consistency
@@ -46,13 +46,13 @@ MAX_EVIDENCE_BYTES = 4 * 1024 * 1024
 class EvidenceFormatError(FormatError):
     """A file that is not fork evidence."""
 
-    code = "malformed_evidence"
+    code = ErrorCode.MALFORMED_EVIDENCE
 
 
 class EvidenceError(VerificationError):
     """Evidence that does not show what it claims."""
 
-    code = "not_evidence"
+    codes = frozenset({ErrorCode.OTHER_LOG, ErrorCode.NO_CONFLICT, ErrorCode.NO_PROOF})
 
 
 @dataclass(frozen=True)
@@ -119,23 +119,26 @@ class ForkEvidence:
     def verify(self, log_key: Verifier) -> str:
         """Check the evidence against the pinned log key; returns what it proves."""
         if self.log_key != log_key.vkey():
-            raise EvidenceError("other_log", "evidence is about another log key")
+            raise EvidenceError(ErrorCode.OTHER_LOG, "evidence is about another log key")
         first, _ = open_checkpoint(self.first, log_key)
         second, _ = open_checkpoint(self.second, log_key)
         if first.size == second.size:
             if first.root_hash == second.root_hash:
-                raise EvidenceError("no_conflict", "the checkpoints agree")
+                raise EvidenceError(ErrorCode.NO_CONFLICT, "the checkpoints agree")
             return "conflicting_roots"
         old, new = (first, second) if first.size < second.size else (second, first)
         if self.proof is None:
-            raise EvidenceError("no_proof", "checkpoints of different sizes need the served proof")
-        if (self.proof.old, self.proof.new) != (old.size, new.size):
-            raise EvidenceError("proof_mismatch", "the proof is for other sizes")
+            raise EvidenceError(
+                ErrorCode.NO_PROOF, "checkpoints of different sizes need the served proof"
+            )
+        self.proof.check_sizes(old.size, new.size)
         try:
             verify_consistency(old.size, new.size, old.root_hash, new.root_hash, self.proof.hashes)
         except ProofError:
             return "inconsistent_proof"
-        raise EvidenceError("no_conflict", "the proof verifies: the checkpoints are consistent")
+        raise EvidenceError(
+            ErrorCode.NO_CONFLICT, "the proof verifies: the checkpoints are consistent"
+        )
 
 
 def write_evidence(directory: Path, evidence: ForkEvidence) -> Path:
