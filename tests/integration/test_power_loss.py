@@ -20,6 +20,7 @@ from deplog.client.tlog.note import Signer
 from tests.integration.crash_states import (
     DIRECTORY,
     SECTOR,
+    CrashState,
     Create,
     FileOp,
     Snapshot,
@@ -30,7 +31,7 @@ from tests.integration.crash_states import (
     explore,
     materialize,
 )
-from tests.integration.powerloss import Tally, check_state, record, sample
+from tests.integration.powerloss import Campaign, Tally, check_state, record, sample
 from tests.integration.syscall_trace import parse_trace
 
 BATCHES = 2
@@ -112,17 +113,20 @@ def test_the_trace_places_an_fsync_where_it_returned_and_a_send_where_it_began(
     assert recording.sends == [(1, b"ok")]
 
 
-@pytest.fixture
-def strace() -> None:
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> Campaign:
+    """One recording of a real authority, shared by the campaign's tests."""
     if shutil.which("strace") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("strace is required in CI (apt-get install -y strace)")
         pytest.skip("SKIPPED LOUDLY: strace is not installed; power-loss states not explored")
+    root = tmp_path_factory.mktemp("power") / "recorded"
+    return record(root, Signer.generate("acme"), BATCHES, PER_BATCH)
 
 
-@pytest.mark.usefixtures("strace")
-def test_every_explored_power_cut_starts_cleanly_and_loses_nothing(tmp_path: Path) -> None:
-    campaign = record(tmp_path / "recorded", Signer.generate("acme"), BATCHES, PER_BATCH)
+def test_every_explored_power_cut_starts_cleanly_and_loses_nothing(
+    campaign: Campaign, tmp_path: Path
+) -> None:
     assert sum(1 for s in campaign.sent if s.acknowledged) == BATCHES * PER_BATCH
     states = sample(list(explore(campaign.snapshot, campaign.ops)), STATES, random.Random(12))
     tally = Tally()
@@ -134,3 +138,20 @@ def test_every_explored_power_cut_starts_cleanly_and_loses_nothing(tmp_path: Pat
     assert tally.acknowledged_checked > 0, report
     assert tally.problems == [], report
     assert (tally.lost, tally.second_roots, tally.witness_regressions) == (0, 0, 0), report
+
+
+def test_the_checks_catch_a_disk_that_ignored_every_fsync(
+    campaign: Campaign, tmp_path: Path
+) -> None:
+    """Without its fsyncs nothing recorded is durable: the state left is the snapshot, and
+    the checks must report every acknowledged notice lost, every signed checkpoint
+    contradicted once the log grows again, and the embedded witness gone back."""
+    unsynced = [op for op in campaign.ops if not isinstance(op, Sync)]
+    files = materialize(campaign.snapshot, unsynced, len(unsynced), set())
+    state = CrashState(len(campaign.ops), "every fsync ignored", files)
+    outcome = check_state(campaign, state, tmp_path / "state")
+    signed = {(s.checkpoint.size, s.checkpoint.root_hash) for s in campaign.sent}
+    assert outcome.started
+    assert outcome.lost == BATCHES * PER_BATCH
+    assert outcome.second_roots == len(signed)
+    assert outcome.witness_regressions == 1
