@@ -92,7 +92,6 @@ class ErrorCode(enum.StrEnum):
     KEY_REVOKED = "key_revoked"
     NAMESPACE_NOT_AUTHORIZED = "namespace_not_authorized"
     SEQUENCE_REUSED = "sequence_reused"
-    SEQUENCE_NOT_INCREASING = "sequence_not_increasing"
     BAD_WITHDRAW_TARGET = "bad_withdraw_target"
     # client/model/rules.py: one per admission rule
     BAD_LEAF = "bad_leaf"
@@ -189,6 +188,7 @@ class ErrorCode(enum.StrEnum):
     CHECKPOINT_INVALID = "checkpoint_invalid"
     TREE_TRUNCATED = "tree_truncated"
     WITNESS_QUORUM_UNAVAILABLE = "witness_quorum_unavailable"
+    EMBEDDED_WITNESS_UNAVAILABLE = "embedded_witness_unavailable"
     WITNESS_REFUSED = "witness_refused"
     BAD_WITNESS_RESPONSE = "bad_witness_response"
     NO_COSIGNATURE = "no_cosignature"

@@ -101,7 +101,6 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
         408: (ErrorCode.REQUEST_TIMEOUT,),
         409: (
             ErrorCode.SEQUENCE_REUSED,
-            ErrorCode.SEQUENCE_NOT_INCREASING,
             ErrorCode.BAD_WITHDRAW_TARGET,
             # the admin socket: publisher statements against the registry
             ErrorCode.PUBLISHER_EXISTS,
@@ -127,6 +126,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
             ErrorCode.STORAGE_CORRUPT,
             ErrorCode.STORED_ROOT_MISMATCH,
             ErrorCode.WITNESS_QUORUM_UNAVAILABLE,
+            ErrorCode.EMBEDDED_WITNESS_UNAVAILABLE,
             ErrorCode.TOO_MANY_SUBSCRIBERS,
             ErrorCode.UNAVAILABLE,
             ErrorCode.BUSY,

@@ -51,6 +51,7 @@ from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_ent
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.evidence import read_evidence
+from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyLog
 from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, TreeMismatchError, leaf_hash
@@ -60,7 +61,6 @@ from deplog.client.tlog.timestamps import format_timestamp
 __all__ = ["AuditInputError", "ExportError", "export", "register"]
 
 MAX_PROOF_FILE: Final = 64 * 1024
-MAX_KEY_FILE: Final = 4096
 
 _Command = Callable[[argparse.Namespace], int]
 
@@ -92,14 +92,6 @@ def _read_bounded(path: Path, limit: int) -> bytes:
     if len(data) > limit:
         raise AuditInputError(ErrorCode.FILE_TOO_LARGE, "input file is over the size limit")
     return data
-
-
-def _log_key(value: str) -> Verifier:
-    """A verifier key given inline or as the path of a file that holds one."""
-    path = Path(value)
-    if path.is_file():
-        value = _read_bounded(path, MAX_KEY_FILE).decode("utf-8", errors="replace").strip()
-    return Verifier.parse(value)
 
 
 def _failure(command: str, err: BaseException) -> int:
@@ -150,11 +142,12 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     if args.policy is None:
         if args.log_key is None:
             raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")
-        print(f"ok: checkpoint {_describe(audit_checkpoint(note, _log_key(args.log_key)))}")
+        checkpoint = audit_checkpoint(note, read_verifier_key(args.log_key))
+        print(f"ok: checkpoint {_describe(checkpoint)}")
         return 0
     policy = Policy.parse(_read_bounded(args.policy, MAX_POLICY_SIZE))
     if args.log_key is not None:
-        policy = replace(policy, logs=(PolicyLog(_log_key(args.log_key)),))
+        policy = replace(policy, logs=(PolicyLog(read_verifier_key(args.log_key)),))
     # Offline: no freshness bound, but cosignatures dated in the future still do not count.
     verified = policy.verify(note, now=time.time(), max_age=None)
     when = verified.witnessed_at
@@ -172,7 +165,7 @@ def _cmd_receipt(args: argparse.Namespace) -> int:
     else:
         leaf = _read_bounded(args.leaf, MAX_ENTRY_BYTES)
     receipt = _read_bounded(args.receipt, MAX_RECEIPT_SIZE)
-    checkpoint = audit_receipt(receipt, leaf, _log_key(args.log_key))
+    checkpoint = audit_receipt(receipt, leaf, read_verifier_key(args.log_key))
     index = Receipt.parse(receipt).index
     print(f"ok: entry {index} is included in {_describe(checkpoint)}")
     return 0
@@ -184,7 +177,7 @@ def _cmd_consistency(args: argparse.Namespace) -> int:
         _read_bounded(args.old, MAX_NOTE_SIZE),
         _read_bounded(args.new, MAX_NOTE_SIZE),
         proof,
-        _log_key(args.log_key),
+        read_verifier_key(args.log_key),
     )
     print(f"ok: {new.origin} size {new.size} is consistent with size {old.size}")
     return 0
@@ -192,7 +185,7 @@ def _cmd_consistency(args: argparse.Namespace) -> int:
 
 def _cmd_evidence(args: argparse.Namespace) -> int:
     evidence = read_evidence(args.file)
-    proves = evidence.verify(_log_key(args.log_key))
+    proves = evidence.verify(read_verifier_key(args.log_key))
     meaning = {
         "conflicting_roots": "the log signed two different trees of one size: a fork",
         "inconsistent_proof": "the log served a consistency proof that fails between "
@@ -221,7 +214,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             ErrorCode.MISSING_INPUT, "give DIR, or --checkpoint FILE and --entries FILE"
         )
     note = _read_bounded(checkpoint_path, MAX_NOTE_SIZE)
-    report = replay(read_entries(entries_path), note, _log_key(args.log_key))
+    report = replay(read_entries(entries_path), note, read_verifier_key(args.log_key))
     print(_summary(report))
     return 0
 
@@ -282,7 +275,7 @@ def _leaves_under(
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    log_key = _log_key(args.log_key) if args.log_key else None
+    log_key = read_verifier_key(args.log_key) if args.log_key else None
     checkpoint, verified = export(args.url, args.out, log_key)
     how = "verified" if verified else "root checked, signature not verified: pass --log-key"
     print(f"exported {checkpoint.size} entries of {_describe(checkpoint)} to {args.out} ({how})")
