@@ -29,7 +29,11 @@ moves backwards, so the rules are:
   checkpoint was validly signed and the refusal is a failed proof or a fork,
   its bytes are kept (bounded) as possible evidence of log misbehaviour.
 * The witness works for any C2SP log: an origin and a type 0x01 Ed25519
-  verifier key whose name is the origin. It knows nothing of deplog entries.
+  verifier key. The key name SHOULD be the origin (tlog-checkpoint) and is
+  unless the operator names another origin (sum.golang.org's key
+  ``sum.golang.org`` signs ``go.sum database tree``): the origin line picks
+  the trusted key, and the signature must be that key's. It knows nothing of
+  deplog entries.
 
 Nothing here speaks HTTP: :meth:`Witness.add_checkpoint` maps a request body
 to a :class:`WitnessResponse`, and ``authority.witnesscli`` serves it.
@@ -47,7 +51,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deplog.client.errors import DeplogError
-from deplog.client.tlog.checkpoint import Checkpoint, CheckpointFormatError, parse_decimal
+from deplog.client.tlog.checkpoint import (
+    Checkpoint,
+    CheckpointFormatError,
+    check_origin,
+    parse_decimal,
+)
 from deplog.client.tlog.cosignature import cosign
 from deplog.client.tlog.note import (
     SIG_TYPE_COSIGNATURE_V1,
@@ -384,25 +393,30 @@ class WitnessState:
             self._connections.clear()
         self._local = threading.local()
 
-    def add_log(self, vkey: str, now: int) -> tuple[Verifier, bool]:
-        """Trust ``vkey`` for the origin named by it; the flag says whether it is new.
+    def add_log(self, vkey: str, now: int, origin: str | None = None) -> tuple[Verifier, bool]:
+        """Trust ``vkey`` for ``origin`` (by default its key name); the flag says whether
+        it is new.
 
         One key per origin: a different key for a configured origin is refused,
         because silently swapping a log's key would let a new key fork the log.
         """
         verifier = parse_log_verifier(vkey)
         canonical = verifier.vkey()
+        if origin is None:
+            origin = verifier.name
+        try:
+            check_origin(origin)
+        except CheckpointFormatError:
+            raise LogConfigError("bad_origin", "an origin is one non-empty line") from None
         with self._transaction(self._conn()) as conn:
-            row = conn.execute(
-                "SELECT vkey FROM logs WHERE origin = ?", (verifier.name,)
-            ).fetchone()
+            row = conn.execute("SELECT vkey FROM logs WHERE origin = ?", (origin,)).fetchone()
             if row is not None:
                 if row[0] != canonical:
                     raise LogConfigError("log_key_conflict", "origin already has another key")
                 return verifier, False
             conn.execute(
                 "INSERT INTO logs (origin, vkey, added_at) VALUES (?, ?, ?)",
-                (verifier.name, canonical, now),
+                (origin, canonical, now),
             )
         return verifier, True
 

@@ -8,11 +8,19 @@ replay`` reads: ``DIR/checkpoint`` (the signed note, verbatim, cosignatures
 included) and ``DIR/entries`` (every leaf as a tlog-tiles entry bundle).
 
 ``--log-key`` takes a verifier key (``name+hex8+base64``) or the path of a
-file holding one, such as the authority's ``keys/<origin>.pub``. Each command
+file holding one, such as the authority's ``keys/<origin>.pub``. ``--origin``
+names the checkpoints' origin when it differs from the key name (C2SP
+tlog-checkpoint: they SHOULD match, need not; sum.golang.org's key
+``sum.golang.org`` signs ``go.sum database tree``). Each command
 prints one line on success; on failure it prints one line to stderr naming
 the error code (and, for a replay, the first bad index) and exits with 1.
 Input files are read with size limits, so a hostile file cannot exhaust
 memory.
+
+``audit evidence`` exits 0 only when the file proves a fork (two signed
+roots for one size); a file that checks out but proves nothing (a failing,
+unsigned consistency proof: a suspicion) prints ``not proven: ...`` and exits
+with ``EXIT_NOT_PROVEN`` (4).
 
 ``audit checkpoint --policy FILE`` checks a C2SP tlog-policy (log signature
 and witness quorum, :mod:`client.policy`) and adds one line per valid
@@ -42,6 +50,7 @@ from deplog.client.audit.offline import (
     audit_receipt,
     replay,
 )
+from deplog.client.cli.trust import parse_log_key, read_bounded
 from deplog.client.errors import DeplogError, FormatError
 from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpLogSource
@@ -49,18 +58,19 @@ from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
 from deplog.client.model import canonical
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
-from deplog.client.tlog.checkpoint import Checkpoint
-from deplog.client.tlog.evidence import read_evidence
+from deplog.client.tlog.checkpoint import Checkpoint, check_origin
+from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
 from deplog.client.tlog.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyLog
 from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, leaf_hash
 from deplog.client.tlog.receipt import MAX_RECEIPT_SIZE, Receipt
 from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = ["ExportError", "export", "register"]
+__all__ = ["EXIT_NOT_PROVEN", "ExportError", "export", "register"]
 
+EXIT_NOT_PROVEN: Final = 4
+"""Exit status for a suspicion that proves nothing (``audit evidence``, ``follow --once``)."""
 MAX_PROOF_FILE: Final = 64 * 1024
-MAX_KEY_FILE: Final = 4096
 
 _Command = Callable[[argparse.Namespace], int]
 
@@ -78,21 +88,12 @@ class ExportError(DeplogError):
 # --- helpers ------------------------------------------------------------------
 
 
-def _read_bounded(path: Path, limit: int) -> bytes:
-    """The whole file, refusing it (``file_too_large``) if it is over ``limit`` bytes."""
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise FormatError("file_too_large", "input file is over the size limit")
-    return data
-
-
-def _log_key(value: str) -> Verifier:
-    """A verifier key given inline or as the path of a file that holds one."""
-    path = Path(value)
-    if path.is_file():
-        value = _read_bounded(path, MAX_KEY_FILE).decode("utf-8", errors="replace").strip()
-    return Verifier.parse(value)
+def _origin(text: str) -> str:
+    """A checkpoint origin line (argparse type): non-empty, one line."""
+    try:
+        return check_origin(text)
+    except FormatError:
+        raise argparse.ArgumentTypeError("an origin is one non-empty line of text") from None
 
 
 def _failure(command: str, err: BaseException) -> int:
@@ -139,15 +140,18 @@ def _rfc3339(timestamp: int) -> str:
 
 
 def _cmd_checkpoint(args: argparse.Namespace) -> int:
-    note = _read_bounded(args.file, MAX_NOTE_SIZE)
+    note = read_bounded(args.file, MAX_NOTE_SIZE)
     if args.policy is None:
         if args.log_key is None:
             raise FormatError("missing_input", "give --log-key, --policy or both")
-        print(f"ok: checkpoint {_describe(audit_checkpoint(note, _log_key(args.log_key)))}")
+        checkpoint = audit_checkpoint(note, parse_log_key(args.log_key), args.origin)
+        print(f"ok: checkpoint {_describe(checkpoint)}")
         return 0
-    policy = Policy.parse(_read_bounded(args.policy, MAX_POLICY_SIZE))
+    if args.origin is not None:
+        raise FormatError("origin_with_policy", "--origin applies to --log-key without --policy")
+    policy = Policy.parse(read_bounded(args.policy, MAX_POLICY_SIZE))
     if args.log_key is not None:
-        policy = replace(policy, logs=(PolicyLog(_log_key(args.log_key)),))
+        policy = replace(policy, logs=(PolicyLog(parse_log_key(args.log_key)),))
     # Offline: no freshness bound, but cosignatures dated in the future still do not count.
     verified = policy.verify(note, now=time.time(), max_age=None)
     when = verified.witnessed_at
@@ -160,24 +164,25 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
 
 def _cmd_receipt(args: argparse.Namespace) -> int:
     if args.envelope is not None:
-        body = _read_bounded(args.envelope, MAX_ENVELOPE_BYTES)
+        body = read_bounded(args.envelope, MAX_ENVELOPE_BYTES)
         leaf = encode_entry(NoticeEntry(Envelope.parse(body)))
     else:
-        leaf = _read_bounded(args.leaf, MAX_ENTRY_BYTES)
-    receipt = _read_bounded(args.receipt, MAX_RECEIPT_SIZE)
-    checkpoint = audit_receipt(receipt, leaf, _log_key(args.log_key))
+        leaf = read_bounded(args.leaf, MAX_ENTRY_BYTES)
+    receipt = read_bounded(args.receipt, MAX_RECEIPT_SIZE)
+    checkpoint = audit_receipt(receipt, leaf, parse_log_key(args.log_key), args.origin)
     index = Receipt.parse(receipt).index
     print(f"ok: entry {index} is included in {_describe(checkpoint)}")
     return 0
 
 
 def _cmd_consistency(args: argparse.Namespace) -> int:
-    proof = ConsistencyProof.from_json(canonical.loads(_read_bounded(args.proof, MAX_PROOF_FILE)))
+    proof = ConsistencyProof.from_json(canonical.loads(read_bounded(args.proof, MAX_PROOF_FILE)))
     old, new = audit_consistency(
-        _read_bounded(args.old, MAX_NOTE_SIZE),
-        _read_bounded(args.new, MAX_NOTE_SIZE),
+        read_bounded(args.old, MAX_NOTE_SIZE),
+        read_bounded(args.new, MAX_NOTE_SIZE),
         proof,
-        _log_key(args.log_key),
+        parse_log_key(args.log_key),
+        args.origin,
     )
     print(f"ok: {new.origin} size {new.size} is consistent with size {old.size}")
     return 0
@@ -185,16 +190,19 @@ def _cmd_consistency(args: argparse.Namespace) -> int:
 
 def _cmd_evidence(args: argparse.Namespace) -> int:
     evidence = read_evidence(args.file)
-    proves = evidence.verify(_log_key(args.log_key))
+    finding = evidence.verify(parse_log_key(args.log_key), args.origin)
     meaning = {
-        "conflicting_roots": "the log signed two different trees of one size: a fork",
-        "inconsistent_proof": "the log served a consistency proof that fails between "
-        "two checkpoints it signed; ask it for another: if none verifies, it forked",
-    }[proves]
+        CONFLICTING_ROOTS: "the log signed two different trees of one size: a fork",
+        FAILING_PROOF: "both checkpoints are validly signed, but the consistency proof "
+        "served between them fails; the log never signs proofs, so a network path could "
+        "have corrupted it: ask the log (or a mirror) for the proof again",
+    }[finding]
+    verdict = "proven" if evidence.proven else "not proven"
     print(
-        f"proven: {proves}: {meaning} (reported by {evidence.reporter} at {evidence.detected_at})"
+        f"{verdict}: {finding}: {meaning} "
+        f"(reported by {evidence.reporter} at {evidence.detected_at})"
     )
-    return 0
+    return 0 if evidence.proven else EXIT_NOT_PROVEN
 
 
 def _summary(report: ReplayReport) -> str:
@@ -211,8 +219,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     entries_path = args.entries or (args.dir / "entries" if args.dir else None)
     if checkpoint_path is None or entries_path is None:
         raise FormatError("missing_input", "give DIR, or --checkpoint FILE and --entries FILE")
-    note = _read_bounded(checkpoint_path, MAX_NOTE_SIZE)
-    report = replay(read_entries(entries_path), note, _log_key(args.log_key))
+    note = read_bounded(checkpoint_path, MAX_NOTE_SIZE)
+    report = replay(read_entries(entries_path), note, parse_log_key(args.log_key), args.origin)
     print(_summary(report))
     return 0
 
@@ -273,7 +281,7 @@ def _leaves_under(
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    log_key = _log_key(args.log_key) if args.log_key else None
+    log_key = parse_log_key(args.log_key) if args.log_key else None
     checkpoint, verified = export(args.url, args.out, log_key)
     how = "verified" if verified else "root checked, signature not verified: pass --log-key"
     print(f"exported {checkpoint.size} entries of {_describe(checkpoint)} to {args.out} ({how})")
@@ -294,6 +302,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         sp = audit_sub.add_parser(name, help=help_text)
         sp.add_argument(
             "--log-key", required=key_required, help="log verifier key, or a file holding it"
+        )
+        sp.add_argument(
+            "--origin",
+            type=_origin,
+            help="the checkpoints' origin line, if not the log key's name",
         )
         sp.set_defaults(func=_guarded(f"audit {name}", fn))
         return sp
