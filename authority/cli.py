@@ -43,7 +43,7 @@ from deplog.authority.witnessing import (
     WitnessTrack,
     open_embedded_witness,
 )
-from deplog.client.errors import DeplogError
+from deplog.client.errors import CLIError, DeplogError
 from deplog.client.files import exclusive_lock
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
@@ -60,7 +60,6 @@ __all__ = [
     "LOCK_FILE",
     "MAX_HEADERS",
     "SERVE_CONFIGS",
-    "CLIError",
     "Instance",
     "ServeOptions",
     "init",
@@ -74,10 +73,6 @@ DB_FILE = "log.db"
 EMBEDDED_WITNESS_DB = "embedded-witness.db"
 LOCK_FILE = "authority.lock"
 ADMIN_SOCKET = "admin.sock"
-
-
-class CLIError(Exception):
-    """A one-line failure message for the operator; exit status 1."""
 
 
 @dataclass(frozen=True)
@@ -444,8 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except CLIError as err:
-        print(f"authority: {err}", file=sys.stderr)
-        return 1
+        print(f"authority: {err.message}", file=sys.stderr)
+        return err.exit_status
     except DeplogError as err:
         print(f"authority: {err.code}: {err}", file=sys.stderr)
         return 1

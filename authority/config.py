@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-from deplog.client.errors import DeplogError, FormatError
+from deplog.client.errors import DeplogError, ErrorCode, FormatError
 from deplog.client.files import write_atomic
 from deplog.client.tlog.keyfile import is_key_file_stem, key_file_name
 from deplog.client.tlog.note import Verifier, is_valid_key_name
@@ -54,7 +54,7 @@ _WITNESS_MEMBERS: Final = ("url", "key")
 class ConfigError(FormatError):
     """A configuration file that is not what rule 1 describes; the message names the file."""
 
-    code = "malformed_config"
+    code = ErrorCode.MALFORMED_CONFIG
 
 
 @dataclass(frozen=True)

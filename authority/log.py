@@ -26,7 +26,7 @@ from pathlib import Path
 
 from deplog.authority.storage import store
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.entries import (
     MAX_ENTRY_BYTES,
     EntryFormatError,
@@ -55,15 +55,22 @@ __all__ = [
 class StorageError(DeplogError):
     """The database failed (disk full, read-only, I/O error): nothing was changed."""
 
-    code = "storage_unavailable"
-    http_status = 503
+    code = ErrorCode.STORAGE_UNAVAILABLE
 
 
 class IntegrityError(DeplogError):
-    """Stored data no longer matches what the authority signed: refuse to serve."""
+    """Stored data that fails its own hash check or no longer matches what the authority
+    signed: refuse to serve it, and to start on it."""
 
-    code = "storage_corrupt"
-    http_status = 503
+    codes = frozenset(
+        {
+            ErrorCode.STORAGE_CORRUPT,
+            ErrorCode.STORED_ROOT_MISMATCH,
+            ErrorCode.CHECKPOINT_INVALID,
+            ErrorCode.TREE_TRUNCATED,
+        }
+    )
+    code = ErrorCode.STORAGE_CORRUPT
 
 
 @dataclass(frozen=True)
@@ -122,10 +129,10 @@ class Log:
             self.published = self._check_stored_checkpoint()
         except sqlite3.DatabaseError as err:
             raise IntegrityError(
-                "storage_corrupt", f"the database cannot be read ({type(err).__name__})"
+                ErrorCode.STORAGE_CORRUPT, f"the database cannot be read ({type(err).__name__})"
             ) from None
         except TreeCorruptError:
-            raise IntegrityError("storage_corrupt", "stored hashes are missing") from None
+            raise IntegrityError(ErrorCode.STORAGE_CORRUPT, "stored hashes are missing") from None
         if self.published is None or self.published.size < self.tree.size:
             self.published = self._sign_checkpoint()
 
@@ -152,30 +159,40 @@ class Log:
             if self.tree.size:
                 bad = self.tree.verify_leaves(0, self.tree.size)
                 if bad is not None:
-                    raise IntegrityError("storage_corrupt", f"leaf {bad} does not match its hash")
+                    raise IntegrityError(
+                        ErrorCode.STORAGE_CORRUPT, f"leaf {bad} does not match its hash"
+                    )
             return None
         try:
             checkpoint, _ = open_checkpoint(latest.note, self.verifier)
         except DeplogError:
             raise IntegrityError(
-                "checkpoint_invalid", "latest stored checkpoint is not signed by this log key"
+                ErrorCode.CHECKPOINT_INVALID,
+                "latest stored checkpoint is not signed by this log key",
             ) from None
         if checkpoint.size != latest.size or checkpoint.root_hash != latest.root:
-            raise IntegrityError("checkpoint_invalid", "stored checkpoint row disagrees with note")
+            raise IntegrityError(
+                ErrorCode.CHECKPOINT_INVALID, "stored checkpoint row disagrees with note"
+            )
         if self.tree.size < latest.size:
             raise IntegrityError(
-                "tree_truncated", f"tree has {self.tree.size} leaves, checkpoint {latest.size}"
+                ErrorCode.TREE_TRUNCATED,
+                f"tree has {self.tree.size} leaves, checkpoint {latest.size}",
             )
         try:
             root = self.tree.root_at(latest.size)
         except TreeCorruptError:
-            raise IntegrityError("storage_corrupt", "stored subtree hashes are missing") from None
+            raise IntegrityError(
+                ErrorCode.STORAGE_CORRUPT, "stored subtree hashes are missing"
+            ) from None
         if root != latest.root:
-            raise IntegrityError("root_mismatch", f"tree root at size {latest.size} differs")
+            raise IntegrityError(
+                ErrorCode.STORED_ROOT_MISMATCH, f"tree root at size {latest.size} differs"
+            )
         start = max(0, latest.size - 1)
         bad = self.tree.verify_leaves(start, self.tree.size)
         if bad is not None:
-            raise IntegrityError("storage_corrupt", f"leaf {bad} does not match its hash")
+            raise IntegrityError(ErrorCode.STORAGE_CORRUPT, f"leaf {bad} does not match its hash")
         return latest
 
     # -- writes ---------------------------------------------------------------
@@ -231,16 +248,20 @@ class Log:
         notice = envelope.notice
         leaf = encode_entry(NoticeEntry(envelope))
         if len(leaf) > MAX_ENTRY_BYTES:
-            raise EntryFormatError("too_large", "the entry would not fit a tlog-tiles bundle")
+            raise EntryFormatError(
+                ErrorCode.LEAF_TOO_LARGE, "the entry would not fit a tlog-tiles bundle"
+            )
         digest = _notice_digest(leaf)
         existing = store.notice_by_sequence(self.conn, notice.publisher, notice.sequence)
         if existing is not None and existing[1] == digest:
             return Admitted(existing[0], created=False)
         self.registry.authorize(envelope)
         if existing is not None:
-            raise ConflictError("sequence_reused", "sequence number already used")
+            raise ConflictError(ErrorCode.SEQUENCE_REUSED, "sequence number already used")
         if notice.sequence <= store.last_sequence(self.conn, notice.publisher):
-            raise ConflictError("sequence_not_increasing", "sequence number is not increasing")
+            raise ConflictError(
+                ErrorCode.SEQUENCE_NOT_INCREASING, "sequence number is not increasing"
+            )
         if notice.action == "withdraw":
             self.registry.check_withdraw(notice, self._notice_at(notice.withdraws))
         index = self.tree.size
@@ -290,7 +311,9 @@ class Log:
         existing = store.checkpoint_at(self.conn, size)
         if existing is not None:
             if existing.root != root:
-                raise IntegrityError("root_mismatch", f"a different root is signed for {size}")
+                raise IntegrityError(
+                    ErrorCode.STORED_ROOT_MISMATCH, f"a different root is signed for {size}"
+                )
             return existing
         note = sign_checkpoint(Checkpoint(self.origin, size, root), self.signer)
         self._begin()

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from deplog.authority.log import Log, StorageError
 from deplog.authority.options import MILLISECONDS, option
 from deplog.authority.storage.store import StoredCheckpoint
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import Envelope
 
@@ -48,15 +48,13 @@ log = logging.getLogger("deplog.sequencer")
 class OverloadedError(DeplogError):
     """Too many submissions are waiting; the client should retry later."""
 
-    code = "overloaded"
-    http_status = 503
+    code = ErrorCode.OVERLOADED
 
 
 class ShuttingDownError(DeplogError):
     """The sequencer is stopping and takes no new submissions; retry once it is back."""
 
-    code = "shutting_down"
-    http_status = 503
+    code = ErrorCode.SHUTTING_DOWN
 
 
 @dataclass(frozen=True)

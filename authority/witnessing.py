@@ -2,9 +2,11 @@
 
 Each configured witness is spoken to with the C2SP tlog-witness protocol: the
 log sends ``old <size>``, a consistency proof from the size the witness last
-cosigned, and the signed checkpoint; a 409 answer names the witness's size and
-the log retries once from there. The embedded witness (in this process, its
-own key and state) speaks the same protocol without HTTP. Requests to one
+cosigned, and the signed checkpoint; an old-size conflict (``SizeConflictError``,
+a 409 over HTTP) names the witness's size and the log retries once from there.
+The embedded witness (in this process, its own key and state) is the same
+witness code without HTTP: its refusals are the witness's own errors, and a
+remote witness's answers are read into the same errors. Requests to one
 witness are serialized, so a witness never sees this log go backwards.
 
 Publication: a new checkpoint is published (served by ``GET /checkpoint`` and
@@ -31,10 +33,12 @@ from typing import Protocol
 
 import aiohttp
 
+from deplog.authority.http.status import http_status
 from deplog.authority.options import option
 from deplog.authority.storage.store import StoredCheckpoint
-from deplog.authority.witness.core import Witness, WitnessState
-from deplog.client.errors import DeplogError
+from deplog.authority.witness.core import SizeConflictError, Witness, WitnessState
+from deplog.authority.witness.server import SIZE_CONTENT_TYPE
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.cosignature import verify_cosignature
 from deplog.client.tlog.keyfile import load_or_create_signer
@@ -49,12 +53,12 @@ from deplog.client.tlog.note import (
 
 __all__ = [
     "MAX_WITNESS_RESPONSE",
-    "SIZE_CONTENT_TYPE",
     "Cosigner",
     "LocalWitness",
     "ProofSource",
     "QuorumUnavailableError",
     "RemoteWitness",
+    "WitnessAnswerError",
     "WitnessTrack",
     "Witnessing",
     "WitnessingConfig",
@@ -65,7 +69,7 @@ __all__ = [
 log = logging.getLogger("deplog.witnessing")
 
 MAX_WITNESS_RESPONSE = 64 * 1024
-SIZE_CONTENT_TYPE = "text/x.tlog.size"
+_SIZE_CONFLICT = http_status(ErrorCode.OLD_SIZE_MISMATCH)
 
 ProofSource = Callable[[int, int], Awaitable[Sequence[bytes]]]
 """Returns the RFC 9162 consistency proof between two sizes of this log."""
@@ -74,15 +78,24 @@ ProofSource = Callable[[int, int], Awaitable[Sequence[bytes]]]
 class QuorumUnavailableError(DeplogError):
     """Fewer witnesses than the publication quorum cosigned in time."""
 
-    code = "witness_quorum_unavailable"
-    http_status = 503
+    code = ErrorCode.WITNESS_QUORUM_UNAVAILABLE
+
+
+class WitnessAnswerError(DeplogError):
+    """A witness's answer the log cannot use: a refusal, a malformed old size, or no
+    valid cosignature by the witness's key. Logged and counted, never served."""
+
+    codes = frozenset(
+        {ErrorCode.WITNESS_REFUSED, ErrorCode.BAD_WITNESS_RESPONSE, ErrorCode.NO_COSIGNATURE}
+    )
 
 
 class Cosigner(Protocol):
     """Something that answers tlog-witness add-checkpoint requests."""
 
-    async def add_checkpoint(self, body: bytes) -> tuple[int, str, bytes]:
-        """POST the body; returns (status, content type, response body)."""
+    async def add_checkpoint(self, body: bytes) -> bytes:
+        """Submit the body; returns the cosignature lines. A witness at another size
+        raises SizeConflictError with that size; any other refusal raises too."""
         ...
 
 
@@ -94,10 +107,17 @@ class RemoteWitness:
         self.session = session
         self.timeout = aiohttp.ClientTimeout(total=timeout)
 
-    async def add_checkpoint(self, body: bytes) -> tuple[int, str, bytes]:
+    async def add_checkpoint(self, body: bytes) -> bytes:
+        """POST the body; 200 is the cosignature, and an old-size conflict (the status
+        tlog-witness gives it, with a ``text/x.tlog.size`` body) the witness's size."""
         async with self.session.post(self.url, data=body, timeout=self.timeout) as response:
-            data = await response.content.read(MAX_WITNESS_RESPONSE + 1)
-            return response.status, response.content_type, data[:MAX_WITNESS_RESPONSE]
+            data = (await response.content.read(MAX_WITNESS_RESPONSE + 1))[:MAX_WITNESS_RESPONSE]
+            status, content_type = response.status, response.content_type
+        if status == _SIZE_CONFLICT and content_type == SIZE_CONTENT_TYPE:
+            raise SizeConflictError(_parse_size(data))
+        if status != 200:
+            raise WitnessAnswerError(ErrorCode.WITNESS_REFUSED, f"the witness answered {status}")
+        return data
 
 
 class LocalWitness:
@@ -112,11 +132,10 @@ class LocalWitness:
         self.witness = witness
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="witness")
 
-    async def add_checkpoint(self, body: bytes) -> tuple[int, str, bytes]:
-        response = await asyncio.get_running_loop().run_in_executor(
+    async def add_checkpoint(self, body: bytes) -> bytes:
+        return await asyncio.get_running_loop().run_in_executor(
             self._thread, self.witness.add_checkpoint, body, int(time.time())
         )
-        return response.status, response.content_type, response.body
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)
@@ -204,27 +223,27 @@ class Witnessing:
                 return await asyncio.wait_for(self._cosign(witness, checkpoint), self.timeout)
             except (TimeoutError, aiohttp.ClientError, OSError, DeplogError) as err:
                 witness.failures += 1
-                log.warning("witness %s: %s", witness.name, type(err).__name__)
+                reason = type(err).__name__
+                if isinstance(err, DeplogError):  # messages are value-free: safe to log
+                    reason = err.code if str(err) == err.code else f"{err.code} ({err})"
+                log.warning("witness %s: %s", witness.name, reason)
                 return False
 
     async def _cosign(self, witness: WitnessTrack, checkpoint: StoredCheckpoint) -> bool:
-        for _ in range(2):  # a 409 teaches us the witness's size; retry once from there
+        for _ in range(2):  # a size conflict teaches us the witness's size; retry once from there
             old = witness.size if witness.size is not None else 0
             if old > checkpoint.size:
                 log.error("witness %s is ahead of this log: a fork?", witness.name)
                 witness.failures += 1
                 return False
             proof = [] if old in (0, checkpoint.size) else await self.proofs(old, checkpoint.size)
-            status, content_type, body = await witness.client.add_checkpoint(
-                request_body(old, proof, checkpoint.note)
-            )
-            if status == 409 and content_type == SIZE_CONTENT_TYPE:
-                witness.size = _parse_size(body)
+            try:
+                body = await witness.client.add_checkpoint(
+                    request_body(old, proof, checkpoint.note)
+                )
+            except SizeConflictError as conflict:
+                witness.size = conflict.recorded_size
                 continue
-            if status != 200:
-                witness.failures += 1
-                log.warning("witness %s answered %d", witness.name, status)
-                return False
             witness.cosignature = self._accept(witness, checkpoint, body)
             witness.size = witness.cosigned_size = checkpoint.size
             witness.cosigned_at = time.time()
@@ -243,7 +262,9 @@ class Witnessing:
             if (line.name, line.key_id) == (witness.name, witness.verifier.key_id):
                 verify_cosignature(text, line, witness.verifier)
                 return line
-        raise DeplogError("no_cosignature", "the witness answered without its cosignature")
+        raise WitnessAnswerError(
+            ErrorCode.NO_COSIGNATURE, "the witness answered without its cosignature"
+        )
 
     async def cosign_all(
         self, checkpoint: StoredCheckpoint, witnesses: Sequence[WitnessTrack]
@@ -308,5 +329,5 @@ class Witnessing:
 def _parse_size(body: bytes) -> int:
     text = body.decode("ascii", "replace")
     if not text.endswith("\n") or not text[:-1].isdigit() or len(text) > 21:
-        raise DeplogError("bad_witness_response", "malformed size in a 409 answer")
+        raise WitnessAnswerError(ErrorCode.BAD_WITNESS_RESPONSE, "malformed size in a 409 answer")
     return int(text[:-1])

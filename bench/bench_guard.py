@@ -2,7 +2,7 @@
 
 Run by hand (not in CI):  python bench/bench_guard.py [--tools 300] [--calls 100000]
 
-Builds a real log in-process (tests/local_log.py) with one deprecate notice
+Builds a real log in-process (tests/builders.py LocalLog) with one deprecate notice
 for each of ``--tools`` tools, folds it into a follower's verified state the
 way Follower.sync does, and times ``Guard.check`` over every tool at two
 versions (one deprecated, one active) after a warm-up that fills the status
@@ -28,7 +28,7 @@ from bench.common import median, pct
 from deplog.client.cache.guard import Guard, Verdict
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import TrustedState
-from tests.local_log import ORIGIN, LocalLog
+from tests.builders import ORIGIN, LocalLog
 
 
 def build_state(tmp: Path, tools: int) -> tuple[LocalState, list[str]]:

@@ -66,13 +66,12 @@ def core_rates(tmp: Path, requests: int) -> tuple[float, float]:
     state.add_log(log_signer.verifier().vkey(), int(time.time()))
     witness = Witness(state, cosigner(Signer.generate("bench.witness/w")))
     assert log.published is not None
-    first = witness.add_checkpoint(request_body(0, [], log.published.note), int(time.time()))
-    assert first.status == 200
+    witness.add_checkpoint(request_body(0, [], log.published.note), int(time.time()))
     size = log.published.size
     body = request_body(size, [], log.published.note)
     started = time.perf_counter()
     for _ in range(requests):
-        assert witness.add_checkpoint(body, int(time.time())).status == 200
+        witness.add_checkpoint(body, int(time.time()))  # raises if refused
     refresh = requests / (time.perf_counter() - started)
 
     bodies = []
@@ -84,7 +83,7 @@ def core_rates(tmp: Path, requests: int) -> tuple[float, float]:
         size = log.published.size
     started = time.perf_counter()
     for body in bodies:
-        assert witness.add_checkpoint(body, int(time.time())).status == 200
+        witness.add_checkpoint(body, int(time.time()))  # raises if refused
     growth = len(bodies) / (time.perf_counter() - started)
     return refresh, growth
 

@@ -1,8 +1,9 @@
 """Builders for the tests: every value a test makes, made one way.
 
 Notices and envelopes, publisher statements, log leaves, checkpoints signed
-over chosen leaves, registrations in a real ``Log``, a settable clock, and the
-Hypothesis strategies of the data model. Everything here is a plain value or
+over chosen leaves, registrations in a real ``Log``, a settable clock, the
+Hypothesis strategies of the data model, and a real log in process (``LocalLog``,
+``InProcessLogSource``). Everything here is a plain value or
 function over real keys and real formats; the pytest fixtures built from them
 live in ``tests/conftest.py``.
 
@@ -13,14 +14,19 @@ needs (its publisher, its tool, issued now).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
 
 from deplog.authority.log import Log
+from deplog.client.errors import ErrorCode
+from deplog.client.follow.source import FetchError, MemoryLogSource, sync_step
+from deplog.client.follow.trust import Advanced, TrustedState
 from deplog.client.model.entries import (
     NoticeEntry,
     PublisherStatement,
@@ -31,7 +37,7 @@ from deplog.client.model.entries import (
 from deplog.client.model.notice import Envelope, Notice
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
-from deplog.client.tlog.proofs import leaf_hash, root_from_leaf_hashes
+from deplog.client.tlog.proofs import ConsistencyProof, leaf_hash, root_from_leaf_hashes
 from deplog.client.tlog.timestamps import now_timestamp
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -348,3 +354,67 @@ HOSTILE_TOKENS: tuple[bytes, ...] = (
     b"\xc3\xa9",
     b"#",
 )
+
+
+# -- a real log in process ----------------------------------------------------------------------
+# For unit tests of the client side that need real signed checkpoints, real leaves and real
+# proofs but no HTTP: ``InProcessLogSource`` reads an authority ``Log`` as a ``LogSource``,
+# ``LocalLog.sync(trusted)`` takes the follower's own verified step over it, and
+# ``LocalLog.snapshot()`` copies the log into a ``MemoryLogSource``.
+
+ORIGIN = "local.deplog.example/log"
+
+
+class InProcessLogSource:
+    """An authority ``Log`` read as the authority's HTTP API would answer, without HTTP:
+    its latest published checkpoint, the proofs its own tree computes, its stored leaves."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+
+    async def checkpoint(self) -> bytes:
+        assert self.log.published is not None
+        return self.log.published.note
+
+    async def consistency(self, old: int, new: int) -> ConsistencyProof:
+        if not 0 <= old <= new <= self.log.tree.size:
+            raise FetchError(ErrorCode.FETCH_FAILED, "no proof between those sizes")
+        return ConsistencyProof(old, new, tuple(self.log.tree.consistency_proof(old, new)))
+
+    async def entries(self, start: int, end: int) -> Sequence[bytes]:
+        if not 0 <= start < end <= self.log.tree.size:
+            raise FetchError(ErrorCode.FETCH_FAILED, "no entries in that range")
+        return self.log.tree.leaf_data(start, end)
+
+
+class LocalLog:
+    """An authority ``Log`` with publisher ``acme`` owning ``org.acme``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.signer = Signer.generate(ORIGIN)
+        self.log = Log(directory / "authority.db", self.signer, ORIGIN)
+        self.publisher = Signer.generate("acme")
+        self.register(self.publisher, "org.acme")
+        self.sequence = 0
+
+    def register(self, publisher: Signer, namespace: str) -> None:
+        register(self.log, publisher, namespace)
+        self.log.publish()
+
+    def publish(self, **fields: Any) -> int:
+        """Append one notice by ``acme`` about ``tool:org.acme/search``; returns its index."""
+        self.sequence += 1
+        envelope = make_envelope(self.publisher, self.sequence, **fields)
+        [result] = self.log.sequence([envelope])
+        assert result.index is not None, result.error
+        return result.index
+
+    def snapshot(self) -> MemoryLogSource:
+        """The log as it stands, held in memory: its signed checkpoint and every leaf under it."""
+        published = self.log.published
+        assert published is not None
+        return MemoryLogSource(published.note, self.log.tree.leaf_data(0, published.size))
+
+    def sync(self, trusted: TrustedState) -> Advanced | None:
+        """Verify and fold the log's latest checkpoint, as a follower would."""
+        return asyncio.run(sync_step(InProcessLogSource(self.log), trusted))

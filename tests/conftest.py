@@ -12,8 +12,7 @@ from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import TrustedState
 from deplog.client.model.notice import Envelope
 from deplog.client.tlog.note import Signer
-from tests.builders import Clock, make_notice
-from tests.local_log import ORIGIN, LocalLog
+from tests.builders import ORIGIN, Clock, LocalLog, make_notice
 
 
 @pytest.fixture(scope="session")

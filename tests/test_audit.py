@@ -21,16 +21,16 @@ from deplog.authority.log import Log
 from deplog.client.audit.bundle import BundleFormatError, read_entries, write_entries
 from deplog.client.audit.offline import (
     AuditError,
-    ReplayError,
     audit_checkpoint,
     audit_consistency,
     audit_receipt,
     replay,
 )
 from deplog.client.errors import DeplogError
+from deplog.client.model.rules import RuleViolation
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer, Verifier
-from deplog.client.tlog.proofs import ConsistencyProof
+from deplog.client.tlog.proofs import ConsistencyProof, ProofError, TreeMismatchError
 from tests.builders import (
     make_envelope,
     notice_leaf,
@@ -106,8 +106,18 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealLog]:
         log.close()
 
 
-def replay_error(leaves: list[bytes] | Iterator[bytes], note: bytes, key: Verifier) -> ReplayError:
-    with pytest.raises(ReplayError) as caught:
+def rule_violation(leaves: list[bytes], note: bytes, key: Verifier) -> RuleViolation:
+    """The admission rule the replay finds broken first."""
+    with pytest.raises(RuleViolation) as caught:
+        replay(leaves, note, key)
+    return caught.value
+
+
+def tree_mismatch(
+    leaves: list[bytes] | Iterator[bytes], note: bytes, key: Verifier
+) -> TreeMismatchError:
+    """How the replayed leaves fail to build the checkpoint's tree."""
+    with pytest.raises(TreeMismatchError) as caught:
         replay(leaves, note, key)
     return caught.value
 
@@ -131,7 +141,7 @@ def test_checkpoint_with_altered_text_is_refused(real: RealLog) -> None:
     altered = real.note.replace(b"\n7\n", b"\n8\n", 1)
     with pytest.raises(DeplogError) as caught:
         audit_checkpoint(altered, real.log_key)
-    assert caught.value.code == "bad_signature"
+    assert caught.value.code == "bad_note_signature"
 
 
 def test_receipt_proves_its_entry(real: RealLog) -> None:
@@ -165,7 +175,7 @@ def test_consistency_between_genuine_checkpoints_verifies(real: RealLog, old: in
 
 def test_consistency_proof_naming_other_sizes_is_refused(real: RealLog) -> None:
     """Sizes come from the checkpoints: a proof for 6 -> 7 is no proof for 2 -> 7."""
-    with pytest.raises(AuditError) as caught:
+    with pytest.raises(ProofError) as caught:
         audit_consistency(real.checkpoints[2], real.note, real.consistency[(6, 7)], real.log_key)
     assert caught.value.code == "proof_size_mismatch"
 
@@ -222,75 +232,75 @@ def test_replay_streams_from_an_entry_bundle(real: RealLog, tmp_path: Path) -> N
 def test_altered_signed_byte_fails_that_notices_signature(real: RealLog) -> None:
     leaves = list(real.leaves)
     leaves[2] = leaves[2].replace(b'"1.0.0"', b'"1.0.1"')
-    err = replay_error(leaves, real.note, real.log_key)
+    err = rule_violation(leaves, real.note, real.log_key)
     assert (err.code, err.cause, err.index) == ("unauthorized_notice", "bad_signature", 2)
 
 
-def test_altered_byte_that_breaks_the_json_is_a_malformed_entry(real: RealLog) -> None:
+def test_altered_byte_that_breaks_the_json_is_a_bad_leaf(real: RealLog) -> None:
     leaves = list(real.leaves)
     leaves[3] = leaves[3].replace(b"{", b"[", 1)
-    err = replay_error(leaves, real.note, real.log_key)
-    assert (err.code, err.index) == ("malformed_entry", 3)
+    err = rule_violation(leaves, real.note, real.log_key)
+    assert (err.code, err.index) == ("bad_leaf", 3)
 
 
-def test_non_canonical_leaf_is_a_malformed_entry(real: RealLog) -> None:
+def test_non_canonical_leaf_is_a_bad_leaf(real: RealLog) -> None:
     """One entry has one leaf: re-encoding it (same JSON value) changes its hash."""
     leaves = list(real.leaves)
     leaves[1] = leaves[1].replace(b'{"notice":', b'{ "notice":', 1)
-    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
-    assert (err.code, err.cause, err.index) == ("malformed_entry", "noncanonical_entry", 1)
+    err = rule_violation(leaves, sign_tree(real.log_signer, leaves), real.log_key)
+    assert (err.code, err.cause, err.index) == ("bad_leaf", "noncanonical_entry", 1)
 
 
 def test_reordered_notices_break_the_sequence(real: RealLog) -> None:
     leaves = list(real.leaves)
     leaves[1], leaves[2] = leaves[2], leaves[1]
-    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
-    assert (err.code, err.index) == ("sequence_not_increasing", 2)
+    err = rule_violation(leaves, sign_tree(real.log_signer, leaves), real.log_key)
+    assert (err.code, err.cause, err.index) == ("replayed_notice", "sequence_not_increasing", 2)
 
 
 def test_notice_moved_before_its_publisher_registration_is_unauthorized(real: RealLog) -> None:
     leaves = [real.leaves[1], real.leaves[0], *real.leaves[2:]]
-    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
+    err = rule_violation(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.cause, err.index) == ("unauthorized_notice", "unknown_publisher", 0)
 
 
-def test_missing_leaf_is_a_size_mismatch_at_the_first_absent_index(real: RealLog) -> None:
+def test_missing_leaf_is_missing_entries_from_the_first_absent_index(real: RealLog) -> None:
     """Without leaf 2 the rest still obeys every rule; only the checkpoint's size tells."""
     leaves = [leaf for i, leaf in enumerate(real.leaves) if i != 2]
-    err = replay_error(leaves, real.note, real.log_key)
-    assert (err.code, err.index) == ("size_mismatch", 6)
+    err = tree_mismatch(leaves, real.note, real.log_key)
+    assert (err.code, err.index) == ("missing_entries", 6)
 
 
-def test_extra_leaf_is_a_size_mismatch_at_the_checkpoint_size(real: RealLog) -> None:
+def test_extra_leaf_is_too_many_entries_at_the_checkpoint_size(real: RealLog) -> None:
     leaves = [*real.leaves, notice_leaf(make_envelope(real.beta, 2))]
-    err = replay_error(leaves, real.note, real.log_key)
-    assert (err.code, err.index) == ("size_mismatch", 7)
+    err = tree_mismatch(leaves, real.note, real.log_key)
+    assert (err.code, err.index) == ("too_many_entries", 7)
 
 
 def test_leaves_past_the_checkpoint_stop_the_replay_at_once(real: RealLog) -> None:
     """The checkpoint bounds the work: an endless input is refused at its first extra leaf."""
     endless = itertools.chain(real.leaves, itertools.repeat(b"junk"))
-    err = replay_error(endless, real.note, real.log_key)
-    assert (err.code, err.index) == ("size_mismatch", 7)
+    err = tree_mismatch(endless, real.note, real.log_key)
+    assert (err.code, err.index) == ("too_many_entries", 7)
 
 
-def test_valid_substitute_leaf_is_a_root_mismatch(real: RealLog) -> None:
+def test_valid_substitute_leaf_is_an_entries_root_mismatch(real: RealLog) -> None:
     leaves = [*real.leaves[:6], notice_leaf(make_envelope(real.beta, 1, message="other"))]
-    err = replay_error(leaves, real.note, real.log_key)
-    assert (err.code, err.index) == ("root_mismatch", None)
+    err = tree_mismatch(leaves, real.note, real.log_key)
+    assert (err.code, err.index) == ("entries_root_mismatch", None)
 
 
 def test_notice_signed_by_an_unregistered_key_is_caught_by_authorization(real: RealLog) -> None:
     """The authority logged it anyway and signed the checkpoint: only the registry objects."""
     stranger = Signer.generate("acme")
     leaves = [*real.leaves, notice_leaf(make_envelope(stranger, 9))]
-    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
+    err = rule_violation(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.cause, err.index) == ("unauthorized_notice", "unknown_key", 7)
 
 
 def test_notice_for_another_publishers_namespace_is_unauthorized(real: RealLog) -> None:
     leaves = [*real.leaves, notice_leaf(make_envelope(real.acme, 9, tool="tool:org.beta/search"))]
-    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
+    err = rule_violation(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.cause, err.index) == (
         "unauthorized_notice",
         "namespace_not_authorized",
@@ -305,7 +315,7 @@ def test_key_revoked_earlier_in_the_log_cannot_sign_later_notices(real: RealLog)
         publisher_leaf(revoke, real.log_signer),
         notice_leaf(make_envelope(real.acme, 9)),
     ]
-    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
+    err = rule_violation(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.cause, err.index) == ("unauthorized_notice", "key_revoked", 8)
 
 
@@ -316,7 +326,7 @@ def test_publisher_entry_signed_by_another_key_is_refused(real: RealLog) -> None
         *real.leaves,
         publisher_leaf(register_statement("mallory", ("org.mallory",), (mallory,)), forger),
     ]
-    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
+    err = rule_violation(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.cause, err.index) == (
         "bad_publisher_entry",
         "bad_authority_signature",
@@ -330,14 +340,14 @@ def test_publisher_entry_that_is_no_valid_transition_is_refused(real: RealLog) -
         *real.leaves,
         publisher_leaf(register_statement("beta", ("org.beta",), (real.beta,)), real.log_signer),
     ]
-    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
+    err = rule_violation(leaves, sign_tree(real.log_signer, leaves), real.log_key)
     assert (err.code, err.cause, err.index) == ("bad_publisher_entry", "publisher_exists", 7)
 
 
 def test_replayed_notice_is_a_sequence_violation(real: RealLog) -> None:
     leaves = [*real.leaves, real.leaves[2]]
-    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
-    assert (err.code, err.index) == ("sequence_not_increasing", 7)
+    err = rule_violation(leaves, sign_tree(real.log_signer, leaves), real.log_key)
+    assert (err.code, err.cause, err.index) == ("replayed_notice", "sequence_not_increasing", 7)
 
 
 @pytest.mark.parametrize(
@@ -355,8 +365,8 @@ def test_withdraw_of_anything_but_an_earlier_own_notice_is_refused(
 ) -> None:
     withdraw = make_envelope(real.acme, 9, action="withdraw", withdraws=target, affected=None)
     leaves = [*real.leaves, notice_leaf(withdraw)]
-    err = replay_error(leaves, sign_tree(real.log_signer, leaves), real.log_key)
-    assert (err.code, err.index) == ("bad_withdraw_target", 7), why
+    err = rule_violation(leaves, sign_tree(real.log_signer, leaves), real.log_key)
+    assert (err.code, err.cause, err.index) == ("invalid_withdraw", "bad_withdraw_target", 7), why
 
 
 def test_checkpoint_from_another_key_stops_the_replay_before_any_leaf(real: RealLog) -> None:
@@ -387,6 +397,6 @@ def test_any_altered_byte_fails_the_replay(real: RealLog, data: st.DataObject) -
     at = data.draw(st.integers(0, len(leaf) - 1), label="byte")
     leaf[at] ^= data.draw(st.integers(1, 255), label="xor")
     leaves = [*real.leaves[:index], bytes(leaf), *real.leaves[index + 1 :]]
-    with pytest.raises(ReplayError) as caught:
+    with pytest.raises((RuleViolation, TreeMismatchError)) as caught:
         replay(leaves, real.note, real.log_key)
     assert caught.value.index in (index, None)

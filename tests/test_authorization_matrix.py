@@ -40,10 +40,11 @@ from typing import Any, NamedTuple
 import pytest
 
 from deplog.authority.log import Admitted, Log
-from deplog.client.audit.offline import ReplayError, replay
+from deplog.client.audit.offline import replay
 from deplog.client.errors import DeplogError
 from deplog.client.model.notice import Envelope
 from deplog.client.model.registry import AuthorizationError
+from deplog.client.model.rules import RuleViolation
 from deplog.client.tlog.note import Signer
 from tests.builders import (
     make_envelope,
@@ -209,7 +210,7 @@ def test_admission_appends_exactly_one_leaf(world: World, cell: Cell) -> None:
 def test_replay_refuses_the_forced_entry_with_the_same_code(world: World, cell: Cell) -> None:
     """The log signs a checkpoint over the refused entry anyway: the auditor names it."""
     leaves = [*world.leaves(), notice_leaf(world.envelope)]
-    with pytest.raises(ReplayError) as caught:
+    with pytest.raises(RuleViolation) as caught:
         replay(leaves, sign_tree(world.log_signer, leaves), world.log_signer.verifier())
     assert (caught.value.code, caught.value.cause, caught.value.index) == (
         "unauthorized_notice",

@@ -7,8 +7,7 @@ import pytest
 from deplog.client.cache.guard import Guard
 from deplog.client.cache.guarded_cache import GuardedCache
 from deplog.client.follow.trust import TrustedState
-from tests.builders import Clock
-from tests.local_log import LocalLog
+from tests.builders import Clock, LocalLog
 
 ACME = "tool:org.acme/search"
 OTHER = "tool:org.other/search"  # the same name in another publisher's namespace

@@ -22,8 +22,7 @@ from deplog.client.tlog.evidence import (
 )
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof
-from tests.builders import make_envelope, register
-from tests.local_log import ORIGIN, LocalLog
+from tests.builders import ORIGIN, LocalLog, make_envelope, register
 
 
 @pytest.fixture

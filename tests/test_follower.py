@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from deplog.client.follow.follower import Follower, SyncFollower, SyncResult
-from tests.local_log import LocalLog
+from tests.builders import LocalLog
 
 
 async def test_a_follower_steps_over_any_log_source(local: LocalLog, tmp_path: Path) -> None:

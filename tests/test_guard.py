@@ -8,8 +8,7 @@ import pytest
 
 from deplog.client.cache.guard import Guard, Verdict
 from deplog.client.follow.trust import TrustedState
-from tests.builders import Clock
-from tests.local_log import LocalLog
+from tests.builders import Clock, LocalLog
 
 TOOL = "tool:org.acme/search"
 PAST = "2026-01-01T00:00:00Z"

@@ -16,7 +16,7 @@ from deplog.client.errors import DeplogError
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import TrustedState
 from deplog.client.tlog.checkpoint import open_checkpoint
-from tests.local_log import ORIGIN, LocalLog
+from tests.builders import ORIGIN, LocalLog
 
 TOOL = "tool:org.acme/search"
 AT = datetime(2027, 1, 1, tzinfo=UTC)

@@ -107,6 +107,8 @@ WITNESS_MAY_IMPORT = (
     "deplog.authority.http.metrics",
     # Command-line options built from config dataclasses; knows nothing of the log.
     "deplog.authority.options",
+    # The one table of HTTP statuses: the shared middleware answers the witness's codes by it.
+    "deplog.authority.http.status",
 )
 
 

@@ -121,7 +121,7 @@ def test_open_refuses_a_tree_whose_root_no_longer_matches(
     conn.close()
     with pytest.raises(IntegrityError) as refused:
         Log(db_path, log_signer, ORIGIN)
-    assert refused.value.code == "root_mismatch"
+    assert refused.value.code == "stored_root_mismatch"
 
 
 def test_open_refuses_a_truncated_tree(

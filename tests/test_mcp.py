@@ -8,7 +8,7 @@ from typing import Any
 from deplog.client.cache.guard import Guard
 from deplog.client.cache.mcp import DEPRECATION_KEY, IDENTITY_KEY, guard_tools_list, http_date
 from deplog.client.follow.trust import TrustedState
-from tests.local_log import LocalLog
+from tests.builders import LocalLog
 
 TOOL = "tool:org.acme/search"
 

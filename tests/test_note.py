@@ -339,7 +339,7 @@ def test_failing_known_signature_rejects_note(signer: Signer, text: str) -> None
     msg = add_signature_lines(sign_note(text, Signer.from_seed("x", bytes(32))), bad)
     with pytest.raises(InvalidNoteSignatureError) as info:
         open_note(msg, [signer.verifier()])
-    assert info.value.code == "bad_signature"
+    assert info.value.code == "bad_note_signature"
 
 
 def test_failing_repeat_of_valid_signature_rejects_note(signed: bytes, signer: Signer) -> None:

@@ -500,12 +500,12 @@ def test_verify_refuses_a_tampered_cosignature(example: Policy, signed: Signed) 
     assert caught.value.code == "bad_cosignature"
 
 
-def test_verify_refuses_a_checkpoint_from_an_unknown_log(example: Policy) -> None:
+def test_verify_refuses_a_checkpoint_from_a_log_not_in_the_policy(example: Policy) -> None:
     other = log_signer(9, "other.example/log")
     note = sign_checkpoint(Checkpoint("other.example/log", 1, bytes(32)), other)
     with pytest.raises(PolicyError) as caught:
         example.verify(note, now=NOW, max_age=None)
-    assert caught.value.code == "unknown_log"
+    assert caught.value.code == "log_not_in_policy"
 
 
 def test_verify_refuses_a_log_signature_by_another_key_of_the_same_name(example: Policy) -> None:

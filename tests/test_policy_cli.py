@@ -86,13 +86,13 @@ def test_policy_not_met_exits_1_with_the_code(
     assert err == "deplog audit checkpoint: quorum_not_met: the witness quorum has not cosigned\n"
 
 
-def test_checkpoint_of_a_log_missing_from_the_policy_is_unknown_log(
+def test_checkpoint_of_a_log_missing_from_the_policy_is_log_not_in_policy(
     files: Files, capsys: pytest.CaptureFixture[str]
 ) -> None:
     policy = files.policy("quorum none\n")
     status, _, err = run(capsys, "--policy", policy, files.checkpoint)
     assert status == 1
-    assert err.startswith("deplog audit checkpoint: unknown_log")
+    assert err.startswith("deplog audit checkpoint: log_not_in_policy")
 
 
 def test_log_key_supplies_the_log_of_a_policy_without_log_lines(

@@ -1,7 +1,7 @@
 """The sequencer: batches share a commit, every submission gets its own answer, no caller hangs.
 
 ``authority.sequencer.Sequencer`` over a real ``Log`` in a temporary SQLite
-file (``tests.local_log``), with real keys; every receipt is checked by the
+file (``tests.builders.LocalLog``), with real keys; every receipt is checked by the
 client's verifier. Where a test needs several submissions in one batch it
 queues them before the sequencer starts (or while a batch is held in
 publication), so batching is deterministic rather than a matter of timing.
@@ -33,8 +33,7 @@ from deplog.client.model.registry import AuthorizationError
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
-from tests.builders import make_envelope, notice_leaf
-from tests.local_log import LocalLog
+from tests.builders import LocalLog, make_envelope, notice_leaf
 
 
 class Publication:

@@ -28,7 +28,7 @@ from deplog.client.tlog.proofs import (
     root_from_leaf_hashes,
     verify_consistency,
 )
-from tests.local_log import LocalLog
+from tests.builders import LocalLog
 
 LEAVES = [f"leaf {i}".encode() for i in range(7)]
 

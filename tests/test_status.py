@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from deplog.client.model.notice import Notice, NoticeError
+from deplog.client.model.semver import SemverError
 from deplog.client.model.status import StatusError, StatusIndex
 from tests.builders import TOOL, make_notice, revoke_json, withdraw_json
 
@@ -129,7 +130,7 @@ def test_lookup_refuses_bad_input() -> None:
     with pytest.raises(NoticeError) as e:
         idx.lookup("search", "1.0.0", DURING)
     assert e.value.code == "bad_tool_id"
-    with pytest.raises(NoticeError) as e:
+    with pytest.raises(SemverError) as e:
         idx.lookup(TOOL, "1.0", DURING)
     assert e.value.code == "bad_version"
 
@@ -155,11 +156,11 @@ def test_apply_refuses_out_of_order_index() -> None:
         [make_notice(), withdraw(0), withdraw(1)],  # a withdraw is not a target
     ],
 )
-def test_apply_refuses_bad_withdraw_target(notices: list[Notice]) -> None:
+def test_apply_refuses_a_withdraw_of_an_unknown_target(notices: list[Notice]) -> None:
     idx = index_of(*notices[:-1])
     with pytest.raises(StatusError) as e:
         idx.apply(len(notices) - 1, notices[-1])
-    assert e.value.code == "bad_withdraw_target"
+    assert e.value.code == "unknown_withdraw_target"
 
 
 def test_last_index_tracks_every_touch() -> None:

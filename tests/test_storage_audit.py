@@ -25,7 +25,7 @@ from deplog.authority.storage.audit import (
     NICENESS,
     audit_storage,
 )
-from tests.local_log import LocalLog
+from tests.builders import LocalLog
 
 NOTICES = 20  # with the registration, 21 leaves: subtree hashes up to level 4
 

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from deplog.authority.witness.core import LogConfigError, Witness, WitnessState
+from deplog.authority.http.status import http_status
+from deplog.authority.witness.core import (
+    LogConfigError,
+    UntrustedCheckpointError,
+    Witness,
+    WitnessState,
+)
 from deplog.client.cli.main import main as deplog_main
 from deplog.client.tlog.checkpoint import WrongOriginError, open_checkpoint
 from deplog.client.tlog.note import (
@@ -54,16 +60,16 @@ def witness(tmp_path: Path) -> Witness:
 
 def test_the_witness_cosigns_a_genuine_tree_head_from_old_zero(witness: Witness) -> None:
     note = sumdb.checkpoints()[0]
-    response = witness.add_checkpoint(add_checkpoint_body(0, [], note), 1_700_000_000)
-    assert response.status == 200
+    line = witness.add_checkpoint(add_checkpoint_body(0, [], note), 1_700_000_000)
     public = witness.verifier().public_key
-    assert verify_cosignature(response.body, note, WITNESS, public) == 1_700_000_000
+    assert verify_cosignature(line, note, WITNESS, public) == 1_700_000_000
 
 
-def test_the_witness_refuses_a_tampered_copy_with_403(witness: Witness) -> None:
+def test_the_witness_refuses_a_tampered_copy_as_untrusted_with_403(witness: Witness) -> None:
     note = sumdb.tampered(sumdb.checkpoints()[0])
-    response = witness.add_checkpoint(add_checkpoint_body(0, [], note), 1_700_000_000)
-    assert response.status == 403
+    with pytest.raises(UntrustedCheckpointError) as refused:
+        witness.add_checkpoint(add_checkpoint_body(0, [], note), 1_700_000_000)
+    assert http_status(refused.value.code) == 403
     assert witness.state.recorded(sumdb.ORIGIN) is None
 
 

@@ -2,7 +2,7 @@
 
 ``TrustedState`` is driven directly, step by step, with no network: real keys,
 checkpoints signed with the real log key, and real leaves. The honest ones come
-from an authority ``Log`` in a temporary SQLite file (``tests.local_log``);
+from an authority ``Log`` in a temporary SQLite file (``tests.builders.LocalLog``);
 the lies are trees a test chose, signed with the same log key, since the
 authority holds that key and may lie with it. So every lie below carries a
 valid log signature unless the test says otherwise.
@@ -31,38 +31,51 @@ from typing import TypeVar
 import pytest
 
 from deplog.authority.storage import store
+from deplog.client.errors import DeplogError
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import (
     Candidate,
     CheckpointRejectedError,
-    EntryRejectedError,
     ForkError,
-    ProofRejectedError,
     RollbackError,
     SuspectedForkError,
     TrustedState,
-    TrustError,
 )
+from deplog.client.model.rules import RuleViolation
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.cosignature import cosign, cosigner
 from deplog.client.tlog.evidence import read_evidence
-from deplog.client.tlog.note import Signer, add_signature_lines, parse_note
-from deplog.client.tlog.policy import Policy
-from deplog.client.tlog.proofs import ConsistencyProof, consistency_path, leaf_hash
+from deplog.client.tlog.note import (
+    InvalidNoteSignatureError,
+    NoteFormatError,
+    Signer,
+    UnverifiedNoteError,
+    add_signature_lines,
+    parse_note,
+)
+from deplog.client.tlog.policy import Policy, PolicyError
+from deplog.client.tlog.proofs import (
+    ConsistencyProof,
+    ProofError,
+    TreeMismatchError,
+    consistency_path,
+    leaf_hash,
+)
 from tests.builders import (
+    ORIGIN,
+    LocalLog,
     make_envelope,
     notice_leaf,
     publisher_leaf,
     register_statement,
     sign_tree,
 )
-from tests.local_log import ORIGIN, LocalLog
 
 TRUSTED_SIZE = 4
 """The follower's trusted tree in most tests: acme's registration, then notices 1 to 3."""
 TOOL = "tool:org.acme/search"
 
-E = TypeVar("E", bound=TrustError)
+E = TypeVar("E", bound=DeplogError)
 
 
 # -- what the follower holds ---------------------------------------------------------------
@@ -196,7 +209,7 @@ def test_a_checkpoint_signed_by_another_key_under_the_log_name_is_refused(
 ) -> None:
     local.publish()
     impostor = Signer.generate(ORIGIN)
-    with refused(synced, CheckpointRejectedError, "unverified_note"):
+    with refused(synced, UnverifiedNoteError, "unverified_note"):
         synced.check_checkpoint(sign_tree(impostor, honest_leaves(local)))
 
 
@@ -211,19 +224,19 @@ def test_a_checkpoint_altered_after_signing_is_refused(
         Checkpoint(ORIGIN, published.size, bytes(32)).to_text().encode(),
     )
     assert altered != published.note
-    with refused(synced, CheckpointRejectedError, "bad_signature"):
+    with refused(synced, InvalidNoteSignatureError, "bad_note_signature"):
         synced.check_checkpoint(altered)
 
 
 def test_a_checkpoint_of_another_log_is_refused(synced: TrustedState, local: LocalLog) -> None:
     """Signed by its own key, with its own origin: not the log this state follows."""
     other = Signer.generate("another.deplog.example/log")
-    with refused(synced, CheckpointRejectedError, "unknown_log"):
+    with refused(synced, PolicyError, "log_not_in_policy"):
         synced.check_checkpoint(sign_tree(other, honest_leaves(local)))
 
 
 def test_bytes_that_are_not_a_signed_note_are_refused(synced: TrustedState) -> None:
-    with refused(synced, CheckpointRejectedError, "malformed_note"):
+    with refused(synced, NoteFormatError, "malformed_note"):
         synced.check_checkpoint(b"<html>502 Bad Gateway</html>\n")
 
 
@@ -261,7 +274,7 @@ def test_a_checkpoint_short_of_the_witness_quorum_is_refused(
     witnessed: TrustedState, local: LocalLog, witnesses: list[Signer]
 ) -> None:
     now = int(time.time())
-    with refused(witnessed, CheckpointRejectedError, "quorum_not_met"):
+    with refused(witnessed, PolicyError, "quorum_not_met"):
         witnessed.check_checkpoint(cosigned(published_note(local), (witnesses[0], now)))
 
 
@@ -373,21 +386,25 @@ def test_a_consistency_proof_that_does_not_verify_is_a_suspicion_with_the_proof_
     synced.check_consistency(candidate, honest)  # the honest proof, asked again, verifies
 
 
-def test_the_same_suspicion_seen_again_keeps_its_one_evidence_file(
+def test_corrupted_proofs_between_one_pair_of_checkpoints_keep_one_evidence_file(
     synced: TrustedState, local: LocalLog
 ) -> None:
-    """A retried sync meets the same corrupted proof: the evidence does not pile up."""
+    """Retried syncs meet ever other corrupted proofs: the evidence does not pile up, since
+    only checkpoints the log signed can make a new file."""
     local.publish()
     candidate = synced.check_checkpoint(published_note(local))
     honest = proof_between(honest_leaves(local), TRUSTED_SIZE, TRUSTED_SIZE + 1)
-    broken = ConsistencyProof(honest.old, honest.new, (bytes(32), *honest.hashes[1:]))
     files = []
-    for _ in range(3):
+    for corrupt in range(3):
+        broken = ConsistencyProof(
+            honest.old, honest.new, (bytes([corrupt]) * 32, *honest.hashes[1:])
+        )
         with refused(synced, SuspectedForkError, "suspected_fork") as caught:
             synced.check_consistency(candidate, broken)
         files.append(caught.value.evidence)
-    assert files[0] is not None and files[0].name.startswith("suspected-fork-")
+    assert files[0].name.startswith("suspected-fork-")
     assert files == [files[0]] * 3
+    assert read_evidence(files[0]).proof is not None
 
 
 @pytest.mark.parametrize(
@@ -400,7 +417,7 @@ def test_a_proof_between_other_sizes_than_asked_is_refused(
     local.publish()
     local.publish()
     candidate = synced.check_checkpoint(published_note(local))
-    with refused(synced, ProofRejectedError, "bad_proof"):
+    with refused(synced, ProofError, "proof_size_mismatch"):
         synced.check_consistency(candidate, proof_between(honest_leaves(local), old, new))
 
 
@@ -447,7 +464,7 @@ def test_an_entry_that_is_not_canonical_is_refused_at_its_index(
 ) -> None:
     spaced = notice_leaf(make_envelope(local.publisher, 5)).replace(b'{"', b'{ "', 1)
     leaves = [*extended, spaced]
-    with refused(synced, EntryRejectedError, "malformed_entry") as caught:
+    with refused(synced, RuleViolation, "bad_leaf") as caught:
         check_entries(synced, local.signer, leaves)
     assert (caught.value.index, caught.value.cause) == (TRUSTED_SIZE + 1, "noncanonical_entry")
 
@@ -460,7 +477,7 @@ def test_a_publisher_entry_not_signed_by_the_log_key_is_refused(
         register_statement("mallory", ("org.mallory",), (mallory,)), Signer.generate(ORIGIN)
     )
     leaves = [*extended, forged]
-    with refused(synced, EntryRejectedError, "bad_publisher_entry") as caught:
+    with refused(synced, RuleViolation, "bad_publisher_entry") as caught:
         check_entries(synced, local.signer, leaves)
     assert (caught.value.index, caught.value.cause) == (TRUSTED_SIZE + 1, "bad_authority_signature")
 
@@ -473,7 +490,7 @@ def test_a_publisher_entry_that_is_no_valid_registry_change_is_refused(
         register_statement("acme", ("org.acme",), (local.publisher,)), local.signer
     )
     leaves = [*extended, again]
-    with refused(synced, EntryRejectedError, "bad_publisher_entry") as caught:
+    with refused(synced, RuleViolation, "bad_publisher_entry") as caught:
         check_entries(synced, local.signer, leaves)
     assert (caught.value.index, caught.value.cause) == (TRUSTED_SIZE + 1, "publisher_exists")
 
@@ -496,7 +513,7 @@ def test_a_notice_its_publisher_could_not_have_signed_is_refused(
         "unknown_publisher": lambda: notice_leaf(make_envelope(Signer.generate("ghost"), 1)),
     }
     leaves = [*extended, lies[cause]()]
-    with refused(synced, EntryRejectedError, "unauthorized_notice") as caught:
+    with refused(synced, RuleViolation, "unauthorized_notice") as caught:
         check_entries(synced, local.signer, leaves)
     assert (caught.value.index, caught.value.cause) == (TRUSTED_SIZE + 1, cause)
 
@@ -507,7 +524,7 @@ def test_a_notice_that_does_not_increase_its_publishers_sequence_is_refused(
     """Validly signed, but sequence 4 was used just before: a replay or a reorder."""
     replayed = notice_leaf(make_envelope(local.publisher, 4, message="again"))
     leaves = [*extended, replayed]
-    with refused(synced, EntryRejectedError, "sequence_not_increasing") as caught:
+    with refused(synced, RuleViolation, "replayed_notice") as caught:
         check_entries(synced, local.signer, leaves)
     assert caught.value.index == TRUSTED_SIZE + 1
 
@@ -521,7 +538,7 @@ def test_a_withdraw_of_anything_but_an_earlier_notice_of_its_own_is_refused(
 ) -> None:
     withdraw = make_envelope(local.publisher, 5, action="withdraw", withdraws=target, affected=None)
     leaves = [*extended, notice_leaf(withdraw)]
-    with refused(synced, EntryRejectedError, "bad_withdraw_target") as caught:
+    with refused(synced, RuleViolation, "invalid_withdraw") as caught:
         check_entries(synced, local.signer, leaves)
     assert caught.value.index == TRUSTED_SIZE + 1
 
@@ -531,7 +548,7 @@ def test_the_first_bad_entry_is_the_one_named(
 ) -> None:
     """Entries are checked one by one in log order: a later bad one is never reached."""
     leaves = [*extended, b"not an entry", notice_leaf(make_envelope(Signer.generate("acme"), 6))]
-    with refused(synced, EntryRejectedError, "malformed_entry") as caught:
+    with refused(synced, RuleViolation, "bad_leaf") as caught:
         check_entries(synced, local.signer, leaves)
     assert caught.value.index == TRUSTED_SIZE + 1
 
@@ -576,7 +593,7 @@ def test_fewer_entries_than_the_checkpoint_counts_are_refused(
     synced: TrustedState, local: LocalLog, grown: Candidate
 ) -> None:
     with (
-        refused(synced, EntryRejectedError, "missing_entries") as caught,
+        refused(synced, TreeMismatchError, "missing_entries") as caught,
         synced.advance(grown) as session,
     ):
         session.add(honest_leaves(local)[TRUSTED_SIZE:-1])
@@ -589,7 +606,7 @@ def test_more_entries_than_the_checkpoint_counts_are_refused(
 ) -> None:
     one_more = notice_leaf(make_envelope(local.publisher, 6))
     with (
-        refused(synced, EntryRejectedError, "too_many_entries") as caught,
+        refused(synced, TreeMismatchError, "too_many_entries") as caught,
         synced.advance(grown) as session,
     ):
         session.add([*honest_leaves(local)[TRUSTED_SIZE:], one_more])
@@ -603,12 +620,12 @@ def test_valid_entries_that_make_another_tree_are_refused(
     committed to: only the root gives it away."""
     other_last = notice_leaf(make_envelope(local.publisher, 5, message="not the logged one"))
     with (
-        refused(synced, EntryRejectedError, "root_mismatch") as caught,
+        refused(synced, TreeMismatchError, "entries_root_mismatch") as caught,
         synced.advance(grown) as session,
     ):
         session.add([*honest_leaves(local)[TRUSTED_SIZE:-1], other_last])
         session.finish()
-    assert caught.value.index == TRUSTED_SIZE + 1
+    assert caught.value.index is None  # a root covers every leaf: it points at none
 
 
 # -- rule 5: all of it is committed together, or none of it -----------------------------------
@@ -663,7 +680,7 @@ def test_after_a_refused_advance_the_honest_one_goes_through(
     bad_last = change_one_byte_of_message(
         notice_leaf(make_envelope(local.publisher, 5, message="signed")), "signed"
     )
-    with pytest.raises(EntryRejectedError), synced.advance(grown) as session:
+    with pytest.raises(RuleViolation), synced.advance(grown) as session:
         session.add(leaves[TRUSTED_SIZE:-1])
         session.add([bad_last])
 

@@ -5,7 +5,8 @@ consistency proofs with hashlib, the signed note assembled by hand and signed
 with raw pynacl), so these tests show interop with any C2SP log rather than
 agreement between two halves of deplog. Cosignatures are checked the same way:
 raw pynacl over the tlog-cosignature ``cosignature/v1`` message bytes.
-Every refusal is checked to leave the witness's record unchanged.
+Every refusal is checked to leave the witness's record unchanged, and to carry
+the code whose status (``authority.http.status``) is the one tlog-witness gives.
 """
 
 from __future__ import annotations
@@ -19,16 +20,16 @@ from pathlib import Path
 import nacl.signing
 import pytest
 
+from deplog.authority.http.status import http_status
 from deplog.authority.witness.core import (
     MAX_BODY_SIZE,
-    SIZE_CONTENT_TYPE,
-    TEXT_CONTENT_TYPE,
     LogConfigError,
+    SizeConflictError,
     Witness,
-    WitnessResponse,
     WitnessState,
     parse_logs_file,
 )
+from deplog.client.errors import DeplogError
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer
 
@@ -136,12 +137,12 @@ def add_checkpoint_body(old: int, proof: list[bytes], note: bytes) -> bytes:
     return b"old %d\n" % old + b"".join(b64(h) + b"\n" for h in proof) + b"\n" + note
 
 
-def verify_cosignature(response: bytes, note: bytes, name: str, public: bytes) -> int:
+def verify_cosignature(line: bytes, note: bytes, name: str, public: bytes) -> int:
     """Check a one-line add-checkpoint answer with raw pynacl; returns its timestamp."""
     prefix = "\u2014 ".encode() + name.encode() + b" "
-    assert response.startswith(prefix) and response.endswith(b"\n")
-    assert response.count(b"\n") == 1
-    blob = base64.b64decode(response[len(prefix) : -1], validate=True)
+    assert line.startswith(prefix) and line.endswith(b"\n")
+    assert line.count(b"\n") == 1
+    blob = base64.b64decode(line[len(prefix) : -1], validate=True)
     assert blob[:4] == hashlib.sha256(name.encode() + b"\n\x04" + public).digest()[:4]
     assert len(blob) == 4 + 8 + 64
     timestamp = int.from_bytes(blob[4:12], "big")
@@ -185,7 +186,7 @@ def witness(state: WitnessState, witness_key: Signer, log: MinimalLog) -> Witnes
 @pytest.fixture
 def witnessed(witness: Witness, log: MinimalLog) -> Witness:
     """A witness that has cosigned the log at size 5."""
-    assert witness.add_checkpoint(log.request(0, 5), NOW).status == 200
+    witness.add_checkpoint(log.request(0, 5), NOW)
     return witness
 
 
@@ -194,16 +195,28 @@ def stored(state: WitnessState, origin: str = ORIGIN) -> tuple[int, bytes] | Non
     return None if recorded is None else (recorded.size, recorded.root)
 
 
-def assert_refused(response: WitnessResponse, status: int, code: str) -> None:
-    assert response.status == status
-    assert response.content_type == TEXT_CONTENT_TYPE
-    assert response.body == code.encode() + b"\n"
+def refusal(witness: Witness, body: bytes, now: int = NOW) -> DeplogError:
+    """The error the witness refuses ``body`` with."""
+    with pytest.raises(DeplogError) as caught:
+        witness.add_checkpoint(body, now)
+    return caught.value
 
 
-def cosigned_at(response: WitnessResponse, note: bytes, witness_key: Signer) -> int:
-    assert response.status == 200
-    assert response.content_type == TEXT_CONTENT_TYPE
-    return verify_cosignature(response.body, note, WITNESS_NAME, witness_key.public_key)
+def assert_refused(err: DeplogError, status: int, code: str) -> None:
+    """The refusal's code, and the tlog-witness status a server answers it with."""
+    assert (err.code, http_status(err.code)) == (code, status)
+
+
+def size_conflict(witness: Witness, body: bytes) -> int:
+    """The recorded size an old-size conflict tells the client (tlog-witness: 409)."""
+    with pytest.raises(SizeConflictError) as caught:
+        witness.add_checkpoint(body, NOW)
+    assert http_status(caught.value.code) == 409
+    return caught.value.recorded_size
+
+
+def cosigned_at(line: bytes, note: bytes, witness_key: Signer) -> int:
+    return verify_cosignature(line, note, WITNESS_NAME, witness_key.public_key)
 
 
 # Accepted checkpoints
@@ -212,8 +225,8 @@ def cosigned_at(response: WitnessResponse, note: bytes, witness_key: Signer) -> 
 def test_first_checkpoint_from_old_zero_is_cosigned(
     witness: Witness, log: MinimalLog, state: WitnessState, witness_key: Signer
 ) -> None:
-    response = witness.add_checkpoint(log.request(0, 5), NOW)
-    assert cosigned_at(response, log.checkpoint(5), witness_key) == NOW
+    line = witness.add_checkpoint(log.request(0, 5), NOW)
+    assert cosigned_at(line, log.checkpoint(5), witness_key) == NOW
     assert stored(state) == (5, log.root(5))
 
 
@@ -226,24 +239,24 @@ def test_growth_with_a_valid_consistency_proof_is_cosigned(
     old: int,
     new: int,
 ) -> None:
-    response = witnessed.add_checkpoint(log.request(old, new), NOW + 1)
-    assert cosigned_at(response, log.checkpoint(new), witness_key) == NOW + 1
+    line = witnessed.add_checkpoint(log.request(old, new), NOW + 1)
+    assert cosigned_at(line, log.checkpoint(new), witness_key) == NOW + 1
     assert stored(state) == (new, log.root(new))
 
 
 def test_growth_from_a_power_of_two_size_is_cosigned(
     witness: Witness, log: MinimalLog, state: WitnessState
 ) -> None:
-    assert witness.add_checkpoint(log.request(0, 4), NOW).status == 200
-    assert witness.add_checkpoint(log.request(4, 11), NOW).status == 200
+    witness.add_checkpoint(log.request(0, 4), NOW)
+    witness.add_checkpoint(log.request(4, 11), NOW)
     assert stored(state) == (11, log.root(11))
 
 
 def test_refresh_at_the_same_size_gives_a_newer_timestamp(
     witnessed: Witness, log: MinimalLog, state: WitnessState, witness_key: Signer
 ) -> None:
-    response = witnessed.add_checkpoint(log.request(5, 5), NOW + 60)
-    assert cosigned_at(response, log.checkpoint(5), witness_key) == NOW + 60
+    line = witnessed.add_checkpoint(log.request(5, 5), NOW + 60)
+    assert cosigned_at(line, log.checkpoint(5), witness_key) == NOW + 60
     assert state.recorded(ORIGIN) is not None
     assert state.recorded(ORIGIN).updated_at == NOW + 60  # type: ignore[union-attr]
 
@@ -251,30 +264,30 @@ def test_refresh_at_the_same_size_gives_a_newer_timestamp(
 def test_cosignature_times_never_go_backwards_when_the_clock_does(
     witnessed: Witness, log: MinimalLog, witness_key: Signer
 ) -> None:
-    response = witnessed.add_checkpoint(log.request(5, 9), NOW - 3600)
-    assert cosigned_at(response, log.checkpoint(9), witness_key) == NOW
+    line = witnessed.add_checkpoint(log.request(5, 9), NOW - 3600)
+    assert cosigned_at(line, log.checkpoint(9), witness_key) == NOW
 
 
 def test_cosignature_covers_checkpoint_extension_lines(
     witness: Witness, log: MinimalLog, witness_key: Signer
 ) -> None:
     note = log.sign(log.text(3, ("extension line",)))
-    response = witness.add_checkpoint(add_checkpoint_body(0, [], note), NOW)
-    assert cosigned_at(response, note, witness_key) == NOW
+    line = witness.add_checkpoint(add_checkpoint_body(0, [], note), NOW)
+    assert cosigned_at(line, note, witness_key) == NOW
 
 
 def test_signatures_from_unknown_keys_are_ignored(
     witness: Witness, log: MinimalLog, witness_key: Signer
 ) -> None:
     note = log.sign(log.text(3), nacl.signing.SigningKey.generate())
-    response = witness.add_checkpoint(add_checkpoint_body(0, [], note), NOW)
-    assert cosigned_at(response, note, witness_key) == NOW
+    line = witness.add_checkpoint(add_checkpoint_body(0, [], note), NOW)
+    assert cosigned_at(line, note, witness_key) == NOW
 
 
 def test_empty_tree_checkpoint_is_cosigned(
     witness: Witness, log: MinimalLog, state: WitnessState
 ) -> None:
-    assert witness.add_checkpoint(log.request(0, 0), NOW).status == 200
+    witness.add_checkpoint(log.request(0, 0), NOW)
     assert stored(state) == (0, hashlib.sha256(b"").digest())
 
 
@@ -285,8 +298,7 @@ def test_record_survives_reopening_the_database(
     reopened = WitnessState(db_path)
     try:
         assert stored(reopened) == (5, log.root(5))
-        response = Witness(reopened, witness_key).add_checkpoint(log.request(0, 3), NOW)
-        assert (response.status, response.body) == (409, b"5\n")
+        assert size_conflict(Witness(reopened, witness_key), log.request(0, 3)) == 5
     finally:
         reopened.close()
 
@@ -299,7 +311,7 @@ def test_body_over_the_size_limit_is_413(
 ) -> None:
     body = log.request(5, 8)
     body += b"x" * (MAX_BODY_SIZE + 1 - len(body))
-    assert_refused(witnessed.add_checkpoint(body, NOW), 413, "too_large")
+    assert_refused(refusal(witnessed, body), 413, "too_large")
     assert stored(state) == (5, log.root(5))
 
 
@@ -334,14 +346,13 @@ def _malformed_bodies(log: MinimalLog) -> dict[str, bytes]:
 def test_malformed_body_is_400(
     witnessed: Witness, log: MinimalLog, state: WitnessState, case: str
 ) -> None:
-    response = witnessed.add_checkpoint(_malformed_bodies(log)[case], NOW)
-    assert_refused(response, 400, "malformed_request")
+    assert_refused(refusal(witnessed, _malformed_bodies(log)[case]), 400, "malformed_request")
     assert stored(state) == (5, log.root(5))
 
 
 def test_unknown_origin_is_404(witnessed: Witness, state: WitnessState, log: MinimalLog) -> None:
     other = MinimalLog("other.example/log")
-    assert_refused(witnessed.add_checkpoint(other.request(0, 3), NOW), 404, "unknown_log")
+    assert_refused(refusal(witnessed, other.request(0, 3)), 404, "unknown_log")
     assert stored(state, "other.example/log") is None
     assert stored(state) == (5, log.root(5))
 
@@ -353,7 +364,7 @@ def test_bad_signature_from_the_trusted_key_is_403(
     signature = note.rindex(b" ") + 10
     note[signature] = ord("A") if note[signature] != ord("A") else ord("B")
     body = add_checkpoint_body(5, log.proof(5, 8), bytes(note))
-    assert_refused(witnessed.add_checkpoint(body, NOW), 403, "untrusted_checkpoint")
+    assert_refused(refusal(witnessed, body), 403, "untrusted_checkpoint")
     assert stored(state) == (5, log.root(5))
 
 
@@ -361,9 +372,7 @@ def test_checkpoint_signed_only_by_an_unknown_key_is_403(
     witnessed: Witness, log: MinimalLog, state: WitnessState
 ) -> None:
     impostor = MinimalLog(ORIGIN)  # same origin, another key
-    assert_refused(
-        witnessed.add_checkpoint(impostor.request(5, 8), NOW), 403, "untrusted_checkpoint"
-    )
+    assert_refused(refusal(witnessed, impostor.request(5, 8)), 403, "untrusted_checkpoint")
     assert stored(state) == (5, log.root(5))
 
 
@@ -371,39 +380,31 @@ def test_old_size_above_the_checkpoint_size_is_400(
     witnessed: Witness, log: MinimalLog, state: WitnessState
 ) -> None:
     body = add_checkpoint_body(5, [], log.checkpoint(3))
-    assert_refused(witnessed.add_checkpoint(body, NOW), 400, "old_size_too_large")
+    assert_refused(refusal(witnessed, body), 400, "old_size_too_large")
     assert stored(state) == (5, log.root(5))
 
 
 def test_old_size_other_than_the_recorded_one_is_409_with_the_recorded_size(
     witnessed: Witness, log: MinimalLog, state: WitnessState
 ) -> None:
-    response = witnessed.add_checkpoint(log.request(3, 8), NOW)
-    assert response == WitnessResponse(409, SIZE_CONTENT_TYPE, b"5\n", "old_size_mismatch")
-    assert response.content_type == "text/x.tlog.size"
+    assert size_conflict(witnessed, log.request(3, 8)) == 5
     assert stored(state) == (5, log.root(5))
 
 
 def test_log_never_cosigned_reports_recorded_size_zero(
     witness: Witness, log: MinimalLog, state: WitnessState
 ) -> None:
-    response = witness.add_checkpoint(log.request(3, 8), NOW)
-    assert (response.status, response.content_type, response.body) == (
-        409,
-        SIZE_CONTENT_TYPE,
-        b"0\n",
-    )
+    assert size_conflict(witness, log.request(3, 8)) == 0
     assert stored(state) is None
 
 
 def test_rollback_to_a_smaller_checkpoint_is_refused(
     witnessed: Witness, log: MinimalLog, state: WitnessState
 ) -> None:
-    assert witnessed.add_checkpoint(log.request(3, 3), NOW).body == b"5\n"
-    assert witnessed.add_checkpoint(log.request(0, 3), NOW).body == b"5\n"
-    assert (
-        witnessed.add_checkpoint(add_checkpoint_body(5, [], log.checkpoint(3)), NOW).status == 400
-    )
+    assert size_conflict(witnessed, log.request(3, 3)) == 5
+    assert size_conflict(witnessed, log.request(0, 3)) == 5
+    too_large = refusal(witnessed, add_checkpoint_body(5, [], log.checkpoint(3)))
+    assert_refused(too_large, 400, "old_size_too_large")
     assert stored(state) == (5, log.root(5))
 
 
@@ -413,7 +414,7 @@ def test_bad_consistency_proof_is_422(
     proof = log.proof(5, 8)
     proof[-1] = hashlib.sha256(b"not a node").digest()
     body = add_checkpoint_body(5, proof, log.checkpoint(8))
-    assert_refused(witnessed.add_checkpoint(body, NOW), 422, "bad_consistency_proof")
+    assert_refused(refusal(witnessed, body), 422, "bad_consistency_proof")
     assert stored(state) == (5, log.root(5))
 
 
@@ -421,7 +422,7 @@ def test_proof_from_old_size_zero_must_be_empty(
     witness: Witness, log: MinimalLog, state: WitnessState
 ) -> None:
     body = add_checkpoint_body(0, [log.root(1)], log.checkpoint(5))
-    assert_refused(witness.add_checkpoint(body, NOW), 422, "bad_consistency_proof")
+    assert_refused(refusal(witness, body), 422, "bad_consistency_proof")
     assert stored(state) is None
 
 
@@ -429,7 +430,7 @@ def test_proof_between_equal_sizes_must_be_empty(
     witnessed: Witness, log: MinimalLog, state: WitnessState
 ) -> None:
     body = add_checkpoint_body(5, [log.root(5)], log.checkpoint(5))
-    assert_refused(witnessed.add_checkpoint(body, NOW), 422, "bad_consistency_proof")
+    assert_refused(refusal(witnessed, body), 422, "bad_consistency_proof")
     assert stored(state) == (5, log.root(5))
 
 
@@ -437,7 +438,7 @@ def test_fork_at_the_recorded_size_is_409(
     witnessed: Witness, log: MinimalLog, state: WitnessState
 ) -> None:
     fork = MinimalLog(ORIGIN, log.key, salt="fork ")
-    assert_refused(witnessed.add_checkpoint(fork.request(5, 5), NOW), 409, "root_mismatch")
+    assert_refused(refusal(witnessed, fork.request(5, 5)), 409, "root_mismatch")
     assert stored(state) == (5, log.root(5))
 
 
@@ -445,7 +446,7 @@ def test_fork_at_a_larger_size_is_422(
     witnessed: Witness, log: MinimalLog, state: WitnessState
 ) -> None:
     fork = MinimalLog(ORIGIN, log.key, salt="fork ")
-    assert_refused(witnessed.add_checkpoint(fork.request(5, 8), NOW), 422, "bad_consistency_proof")
+    assert_refused(refusal(witnessed, fork.request(5, 8)), 422, "bad_consistency_proof")
     assert stored(state) == (5, log.root(5))
 
 
@@ -453,9 +454,9 @@ def test_refused_validly_signed_forks_are_kept_as_evidence(
     witnessed: Witness, log: MinimalLog, state: WitnessState
 ) -> None:
     fork = MinimalLog(ORIGIN, log.key, salt="fork ")
-    witnessed.add_checkpoint(fork.request(5, 5), NOW)
-    witnessed.add_checkpoint(fork.request(5, 8), NOW + 1)
-    witnessed.add_checkpoint(log.request(3, 8), NOW + 2)  # a stale client, not misbehaviour
+    refusal(witnessed, fork.request(5, 5), NOW)
+    refusal(witnessed, fork.request(5, 8), NOW + 1)
+    refusal(witnessed, log.request(3, 8), NOW + 2)  # a stale client, not misbehaviour
     kept = state.evidence(ORIGIN)
     assert [(e.reason, e.received_at, e.body) for e in kept] == [
         ("root_mismatch", NOW, fork.request(5, 5)),
@@ -466,8 +467,11 @@ def test_refused_validly_signed_forks_are_kept_as_evidence(
 # The race the spec warns about: check, then persist, must be atomic.
 
 
-def _run(witness: Witness, body: bytes, results: dict[str, WitnessResponse], key: str) -> None:
-    results[key] = witness.add_checkpoint(body, NOW)
+def _run(witness: Witness, body: bytes, results: dict[str, bytes | DeplogError], key: str) -> None:
+    try:
+        results[key] = witness.add_checkpoint(body, NOW)
+    except DeplogError as err:
+        results[key] = err
 
 
 @pytest.mark.parametrize("recorded", [0, 3])
@@ -475,7 +479,7 @@ def test_stalled_request_cannot_roll_back_a_larger_checkpoint_committed_meanwhil
     witness: Witness, log: MinimalLog, state: WitnessState, recorded: int
 ) -> None:
     if recorded:
-        assert witness.add_checkpoint(log.request(0, recorded), NOW).status == 200
+        witness.add_checkpoint(log.request(0, recorded), NOW)
     stalled, release = threading.Event(), threading.Event()
 
     def stall_size_5(checkpoint: Checkpoint) -> None:
@@ -484,21 +488,18 @@ def test_stalled_request_cannot_roll_back_a_larger_checkpoint_committed_meanwhil
             assert release.wait(10)
 
     witness.before_commit = stall_size_5
-    results: dict[str, WitnessResponse] = {}
+    results: dict[str, bytes | DeplogError] = {}
     first = threading.Thread(target=_run, args=(witness, log.request(recorded, 5), results, "a"))
     first.start()
     assert stalled.wait(10)
     second = threading.Thread(target=_run, args=(witness, log.request(recorded, 8), results, "b"))
     second.start()
     second.join(10)
-    assert results["b"].status == 200
+    assert isinstance(results["b"], bytes)  # cosigned
     release.set()
     first.join(10)
-    assert (results["a"].status, results["a"].content_type, results["a"].body) == (
-        409,
-        SIZE_CONTENT_TYPE,
-        b"8\n",
-    )
+    conflict = results["a"]
+    assert isinstance(conflict, SizeConflictError) and conflict.recorded_size == 8
     assert stored(state) == (8, log.root(8))
 
 

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 
 __all__ = [
     "MAX_KEYS",
@@ -30,10 +30,9 @@ MAX_KEYS = 65536
 class RateLimitedError(DeplogError):
     """Too many requests from one address or for one publisher; retry later."""
 
-    code = "rate_limited"
-    http_status = 429
+    codes = frozenset({ErrorCode.RATE_LIMITED, ErrorCode.PUBLISHER_RATE_LIMITED})
 
-    def __init__(self, code: str, retry_after: int) -> None:
+    def __init__(self, code: ErrorCode, retry_after: int) -> None:
         super().__init__(code, "rate limit exceeded")
         self.retry_after = retry_after
 
@@ -66,7 +65,7 @@ class RateLimiter:
     def __init__(
         self,
         limit: Rate,
-        code: str,
+        code: ErrorCode,
         *,
         max_keys: int = MAX_KEYS,
         clock: Callable[[], float] = time.monotonic,

@@ -2,9 +2,13 @@
 
 Both answer every failure with a stable, value-free code (the authority as
 JSON, the witness as the short text the tlog-witness protocol uses), never a
-traceback, and count every request by route template and status. Both serve
-until SIGINT or SIGTERM and print one "serving on <url>" line once bound, so
-operators and tests learn the port even when it was chosen by the kernel.
+traceback, and count every request by route template and status. The
+middleware turns every failure into a ``DeplogError`` (what aiohttp refuses
+itself becomes :class:`HTTPRequestError`, anything unexpected
+:class:`InternalError`) and answers it with the status of its code from the one
+table, ``status.py``. Both serve until SIGINT or SIGTERM and print one "serving
+on <url>" line once bound, so operators and tests learn the port even when it
+was chosen by the kernel.
 """
 
 from __future__ import annotations
@@ -20,13 +24,16 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from deplog.authority.http.metrics import Metrics
+from deplog.authority.http.status import HTTP_STATUS, http_status
 from deplog.authority.options import option
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 
 __all__ = [
     "METRICS",
     "ErrorRenderer",
+    "HTTPRequestError",
     "Handler",
+    "InternalError",
     "Listen",
     "errors_and_metrics",
     "serve_until_signalled",
@@ -36,16 +43,49 @@ log = logging.getLogger("deplog.http")
 
 METRICS = web.AppKey("metrics", Metrics)
 
-ErrorRenderer = Callable[[str, int], web.Response]
+ErrorRenderer = Callable[[DeplogError, int], web.Response]
+"""Renders an error with the status of its code (the witness renders some specially)."""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-_HTTP_ERROR_CODES = {
-    404: "not_found",
-    405: "method_not_allowed",
-    408: "request_timeout",
-    413: "too_large",
-    415: "unsupported_media_type",
+
+class HTTPRequestError(DeplogError):
+    """A request either server refuses at the HTTP level, before its own checks: no such
+    route or method, a body too slow to arrive or not of the declared type, or anything
+    else aiohttp refuses (``bad_request``)."""
+
+    codes = frozenset(
+        {
+            ErrorCode.NOT_FOUND,
+            ErrorCode.METHOD_NOT_ALLOWED,
+            ErrorCode.REQUEST_TIMEOUT,
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode.BAD_REQUEST,
+        }
+    )
+
+
+class InternalError(DeplogError):
+    """A failure inside a server, never the request's doing: answered without detail."""
+
+    code = ErrorCode.INTERNAL
+
+
+_AIOHTTP_REFUSALS = {
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    408: ErrorCode.REQUEST_TIMEOUT,
+    415: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
 }
+
+
+def _refusal(exc: web.HTTPException) -> DeplogError:
+    """What an error status aiohttp raised (a route, a method, a body over the limit) means."""
+    if exc.status == 413:
+        return TooLargeError()
+    code = _AIOHTTP_REFUSALS.get(exc.status)
+    if code is not None:
+        return HTTPRequestError(code)
+    return HTTPRequestError(ErrorCode.BAD_REQUEST) if exc.status < 500 else InternalError()
 
 
 def _route_of(request: web.Request) -> str:
@@ -55,7 +95,7 @@ def _route_of(request: web.Request) -> str:
 
 
 def errors_and_metrics(render: ErrorRenderer, hot_handlers: Iterable[Handler] = ()) -> Middleware:
-    """A middleware turning every failure into ``render(code, status)`` and counting requests.
+    """A middleware turning every failure into ``render(error, status)`` and counting requests.
 
     ``hot_handlers`` only serve prepared bytes and cannot fail (``GET
     /checkpoint``): they pass straight through, recognized by identity, and
@@ -71,14 +111,11 @@ def errors_and_metrics(render: ErrorRenderer, hot_handlers: Iterable[Handler] = 
         try:
             response = await handler(request)
         except DeplogError as err:
-            response = render(err.code, getattr(err, "http_status", 400))
-            retry_after = getattr(err, "retry_after", None)
-            if retry_after is not None:
-                response.headers["Retry-After"] = str(retry_after)
+            response = _answer(render, err, request)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            response = render(_HTTP_ERROR_CODES.get(exc.status, "bad_request"), exc.status)
+            response = _answer(render, _refusal(exc), request)
             if exc.status == 405 and "Allow" in exc.headers:
                 response.headers["Allow"] = exc.headers["Allow"]
         except asyncio.CancelledError:
@@ -86,7 +123,7 @@ def errors_and_metrics(render: ErrorRenderer, hot_handlers: Iterable[Handler] = 
         except Exception:
             # The type only: an exception's text may carry request values.
             log.exception("internal error on %s", _route_of(request))
-            response = render("internal", 500)
+            response = _answer(render, InternalError(), request)
         if response.status == 503:
             response.headers.setdefault("Retry-After", "1")
         request.app[METRICS].observe(
@@ -95,6 +132,21 @@ def errors_and_metrics(render: ErrorRenderer, hot_handlers: Iterable[Handler] = 
         return response
 
     return middleware
+
+
+def _answer(render: ErrorRenderer, err: DeplogError, request: web.Request) -> web.Response:
+    """``err`` rendered with its code's status (and ``Retry-After`` if it says when)."""
+    status = http_status(err.code)
+    if status is None:
+        # No request can cause this code: a fault of the server, answered as one.
+        log.error("%s on %s has no HTTP status: answered as internal", err.code, _route_of(request))
+        err = InternalError()
+        status = HTTP_STATUS[err.code]
+    response = render(err, status)
+    retry_after = getattr(err, "retry_after", None)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    return response
 
 
 @dataclass(frozen=True)

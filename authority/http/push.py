@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 
 __all__ = [
     "KEEPALIVE_SECONDS",
@@ -35,8 +35,7 @@ KEEPALIVE_SECONDS = 15.0
 class TooManySubscribersError(DeplogError):
     """The push stream is at its subscriber bound; poll instead, or retry later."""
 
-    code = "too_many_subscribers"
-    http_status = 503
+    code = ErrorCode.TOO_MANY_SUBSCRIBERS
 
 
 def sse_event(note: bytes) -> bytes:

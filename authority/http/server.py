@@ -1,7 +1,8 @@
 """The authority's HTTP API: thin aiohttp handlers over ``Sequencer`` and ``LogReader``.
 
-Every refusal is ``{"error": "<stable code>"}`` with a 4xx (or 503 when the
-authority cannot take work right now); no response echoes a submitted value.
+Every refusal is ``{"error": "<stable code>"}`` with the status ``status.py``
+gives the code (a 4xx, or 503 when the authority cannot take work right now);
+no response echoes a submitted value.
 Storage and proof work runs on threads, never on the event loop: appends on
 the sequencer's single writer thread, reads on a small pool of reader threads.
 """
@@ -27,7 +28,7 @@ from aiohttp import hdrs, web
 
 from deplog.authority.http.limits import Rate, RateLimiter
 from deplog.authority.http.metrics import Metrics
-from deplog.authority.http.plumbing import METRICS, errors_and_metrics
+from deplog.authority.http.plumbing import METRICS, HTTPRequestError, errors_and_metrics
 from deplog.authority.http.push import PushHub
 from deplog.authority.log import IntegrityError, Log
 from deplog.authority.options import MEBIBYTES, option
@@ -35,7 +36,7 @@ from deplog.authority.sequencer import Sequencer, SequencerLimits
 from deplog.authority.storage import audit, store
 from deplog.authority.storage.reader import LogReader
 from deplog.authority.witnessing import QuorumUnavailableError, Witnessing
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
@@ -47,9 +48,7 @@ __all__ = [
     "MAX_INT",
     "AuthorityState",
     "RequestError",
-    "RequestTimeoutError",
     "ServerConfig",
-    "UnsupportedMediaTypeError",
     "build_admin_app",
     "build_app",
 ]
@@ -99,27 +98,20 @@ class ServerConfig:
 
 
 class RequestError(DeplogError):
-    """A request the API refuses before it reaches the log."""
+    """A read the API cannot answer: a malformed parameter, or a range the log cannot serve."""
 
-    http_status = 400
-
-
-class RequestTimeoutError(RequestError):
-    """A body that did not arrive in time (a slow or stalled client)."""
-
-    code = "request_timeout"
-    http_status = 408
-
-
-class UnsupportedMediaTypeError(RequestError):
-    """A body that is not declared as JSON."""
-
-    code = "unsupported_media_type"
-    http_status = 415
+    codes = frozenset(
+        {
+            ErrorCode.BAD_PARAMETER,
+            ErrorCode.OUT_OF_RANGE,
+            ErrorCode.SIZE_NOT_PUBLISHED,
+            ErrorCode.RANGE_TOO_LARGE,
+        }
+    )
 
 
-def _error_response(code: str, status: int) -> web.Response:
-    return web.json_response({"error": code}, status=status)
+def _error_response(err: DeplogError, status: int) -> web.Response:
+    return web.json_response({"error": err.code}, status=status)
 
 
 class AuthorityState:
@@ -152,8 +144,8 @@ class AuthorityState:
         self.published_at = time.time()
         self.push = PushHub(config.max_subscribers)
         self.checkpoint_requests = 0
-        self.address_limit = RateLimiter(config.address_rate, "rate_limited")
-        self.publisher_limit = RateLimiter(config.publisher_rate, "publisher_rate_limited")
+        self.address_limit = RateLimiter(config.address_rate, ErrorCode.RATE_LIMITED)
+        self.publisher_limit = RateLimiter(config.publisher_rate, ErrorCode.PUBLISHER_RATE_LIMITED)
         self.witnessing = witnessing(self) if witnessing is not None else None
         if self.witnessing is not None:
             self.witnessing.on_change = self.cosignatures_changed
@@ -294,12 +286,12 @@ _STATE = web.AppKey("state", AuthorityState)
 def _int_param(request: web.Request, name: str) -> int:
     raw = request.query.get(name)
     if raw is None or not raw.isascii() or not raw.isdigit() or len(raw) > 19:
-        raise RequestError("bad_parameter", "missing or malformed integer parameter")
+        raise RequestError(ErrorCode.BAD_PARAMETER, "missing or malformed integer parameter")
     if len(raw) > 1 and raw[0] == "0":
-        raise RequestError("bad_parameter", "integer parameter has leading zeros")
+        raise RequestError(ErrorCode.BAD_PARAMETER, "integer parameter has leading zeros")
     value = int(raw)
     if value > MAX_INT:
-        raise RequestError("bad_parameter", "integer parameter too large")
+        raise RequestError(ErrorCode.BAD_PARAMETER, "integer parameter too large")
     return value
 
 
@@ -309,11 +301,11 @@ async def _post_notice(request: web.Request) -> web.Response:
         raise IntegrityError()
     state.address_limit.take(request.remote or "unknown")
     if request.content_type != JSON:
-        raise UnsupportedMediaTypeError()
+        raise HTTPRequestError(ErrorCode.UNSUPPORTED_MEDIA_TYPE)
     try:
         body = await asyncio.wait_for(request.read(), state.config.body_timeout)
     except TimeoutError:
-        raise RequestTimeoutError() from None
+        raise HTTPRequestError(ErrorCode.REQUEST_TIMEOUT) from None
     envelope = Envelope.parse(body)
     # Checked before and charged after sequencing: only accepted notices use up a
     # publisher's budget, so forged envelopes naming it cannot lock it out.
@@ -346,9 +338,9 @@ async def _get_inclusion(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     index, size = _int_param(request, "index"), _int_param(request, "size")
     if size > state.checkpoint.size:
-        raise RequestError("size_not_published", "no published checkpoint has that size")
+        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
     if index >= size:
-        raise RequestError("out_of_range", "index must be below size")
+        raise RequestError(ErrorCode.OUT_OF_RANGE, "index must be below size")
     proof = await state.read(lambda r: r.inclusion(index, size))
     return web.json_response(proof.to_json())
 
@@ -357,9 +349,9 @@ async def _get_consistency(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     old, new = _int_param(request, "old"), _int_param(request, "new")
     if new > state.checkpoint.size:
-        raise RequestError("size_not_published", "no published checkpoint has that size")
+        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
     if old > new:
-        raise RequestError("out_of_range", "old must not exceed new")
+        raise RequestError(ErrorCode.OUT_OF_RANGE, "old must not exceed new")
     proof = await state.read(lambda r: r.consistency(old, new))
     return web.json_response(proof.to_json())
 
@@ -368,11 +360,11 @@ async def _get_entries(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     start, end = _int_param(request, "start"), _int_param(request, "end")
     if end > state.checkpoint.size:
-        raise RequestError("size_not_published", "range goes past the published checkpoint")
+        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "range goes past the published checkpoint")
     if start >= end:
-        raise RequestError("out_of_range", "start must be below end")
+        raise RequestError(ErrorCode.OUT_OF_RANGE, "start must be below end")
     if end - start > state.config.max_entries:
-        raise RequestError("range_too_large", "too many entries in one request")
+        raise RequestError(ErrorCode.RANGE_TOO_LARGE, "too many entries in one request")
     leaves = await state.read(lambda r: r.entries(start, end))
     return web.json_response(
         {"start": start, "entries": [base64.b64encode(leaf).decode() for leaf in leaves]}

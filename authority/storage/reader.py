@@ -2,7 +2,9 @@
 
 A ``LogReader`` owns a read-only connection and is used by one thread at a
 time. Callers bound every size by the latest *published* checkpoint, so a
-reader never reveals a leaf that no signed checkpoint covers.
+reader never reveals a leaf that no signed checkpoint covers, and stored data
+that fails its own hash check is never served: the log's ``IntegrityError``
+(``storage_corrupt``), the same finding as the writer's.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from deplog.authority.log import IntegrityError
 from deplog.authority.storage import store
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
-from deplog.client.errors import DeplogError
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.status import StatusIndex
 from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_hash
@@ -22,19 +24,11 @@ from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_has
 __all__ = [
     "MAX_TOOL_NOTICES",
     "LogReader",
-    "ReadError",
 ]
 
 # A tool with more notices than this is answered from its first ones only and
 # flagged ``truncated``; no publisher needs thousands of notices for one tool.
 MAX_TOOL_NOTICES = 4096
-
-
-class ReadError(DeplogError):
-    """Stored data that fails its own hash check: never served."""
-
-    code = "storage_corrupt"
-    http_status = 503
 
 
 class LogReader:
@@ -53,7 +47,7 @@ class LogReader:
             hashes = self.tree.inclusion_proof(index, size)
             leaf = self.tree._subroot(0, index)
         except TreeCorruptError:
-            raise ReadError() from None
+            raise IntegrityError() from None
         return InclusionProof(index=index, size=size, leaf_hash=leaf, hashes=tuple(hashes))
 
     def consistency(self, old: int, new: int) -> ConsistencyProof:
@@ -61,7 +55,7 @@ class LogReader:
         try:
             hashes = self.tree.consistency_proof(old, new)
         except TreeCorruptError:
-            raise ReadError() from None
+            raise IntegrityError() from None
         return ConsistencyProof(old=old, new=new, hashes=tuple(hashes))
 
     def entries(self, start: int, end: int) -> list[bytes]:
@@ -71,11 +65,11 @@ class LogReader:
             (start, end),
         ).fetchall()
         if len(rows) != end - start:
-            raise ReadError()
+            raise IntegrityError()
         out = []
         for _, data, digest in rows:
             if leaf_hash(bytes(data)) != bytes(digest):
-                raise ReadError()
+                raise IntegrityError()
             out.append(bytes(data))
         return out
 

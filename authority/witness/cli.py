@@ -37,7 +37,7 @@ from deplog.authority.witness.core import (
     parse_logs_file,
 )
 from deplog.authority.witness.server import build_app
-from deplog.client.errors import DeplogError
+from deplog.client.errors import CLIError, DeplogError
 from deplog.client.files import exclusive_lock, write_atomic
 from deplog.client.tlog.keyfile import (
     create_signer,
@@ -53,7 +53,6 @@ __all__ = [
     "DB_FILE",
     "DEFAULT_PORT",
     "LOCK_FILE",
-    "CLIError",
     "ServeOptions",
     "WitnessConfig",
     "init",
@@ -66,10 +65,6 @@ DEFAULT_PORT = 7461
 CONFIG_FILE = "witness.json"
 DB_FILE = "witness.db"
 LOCK_FILE = "witness.lock"
-
-
-class CLIError(Exception):
-    """A one-line failure message for the operator; exit status 1."""
 
 
 @dataclass(frozen=True)
@@ -253,8 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except CLIError as err:
-        print(f"witness: {err}", file=sys.stderr)
-        return 1
+        print(f"witness: {err.message}", file=sys.stderr)
+        return err.exit_status
     except DeplogError as err:
         print(f"witness: {err.code}", file=sys.stderr)
         return 1

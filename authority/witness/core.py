@@ -12,22 +12,25 @@ moves backwards, so the rules are:
   never cosigned, an ``INSERT`` guarded by the primary key) in one SQLite
   transaction (WAL, ``synchronous=FULL``). The checks read the record without
   a lock; if another request changed it in between, the swap matches no row
-  and the request gets 409 with the new size. A race can therefore never roll
-  the witness back (tlog-witness, "add-checkpoint", the A/B race), and the
-  record is durable before any cosignature leaves the process.
+  and the request gets ``old_size_mismatch`` with the new size. A race can
+  therefore never roll the witness back (tlog-witness, "add-checkpoint", the
+  A/B race), and the record is durable before any cosignature leaves the
+  process.
 * Cosignature timestamps never decrease for an origin (the stored time is
   ``max(previous, now)``): after "as of T, the largest tree is M", a witness
   whose clock stepped back must not sign "as of T' < T, the largest is N > M".
-* Checks happen in the order the spec lists them, each with its status code:
-  body over :data:`MAX_BODY_SIZE` 413; malformed body 400; unknown origin 404;
-  no valid signature by the origin's trusted key 403 (signatures by other keys
-  are ignored); old size above the checkpoint size 400; old size not the
-  recorded size 409 with the recorded size as ``text/x.tlog.size``; a proof
-  that does not verify (or any proof from size 0, or between equal sizes) 422;
-  equal sizes with another root 409; then the swap and 200 with the
-  cosignature line. A refused request changes nothing but, when the
-  checkpoint was validly signed and the refusal is a failed proof or a fork,
-  its bytes are kept (bounded) as possible evidence of log misbehaviour.
+* Checks happen in the order the spec lists them, each with its error code:
+  body over :data:`MAX_BODY_SIZE` ``too_large``; malformed body
+  ``malformed_request``; unknown origin ``unknown_log``; no valid signature by
+  the origin's trusted key ``untrusted_checkpoint`` (signatures by other keys
+  are ignored); old size above the checkpoint size ``old_size_too_large``; old
+  size not the recorded size ``old_size_mismatch``, carrying the recorded size;
+  a proof that does not verify (or any proof from size 0, or between equal
+  sizes) ``bad_consistency_proof``; equal sizes with another root
+  ``root_mismatch``; then the swap and the cosignature line. A refused request
+  changes nothing but, when the checkpoint was validly signed and the refusal
+  is a failed proof or a fork, its bytes are kept (bounded) as possible
+  evidence of log misbehaviour.
 * The witness works for any C2SP log: an origin and a type 0x01 Ed25519
   verifier key. The key name SHOULD be the origin (tlog-checkpoint) and is
   unless the operator names another origin (sum.golang.org's key
@@ -35,8 +38,9 @@ moves backwards, so the rules are:
   the trusted key, and the signature must be that key's. It knows nothing of
   deplog entries.
 
-Nothing here speaks HTTP: :meth:`Witness.add_checkpoint` maps a request body
-to a :class:`WitnessResponse`, and ``authority.witnesscli`` serves it.
+Nothing here speaks HTTP: :meth:`Witness.add_checkpoint` takes a request body
+and returns the cosignature line or raises; ``authority.witness.server`` serves
+it, with the tlog-witness statuses of ``authority.http.status``.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 from deplog.client.tlog.checkpoint import (
     Checkpoint,
     CheckpointFormatError,
@@ -78,13 +82,9 @@ __all__ = [
     "MAX_LOGS_FILE_SIZE",
     "MAX_PROOF_LINES",
     "MAX_TIMESTAMP",
-    "SIZE_CONTENT_TYPE",
-    "TEXT_CONTENT_TYPE",
     "AddCheckpointRequest",
-    "BodyTooLargeError",
+    "ConflictingRootError",
     "Evidence",
-    "ForkError",
-    "InconsistentCheckpointError",
     "LogConfigError",
     "LogStatus",
     "MalformedRequestError",
@@ -96,7 +96,6 @@ __all__ = [
     "UntrustedCheckpointError",
     "Witness",
     "WitnessError",
-    "WitnessResponse",
     "WitnessState",
     "parse_add_checkpoint",
     "parse_log_verifier",
@@ -106,7 +105,7 @@ __all__ = [
 log = logging.getLogger("deplog.witness")
 
 MAX_BODY_SIZE = 1 << 20
-"""Largest add-checkpoint body accepted, in bytes (413 above it)."""
+"""Largest add-checkpoint body accepted, in bytes (``too_large`` above it)."""
 
 MAX_PROOF_LINES = 63
 """tlog-witness: a client MUST NOT send more than 63 consistency proof lines."""
@@ -116,11 +115,6 @@ MAX_EVIDENCE_PER_LOG = 100
 
 MAX_LOGS_FILE_SIZE = 1 << 20
 MAX_TIMESTAMP = (1 << 63) - 1
-
-SIZE_CONTENT_TYPE = "text/x.tlog.size"
-"""Content type of a 409 old-size conflict body (tlog-witness, "add-checkpoint")."""
-
-TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS logs (
@@ -146,91 +140,68 @@ CREATE TABLE IF NOT EXISTS evidence (
 
 
 class WitnessError(DeplogError):
-    """Base class of witness refusals; ``http_status`` is the tlog-witness status code."""
-
-    code = "witness_error"
-    http_status = 400
-
-
-class BodyTooLargeError(WitnessError):
-    """A request body over :data:`MAX_BODY_SIZE`."""
-
-    code = "too_large"
-    http_status = 413
+    """Base of the refusals only a witness makes; a body over :data:`MAX_BODY_SIZE` is
+    ``TooLargeError`` and a failed consistency proof ``ProofError``, as anywhere."""
 
 
 class MalformedRequestError(WitnessError):
     """A body that is not ``old N``, proof lines, a blank line and a checkpoint note."""
 
-    code = "malformed_request"
+    code = ErrorCode.MALFORMED_REQUEST
 
 
 class UnknownLogError(WitnessError):
     """A checkpoint whose origin the witness is not configured for."""
 
-    code = "unknown_log"
-    http_status = 404
+    code = ErrorCode.UNKNOWN_LOG
 
 
 class UntrustedCheckpointError(WitnessError):
     """A checkpoint with no valid signature by the origin's trusted key."""
 
-    code = "untrusted_checkpoint"
-    http_status = 403
+    code = ErrorCode.UNTRUSTED_CHECKPOINT
 
 
 class OldSizeTooLargeError(WitnessError):
     """An old size above the checkpoint's size."""
 
-    code = "old_size_too_large"
+    code = ErrorCode.OLD_SIZE_TOO_LARGE
 
 
 class SizeConflictError(WitnessError):
     """An old size other than the recorded one; the body tells the client the recorded size."""
 
-    code = "old_size_mismatch"
-    http_status = 409
+    code = ErrorCode.OLD_SIZE_MISMATCH
 
     def __init__(self, recorded_size: int) -> None:
         super().__init__()
         self.recorded_size = recorded_size
 
 
-class InconsistentCheckpointError(WitnessError):
-    """A consistency proof that does not prove the checkpoint extends the record."""
+class ConflictingRootError(WitnessError):
+    """A checkpoint of the size the witness already cosigned, with another root: a fork."""
 
-    code = "bad_consistency_proof"
-    http_status = 422
-
-
-class ForkError(WitnessError):
-    """A checkpoint of the recorded size with another root hash: the log forked."""
-
-    code = "root_mismatch"
-    http_status = 409
+    code = ErrorCode.ROOT_MISMATCH
 
 
 class StorageUnavailableError(WitnessError):
     """The database stayed locked or failed; nothing was cosigned, the client may retry."""
 
-    code = "unavailable"
-    http_status = 503
+    code = ErrorCode.UNAVAILABLE
 
 
 class LogConfigError(WitnessError):
-    """A log key or logs file the witness cannot use (operator input, not a request)."""
+    """A log key, origin or logs file the witness cannot use (operator input, not a request)."""
 
-    code = "bad_log_config"
-
-
-@dataclass(frozen=True)
-class WitnessResponse:
-    """What to answer: status, exact ``Content-Type``, body; ``code`` is for logs and metrics."""
-
-    status: int
-    content_type: str
-    body: bytes
-    code: str = "ok"
+    codes = frozenset(
+        {
+            ErrorCode.BAD_LOG_KEY,
+            ErrorCode.BAD_ORIGIN,
+            ErrorCode.BAD_LOGS_FILE,
+            ErrorCode.LOGS_FILE_TOO_LARGE,
+            ErrorCode.LOG_KEY_CONFLICT,
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -282,7 +253,7 @@ def parse_add_checkpoint(body: bytes) -> AddCheckpointRequest:
     Proof lines are never empty, so the first blank line ends the header.
     """
     if len(body) > MAX_BODY_SIZE:
-        raise BodyTooLargeError()
+        raise TooLargeError(message="add-checkpoint body over 1 MiB")
     head, sep, note = body.partition(b"\n\n")
     if not sep or not note:
         raise MalformedRequestError(message="no blank line before the checkpoint")
@@ -312,7 +283,9 @@ def parse_log_verifier(vkey: str) -> Verifier:
         # The origin must also be a valid checkpoint origin line.
         Checkpoint(verifier.name, 0, EMPTY_ROOT)
     except (KeyFormatError, CheckpointFormatError):
-        raise LogConfigError("bad_log_key", "not a type 0x01 Ed25519 log verifier key") from None
+        raise LogConfigError(
+            ErrorCode.BAD_LOG_KEY, "not a type 0x01 Ed25519 log verifier key"
+        ) from None
     return verifier
 
 
@@ -324,7 +297,7 @@ def parse_logs_file(text: str) -> list[Verifier]:
     other line is an error, so a typo cannot silently drop a log.
     """
     if len(text) > MAX_LOGS_FILE_SIZE:
-        raise LogConfigError("logs_file_too_large", "logs file is too large")
+        raise LogConfigError(ErrorCode.LOGS_FILE_TOO_LARGE, "logs file is too large")
     verifiers: list[Verifier] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -334,7 +307,9 @@ def parse_logs_file(text: str) -> list[Verifier]:
         if fields[0] in ("witness", "group", "quorum"):
             continue
         if fields[0] != "log" or len(fields) not in (2, 3):
-            raise LogConfigError("bad_logs_file", f"line {number}: expected 'log <vkey> [<url>]'")
+            raise LogConfigError(
+                ErrorCode.BAD_LOGS_FILE, f"line {number}: expected 'log <vkey> [<url>]'"
+            )
         verifiers.append(parse_log_verifier(fields[1]))
     return verifiers
 
@@ -407,12 +382,14 @@ class WitnessState:
         try:
             check_origin(origin)
         except CheckpointFormatError:
-            raise LogConfigError("bad_origin", "an origin is one non-empty line") from None
+            raise LogConfigError(ErrorCode.BAD_ORIGIN, "an origin is one non-empty line") from None
         with self._transaction(self._conn()) as conn:
             row = conn.execute("SELECT vkey FROM logs WHERE origin = ?", (origin,)).fetchone()
             if row is not None:
                 if row[0] != canonical:
-                    raise LogConfigError("log_key_conflict", "origin already has another key")
+                    raise LogConfigError(
+                        ErrorCode.LOG_KEY_CONFLICT, "origin already has another key"
+                    )
                 return verifier, False
             conn.execute(
                 "INSERT INTO logs (origin, vkey, added_at) VALUES (?, ?, ?)",
@@ -549,27 +526,16 @@ class Witness:
         """The witness's cosigner verifier key (type 0x04)."""
         return self.signer.verifier()
 
-    def add_checkpoint(self, body: bytes, now: int) -> WitnessResponse:
-        """Answer one add-checkpoint request body at POSIX time ``now`` (tlog-witness).
+    def add_checkpoint(self, body: bytes, now: int) -> bytes:
+        """Check one add-checkpoint request body at POSIX time ``now`` (tlog-witness) and
+        return the cosignature line; a refusal raises and changes no record.
 
-        200 carries the cosignature line; 409 for an old-size conflict carries
-        the recorded size and ``text/x.tlog.size``; other refusals carry their
-        stable code. Refusals change no record.
+        The refusals are the module docstring's, in its order:
+        :class:`SizeConflictError` carries the recorded size the client must
+        send next.
         """
         if isinstance(now, bool) or not 0 <= now <= MAX_TIMESTAMP:
             raise ValueError("now must be a POSIX timestamp below 2^63")
-        try:
-            line = self._add_checkpoint(body, now)
-        except SizeConflictError as err:
-            size = f"{err.recorded_size}\n".encode("ascii")
-            return WitnessResponse(409, SIZE_CONTENT_TYPE, size, err.code)
-        except WitnessError as err:
-            return WitnessResponse(
-                err.http_status, TEXT_CONTENT_TYPE, f"{err.code}\n".encode("ascii"), err.code
-            )
-        return WitnessResponse(200, TEXT_CONTENT_TYPE, line)
-
-    def _add_checkpoint(self, body: bytes, now: int) -> bytes:
         request = parse_add_checkpoint(body)
         try:
             text, _ = parse_note(request.note)
@@ -599,7 +565,7 @@ class Witness:
         recorded_root = EMPTY_ROOT if recorded is None else recorded.root
         try:
             self._check_consistency(request, checkpoint, recorded_root)
-        except (InconsistentCheckpointError, ForkError) as err:
+        except (ProofError, ConflictingRootError) as err:
             self.state.record_evidence(origin, err.code, body, now)
             raise
         if self.before_commit is not None:
@@ -613,17 +579,15 @@ class Witness:
     def _check_consistency(
         request: AddCheckpointRequest, checkpoint: Checkpoint, recorded_root: bytes
     ) -> None:
-        """The proof checks (422), then the equal-size root check (409), in the spec's order."""
+        """The proof checks (``bad_consistency_proof``), then the equal-size root check
+        (``root_mismatch``), in the spec's order."""
         old, size, proof = request.old_size, checkpoint.size, request.proof
         if old in (0, size):
             # From the empty tree, and between equal sizes, the proof is empty
             # (tlog-witness for size 0, RFC 9162 section 2.1.4 for equal sizes).
             if proof:
-                raise InconsistentCheckpointError()
+                raise ProofError(ErrorCode.BAD_CONSISTENCY_PROOF, "this proof must be empty")
         else:
-            try:
-                verify_consistency(old, size, recorded_root, checkpoint.root_hash, proof)
-            except ProofError:
-                raise InconsistentCheckpointError() from None
+            verify_consistency(old, size, recorded_root, checkpoint.root_hash, proof)
         if old == size and checkpoint.root_hash != recorded_root:
-            raise ForkError()
+            raise ConflictingRootError()

@@ -3,8 +3,12 @@
 Thin over :class:`deplog.authority.witness.core.Witness`: the add-checkpoint work
 runs on a small thread pool, off the event loop, and once started it runs to
 completion even if the client goes away, so the record and the cosignature stay in
-step. Everything a client controls is bounded: body size (413), time to send the
-body (408), requests in flight (503 with ``Retry-After``).
+step. Everything a client controls is bounded: body size (``too_large``), time to
+send the body (``request_timeout``), requests in flight (``busy``, with
+``Retry-After``). Refusals propagate to the shared error middleware, which answers
+each with its tlog-witness status (``authority.http.status``) and the code as
+text, except ``old_size_mismatch``, whose body is the recorded size as
+``text/x.tlog.size`` (tlog-witness, "add-checkpoint").
 """
 
 from __future__ import annotations
@@ -17,58 +21,85 @@ from aiohttp import hdrs, web
 from prometheus_client.metrics_core import GaugeMetricFamily
 
 from deplog.authority.http.metrics import Metrics
-from deplog.authority.http.plumbing import METRICS, errors_and_metrics
+from deplog.authority.http.plumbing import METRICS, HTTPRequestError, errors_and_metrics
 from deplog.authority.witness.core import (
     MAX_BODY_SIZE,
-    TEXT_CONTENT_TYPE,
+    SizeConflictError,
     Witness,
 )
+from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 
-__all__ = ["BODY_TIMEOUT", "MAX_IN_FLIGHT", "WITNESS", "WORKER_THREADS", "build_app"]
+__all__ = [
+    "BODY_TIMEOUT",
+    "MAX_IN_FLIGHT",
+    "SIZE_CONTENT_TYPE",
+    "TEXT_CONTENT_TYPE",
+    "WITNESS",
+    "WORKER_THREADS",
+    "BusyError",
+    "build_app",
+]
 
 BODY_TIMEOUT = 10.0
 """Seconds a client has to send its add-checkpoint body."""
 MAX_IN_FLIGHT = 64
 WORKER_THREADS = 4
 
+SIZE_CONTENT_TYPE = "text/x.tlog.size"
+"""Content type of an old-size conflict body: the recorded size (tlog-witness, "add-checkpoint")."""
+
+TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
+
+
 WITNESS = web.AppKey("witness", Witness)
 _EXECUTOR = web.AppKey("executor", concurrent.futures.ThreadPoolExecutor)
 _IN_FLIGHT = web.AppKey("in_flight", list)
 
 
-def _text(code: str, status: int) -> web.Response:
+class BusyError(DeplogError):
+    """As many add-checkpoint requests as the witness takes at once are in flight: retry."""
+
+    code = ErrorCode.BUSY
+
+
+def _text(body: str, status: int) -> web.Response:
     return web.Response(
-        status=status, body=f"{code}\n".encode(), headers={"Content-Type": TEXT_CONTENT_TYPE}
+        status=status, body=f"{body}\n".encode(), headers={"Content-Type": TEXT_CONTENT_TYPE}
     )
+
+
+def _render(err: DeplogError, status: int) -> web.Response:
+    """A refusal as tlog-witness answers it: the code as text, or the recorded size."""
+    if isinstance(err, SizeConflictError):
+        response = _text(str(err.recorded_size), status)
+        response.headers["Content-Type"] = SIZE_CONTENT_TYPE
+        return response
+    return _text(err.code, status)
 
 
 async def _post_add_checkpoint(request: web.Request) -> web.Response:
     """tlog-witness add-checkpoint: read the bounded body, then check and cosign on a thread."""
     if request.content_length is not None and request.content_length > MAX_BODY_SIZE:
-        return _text("too_large", 413)
+        raise TooLargeError(message="add-checkpoint body over 1 MiB")
     in_flight = request.app[_IN_FLIGHT]
     if in_flight[0] >= MAX_IN_FLIGHT:
-        response = _text("busy", 503)
-        response.headers["Retry-After"] = "1"
-        return response
+        raise BusyError()
     in_flight[0] += 1
     try:
         try:
             body = await asyncio.wait_for(request.read(), BODY_TIMEOUT)
         except TimeoutError:
-            return _text("request_timeout", 408)
+            raise HTTPRequestError(ErrorCode.REQUEST_TIMEOUT) from None
         witness = request.app[WITNESS]
         loop = asyncio.get_running_loop()
         # Once started, the check-and-swap runs to completion even if the
         # client goes away: the record and the cosignature stay in step.
-        result = await loop.run_in_executor(
+        line = await loop.run_in_executor(
             request.app[_EXECUTOR], lambda: witness.add_checkpoint(body, int(time.time()))
         )
     finally:
         in_flight[0] -= 1
-    return web.Response(
-        status=result.status, body=result.body, headers={"Content-Type": result.content_type}
-    )
+    return web.Response(status=200, body=line, headers={"Content-Type": TEXT_CONTENT_TYPE})
 
 
 async def _get_healthz(request: web.Request) -> web.Response:
@@ -133,7 +164,7 @@ async def _get_metrics(request: web.Request) -> web.Response:
 
 def build_app(witness: Witness, threads: int = WORKER_THREADS) -> web.Application:
     """The witness HTTP application; its thread pool shuts down on cleanup."""
-    app = web.Application(client_max_size=MAX_BODY_SIZE, middlewares=[errors_and_metrics(_text)])
+    app = web.Application(client_max_size=MAX_BODY_SIZE, middlewares=[errors_and_metrics(_render)])
     app[WITNESS] = witness
     metrics = Metrics()
     metrics.registry.register(_LogGauges(witness))

@@ -1,6 +1,6 @@
 """Fuzz tlog-witness add-checkpoint bodies: ``authority.witness.parse_add_checkpoint``.
 
-Invariants: only DeplogError escapes (WitnessError subclasses); a body that
+Invariants: only DeplogError escapes (malformed_request or too_large); a body that
 parses is re-encoded byte for byte by the authority's own request builder
 (``authority.witnessing.request_body``).
 

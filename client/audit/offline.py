@@ -22,7 +22,9 @@ anyone's own tooling. The rules:
   increase per publisher; a withdraw names an earlier deprecate or revoke
   notice of the same publisher about the same tool. Then the leaves must be
   exactly as many as the checkpoint's size and hash to its root. The first
-  failure stops the replay with a :class:`ReplayError` naming its index.
+  failure stops the replay: the rules' ``RuleViolation`` or the proofs'
+  ``TreeMismatchError``, each naming its index, the very errors a follower
+  raises for the same findings.
 
 Replay memory is bounded by the publisher registry plus one small record per
 notice (publisher, tool, action, for withdraw checks) and log2(size) subtree
@@ -39,18 +41,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from deplog.client.errors import VerificationError
+from deplog.client.errors import ErrorCode, VerificationError
 from deplog.client.model.entries import PublisherEntry, decode_entry
 from deplog.client.model.registry import PublisherRegistry
-from deplog.client.model.rules import EntryChecker, RuleViolation
+from deplog.client.model.rules import EntryChecker
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Verifier
-from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, leaf_hash, verify_consistency
+from deplog.client.tlog.proofs import (
+    ConsistencyProof,
+    TreeFrontier,
+    TreeMismatchError,
+    leaf_hash,
+    verify_consistency,
+)
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 
 __all__ = [
     "AuditError",
-    "ReplayError",
     "ReplayReport",
     "audit_checkpoint",
     "audit_consistency",
@@ -60,29 +67,9 @@ __all__ = [
 
 
 class AuditError(VerificationError):
-    """Files that are each well formed but do not agree with each other."""
+    """Two checkpoints, each genuine, that contradict each other: one size, two roots."""
 
-    code = "audit_failed"
-
-
-class ReplayError(AuditError):
-    """The first entry of a replayed log that breaks a rule.
-
-    ``index`` is the leaf index at fault; for ``size_mismatch`` it is the first
-    index present on one side only, and for ``root_mismatch`` it is None, since
-    a root covers every leaf and cannot point at one. ``cause`` is the
-    underlying error's code (for example ``unknown_key`` behind
-    ``unauthorized_notice``), or None.
-    """
-
-    code = "replay_failed"
-
-    def __init__(self, code: str, index: int | None, cause: str | None = None) -> None:
-        where = "the log" if index is None else f"index {index}"
-        detail = f" ({cause})" if cause else ""
-        super().__init__(code, f"{code}{detail} at {where}")
-        self.index = index
-        self.cause = cause
+    code = ErrorCode.CONFLICTING_CHECKPOINTS
 
 
 def audit_checkpoint(note: bytes, log_key: Verifier, origin: str | None = None) -> Checkpoint:
@@ -116,16 +103,16 @@ def audit_consistency(
     """Verify that the checkpoint in ``new_note`` extends the one in ``old_note``.
 
     The sizes come from the two verified checkpoints; the proof's own
-    ``old``/``new`` must name exactly those sizes (``proof_size_mismatch``),
-    so a proof cannot smuggle in a size. Equal sizes with different roots are
-    ``conflicting_checkpoints``: a fork signed by the log key.
+    ``old``/``new`` must name exactly those sizes (ProofError
+    ``proof_size_mismatch``), so a proof cannot smuggle in a size. Equal sizes
+    with different roots are ``conflicting_checkpoints``: a fork signed by the
+    log key.
     """
     old = audit_checkpoint(old_note, log_key, origin)
     new = audit_checkpoint(new_note, log_key, origin)
     if old.size == new.size and old.root_hash != new.root_hash:
-        raise AuditError("conflicting_checkpoints", "two roots are signed for one size")
-    if (proof.old, proof.new) != (old.size, new.size):
-        raise AuditError("proof_size_mismatch", "proof sizes differ from the checkpoints")
+        raise AuditError(ErrorCode.CONFLICTING_CHECKPOINTS, "two roots are signed for one size")
+    proof.check_sizes(old.size, new.size)
     verify_consistency(old.size, new.size, old.root_hash, new.root_hash, proof.hashes)
     return old, new
 
@@ -168,12 +155,12 @@ def replay(
     """Replay a whole log from entry 0 against its signed checkpoint.
 
     The checkpoint is verified first (of origin ``origin``, by default the key
-    name; its errors keep their own codes), then
-    every leaf in order by the rules in this module's docstring. Codes of
-    ReplayError: ``malformed_entry``, ``bad_publisher_entry``,
-    ``unauthorized_notice``, ``sequence_not_increasing``,
-    ``bad_withdraw_target``, ``size_mismatch`` and ``root_mismatch``; the
-    first three carry the underlying code in ``cause``. Errors raised by
+    name; its errors keep their own codes), then every leaf in order by the
+    rules in this module's docstring: RuleViolation (``bad_leaf``,
+    ``bad_publisher_entry``, ``unauthorized_notice``, ``replayed_notice``,
+    ``invalid_withdraw``, with the underlying code in ``cause``), then
+    TreeMismatchError (``too_many_entries``, ``missing_entries``,
+    ``entries_root_mismatch``). Errors raised by
     ``leaves`` itself (a malformed bundle) propagate unchanged.
     """
     checkpoint = audit_checkpoint(checkpoint_note, log_key, origin)
@@ -185,12 +172,9 @@ def replay(
     checker = EntryChecker(registry, log_key, records.get)
     for index, leaf in enumerate(leaves):
         if index >= checkpoint.size:
-            raise ReplayError("size_mismatch", index)
+            raise TreeMismatchError(ErrorCode.TOO_MANY_ENTRIES, index)
         frontier.append(leaf_hash(leaf))
-        try:
-            entry = checker.check(index, leaf)
-        except RuleViolation as violation:
-            raise ReplayError(violation.code, index, violation.cause) from None
+        entry = checker.check(index, leaf)
         if isinstance(entry, PublisherEntry):
             publisher_entries += 1
             continue
@@ -200,9 +184,9 @@ def replay(
         )
         notices[notice.action] += 1
     if frontier.size != checkpoint.size:
-        raise ReplayError("size_mismatch", frontier.size)
+        raise TreeMismatchError(ErrorCode.MISSING_ENTRIES, frontier.size)
     if frontier.root() != checkpoint.root_hash:
-        raise ReplayError("root_mismatch", None)
+        raise TreeMismatchError(ErrorCode.ENTRIES_ROOT_MISMATCH, None)
     return ReplayReport(
         checkpoint=checkpoint,
         notices=dict(sorted(notices.items())),

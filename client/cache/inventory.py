@@ -1,7 +1,9 @@
 """Inventory reports: what the verified log says about the tools a cache or platform holds.
 
 An inventory is a JSON array of ``{"tool_id", "version"}`` objects, each with an
-optional ``"schema_digest"``. ``check`` reports each entry's status at the
+optional ``"schema_digest"``, parsed with the notice schema's own field parsers
+(so its errors are the schema's: ``wrong_type``, ``bad_tool_id``, ``bad_version``,
+``bad_digest`` ...). ``check`` reports each entry's status at the
 trusted checkpoint; ``diff`` reports what changed for the inventory between two
 signed checkpoints (newly deprecated, revoked, sunset, or withdrawn), naming
 the log indexes of the notices that caused each change, so every line can be
@@ -20,11 +22,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from deplog.client.errors import FormatError
-from deplog.client.follow.state import LocalState
+from deplog.client.errors import ErrorCode, FormatError
+from deplog.client.follow.state import LocalState, StateError
 from deplog.client.model import canonical
-from deplog.client.model.notice import parse_tool_id, require_object
-from deplog.client.model.semver import Version
+from deplog.client.model.notice import (
+    parse_schema_digest,
+    parse_tool_id,
+    parse_version,
+    require_object,
+    require_str,
+)
 from deplog.client.model.status import VersionStatus
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.timestamps import format_timestamp
@@ -45,9 +52,11 @@ _FIELDS = frozenset({"tool_id", "version", "schema_digest"})
 
 
 class InventoryFormatError(FormatError):
-    """An inventory file that is not a list of tool identities."""
+    """An inventory that is not a list of tool identities, or a diff between checkpoints
+    out of order or not yet synced."""
 
-    code = "malformed_inventory"
+    codes = frozenset({ErrorCode.MALFORMED_INVENTORY, ErrorCode.BAD_CHECKPOINT_RANGE})
+    code = ErrorCode.MALFORMED_INVENTORY
 
 
 @dataclass(frozen=True, order=True)
@@ -67,14 +76,10 @@ def parse_inventory(data: bytes) -> list[Item]:
     items = set()
     for entry in value:
         obj = require_object(entry, required=("tool_id", "version"), allowed=_FIELDS)
-        tool_id, version = obj["tool_id"], obj["version"]
-        digest = obj.get("schema_digest", "")
-        if not all(isinstance(x, str) for x in (tool_id, version, digest)):
-            raise InventoryFormatError("wrong_type")
+        tool_id, version = require_str(obj["tool_id"]), require_str(obj["version"])
         parse_tool_id(tool_id)
-        Version.parse(version)
-        if digest and not (digest.startswith("sha256:") and len(digest) == 71):
-            raise InventoryFormatError("bad_digest")
+        parse_version(version)
+        digest = parse_schema_digest(obj["schema_digest"]) if "schema_digest" in obj else ""
         items.add(Item(tool_id, version, digest))
     return sorted(items)
 
@@ -115,7 +120,7 @@ def check(state: LocalState, items: list[Item], at: datetime) -> dict[str, Any]:
     """Each item's status at the trusted checkpoint, as of ``at``."""
     trusted = state.trusted
     if trusted is None:
-        raise InventoryFormatError("no_state", "the follower state holds no checkpoint yet")
+        raise StateError(ErrorCode.NO_STATE, "the follower state holds no checkpoint yet")
     entries = []
     for item in sorted(items):
         index, _ = state.tool_status(item.tool_id)
@@ -156,7 +161,9 @@ def diff(
 ) -> dict[str, Any]:
     """What changed for the inventory between two checkpoints no newer than the trusted one."""
     if not old.size <= new.size <= state.size:
-        raise InventoryFormatError("bad_range", "checkpoints must be ordered and already synced")
+        raise InventoryFormatError(
+            ErrorCode.BAD_CHECKPOINT_RANGE, "checkpoints must be ordered and already synced"
+        )
     changes = []
     for item in sorted(items):
         before = state.tool_status_at(item.tool_id, old.size).lookup(item.tool_id, item.version, at)

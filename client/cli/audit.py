@@ -50,8 +50,7 @@ from deplog.client.audit.offline import (
     audit_receipt,
     replay,
 )
-from deplog.client.cli.trust import parse_log_key, read_bounded
-from deplog.client.errors import DeplogError, FormatError
+from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
@@ -62,44 +61,77 @@ from deplog.client.tlog.checkpoint import Checkpoint, check_origin
 from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
 from deplog.client.tlog.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyLog
-from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, leaf_hash
+from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, TreeMismatchError, leaf_hash
 from deplog.client.tlog.receipt import MAX_RECEIPT_SIZE, Receipt
 from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = ["EXIT_NOT_PROVEN", "ExportError", "export", "register"]
+__all__ = [
+    "EXIT_NOT_PROVEN",
+    "AuditInputError",
+    "ExportError",
+    "export",
+    "parse_log_key",
+    "read_bounded",
+    "register",
+]
 
 EXIT_NOT_PROVEN: Final = 4
 """Exit status for a suspicion that proves nothing (``audit evidence``, ``follow --once``)."""
 MAX_PROOF_FILE: Final = 64 * 1024
+MAX_KEY_FILE: Final = 4096
 
 _Command = Callable[[argparse.Namespace], int]
 
 
 class ExportError(DeplogError):
-    """A URL export cannot use (``bad_url``), or leaves that miss the root (``root_mismatch``).
+    """An authority URL export cannot use (``bad_url``).
 
-    What the authority answers is checked by the log source, whose
-    ``FetchError`` codes export shares with the follower.
+    What the authority answers is checked by the log source, whose ``FetchError``
+    codes export shares with the follower; leaves that miss the checkpoint's
+    root are ``TreeMismatchError``, as for a follower.
     """
 
-    code = "export_failed"
+    code = ErrorCode.BAD_URL
+
+
+class AuditInputError(DeplogError):
+    """Command-line input an audit command cannot use: a missing file, or one over its bound."""
+
+    codes = frozenset({ErrorCode.MISSING_INPUT, ErrorCode.FILE_TOO_LARGE})
 
 
 # --- helpers ------------------------------------------------------------------
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The whole file, refusing it (``file_too_large``) if it is over ``limit`` bytes."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise AuditInputError(ErrorCode.FILE_TOO_LARGE, "input file is over the size limit")
+    return data
+
+
+def parse_log_key(value: str) -> Verifier:
+    """A verifier key given inline or as the path of a file that holds one."""
+    path = Path(value)
+    if path.is_file():
+        value = read_bounded(path, MAX_KEY_FILE).decode("utf-8", errors="replace").strip()
+    return Verifier.parse(value)
 
 
 def _origin(text: str) -> str:
     """A checkpoint origin line (argparse type): non-empty, one line."""
     try:
         return check_origin(text)
-    except FormatError:
+    except DeplogError:
         raise argparse.ArgumentTypeError("an origin is one non-empty line of text") from None
 
 
 def _failure(command: str, err: BaseException) -> int:
     """Print the one-line failure message and return the exit status."""
     if isinstance(err, DeplogError):
-        message = err.code
+        message = str(err.code)
         cause = getattr(err, "cause", None)
         if cause:
             message += f" ({cause})"
@@ -143,12 +175,12 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     note = read_bounded(args.file, MAX_NOTE_SIZE)
     if args.policy is None:
         if args.log_key is None:
-            raise FormatError("missing_input", "give --log-key, --policy or both")
+            raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")
         checkpoint = audit_checkpoint(note, parse_log_key(args.log_key), args.origin)
         print(f"ok: checkpoint {_describe(checkpoint)}")
         return 0
     if args.origin is not None:
-        raise FormatError("origin_with_policy", "--origin applies to --log-key without --policy")
+        raise CLIError("--origin applies to --log-key without --policy")
     policy = Policy.parse(read_bounded(args.policy, MAX_POLICY_SIZE))
     if args.log_key is not None:
         policy = replace(policy, logs=(PolicyLog(parse_log_key(args.log_key)),))
@@ -218,7 +250,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     checkpoint_path = args.checkpoint or (args.dir / "checkpoint" if args.dir else None)
     entries_path = args.entries or (args.dir / "entries" if args.dir else None)
     if checkpoint_path is None or entries_path is None:
-        raise FormatError("missing_input", "give DIR, or --checkpoint FILE and --entries FILE")
+        raise AuditInputError(
+            ErrorCode.MISSING_INPUT, "give DIR, or --checkpoint FILE and --entries FILE"
+        )
     note = read_bounded(checkpoint_path, MAX_NOTE_SIZE)
     report = replay(read_entries(entries_path), note, parse_log_key(args.log_key), args.origin)
     print(_summary(report))
@@ -236,7 +270,7 @@ def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, b
     ``response_too_large``, ``bad_response``). Fetches the checkpoint, then its
     leaves a page at a time, streamed into the bundle as they arrive, and
     checks that they hash to the checkpoint's root before anything is renamed
-    into place (``root_mismatch``). With ``log_key`` the checkpoint's signature
+    into place (``entries_root_mismatch``). With ``log_key`` the checkpoint's signature
     is verified too (returned flag True); without, the copy is only
     self-consistent. ``entries`` is written before ``checkpoint``, so an
     interrupted re-export never pairs a new checkpoint with old entries (a
@@ -245,7 +279,7 @@ def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, b
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ExportError("bad_url", "the authority URL must be http or https")
+        raise ExportError(ErrorCode.BAD_URL, "the authority URL must be http or https")
     with asyncio.Runner() as runner:
         source = HttpLogSource(url)
         try:
@@ -265,7 +299,7 @@ def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, b
 def _leaves_under(
     checkpoint: Checkpoint, source: LogSource, runner: asyncio.Runner
 ) -> Iterator[bytes]:
-    """Every leaf of ``checkpoint``'s tree, then ``root_mismatch`` unless they hash to its root.
+    """Every leaf of ``checkpoint``'s tree; ``entries_root_mismatch`` unless they hash to its root.
 
     A page is fetched only once the bundle writer has taken the last one, so
     memory holds one page whatever the log's size.
@@ -277,7 +311,7 @@ def _leaves_under(
             frontier.append(leaf_hash(leaf))
             yield leaf
     if frontier.root() != checkpoint.root_hash:
-        raise ExportError("root_mismatch", "the entries do not hash to the checkpoint root")
+        raise TreeMismatchError(ErrorCode.ENTRIES_ROOT_MISMATCH, None)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ from deplog.client.cache import inventory
 from deplog.client.cli import audit as auditcli
 from deplog.client.cli import monitor as monitorcli
 from deplog.client.cli.trust import add_follow_arguments, load_trust, log_origin
-from deplog.client.errors import DeplogError
+from deplog.client.errors import CLIError, DeplogError
 from deplog.client.follow.follower import Follower, SyncResult
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import ForkError, SuspectedForkError
@@ -54,14 +54,10 @@ HTTP_TIMEOUT = 30.0
 MAX_RESPONSE = 1 << 20
 
 
-class _CLIError(Exception):
-    """A one-line failure message; exit status 1."""
-
-
 def _parse_range(text: str) -> dict[str, Any]:
     """``A..B`` (B fixed, excluded), ``A..=B`` (B last affected) or ``A..`` (open)."""
     if ".." not in text:
-        raise _CLIError("a range is A..B, A..=B or A..")
+        raise CLIError("a range is A..B, A..=B or A..")
     introduced, rest = text.split("..", 1)
     events: list[dict[str, str]] = [{"introduced": introduced or "0"}]
     if rest.startswith("="):
@@ -117,9 +113,9 @@ def _post_envelope(url: str, envelope: Envelope) -> tuple[int, bytes]:
             code = json.loads(err.read(4096)).get("error", str(err.code))
         except ValueError:
             code = str(err.code)
-        raise _CLIError(f"refused ({err.code}): {code}") from None
+        raise CLIError(f"refused ({err.code}): {code}") from None
     except (urllib.error.URLError, OSError) as err:
-        raise _CLIError(f"cannot reach the authority: {type(err).__name__}") from None
+        raise CLIError(f"cannot reach the authority: {type(err).__name__}") from None
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
@@ -159,7 +155,7 @@ def _cmd_verify_receipt(args: argparse.Namespace) -> int:
         leaf = args.leaf.read_bytes()
         decode_entry(leaf)
     else:
-        raise _CLIError("give the logged data: --envelope FILE or --leaf FILE")
+        raise CLIError("give the logged data: --envelope FILE or --leaf FILE")
     checkpoint = verify_receipt(receipt, leaf, Verifier.parse(args.log_key))
     print(f"ok: entry {receipt.index} is in {checkpoint.origin} at tree size {checkpoint.size}")
     return 0
@@ -190,16 +186,15 @@ def _cmd_follow(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     except ForkError as err:
-        raise _CLIError(f"fork detected; evidence saved to {err.evidence}") from None
+        raise CLIError(f"fork detected; evidence saved to {err.evidence}") from None
     except SuspectedForkError as err:
-        print(
-            f"deplog: suspected_fork: the consistency proof served between two signed "
-            f"checkpoints fails; not proven (the log never signs proofs, the network path "
-            f"may have corrupted it); the state did not advance; run again to retry; "
-            f"unproven evidence: {err.evidence}",
-            file=sys.stderr,
-        )
-        return auditcli.EXIT_NOT_PROVEN
+        raise CLIError(
+            f"suspected_fork: the consistency proof served between two signed checkpoints "
+            f"fails; not proven (the log never signs proofs, the network path may have "
+            f"corrupted it); the state did not advance; run again to retry; unproven "
+            f"evidence: {err.evidence}",
+            auditcli.EXIT_NOT_PROVEN,
+        ) from None
     return 0
 
 
@@ -367,9 +362,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except _CLIError as err:
-        print(f"deplog: {err}", file=sys.stderr)
-        return 1
+    except CLIError as err:
+        print(f"deplog: {err.message}", file=sys.stderr)
+        return err.exit_status
     except DeplogError as err:
         print(f"deplog: {err.code}", file=sys.stderr)
         return 1

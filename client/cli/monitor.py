@@ -21,13 +21,21 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from deplog.client.cli.audit import EXIT_NOT_PROVEN
-from deplog.client.cli.trust import add_follow_arguments, load_trust, log_origin, parse_log_key
-from deplog.client.errors import DeplogError, FormatError
+from deplog.client.cli.audit import EXIT_NOT_PROVEN, parse_log_key
+from deplog.client.cli.trust import add_follow_arguments, load_trust, log_origin
+from deplog.client.errors import CLIError, DeplogError
 from deplog.client.follow.follower import Follower, SyncResult
-from deplog.client.follow.monitor import Journal, Monitor, MonitorEvent, parse_key_id
+from deplog.client.follow.monitor import (
+    Journal,
+    JournalError,
+    Monitor,
+    MonitorEvent,
+    parse_key_id,
+)
 from deplog.client.follow.trust import ForkError, SuspectedForkError
 from deplog.client.model.notice import parse_namespace
+from deplog.client.tlog.note import Verifier
+from deplog.client.tlog.policy import Policy
 
 __all__ = ["DEFAULT_MONITOR_STATE", "EXIT_EVENTS", "register"]
 
@@ -45,9 +53,7 @@ def _key_id(value: str) -> bytes:
     try:
         return bytes(parse_log_key(value).key_id)
     except (DeplogError, OSError):
-        raise FormatError(
-            "bad_key_id", "--key-id takes 8 hex digits, a verifier key or a .pub file"
-        ) from None
+        raise CLIError("--key-id takes 8 hex digits, a verifier key or a .pub file") from None
 
 
 def _namespace(value: str) -> str:
@@ -68,11 +74,16 @@ def _print_events(result: SyncResult) -> int:
 
 def _cmd_monitor(args: argparse.Namespace) -> int:
     trust = load_trust(args.log_key, args.policy)
-    monitor = Monitor(
-        args.namespace,
-        [_key_id(value) for value in args.key_id],
-        None if args.journal is None else Journal(args.journal),
-    )
+    key_ids = [_key_id(value) for value in args.key_id]
+    try:
+        journal = None if args.journal is None else Journal(args.journal)
+        return _follow(args, trust, Monitor(args.namespace, key_ids, journal))
+    except JournalError as err:
+        raise CLIError(f"{err.code}: {err}: {err.path}") from None
+
+
+def _follow(args: argparse.Namespace, trust: Verifier | Policy, monitor: Monitor) -> int:
+    """Follow with ``monitor`` watching, printing its events; the exit status."""
     found = 0
 
     def report(result: SyncResult) -> None:
@@ -98,14 +109,11 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     except ForkError as err:
-        print(f"deplog monitor: fork: proven; evidence saved to {err.evidence}", file=sys.stderr)
-        return 1
+        raise CLIError(f"fork detected; evidence saved to {err.evidence}") from None
     except SuspectedForkError as err:
-        print(
-            f"deplog monitor: suspected_fork: not proven; unproven evidence: {err.evidence}",
-            file=sys.stderr,
-        )
-        return EXIT_NOT_PROVEN
+        raise CLIError(
+            f"suspected_fork: not proven; unproven evidence: {err.evidence}", EXIT_NOT_PROVEN
+        ) from None
     return EXIT_EVENTS if found else 0
 
 

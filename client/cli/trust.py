@@ -11,49 +11,24 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Final
 
-from deplog.client.errors import FormatError
+from deplog.client.cli.audit import parse_log_key, read_bounded
+from deplog.client.errors import CLIError
 from deplog.client.follow.http import DEFAULT_TIMEOUT
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy
 
-__all__ = [
-    "MAX_KEY_FILE",
-    "add_follow_arguments",
-    "load_trust",
-    "log_origin",
-    "parse_log_key",
-    "read_bounded",
-]
-
-MAX_KEY_FILE: Final = 4096
-
-
-def read_bounded(path: Path, limit: int) -> bytes:
-    """The whole file, refusing it (``file_too_large``) if it is over ``limit`` bytes."""
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise FormatError("file_too_large", "input file is over the size limit")
-    return data
-
-
-def parse_log_key(value: str) -> Verifier:
-    """A verifier key given inline or as the path of a file that holds one."""
-    path = Path(value)
-    if path.is_file():
-        value = read_bounded(path, MAX_KEY_FILE).decode("utf-8", errors="replace").strip()
-    return Verifier.parse(value)
+__all__ = ["add_follow_arguments", "load_trust", "log_origin"]
 
 
 def load_trust(log_key: str | None, policy: Path | None) -> Verifier | Policy:
-    """The trust policy file if given, else the pinned log key (``missing_trust``: neither)."""
+    """The trust policy file if given, else the pinned log key (``--log-key``: a key, or
+    a file holding one)."""
     if policy is not None:
         return Policy.parse(read_bounded(policy, MAX_POLICY_SIZE))
     if log_key is not None:
         return parse_log_key(log_key)
-    raise FormatError("missing_trust", "give the trust policy (--policy FILE) or --log-key")
+    raise CLIError("give the trust policy (--policy FILE) or the log key (--log-key)")
 
 
 def log_origin(trust: Verifier | Policy) -> str:

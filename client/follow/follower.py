@@ -50,7 +50,6 @@ from deplog.client.follow.source import (
 )
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import (
-    CheckpointRejectedError,
     ForkError,
     RollbackError,
     SuspectedForkError,
@@ -308,16 +307,26 @@ class Follower:
                 await asyncio.wait_for(stop.wait(), timeout=delay)
 
     async def _on_push(self, note: bytes) -> None:
-        """A pushed checkpoint is a hint: verified first, acted on only if it is news."""
+        """A pushed checkpoint is a hint: verified first, acted on only if it is news.
+
+        One the trust policy does not accept is a bad event, dropped and counted
+        (rule 3); a stale one is ignored; a proven fork ends ``run`` (rule 1).
+        """
         try:
-            await self.sync_to(note)
+            self.trust.check_checkpoint(note)
         except ForkError:
             raise
         except RollbackError:
             log.info("ignored a stale pushed checkpoint")
-        except CheckpointRejectedError as err:
+            return
+        except DeplogError as err:
             self.counters.push_dropped += 1
-            log.info("dropped a pushed event that is no verifiable checkpoint: %s", err.code)
+            log.info("dropped a pushed event that is no acceptable checkpoint: %s", err.code)
+            return
+        try:
+            await self.sync_to(note)
+        except ForkError:
+            raise
         except DeplogError as err:
             log.info("sync after push failed: %s (polling will retry)", err.code)
 

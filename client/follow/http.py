@@ -33,7 +33,7 @@ from typing import Any, Final
 import aiohttp
 from aiohttp.http_exceptions import LineTooLong
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.source import PAGE_SIZE, FetchError
 from deplog.client.model import canonical
 from deplog.client.model.canonical import JSONFormatError
@@ -112,22 +112,22 @@ class HttpLogSource:
         try:
             return ConsistencyProof.from_json(body)
         except DeplogError:
-            raise FetchError("bad_response", "malformed consistency proof") from None
+            raise FetchError(ErrorCode.BAD_RESPONSE, "malformed consistency proof") from None
 
     async def entries(self, start: int, end: int) -> list[bytes]:
         end = min(end, start + PAGE_SIZE)
         page = await self._get_json("/v1/entries", {"start": start, "end": end}, MAX_PAGE_BYTES)
         first = page.get("start") if isinstance(page, dict) else None
         if isinstance(first, bool) or first != start:
-            raise FetchError("bad_response", "entries page starts elsewhere")
+            raise FetchError(ErrorCode.BAD_RESPONSE, "entries page starts elsewhere")
         items = page.get("entries")
         if not isinstance(items, list):
-            raise FetchError("bad_response", "entries page has no list of entries")
+            raise FetchError(ErrorCode.BAD_RESPONSE, "entries page has no list of entries")
         leaves = []
         for item in items:
             leaf = decode_base64(item) if isinstance(item, str) else None
             if leaf is None:
-                raise FetchError("bad_response", "entry is not canonical base64")
+                raise FetchError(ErrorCode.BAD_RESPONSE, "entry is not canonical base64")
             leaves.append(leaf)
         return leaves
 
@@ -141,11 +141,11 @@ class HttpLogSource:
                 self.url + "/v1/checkpoints/stream", timeout=timeout
             ) as response:
                 if response.status != 200:
-                    raise FetchError("fetch_failed", f"HTTP {response.status}")
+                    raise FetchError(ErrorCode.FETCH_FAILED, f"HTTP {response.status}")
                 async for note in _sse_data(response.content):
                     yield note
         except (aiohttp.ClientError, TimeoutError):
-            raise FetchError("fetch_failed", "checkpoint stream lost") from None
+            raise FetchError(ErrorCode.FETCH_FAILED, "checkpoint stream lost") from None
 
     async def _get(self, path: str, query: dict[str, int], limit: int) -> bytes:
         """The body of a 200 answer to GET ``path``, read up to ``limit`` bytes (rules 1, 2)."""
@@ -154,24 +154,24 @@ class HttpLogSource:
                 self.url + path, params=query, timeout=self.timeout
             ) as response:
                 if response.status != 200:
-                    raise FetchError("fetch_failed", f"HTTP {response.status}")
+                    raise FetchError(ErrorCode.FETCH_FAILED, f"HTTP {response.status}")
                 if (response.content_length or 0) > limit:
-                    raise FetchError("response_too_large", "response exceeds its bound")
+                    raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "response exceeds its bound")
                 body = bytearray()
                 async for chunk in response.content.iter_chunked(_CHUNK):
                     body += chunk
                     if len(body) > limit:
-                        raise FetchError("response_too_large", "response exceeds its bound")
+                        raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "response exceeds its bound")
                 return bytes(body)
         except (aiohttp.ClientError, TimeoutError):
-            raise FetchError("fetch_failed", "authority unreachable") from None
+            raise FetchError(ErrorCode.FETCH_FAILED, "authority unreachable") from None
 
     async def _get_json(self, path: str, query: dict[str, int], limit: int) -> Any:
         """A JSON answer, parsed strictly (rule 3)."""
         try:
             return canonical.loads(await self._get(path, query, limit), max_depth=_MAX_JSON_DEPTH)
         except JSONFormatError:
-            raise FetchError("bad_response", "response is not the expected JSON") from None
+            raise FetchError(ErrorCode.BAD_RESPONSE, "response is not the expected JSON") from None
 
 
 async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
@@ -187,7 +187,7 @@ async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
         try:
             line = await content.readline(max_line_length=MAX_EVENT_BYTES)
         except LineTooLong:
-            raise FetchError("response_too_large", "pushed event is too large") from None
+            raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "pushed event is too large") from None
         if not line:
             return
         text = line.decode("utf-8", "replace").rstrip("\r\n")
@@ -195,7 +195,7 @@ async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
             data.append(text[5:].removeprefix(" "))
             size += len(line)
             if size > MAX_EVENT_BYTES:
-                raise FetchError("response_too_large", "pushed event is too large")
+                raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "pushed event is too large")
         elif not text:
             if data:
                 yield ("\n".join(data) + "\n").encode("utf-8")

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.entries import Entry, NoticeEntry, PublisherEntry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
 from deplog.client.model.registry import PublisherRegistry
@@ -57,9 +57,14 @@ with this suffix."""
 
 
 class JournalError(DeplogError):
-    """A journal directory that cannot be read, or a file in it that is not an envelope."""
+    """A journal directory that cannot be read, or a file in it that is not an envelope;
+    ``path`` names it (for its operator: the message itself is value-free)."""
 
-    code = "bad_journal"
+    code = ErrorCode.BAD_JOURNAL
+
+    def __init__(self, message: str, path: Path) -> None:
+        super().__init__(message=message)
+        self.path = path
 
 
 def parse_key_id(text: str) -> bytes:
@@ -89,11 +94,11 @@ class Journal:
     def reload(self) -> None:
         """Read the envelope files not read yet (files are only ever added)."""
         if not self.directory.is_dir():
-            raise JournalError(message="the journal is not a directory")
+            raise JournalError("the journal is not a directory", self.directory)
         try:
             paths = sorted(self.directory.glob("*" + JOURNAL_SUFFIX))
-        except OSError as err:
-            raise JournalError(message=f"cannot read the journal: {err.strerror}") from None
+        except OSError:
+            raise JournalError("the journal cannot be read", self.directory) from None
         for path in paths:
             if path.name in self._read:
                 continue
@@ -101,10 +106,10 @@ class Journal:
                 with open(path, "rb") as f:
                     body = f.read(MAX_ENVELOPE_BYTES + 1)
                 envelope = Envelope.parse(body)
-            except OSError as err:
-                raise JournalError(message=f"cannot read {path.name}: {err.strerror}") from None
+            except OSError:
+                raise JournalError("a journal file cannot be read", path) from None
             except DeplogError:
-                raise JournalError(message=f"{path.name} is not a signed envelope") from None
+                raise JournalError("a journal file is not a signed envelope", path) from None
             self.digests.add(_digest(envelope.canonical_bytes()))
             self._read.add(path.name)
 

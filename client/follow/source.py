@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Final, Protocol, runtime_checkable
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.trust import Advanced, TrustedState
 from deplog.client.model.entries import MAX_ENTRY_BYTES
 from deplog.client.tlog.proofs import ConsistencyProof, ProofError, consistency_path, leaf_hash
@@ -54,7 +54,10 @@ PAGE_SIZE: Final = 1000
 class FetchError(DeplogError):
     """The authority could not be reached or answered something unusable."""
 
-    code = "fetch_failed"
+    codes = frozenset(
+        {ErrorCode.FETCH_FAILED, ErrorCode.RESPONSE_TOO_LARGE, ErrorCode.BAD_RESPONSE}
+    )
+    code = ErrorCode.FETCH_FAILED
 
 
 class LogSource(Protocol):
@@ -111,11 +114,11 @@ class MemoryLogSource:
         try:
             return ConsistencyProof(old, new, tuple(consistency_path(self._hashes, old, new)))
         except ProofError:
-            raise FetchError("fetch_failed", "no proof between those sizes") from None
+            raise FetchError(ErrorCode.FETCH_FAILED, "no proof between those sizes") from None
 
     async def entries(self, start: int, end: int) -> Sequence[bytes]:
         if not 0 <= start < end <= len(self.leaves):
-            raise FetchError("fetch_failed", "no entries in that range")
+            raise FetchError(ErrorCode.FETCH_FAILED, "no entries in that range")
         return self.leaves[start : min(end, start + self.page_size)]
 
 
@@ -123,11 +126,11 @@ async def fetch_page(source: LogSource, start: int, end: int) -> Sequence[bytes]
     """The next leaves of ``[start, end)`` from ``source``, refused unless it kept rule 2."""
     leaves = await source.entries(start, end)
     if not leaves:
-        raise FetchError("bad_response", "entries page is empty")
+        raise FetchError(ErrorCode.BAD_RESPONSE, "entries page is empty")
     if len(leaves) > end - start:
-        raise FetchError("bad_response", "entries page is longer than asked")
+        raise FetchError(ErrorCode.BAD_RESPONSE, "entries page is longer than asked")
     if any(len(leaf) > MAX_ENTRY_BYTES for leaf in leaves):
-        raise FetchError("bad_response", "entry is over 65535 bytes")
+        raise FetchError(ErrorCode.BAD_RESPONSE, "entry is over 65535 bytes")
     return leaves
 
 

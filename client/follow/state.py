@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model import canonical
 from deplog.client.model.notice import Notice
 from deplog.client.model.registry import PublisherRegistry
@@ -84,9 +84,9 @@ def _fold_tool(
 
 
 class StateError(DeplogError):
-    """The local state file is unusable (another log's, or unreadable)."""
+    """The local state file is unusable (absent, another log's, or inconsistent)."""
 
-    code = "bad_state"
+    codes = frozenset({ErrorCode.NO_STATE, ErrorCode.STATE_FOR_ANOTHER_LOG, ErrorCode.BAD_STATE})
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class LocalState:
         state file for whichever log it follows (read-only uses such as ``deplog status``)."""
         self.path = Path(path)
         if origin is None and not self.path.exists():
-            raise StateError("no_state", "no follower state at that path")
+            raise StateError(ErrorCode.NO_STATE, "no follower state at that path")
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = FULL")
@@ -128,7 +128,7 @@ class LocalState:
         if origin is None:
             row = self._conn.execute("SELECT origin FROM trusted").fetchone()
             if row is None:
-                raise StateError("no_state", "the follower state holds no checkpoint yet")
+                raise StateError(ErrorCode.NO_STATE, "the follower state holds no checkpoint yet")
             origin = str(row[0])
         self.origin: str = origin
         self.trusted: TrustedCheckpoint | None = None
@@ -148,11 +148,13 @@ class LocalState:
             return
         origin, note, size, root, frontier, registry, verified_at = row
         if origin != self.origin:
-            raise StateError("state_for_another_log", "the state file belongs to another log")
+            raise StateError(
+                ErrorCode.STATE_FOR_ANOTHER_LOG, "the state file belongs to another log"
+            )
         hashes = [base64.b64decode(h) for h in json.loads(frontier)]
         self.frontier = TreeFrontier(size, hashes)
         if self.frontier.root() != bytes(root):
-            raise StateError("bad_state", "stored frontier does not match the stored root")
+            raise StateError(ErrorCode.BAD_STATE, "stored frontier does not match the stored root")
         self.registry = PublisherRegistry.from_json(json.loads(registry))
         checkpoint = Checkpoint(origin, size, bytes(root))
         self.trusted = TrustedCheckpoint(

@@ -5,16 +5,19 @@ Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
 1. A checkpoint is considered only if it satisfies the trust policy (C2SP
    tlog-policy): a valid signature of the pinned log key, whose name is the
    checkpoint's origin, and valid cosignatures from a quorum of the policy's
-   witnesses. The quorum's cosignature time, not the local clock, is the time
-   the checkpoint is known to be current (with ``quorum none``, the local time
-   of the fetch is all there is).
+   witnesses; the policy's own errors say why not (``PolicyError``, or the
+   note's and checkpoint's format and signature errors). The quorum's
+   cosignature time, not the local clock, is the time the checkpoint is known
+   to be current (with ``quorum none``, the local time of the fetch is all
+   there is).
 2. Its size must not be below the trusted size (``RollbackError``). At the
    trusted size its root must equal the trusted root; a different one means
    the log signed two trees of one size, which proves a fork (``ForkError``):
    both signed checkpoints are written to an evidence file (``proven``), and
    the state stays where it was for good. Above the trusted size, an RFC 9162
-   consistency proof from the trusted checkpoint must verify. A proof that
-   fails is only a suspicion (``SuspectedForkError``): the log signs its
+   consistency proof from the trusted checkpoint, for exactly those two sizes
+   (``ProofError`` ``proof_size_mismatch``), must verify. A proof that fails
+   is only a suspicion (``SuspectedForkError``): the log signs its
    checkpoints, never its proofs, so anyone on the network path can corrupt
    one. Both checkpoints and the proof are written to an evidence file marked
    unproven, the state stays where it was (its freshness keeps running out,
@@ -22,12 +25,12 @@ Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
    signed statements halt a follower.
 3. The entries from the trusted size up to the new size are then checked one
    by one, in log order, by the authority's own admission rules
-   (``client.rules``: canonical encoding, authority-signed registry changes,
-   notices signed by a key active for the namespace at that point, increasing
-   sequences, valid withdraw targets). Any failure is an
-   ``EntryRejectedError`` naming the first bad index.
-4. The extended tree's root must equal the new checkpoint's root, and the
-   number of entries its size.
+   (``client.model.rules``: canonical encoding, authority-signed registry
+   changes, notices signed by a key active for the namespace at that point,
+   increasing sequences, valid withdraw targets). Any failure is that module's
+   ``RuleViolation``, naming the first bad index.
+4. The entries must be exactly as many as the new checkpoint's size and the
+   extended tree's root must equal its root (``TreeMismatchError``).
 5. Only then is everything (checkpoint, tree edge, registry, notices) committed
    in one transaction; any failure before rolls the whole advance back.
 
@@ -37,7 +40,8 @@ noted is returned in ``Advanced.noticed`` only if the advance commits, so a
 watcher never reports an entry of a history that was refused.
 
 Nothing here does network I/O: ``client.follower`` fetches, this module
-decides. Every error is a ``TrustError`` with a stable ``code``.
+decides. Every refusal is a ``DeplogError`` with a stable ``code``; the ones
+only the trust state makes are ``TrustError`` subclasses.
 """
 
 from __future__ import annotations
@@ -48,12 +52,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.state import AdvanceWriter, LocalState
 from deplog.client.model.entries import Entry, NoticeEntry
 from deplog.client.model.notice import Notice
 from deplog.client.model.registry import PublisherRegistry
-from deplog.client.model.rules import EntryChecker, RuleViolation
+from deplog.client.model.rules import EntryChecker
 from deplog.client.model.status import StatusChange, StatusIndex, status_change
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.evidence import (
@@ -64,17 +68,21 @@ from deplog.client.tlog.evidence import (
 )
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
-from deplog.client.tlog.proofs import ConsistencyProof, ProofError, leaf_hash, verify_consistency
+from deplog.client.tlog.proofs import (
+    ConsistencyProof,
+    ProofError,
+    TreeMismatchError,
+    leaf_hash,
+    verify_consistency,
+)
 
 __all__ = [
     "AdvanceSession",
     "Advanced",
     "Candidate",
     "CheckpointRejectedError",
-    "EntryRejectedError",
     "EntryWatch",
     "ForkError",
-    "ProofRejectedError",
     "RollbackError",
     "SuspectedForkError",
     "TrustError",
@@ -83,32 +91,28 @@ __all__ = [
 
 
 class TrustError(DeplogError):
-    """Base of every refusal to advance the trusted state."""
-
-    code = "untrusted"
+    """Base of the refusals only the trust state makes (the others keep their own class)."""
 
 
 class CheckpointRejectedError(TrustError):
-    """A checkpoint that is malformed or not signed by the log key."""
+    """A validly signed checkpoint of the empty tree whose root is not the empty tree's."""
 
-    code = "bad_checkpoint"
+    code = ErrorCode.BAD_CHECKPOINT
 
 
 class RollbackError(TrustError):
     """A validly signed checkpoint smaller than the trusted one."""
 
-    code = "rollback"
+    code = ErrorCode.ROLLBACK
 
 
 class ForkError(TrustError):
     """Two signed checkpoints that cannot both be true; ``evidence`` names the file."""
 
-    code = "fork"
+    code = ErrorCode.FORK
 
-    def __init__(
-        self, code: str | None = None, message: str | None = None, evidence: Path | None = None
-    ) -> None:
-        super().__init__(code, message)
+    def __init__(self, message: str, evidence: Path) -> None:
+        super().__init__(message=message)
         self.evidence = evidence
 
 
@@ -116,30 +120,11 @@ class SuspectedForkError(TrustError):
     """A consistency proof that fails between two signed checkpoints (rule 2): proves
     nothing, since the log never signed it; ``evidence`` names the unproven file."""
 
-    code = "suspected_fork"
+    code = ErrorCode.SUSPECTED_FORK
 
-    def __init__(
-        self, code: str | None = None, message: str | None = None, evidence: Path | None = None
-    ) -> None:
-        super().__init__(code, message)
+    def __init__(self, message: str, evidence: Path) -> None:
+        super().__init__(message=message)
         self.evidence = evidence
-
-
-class ProofRejectedError(TrustError):
-    """A proof that answers a different question than the one asked."""
-
-    code = "bad_proof"
-
-
-class EntryRejectedError(TrustError):
-    """An entry that fails verification; ``index`` is the first bad one."""
-
-    code = "bad_entry"
-
-    def __init__(self, code: str, index: int, cause: str | None = None) -> None:
-        super().__init__(code, f"entry {index}: {cause or code}")
-        self.index = index
-        self.cause = cause
 
 
 EntryWatch = Callable[[int, Entry, PublisherRegistry], object | None]
@@ -194,12 +179,7 @@ class TrustedState:
 
     def check_checkpoint(self, note: bytes, now: float | None = None) -> Candidate:
         """Steps 1 and 2 (same size): a checkpoint the policy accepts, not going backwards."""
-        try:
-            verified = self.policy.verify(
-                note, now=time.time() if now is None else now, max_age=None
-            )
-        except DeplogError as err:
-            raise CheckpointRejectedError(err.code) from None
+        verified = self.policy.verify(note, now=time.time() if now is None else now, max_age=None)
         checkpoint = verified.checkpoint
         if checkpoint.size < self.state.size:
             raise RollbackError(message="checkpoint is smaller than the trusted one")
@@ -215,8 +195,7 @@ class TrustedState:
     def check_consistency(self, candidate: Candidate, proof: ConsistencyProof) -> None:
         """Step 2 (larger size): the new tree extends the trusted one, or a suspicion."""
         checkpoint = candidate.checkpoint
-        if proof.old != self.state.size or proof.new != checkpoint.size:
-            raise ProofRejectedError(message="proof is for other sizes than requested")
+        proof.check_sizes(self.state.size, checkpoint.size)
         try:
             verify_consistency(
                 self.state.size,
@@ -283,7 +262,7 @@ class AdvanceSession:
             self.trusted.state.rollback(self._writer)
 
     def add(self, leaves: Sequence[bytes], now: datetime | None = None) -> None:
-        """Verify the next entries in log order (``client.rules``) and stage their effects."""
+        """Verify the next entries in log order (``client.model.rules``) and stage their effects."""
         writer = self._writer
         assert writer is not None, "use the session as a context manager"
         staged: dict[int, Notice] = {}
@@ -296,11 +275,8 @@ class AdvanceSession:
         for leaf in leaves:
             index = self.next_index
             if index >= self.checkpoint.size:
-                raise EntryRejectedError("too_many_entries", index)
-            try:
-                entry = checker.check(index, leaf)
-            except RuleViolation as violation:
-                raise EntryRejectedError(violation.code, index, violation.cause) from None
+                raise TreeMismatchError(ErrorCode.TOO_MANY_ENTRIES, index)
+            entry = checker.check(index, leaf)
             if isinstance(entry, NoticeEntry):
                 notice = entry.envelope.notice
                 staged[index] = notice
@@ -341,9 +317,9 @@ class AdvanceSession:
         """Steps 4 and 5: the tree must be exactly the checkpoint's, then commit."""
         assert self._writer is not None
         if self.next_index != self.checkpoint.size:
-            raise EntryRejectedError("missing_entries", self.next_index)
+            raise TreeMismatchError(ErrorCode.MISSING_ENTRIES, self.next_index)
         if self.frontier.root() != self.checkpoint.root_hash:
-            raise EntryRejectedError("root_mismatch", self.checkpoint.size - 1)
+            raise TreeMismatchError(ErrorCode.ENTRIES_ROOT_MISMATCH, None)
         self.trusted.state.save_trusted(
             self._writer,
             self.candidate.note,

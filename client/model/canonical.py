@@ -15,7 +15,7 @@ from typing import Any
 
 import rfc8785
 
-from deplog.client.errors import FormatError
+from deplog.client.errors import ErrorCode, FormatError
 
 __all__ = ["MAX_SAFE_INTEGER", "JSONFormatError", "dumps", "loads"]
 
@@ -28,7 +28,7 @@ _MAX_INT_DIGITS = len(str(MAX_SAFE_INTEGER)) + 1  # room for a minus sign
 class JSONFormatError(FormatError):
     """Bytes that are not strict, interoperable JSON."""
 
-    code = "malformed_json"
+    code = ErrorCode.MALFORMED_JSON
 
 
 def dumps(obj: object) -> bytes:
@@ -85,14 +85,14 @@ def loads(data: bytes, *, max_depth: int = 16) -> object:
 
 
 class _DuplicateKeyError(JSONFormatError):
-    code = "duplicate_field"
+    code = ErrorCode.DUPLICATE_FIELD
 
 
 def _object_no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _DuplicateKeyError("duplicate_field")
+            raise _DuplicateKeyError()
         out[key] = value
     return out
 

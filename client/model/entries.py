@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from deplog.client.errors import FormatError, VerificationError
+from deplog.client.errors import ErrorCode, FormatError, VerificationError
 from deplog.client.model import canonical
 from deplog.client.model.notice import (
     Envelope,
@@ -37,7 +37,7 @@ from deplog.client.model.notice import (
     require_str,
     require_unique,
 )
-from deplog.client.tlog.note import KeyFormatError, Verifier
+from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.timestamps import format_timestamp
 
 if TYPE_CHECKING:
@@ -83,15 +83,18 @@ _STATEMENT_RULES: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
 
 
 class EntryFormatError(FormatError):
-    """A leaf that is not a well-formed, canonical log entry."""
+    """A leaf that is not a well-formed, canonical log entry, or one too large to be a leaf."""
 
-    code = "malformed_entry"
+    codes = frozenset(
+        {ErrorCode.MALFORMED_ENTRY, ErrorCode.NONCANONICAL_ENTRY, ErrorCode.LEAF_TOO_LARGE}
+    )
+    code = ErrorCode.MALFORMED_ENTRY
 
 
 class EntrySignatureError(VerificationError):
-    """A publisher statement whose authority signature does not verify."""
+    """A publisher statement without a valid signature by the authority's log key."""
 
-    code = "bad_signature"
+    code = ErrorCode.BAD_AUTHORITY_SIGNATURE
 
 
 @dataclass(frozen=True)
@@ -110,21 +113,22 @@ class PublisherStatement:
 
     @classmethod
     def from_json(cls, obj: object) -> PublisherStatement:
-        """Validate a decoded statement; errors are NoticeError codes shared with notices."""
+        """Validate a decoded statement: NoticeError codes as for notices, KeyFormatError
+        ``bad_key`` for a key that is not a type 0x01 verifier key."""
         o = require_object(
             obj, required=("action", "publisher", "issued_at"), allowed=_STATEMENT_FIELDS
         )
         action_s = require_str(o["action"])
         if action_s not in STATEMENT_ACTIONS:
-            raise NoticeError("bad_action")
+            raise NoticeError(ErrorCode.BAD_ACTION)
         action: StatementAction = action_s  # type: ignore[assignment]
         required, forbidden = _STATEMENT_RULES[action]
         for name in forbidden:
             if name in o:
-                raise NoticeError("field_not_allowed")
+                raise NoticeError(ErrorCode.FIELD_NOT_ALLOWED)
         for name in required:
             if name not in o:
-                raise NoticeError("missing_field")
+                raise NoticeError(ErrorCode.MISSING_FIELD)
         publisher = parse_publisher_id(o["publisher"])
         namespaces: tuple[str, ...] = ()
         if "namespaces" in o:
@@ -136,7 +140,7 @@ class PublisherStatement:
             items = require_list(o["keys"], max_items=MAX_KEYS)
             keys = tuple(require_str(k) for k in items)
             for k in keys:
-                _parse_key(k)
+                Verifier.parse(k)
             require_unique(keys)
         return cls(action, publisher, parse_timestamp(o["issued_at"]), namespaces, keys)
 
@@ -159,14 +163,7 @@ class PublisherStatement:
 
     def verifiers(self) -> tuple[Verifier, ...]:
         """The parsed publisher keys named by the statement."""
-        return tuple(_parse_key(k) for k in self.keys)
-
-
-def _parse_key(vkey: str) -> Verifier:
-    try:
-        return Verifier.parse(vkey)
-    except KeyFormatError:
-        raise NoticeError("bad_key") from None
+        return tuple(Verifier.parse(k) for k in self.keys)
 
 
 @dataclass(frozen=True)
@@ -197,11 +194,12 @@ class PublisherEntry:
         }
 
     def verify(self, authority: Verifier) -> None:
-        """Check the authority's signature; raise EntrySignatureError if it fails."""
+        """Check the authority's signature; EntrySignatureError if another key made it
+        or it does not verify."""
         if bytes(authority.key_id) != self.key_id:
-            raise EntrySignatureError("key_mismatch")
+            raise EntrySignatureError(message="signed by another key")
         if not authority.verify(self.statement.signed_bytes(), self.signature):
-            raise EntrySignatureError()
+            raise EntrySignatureError(message="signature does not verify")
 
 
 Entry = NoticeEntry | PublisherEntry
@@ -236,12 +234,12 @@ def decode_entry(leaf: bytes) -> Entry:
     """Parse leaf bytes strictly; the leaf must be canonical.
 
     Structural problems are EntryFormatError (``malformed_entry``, or
-    ``too_large`` / ``noncanonical_entry``); problems inside the notice or
+    ``leaf_too_large`` / ``noncanonical_entry``); problems inside the notice or
     statement keep their specific NoticeError codes; bad JSON keeps its
     JSONFormatError code.
     """
     if len(leaf) > MAX_ENTRY_BYTES:
-        raise EntryFormatError("too_large")
+        raise EntryFormatError(ErrorCode.LEAF_TOO_LARGE)
     value = canonical.loads(leaf)
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         raise EntryFormatError()
@@ -261,5 +259,5 @@ def decode_entry(leaf: bytes) -> Entry:
     else:
         raise EntryFormatError()
     if encode_entry(entry) != bytes(leaf):
-        raise EntryFormatError("noncanonical_entry")
+        raise EntryFormatError(ErrorCode.NONCANONICAL_ENTRY)
     return entry

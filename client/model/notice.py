@@ -4,7 +4,10 @@ A Notice is a content-free governance record: which versions of which tool
 are deprecated or revoked, why, from when, and who says so. Parsing is a
 closed-world schema check: unknown fields, wrong types and out-of-range
 values are refused with one stable code per kind of failure, never with the
-offending value in the message (errors reach HTTP clients verbatim).
+offending value in the message (errors reach HTTP clients verbatim). The
+schema's codes are :class:`NoticeError`'s; a field parsed by another module
+keeps that module's error (a version: ``SemverError``), an envelope over
+:data:`MAX_ENVELOPE_BYTES` is ``TooLargeError`` and bad JSON ``JSONFormatError``.
 
 Schema decisions beyond the contract, all made to keep one meaning per
 notice:
@@ -34,9 +37,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from deplog.client.errors import FormatError, VerificationError
+from deplog.client.errors import ErrorCode, FormatError, TooLargeError, VerificationError
 from deplog.client.model import canonical
-from deplog.client.model.semver import SemverError, Version
+from deplog.client.model.semver import Version
 from deplog.client.tlog.timestamps import format_timestamp
 
 if TYPE_CHECKING:
@@ -58,6 +61,7 @@ __all__ = [
     "parse_key_id",
     "parse_namespace",
     "parse_publisher_id",
+    "parse_schema_digest",
     "parse_signature",
     "parse_signature_object",
     "parse_timestamp",
@@ -150,15 +154,41 @@ _ACTION_FIELDS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
 
 
 class NoticeError(FormatError):
-    """A notice or envelope that does not satisfy the schema; ``code`` says how."""
+    """A notice, envelope or publisher statement that breaks the schema; ``code`` says how."""
 
-    code = "malformed_notice"
+    codes = frozenset(
+        {
+            ErrorCode.WRONG_TYPE,
+            ErrorCode.EMPTY_LIST,
+            ErrorCode.TOO_LONG,
+            ErrorCode.UNKNOWN_FIELD,
+            ErrorCode.MISSING_FIELD,
+            ErrorCode.DUPLICATE_VALUE,
+            ErrorCode.FIELD_NOT_ALLOWED,
+            ErrorCode.BAD_NAMESPACE,
+            ErrorCode.BAD_TOOL_ID,
+            ErrorCode.BAD_PUBLISHER,
+            ErrorCode.BAD_TIMESTAMP,
+            ErrorCode.BAD_SIGNATURE_ENCODING,
+            ErrorCode.BAD_MESSAGE,
+            ErrorCode.BAD_RANGE,
+            ErrorCode.BAD_ACTION,
+            ErrorCode.BAD_WITHDRAW_INDEX,
+            ErrorCode.BAD_DIGEST,
+            ErrorCode.BAD_REASON,
+            ErrorCode.BAD_ADVISORY,
+            ErrorCode.ADVISORY_REQUIRED,
+            ErrorCode.SUNSET_BEFORE_EFFECTIVE,
+            ErrorCode.BAD_SEQUENCE,
+        }
+    )
 
 
 class NoticeSignatureError(VerificationError):
-    """A well-formed envelope whose signature does not verify."""
+    """A well-formed envelope whose signature is not by the key it is checked with."""
 
-    code = "bad_signature"
+    codes = frozenset({ErrorCode.BAD_SIGNATURE, ErrorCode.KEY_MISMATCH})
+    code = ErrorCode.BAD_SIGNATURE
 
 
 # --- field-level parsers, shared with entries.py (not part of the stable API) ---
@@ -167,7 +197,7 @@ class NoticeSignatureError(VerificationError):
 def require_str(value: object) -> str:
     """The value if it is a JSON string; NoticeError ``wrong_type`` otherwise."""
     if not isinstance(value, str):
-        raise NoticeError("wrong_type")
+        raise NoticeError(ErrorCode.WRONG_TYPE)
     return value
 
 
@@ -175,18 +205,18 @@ def _require_int(value: object) -> int:
     """The value if it is a JSON integer (not a boolean); ``wrong_type`` otherwise."""
     # JSON true/false are not integers, even though Python says so.
     if isinstance(value, bool) or not isinstance(value, int):
-        raise NoticeError("wrong_type")
+        raise NoticeError(ErrorCode.WRONG_TYPE)
     return value
 
 
 def require_list(value: object, *, max_items: int) -> list[Any]:
     """A non-empty JSON array of at most ``max_items`` (``empty_list`` / ``too_long``)."""
     if not isinstance(value, list):
-        raise NoticeError("wrong_type")
+        raise NoticeError(ErrorCode.WRONG_TYPE)
     if not value:
-        raise NoticeError("empty_list")
+        raise NoticeError(ErrorCode.EMPTY_LIST)
     if len(value) > max_items:
-        raise NoticeError("too_long")
+        raise NoticeError(ErrorCode.TOO_LONG)
     return value
 
 
@@ -195,26 +225,26 @@ def require_object(
 ) -> dict[str, Any]:
     """A JSON object with only ``allowed`` members and all ``required`` ones."""
     if not isinstance(value, dict):
-        raise NoticeError("wrong_type")
+        raise NoticeError(ErrorCode.WRONG_TYPE)
     if allowed is not None and not set(value) <= allowed:
-        raise NoticeError("unknown_field")
+        raise NoticeError(ErrorCode.UNKNOWN_FIELD)
     for name in required:
         if name not in value:
-            raise NoticeError("missing_field")
+            raise NoticeError(ErrorCode.MISSING_FIELD)
     return value
 
 
 def require_unique(items: Sequence[str]) -> None:
     """Refuse repeated list items (``duplicate_value``)."""
     if len(set(items)) != len(items):
-        raise NoticeError("duplicate_value")
+        raise NoticeError(ErrorCode.DUPLICATE_VALUE)
 
 
 def parse_namespace(value: object) -> str:
     """Validate a lower-case reverse-DNS namespace; NoticeError ``bad_namespace``."""
     s = require_str(value)
     if len(s) > MAX_NAMESPACE_CHARS or _NAMESPACE_RE.fullmatch(s) is None:
-        raise NoticeError("bad_namespace")
+        raise NoticeError(ErrorCode.BAD_NAMESPACE)
     return s
 
 
@@ -222,12 +252,12 @@ def parse_tool_id(value: object) -> tuple[str, str]:
     """Split ``tool:<namespace>/<name>`` into (namespace, name); NoticeError ``bad_tool_id``."""
     s = require_str(value)
     if not s.startswith("tool:") or s.count("/") != 1:
-        raise NoticeError("bad_tool_id")
+        raise NoticeError(ErrorCode.BAD_TOOL_ID)
     namespace, name = s[len("tool:") :].split("/")
     if len(namespace) > MAX_NAMESPACE_CHARS or _NAMESPACE_RE.fullmatch(namespace) is None:
-        raise NoticeError("bad_tool_id")
+        raise NoticeError(ErrorCode.BAD_TOOL_ID)
     if len(name) > MAX_TOOL_NAME_CHARS or _TOOL_NAME_RE.fullmatch(name) is None:
-        raise NoticeError("bad_tool_id")
+        raise NoticeError(ErrorCode.BAD_TOOL_ID)
     return namespace, name
 
 
@@ -235,17 +265,13 @@ def parse_publisher_id(value: object) -> str:
     """Validate a publisher id ``[a-z0-9][a-z0-9-]{0,62}``; NoticeError ``bad_publisher``."""
     s = require_str(value)
     if _PUBLISHER_RE.fullmatch(s) is None:
-        raise NoticeError("bad_publisher")
+        raise NoticeError(ErrorCode.BAD_PUBLISHER)
     return s
 
 
 def parse_version(value: object) -> Version:
-    """Parse a SemVer string field; NoticeError ``bad_version``."""
-    s = require_str(value)
-    try:
-        return Version.parse(s)
-    except SemverError:
-        raise NoticeError("bad_version") from None
+    """Parse a SemVer string field; SemverError ``bad_version``."""
+    return Version.parse(require_str(value))
 
 
 def parse_timestamp(value: object) -> datetime:
@@ -253,19 +279,19 @@ def parse_timestamp(value: object) -> datetime:
     s = require_str(value)
     m = _TIMESTAMP_RE.fullmatch(s)
     if m is None:
-        raise NoticeError("bad_timestamp")
+        raise NoticeError(ErrorCode.BAD_TIMESTAMP)
     year, month, day, hour, minute, second = (int(g) for g in m.groups())
     try:
         return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
     except ValueError:  # Feb 30, hour 24, leap second 60, year 0000, ...
-        raise NoticeError("bad_timestamp") from None
+        raise NoticeError(ErrorCode.BAD_TIMESTAMP) from None
 
 
 def parse_key_id(value: object) -> bytes:
     """Decode an 8-hex-digit lower-case key id; NoticeError ``bad_signature_encoding``."""
     s = require_str(value)
     if _KEY_ID_RE.fullmatch(s) is None:
-        raise NoticeError("bad_signature_encoding")
+        raise NoticeError(ErrorCode.BAD_SIGNATURE_ENCODING)
     return bytes.fromhex(s)
 
 
@@ -275,11 +301,19 @@ def parse_signature(value: object) -> bytes:
     try:
         raw = base64.b64decode(s.encode("ascii"), validate=True)
     except (UnicodeEncodeError, binascii.Error, ValueError):
-        raise NoticeError("bad_signature_encoding") from None
+        raise NoticeError(ErrorCode.BAD_SIGNATURE_ENCODING) from None
     # Re-encoding catches non-canonical forms (non-zero padding bits).
     if len(raw) != 64 or base64.b64encode(raw).decode("ascii") != s:
-        raise NoticeError("bad_signature_encoding")
+        raise NoticeError(ErrorCode.BAD_SIGNATURE_ENCODING)
     return raw
+
+
+def parse_schema_digest(value: object) -> str:
+    """Validate ``sha256:<64 lower-case hex>``; NoticeError ``bad_digest``."""
+    s = require_str(value)
+    if _DIGEST_RE.fullmatch(s) is None:
+        raise NoticeError(ErrorCode.BAD_DIGEST)
+    return s
 
 
 def encode_signature(key_id: bytes, sig: bytes) -> dict[str, str]:
@@ -296,12 +330,12 @@ def parse_signature_object(value: object) -> tuple[bytes, bytes]:
 def _parse_message(value: object) -> str:
     s = require_str(value)
     if len(s) > MAX_MESSAGE_CHARS:
-        raise NoticeError("too_long")
+        raise NoticeError(ErrorCode.TOO_LONG)
     if not s:
-        raise NoticeError("bad_message")
+        raise NoticeError(ErrorCode.BAD_MESSAGE)
     for ch in s:
         if ch in _BIDI_CONTROLS or unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp"):
-            raise NoticeError("bad_message")
+            raise NoticeError(ErrorCode.BAD_MESSAGE)
     return s
 
 
@@ -341,30 +375,30 @@ class VersionRange:
         """Validate one ``{"type": "SEMVER", "events": [...]}`` object."""
         o = require_object(obj, required=("type", "events"), allowed=frozenset({"type", "events"}))
         if require_str(o["type"]) != "SEMVER":
-            raise NoticeError("bad_range")
+            raise NoticeError(ErrorCode.BAD_RANGE)
         raw_events = require_list(o["events"], max_items=MAX_EVENTS)
         events: list[tuple[str, str]] = []
         versions: list[Version | None] = []
         for raw in raw_events:
             ev = require_object(raw)
             if len(ev) != 1:
-                raise NoticeError("bad_range")
+                raise NoticeError(ErrorCode.BAD_RANGE)
             ((kind, text),) = ev.items()
             if kind not in EVENT_KINDS:
-                raise NoticeError("bad_range")
+                raise NoticeError(ErrorCode.BAD_RANGE)
             text = require_str(text)
             expect_introduced = len(events) % 2 == 0
             if (kind == "introduced") != expect_introduced:
-                raise NoticeError("bad_range")
+                raise NoticeError(ErrorCode.BAD_RANGE)
             if text == "0" and kind == "introduced":
                 if events:  # "0" only makes sense as the very first bound
-                    raise NoticeError("bad_range")
+                    raise NoticeError(ErrorCode.BAD_RANGE)
                 versions.append(None)
             else:
                 v = parse_version(text)
                 prev = versions[-1] if versions else None
                 if prev is not None and not prev < v:
-                    raise NoticeError("bad_range")
+                    raise NoticeError(ErrorCode.BAD_RANGE)
                 versions.append(v)
             events.append((kind, text))
         intervals: list[Interval] = []
@@ -398,7 +432,7 @@ class Affected:
         """Validate the ``affected`` object; at least one of versions/ranges."""
         o = require_object(obj, allowed=frozenset({"versions", "ranges"}))
         if not o:
-            raise NoticeError("missing_field")
+            raise NoticeError(ErrorCode.MISSING_FIELD)
         versions: tuple[Version, ...] = ()
         ranges: tuple[VersionRange, ...] = ()
         if "versions" in o:
@@ -473,11 +507,11 @@ class Notice:
         o = require_object(obj, allowed=NOTICE_FIELDS)
         for name in _ALWAYS_REQUIRED:
             if name not in o:
-                raise NoticeError("missing_field")
+                raise NoticeError(ErrorCode.MISSING_FIELD)
 
         action_s = require_str(o["action"])
         if action_s not in ACTIONS:
-            raise NoticeError("bad_action")
+            raise NoticeError(ErrorCode.BAD_ACTION)
         action: Action = action_s  # type: ignore[assignment]
 
         parse_tool_id(o["tool_id"])
@@ -487,10 +521,10 @@ class Notice:
         required, forbidden = _ACTION_FIELDS[action]
         for name in forbidden:
             if name in o:
-                raise NoticeError("field_not_allowed")
+                raise NoticeError(ErrorCode.FIELD_NOT_ALLOWED)
         for name in required:
             if name not in o:
-                raise NoticeError("missing_field")
+                raise NoticeError(ErrorCode.MISSING_FIELD)
 
         affected = Affected.from_json(o["affected"]) if "affected" in o else None
 
@@ -498,18 +532,16 @@ class Notice:
         if "withdraws" in o:
             withdraws = _require_int(o["withdraws"])
             if not 0 <= withdraws <= MAX_SAFE_INTEGER:
-                raise NoticeError("bad_withdraw_index")
+                raise NoticeError(ErrorCode.BAD_WITHDRAW_INDEX)
 
         schema_digest: str | None = None
         if "schema_digest" in o:
-            schema_digest = require_str(o["schema_digest"])
-            if _DIGEST_RE.fullmatch(schema_digest) is None:
-                raise NoticeError("bad_digest")
+            schema_digest = parse_schema_digest(o["schema_digest"])
 
         raw_reasons = require_list(o["reasons"], max_items=len(REASONS))
         reasons = tuple(require_str(r) for r in raw_reasons)
         if any(r not in REASONS for r in reasons):
-            raise NoticeError("bad_reason")
+            raise NoticeError(ErrorCode.BAD_REASON)
         require_unique(reasons)
 
         advisories: tuple[str, ...] = ()
@@ -517,10 +549,10 @@ class Notice:
             raw_adv = require_list(o["advisories"], max_items=MAX_ADVISORIES)
             advisories = tuple(require_str(a) for a in raw_adv)
             if any(_ADVISORY_RE.fullmatch(a) is None for a in advisories):
-                raise NoticeError("bad_advisory")
+                raise NoticeError(ErrorCode.BAD_ADVISORY)
             require_unique(advisories)
         if action == "revoke" and "security" in reasons and not advisories:
-            raise NoticeError("advisory_required")
+            raise NoticeError(ErrorCode.ADVISORY_REQUIRED)
 
         replacement = Replacement.from_json(o["replacement"]) if "replacement" in o else None
 
@@ -530,13 +562,13 @@ class Notice:
         if "sunset_at" in o:
             sunset_at = parse_timestamp(o["sunset_at"])
             if sunset_at < effective_at:
-                raise NoticeError("sunset_before_effective")
+                raise NoticeError(ErrorCode.SUNSET_BEFORE_EFFECTIVE)
 
         message = _parse_message(o["message"]) if "message" in o else None
         publisher = parse_publisher_id(o["publisher"])
         sequence = _require_int(o["sequence"])
         if not 1 <= sequence <= MAX_SAFE_INTEGER:
-            raise NoticeError("bad_sequence")
+            raise NoticeError(ErrorCode.BAD_SEQUENCE)
 
         return cls(
             tool_id=tool_id,
@@ -613,7 +645,7 @@ class Envelope:
     def parse(cls, body: bytes) -> Envelope:
         """Parse untrusted request bytes; size, JSON strictness, then schema."""
         if len(body) > MAX_ENVELOPE_BYTES:
-            raise NoticeError("too_large")
+            raise TooLargeError(message="envelope is over 60 KiB")
         return cls.from_json(canonical.loads(body))
 
     @classmethod
@@ -645,6 +677,6 @@ class Envelope:
     def verify(self, verifier: Verifier) -> None:
         """Check the signature with ``verifier``; raise NoticeSignatureError if it fails."""
         if bytes(verifier.key_id) != self.key_id:
-            raise NoticeSignatureError("key_mismatch")
+            raise NoticeSignatureError(ErrorCode.KEY_MISMATCH)
         if not verifier.verify(self.notice.canonical_bytes(), self.signature):
             raise NoticeSignatureError()

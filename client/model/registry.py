@@ -14,19 +14,21 @@ Rules of the state machine:
   of the log; ``record_sequence`` then advances the publisher's sequence,
   which must strictly increase (replay and reorder protection).
 
-Errors: RegistryError for refused publisher entries and snapshots,
-AuthorizationError for refused envelopes, ConflictError for sequence and
-withdraw conflicts. Each has an ``http_status``.
+Errors: RegistryError for refused publisher entries and snapshots (and
+EntrySignatureError for an entry the authority did not sign), AuthorizationError
+for envelopes whose signer may not publish (and NoticeSignatureError for one
+whose signature does not verify), ConflictError for sequence and withdraw
+conflicts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, Protocol
+from typing import Any, Final, Protocol
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.entries import PublisherEntry
-from deplog.client.model.notice import Envelope, Notice, NoticeSignatureError
+from deplog.client.model.notice import Envelope, Notice
 from deplog.client.tlog.note import KeyFormatError, Verifier
 
 __all__ = [
@@ -58,34 +60,44 @@ class NoticeRef(Protocol):
 class RegistryError(DeplogError):
     """A publisher entry or snapshot that cannot be applied to the current state."""
 
-    code = "registry_error"
-    http_status: int = 409
+    codes = frozenset(
+        {
+            ErrorCode.PUBLISHER_EXISTS,
+            ErrorCode.NAMESPACE_IN_USE,
+            ErrorCode.PUBLISHER_NOT_REGISTERED,
+            ErrorCode.PUBLISHER_ALREADY_REVOKED,
+            ErrorCode.KEY_NOT_REGISTERED,
+            ErrorCode.KEY_ALREADY_REVOKED,
+            ErrorCode.KEY_IN_USE,
+            ErrorCode.BAD_SNAPSHOT,
+        }
+    )
 
 
 class AuthorizationError(DeplogError):
-    """An envelope whose signer may not publish this notice; status depends on the code."""
+    """An envelope whose signer may not publish this notice: who signed, or where."""
 
-    code = "not_authorized"
-    http_status: int = 403
-    STATUS: ClassVar[dict[str, int]] = {
-        "unknown_publisher": 401,
-        "unknown_key": 401,
-        "bad_signature": 401,
-        "key_revoked": 403,
-        "publisher_revoked": 403,
-        "namespace_not_authorized": 403,
-    }
-
-    def __init__(self, code: str | None = None, message: str | None = None) -> None:
-        super().__init__(code, message)
-        self.http_status = self.STATUS.get(self.code, 403)
+    codes = frozenset(
+        {
+            ErrorCode.UNKNOWN_PUBLISHER,
+            ErrorCode.UNKNOWN_KEY,
+            ErrorCode.PUBLISHER_REVOKED,
+            ErrorCode.KEY_REVOKED,
+            ErrorCode.NAMESPACE_NOT_AUTHORIZED,
+        }
+    )
 
 
 class ConflictError(DeplogError):
     """A notice that is valid and authorized but conflicts with the log's history."""
 
-    code = "conflict"
-    http_status: int = 409
+    codes = frozenset(
+        {
+            ErrorCode.SEQUENCE_REUSED,
+            ErrorCode.SEQUENCE_NOT_INCREASING,
+            ErrorCode.BAD_WITHDRAW_TARGET,
+        }
+    )
 
 
 @dataclass
@@ -170,20 +182,18 @@ class PublisherRegistry:
     # --- publisher entries --------------------------------------------------
 
     def apply(self, index: int, entry: PublisherEntry, authority: Verifier) -> None:
-        """Verify the authority's signature on ``entry`` and fold it in, or refuse it."""
-        try:
-            entry.verify(authority)
-        except DeplogError:
-            raise RegistryError("bad_authority_signature") from None
+        """Verify the authority's signature on ``entry`` (EntrySignatureError) and fold it
+        in, or refuse it (RegistryError)."""
+        entry.verify(authority)
         st = entry.statement
         action = st.action
         current = self._publishers.get(st.publisher)
         if action == "register":
             if current is not None:
-                raise RegistryError("publisher_exists")
+                raise RegistryError(ErrorCode.PUBLISHER_EXISTS)
             for ns in st.namespaces:
                 if ns in self._namespace_owner:
-                    raise RegistryError("namespace_in_use")
+                    raise RegistryError(ErrorCode.NAMESPACE_IN_USE)
             verifiers = self._new_keys(st.verifiers())
             state = PublisherState(st.publisher, st.namespaces, index)
             for v in verifiers:
@@ -193,9 +203,9 @@ class PublisherRegistry:
             self._publishers[st.publisher] = state
             return
         if current is None:
-            raise RegistryError("unknown_publisher")
+            raise RegistryError(ErrorCode.PUBLISHER_NOT_REGISTERED)
         if current.revoked:
-            raise RegistryError("publisher_revoked")
+            raise RegistryError(ErrorCode.PUBLISHER_ALREADY_REVOKED)
         if action == "add_key":
             for v in self._new_keys(st.verifiers()):
                 self._add_key(current, v, index)
@@ -204,9 +214,9 @@ class PublisherRegistry:
             for v in st.verifiers():
                 ks = current.keys.get(v.key_id)
                 if ks is None or ks.verifier != v:
-                    raise RegistryError("unknown_key")
+                    raise RegistryError(ErrorCode.KEY_NOT_REGISTERED)
                 if ks.revoked:
-                    raise RegistryError("key_already_revoked")
+                    raise RegistryError(ErrorCode.KEY_ALREADY_REVOKED)
                 targets.append(ks)
             for ks in targets:
                 ks.revoked_at = index
@@ -220,7 +230,7 @@ class PublisherRegistry:
         for v in verifiers:
             kid, raw = bytes(v.key_id), bytes(v.public_key)
             if kid in self._key_id_owner or raw in self._raw_key_owner or kid in ids or raw in raws:
-                raise RegistryError("key_in_use")
+                raise RegistryError(ErrorCode.KEY_IN_USE)
             ids.add(kid)
             raws.add(raw)
         return verifiers
@@ -234,29 +244,27 @@ class PublisherRegistry:
 
     def authorize(self, envelope: Envelope) -> None:
         """Refuse ``envelope`` unless an active key of its active publisher signed it
-        and the publisher owns the tool's namespace."""
+        (NoticeSignatureError if the signature does not verify) and the publisher
+        owns the tool's namespace."""
         notice = envelope.notice
         state = self._publishers.get(notice.publisher)
         if state is None:
-            raise AuthorizationError("unknown_publisher")
+            raise AuthorizationError(ErrorCode.UNKNOWN_PUBLISHER)
         key = state.keys.get(envelope.key_id)
         if key is None:
-            raise AuthorizationError("unknown_key")
-        try:
-            envelope.verify(key.verifier)
-        except NoticeSignatureError:
-            raise AuthorizationError("bad_signature") from None
+            raise AuthorizationError(ErrorCode.UNKNOWN_KEY)
+        envelope.verify(key.verifier)
         if state.revoked:
-            raise AuthorizationError("publisher_revoked")
+            raise AuthorizationError(ErrorCode.PUBLISHER_REVOKED)
         if key.revoked:
-            raise AuthorizationError("key_revoked")
+            raise AuthorizationError(ErrorCode.KEY_REVOKED)
         if notice.namespace not in state.namespaces:
-            raise AuthorizationError("namespace_not_authorized")
+            raise AuthorizationError(ErrorCode.NAMESPACE_NOT_AUTHORIZED)
 
     def check_sequence(self, notice: Notice) -> None:
-        """Refuse a sequence that does not exceed the publisher's last one (409)."""
+        """Refuse a sequence that does not exceed the publisher's last one."""
         if notice.sequence <= self._sequences.get(notice.publisher, 0):
-            raise ConflictError("sequence_not_increasing")
+            raise ConflictError(ErrorCode.SEQUENCE_NOT_INCREASING)
 
     def record_sequence(self, notice: Notice) -> None:
         """Check, then advance the publisher's sequence to ``notice.sequence``."""
@@ -279,7 +287,7 @@ class PublisherRegistry:
             or target.publisher != notice.publisher
             or target.tool_id != notice.tool_id
         ):
-            raise ConflictError("bad_withdraw_target")
+            raise ConflictError(ErrorCode.BAD_WITHDRAW_TARGET)
 
     # --- snapshots ----------------------------------------------------------
 
@@ -299,12 +307,12 @@ class PublisherRegistry:
         except RegistryError:
             raise
         except (DeplogError, KeyError, TypeError, ValueError, AttributeError):
-            raise RegistryError("bad_snapshot") from None
+            raise RegistryError(ErrorCode.BAD_SNAPSHOT) from None
 
     @classmethod
     def _from_json(cls, obj: object) -> PublisherRegistry:
         if not isinstance(obj, dict) or obj.get("format") != SNAPSHOT_FORMAT:
-            raise RegistryError("bad_snapshot")
+            raise RegistryError(ErrorCode.BAD_SNAPSHOT)
         reg = cls()
         for p in obj["publishers"]:
             name = p["publisher"]
@@ -315,38 +323,38 @@ class PublisherRegistry:
                 or not all(isinstance(ns, str) for ns in namespaces)
                 or any(ns in reg._namespace_owner for ns in namespaces)
             ):
-                raise RegistryError("bad_snapshot")
+                raise RegistryError(ErrorCode.BAD_SNAPSHOT)
             state = PublisherState(
                 name, namespaces, _index(p["registered_at"]), revoked_at=_opt_index(p["revoked_at"])
             )
             if (p["status"] == "revoked") != state.revoked:
-                raise RegistryError("bad_snapshot")
+                raise RegistryError(ErrorCode.BAD_SNAPSHOT)
             for k in p["keys"]:
                 try:
                     v = Verifier.parse(k["key"])
                 except KeyFormatError:
-                    raise RegistryError("bad_snapshot") from None
+                    raise RegistryError(ErrorCode.BAD_SNAPSHOT) from None
                 try:
                     reg._new_keys((v,))
                 except RegistryError:
-                    raise RegistryError("bad_snapshot") from None
+                    raise RegistryError(ErrorCode.BAD_SNAPSHOT) from None
                 reg._add_key(state, v, _index(k["added_at"]))
                 state.keys[bytes(v.key_id)].revoked_at = _opt_index(k["revoked_at"])
                 if (k["status"] == "revoked") != state.keys[bytes(v.key_id)].revoked:
-                    raise RegistryError("bad_snapshot")
+                    raise RegistryError(ErrorCode.BAD_SNAPSHOT)
             for ns in namespaces:
                 reg._namespace_owner[ns] = name
             reg._publishers[name] = state
         for name, seq in obj["sequences"].items():
             if name not in reg._publishers:
-                raise RegistryError("bad_snapshot")
+                raise RegistryError(ErrorCode.BAD_SNAPSHOT)
             reg._sequences[name] = _index(seq)
         return reg
 
 
 def _index(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise RegistryError("bad_snapshot")
+        raise RegistryError(ErrorCode.BAD_SNAPSHOT)
     return value
 
 

@@ -5,24 +5,27 @@ the log; a follower advancing its trusted state and an auditor replaying a
 whole log re-check every logged entry with this one implementation, so the
 three can never disagree about what the log may contain:
 
-1. The leaf decodes as a canonical entry (``malformed_entry``).
+1. The leaf decodes as a canonical entry (``bad_leaf``).
 2. A publisher entry carries the log key's signature and is a valid registry
    transition (``bad_publisher_entry``).
 3. A notice is signed by a key of its publisher that is active at this point,
    the publisher is active and owns the tool's namespace (``unauthorized_notice``).
-4. Its sequence number exceeds the publisher's previous one (``sequence_not_increasing``).
+4. Its sequence number exceeds the publisher's previous one (``replayed_notice``).
 5. A withdraw names an earlier deprecate or revoke notice of the same
-   publisher about the same tool (``bad_withdraw_target``).
+   publisher about the same tool (``invalid_withdraw``).
 
 Failures raise ``RuleViolation`` with the rule's code, the entry's index and
-the underlying error's code as ``cause``.
+the underlying error's code as ``cause`` (the code the authority would have
+refused the entry with, such as ``unknown_key`` or ``sequence_not_increasing``).
+The follower and the auditor both let it through unchanged: it is the same
+finding whoever makes it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from deplog.client.errors import DeplogError, VerificationError
+from deplog.client.errors import DeplogError, ErrorCode, VerificationError
 from deplog.client.model.entries import Entry, NoticeEntry, PublisherEntry, decode_entry
 from deplog.client.model.registry import NoticeRef, PublisherRegistry
 from deplog.client.tlog.note import Verifier
@@ -40,9 +43,17 @@ TargetLookup = Callable[[int], NoticeRef | None]
 class RuleViolation(VerificationError):
     """A logged entry that the authority should never have admitted."""
 
-    code = "rule_violation"
+    codes = frozenset(
+        {
+            ErrorCode.BAD_LEAF,
+            ErrorCode.BAD_PUBLISHER_ENTRY,
+            ErrorCode.UNAUTHORIZED_NOTICE,
+            ErrorCode.REPLAYED_NOTICE,
+            ErrorCode.INVALID_WITHDRAW,
+        }
+    )
 
-    def __init__(self, code: str, index: int, cause: str | None = None) -> None:
+    def __init__(self, code: ErrorCode, index: int, cause: ErrorCode | None = None) -> None:
         super().__init__(code, f"entry {index}: {code}" + (f" ({cause})" if cause else ""))
         self.index = index
         self.cause = cause
@@ -63,12 +74,12 @@ class EntryChecker:
         try:
             entry = decode_entry(leaf)
         except DeplogError as err:
-            raise RuleViolation("malformed_entry", index, err.code) from None
+            raise RuleViolation(ErrorCode.BAD_LEAF, index, err.code) from None
         if isinstance(entry, PublisherEntry):
             try:
                 self.registry.apply(index, entry, self.log_key)
             except DeplogError as err:
-                raise RuleViolation("bad_publisher_entry", index, err.code) from None
+                raise RuleViolation(ErrorCode.BAD_PUBLISHER_ENTRY, index, err.code) from None
             return entry
         self._check_notice(index, entry)
         return entry
@@ -78,11 +89,11 @@ class EntryChecker:
         try:
             self.registry.authorize(entry.envelope)
         except DeplogError as err:
-            raise RuleViolation("unauthorized_notice", index, err.code) from None
+            raise RuleViolation(ErrorCode.UNAUTHORIZED_NOTICE, index, err.code) from None
         try:
             self.registry.record_sequence(notice)
         except DeplogError as err:
-            raise RuleViolation("sequence_not_increasing", index, err.code) from None
+            raise RuleViolation(ErrorCode.REPLAYED_NOTICE, index, err.code) from None
         if notice.action == "withdraw":
             target = None
             if notice.withdraws is not None and notice.withdraws < index:
@@ -90,4 +101,4 @@ class EntryChecker:
             try:
                 PublisherRegistry.check_withdraw(notice, target)
             except DeplogError as err:
-                raise RuleViolation("bad_withdraw_target", index, err.code) from None
+                raise RuleViolation(ErrorCode.INVALID_WITHDRAW, index, err.code) from None

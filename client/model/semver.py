@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from deplog.client.errors import FormatError
+from deplog.client.errors import ErrorCode, FormatError
 
 __all__ = ["MAX_VERSION_LENGTH", "SemverError", "Version", "is_version"]
 
@@ -33,7 +33,7 @@ _VERSION_RE = re.compile(
 class SemverError(FormatError):
     """A string that is not a SemVer 2.0.0 version."""
 
-    code = "bad_version"
+    code = ErrorCode.BAD_VERSION
 
 
 # A precedence key: (major, minor, patch, is_release, prerelease identifiers)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.notice import (
     Notice,
     Replacement,
@@ -49,8 +49,7 @@ STATUSES: Final[tuple[str, ...]] = ("active", "deprecated", "sunset", "revoked")
 class StatusError(DeplogError):
     """A notice that cannot be folded in: out of log order, or a withdraw with no target."""
 
-    code = "bad_status_fold"
-    http_status: int = 409
+    codes = frozenset({ErrorCode.INDEX_NOT_INCREASING, ErrorCode.UNKNOWN_WITHDRAW_TARGET})
 
 
 @dataclass(frozen=True)
@@ -137,13 +136,13 @@ class StatusIndex:
     def apply(self, index: int, notice: Notice) -> None:
         """Fold in the notice at log ``index``; indexes must strictly increase."""
         if index <= self._last_index:
-            raise StatusError("index_not_increasing")
+            raise StatusError(ErrorCode.INDEX_NOT_INCREASING)
         tool = self._tools.get(notice.tool_id)
         if notice.action == "withdraw":
             assert notice.withdraws is not None  # guaranteed by Notice.from_json
             target = tool.notices.get(notice.withdraws) if tool is not None else None
             if target is None or target.publisher != notice.publisher:
-                raise StatusError("bad_withdraw_target")
+                raise StatusError(ErrorCode.UNKNOWN_WITHDRAW_TARGET)
             assert tool is not None
             tool.withdrawals.setdefault(notice.withdraws, []).append((index, notice.effective_at))
             tool.withdraws[index] = notice

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from deplog.client.errors import FormatError, VerificationError
+from deplog.client.errors import ErrorCode, FormatError, VerificationError
 from deplog.client.tlog.note import (
     SIG_TYPE_ED25519,
     KeyFormatError,
@@ -54,13 +54,13 @@ _CONTROL = re.compile(r"[\x00-\x1f]")
 class CheckpointFormatError(FormatError):
     """Note text that is not a well-formed checkpoint body."""
 
-    code = "malformed_checkpoint"
+    code = ErrorCode.MALFORMED_CHECKPOINT
 
 
 class WrongOriginError(VerificationError):
     """A checkpoint whose origin is not the one expected (by default the log key's name)."""
 
-    code = "wrong_origin"
+    code = ErrorCode.WRONG_ORIGIN
 
 
 def parse_decimal(text: str) -> int | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deplog.client.errors import VerificationError
+from deplog.client.errors import ErrorCode, VerificationError
 from deplog.client.tlog.note import (
     SIG_TYPE_COSIGNATURE_V1,
     NoteSignature,
@@ -39,7 +39,8 @@ TIMESTAMP_SIZE = 8
 class CosignatureError(VerificationError):
     """A cosignature that is not valid for the checkpoint and cosigner key."""
 
-    code = "bad_cosignature"
+    codes = frozenset({ErrorCode.BAD_COSIGNATURE, ErrorCode.WRONG_COSIGNER})
+    code = ErrorCode.BAD_COSIGNATURE
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def verify_cosignature(text: str, signature: NoteSignature, verifier: Verifier) 
     if verifier.sig_type != SIG_TYPE_COSIGNATURE_V1:
         raise ValueError("verify cosignatures with a type 0x04 key")
     if signature.name != verifier.name or signature.key_id != verifier.key_id:
-        raise CosignatureError("wrong_cosigner", "signature is by another key")
+        raise CosignatureError(ErrorCode.WRONG_COSIGNER, "signature is by another key")
     if not verifier.verify_note_signature(text.encode("utf-8"), signature.signature):
         raise CosignatureError()
     timestamp = int.from_bytes(signature.signature[:TIMESTAMP_SIZE], "big")

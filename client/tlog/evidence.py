@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from deplog.client.errors import DeplogError, FormatError, VerificationError
+from deplog.client.errors import DeplogError, ErrorCode, FormatError, VerificationError
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.proofs import ConsistencyProof, ProofError, verify_consistency
@@ -59,13 +59,20 @@ _PROVEN = {CONFLICTING_ROOTS: True, FAILING_PROOF: False}
 class EvidenceFormatError(FormatError):
     """A file that is not fork evidence."""
 
-    code = "malformed_evidence"
+    code = ErrorCode.MALFORMED_EVIDENCE
 
 
 class EvidenceError(VerificationError):
     """Evidence that does not show what it claims."""
 
-    code = "not_evidence"
+    codes = frozenset(
+        {
+            ErrorCode.OTHER_LOG,
+            ErrorCode.NO_CONFLICT,
+            ErrorCode.NO_PROOF,
+            ErrorCode.FINDING_MISMATCH,
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -157,44 +164,48 @@ class ForkEvidence:
         """
         finding = self._check(log_key, origin)
         if finding != self.finding:
-            raise EvidenceError("finding_mismatch", "the file states another finding")
+            raise EvidenceError(ErrorCode.FINDING_MISMATCH, "the file states another finding")
         return finding
 
     def _check(self, log_key: Verifier, origin: str | None) -> str:
         if self.log_key != log_key.vkey():
-            raise EvidenceError("other_log", "evidence is about another log key")
+            raise EvidenceError(ErrorCode.OTHER_LOG, "evidence is about another log key")
         first, _ = open_checkpoint(self.first, log_key, origin)
         second, _ = open_checkpoint(self.second, log_key, origin)
         if first.size == second.size:
             if first.root_hash == second.root_hash:
-                raise EvidenceError("no_conflict", "the checkpoints agree")
+                raise EvidenceError(ErrorCode.NO_CONFLICT, "the checkpoints agree")
             return CONFLICTING_ROOTS
         old, new = (first, second) if first.size < second.size else (second, first)
         if self.proof is None:
-            raise EvidenceError("no_proof", "checkpoints of different sizes need the served proof")
-        if (self.proof.old, self.proof.new) != (old.size, new.size):
-            raise EvidenceError("proof_mismatch", "the proof is for other sizes")
+            raise EvidenceError(
+                ErrorCode.NO_PROOF, "checkpoints of different sizes need the served proof"
+            )
+        self.proof.check_sizes(old.size, new.size)
         try:
             verify_consistency(old.size, new.size, old.root_hash, new.root_hash, self.proof.hashes)
         except ProofError:
             return FAILING_PROOF
-        raise EvidenceError("no_conflict", "the proof verifies: the checkpoints are consistent")
+        raise EvidenceError(
+            ErrorCode.NO_CONFLICT, "the proof verifies: the checkpoints are consistent"
+        )
 
 
 def write_evidence(directory: Path, evidence: ForkEvidence) -> Path:
     """Save evidence durably; returns the file's path.
 
     The name says the finding (``fork-evidence-`` when proven,
-    ``suspected-fork-`` when not) and is derived from the signed checkpoints
-    and the proof, so the same observation seen again (a retried sync) keeps
-    its one file and its first detection time instead of piling up copies.
+    ``suspected-fork-`` when not) and is derived from the two checkpoints'
+    texts only (not their signatures, nor the proof), so the same pair seen
+    again (a retried sync, a re-cosigned checkpoint, another corrupted proof)
+    keeps its one file and its first detection time: files grow only with
+    checkpoints the log signed, never with what the network path makes up.
     """
     directory.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    for part in (evidence.first, evidence.second):
-        digest.update(len(part).to_bytes(8, "big") + part)
-    if evidence.proof is not None:
-        digest.update(b"".join(evidence.proof.hashes))
+    for note in (evidence.first, evidence.second):
+        text = note.split(b"\n\n", 1)[0]
+        digest.update(len(text).to_bytes(8, "big") + text)
     kind = "fork-evidence" if evidence.proven else "suspected-fork"
     path = directory / f"{kind}-{digest.hexdigest()[:24]}.json"
     if path.exists():

@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.tlog.note import SIG_TYPE_ED25519, Signer
 
 __all__ = [
@@ -32,7 +32,7 @@ __all__ = [
 class KeyFileError(DeplogError):
     """A key file that is missing, unreadable, malformed or readable by others."""
 
-    code = "key_file"
+    codes = frozenset({ErrorCode.KEY_MISSING, ErrorCode.KEY_PERMISSIONS, ErrorCode.KEY_MALFORMED})
 
 
 def key_file_name(name: str) -> str:
@@ -65,13 +65,13 @@ def load_signer(keys_dir: Path, stem: str, sig_type: int = SIG_TYPE_ED25519) -> 
     try:
         mode = private.stat().st_mode
     except FileNotFoundError:
-        raise KeyFileError("key_missing", "private key file not found") from None
+        raise KeyFileError(ErrorCode.KEY_MISSING, "private key file not found") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise KeyFileError("key_permissions", "private key file must be mode 0600")
+        raise KeyFileError(ErrorCode.KEY_PERMISSIONS, "private key file must be mode 0600")
     try:
         return Signer.parse(private.read_text().strip(), sig_type)
     except DeplogError:
-        raise KeyFileError("key_malformed", "private key file is malformed") from None
+        raise KeyFileError(ErrorCode.KEY_MALFORMED, "private key file is malformed") from None
 
 
 def load_or_create_signer(

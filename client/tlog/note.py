@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import nacl.exceptions
 import nacl.signing
 
-from deplog.client.errors import FormatError, VerificationError
+from deplog.client.errors import ErrorCode, FormatError, VerificationError
 
 __all__ = [
     "COSIGNATURE_V1_SIZE",
@@ -100,25 +100,26 @@ _BAD_NAME_CATEGORIES = ("Zs", "Zl", "Zp", "Cs")
 class NoteFormatError(FormatError):
     """Bytes that are not a well-formed signed note."""
 
-    code = "malformed_note"
+    code = ErrorCode.MALFORMED_NOTE
 
 
 class KeyFormatError(FormatError):
     """A key, key name or key encoding that is malformed or inconsistent."""
 
-    code = "bad_key"
+    codes = frozenset({ErrorCode.BAD_KEY, ErrorCode.AMBIGUOUS_KEY})
+    code = ErrorCode.BAD_KEY
 
 
 class InvalidNoteSignatureError(VerificationError):
     """A signature from a configured key that does not verify: the note is rejected."""
 
-    code = "bad_signature"
+    code = ErrorCode.BAD_NOTE_SIGNATURE
 
 
 class UnverifiedNoteError(VerificationError):
     """A well-formed note that carries no valid signature from any configured key."""
 
-    code = "unverified_note"
+    code = ErrorCode.UNVERIFIED_NOTE
 
 
 def decode_base64(text: str) -> bytes | None:
@@ -448,7 +449,9 @@ def open_note(msg: bytes, verifiers: Iterable[Verifier]) -> Note:
     known: dict[tuple[str, bytes], Verifier] = {}
     for v in verifiers:
         if known.setdefault((v.name, v.key_id), v) != v:
-            raise KeyFormatError("ambiguous_key", "two configured keys share a name and key ID")
+            raise KeyFormatError(
+                ErrorCode.AMBIGUOUS_KEY, "two configured keys share a name and key ID"
+            )
     text, sigs = parse_note(msg)
     raw = text.encode("utf-8")
     verified: list[NoteSignature] = []

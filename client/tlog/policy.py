@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, Literal
 
-from deplog.client.errors import FormatError, VerificationError
+from deplog.client.errors import ErrorCode, FormatError, VerificationError
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.cosignature import Cosignature, cosignatures
 from deplog.client.tlog.note import (
@@ -113,7 +113,7 @@ _SURROGATES = "surrogateescape"
 class PolicyFormatError(FormatError):
     """A policy that breaks tlog-policy's syntax or rules; ``line`` is where, if known."""
 
-    code = "malformed_policy"
+    code = ErrorCode.MALFORMED_POLICY
 
     def __init__(self, detail: str, line: int | None = None) -> None:
         self.detail = detail
@@ -124,7 +124,9 @@ class PolicyFormatError(FormatError):
 class PolicyError(VerificationError):
     """A checkpoint that does not satisfy the policy (``code`` says which rule failed)."""
 
-    code = "policy_not_met"
+    codes = frozenset(
+        {ErrorCode.LOG_NOT_IN_POLICY, ErrorCode.QUORUM_NOT_MET, ErrorCode.STALE_CHECKPOINT}
+    )
 
 
 class NoQuorum(enum.Enum):
@@ -461,7 +463,7 @@ class Policy:
 
         1. It must carry a valid signature by a policy log whose key name is
            its origin (tlog-policy "Defining a log"): no such log is
-           ``unknown_log``; a failing signature keeps the note's error code.
+           ``log_not_in_policy``; a failing signature keeps the note's error code.
         2. Cosignatures by policy witnesses are verified (lines by unknown keys
            are ignored; a witness's invalid line is ``bad_cosignature``). A
            witness counts at its newest cosignature; if that one is dated more
@@ -483,11 +485,13 @@ class Policy:
         ]
         when = self.quorum_time(valid)
         if when is None:
-            raise PolicyError("quorum_not_met", "the witness quorum has not cosigned")
+            raise PolicyError(ErrorCode.QUORUM_NOT_MET, "the witness quorum has not cosigned")
         if when is NO_QUORUM:
             return VerifiedCheckpoint(checkpoint, log, tuple(valid), None)
         if max_age is not None and now - when > max_age:
-            raise PolicyError("stale_checkpoint", "the quorum's newest cosignature is too old")
+            raise PolicyError(
+                ErrorCode.STALE_CHECKPOINT, "the quorum's newest cosignature is too old"
+            )
         return VerifiedCheckpoint(checkpoint, log, tuple(valid), when)
 
     def _open(self, note: bytes) -> tuple[Checkpoint, Verifier]:
@@ -502,7 +506,9 @@ class Policy:
         origin = text.split("\n", 1)[0]
         candidates = [log.verifier for log in self.logs if log.verifier.name == origin]
         if not candidates:
-            raise PolicyError("unknown_log", "the checkpoint is not from a policy log")
+            raise PolicyError(
+                ErrorCode.LOG_NOT_IN_POLICY, "the checkpoint is not from a policy log"
+            )
         failure: UnverifiedNoteError | None = None
         for verifier in candidates:
             try:

@@ -14,7 +14,10 @@ recursion yields leaf ranges (:func:`inclusion_ranges`,
 Verification (:func:`verify_inclusion`, :func:`verify_consistency`) follows the
 iterative algorithms of sections 2.1.3.2 and 2.1.4.2 and raises
 :class:`ProofError` on any failure. A proof never establishes a tree size on
-its own: sizes and roots must come from verified checkpoints.
+its own: sizes and roots must come from verified checkpoints, and a proof for
+other sizes than asked is refused (``proof_size_mismatch``). Leaves checked
+against a verified checkpoint must build exactly its tree, or
+:class:`TreeMismatchError` says how they do not.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from deplog.client.errors import FormatError, VerificationError
+from deplog.client.errors import ErrorCode, FormatError, VerificationError
 from deplog.client.tlog.note import decode_base64, encode_base64
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "ProofError",
     "ProofFormatError",
     "TreeFrontier",
+    "TreeMismatchError",
     "consistency_path",
     "consistency_ranges",
     "inclusion_path",
@@ -58,15 +62,42 @@ MAX_PROOF_HASHES = 64
 
 
 class ProofError(VerificationError):
-    """A proof that does not verify, or a proof request that cannot be answered."""
+    """A proof that does not verify or answers another question, or a request that cannot
+    be answered."""
 
-    code = "bad_proof"
+    codes = frozenset(
+        {
+            ErrorCode.BAD_PROOF_REQUEST,
+            ErrorCode.BAD_INCLUSION_PROOF,
+            ErrorCode.BAD_CONSISTENCY_PROOF,
+            ErrorCode.PROOF_SIZE_MISMATCH,
+        }
+    )
 
 
 class ProofFormatError(FormatError):
     """A proof in the HTTP JSON shape that is not well formed."""
 
-    code = "malformed_proof"
+    code = ErrorCode.MALFORMED_PROOF
+
+
+class TreeMismatchError(VerificationError):
+    """Leaves that do not build the tree a verified checkpoint describes.
+
+    ``index`` is the first leaf index present on one side only: the first
+    leaf past the checkpoint's size (``too_many_entries``) or the first one
+    missing (``missing_entries``); it is None for ``entries_root_mismatch``,
+    since a root covers every leaf and cannot point at one.
+    """
+
+    codes = frozenset(
+        {ErrorCode.TOO_MANY_ENTRIES, ErrorCode.MISSING_ENTRIES, ErrorCode.ENTRIES_ROOT_MISMATCH}
+    )
+
+    def __init__(self, code: ErrorCode, index: int | None) -> None:
+        where = "" if index is None else f" at index {index}"
+        super().__init__(code, f"the leaves do not build the checkpoint's tree{where}")
+        self.index = index
 
 
 def leaf_hash(data: bytes) -> bytes:
@@ -148,7 +179,7 @@ class TreeFrontier:
 
 def _check_generation_range(hashes: Sequence[bytes], size: int) -> None:
     if size > len(hashes):
-        raise ProofError("bad_proof_request", "tree size exceeds the known leaves")
+        raise ProofError(ErrorCode.BAD_PROOF_REQUEST, "tree size exceeds the known leaves")
 
 
 def inclusion_path(hashes: Sequence[bytes], index: int, size: int) -> list[bytes]:
@@ -166,7 +197,7 @@ def inclusion_ranges(index: int, size: int) -> list[tuple[int, int]]:
     of two not above ``hi - lo``.
     """
     if not 0 <= index < size:
-        raise ProofError("bad_proof_request", "leaf index outside the tree")
+        raise ProofError(ErrorCode.BAD_PROOF_REQUEST, "leaf index outside the tree")
 
     def path(m: int, lo: int, hi: int) -> list[tuple[int, int]]:
         n = hi - lo
@@ -196,7 +227,7 @@ def consistency_ranges(old_size: int, new_size: int) -> list[tuple[int, int]]:
     The counterpart of :func:`inclusion_ranges` for :func:`consistency_path`.
     """
     if not 0 <= old_size <= new_size:
-        raise ProofError("bad_proof_request", "old size exceeds new size")
+        raise ProofError(ErrorCode.BAD_PROOF_REQUEST, "old size exceeds new size")
     if old_size in (0, new_size):
         return []
 
@@ -235,12 +266,12 @@ def verify_inclusion(
         or len(proof) > MAX_PROOF_HASHES
         or not _are_hashes([leaf_hash, root, *proof])
     ):
-        raise ProofError("bad_inclusion_proof", "inclusion proof does not apply")
+        raise ProofError(ErrorCode.BAD_INCLUSION_PROOF, "inclusion proof does not apply")
     fn, sn = index, size - 1
     r = leaf_hash
     for p in proof:
         if sn == 0:
-            raise ProofError("bad_inclusion_proof", "inclusion proof is too long")
+            raise ProofError(ErrorCode.BAD_INCLUSION_PROOF, "inclusion proof is too long")
         if fn & 1 or fn == sn:
             r = node_hash(p, r)
             while fn and not fn & 1:
@@ -251,7 +282,7 @@ def verify_inclusion(
         fn >>= 1
         sn >>= 1
     if sn != 0 or r != root:
-        raise ProofError("bad_inclusion_proof", "inclusion proof does not verify")
+        raise ProofError(ErrorCode.BAD_INCLUSION_PROOF, "inclusion proof does not verify")
 
 
 def verify_consistency(
@@ -271,17 +302,17 @@ def verify_consistency(
         or len(proof) > MAX_PROOF_HASHES
         or not _are_hashes([old_root, new_root, *proof])
     ):
-        raise ProofError("bad_consistency_proof", "consistency proof does not apply")
+        raise ProofError(ErrorCode.BAD_CONSISTENCY_PROOF, "consistency proof does not apply")
     if old_size == 0:
         if proof or old_root != EMPTY_ROOT:
-            raise ProofError("bad_consistency_proof", "proof from the empty tree is empty")
+            raise ProofError(ErrorCode.BAD_CONSISTENCY_PROOF, "proof from the empty tree is empty")
         return
     if old_size == new_size:
         if proof or old_root != new_root:
-            raise ProofError("bad_consistency_proof", "equal sizes need equal roots")
+            raise ProofError(ErrorCode.BAD_CONSISTENCY_PROOF, "equal sizes need equal roots")
         return
     if not proof:
-        raise ProofError("bad_consistency_proof", "consistency proof is empty")
+        raise ProofError(ErrorCode.BAD_CONSISTENCY_PROOF, "consistency proof is empty")
     path = list(proof)
     # Step 2: when the old tree is a complete subtree, its root is the first node.
     if old_size & (old_size - 1) == 0:
@@ -293,7 +324,7 @@ def verify_consistency(
     fr = sr = path[0]
     for c in path[1:]:
         if sn == 0:
-            raise ProofError("bad_consistency_proof", "consistency proof is too long")
+            raise ProofError(ErrorCode.BAD_CONSISTENCY_PROOF, "consistency proof is too long")
         if fn & 1 or fn == sn:
             fr = node_hash(c, fr)
             sr = node_hash(c, sr)
@@ -305,7 +336,7 @@ def verify_consistency(
         fn >>= 1
         sn >>= 1
     if sn != 0 or fr != old_root or sr != new_root:
-        raise ProofError("bad_consistency_proof", "consistency proof does not verify")
+        raise ProofError(ErrorCode.BAD_CONSISTENCY_PROOF, "consistency proof does not verify")
 
 
 def _size_field(obj: dict[str, Any], key: str) -> int:
@@ -387,6 +418,12 @@ class ConsistencyProof:
             raise ProofFormatError(message="old size must not exceed new size")
         if len(self.hashes) > MAX_PROOF_HASHES or not _are_hashes(self.hashes):
             raise ProofFormatError(message="hashes are 32 bytes, at most 64 of them")
+
+    def check_sizes(self, old: int, new: int) -> None:
+        """Refuse a proof for other sizes than the two checkpoints' (``proof_size_mismatch``):
+        a proof never smuggles in a size."""
+        if (self.old, self.new) != (old, new):
+            raise ProofError(ErrorCode.PROOF_SIZE_MISMATCH, "the proof is for other sizes")
 
     def verify(self, old_root: bytes, new_root: bytes) -> None:
         """Check the proof between the roots of two verified checkpoints."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from deplog.client.errors import FormatError
+from deplog.client.errors import ErrorCode, FormatError
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, parse_decimal
 from deplog.client.tlog.note import (
     MAX_NOTE_SIZE,
@@ -55,7 +55,7 @@ MAX_RECEIPT_SIZE = 2 * MAX_NOTE_SIZE
 class ReceiptFormatError(FormatError):
     """Bytes that are not a well-formed ``c2sp.org/tlog-proof@v1`` receipt."""
 
-    code = "malformed_receipt"
+    code = ErrorCode.MALFORMED_RECEIPT
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from deplog.client.errors import FormatError, VerificationError
+from deplog.client.errors import ErrorCode, FormatError, VerificationError
 from deplog.client.tlog.proofs import (
     EMPTY_ROOT,
     HASH_SIZE,
@@ -118,27 +118,28 @@ _PATH: Final = re.compile(
 class TilePathError(FormatError):
     """A string that is not the one path of a tile some tree can have."""
 
-    code = "malformed_tile_path"
+    code = ErrorCode.MALFORMED_TILE_PATH
 
 
 class TileFormatError(FormatError):
     """Hash tile bytes that are not 32 bytes for each hash of the tile's width."""
 
-    code = "malformed_tile"
+    code = ErrorCode.MALFORMED_TILE
 
 
 class TileError(VerificationError):
     """A tile or entry bundle that does not hash to the verified tree it was read for."""
 
-    code = "bad_tile"
+    code = ErrorCode.BAD_TILE
 
 
 class BundleFormatError(FormatError):
     """A bundle that does not decode, or an entry that cannot be encoded; ``index`` says where."""
 
-    code = "malformed_bundle"
+    codes = frozenset({ErrorCode.MALFORMED_BUNDLE, ErrorCode.ENTRY_TOO_LARGE})
+    code = ErrorCode.MALFORMED_BUNDLE
 
-    def __init__(self, index: int, message: str, code: str | None = None) -> None:
+    def __init__(self, index: int, message: str, code: ErrorCode | None = None) -> None:
         super().__init__(code, message)
         self.index = index
 
@@ -251,20 +252,20 @@ def parse_tile_path(path: str) -> HashTile | EntryTile:
 
 def _check_size(size: int) -> None:
     if not (_is_int(size) and 0 <= size <= MAX_TREE_SIZE):
-        raise ProofError("bad_proof_request", "tree size outside 0..2^63-1")
+        raise ProofError(ErrorCode.BAD_PROOF_REQUEST, "tree size outside 0..2^63-1")
 
 
 def _check_index(index: int, size: int) -> None:
     _check_size(size)
     if not (_is_int(index) and 0 <= index < size):
-        raise ProofError("bad_proof_request", "leaf index outside the tree")
+        raise ProofError(ErrorCode.BAD_PROOF_REQUEST, "leaf index outside the tree")
 
 
 def _check_sizes(old: int, new: int) -> None:
     _check_size(old)
     _check_size(new)
     if old > new:
-        raise ProofError("bad_proof_request", "old size exceeds new size")
+        raise ProofError(ErrorCode.BAD_PROOF_REQUEST, "old size exceeds new size")
 
 
 def _level_tiles(level: int, size: int, since: int) -> Iterator[tuple[int, int]]:
@@ -307,7 +308,7 @@ def _tile_in_tree(level: int, index: int, size: int) -> HashTile:
         return HashTile(level, index)
     if index == hashes >> TILE_HEIGHT and hashes % TILE_WIDTH:
         return HashTile(level, index, hashes % TILE_WIDTH)
-    raise ProofError("bad_proof_request", "the tree has no such tile")
+    raise ProofError(ErrorCode.BAD_PROOF_REQUEST, "the tree has no such tile")
 
 
 # Hash tiles and entry bundles (rule 4)
@@ -333,7 +334,7 @@ def encode_entries(entries: Iterable[bytes]) -> Iterator[bytes]:
     """Each entry's bundle encoding, in order and one at a time, so a stream stays a stream."""
     for index, entry in enumerate(entries):
         if len(entry) > MAX_ENTRY_SIZE:
-            raise BundleFormatError(index, "entry is over 65535 bytes", "entry_too_large")
+            raise BundleFormatError(index, "entry is over 65535 bytes", ErrorCode.ENTRY_TOO_LARGE)
         yield len(entry).to_bytes(_LENGTH_PREFIX, "big") + bytes(entry)
 
 
@@ -461,9 +462,9 @@ class _VerifiedTiles:
 def _check_tree(size: int, root: bytes) -> None:
     _check_size(size)
     if not isinstance(root, bytes) or len(root) != HASH_SIZE:
-        raise ProofError("bad_proof_request", "a root is 32 bytes")
+        raise ProofError(ErrorCode.BAD_PROOF_REQUEST, "a root is 32 bytes")
     if size == 0 and root != EMPTY_ROOT:
-        raise ProofError("bad_proof_request", "the empty tree's root is SHA-256 of nothing")
+        raise ProofError(ErrorCode.BAD_PROOF_REQUEST, "the empty tree's root is SHA-256 of nothing")
 
 
 def _prove(
@@ -518,7 +519,7 @@ def tree_hash(old_size: int, size: int, root: bytes, read_tile: ReadTile) -> byt
 def _level0_tile(bundle: EntryTile, size: int) -> HashTile:
     tile = _tile_in_tree(0, bundle.index, size)
     if tile.width != bundle.width:
-        raise ProofError("bad_proof_request", "the tree has no such entry bundle")
+        raise ProofError(ErrorCode.BAD_PROOF_REQUEST, "the tree has no such entry bundle")
     return tile
 
 

@@ -20,6 +20,7 @@ from deplog.client.follow.source import FetchError
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.keyfile import key_file_name
 from deplog.client.tlog.note import Signer, Verifier
+from deplog.client.tlog.proofs import TreeMismatchError
 from tests.builders import make_envelope, notice_leaf
 from tests.integration.harness import ORIGIN, AuthorityProcess
 from tests.integration.scripted_authority import (
@@ -284,9 +285,9 @@ async def test_export_refuses_leaves_that_miss_the_checkpoint_root(
     stub.rewrite_page = lambda start, leaves: [
         b"substituted" if i == 1500 else leaf for i, leaf in enumerate(leaves, start)
     ]
-    with pytest.raises(ExportError) as caught:
+    with pytest.raises(TreeMismatchError) as caught:
         await export_from(stub.url, tmp_path)
-    assert caught.value.code == "root_mismatch"
+    assert caught.value.code == "entries_root_mismatch"
     assert list(tmp_path.iterdir()) == []
 
 

@@ -38,21 +38,15 @@ from deplog.client.follow.follower import SUSPICION_ESCALATION, Follower
 from deplog.client.follow.http import MAX_CHECKPOINT_BYTES
 from deplog.client.follow.source import FetchError
 from deplog.client.follow.state import LocalState
-from deplog.client.follow.trust import (
-    CheckpointRejectedError,
-    EntryRejectedError,
-    ForkError,
-    ProofRejectedError,
-    RollbackError,
-    SuspectedForkError,
-)
+from deplog.client.follow.trust import ForkError, RollbackError, SuspectedForkError
 from deplog.client.model.entries import NoticeEntry, encode_entry
+from deplog.client.model.rules import RuleViolation
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.evidence import EVIDENCE_FORMAT
 from deplog.client.tlog.evidence import read_evidence as load_evidence
-from deplog.client.tlog.note import Signer, Verifier
-from deplog.client.tlog.proofs import ConsistencyProof
-from tests.builders import make_envelope, register
+from deplog.client.tlog.note import Signer, UnverifiedNoteError, Verifier
+from deplog.client.tlog.proofs import ConsistencyProof, ProofError
+from tests.builders import InProcessLogSource, make_envelope, register
 from tests.integration.scripted_authority import (
     STREAM,
     Raw,
@@ -60,7 +54,6 @@ from tests.integration.scripted_authority import (
     running,
     signed_log,
 )
-from tests.local_log import InProcessLogSource
 
 ORIGIN = "hostile.deplog.example/log"
 TRUSTED_SIZE = 4
@@ -221,7 +214,7 @@ async def test_a_checkpoint_signed_by_another_key_is_rejected(
     same_tree = Checkpoint(ORIGIN, log.published.size, log.published.root)
     server.checkpoint = sign_checkpoint(same_tree, Signer.generate(ORIGIN))
 
-    with pytest.raises(CheckpointRejectedError):
+    with pytest.raises(UnverifiedNoteError):
         await follower.sync()
     assert_state_unchanged(follower, trusted)
 
@@ -306,8 +299,9 @@ async def test_a_proof_between_other_sizes_than_requested_is_rejected(
     grow(log, publisher, 2)
     server.proof = await InProcessLogSource(log).consistency(old, new)
 
-    with pytest.raises(ProofRejectedError):
+    with pytest.raises(ProofError) as refused:
         await follower.sync()
+    assert refused.value.code == "proof_size_mismatch"
     assert_state_unchanged(follower, trusted)
 
 
@@ -326,7 +320,7 @@ async def test_an_entry_with_one_byte_changed_is_rejected_at_its_index(
         for i, leaf in enumerate(leaves, start)
     ]
 
-    with pytest.raises(EntryRejectedError) as refused:
+    with pytest.raises(RuleViolation) as refused:
         await follower.sync()
     assert (refused.value.code, refused.value.index) == ("unauthorized_notice", tampered)
     assert refused.value.cause == "bad_signature"
@@ -343,7 +337,7 @@ async def test_a_refused_advance_leaves_the_follower_able_to_advance_later(
         change_one_byte_of_message(leaf) if i == last else leaf
         for i, leaf in enumerate(leaves, start)
     ]
-    with pytest.raises(EntryRejectedError):
+    with pytest.raises(RuleViolation):
         await follower.sync()
 
     server.serve(InProcessLogSource(log))
@@ -364,9 +358,9 @@ async def test_an_entry_left_out_of_a_range_is_rejected(
         leaf for i, leaf in enumerate(leaves, start) if i != hidden
     ]
 
-    with pytest.raises(EntryRejectedError) as refused:
+    with pytest.raises(RuleViolation) as refused:
         await follower.sync()
-    assert (refused.value.code, refused.value.index) == ("sequence_not_increasing", hidden + 1)
+    assert (refused.value.code, refused.value.index) == ("replayed_notice", hidden + 1)
     assert_state_unchanged(follower, trusted)
 
 
@@ -388,7 +382,7 @@ async def test_a_notice_by_an_unauthorized_key_is_rejected_even_under_a_signed_c
     ]
     server.serve(signed_log(log_signer, leaves))
 
-    with pytest.raises(EntryRejectedError) as refused:
+    with pytest.raises(RuleViolation) as refused:
         await follower.sync()
     assert (refused.value.code, refused.value.index) == ("unauthorized_notice", TRUSTED_SIZE + 1)
     assert refused.value.cause == "unknown_key"

@@ -152,4 +152,4 @@ def test_a_journal_file_that_is_not_an_envelope_stops_the_monitor_with_one_line(
     status = deplog_main(argv)
     assert status == 1
     err = capsys.readouterr().err
-    assert "bad_journal" in err and "Traceback" not in err
+    assert "bad_journal" in err and "acme-1.envelope.json" in err and "Traceback" not in err

@@ -18,9 +18,8 @@ from deplog.client.cache.guarded_cache import GuardedCache
 from deplog.client.follow.follower import Follower
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
-from tests.builders import make_envelope
+from tests.builders import ORIGIN, LocalLog, make_envelope
 from tests.integration.harness import AuthorityProcess
-from tests.local_log import ORIGIN, LocalLog
 
 JSON = {"Content-Type": "application/json"}
 TOOL = "tool:org.acme/search"

@@ -114,7 +114,7 @@ def test_a_tampered_subtree_hash_refuses_start(with_notices: AuthorityProcess) -
     conn.close()
     with pytest.raises(RuntimeError) as refused:
         with_notices.start()
-    assert "root_mismatch" in str(refused.value)
+    assert "stored_root_mismatch" in str(refused.value)
 
 
 def test_a_truncated_database_refuses_start(with_notices: AuthorityProcess) -> None:
