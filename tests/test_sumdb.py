@@ -1,4 +1,5 @@
-"""Any C2SP log, including one whose origin is not its key name: sum.golang.org.
+"""Any C2SP log, including one whose origin is not its key name: sum.golang.org, and a
+log of our own.
 
 The fixtures are genuine tree heads; the first tests check them with deplog's
 verifier, so every later test stands on signatures that really verify.
@@ -6,6 +7,7 @@ verifier, so every later test stands on signatures that really verify.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -17,13 +19,22 @@ from deplog.authority.witness.core import (
     Witness,
     WitnessState,
 )
+from deplog.client.cli.audit import EXIT_NOT_PROVEN
 from deplog.client.cli.main import main as deplog_main
-from deplog.client.tlog.checkpoint import WrongOriginError, open_checkpoint
+from deplog.client.tlog.checkpoint import Checkpoint, WrongOriginError, open_checkpoint
+from deplog.client.tlog.evidence import FAILING_PROOF, evidence_between, write_evidence
 from deplog.client.tlog.note import (
     SIG_TYPE_COSIGNATURE_V1,
     InvalidNoteSignatureError,
     Signer,
     UnverifiedNoteError,
+    sign_note,
+)
+from deplog.client.tlog.proofs import (
+    ConsistencyProof,
+    consistency_path,
+    leaf_hash,
+    root_from_leaf_hashes,
 )
 from tests import sumdb
 from tests.test_witness import add_checkpoint_body, verify_cosignature
@@ -118,3 +129,59 @@ def test_audit_checkpoint_with_origin_refuses_a_tampered_copy(
     tampered = sumdb.tampered(sumdb.checkpoints()[-1])
     assert audit_checkpoint(tampered, tmp_path, "--origin", sumdb.ORIGIN) == 1
     assert "Traceback" not in capsys.readouterr().err
+
+
+# -- a log of our own whose key name is not its origin ---------------------------------
+
+OWN_ORIGIN = "a log named otherwise"
+
+
+def own_tree(signer: Signer, size: int) -> bytes:
+    """A signed checkpoint of ``size`` synthetic leaves, origin ``OWN_ORIGIN``."""
+    hashes = [leaf_hash(b"leaf %d" % i) for i in range(size)]
+    checkpoint = Checkpoint(OWN_ORIGIN, size, root_from_leaf_hashes(hashes))
+    return sign_note(checkpoint.to_text(), signer)
+
+
+def own_proof(old: int, new: int) -> ConsistencyProof:
+    hashes = [leaf_hash(b"leaf %d" % i) for i in range(new)]
+    return ConsistencyProof(old, new, tuple(consistency_path(hashes, old, new)))
+
+
+@pytest.mark.parametrize("origin", [OWN_ORIGIN, None], ids=["with-origin", "without"])
+def test_audit_consistency_takes_the_origin_too(tmp_path: Path, origin: str | None) -> None:
+    signer = Signer.generate("key.example")
+    files = {"old": own_tree(signer, 3), "new": own_tree(signer, 7)}
+    for name, body in files.items():
+        (tmp_path / name).write_bytes(body)
+    (tmp_path / "proof").write_text(json.dumps(own_proof(3, 7).to_json()))
+    argv = ["audit", "consistency", "--log-key", signer.verifier().vkey()]
+    argv += [] if origin is None else ["--origin", origin]
+    argv += [str(tmp_path / n) for n in ("old", "new", "proof")]
+    assert deplog_main(argv) == (0 if origin else 1)
+
+
+def test_audit_evidence_takes_the_origin_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    signer = Signer.generate("key.example")
+    broken = own_proof(3, 7)
+    broken = ConsistencyProof(3, 7, (bytes(32), *broken.hashes[1:]))
+    path = write_evidence(
+        tmp_path,
+        evidence_between(
+            signer.verifier(), own_tree(signer, 3), own_tree(signer, 7), broken, "t", FAILING_PROOF
+        ),
+    )
+    argv = ["audit", "evidence", "--log-key", signer.verifier().vkey(), "--origin", OWN_ORIGIN]
+    assert deplog_main([*argv, str(path)]) == EXIT_NOT_PROVEN
+    assert capsys.readouterr().out.startswith("not proven: failing_proof")
+
+
+def test_audit_checkpoint_refuses_an_empty_origin_as_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as usage:
+        audit_checkpoint(sumdb.checkpoints()[0], tmp_path, "--origin", "")
+    assert usage.value.code == 2
+    assert "one non-empty line" in capsys.readouterr().err

@@ -34,12 +34,12 @@ import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.http import DEFAULT_TIMEOUT, HttpLogSource
 from deplog.client.follow.source import (
     PAGE_SIZE,
@@ -88,7 +88,7 @@ class FollowerCounters:
     """Pushed events dropped: over-long, malformed or not a verifiable checkpoint."""
     push_reconnects: int = 0
     """Times the checkpoint stream was reconnected after it ended or broke."""
-    last_evidence: Path | None = field(default=None)
+    last_evidence: Path | None = None
     """The unproven evidence file of the latest suspicion."""
 
 
@@ -295,7 +295,7 @@ class Follower:
                     failures = 0
                     await self._on_push(note)
             except FetchError as err:
-                if err.code != "fetch_failed":  # response_too_large, bad_response
+                if err.code != ErrorCode.FETCH_FAILED:  # response_too_large, bad_response
                     self.counters.push_dropped += 1
                 log.info("push stream lost: %s", err.code)
             if stop.is_set():
