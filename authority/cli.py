@@ -171,7 +171,11 @@ def _witness_setup(
             remote = RemoteWitness(external.url, session, options.timeout)
             tracks.append(WitnessTrack(external.verifier(), remote, True))
         witnessing = Witnessing(
-            tracks, state.consistency_proof, quorum=options.quorum, timeout=options.timeout
+            tracks,
+            state.consistency_proof,
+            quorum=options.quorum,
+            timeout=options.timeout,
+            supervisor=state.supervisor,
         )
         witnessing.session = session
         return witnessing

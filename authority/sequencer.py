@@ -11,6 +11,11 @@ delay gave both lower latency and higher throughput than 5 ms).
 A submission's future resolves only after its batch is committed and the
 checkpoint that includes it is signed and stored, so a 201 is durable.
 
+Batches and admin appends are committed and published one at a time, in
+order, so ``publish`` is never handed a checkpoint smaller than the one before.
+``failing`` is the code of the latest failed batch (the storage or the
+publication failed), None once a batch succeeds: ``/healthz`` reports it.
+
 ``stop`` drains: it refuses new submissions (``ShuttingDownError``), sequences
 everything already queued as usual, then closes the log, so no caller is ever
 left waiting on a submission that nobody will process.
@@ -112,7 +117,9 @@ class Sequencer:
         self._queue: asyncio.Queue[_Submission | None] = asyncio.Queue(self.limits.max_pending)
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._appending = asyncio.Lock()
         self.batches = 0
+        self.failing: str | None = None
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="sequencer")
@@ -156,10 +163,11 @@ class Sequencer:
         return await future
 
     async def append_publisher(self, statement: PublisherStatement) -> int:
-        index = await self.call(self.log.append_publisher, statement)
-        checkpoint = await self.call(self.log.publish)
-        await self.publish(checkpoint)
-        return index
+        async with self._appending:
+            index = await self.call(self.log.append_publisher, statement)
+            checkpoint = await self.call(self.log.publish)
+            await self.publish(checkpoint)
+            return index
 
     async def _run(self) -> None:
         """Sequence batches until stop's marker, which follows every earlier submission."""
@@ -182,19 +190,23 @@ class Sequencer:
     async def _process(self, batch: list[_Submission]) -> None:
         futures = [future for _, future in batch]
         try:
-            results = await self.call(self.log.sequence, [envelope for envelope, _ in batch])
-            checkpoint = self.log.published
-            assert checkpoint is not None
-            note = await self.publish(checkpoint)
+            async with self._appending:
+                results = await self.call(self.log.sequence, [envelope for envelope, _ in batch])
+                checkpoint = self.log.published
+                assert checkpoint is not None
+                note = await self.publish(checkpoint)
         except DeplogError as err:
+            self.failing = err.code
             _fail(futures, err)
             return
         except Exception:  # a bug, not bad input: fail the batch, keep serving
             log.exception("sequencing failed")
+            self.failing = StorageError.code
             _fail(futures, StorageError())
             return
         finally:
             self.batches += 1
+        self.failing = None
         for future, result in zip(futures, results, strict=True):
             if future.done():
                 continue

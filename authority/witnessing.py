@@ -17,14 +17,35 @@ and added to the served checkpoint as they arrive. A refresh loop re-submits
 the current checkpoint to every witness on an interval, so the served
 cosignatures always carry recent timestamps: that is what lets a client bound
 staleness by witness time instead of trusting the log's word.
+
+Rules:
+
+1. Cosignature lines are kept per (size, witness), for every size not below
+   the served one (``forget_below``): a witness that cosigns size S+1 before
+   S+1 is published does not take its line off the note served for S.
+2. ``note_for`` is a pure function of a checkpoint and the lines kept for its
+   very size; the server renders every served, pushed and receipted note
+   with it.
+3. ``witness_new`` raises ``EmbeddedWitnessUnavailableError`` (503
+   ``embedded_witness_unavailable``) unless every embedded witness cosigned the
+   checkpoint, and ``QuorumUnavailableError`` (503
+   ``witness_quorum_unavailable``) unless the quorum of external witnesses did.
+4. A witness that cannot cosign is a failed round, never an exception out of
+   ``cosign``: timeouts, HTTP and OS errors, refusals, and storage errors from
+   reading a consistency proof (``sqlite3.Error``). Each witness's failures are
+   counted; a run of the same failure is logged once, as one line, and its end
+   once.
+5. A witness already holding a larger size from this log is not asked to
+   cosign a smaller one (a superseded round, not a failure); a witness claiming
+   a size this log never gave it is reported as a possible fork.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +57,7 @@ import aiohttp
 from deplog.authority.http.status import http_status
 from deplog.authority.options import option
 from deplog.authority.storage.store import StoredCheckpoint
+from deplog.authority.supervise import Supervisor
 from deplog.authority.witness.core import SizeConflictError, Witness, WitnessState
 from deplog.authority.witness.server import SIZE_CONTENT_TYPE
 from deplog.client.errors import DeplogError, ErrorCode
@@ -54,6 +76,7 @@ from deplog.client.tlog.note import (
 __all__ = [
     "MAX_WITNESS_RESPONSE",
     "Cosigner",
+    "EmbeddedWitnessUnavailableError",
     "LocalWitness",
     "ProofSource",
     "QuorumUnavailableError",
@@ -88,6 +111,13 @@ class WitnessAnswerError(DeplogError):
     codes = frozenset(
         {ErrorCode.WITNESS_REFUSED, ErrorCode.BAD_WITNESS_RESPONSE, ErrorCode.NO_COSIGNATURE}
     )
+
+
+class EmbeddedWitnessUnavailableError(DeplogError):
+    """The embedded witness did not cosign: no receipt or served checkpoint without it."""
+
+    code = ErrorCode.EMBEDDED_WITNESS_UNAVAILABLE
+    retry_after = 2
 
 
 class Cosigner(Protocol):
@@ -161,10 +191,11 @@ class WitnessTrack:
     client: Cosigner
     external: bool
     size: int | None = None
-    cosignature: NoteSignature | None = None
     cosigned_size: int | None = None
     cosigned_at: float | None = None
     failures: int = 0
+    failing: str | None = None
+    """Why the latest request failed, None once it cosigned again (rule 4)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -195,7 +226,7 @@ def request_body(old: int, proof: Sequence[bytes], note: bytes) -> bytes:
 
 
 class Witnessing:
-    """The witnesses of one log, and the checkpoint it currently publishes."""
+    """The witnesses of one log and the cosignature lines they gave, per size (rules 1 to 5)."""
 
     def __init__(
         self,
@@ -204,6 +235,7 @@ class Witnessing:
         *,
         quorum: int,
         timeout: float,
+        supervisor: Supervisor | None = None,
     ) -> None:
         externals = [w for w in witnesses if w.external]
         if not 0 <= quorum <= len(externals):
@@ -212,29 +244,50 @@ class Witnessing:
         self.proofs = proofs
         self.quorum = quorum
         self.timeout = timeout
-        self.on_change: Callable[[], None] | None = None
+        self.supervisor = supervisor or Supervisor()
+        self.on_change: Callable[[int], None] | None = None
+        """Called with the size a witness just cosigned."""
         self.session: aiohttp.ClientSession | None = None
-        self._background: set[asyncio.Task[None]] = set()
+        self._lines: dict[int, dict[str, tuple[NoteSignature, float]]] = {}
+
+    @property
+    def embedded(self) -> list[WitnessTrack]:
+        return [w for w in self.witnesses if not w.external]
+
+    @property
+    def externals(self) -> list[WitnessTrack]:
+        return [w for w in self.witnesses if w.external]
 
     async def cosign(self, witness: WitnessTrack, checkpoint: StoredCheckpoint) -> bool:
-        """Ask one witness to cosign; True if it did (its line is kept on the track)."""
+        """Ask one witness to cosign; True if it did (its line is kept for that size)."""
         async with witness.lock:
             try:
-                return await asyncio.wait_for(self._cosign(witness, checkpoint), self.timeout)
-            except (TimeoutError, aiohttp.ClientError, OSError, DeplogError) as err:
-                witness.failures += 1
+                done = await asyncio.wait_for(self._cosign(witness, checkpoint), self.timeout)
+            except (TimeoutError, aiohttp.ClientError, OSError, DeplogError, sqlite3.Error) as err:
                 reason = type(err).__name__
                 if isinstance(err, DeplogError):  # messages are value-free: safe to log
                     reason = err.code if str(err) == err.code else f"{err.code} ({err})"
-                log.warning("witness %s: %s", witness.name, reason)
+                self._failed(witness, reason)
                 return False
+        if done and witness.failing is not None:
+            log.info("witness %s cosigns again", witness.name)
+            witness.failing = None
+        return done
+
+    def _failed(self, witness: WitnessTrack, reason: str) -> None:
+        witness.failures += 1
+        if witness.failing != reason:
+            log.warning("witness %s cannot cosign: %s", witness.name, reason)
+            witness.failing = reason
 
     async def _cosign(self, witness: WitnessTrack, checkpoint: StoredCheckpoint) -> bool:
         for _ in range(2):  # a size conflict teaches us the witness's size; retry once from there
             old = witness.size if witness.size is not None else 0
             if old > checkpoint.size:
+                if (witness.cosigned_size or 0) >= old:
+                    return False  # superseded: it already cosigned a larger size for us
                 log.error("witness %s is ahead of this log: a fork?", witness.name)
-                witness.failures += 1
+                self._failed(witness, "witness_ahead")
                 return False
             proof = [] if old in (0, checkpoint.size) else await self.proofs(old, checkpoint.size)
             try:
@@ -244,13 +297,17 @@ class Witnessing:
             except SizeConflictError as conflict:
                 witness.size = conflict.recorded_size
                 continue
-            witness.cosignature = self._accept(witness, checkpoint, body)
+            line = self._accept(witness, checkpoint, body)
+            self._keep(checkpoint.size, witness, line, time.time())
             witness.size = witness.cosigned_size = checkpoint.size
             witness.cosigned_at = time.time()
             if self.on_change is not None:
-                self.on_change()
+                self.on_change(checkpoint.size)
             return True
         return False
+
+    def _keep(self, size: int, witness: WitnessTrack, line: NoteSignature, at: float) -> None:
+        self._lines.setdefault(size, {})[witness.name] = (line, at)
 
     def _accept(
         self, witness: WitnessTrack, checkpoint: StoredCheckpoint, body: bytes
@@ -273,42 +330,68 @@ class Witnessing:
         done = await asyncio.gather(*(self.cosign(w, checkpoint) for w in witnesses))
         return sum(done)
 
-    def published_note(self, checkpoint: StoredCheckpoint) -> bytes:
-        """The checkpoint with every cosignature the witnesses gave for this very size."""
-        lines = [
-            w.cosignature
-            for w in self.witnesses
-            if w.cosignature is not None and w.cosigned_size == checkpoint.size
-        ]
+    def note_for(self, checkpoint: StoredCheckpoint) -> bytes:
+        """The checkpoint with every line kept for its very size, in witness order (rule 2)."""
+        kept = self._lines.get(checkpoint.size, {})
+        lines = [kept[w.name][0] for w in self.witnesses if w.name in kept]
         return add_signature_lines(checkpoint.note, *lines) if lines else checkpoint.note
 
-    async def witness_new(self, checkpoint: StoredCheckpoint) -> bytes:
-        """Cosign a new checkpoint as publication requires; returns the note to publish."""
-        embedded = [w for w in self.witnesses if not w.external]
-        externals = [w for w in self.witnesses if w.external]
+    def cosigned_by_embedded(self, size: int) -> bool:
+        """Whether every embedded witness gave a line for ``size`` (true without any)."""
+        kept = self._lines.get(size, {})
+        return all(w.name in kept for w in self.embedded)
+
+    def embedded_age(self, size: int, now: float) -> float | None:
+        """Seconds since the oldest embedded line for ``size`` was given (infinite if one is
+        missing); None without an embedded witness."""
+        if not self.embedded:
+            return None
+        kept = self._lines.get(size, {})
+        return max(now - kept[w.name][1] if w.name in kept else float("inf") for w in self.embedded)
+
+    def forget_below(self, size: int) -> None:
+        """Drop the lines of sizes below ``size``: nothing will serve them again (rule 1)."""
+        for old in [s for s in self._lines if s < size]:
+            del self._lines[old]
+
+    def remember(self, checkpoint: StoredCheckpoint, note: bytes) -> None:
+        """Keep the valid lines of this log's witnesses on a saved ``note`` of ``checkpoint``,
+        dated by their own timestamps (a restart serving what last met the quorum)."""
+        text, lines = parse_note(note)
+        for witness in self.witnesses:
+            for line in lines:
+                if (line.name, line.key_id) == (witness.name, witness.verifier.key_id):
+                    cosigned = verify_cosignature(text, line, witness.verifier)
+                    self._keep(checkpoint.size, witness, line, float(cosigned.timestamp))
+
+    async def witness_new(self, checkpoint: StoredCheckpoint) -> None:
+        """Cosign a new checkpoint as publication requires (rule 3), or raise."""
         if self.quorum:
-            await self.cosign_all(checkpoint, [*embedded, *externals])
-            if sum(1 for w in externals if w.cosigned_size == checkpoint.size) < self.quorum:
-                raise QuorumUnavailableError()
+            await self.cosign_all(checkpoint, self.witnesses)
         else:
-            await self.cosign_all(checkpoint, embedded)
-            if externals:
-                self._spawn(self.cosign_all(checkpoint, externals))
-        return self.published_note(checkpoint)
+            await self.cosign_all(checkpoint, self.embedded)
+            if self.externals:
+                self.supervisor.spawn(
+                    "external_witnessing",
+                    lambda: self._cosign_externals(checkpoint),
+                    restart=False,  # the refresh loop is its retry
+                )
+        if not self.cosigned_by_embedded(checkpoint.size):
+            raise EmbeddedWitnessUnavailableError()
+        kept = self._lines.get(checkpoint.size, {})
+        if sum(1 for w in self.externals if w.name in kept) < self.quorum:
+            raise QuorumUnavailableError()
 
-    def _spawn(self, work: Awaitable[int]) -> None:
-        async def run() -> None:
-            await work
+    async def _cosign_externals(self, checkpoint: StoredCheckpoint) -> None:
+        await self.cosign_all(checkpoint, self.externals)
 
-        task = asyncio.create_task(run())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    @property
+    def embedded_failing(self) -> bool:
+        """Whether an embedded witness's latest request failed."""
+        return any(w.failing is not None for w in self.embedded)
 
     async def stop(self) -> None:
-        for task in list(self._background):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        """Close the witnesses' connections; the supervisor's owner stops its tasks."""
         if self.session is not None:
             await self.session.close()
         for witness in self.witnesses:

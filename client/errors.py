@@ -193,6 +193,7 @@ class ErrorCode(enum.StrEnum):
     CHECKPOINT_INVALID = "checkpoint_invalid"
     TREE_TRUNCATED = "tree_truncated"
     WITNESS_QUORUM_UNAVAILABLE = "witness_quorum_unavailable"
+    EMBEDDED_WITNESS_UNAVAILABLE = "embedded_witness_unavailable"
     WITNESS_REFUSED = "witness_refused"
     BAD_WITNESS_RESPONSE = "bad_witness_response"
     NO_COSIGNATURE = "no_cosignature"

@@ -43,7 +43,11 @@ from deplog.authority.witness.core import (
     UntrustedCheckpointError,
 )
 from deplog.authority.witness.server import BusyError
-from deplog.authority.witnessing import QuorumUnavailableError, WitnessAnswerError
+from deplog.authority.witnessing import (
+    EmbeddedWitnessUnavailableError,
+    QuorumUnavailableError,
+    WitnessAnswerError,
+)
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 from deplog.client.model.canonical import JSONFormatError
 from deplog.client.model.entries import EntryFormatError
@@ -86,6 +90,7 @@ AUTHORITY_RAISES: Raises = {
     StorageError: None,
     IntegrityError: frozenset({ErrorCode.STORAGE_CORRUPT, ErrorCode.STORED_ROOT_MISMATCH}),
     QuorumUnavailableError: None,
+    EmbeddedWitnessUnavailableError: None,
 }
 
 WITNESS_RAISES: Raises = {
@@ -186,6 +191,7 @@ def test_statuses_are_errors_and_503_means_try_again() -> None:
         ErrorCode.STORAGE_CORRUPT,
         ErrorCode.STORED_ROOT_MISMATCH,
         ErrorCode.WITNESS_QUORUM_UNAVAILABLE,
+        ErrorCode.EMBEDDED_WITNESS_UNAVAILABLE,
         ErrorCode.TOO_MANY_SUBSCRIBERS,
         ErrorCode.UNAVAILABLE,
         ErrorCode.BUSY,

@@ -120,11 +120,27 @@ class Metrics:
         self, name: str, help_text: str, label: str, read: Callable[[], Mapping[str, float]]
     ) -> None:
         """A gauge per label value; values are names from configuration, never requests."""
+        self._labeled(GaugeMetricFamily, name, help_text, label, read)
 
+    def labeled_counter(
+        self, name: str, help_text: str, label: str, read: Callable[[], Mapping[str, float]]
+    ) -> None:
+        """A count per label value, kept by its owner; values are names from the code
+        (task names, error codes), never requests."""
+        self._labeled(CounterMetricFamily, name, help_text, label, read)
+
+    def _labeled(
+        self,
+        family: type[CounterMetricFamily | GaugeMetricFamily],
+        name: str,
+        help_text: str,
+        label: str,
+        read: Callable[[], Mapping[str, float]],
+    ) -> None:
         def samples() -> list[tuple[tuple[str, ...], float]]:
             return [((value_label,), value) for value_label, value in sorted(read().items())]
 
-        self.registry.register(_ReadAtScrape(GaugeMetricFamily, name, help_text, (label,), samples))
+        self.registry.register(_ReadAtScrape(family, name, help_text, (label,), samples))
 
     def exposition(self, accept: str) -> tuple[bytes, str]:
         """Every metric, and its content type: OpenMetrics if ``accept`` asks for it, else

@@ -5,6 +5,36 @@ gives the code (a 4xx, or 503 when the authority cannot take work right now);
 no response echoes a submitted value.
 Storage and proof work runs on threads, never on the event loop: appends on
 the sequencer's single writer thread, reads on a small pool of reader threads.
+
+Publication (``AuthorityState``), one order in one place:
+
+1. The served checkpoint changes only in ``_serve``, called with the
+   publication lock held, and never to a smaller size.
+2. The served note is rendered only by ``_render``: the served checkpoint with
+   the cosignature lines gathered for that very size (``Witnessing.note_for``).
+   ``GET /checkpoint`` returns it and every push carries it; a witness's late
+   line re-renders it, and a line for another size leaves it as it is.
+3. ``publish`` takes the lock, has a larger checkpoint witnessed as
+   publication requires, then serves it; a receipt's note is rendered the same
+   way for the receipt's own size, and never lacks the embedded cosignature:
+   without it the append fails with 503 ``embedded_witness_unavailable`` (the
+   notice stays durable; a resubmission returns the receipt once the witness
+   cosigns), as a missed publication quorum fails with
+   ``witness_quorum_unavailable``. Each failed publication is counted by reason
+   (``deplog_publication_failures_total``); a run of them is logged once.
+4. Until a publication succeeds after start, the served checkpoint is the one
+   last saved under a quorum, or else the latest checkpoint with whatever lines
+   the witnesses gave it; ``/healthz`` reports the missing embedded cosignature.
+5. Background work (re-cosigning, external witnessing rounds, the storage
+   audit) runs under one ``Supervisor``; ``stop`` runs every shutdown step even
+   when one fails.
+
+``/healthz``: 200 ``ok``; 503 ``degraded`` with ``reasons`` (stable codes:
+``storage_unavailable`` while appends fail and none succeeded since; the code
+of a failed publication until one succeeds, the refresh loop's included;
+``embedded_witness_unavailable`` while the embedded witness cannot cosign;
+``cosignatures_stale`` when the served embedded cosignature is older than
+``STALE_REFRESHES`` refresh intervals); 503 ``storage_corrupt``.
 """
 
 from __future__ import annotations
@@ -35,7 +65,12 @@ from deplog.authority.options import MEBIBYTES, option
 from deplog.authority.sequencer import Sequencer, SequencerLimits
 from deplog.authority.storage import audit, store
 from deplog.authority.storage.reader import LogReader
-from deplog.authority.witnessing import QuorumUnavailableError, Witnessing
+from deplog.authority.supervise import Supervisor
+from deplog.authority.witnessing import (
+    EmbeddedWitnessUnavailableError,
+    QuorumUnavailableError,
+    Witnessing,
+)
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
@@ -46,6 +81,7 @@ __all__ = [
     "JSON",
     "MAX_ENTRIES_PER_REQUEST",
     "MAX_INT",
+    "STALE_REFRESHES",
     "AuthorityState",
     "RequestError",
     "ServerConfig",
@@ -58,6 +94,10 @@ log = logging.getLogger("deplog.authority")
 MAX_ENTRIES_PER_REQUEST = 1000
 MAX_INT = (1 << 63) - 1
 JSON = "application/json"
+STALE_REFRESHES = 3
+"""Refresh intervals after which the served embedded cosignature counts as stale."""
+_PUBLICATION_FAILURES = (EmbeddedWitnessUnavailableError, QuorumUnavailableError)
+_PUBLICATION_CODES = frozenset(error.code for error in _PUBLICATION_FAILURES)
 
 
 @dataclass(frozen=True)
@@ -115,11 +155,9 @@ def _error_response(err: DeplogError, status: int) -> web.Response:
 
 
 class AuthorityState:
-    """What the handlers share: the sequencer, the reader pool, the published checkpoint.
+    """What the handlers share: the sequencer, the reader pool, the served checkpoint.
 
-    ``checkpoint`` and ``note`` only move forward: ``note`` is the signed
-    checkpoint with the cosignatures gathered for that very size, prepared
-    once and served as is by ``GET /checkpoint``.
+    ``checkpoint`` and ``note`` follow the publication rules of this module.
     """
 
     def __init__(
@@ -129,6 +167,7 @@ class AuthorityState:
         witnessing: Callable[[AuthorityState], Witnessing] | None = None,
     ) -> None:
         self.config = config
+        self.supervisor = Supervisor()
         self.sequencer = Sequencer(log, config.limits, publish=self.publish)
         self._readers = concurrent.futures.ThreadPoolExecutor(
             config.reader_threads, thread_name_prefix="reader"
@@ -144,30 +183,30 @@ class AuthorityState:
         self.published_at = time.time()
         self.push = PushHub(config.max_subscribers)
         self.checkpoint_requests = 0
+        self.publication_failures: dict[str, int] = {}
+        self._publication_failing: str | None = None
         self.address_limit = RateLimiter(config.address_rate, ErrorCode.RATE_LIMITED)
         self.publisher_limit = RateLimiter(config.publisher_rate, ErrorCode.PUBLISHER_RATE_LIMITED)
         self.witnessing = witnessing(self) if witnessing is not None else None
         if self.witnessing is not None:
-            self.witnessing.on_change = self.cosignatures_changed
-        self._refresher: asyncio.Task[None] | None = None
-        self._auditor: asyncio.Task[None] | None = None
+            self.witnessing.on_change = self._cosigned
         self.corrupt: str | None = None
 
     async def start(self) -> None:
         try:
             await self.publish(self.checkpoint, force=True)
-        except QuorumUnavailableError:
-            # Serve what last met the quorum; the refresh loop keeps trying the rest.
+        except _PUBLICATION_FAILURES:
+            # Serve what last met the quorum (rule 4); the refresh loop keeps trying.
             saved = await self.sequencer.call(self.sequencer.log.last_published)
-            if saved is not None:
-                self.checkpoint = saved[0]
-                self.serve_note(saved[1])
-            else:
-                log.warning("no checkpoint has met the publication quorum yet")
+            async with self._publishing:
+                if saved is not None and self.witnessing is not None:
+                    self.witnessing.remember(*saved)
+                    self.checkpoint = saved[0]
+                self._render()
         await self.sequencer.start()
         if self.witnessing is not None and self.config.refresh_interval > 0:
-            self._refresher = asyncio.create_task(self._refresh_cosignatures())
-        self._auditor = asyncio.create_task(self._audit_storage())
+            self.supervisor.spawn("cosignature_refresh", self._refresh_cosignatures)
+        self.supervisor.spawn("storage_audit", self._audit_storage)
 
     async def _audit_storage(self) -> None:
         """Rehash every stored leaf and subtree once, off the event loop, after starting.
@@ -201,60 +240,108 @@ class AuthorityState:
             self.corrupt = problem
 
     async def stop(self) -> None:
-        self.push.close()
-        if self._auditor is not None:
-            self._auditor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._auditor
-        if self._refresher is not None:
-            self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
-        await self.sequencer.stop()  # drains its queue: publishing still needs the witnesses
+        """Every step runs, in order, even when an earlier one failed (rule 5)."""
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("push streams", self.push.close),
+            ("background tasks", self.supervisor.stop),
+            # Drains its queue: publishing still needs the witnesses.
+            ("sequencer", self.sequencer.stop),
+        ]
         if self.witnessing is not None:
-            await self.witnessing.stop()
-        self.close()
+            steps.append(("witnesses", self.witnessing.stop))
+        steps.append(("readers", self.close))
+        for name, step in steps:
+            try:
+                result = step()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception as err:
+                log.error("stopping the %s failed: %s", name, type(err).__name__)
 
     async def publish(self, checkpoint: store.StoredCheckpoint, force: bool = False) -> bytes:
-        """Witness a new checkpoint as configured, make it the served one, return its note."""
+        """Witness a larger checkpoint and serve it; returns the note of ``checkpoint`` for
+        receipts (rule 3)."""
         async with self._publishing:
-            if checkpoint.size <= self.checkpoint.size and not force:
+            try:
+                if checkpoint.size > self.checkpoint.size or force:
+                    await self._witness(checkpoint)
+                    self._serve(checkpoint)
                 if self.witnessing is None:
                     return checkpoint.note
-                return self.witnessing.published_note(checkpoint)
-            note = checkpoint.note
-            if self.witnessing is not None:
-                note = await self.witnessing.witness_new(checkpoint)
-                if self.witnessing.quorum:
-                    await self.sequencer.call(self.sequencer.log.save_published, checkpoint, note)
-            self.checkpoint, self.published_at = checkpoint, time.time()
-            self.serve_note(note)
-            return note
+                if not self.witnessing.cosigned_by_embedded(checkpoint.size):
+                    raise EmbeddedWitnessUnavailableError()
+            except _PUBLICATION_FAILURES as err:
+                self._publication_failed(err.code, checkpoint.size)
+                raise
+            if self._publication_failing is not None:
+                log.info("publication resumed at size %d", checkpoint.size)
+                self._publication_failing = None
+            return self.witnessing.note_for(checkpoint)
 
-    def cosignatures_changed(self) -> None:
-        """A witness cosigned (in the background or on refresh): serve the new lines."""
+    async def _witness(self, checkpoint: store.StoredCheckpoint) -> None:
+        if self.witnessing is None:
+            return
+        await self.witnessing.witness_new(checkpoint)
+        if self.witnessing.quorum:
+            note = self.witnessing.note_for(checkpoint)
+            await self.sequencer.call(self.sequencer.log.save_published, checkpoint, note)
+
+    def _publication_failed(self, code: str, size: int) -> None:
+        self.publication_failures[code] = self.publication_failures.get(code, 0) + 1
+        if self._publication_failing != code:
+            log.warning("checkpoint %d not published: %s; appends get 503 until it is", size, code)
+            self._publication_failing = code
+
+    def _serve(self, checkpoint: store.StoredCheckpoint) -> None:
+        """Make ``checkpoint`` the served one (rule 1); the caller holds the lock."""
+        assert self._publishing.locked() and checkpoint.size >= self.checkpoint.size
+        self.checkpoint, self.published_at = checkpoint, time.time()
         if self.witnessing is not None:
-            self.serve_note(self.witnessing.published_note(self.checkpoint))
+            self.witnessing.forget_below(checkpoint.size)
+        self._render()
 
-    def serve_note(self, note: bytes) -> None:
-        """Make ``note`` what ``GET /checkpoint`` returns, and push it to subscribers."""
-        self.note = note
-        self.push.publish(note)
+    def _render(self) -> None:
+        """Render the served note and push it (rule 2): the only writer of ``note``."""
+        if self.witnessing is not None:
+            self.note = self.witnessing.note_for(self.checkpoint)
+        else:
+            self.note = self.checkpoint.note
+        self.push.publish(self.note)
+
+    def _cosigned(self, size: int) -> None:
+        """A witness gave a line for ``size``: the served note changes only if it is its size."""
+        if size == self.checkpoint.size:
+            self._render()
 
     async def _refresh_cosignatures(self) -> None:
-        """Re-submit the served checkpoint to every witness, so timestamps stay recent."""
+        """Re-submit the served checkpoint to every witness, so timestamps stay recent; and
+        publish the latest checkpoint if its publication failed."""
         assert self.witnessing is not None
         while True:
             await asyncio.sleep(self.config.refresh_interval)
             latest = self.sequencer.log.published
             if latest is not None and latest.size > self.checkpoint.size:
-                with contextlib.suppress(QuorumUnavailableError):  # withheld: try again later
+                with contextlib.suppress(*_PUBLICATION_FAILURES):  # withheld: try again later
                     await self.publish(latest)
                 continue
-            async with self._publishing:
-                current = self.checkpoint
-            await self.witnessing.cosign_all(current, self.witnessing.witnesses)
-            self.cosignatures_changed()
+            await self.witnessing.cosign_all(self.checkpoint, self.witnessing.witnesses)
+
+    def health(self, now: float) -> list[str]:
+        """Why the server is degraded, as stable codes; empty when it is ok."""
+        reasons = []
+        failing = self.sequencer.failing
+        if failing is not None and failing not in _PUBLICATION_CODES:
+            reasons.append(failing)  # the storage: clears when an append succeeds
+        if self._publication_failing is not None:
+            reasons.append(self._publication_failing)  # clears when a publication succeeds
+        if self.witnessing is not None:
+            if self.witnessing.embedded_failing:
+                reasons.append(EmbeddedWitnessUnavailableError.code)
+            age = self.witnessing.embedded_age(self.checkpoint.size, now)
+            bound = STALE_REFRESHES * self.config.refresh_interval
+            if age is not None and bound > 0 and age > bound:
+                reasons.append("cosignatures_stale")
+        return sorted(set(reasons))
 
     async def consistency_proof(self, old: int, new: int) -> Sequence[bytes]:
         proof = await self.read(lambda r: r.consistency(old, new))
@@ -396,9 +483,16 @@ async def _get_healthz(request: web.Request) -> web.Response:
         return web.json_response(
             {"status": "storage_corrupt", "problem": state.corrupt}, status=503
         )
-    return web.json_response(
-        {"status": "ok", "size": state.checkpoint.size, "pending": state.sequencer.pending}
-    )
+    report: dict[str, object] = {
+        "status": "ok",
+        "size": state.checkpoint.size,
+        "pending": state.sequencer.pending,
+    }
+    reasons = state.health(time.time())
+    if reasons:
+        report.update(status="degraded", reasons=reasons)
+        return web.json_response(report, status=503)
+    return web.json_response(report)
 
 
 async def _get_metrics(request: web.Request) -> web.Response:
@@ -472,6 +566,18 @@ def build_app(
             "deplog_push_dropped_total",
             "Push subscribers dropped for falling behind.",
             lambda: float(state.push.dropped),
+        )
+        metrics.labeled_counter(
+            "deplog_publication_failures_total",
+            "Checkpoints not published (appends answered 503), by reason.",
+            "reason",
+            lambda: state.publication_failures,
+        )
+        metrics.labeled_counter(
+            "deplog_background_failures_total",
+            "Unexpected failures of background tasks (each restarted), by task.",
+            "task",
+            lambda: state.supervisor.failures,
         )
         if state.witnessing is not None:
             witnessing_ = state.witnessing

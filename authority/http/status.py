@@ -127,6 +127,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
             ErrorCode.STORAGE_CORRUPT,
             ErrorCode.STORED_ROOT_MISMATCH,
             ErrorCode.WITNESS_QUORUM_UNAVAILABLE,
+            ErrorCode.EMBEDDED_WITNESS_UNAVAILABLE,
             ErrorCode.TOO_MANY_SUBSCRIBERS,
             ErrorCode.UNAVAILABLE,
             ErrorCode.BUSY,

@@ -318,7 +318,10 @@ class WitnessState:
     """The witness's SQLite database: trusted logs, the record per origin, evidence.
 
     Each thread gets its own connection, so concurrent requests really are
-    concurrent at the database and only the compare-and-swap orders them.
+    concurrent at the database and only the compare-and-swap orders them. A
+    database error on the request path is :class:`StorageUnavailableError`
+    (503); ``failing`` names it until a swap succeeds again, and a run of them
+    is logged once, as one line (``/healthz`` reports it).
     """
 
     def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
@@ -327,6 +330,7 @@ class WitnessState:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
+        self.failing: str | None = None
         conn = self._conn()
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
@@ -359,6 +363,22 @@ class WitnessState:
                 conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _storage(self) -> Iterator[None]:
+        """Database errors as :class:`StorageUnavailableError`, noted in ``failing``."""
+        try:
+            yield
+        except sqlite3.Error as err:
+            if self.failing != type(err).__name__:
+                log.error("witness database error: %s: %s", type(err).__name__, err)
+                self.failing = type(err).__name__
+            raise StorageUnavailableError() from None
+
+    def _recovered(self) -> None:
+        if self.failing is not None:
+            log.info("witness database works again")
+            self.failing = None
 
     def close(self) -> None:
         """Close every thread's connection; the state must not be used afterwards."""
@@ -399,12 +419,16 @@ class WitnessState:
 
     def log_verifier(self, origin: str) -> Verifier | None:
         """The trusted key for ``origin``, or None if the origin is not configured."""
-        row = self._conn().execute("SELECT vkey FROM logs WHERE origin = ?", (origin,)).fetchone()
+        with self._storage():
+            row = (
+                self._conn().execute("SELECT vkey FROM logs WHERE origin = ?", (origin,)).fetchone()
+            )
         return None if row is None else Verifier.parse(row[0])
 
     def recorded(self, origin: str) -> RecordedCheckpoint | None:
         """The latest checkpoint cosigned for ``origin``, or None if there is none."""
-        return self._recorded(self._conn(), origin)
+        with self._storage():
+            return self._recorded(self._conn(), origin)
 
     @staticmethod
     def _recorded(conn: sqlite3.Connection, origin: str) -> RecordedCheckpoint | None:
@@ -443,33 +467,37 @@ class WitnessState:
         ``max(now, previous time)`` and is stored with the record, so the
         cosignature times of an origin never decrease.
         """
-        try:
-            with self._transaction(self._conn()) as conn:
-                if expected is None:
-                    try:
-                        conn.execute(
-                            "INSERT INTO checkpoints (origin, size, root, updated_at) "
-                            "VALUES (?, ?, ?, ?)",
-                            (origin, size, root, now),
-                        )
-                        return now
-                    except sqlite3.IntegrityError:
-                        rows = []
-                else:
-                    rows = conn.execute(
-                        "UPDATE checkpoints SET size = ?, root = ?, "
-                        "updated_at = max(updated_at, ?) "
-                        "WHERE origin = ? AND size = ? AND root = ? RETURNING updated_at",
-                        (size, root, now, origin, expected.size, expected.root),
-                    ).fetchall()
-                if len(rows) == 1:
-                    timestamp: int = rows[0][0]
-                    return timestamp
-                current = self._recorded(conn, origin)
-                raise SizeConflictError(0 if current is None else current.size)
-        except sqlite3.Error:
-            log.exception("witness database error during compare-and-swap")
-            raise StorageUnavailableError() from None
+        with self._storage():
+            timestamp = self._swap(origin, expected, size, root, now)
+        self._recovered()
+        return timestamp
+
+    def _swap(
+        self, origin: str, expected: RecordedCheckpoint | None, size: int, root: bytes, now: int
+    ) -> int:
+        with self._transaction(self._conn()) as conn:
+            if expected is None:
+                try:
+                    conn.execute(
+                        "INSERT INTO checkpoints (origin, size, root, updated_at) "
+                        "VALUES (?, ?, ?, ?)",
+                        (origin, size, root, now),
+                    )
+                    return now
+                except sqlite3.IntegrityError:
+                    rows = []
+            else:
+                rows = conn.execute(
+                    "UPDATE checkpoints SET size = ?, root = ?, "
+                    "updated_at = max(updated_at, ?) "
+                    "WHERE origin = ? AND size = ? AND root = ? RETURNING updated_at",
+                    (size, root, now, origin, expected.size, expected.root),
+                ).fetchall()
+            if len(rows) == 1:
+                timestamp: int = rows[0][0]
+                return timestamp
+            current = self._recorded(conn, origin)
+            raise SizeConflictError(0 if current is None else current.size)
 
     def record_evidence(self, origin: str, reason: str, body: bytes, now: int) -> None:
         """Keep a refused, validly signed request (deduplicated, bounded per origin).
@@ -489,8 +517,8 @@ class WitnessState:
                     "(SELECT id FROM evidence WHERE origin = ? ORDER BY id DESC LIMIT ?)",
                     (origin, origin, MAX_EVIDENCE_PER_LOG),
                 )
-        except sqlite3.Error:
-            log.exception("witness database error while keeping evidence")
+        except sqlite3.Error as err:
+            log.warning("witness database error while keeping evidence: %s", type(err).__name__)
 
     def evidence(self, origin: str) -> list[Evidence]:
         """The kept evidence for ``origin``, oldest first."""

@@ -103,7 +103,14 @@ async def _post_add_checkpoint(request: web.Request) -> web.Response:
 
 
 async def _get_healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok", "witness": request.app[WITNESS].verifier().vkey()})
+    """200 ``ok``; 503 ``degraded`` with reason ``storage_unavailable`` while the database
+    fails (until a cosignature is stored again)."""
+    witness = request.app[WITNESS]
+    report: dict[str, object] = {"status": "ok", "witness": witness.verifier().vkey()}
+    if witness.state.failing is not None:
+        report.update(status="degraded", reasons=["storage_unavailable"])
+        return web.json_response(report, status=503)
+    return web.json_response(report)
 
 
 class _LogGauges:

@@ -23,6 +23,7 @@ from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof
 from tests import sumdb
 from tests.builders import make_envelope
+from tests.integration.attached_faults import injected, needs_strace
 from tests.integration.harness import AuthorityProcess, WitnessProcess
 from tests.scrape import names, sample
 from tests.test_witness import MinimalLog, add_checkpoint_body, verify_cosignature
@@ -226,3 +227,36 @@ async def test_genuine_sum_golang_org_tree_heads_are_cosigned_and_tampered_ones_
         assert refused[0] == 409
     finally:
         witness_files.stop()
+
+
+async def witness_health(http: aiohttp.ClientSession, witness: WitnessProcess) -> tuple[int, dict]:
+    async with http.get(witness.url + "/healthz") as response:
+        return response.status, await response.json()
+
+
+@needs_strace
+async def test_a_failing_database_is_503_and_degraded_health_until_it_works_again(
+    witness: WitnessProcess, log: MinimalLog, http: aiohttp.ClientSession
+) -> None:
+    assert (await add_checkpoint(http, witness, log.request(0, 5)))[0] == 200
+    assert witness.process is not None
+    files = [witness.data / f"witness.db{s}" for s in ("", "-wal")]
+    with injected(witness.process.pid, files, ["fsync", "fdatasync"]):
+        assert (await add_checkpoint(http, witness, log.request(5, 9)))[::2] == (
+            503,
+            b"unavailable\n",
+        )
+        status, report = await witness_health(http, witness)
+    assert (status, report["status"], report["reasons"]) == (
+        503,
+        "degraded",
+        ["storage_unavailable"],
+    )
+    status, _, body = await add_checkpoint(http, witness, log.request(5, 9))
+    assert status == 200
+    verify_cosignature(body, log.checkpoint(9), NAME, witness.verifier.public_key)
+    assert (await witness_health(http, witness))[1]["status"] == "ok"
+    assert witness.stop() == 0
+    out = witness.output.read_text()
+    assert "Traceback" not in out
+    assert out.count("witness database error: OperationalError: disk I/O error") == 1

@@ -231,6 +231,42 @@ async def test_publication_quorum_withholds_receipts_until_witnesses_cosign(
         authority_files.stop()
 
 
+async def test_a_missed_quorum_is_degraded_health_until_the_refresh_loop_publishes(
+    authority_files: AuthorityProcess,
+    witnesses: list[WitnessProcess],
+    publisher: Signer,
+    http: aiohttp.ClientSession,
+) -> None:
+    configure(authority_files, witnesses)
+    ports = [w.port for w in witnesses[:2]]
+    for witness in witnesses[:2]:
+        witness.stop()
+    authority_files.extra_args = [
+        *("--publication-quorum", "2", "--witness-timeout", "1", "--witness-refresh", REFRESH)
+    ]
+    authority_files.start()
+    try:
+        url = authority_files.url
+        before = await served_size(http, authority_files)
+        body = make_envelope(publisher, 1).canonical_bytes()
+        async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
+            assert response.status == 503
+        async with http.get(url + "/healthz") as response:
+            assert response.status == 503
+            assert (await response.json())["reasons"] == ["witness_quorum_unavailable"]
+        for witness, port in zip(witnesses[:2], ports, strict=True):
+            witness.start(port)
+
+        async def healthy() -> bool:
+            async with http.get(url + "/healthz") as response:
+                return response.status == 200
+
+        await eventually(healthy, timeout=15)  # no append needed: the refresh loop publishes
+        assert await served_size(http, authority_files) == before + 1
+    finally:
+        authority_files.stop()
+
+
 async def test_metrics_show_each_witness_lag(
     witnessed: AuthorityProcess, witnesses: list[WitnessProcess], http: aiohttp.ClientSession
 ) -> None:
