@@ -5,8 +5,10 @@ thread (the sequencer's); every method does blocking storage and signing work.
 
 Invariants:
   * An entry is admitted only after its signature, its publisher's
-    authorization and its sequence number check out; a refused entry changes
-    nothing.
+    authorization and its sequence number check out (``client.model.rules``:
+    unique per publisher, in any order); a refused entry changes nothing.
+  * An identical resubmission is answered with the logged entry, never logged
+    twice: the idempotent path that lets a publisher retry safely.
   * A checkpoint is signed only over leaves that are already committed, and the
     leaves are immutable, so no two different roots are ever signed for one
     size (the ``checkpoints`` primary key refuses it besides).
@@ -258,10 +260,6 @@ class Log:
         self.registry.authorize(envelope)
         if existing is not None:
             raise ConflictError(ErrorCode.SEQUENCE_REUSED, "sequence number already used")
-        if notice.sequence <= store.last_sequence(self.conn, notice.publisher):
-            raise ConflictError(
-                ErrorCode.SEQUENCE_NOT_INCREASING, "sequence number is not increasing"
-            )
         if notice.action == "withdraw":
             self.registry.check_withdraw(notice, self._notice_at(notice.withdraws))
         index = self.tree.size

@@ -68,8 +68,9 @@ async def load(url: str, bodies: list[list[bytes]]) -> tuple[float, list[float]]
 
 async def open_loop(url: str, bodies: list[list[bytes]], rate: float) -> tuple[float, list[float]]:
     """Request i is due at i / rate; one publisher never has two requests in flight
-    (sequence numbers must arrive in order), so a slow answer delays its next one and
-    that delay counts. Returns (achieved completions/s, latencies from due time)."""
+    (a publisher posting in order, as it had to before sequence numbers became unique
+    rather than increasing), so a slow answer delays its next one and that delay counts.
+    Returns (achieved completions/s, latencies from due time)."""
     total = sum(len(b) for b in bodies)
     latencies: list[float] = []
     locks = [asyncio.Lock() for _ in bodies]

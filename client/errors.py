@@ -92,7 +92,6 @@ class ErrorCode(enum.StrEnum):
     KEY_REVOKED = "key_revoked"
     NAMESPACE_NOT_AUTHORIZED = "namespace_not_authorized"
     SEQUENCE_REUSED = "sequence_reused"
-    SEQUENCE_NOT_INCREASING = "sequence_not_increasing"
     BAD_WITHDRAW_TARGET = "bad_withdraw_target"
     # client/model/rules.py: one per admission rule
     BAD_LEAF = "bad_leaf"

@@ -27,6 +27,9 @@ then checked three ways: the log's verdict, that a refusal leaves size and
 root unchanged (and an admission adds exactly one leaf), and that the offline
 replay reaches the same verdict when a malicious log signs a checkpoint over
 the refused entry anyway.
+
+The sequence rule (unique per publisher, any order) has its own small table at
+the end, checked by the authority, a follower and the offline replay alike.
 """
 
 from __future__ import annotations
@@ -42,10 +45,13 @@ import pytest
 from deplog.authority.log import Admitted, Log
 from deplog.client.audit.offline import replay
 from deplog.client.errors import DeplogError
+from deplog.client.follow.state import LocalState
+from deplog.client.follow.trust import TrustedState
 from deplog.client.model.notice import Envelope
 from deplog.client.model.registry import AuthorizationError
 from deplog.client.model.rules import RuleViolation
 from deplog.client.tlog.note import Signer
+from deplog.client.tlog.proofs import ConsistencyProof
 from tests.builders import (
     make_envelope,
     notice_leaf,
@@ -224,3 +230,124 @@ def test_replay_accepts_the_admitted_entry(world: World, cell: Cell) -> None:
     world.log.admit_notices([world.envelope])
     report = replay(world.leaves(), world.log.publish().note, world.log_signer.verifier())
     assert report.notices.get(cell.action, 0) == (2 if cell.action == "deprecate" else 1)
+
+
+# --- the sequence rule, three ways: the authority, the follower, the offline replay ----------
+#
+# Sequence numbers are unique per publisher and need not increase. History of these
+# cells: 0 register acme, 1 register beta, 2 acme's notice with sequence 5. The cell's
+# notice then arrives; the authority decides it, and a follower and an auditor check a
+# log that holds it whatever the authority said (a malicious log signs over it anyway).
+
+
+class SequenceCase(NamedTuple):
+    """The notice a cell submits after acme's sequence 5, and the verdict of the rule."""
+
+    publisher: str
+    sequence: int
+    reasons: tuple[str, ...]
+    verdict: str
+
+
+_LOGGED = SequenceCase("acme", 5, ("superseded",), "")
+SEQUENCE_CASES = {
+    "higher_unused": SequenceCase("acme", 6, ("superseded",), "admitted"),
+    "lower_unused": SequenceCase("acme", 3, ("superseded",), "admitted"),
+    "other_publisher_same_number": SequenceCase("beta", 5, ("superseded",), "admitted"),
+    "used_with_other_content": SequenceCase("acme", 5, ("end_of_life",), "sequence_reused"),
+    "identical_envelope": SequenceCase("acme", 5, ("superseded",), "sequence_reused"),
+}
+sequence_cases = pytest.mark.parametrize("case", list(SEQUENCE_CASES), ids=list(SEQUENCE_CASES))
+
+
+@dataclass
+class SequenceWorld:
+    log: Log
+    log_signer: Signer
+    logged: Envelope
+    envelope: Envelope
+
+
+@pytest.fixture
+def sequence_world(tmp_path: Path, case: str) -> Iterator[SequenceWorld]:
+    log_signer = Signer.generate(ORIGIN)
+    signers = {"acme": Signer.generate("acme"), "beta": Signer.generate("beta")}
+    log = Log(tmp_path / "log.db", log_signer, ORIGIN)
+    for name, signer in signers.items():
+        log.append_publisher(register_statement(name, (f"org.{name}",), (signer,)))
+
+    def envelope(c: SequenceCase) -> Envelope:
+        return make_envelope(
+            signers[c.publisher],
+            c.sequence,
+            publisher=c.publisher,
+            tool=f"tool:org.{c.publisher}/search",
+            reasons=list(c.reasons),
+        )
+
+    logged = envelope(_LOGGED)
+    assert log.admit_notices([logged]) == [Admitted(2, created=True)]
+    log.publish()
+    try:
+        yield SequenceWorld(log, log_signer, logged, envelope(SEQUENCE_CASES[case]))
+    finally:
+        log.close()
+
+
+def _follower_verdict(directory: Path, leaves: list[bytes], log_signer: Signer) -> str:
+    """A fresh follower's verdict on a log of exactly ``leaves``."""
+    state = LocalState(directory / "follower.db", ORIGIN)
+    try:
+        trusted = TrustedState(state, log_signer.verifier())
+        candidate = trusted.check_checkpoint(sign_tree(log_signer, leaves))
+        trusted.check_consistency(candidate, ConsistencyProof(0, len(leaves), ()))
+        try:
+            with trusted.advance(candidate) as session:
+                session.add(leaves)
+                session.finish()
+        except RuleViolation as err:
+            return _sequence_finding(err, len(leaves) - 1)
+        return "admitted"
+    finally:
+        state.close()
+
+
+def _replay_verdict(leaves: list[bytes], log_signer: Signer) -> str:
+    try:
+        replay(leaves, sign_tree(log_signer, leaves), log_signer.verifier())
+    except RuleViolation as err:
+        return _sequence_finding(err, len(leaves) - 1)
+    return "admitted"
+
+
+def _sequence_finding(err: RuleViolation, index: int) -> str:
+    """A verifier's finding, as the code the authority refuses the entry with."""
+    assert (err.code, err.index) == ("replayed_notice", index)
+    assert err.cause is not None
+    return str(err.cause)
+
+
+@sequence_cases
+def test_authority_applies_the_sequence_rule(sequence_world: SequenceWorld, case: str) -> None:
+    """A used number is refused, except the identical envelope: the idempotent answer
+    with the original index, and no new leaf."""
+    world = sequence_world
+    size = world.log.tree.size
+    [result] = world.log.admit_notices([world.envelope])
+    if case == "identical_envelope":
+        assert (result, world.log.tree.size) == (Admitted(2, created=False), size)
+        return
+    assert _outcome(result) == SEQUENCE_CASES[case].verdict
+    assert world.log.tree.size == size + (1 if isinstance(result, Admitted) else 0)
+
+
+@sequence_cases
+def test_follower_and_replay_agree_with_the_sequence_rule(
+    sequence_world: SequenceWorld, case: str, tmp_path: Path
+) -> None:
+    """Over a log holding the cell's notice after sequence 5, both give the rule's verdict."""
+    world = sequence_world
+    leaves = [*world.log.tree.leaf_data(0, world.log.tree.size), notice_leaf(world.envelope)]
+    verdict = SEQUENCE_CASES[case].verdict
+    assert _follower_verdict(tmp_path, leaves, world.log_signer) == verdict
+    assert _replay_verdict(leaves, world.log_signer) == verdict

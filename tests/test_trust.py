@@ -518,15 +518,50 @@ def test_a_notice_its_publisher_could_not_have_signed_is_refused(
     assert (caught.value.index, caught.value.cause) == (TRUSTED_SIZE + 1, cause)
 
 
-def test_a_notice_that_does_not_increase_its_publishers_sequence_is_refused(
+def test_a_notice_that_reuses_its_publishers_sequence_is_refused(
     synced: TrustedState, local: LocalLog, extended: list[bytes]
 ) -> None:
-    """Validly signed, but sequence 4 was used just before: a replay or a reorder."""
-    replayed = notice_leaf(make_envelope(local.publisher, 4, message="again"))
-    leaves = [*extended, replayed]
+    """Validly signed, but sequence 4 was used just before, by other content."""
+    reused = notice_leaf(make_envelope(local.publisher, 4, message="again"))
+    leaves = [*extended, reused]
     with refused(synced, RuleViolation, "replayed_notice") as caught:
         check_entries(synced, local.signer, leaves)
-    assert caught.value.index == TRUSTED_SIZE + 1
+    assert (caught.value.index, caught.value.cause) == (TRUSTED_SIZE + 1, "sequence_reused")
+
+
+@pytest.mark.parametrize("replayed", [1, TRUSTED_SIZE], ids=["trusted_notice", "new_notice"])
+def test_a_replayed_envelope_is_refused(
+    synced: TrustedState, local: LocalLog, extended: list[bytes], replayed: int
+) -> None:
+    """An envelope the follower already trusted, or one earlier in the same advance,
+    logged again: a log may hold an envelope once."""
+    leaves = [*extended, extended[replayed]]
+    with refused(synced, RuleViolation, "replayed_notice") as caught:
+        check_entries(synced, local.signer, leaves)
+    assert (caught.value.index, caught.value.cause) == (TRUSTED_SIZE + 1, "sequence_reused")
+
+
+def test_a_state_file_from_before_the_sequence_index_is_indexed_on_open(
+    synced: TrustedState, local: LocalLog
+) -> None:
+    """State written under the increasing rule has no ``sequences`` table: opening it
+    builds one from the stored notices, so their numbers still count as used."""
+    path = synced.state.path
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("DROP TABLE sequences")
+    LocalState(path, ORIGIN).close()
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        rows = conn.execute("SELECT publisher, sequence FROM sequences").fetchall()
+    assert sorted(rows) == [("acme", 1), ("acme", 2), ("acme", 3)]
+
+
+def test_a_lower_unused_sequence_after_a_higher_one_is_accepted(
+    synced: TrustedState, local: LocalLog, extended: list[bytes]
+) -> None:
+    """Sequences are unique, not ordered: 9 then 7 is a valid log."""
+    late = [notice_leaf(make_envelope(local.publisher, s)) for s in (9, 7)]
+    leaves = [*extended, *late]
+    check_entries(synced, local.signer, leaves)
 
 
 @pytest.mark.parametrize(

@@ -101,7 +101,6 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
         408: (ErrorCode.REQUEST_TIMEOUT,),
         409: (
             ErrorCode.SEQUENCE_REUSED,
-            ErrorCode.SEQUENCE_NOT_INCREASING,
             ErrorCode.BAD_WITHDRAW_TARGET,
             # the admin socket: publisher statements against the registry
             ErrorCode.PUBLISHER_EXISTS,

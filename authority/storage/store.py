@@ -9,7 +9,7 @@ Tables besides the tree's (see ``tree.py``):
   * ``checkpoints``: every checkpoint the authority signed, keyed by size, so a
     second, different root for a size is refused by the primary key.
   * ``notices``: (publisher, sequence) -> leaf index and notice digest, for
-    idempotent resubmission and strictly increasing sequences.
+    idempotent resubmission and unique sequence numbers per publisher.
   * ``tool_entries``: (tool_id, leaf index), so a tool's status folds only
     its own notices.
   * ``registry``: a snapshot of the publisher registry and the log size it
@@ -36,7 +36,6 @@ __all__ = [
     "create_schema",
     "insert_checkpoint",
     "insert_notice",
-    "last_sequence",
     "latest_checkpoint",
     "limit_size",
     "notice_by_sequence",
@@ -158,13 +157,6 @@ def notice_by_sequence(
         (publisher, sequence),
     ).fetchone()
     return None if row is None else (row[0], bytes(row[1]))
-
-
-def last_sequence(conn: sqlite3.Connection, publisher: str) -> int:
-    row = conn.execute(
-        "SELECT max(sequence) FROM notices WHERE publisher = ?", (publisher,)
-    ).fetchone()
-    return 0 if row[0] is None else int(row[0])
 
 
 def insert_notice(

@@ -18,8 +18,8 @@ anyone's own tooling. The rules:
   entry 0: each leaf decodes canonically; each publisher entry carries the
   log key's signature and is a valid registry transition; each notice is
   signed by a key that, at that point of the log, is active, belongs to an
-  active publisher and covers the tool's namespace; sequences strictly
-  increase per publisher; a withdraw names an earlier deprecate or revoke
+  active publisher and covers the tool's namespace; no publisher uses a
+  sequence number twice; a withdraw names an earlier deprecate or revoke
   notice of the same publisher about the same tool. Then the leaves must be
   exactly as many as the checkpoint's size and hash to its root. The first
   failure stops the replay: the rules' ``RuleViolation`` or the proofs'
@@ -27,8 +27,9 @@ anyone's own tooling. The rules:
   raises for the same findings.
 
 Replay memory is bounded by the publisher registry plus one small record per
-notice (publisher, tool, action, for withdraw checks) and log2(size) subtree
-hashes: leaves are streamed, never kept. Leaves past the checkpoint's size
+notice (publisher, tool, action, for withdraw checks; its sequence number,
+for the uniqueness check) and log2(size) subtree hashes: leaves are
+streamed, never kept. Leaves past the checkpoint's size
 are refused as soon as the first one appears, so an oversized input cannot
 cost more work than the checkpoint announces.
 """
@@ -167,9 +168,14 @@ def replay(
     registry = PublisherRegistry()
     frontier = TreeFrontier()
     records: dict[int, _NoticeRecord] = {}
+    sequences: dict[str, set[int]] = {}
     notices: Counter[str] = Counter()
     publisher_entries = 0
-    checker = EntryChecker(registry, log_key, records.get)
+
+    def sequence_used(publisher: str, sequence: int) -> bool:
+        return sequence in sequences.get(publisher, ())
+
+    checker = EntryChecker(registry, log_key, records.get, sequence_used)
     for index, leaf in enumerate(leaves):
         if index >= checkpoint.size:
             raise TreeMismatchError(ErrorCode.TOO_MANY_ENTRIES, index)
@@ -179,9 +185,9 @@ def replay(
             publisher_entries += 1
             continue
         notice = entry.envelope.notice
-        records[index] = _NoticeRecord(
-            sys.intern(notice.publisher), sys.intern(notice.tool_id), notice.action
-        )
+        publisher = sys.intern(notice.publisher)
+        records[index] = _NoticeRecord(publisher, sys.intern(notice.tool_id), notice.action)
+        sequences.setdefault(publisher, set()).add(notice.sequence)
         notices[notice.action] += 1
     if frontier.size != checkpoint.size:
         raise TreeMismatchError(ErrorCode.MISSING_ENTRIES, frontier.size)

@@ -59,6 +59,7 @@ from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_ent
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin
 from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
+from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyLog
 from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, TreeMismatchError, leaf_hash
@@ -70,7 +71,6 @@ __all__ = [
     "AuditInputError",
     "ExportError",
     "export",
-    "parse_log_key",
     "read_bounded",
     "register",
 ]
@@ -78,7 +78,6 @@ __all__ = [
 EXIT_NOT_PROVEN: Final = 4
 """Exit status for a suspicion that proves nothing (``audit evidence``, ``follow --once``)."""
 MAX_PROOF_FILE: Final = 64 * 1024
-MAX_KEY_FILE: Final = 4096
 
 _Command = Callable[[argparse.Namespace], int]
 
@@ -110,14 +109,6 @@ def read_bounded(path: Path, limit: int) -> bytes:
     if len(data) > limit:
         raise AuditInputError(ErrorCode.FILE_TOO_LARGE, "input file is over the size limit")
     return data
-
-
-def parse_log_key(value: str) -> Verifier:
-    """A verifier key given inline or as the path of a file that holds one."""
-    path = Path(value)
-    if path.is_file():
-        value = read_bounded(path, MAX_KEY_FILE).decode("utf-8", errors="replace").strip()
-    return Verifier.parse(value)
 
 
 def _origin(text: str) -> str:
@@ -176,14 +167,14 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     if args.policy is None:
         if args.log_key is None:
             raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")
-        checkpoint = audit_checkpoint(note, parse_log_key(args.log_key), args.origin)
+        checkpoint = audit_checkpoint(note, read_verifier_key(args.log_key), args.origin)
         print(f"ok: checkpoint {_describe(checkpoint)}")
         return 0
     if args.origin is not None:
         raise CLIError("--origin applies to --log-key without --policy")
     policy = Policy.parse(read_bounded(args.policy, MAX_POLICY_SIZE))
     if args.log_key is not None:
-        policy = replace(policy, logs=(PolicyLog(parse_log_key(args.log_key)),))
+        policy = replace(policy, logs=(PolicyLog(read_verifier_key(args.log_key)),))
     # Offline: no freshness bound, but cosignatures dated in the future still do not count.
     verified = policy.verify(note, now=time.time(), max_age=None)
     when = verified.witnessed_at
@@ -201,7 +192,7 @@ def _cmd_receipt(args: argparse.Namespace) -> int:
     else:
         leaf = read_bounded(args.leaf, MAX_ENTRY_BYTES)
     receipt = read_bounded(args.receipt, MAX_RECEIPT_SIZE)
-    checkpoint = audit_receipt(receipt, leaf, parse_log_key(args.log_key), args.origin)
+    checkpoint = audit_receipt(receipt, leaf, read_verifier_key(args.log_key), args.origin)
     index = Receipt.parse(receipt).index
     print(f"ok: entry {index} is included in {_describe(checkpoint)}")
     return 0
@@ -213,7 +204,7 @@ def _cmd_consistency(args: argparse.Namespace) -> int:
         read_bounded(args.old, MAX_NOTE_SIZE),
         read_bounded(args.new, MAX_NOTE_SIZE),
         proof,
-        parse_log_key(args.log_key),
+        read_verifier_key(args.log_key),
         args.origin,
     )
     print(f"ok: {new.origin} size {new.size} is consistent with size {old.size}")
@@ -222,7 +213,7 @@ def _cmd_consistency(args: argparse.Namespace) -> int:
 
 def _cmd_evidence(args: argparse.Namespace) -> int:
     evidence = read_evidence(args.file)
-    finding = evidence.verify(parse_log_key(args.log_key), args.origin)
+    finding = evidence.verify(read_verifier_key(args.log_key), args.origin)
     meaning = {
         CONFLICTING_ROOTS: "the log signed two different trees of one size: a fork",
         FAILING_PROOF: "both checkpoints are validly signed, but the consistency proof "
@@ -254,7 +245,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             ErrorCode.MISSING_INPUT, "give DIR, or --checkpoint FILE and --entries FILE"
         )
     note = read_bounded(checkpoint_path, MAX_NOTE_SIZE)
-    report = replay(read_entries(entries_path), note, parse_log_key(args.log_key), args.origin)
+    report = replay(read_entries(entries_path), note, read_verifier_key(args.log_key), args.origin)
     print(_summary(report))
     return 0
 
@@ -315,7 +306,7 @@ def _leaves_under(
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    log_key = parse_log_key(args.log_key) if args.log_key else None
+    log_key = read_verifier_key(args.log_key) if args.log_key else None
     checkpoint, verified = export(args.url, args.out, log_key)
     how = "verified" if verified else "root checked, signature not verified: pass --log-key"
     print(f"exported {checkpoint.size} entries of {_describe(checkpoint)} to {args.out} ({how})")

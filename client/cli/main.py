@@ -1,8 +1,8 @@
 """``deplog``: the publisher's and auditor's command line.
 
 Thin over the library: ``keygen`` writes a publisher key pair, ``publish``
-builds, signs and submits a notice and keeps the envelope and its receipt,
-``verify-receipt`` checks a receipt offline with nothing but the log's
+(``client.cli.publish``) signs a notice, saves it, submits it and keeps its
+receipt, ``verify-receipt`` checks a receipt offline with nothing but the log's
 verifier key.
 """
 
@@ -12,9 +12,6 @@ import argparse
 import asyncio
 import json
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +20,7 @@ from typing import Any
 from deplog.client.cache import inventory
 from deplog.client.cli import audit as auditcli
 from deplog.client.cli import monitor as monitorcli
+from deplog.client.cli import publish as publishcli
 from deplog.client.cli.trust import add_follow_arguments, load_trust, log_origin
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.follow.follower import Follower, SyncResult
@@ -32,90 +30,21 @@ from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry, encode_entry
 from deplog.client.model.notice import (
     Envelope,
-    Notice,
     parse_timestamp,
 )
 from deplog.client.tlog.checkpoint import open_checkpoint
-from deplog.client.tlog.keyfile import create_signer, key_file_name, load_signer
+from deplog.client.tlog.keyfile import create_signer, key_file_name, read_verifier_key
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.receipt import Receipt, verify_receipt
-from deplog.client.tlog.timestamps import format_timestamp, now_timestamp
+from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
     "DEFAULT_STATE",
-    "HTTP_TIMEOUT",
-    "MAX_RESPONSE",
     "main",
     "parser",
 ]
 
 DEFAULT_STATE = "deplog-state.db"
-HTTP_TIMEOUT = 30.0
-MAX_RESPONSE = 1 << 20
-
-
-def _parse_range(text: str) -> dict[str, Any]:
-    """``A..B`` (B fixed, excluded), ``A..=B`` (B last affected) or ``A..`` (open)."""
-    if ".." not in text:
-        raise CLIError("a range is A..B, A..=B or A..")
-    introduced, rest = text.split("..", 1)
-    events: list[dict[str, str]] = [{"introduced": introduced or "0"}]
-    if rest.startswith("="):
-        events.append({"last_affected": rest[1:]})
-    elif rest:
-        events.append({"fixed": rest})
-    return {"type": "SEMVER", "events": events}
-
-
-def _build_notice(args: argparse.Namespace, publisher: str) -> Notice:
-    obj: dict[str, Any] = {
-        "tool_id": args.tool,
-        "action": args.action,
-        "reasons": args.reason,
-        "effective_at": args.effective_at or now_timestamp(),
-        "issued_at": now_timestamp(),
-        "publisher": publisher,
-        "sequence": args.sequence if args.sequence is not None else time.time_ns() // 1_000_000,
-    }
-    affected: dict[str, Any] = {}
-    if args.version:
-        affected["versions"] = args.version
-    if args.range:
-        affected["ranges"] = [_parse_range(r) for r in args.range]
-    if affected:
-        obj["affected"] = affected
-    if args.withdraws is not None:
-        obj["withdraws"] = args.withdraws
-    if args.advisory:
-        obj["advisories"] = args.advisory
-    if args.replacement:
-        tool, _, version = args.replacement.rpartition("@")
-        obj["replacement"] = {"tool_id": tool, "version": version}
-    for name in ("sunset_at", "schema_digest", "message"):
-        value = getattr(args, name)
-        if value is not None:
-            obj[name] = value
-    return Notice.from_json(obj)
-
-
-def _post_envelope(url: str, envelope: Envelope) -> tuple[int, bytes]:
-    request = urllib.request.Request(
-        url.rstrip("/") + "/v1/notices",
-        data=envelope.canonical_bytes(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:
-            return int(response.status), bytes(response.read(MAX_RESPONSE))
-    except urllib.error.HTTPError as err:
-        try:
-            code = json.loads(err.read(4096)).get("error", str(err.code))
-        except ValueError:
-            code = str(err.code)
-        raise CLIError(f"refused ({err.code}): {code}") from None
-    except (urllib.error.URLError, OSError) as err:
-        raise CLIError(f"cannot reach the authority: {type(err).__name__}") from None
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
@@ -123,25 +52,6 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
     signer = create_signer(args.out, stem, args.name)
     print(f"wrote {args.out / (stem + '.key')} (mode 0600) and {args.out / (stem + '.pub')}")
     print(signer.verifier().vkey())
-    return 0
-
-
-def _cmd_publish(args: argparse.Namespace) -> int:
-    key_path: Path = args.key
-    signer = load_signer(key_path.parent, key_path.name.removesuffix(".key"))
-    notice = _build_notice(args, args.publisher or signer.name)
-    envelope = Envelope.sign(notice, signer)
-    status, body = _post_envelope(args.url, envelope)
-    receipt = Receipt.parse(body)
-    if args.log_key:
-        verify_receipt(receipt, encode_entry(NoticeEntry(envelope)), Verifier.parse(args.log_key))
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"{notice.publisher}-{notice.sequence}"
-    Path(f"{stem}.envelope.json").write_bytes(envelope.canonical_bytes())
-    Path(f"{stem}.tlog-proof").write_bytes(body)
-    verified = "verified" if args.log_key else "not verified: pass --log-key"
-    kind = "logged" if status == 201 else "already logged"
-    print(f"{kind} at index {receipt.index} ({verified}); receipt: {stem}.tlog-proof")
     return 0
 
 
@@ -156,7 +66,7 @@ def _cmd_verify_receipt(args: argparse.Namespace) -> int:
         decode_entry(leaf)
     else:
         raise CLIError("give the logged data: --envelope FILE or --leaf FILE")
-    checkpoint = verify_receipt(receipt, leaf, Verifier.parse(args.log_key))
+    checkpoint = verify_receipt(receipt, leaf, read_verifier_key(args.log_key))
     print(f"ok: entry {receipt.index} is in {checkpoint.origin} at tree size {checkpoint.size}")
     return 0
 
@@ -268,31 +178,10 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", type=Path, default=Path("keys"), help="directory (default: keys)")
     sp.set_defaults(func=_cmd_keygen)
 
-    sp = sub.add_parser("publish", help="sign and submit a notice, keep its receipt")
-    sp.add_argument("--url", required=True, help="authority base URL")
-    sp.add_argument("--key", type=Path, required=True, help="publisher private key file")
-    sp.add_argument("--log-key", help="log verifier key: verify the receipt before saving")
-    sp.add_argument("--publisher", help="publisher id (default: the key name)")
-    sp.add_argument("--tool", required=True, help="tool:<namespace>/<name>")
-    sp.add_argument("--action", required=True, choices=("deprecate", "revoke", "withdraw"))
-    sp.add_argument("--version", action="append", help="affected version (repeatable)")
-    sp.add_argument(
-        "--range", action="append", help="affected range A..B, A..=B or A.. (repeatable)"
-    )
-    sp.add_argument("--reason", action="append", required=True, help="reason (repeatable)")
-    sp.add_argument("--advisory", action="append", help="CVE or GHSA id (repeatable)")
-    sp.add_argument("--replacement", help="replacement as tool:<ns>/<name>@<version>")
-    sp.add_argument("--effective-at", help="RFC 3339 UTC time (default: now)")
-    sp.add_argument("--sunset-at", help="RFC 3339 UTC time (deprecate only)")
-    sp.add_argument("--schema-digest", help="sha256:<hex> of the affected definition")
-    sp.add_argument("--message", help="plain text, at most 500 characters")
-    sp.add_argument("--withdraws", type=int, help="log index of the notice to withdraw")
-    sp.add_argument("--sequence", type=int, help="sequence number (default: Unix time in ms)")
-    sp.add_argument("--out", type=Path, default=Path("."), help="where to save (default: .)")
-    sp.set_defaults(func=_cmd_publish)
+    publishcli.register(sub)
 
     sp = sub.add_parser("verify-receipt", help="verify a receipt offline")
-    sp.add_argument("--log-key", required=True, help="log verifier key")
+    sp.add_argument("--log-key", required=True, help="log verifier key, or a file holding it")
     sp.add_argument("receipt", type=Path, help="the .tlog-proof file")
     sp.add_argument("--envelope", type=Path, help="the signed envelope JSON that was published")
     sp.add_argument("--leaf", type=Path, help="the exact leaf bytes")

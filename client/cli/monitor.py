@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from deplog.client.cli.audit import EXIT_NOT_PROVEN, parse_log_key
+from deplog.client.cli.audit import EXIT_NOT_PROVEN
 from deplog.client.cli.trust import add_follow_arguments, load_trust, log_origin
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.follow.follower import Follower, SyncResult
@@ -34,6 +34,7 @@ from deplog.client.follow.monitor import (
 )
 from deplog.client.follow.trust import ForkError, SuspectedForkError
 from deplog.client.model.notice import parse_namespace
+from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
 
@@ -51,7 +52,7 @@ def _key_id(value: str) -> bytes:
     except ValueError:
         pass
     try:
-        return bytes(parse_log_key(value).key_id)
+        return bytes(read_verifier_key(value).key_id)
     except (DeplogError, OSError):
         raise CLIError("--key-id takes 8 hex digits, a verifier key or a .pub file") from None
 

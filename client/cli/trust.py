@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from deplog.client.cli.audit import parse_log_key, read_bounded
+from deplog.client.cli.audit import read_bounded
 from deplog.client.errors import CLIError
 from deplog.client.follow.http import DEFAULT_TIMEOUT
+from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy
 
@@ -27,7 +28,7 @@ def load_trust(log_key: str | None, policy: Path | None) -> Verifier | Policy:
     if policy is not None:
         return Policy.parse(read_bounded(policy, MAX_POLICY_SIZE))
     if log_key is not None:
-        return parse_log_key(log_key)
+        return read_verifier_key(log_key)
     raise CLIError("give the trust policy (--policy FILE) or the log key (--log-key)")
 
 

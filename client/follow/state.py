@@ -2,11 +2,12 @@
 
 Holds the trusted checkpoint (its signed note, size, root and the tree's right
 edge), the publisher registry replayed from the log, and every notice folded
-so far, indexed by tool. An advance writes all of that in one transaction,
-committed only after the new entries verified against the new root, so after
-a crash or kill the file holds either the old trusted state or the new one,
-never a mix. The file's own integrity is assumed (it is local and ours); what
-came from the network is never trusted before verification.
+so far, indexed by tool and by (publisher, sequence) for the uniqueness rule.
+An advance writes all of that in one transaction, committed only after the
+new entries verified against the new root, so after a crash or kill the file
+holds either the old trusted state or the new one, never a mix. The file's
+own integrity is assumed (it is local and ours); what came from the network
+is never trusted before verification.
 
 Memory is bounded: notices live in the file, and tool statuses are folded on
 demand from one tool's notices and cached in a bounded LRU.
@@ -61,7 +62,36 @@ SCHEMA = (
         processed_at REAL NOT NULL
     ) STRICT""",
     "CREATE INDEX IF NOT EXISTS notices_by_tool ON notices (tool_id, idx)",
+    """CREATE TABLE IF NOT EXISTS sequences (
+        publisher TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        PRIMARY KEY (publisher, sequence)
+    ) STRICT, WITHOUT ROWID""",
 )
+
+
+def _index_sequences(conn: sqlite3.Connection) -> None:
+    """Fill the ``sequences`` table from the notices of a state file written before it
+    existed (under the increasing rule), so the uniqueness check sees every one."""
+    has_table = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sequences'"
+    ).fetchone()
+    if has_table is not None:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in SCHEMA:
+            conn.execute(statement)
+        for (notice,) in conn.execute("SELECT notice FROM notices").fetchall():
+            parsed = Notice.from_json(canonical.loads(bytes(notice)))
+            conn.execute(
+                "INSERT INTO sequences (publisher, sequence) VALUES (?, ?)",
+                (parsed.publisher, parsed.sequence),
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _fold_tool(
@@ -115,8 +145,7 @@ class LocalState:
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = FULL")
         self._conn.execute("PRAGMA busy_timeout = 5000")
-        for statement in SCHEMA:
-            self._conn.execute(statement)
+        _index_sequences(self._conn)
         # Reads go through their own connection, which sees committed data only:
         # an advance in progress (its transaction is open across awaits on the
         # same thread) must never be visible to the guard or to reports.
@@ -278,10 +307,22 @@ class AdvanceWriter:
 
     def add_notices(self, rows: Iterable[tuple[int, Notice]], processed_at: datetime) -> None:
         stamp = processed_at.timestamp()
-        batch = [(idx, n.tool_id, n.canonical_bytes(), stamp) for idx, n in rows]
+        notices = list(rows)
+        batch = [(idx, n.tool_id, n.canonical_bytes(), stamp) for idx, n in notices]
         self.conn.executemany(
             "INSERT INTO notices (idx, tool_id, notice, processed_at) VALUES (?, ?, ?, ?)", batch
         )
+        self.conn.executemany(
+            "INSERT INTO sequences (publisher, sequence) VALUES (?, ?)",
+            [(n.publisher, n.sequence) for _, n in notices],
+        )
+
+    def sequence_used(self, publisher: str, sequence: int) -> bool:
+        """Whether an already added notice has this publisher and sequence number."""
+        row = self.conn.execute(
+            "SELECT 1 FROM sequences WHERE publisher = ? AND sequence = ?", (publisher, sequence)
+        ).fetchone()
+        return row is not None
 
     def notice_at(self, index: int) -> Notice | None:
         row = self.conn.execute("SELECT notice FROM notices WHERE idx = ?", (index,)).fetchone()

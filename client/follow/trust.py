@@ -27,8 +27,8 @@ Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
    by one, in log order, by the authority's own admission rules
    (``client.model.rules``: canonical encoding, authority-signed registry
    changes, notices signed by a key active for the namespace at that point,
-   increasing sequences, valid withdraw targets). Any failure is that module's
-   ``RuleViolation``, naming the first bad index.
+   sequence numbers unique per publisher, valid withdraw targets). Any failure
+   is that module's ``RuleViolation``, naming the first bad index.
 4. The entries must be exactly as many as the new checkpoint's size and the
    extended tree's root must equal its root (``TreeMismatchError``).
 5. Only then is everything (checkpoint, tree edge, registry, notices) committed
@@ -266,12 +266,18 @@ class AdvanceSession:
         writer = self._writer
         assert writer is not None, "use the session as a context manager"
         staged: dict[int, Notice] = {}
+        staged_sequences: set[tuple[str, int]] = set()
         stamp = (now or datetime.now(UTC)).timestamp()
 
         def find_notice(index: int) -> Notice | None:
             return staged.get(index) or writer.notice_at(index)
 
-        checker = EntryChecker(self.registry, self.trusted.log_key, find_notice)
+        def sequence_used(publisher: str, sequence: int) -> bool:
+            return (publisher, sequence) in staged_sequences or writer.sequence_used(
+                publisher, sequence
+            )
+
+        checker = EntryChecker(self.registry, self.trusted.log_key, find_notice, sequence_used)
         for leaf in leaves:
             index = self.next_index
             if index >= self.checkpoint.size:
@@ -280,6 +286,7 @@ class AdvanceSession:
             if isinstance(entry, NoticeEntry):
                 notice = entry.envelope.notice
                 staged[index] = notice
+                staged_sequences.add((notice.publisher, notice.sequence))
                 self._fold(index, notice, stamp, find_notice)
             watch = self.trusted.watch
             if watch is not None and (noted := watch(index, entry, self.registry)) is not None:

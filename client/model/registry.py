@@ -11,14 +11,15 @@ Rules of the state machine:
   identity. Namespaces match exactly (``org.example`` does not cover
   ``org.example.sub``).
 - ``authorize`` decides whether an envelope may enter the log at this point
-  of the log; ``record_sequence`` then advances the publisher's sequence,
-  which must strictly increase (replay and reorder protection).
+  of the log. Sequence numbers are not registry state: they are unique per
+  publisher (``client.model.rules``), checked against the notices logged so
+  far, which the authority, the follower and the auditor each index.
 
 Errors: RegistryError for refused publisher entries and snapshots (and
 EntrySignatureError for an entry the authority did not sign), AuthorizationError
 for envelopes whose signer may not publish (and NoticeSignatureError for one
-whose signature does not verify), ConflictError for sequence and withdraw
-conflicts.
+whose signature does not verify), ConflictError for withdraw conflicts and, at
+the authority, a reused sequence number.
 """
 
 from __future__ import annotations
@@ -94,7 +95,6 @@ class ConflictError(DeplogError):
     codes = frozenset(
         {
             ErrorCode.SEQUENCE_REUSED,
-            ErrorCode.SEQUENCE_NOT_INCREASING,
             ErrorCode.BAD_WITHDRAW_TARGET,
         }
     )
@@ -159,7 +159,6 @@ class PublisherRegistry:
         self._namespace_owner: dict[str, str] = {}
         self._key_id_owner: dict[bytes, str] = {}
         self._raw_key_owner: dict[bytes, str] = {}
-        self._sequences: dict[str, int] = {}
 
     # --- reading ------------------------------------------------------------
 
@@ -174,10 +173,6 @@ class PublisherRegistry:
     def namespace_owner(self, namespace: str) -> str | None:
         """The publisher that owns ``namespace``, if any."""
         return self._namespace_owner.get(namespace)
-
-    def last_sequence(self, publisher: str) -> int:
-        """The highest sequence recorded for ``publisher`` (0 if none)."""
-        return self._sequences.get(publisher, 0)
 
     # --- publisher entries --------------------------------------------------
 
@@ -261,16 +256,6 @@ class PublisherRegistry:
         if notice.namespace not in state.namespaces:
             raise AuthorizationError(ErrorCode.NAMESPACE_NOT_AUTHORIZED)
 
-    def check_sequence(self, notice: Notice) -> None:
-        """Refuse a sequence that does not exceed the publisher's last one."""
-        if notice.sequence <= self._sequences.get(notice.publisher, 0):
-            raise ConflictError(ErrorCode.SEQUENCE_NOT_INCREASING)
-
-    def record_sequence(self, notice: Notice) -> None:
-        """Check, then advance the publisher's sequence to ``notice.sequence``."""
-        self.check_sequence(notice)
-        self._sequences[notice.publisher] = notice.sequence
-
     @staticmethod
     def check_withdraw(notice: Notice, target: NoticeRef | None) -> None:
         """For a withdraw, refuse unless ``target`` (the notice at ``notice.withdraws``)
@@ -296,7 +281,6 @@ class PublisherRegistry:
         return {
             "format": SNAPSHOT_FORMAT,
             "publishers": [p.to_json() for p in self._publishers.values()],
-            "sequences": dict(sorted(self._sequences.items())),
         }
 
     @classmethod
@@ -345,10 +329,8 @@ class PublisherRegistry:
             for ns in namespaces:
                 reg._namespace_owner[ns] = name
             reg._publishers[name] = state
-        for name, seq in obj["sequences"].items():
-            if name not in reg._publishers:
-                raise RegistryError(ErrorCode.BAD_SNAPSHOT)
-            reg._sequences[name] = _index(seq)
+        # Snapshots written under the old sequence rule also hold a "sequences"
+        # map; the unique rule does not keep it here, so it is read past.
         return reg
 
 

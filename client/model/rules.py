@@ -10,13 +10,20 @@ three can never disagree about what the log may contain:
    transition (``bad_publisher_entry``).
 3. A notice is signed by a key of its publisher that is active at this point,
    the publisher is active and owns the tool's namespace (``unauthorized_notice``).
-4. Its sequence number exceeds the publisher's previous one (``replayed_notice``).
+4. Its sequence number is one its publisher has not used before
+   (``replayed_notice``, cause ``sequence_reused``). Sequences are unique per
+   publisher, not ordered: a publisher may post concurrently and retry a
+   refused notice after later ones landed, while a logged envelope can never
+   be logged again (replay) and a used number never carries other content.
+   Supersession is decided by log order alone (``client.model.status`` folds
+   in log order). A log admitted under the older rule (strictly increasing
+   sequences) satisfies this one.
 5. A withdraw names an earlier deprecate or revoke notice of the same
    publisher about the same tool (``invalid_withdraw``).
 
 Failures raise ``RuleViolation`` with the rule's code, the entry's index and
 the underlying error's code as ``cause`` (the code the authority would have
-refused the entry with, such as ``unknown_key`` or ``sequence_not_increasing``).
+refused the entry with, such as ``unknown_key`` or ``sequence_reused``).
 The follower and the auditor both let it through unchanged: it is the same
 finding whoever makes it.
 """
@@ -33,11 +40,15 @@ from deplog.client.tlog.note import Verifier
 __all__ = [
     "EntryChecker",
     "RuleViolation",
+    "SequenceLookup",
     "TargetLookup",
 ]
 
 TargetLookup = Callable[[int], NoticeRef | None]
 """Finds the notice at an earlier log index (None: no notice there)."""
+
+SequenceLookup = Callable[[str, int], bool]
+"""Whether a notice at an earlier log index has this publisher and sequence number."""
 
 
 class RuleViolation(VerificationError):
@@ -60,14 +71,23 @@ class RuleViolation(VerificationError):
 
 
 class EntryChecker:
-    """Applies the rules to entries in log order, advancing ``registry`` as it goes."""
+    """Applies the rules to entries in log order, advancing ``registry`` as it goes.
+
+    The lookups see the caller's record of every earlier entry: the caller
+    records each checked notice before checking the next entry.
+    """
 
     def __init__(
-        self, registry: PublisherRegistry, log_key: Verifier, find_notice: TargetLookup
+        self,
+        registry: PublisherRegistry,
+        log_key: Verifier,
+        find_notice: TargetLookup,
+        sequence_used: SequenceLookup,
     ) -> None:
         self.registry = registry
         self.log_key = log_key
         self.find_notice = find_notice
+        self.sequence_used = sequence_used
 
     def check(self, index: int, leaf: bytes) -> Entry:
         """Check the entry at ``index``; on success its effects are in ``registry``."""
@@ -90,10 +110,8 @@ class EntryChecker:
             self.registry.authorize(entry.envelope)
         except DeplogError as err:
             raise RuleViolation(ErrorCode.UNAUTHORIZED_NOTICE, index, err.code) from None
-        try:
-            self.registry.record_sequence(notice)
-        except DeplogError as err:
-            raise RuleViolation(ErrorCode.REPLAYED_NOTICE, index, err.code) from None
+        if self.sequence_used(notice.publisher, notice.sequence):
+            raise RuleViolation(ErrorCode.REPLAYED_NOTICE, index, ErrorCode.SEQUENCE_REUSED)
         if notice.action == "withdraw":
             target = None
             if notice.withdraws is not None and notice.withdraws < index:

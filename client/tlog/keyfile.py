@@ -5,6 +5,10 @@ A private key file holds one line in the signed-note private key format
 The verifier key is written beside it as ``<file>.pub``. Key material is never
 logged or put into an error message.
 
+A verifier key is also accepted wherever a command takes one as the path of
+a file holding it (``read_verifier_key``), so ``keys/<name>.pub`` can be passed
+as it is.
+
 The signature type byte is part of both encodings, so a witness's cosigning key
 (type 0x04, tlog-cosignature) is stored as such and cannot be loaded by mistake
 as a log key (type 0x01), whose key ID differs.
@@ -15,9 +19,10 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Final
 
-from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.tlog.note import SIG_TYPE_ED25519, Signer
+from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
+from deplog.client.tlog.note import SIG_TYPE_ED25519, Signer, Verifier
 
 __all__ = [
     "KeyFileError",
@@ -26,7 +31,10 @@ __all__ = [
     "key_file_name",
     "load_or_create_signer",
     "load_signer",
+    "read_verifier_key",
 ]
+
+MAX_VERIFIER_KEY_FILE: Final = 4096
 
 
 class KeyFileError(DeplogError):
@@ -81,3 +89,17 @@ def load_or_create_signer(
     if (keys_dir / f"{stem}.key").exists():
         return load_signer(keys_dir, stem, sig_type), False
     return create_signer(keys_dir, stem, name, sig_type), True
+
+
+def read_verifier_key(value: str) -> Verifier:
+    """A log verifier key given inline (``name+hex8+base64``) or as the path of a file
+    holding one; ``KeyFormatError`` if it is neither, ``TooLargeError`` for a file over
+    4 KiB (no key file is that large, and a hostile path must not exhaust memory)."""
+    path = Path(value)
+    if path.is_file():
+        with open(path, "rb") as f:
+            data = f.read(MAX_VERIFIER_KEY_FILE + 1)
+        if len(data) > MAX_VERIFIER_KEY_FILE:
+            raise TooLargeError(message="a verifier key file is at most 4 KiB")
+        value = data.decode("utf-8", errors="replace").strip()
+    return Verifier.parse(value)

@@ -138,7 +138,11 @@ def test_publish_refusal_prints_the_stable_code(
         cwd=tmp_path,
     )
     assert refused.returncode == 1
-    assert refused.stderr.strip() == "deplog: refused (401): unknown_publisher"
+    line = refused.stderr.strip()
+    assert line.startswith(
+        "deplog: refused (401 unknown_publisher); the envelope is saved in intruder-"
+    )
+    assert "resubmit it with: deplog publish --resubmit intruder-" in line
 
 
 def test_check_recomputes_storage_and_list_shows_publishers(

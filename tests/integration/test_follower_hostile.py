@@ -360,7 +360,11 @@ async def test_an_entry_left_out_of_a_range_is_rejected(
 
     with pytest.raises(RuleViolation) as refused:
         await follower.sync()
-    assert (refused.value.code, refused.value.index) == ("replayed_notice", hidden + 1)
+    assert (refused.value.code, refused.value.cause, refused.value.index) == (
+        "replayed_notice",
+        "sequence_reused",
+        hidden + 1,
+    )
     assert_state_unchanged(follower, trusted)
 
 

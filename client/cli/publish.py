@@ -1,0 +1,565 @@
+"""``deplog publish``: sign a notice once, keep it, and submit it until it is receipted.
+
+Rules:
+
+1. Every argument (key file, log key, tool, versions, ranges, dates, reasons,
+   replacement, withdraw target, URL, output directory) is checked before
+   anything is signed or sent; a bad one exits 2 naming its flag or file, and
+   nothing is signed, written or sent. A ``--log-key`` must also verify the
+   checkpoint the authority serves (when it answers), so a wrong key is caught
+   before the notice is logged, not after.
+2. The signed envelope is written to ``--out`` atomically (it is public, so
+   0644) before the POST, as ``<publisher>-<sequence>.envelope.json``; a
+   prepared envelope is never overwritten.
+3. Every failure after that point prints one line saying where the envelope
+   is and the exact ``deplog publish --resubmit`` command. Resubmitting posts
+   the same bytes: the authority answers an identical envelope with the
+   original receipt (200), so a notice is never logged twice.
+4. A receipt is saved as ``<stem>.tlog-proof`` only once it parses and, with
+   ``--log-key``, verifies for this envelope; otherwise it is kept aside as
+   ``<stem>.tlog-proof.unverified`` with the reason in ``<stem>.tlog-proof.
+   unverified.reason``, and the command exits 4: never silently dropped.
+
+Exit codes (``EXIT_CODES``): 0 logged (or already logged) and saved; 1 refused
+by the authority (nothing logged; the envelope is kept); 2 usage error
+(argparse, or a flag or file found wrong before signing); 3 not confirmed
+(unreachable, timed out, rate limited or unavailable: the notice may or may
+not be logged, resubmitting is safe); 4 logged but the receipt did not verify.
+
+The default sequence number is the time in microseconds, never repeated in
+one process (``SequenceClock``), so threads publishing with one key in the
+same microsecond still get distinct numbers; sequence numbers only need to be
+unique per publisher, not increasing (``client.model.rules``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.client
+import json
+import re
+import shlex
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from deplog.client.errors import CLIError, DeplogError
+from deplog.client.files import write_atomic
+from deplog.client.model.entries import NoticeEntry, encode_entry
+from deplog.client.model.notice import (
+    MAX_ENVELOPE_BYTES,
+    MAX_SAFE_INTEGER,
+    REASONS,
+    Envelope,
+    Notice,
+    Replacement,
+    VersionRange,
+    parse_publisher_id,
+    parse_timestamp,
+    parse_tool_id,
+    parse_version,
+)
+from deplog.client.tlog.checkpoint import open_checkpoint
+from deplog.client.tlog.keyfile import load_signer, read_verifier_key
+from deplog.client.tlog.note import MAX_NOTE_SIZE, Signer, Verifier
+from deplog.client.tlog.receipt import Receipt, verify_receipt
+from deplog.client.tlog.timestamps import now_timestamp
+
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_NOT_CONFIRMED",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_UNVERIFIED",
+    "EXIT_USAGE",
+    "HTTP_TIMEOUT",
+    "SequenceClock",
+    "register",
+]
+
+EXIT_OK: Final = 0
+EXIT_REFUSED: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_NOT_CONFIRMED: Final = 3
+EXIT_UNVERIFIED: Final = 4
+EXIT_CODES: Final[dict[int, str]] = {
+    EXIT_OK: "logged (or already logged); the receipt is saved",
+    EXIT_REFUSED: "refused by the authority; nothing was logged, the envelope is kept",
+    EXIT_USAGE: "usage error: a flag or file is wrong; nothing was signed or sent",
+    EXIT_NOT_CONFIRMED: "not confirmed (unreachable, rate limited, unavailable): resubmit",
+    EXIT_UNVERIFIED: "logged, but the receipt did not verify: it is kept aside",
+}
+
+HTTP_TIMEOUT: Final = 30.0
+MAX_RESPONSE: Final = 1 << 20
+ENVELOPE_SUFFIX: Final = ".envelope.json"
+_ERROR_CODE: Final = re.compile(r"[a-z0-9_]{1,64}", re.ASCII)
+# Answers after which the notice may be logged, or will be on a later try.
+_RETRYABLE_STATUSES: Final = frozenset({408, 429})
+# Flags a notice of each action cannot carry (the notice schema refuses the fields).
+_FORBIDDEN_FLAGS: Final[dict[str, tuple[str, ...]]] = {
+    "deprecate": ("withdraws",),
+    "revoke": ("withdraws", "sunset_at"),
+    "withdraw": ("version", "range", "sunset_at", "replacement", "schema_digest"),
+}
+_NOTICE_FLAGS: Final = (
+    "key",
+    "publisher",
+    "tool",
+    "action",
+    "version",
+    "range",
+    "reason",
+    "advisory",
+    "replacement",
+    "effective_at",
+    "sunset_at",
+    "schema_digest",
+    "message",
+    "withdraws",
+    "sequence",
+)
+
+
+def _usage(flag: str, message: str) -> CLIError:
+    return CLIError(f"{flag}: {message}; nothing was signed or sent", EXIT_USAGE)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+class SequenceClock:
+    """Default sequence numbers: microseconds since the Unix epoch, strictly increasing
+    within this process even when threads ask in the same microsecond.
+
+    Microseconds fit a JSON safe integer until the year 2255. Two processes (or hosts)
+    sharing a key collide only if they sign in the very same microsecond; the authority
+    then refuses the second (``sequence_reused``), and it is published again."""
+
+    def __init__(self, now_ns: Callable[[], int] = time.time_ns) -> None:
+        self._now_ns = now_ns
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(self._now_ns() // 1000, self._last + 1)
+            return self._last
+
+
+_SEQUENCES = SequenceClock()
+
+
+# --- step 1: every argument, before anything is signed -----------------------------
+
+
+def _checked(flag: str, what: str, parse: Callable[[], object]) -> None:
+    """Run the model's own parser on a flag's value; a refusal names ``flag`` and the form."""
+    try:
+        parse()
+    except DeplogError as err:
+        raise _usage(flag, f"{err.code}: {what}") from None
+
+
+def _range_json(text: str) -> dict[str, Any]:
+    """``A..B`` (B fixed, excluded), ``A..=B`` (B last affected) or ``A..`` (open)."""
+    introduced, dots, rest = text.partition("..")
+    if not dots:
+        raise _usage("--range", "bad_range: a range is A..B, A..=B or A..")
+    events: list[dict[str, str]] = [{"introduced": introduced or "0"}]
+    if rest.startswith("="):
+        events.append({"last_affected": rest[1:]})
+    elif rest:
+        events.append({"fixed": rest})
+    obj = {"type": "SEMVER", "events": events}
+    _checked(
+        "--range",
+        "a range is A..B, A..=B or A.. of SemVer versions",
+        lambda: VersionRange.from_json(obj),
+    )
+    return obj
+
+
+def _load_key(path: Path) -> Signer:
+    """The publisher's private key from ``--key``, with a sentence for each way it fails."""
+    if path.name.endswith(".pub"):
+        raise _usage(
+            "--key",
+            f"{path} is a verifier key; give the private key file beside it "
+            f"({path.name.removesuffix('.pub')}.key, written by deplog keygen)",
+        )
+    if not path.name.endswith(".key"):
+        raise _usage("--key", f"{path} is not a private key file (<name>.key from deplog keygen)")
+    if not path.is_file():
+        raise _usage("--key", f"{path}: no such file (make one with deplog keygen)")
+    try:
+        return load_signer(path.parent, path.name.removesuffix(".key"))
+    except DeplogError as err:
+        why = {
+            "key_permissions": "group or others can read it; run chmod 600 on it",
+            "key_malformed": "it does not hold a private key (PRIVATE+KEY+...)",
+        }.get(err.code, "it cannot be used")
+        raise _usage("--key", f"{err.code}: {path}: {why}") from None
+
+
+def _log_key(value: str | None) -> Verifier | None:
+    if value is None:
+        return None
+    try:
+        return read_verifier_key(value)
+    except DeplogError as err:
+        raise _usage(
+            "--log-key",
+            f"{err.code}: give the log's verifier key (name+hex8+base64) "
+            "or a file holding it, such as the authority's keys/<origin>.pub",
+        ) from None
+    except OSError as err:
+        raise _usage("--log-key", f"cannot read {value}: {err.strerror}") from None
+
+
+def _check_log_key_against(url: str, log_key: Verifier) -> None:
+    """Catch a wrong ``--log-key`` before anything is logged: the authority's served
+    checkpoint must verify with it. Unreachable now means unchecked, not refused: the
+    envelope is then saved and the receipt still verified once it comes."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/checkpoint", timeout=HTTP_TIMEOUT) as r:
+            note = bytes(r.read(MAX_NOTE_SIZE + 1))
+    except (urllib.error.URLError, OSError, http.client.HTTPException):
+        return
+    try:
+        open_checkpoint(note, log_key)
+    except DeplogError as err:
+        raise _usage(
+            "--log-key",
+            f"{err.code}: the checkpoint the authority at --url serves does not verify with "
+            "this key; give that log's verifier key (its keys/<origin>.pub)",
+        ) from None
+
+
+def _check_url(url: str) -> None:
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise _usage("--url", "bad_url: give the authority's base URL, http(s)://host[:port]")
+
+
+def _notice(args: argparse.Namespace, signer: Signer) -> Notice:
+    """The notice the flags describe, each flag checked on its own first so an error names it."""
+    for name in _FORBIDDEN_FLAGS[args.action]:
+        if getattr(args, name) is not None:
+            raise _usage(_flag(name), f"field_not_allowed: a {args.action} notice cannot have it")
+    publisher = args.publisher or signer.name
+    _checked(
+        "--publisher" if args.publisher else "--key",
+        "the publisher id (lower-case letters, digits, '-'); the key name is used unless "
+        "--publisher is given",
+        lambda: parse_publisher_id(publisher),
+    )
+    _checked("--tool", "a tool id is tool:<namespace>/<name>", lambda: parse_tool_id(args.tool))
+    obj: dict[str, Any] = {
+        "tool_id": args.tool,
+        "action": args.action,
+        "reasons": args.reason,
+        "effective_at": args.effective_at or now_timestamp(),
+        "issued_at": now_timestamp(),
+        "publisher": publisher,
+        "sequence": args.sequence if args.sequence is not None else _SEQUENCES.next(),
+    }
+    if len(set(args.reason)) != len(args.reason):
+        raise _usage("--reason", "duplicate_item: give each reason once")
+    for name in ("effective_at", "sunset_at"):
+        value = getattr(args, name)
+        if value is not None:
+            _checked(
+                _flag(name),
+                "a time is RFC 3339 UTC, 2026-06-01T00:00:00Z",
+                functools.partial(parse_timestamp, value),
+            )
+    affected: dict[str, Any] = {}
+    for version in args.version or ():
+        _checked(
+            "--version",
+            "a SemVer 2.0.0 version, MAJOR.MINOR.PATCH",
+            functools.partial(parse_version, version),
+        )
+    if args.version:
+        affected["versions"] = args.version
+    if args.range:
+        affected["ranges"] = [_range_json(r) for r in args.range]
+    if affected:
+        obj["affected"] = affected
+    elif args.action != "withdraw":
+        raise _usage(
+            "--version/--range", f"missing_field: a {args.action} names the affected versions"
+        )
+    if args.action == "withdraw":
+        if args.withdraws is None:
+            raise _usage(
+                "--withdraws",
+                "missing_field: a withdraw names the log index of the notice it retracts",
+            )
+        if not 0 <= args.withdraws <= MAX_SAFE_INTEGER:
+            raise _usage("--withdraws", "bad_withdraw_index: a log index is 0 or more")
+        obj["withdraws"] = args.withdraws
+    if args.sequence is not None and not 1 <= args.sequence <= MAX_SAFE_INTEGER:
+        raise _usage("--sequence", f"bad_sequence: a sequence number is 1 to {MAX_SAFE_INTEGER}")
+    if args.advisory:
+        obj["advisories"] = args.advisory
+    if args.replacement is not None:
+        tool, at, version = args.replacement.rpartition("@")
+        replacement = {"tool_id": tool, "version": version}
+        if not at:
+            raise _usage("--replacement", "bad_replacement: give tool:<namespace>/<name>@<version>")
+        _checked(
+            "--replacement",
+            "give tool:<namespace>/<name>@<version>",
+            lambda: Replacement.from_json(replacement),
+        )
+        obj["replacement"] = replacement
+    for name in ("sunset_at", "schema_digest", "message"):
+        value = getattr(args, name)
+        if value is not None:
+            obj[name] = value
+    try:
+        return Notice.from_json(obj)
+    except DeplogError as err:
+        raise _usage(*_notice_error(err.code)) from None
+
+
+def _notice_error(code: str) -> tuple[str, str]:
+    """The flag behind a notice schema refusal the per-flag checks leave to the schema."""
+    flag, why = {
+        "bad_advisory": ("--advisory", "an advisory is a CVE-YYYY-NNNN or GHSA-xxxx-xxxx-xxxx id"),
+        "advisory_required": ("--advisory", "a revoke for reason security names its CVE or GHSA"),
+        "bad_digest": ("--schema-digest", "a digest is sha256:<64 lower-case hex digits>"),
+        "sunset_before_effective": ("--sunset-at", "the sunset cannot come before --effective-at"),
+        "too_long": ("--message", "a message is at most 500 characters of plain text"),
+    }.get(code, ("the notice", "the flags do not make a valid notice"))
+    return flag, f"{code}: {why}"
+
+
+def _prepare(args: argparse.Namespace) -> tuple[Envelope, Path]:
+    """Steps 1 and 2: check every flag, sign, and save the envelope before anything is sent."""
+    for name in ("key", "tool", "action", "reason"):
+        if getattr(args, name) is None:
+            raise _usage(_flag(name), "required (unless --resubmit ENVELOPE)")
+    signer = _load_key(args.key)
+    notice = _notice(args, signer)
+    out: Path = args.out
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise _usage("--out", f"cannot create {out}: {err.strerror}") from None
+    path = out / f"{notice.publisher}-{notice.sequence}{ENVELOPE_SUFFIX}"
+    if path.exists():
+        raise _usage(
+            "--sequence",
+            f"{path} already exists: resubmit it with --resubmit {shlex.quote(str(path))}, "
+            "or pick another --sequence",
+        )
+    envelope = Envelope.sign(notice, signer)
+    try:
+        write_atomic(path, [envelope.canonical_bytes()])
+    except OSError as err:
+        raise _usage("--out", f"cannot write {path}: {err.strerror}") from None
+    return envelope, path
+
+
+def _saved(path: Path) -> Envelope:
+    """The envelope of ``--resubmit``, exactly as it was saved."""
+    try:
+        with open(path, "rb") as f:
+            body = f.read(MAX_ENVELOPE_BYTES + 1)
+    except OSError as err:
+        raise _usage("--resubmit", f"cannot read {path}: {err.strerror}") from None
+    if len(body) > MAX_ENVELOPE_BYTES:
+        raise _usage("--resubmit", f"too_large: {path} is larger than any envelope")
+    try:
+        envelope = Envelope.parse(body)
+    except DeplogError as err:
+        raise _usage("--resubmit", f"{err.code}: {path} is not a signed envelope") from None
+    if envelope.canonical_bytes() != body:
+        raise _usage("--resubmit", f"noncanonical: {path} is not an envelope as deplog saves it")
+    return envelope
+
+
+# --- steps 3 and 4: submit, then keep the receipt ------------------------------------
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    body: bytes
+
+
+def _post(url: str, envelope: Envelope) -> _Answer:
+    """POST the envelope; a failure says whether resubmitting can help (exit 3) or not (1)."""
+    request = urllib.request.Request(
+        url.rstrip("/") + "/v1/notices",
+        data=envelope.canonical_bytes(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:
+            return _Answer(int(response.status), bytes(response.read(MAX_RESPONSE)))
+    except urllib.error.HTTPError as err:
+        try:
+            code = str(json.loads(err.read(4096))["error"])
+        except (ValueError, KeyError, TypeError, OSError):
+            code = ""
+        if _ERROR_CODE.fullmatch(code) is None:  # printed: only a well-formed code
+            code = "no error code"
+        retry_after = err.headers.get("Retry-After", "")
+        later = f", retry after {retry_after} s" if retry_after.isdigit() else ""
+        if err.code in _RETRYABLE_STATUSES or err.code >= 500:
+            raise CLIError(
+                f"not confirmed ({err.code} {code}{later})", EXIT_NOT_CONFIRMED
+            ) from None
+        raise CLIError(f"refused ({err.code} {code})", EXIT_REFUSED) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+        reason = getattr(err, "reason", err)
+        raise CLIError(
+            f"not confirmed: cannot reach the authority ({type(reason).__name__})",
+            EXIT_NOT_CONFIRMED,
+        ) from None
+
+
+def _resubmit_command(envelope_path: Path, args: argparse.Namespace) -> str:
+    words = ["deplog", "publish", "--resubmit", str(envelope_path), "--url", args.url]
+    if args.log_key is not None:
+        words += ["--log-key", args.log_key]
+    return shlex.join(words)
+
+
+def _keep_receipt(
+    stem: str, answer: _Answer, envelope: Envelope, log_key: Verifier | None
+) -> Receipt:
+    """Save a receipt that verifies; keep one that does not aside, with the reason."""
+    try:
+        receipt = Receipt.parse(answer.body)
+        if log_key is not None:
+            verify_receipt(receipt, encode_entry(NoticeEntry(envelope)), log_key)
+    except DeplogError as err:
+        aside = Path(f"{stem}.tlog-proof.unverified")
+        write_atomic(aside, [answer.body])
+        reason = f"{err.code}: the authority's answer ({answer.status}) is not a receipt"
+        if log_key is not None:
+            reason += " that verifies against --log-key for this envelope"
+        write_atomic(Path(f"{aside}.reason"), [reason.encode() + b"\n"])
+        raise CLIError(
+            f"logged ({answer.status}) but the receipt did not verify ({err.code}); "
+            f"kept aside as {aside}, reason in {aside}.reason",
+            EXIT_UNVERIFIED,
+        ) from None
+    write_atomic(Path(f"{stem}.tlog-proof"), [answer.body])
+    return receipt
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    """Rules 1 to 4; every failure is a ``CLIError`` with its exit code."""
+    _check_url(args.url)
+    log_key = _log_key(args.log_key)
+    if log_key is not None:
+        _check_log_key_against(args.url, log_key)
+    if args.resubmit is not None:
+        given = [_flag(n) for n in _NOTICE_FLAGS if getattr(args, n) is not None]
+        if given:
+            raise _usage(
+                given[0],
+                "--resubmit sends the saved envelope as it is; drop the other notice flags",
+            )
+        envelope_path: Path = args.resubmit
+        envelope = _saved(envelope_path)
+    else:
+        envelope, envelope_path = _prepare(args)
+    name = str(envelope_path)
+    stem = name.removesuffix(ENVELOPE_SUFFIX) if name.endswith(ENVELOPE_SUFFIX) else name
+    try:
+        answer = _post(args.url, envelope)
+        if answer.status not in (200, 201):
+            raise CLIError(f"not confirmed (unexpected answer {answer.status})", EXIT_NOT_CONFIRMED)
+        try:
+            receipt = _keep_receipt(stem, answer, envelope, log_key)
+        except OSError as err:
+            raise CLIError(
+                f"logged, but the receipt cannot be written ({err.strerror})", EXIT_NOT_CONFIRMED
+            ) from None
+    except CLIError as failure:
+        raise CLIError(
+            f"{failure.message}; the envelope is saved in {envelope_path}; resubmit it with: "
+            f"{_resubmit_command(envelope_path, args)}",
+            failure.exit_status,
+        ) from None
+    verified = "verified" if log_key is not None else "not verified: pass --log-key"
+    kind = "logged" if answer.status == 201 else "already logged"
+    print(f"{kind} at index {receipt.index} ({verified}); receipt: {stem}.tlog-proof")
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    """Add ``publish`` to the ``deplog`` subcommands."""
+    reasons = ", ".join(sorted(REASONS))
+    codes = "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
+    sp = sub.add_parser(
+        "publish",
+        help="sign and submit a notice, keep the envelope and its receipt",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Sign a notice, save the envelope under --out, then submit it. If anything\n"
+            "fails after saving, resubmit the same envelope with --resubmit: the\n"
+            "authority answers with the original receipt and never logs it twice."
+        ),
+        epilog=f"exit codes:\n{codes}",
+    )
+    sp.add_argument("--url", required=True, help="authority base URL, http(s)://host[:port]")
+    sp.add_argument(
+        "--resubmit",
+        type=Path,
+        metavar="ENVELOPE",
+        help="submit a saved .envelope.json again (after a failure), with no other notice flags",
+    )
+    sp.add_argument("--key", type=Path, help="publisher private key file (<name>.key)")
+    sp.add_argument(
+        "--log-key",
+        help="log verifier key, or a file holding it: the receipt must verify before it is saved",
+    )
+    sp.add_argument("--publisher", help="publisher id (default: the key name)")
+    sp.add_argument("--tool", help="tool:<namespace>/<name>")
+    sp.add_argument(
+        "--action", choices=("deprecate", "revoke", "withdraw"), help="what the notice does"
+    )
+    sp.add_argument("--version", action="append", help="affected version (repeatable)")
+    sp.add_argument(
+        "--range", action="append", help="affected range A..B, A..=B or A.. (repeatable)"
+    )
+    sp.add_argument(
+        "--reason",
+        action="append",
+        choices=sorted(REASONS),
+        metavar="REASON",
+        help=f"reason (repeatable), one of: {reasons}",
+    )
+    sp.add_argument("--advisory", action="append", help="CVE or GHSA id (repeatable)")
+    sp.add_argument("--replacement", help="replacement as tool:<ns>/<name>@<version>")
+    sp.add_argument("--effective-at", help="RFC 3339 UTC time (default: now)")
+    sp.add_argument("--sunset-at", help="RFC 3339 UTC time (deprecate only)")
+    sp.add_argument("--schema-digest", help="sha256:<hex> of the affected definition")
+    sp.add_argument("--message", help="plain text, at most 500 characters")
+    sp.add_argument("--withdraws", type=int, help="log index of the notice to withdraw")
+    sp.add_argument(
+        "--sequence",
+        type=int,
+        help="sequence number, unique per publisher (default: the time in microseconds)",
+    )
+    sp.add_argument(
+        "--out", type=Path, default=Path("."), help="where the envelope and receipt go (default: .)"
+    )
+    sp.set_defaults(func=_cmd_publish)
