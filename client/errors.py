@@ -142,6 +142,7 @@ class ErrorCode(enum.StrEnum):
     OTHER_LOG = "other_log"
     NO_CONFLICT = "no_conflict"
     NO_PROOF = "no_proof"
+    FINDING_MISMATCH = "finding_mismatch"
     # client/tlog/keyfile.py
     KEY_MISSING = "key_missing"
     KEY_PERMISSIONS = "key_permissions"
@@ -153,9 +154,12 @@ class ErrorCode(enum.StrEnum):
     BAD_CHECKPOINT = "bad_checkpoint"
     ROLLBACK = "rollback"
     FORK = "fork"
+    SUSPECTED_FORK = "suspected_fork"
     NO_STATE = "no_state"
     STATE_FOR_ANOTHER_LOG = "state_for_another_log"
     BAD_STATE = "bad_state"
+    # client/follow/monitor.py
+    BAD_JOURNAL = "bad_journal"
     # client/cache/inventory.py
     MALFORMED_INVENTORY = "malformed_inventory"
     BAD_CHECKPOINT_RANGE = "bad_checkpoint_range"
@@ -209,6 +213,7 @@ class ErrorCode(enum.StrEnum):
     UNAVAILABLE = "unavailable"
     BUSY = "busy"
     BAD_LOG_KEY = "bad_log_key"
+    BAD_ORIGIN = "bad_origin"
     BAD_LOGS_FILE = "bad_logs_file"
     LOGS_FILE_TOO_LARGE = "logs_file_too_large"
     LOG_KEY_CONFLICT = "log_key_conflict"

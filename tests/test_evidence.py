@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 
 from deplog.authority.log import Log
+from deplog.client.cli.audit import EXIT_NOT_PROVEN
 from deplog.client.cli.main import main as deplog_main
 from deplog.client.tlog.evidence import (
+    CONFLICTING_ROOTS,
+    FAILING_PROOF,
     EvidenceError,
     EvidenceFormatError,
     ForkEvidence,
@@ -58,14 +61,46 @@ def test_same_size_different_roots_prove_a_fork(
     assert evidence.verify(signer.verifier()) == "conflicting_roots"
 
 
-def test_a_failing_served_proof_is_shown_as_inconsistent(
+def test_a_failing_served_proof_is_a_finding_that_proves_nothing(
     tmp_path: Path, signer: Signer, two_histories: tuple[Log, Log]
 ) -> None:
+    """The log signs checkpoints, never proofs: a failing proof is a suspicion only."""
     _, b = two_histories
     smaller = grown_log(tmp_path / "c.db", signer, "org.acme", 1)
     proof = ConsistencyProof(2, 3, tuple(b.tree.consistency_proof(2, 3)))
-    evidence = evidence_between(signer.verifier(), note(smaller), note(b), proof, "test")
-    assert evidence.verify(signer.verifier()) == "inconsistent_proof"
+    evidence = evidence_between(
+        signer.verifier(), note(smaller), note(b), proof, "test", FAILING_PROOF
+    )
+    assert evidence.verify(signer.verifier()) == FAILING_PROOF
+    assert not evidence.proven
+    assert evidence.to_json()["proven"] is False
+
+
+def test_a_failing_proof_claimed_as_conflicting_roots_is_refused(
+    tmp_path: Path, signer: Signer, two_histories: tuple[Log, Log]
+) -> None:
+    """A file cannot claim more than its signed data shows."""
+    _, b = two_histories
+    smaller = grown_log(tmp_path / "c.db", signer, "org.acme", 1)
+    proof = ConsistencyProof(2, 3, tuple(b.tree.consistency_proof(2, 3)))
+    overclaim = evidence_between(
+        signer.verifier(), note(smaller), note(b), proof, "test", CONFLICTING_ROOTS
+    )
+    with pytest.raises(EvidenceError) as refused:
+        overclaim.verify(signer.verifier())
+    assert refused.value.code == "finding_mismatch"
+
+
+def test_a_file_whose_proven_flag_contradicts_its_finding_is_malformed(
+    tmp_path: Path, signer: Signer, two_histories: tuple[Log, Log]
+) -> None:
+    a, b = two_histories
+    obj = evidence_between(signer.verifier(), note(a), note(b), None, "test").to_json()
+    obj["proven"] = False
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(EvidenceFormatError):
+        read_evidence(path)
 
 
 def test_consistent_checkpoints_are_not_evidence(tmp_path: Path) -> None:
@@ -119,6 +154,28 @@ def test_audit_evidence_command_proves_a_fork(
     )
     assert deplog_main(["audit", "evidence", "--log-key", signer.verifier().vkey(), str(path)]) == 0
     assert capsys.readouterr().out.startswith("proven: conflicting_roots")
+
+
+def test_audit_evidence_command_never_calls_a_failing_unsigned_proof_proven(
+    tmp_path: Path,
+    signer: Signer,
+    two_histories: tuple[Log, Log],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, b = two_histories
+    smaller = grown_log(tmp_path / "c.db", signer, "org.acme", 1)
+    proof = ConsistencyProof(2, 3, tuple(b.tree.consistency_proof(2, 3)))
+    path = write_evidence(
+        tmp_path,
+        evidence_between(
+            signer.verifier(), note(smaller), note(b), proof, "follower", FAILING_PROOF
+        ),
+    )
+    key = signer.verifier().vkey()
+    assert deplog_main(["audit", "evidence", "--log-key", key, str(path)]) == EXIT_NOT_PROVEN
+    out = capsys.readouterr().out
+    assert out.startswith("not proven: failing_proof")
+    assert "proven: " not in out.removeprefix("not proven: ")
 
 
 def test_audit_evidence_command_fails_on_tampered_evidence(

@@ -38,6 +38,7 @@ from deplog.client.follow.trust import (
     CheckpointRejectedError,
     ForkError,
     RollbackError,
+    SuspectedForkError,
     TrustedState,
 )
 from deplog.client.model.rules import RuleViolation
@@ -343,11 +344,11 @@ def test_at_size_zero_only_the_empty_tree_is_accepted(
     assert set(tmp_path.iterdir()) == files
 
 
-def test_a_larger_tree_that_rewrites_the_trusted_one_is_a_fork_with_evidence(
+def test_a_larger_tree_that_rewrites_the_trusted_one_is_a_suspicion_with_unproven_evidence(
     synced: TrustedState, local: LocalLog
 ) -> None:
     """The proof served is the rewritten tree's own, correct for it: it cannot reach the
-    trusted root."""
+    trusted root. The log never signed that proof, so nothing is proven (rule 2)."""
     rewritten = [
         *honest_leaves(local, 2),
         *(notice_leaf(make_envelope(local.publisher, seq, message="rewritten")) for seq in (2, 3)),
@@ -356,30 +357,54 @@ def test_a_larger_tree_that_rewrites_the_trusted_one_is_a_fork_with_evidence(
     note = sign_tree(local.signer, rewritten)
     candidate = synced.check_checkpoint(note)
     served = proof_between(rewritten, TRUSTED_SIZE, len(rewritten))
-    with refused(synced, ForkError, "fork") as caught:
+    with refused(synced, SuspectedForkError, "suspected_fork") as caught:
         synced.check_consistency(candidate, served)
 
     assert caught.value.evidence is not None
     evidence = read_evidence(caught.value.evidence)
-    assert evidence.verify(local.signer.verifier()) == "inconsistent_proof"
+    assert evidence.verify(local.signer.verifier()) == "failing_proof"
+    assert not evidence.proven
     assert (evidence.second, evidence.proof) == (note, served)
 
 
-def test_a_consistency_proof_that_does_not_verify_is_a_fork_with_the_proof_as_evidence(
+def test_a_consistency_proof_that_does_not_verify_is_a_suspicion_with_the_proof_as_evidence(
     synced: TrustedState, local: LocalLog
 ) -> None:
-    """The tree is honest, the proof is not: the log served a bad proof, which the follower
-    cannot tell from a fork, so it stops and keeps what it was served."""
+    """The tree is honest, the proof is not: anyone on the path could have corrupted it,
+    so the follower keeps what it was served, unproven, and may retry."""
     local.publish()
     local.publish()
     candidate = synced.check_checkpoint(published_note(local))
     honest = proof_between(honest_leaves(local), TRUSTED_SIZE, TRUSTED_SIZE + 2)
     broken = ConsistencyProof(honest.old, honest.new, (bytes(32), *honest.hashes[1:]))
-    with refused(synced, ForkError, "fork") as caught:
+    with refused(synced, SuspectedForkError, "suspected_fork") as caught:
         synced.check_consistency(candidate, broken)
 
     assert caught.value.evidence is not None
-    assert read_evidence(caught.value.evidence).proof == broken
+    evidence = read_evidence(caught.value.evidence)
+    assert (evidence.proof, evidence.proven) == (broken, False)
+    synced.check_consistency(candidate, honest)  # the honest proof, asked again, verifies
+
+
+def test_corrupted_proofs_between_one_pair_of_checkpoints_keep_one_evidence_file(
+    synced: TrustedState, local: LocalLog
+) -> None:
+    """Retried syncs meet ever other corrupted proofs: the evidence does not pile up, since
+    only checkpoints the log signed can make a new file."""
+    local.publish()
+    candidate = synced.check_checkpoint(published_note(local))
+    honest = proof_between(honest_leaves(local), TRUSTED_SIZE, TRUSTED_SIZE + 1)
+    files = []
+    for corrupt in range(3):
+        broken = ConsistencyProof(
+            honest.old, honest.new, (bytes([corrupt]) * 32, *honest.hashes[1:])
+        )
+        with refused(synced, SuspectedForkError, "suspected_fork") as caught:
+            synced.check_consistency(candidate, broken)
+        files.append(caught.value.evidence)
+    assert files[0].name.startswith("suspected-fork-")
+    assert files == [files[0]] * 3
+    assert read_evidence(files[0]).proof is not None
 
 
 @pytest.mark.parametrize(

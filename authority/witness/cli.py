@@ -34,7 +34,6 @@ from deplog.authority.options import add_options, from_options, option
 from deplog.authority.witness.core import (
     Witness,
     WitnessState,
-    parse_log_verifier,
     parse_logs_file,
 )
 from deplog.authority.witness.server import build_app
@@ -160,10 +159,10 @@ def _cmd_add_log(args: argparse.Namespace) -> int:
             return 0
         if args.key is None:
             raise CLIError("give --key VKEY or --logs FILE")
-        if args.origin is not None and args.origin != parse_log_verifier(args.key).name:
-            raise CLIError("the key name must be the log's origin")
-        verifier, added = state.add_log(args.key, int(time.time()))
-        print(f"{'added' if added else 'known'} log {verifier.name}")
+        verifier, added = state.add_log(args.key, int(time.time()), args.origin)
+        origin = verifier.name if args.origin is None else args.origin
+        named = "" if origin == verifier.name else f" (key {verifier.name})"
+        print(f"{'added' if added else 'known'} log {origin}{named}")
     finally:
         state.close()
     return 0
@@ -220,9 +219,12 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", required=True, help="witness key name, e.g. witness.example/w1")
     p.set_defaults(func=_cmd_init)
 
-    p = sub.add_parser("add-log", help="trust a log's key (its key name is the origin)")
+    p = sub.add_parser("add-log", help="trust a log's key for its checkpoints' origin")
     data_arg(p)
-    p.add_argument("--origin", help="checkpoint origin; must equal the key name")
+    p.add_argument(
+        "--origin",
+        help="the checkpoints' origin line (default: the key name, which SHOULD match it)",
+    )
     p.add_argument("--key", help="log verifier key (type 0x01 vkey)")
     p.add_argument("--logs", type=Path, help="tlog-policy file: every 'log <vkey>' line")
     p.set_defaults(func=_cmd_add_log)

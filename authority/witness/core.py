@@ -32,7 +32,11 @@ moves backwards, so the rules are:
   is a failed proof or a fork, its bytes are kept (bounded) as possible
   evidence of log misbehaviour.
 * The witness works for any C2SP log: an origin and a type 0x01 Ed25519
-  verifier key whose name is the origin. It knows nothing of deplog entries.
+  verifier key. The key name SHOULD be the origin (tlog-checkpoint) and is
+  unless the operator names another origin (sum.golang.org's key
+  ``sum.golang.org`` signs ``go.sum database tree``): the origin line picks
+  the trusted key, and the signature must be that key's. It knows nothing of
+  deplog entries.
 
 Nothing here speaks HTTP: :meth:`Witness.add_checkpoint` takes a request body
 and returns the cosignature line or raises; ``authority.witness.server`` serves
@@ -52,7 +56,12 @@ from pathlib import Path
 
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 from deplog.client.storage_faults import opening_database
-from deplog.client.tlog.checkpoint import Checkpoint, CheckpointFormatError, parse_decimal
+from deplog.client.tlog.checkpoint import (
+    Checkpoint,
+    CheckpointFormatError,
+    check_origin,
+    parse_decimal,
+)
 from deplog.client.tlog.cosignature import cosign
 from deplog.client.tlog.note import (
     SIG_TYPE_COSIGNATURE_V1,
@@ -183,11 +192,12 @@ class StorageUnavailableError(WitnessError):
 
 
 class LogConfigError(WitnessError):
-    """A log key or logs file the witness cannot use (operator input, not a request)."""
+    """A log key, origin or logs file the witness cannot use (operator input, not a request)."""
 
     codes = frozenset(
         {
             ErrorCode.BAD_LOG_KEY,
+            ErrorCode.BAD_ORIGIN,
             ErrorCode.BAD_LOGS_FILE,
             ErrorCode.LOGS_FILE_TOO_LARGE,
             ErrorCode.LOG_KEY_CONFLICT,
@@ -380,18 +390,23 @@ class WitnessState:
             self._connections.clear()
         self._local = threading.local()
 
-    def add_log(self, vkey: str, now: int) -> tuple[Verifier, bool]:
-        """Trust ``vkey`` for the origin named by it; the flag says whether it is new.
+    def add_log(self, vkey: str, now: int, origin: str | None = None) -> tuple[Verifier, bool]:
+        """Trust ``vkey`` for ``origin`` (by default its key name); the flag says whether
+        it is new.
 
         One key per origin: a different key for a configured origin is refused,
         because silently swapping a log's key would let a new key fork the log.
         """
         verifier = parse_log_verifier(vkey)
         canonical = verifier.vkey()
+        if origin is None:
+            origin = verifier.name
+        try:
+            check_origin(origin)
+        except CheckpointFormatError:
+            raise LogConfigError(ErrorCode.BAD_ORIGIN, "an origin is one non-empty line") from None
         with self._transaction(self._conn()) as conn:
-            row = conn.execute(
-                "SELECT vkey FROM logs WHERE origin = ?", (verifier.name,)
-            ).fetchone()
+            row = conn.execute("SELECT vkey FROM logs WHERE origin = ?", (origin,)).fetchone()
             if row is not None:
                 if row[0] != canonical:
                     raise LogConfigError(
@@ -400,7 +415,7 @@ class WitnessState:
                 return verifier, False
             conn.execute(
                 "INSERT INTO logs (origin, vkey, added_at) VALUES (?, ?, ?)",
-                (verifier.name, canonical, now),
+                (origin, canonical, now),
             )
         return verifier, True
 

@@ -73,23 +73,33 @@ class AuditError(VerificationError):
     code = ErrorCode.CONFLICTING_CHECKPOINTS
 
 
-def audit_checkpoint(note: bytes, log_key: Verifier) -> Checkpoint:
-    """Verify the log's signature on a checkpoint note and return the checkpoint."""
-    checkpoint, _ = open_checkpoint(note, log_key)
+def audit_checkpoint(note: bytes, log_key: Verifier, origin: str | None = None) -> Checkpoint:
+    """Verify the log's signature on a checkpoint note and return the checkpoint.
+
+    ``origin`` is the checkpoint's expected origin, by default the key name
+    (C2SP tlog-checkpoint: they SHOULD match, need not).
+    """
+    checkpoint, _ = open_checkpoint(note, log_key, origin)
     return checkpoint
 
 
-def audit_receipt(receipt: bytes, leaf: bytes, log_key: Verifier) -> Checkpoint:
+def audit_receipt(
+    receipt: bytes, leaf: bytes, log_key: Verifier, origin: str | None = None
+) -> Checkpoint:
     """Verify that ``leaf`` is a deplog entry included in the receipt's checkpoint.
 
     Returns the verified checkpoint the receipt leads to.
     """
     decode_entry(leaf)
-    return verify_receipt(Receipt.parse(receipt), leaf, log_key)
+    return verify_receipt(Receipt.parse(receipt), leaf, log_key, origin)
 
 
 def audit_consistency(
-    old_note: bytes, new_note: bytes, proof: ConsistencyProof, log_key: Verifier
+    old_note: bytes,
+    new_note: bytes,
+    proof: ConsistencyProof,
+    log_key: Verifier,
+    origin: str | None = None,
 ) -> tuple[Checkpoint, Checkpoint]:
     """Verify that the checkpoint in ``new_note`` extends the one in ``old_note``.
 
@@ -99,8 +109,8 @@ def audit_consistency(
     with different roots are ``conflicting_checkpoints``: a fork signed by the
     log key.
     """
-    old = audit_checkpoint(old_note, log_key)
-    new = audit_checkpoint(new_note, log_key)
+    old = audit_checkpoint(old_note, log_key, origin)
+    new = audit_checkpoint(new_note, log_key, origin)
     if old.size == new.size and old.root_hash != new.root_hash:
         raise AuditError(ErrorCode.CONFLICTING_CHECKPOINTS, "two roots are signed for one size")
     proof.check_sizes(old.size, new.size)
@@ -140,18 +150,21 @@ class ReplayReport:
         return self.checkpoint.root_hash
 
 
-def replay(leaves: Iterable[bytes], checkpoint_note: bytes, log_key: Verifier) -> ReplayReport:
+def replay(
+    leaves: Iterable[bytes], checkpoint_note: bytes, log_key: Verifier, origin: str | None = None
+) -> ReplayReport:
     """Replay a whole log from entry 0 against its signed checkpoint.
 
-    The checkpoint is verified first (its errors keep their own codes), then
-    every leaf in order by the rules in this module's docstring: RuleViolation
-    (``bad_leaf``, ``bad_publisher_entry``, ``unauthorized_notice``,
-    ``replayed_notice``, ``invalid_withdraw``, with the underlying code in
-    ``cause``), then TreeMismatchError (``too_many_entries``,
-    ``missing_entries``, ``entries_root_mismatch``). Errors raised by
+    The checkpoint is verified first (of origin ``origin``, by default the key
+    name; its errors keep their own codes), then every leaf in order by the
+    rules in this module's docstring: RuleViolation (``bad_leaf``,
+    ``bad_publisher_entry``, ``unauthorized_notice``, ``replayed_notice``,
+    ``invalid_withdraw``, with the underlying code in ``cause``), then
+    TreeMismatchError (``too_many_entries``, ``missing_entries``,
+    ``entries_root_mismatch``). Errors raised by
     ``leaves`` itself (a malformed bundle) propagate unchanged.
     """
-    checkpoint = audit_checkpoint(checkpoint_note, log_key)
+    checkpoint = audit_checkpoint(checkpoint_note, log_key, origin)
     registry = PublisherRegistry()
     frontier = TreeFrontier()
     records: dict[int, _NoticeRecord] = {}

@@ -8,11 +8,19 @@ replay`` reads: ``DIR/checkpoint`` (the signed note, verbatim, cosignatures
 included) and ``DIR/entries`` (every leaf as a tlog-tiles entry bundle).
 
 ``--log-key`` takes a verifier key (``name+hex8+base64``) or the path of a
-file holding one, such as the authority's ``keys/<origin>.pub``. Each command
+file holding one, such as the authority's ``keys/<origin>.pub``. ``--origin``
+names the checkpoints' origin when it differs from the key name (C2SP
+tlog-checkpoint: they SHOULD match, need not; sum.golang.org's key
+``sum.golang.org`` signs ``go.sum database tree``). Each command
 prints one line on success; on failure it prints one line to stderr naming
 the error code (and, for a replay, the first bad index) and exits with 1.
 Input files are read with size limits, so a hostile file cannot exhaust
 memory.
+
+``audit evidence`` exits 0 only when the file proves a fork (two signed
+roots for one size); a file that checks out but proves nothing (a failing,
+unsigned consistency proof: a suspicion) prints ``not proven: ...`` and exits
+with ``EXIT_NOT_PROVEN`` (4).
 
 ``audit checkpoint --policy FILE`` checks a C2SP tlog-policy (log signature
 and witness quorum, :mod:`client.policy`) and adds one line per valid
@@ -42,15 +50,15 @@ from deplog.client.audit.offline import (
     audit_receipt,
     replay,
 )
-from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
 from deplog.client.model import canonical
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
-from deplog.client.tlog.checkpoint import Checkpoint
-from deplog.client.tlog.evidence import read_evidence
+from deplog.client.tlog.checkpoint import Checkpoint, check_origin
+from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
 from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyLog
@@ -58,8 +66,17 @@ from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, TreeMismat
 from deplog.client.tlog.receipt import MAX_RECEIPT_SIZE, Receipt
 from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = ["AuditInputError", "ExportError", "export", "register"]
+__all__ = [
+    "EXIT_NOT_PROVEN",
+    "AuditInputError",
+    "ExportError",
+    "export",
+    "read_bounded",
+    "register",
+]
 
+EXIT_NOT_PROVEN: Final = 4
+"""Exit status for a suspicion that proves nothing (``audit evidence``, ``follow --once``)."""
 MAX_PROOF_FILE: Final = 64 * 1024
 
 _Command = Callable[[argparse.Namespace], int]
@@ -85,13 +102,21 @@ class AuditInputError(DeplogError):
 # --- helpers ------------------------------------------------------------------
 
 
-def _read_bounded(path: Path, limit: int) -> bytes:
+def read_bounded(path: Path, limit: int) -> bytes:
     """The whole file, refusing it (``file_too_large``) if it is over ``limit`` bytes."""
     with open(path, "rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise AuditInputError(ErrorCode.FILE_TOO_LARGE, "input file is over the size limit")
     return data
+
+
+def _origin(text: str) -> str:
+    """A checkpoint origin line (argparse type): non-empty, one line."""
+    try:
+        return check_origin(text)
+    except DeplogError:
+        raise argparse.ArgumentTypeError("an origin is one non-empty line of text") from None
 
 
 def _failure(command: str, err: BaseException) -> int:
@@ -138,14 +163,16 @@ def _rfc3339(timestamp: int) -> str:
 
 
 def _cmd_checkpoint(args: argparse.Namespace) -> int:
-    note = _read_bounded(args.file, MAX_NOTE_SIZE)
+    note = read_bounded(args.file, MAX_NOTE_SIZE)
     if args.policy is None:
         if args.log_key is None:
             raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")
-        checkpoint = audit_checkpoint(note, read_verifier_key(args.log_key))
+        checkpoint = audit_checkpoint(note, read_verifier_key(args.log_key), args.origin)
         print(f"ok: checkpoint {_describe(checkpoint)}")
         return 0
-    policy = Policy.parse(_read_bounded(args.policy, MAX_POLICY_SIZE))
+    if args.origin is not None:
+        raise CLIError("--origin applies to --log-key without --policy")
+    policy = Policy.parse(read_bounded(args.policy, MAX_POLICY_SIZE))
     if args.log_key is not None:
         policy = replace(policy, logs=(PolicyLog(read_verifier_key(args.log_key)),))
     # Offline: no freshness bound, but cosignatures dated in the future still do not count.
@@ -160,24 +187,25 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
 
 def _cmd_receipt(args: argparse.Namespace) -> int:
     if args.envelope is not None:
-        body = _read_bounded(args.envelope, MAX_ENVELOPE_BYTES)
+        body = read_bounded(args.envelope, MAX_ENVELOPE_BYTES)
         leaf = encode_entry(NoticeEntry(Envelope.parse(body)))
     else:
-        leaf = _read_bounded(args.leaf, MAX_ENTRY_BYTES)
-    receipt = _read_bounded(args.receipt, MAX_RECEIPT_SIZE)
-    checkpoint = audit_receipt(receipt, leaf, read_verifier_key(args.log_key))
+        leaf = read_bounded(args.leaf, MAX_ENTRY_BYTES)
+    receipt = read_bounded(args.receipt, MAX_RECEIPT_SIZE)
+    checkpoint = audit_receipt(receipt, leaf, read_verifier_key(args.log_key), args.origin)
     index = Receipt.parse(receipt).index
     print(f"ok: entry {index} is included in {_describe(checkpoint)}")
     return 0
 
 
 def _cmd_consistency(args: argparse.Namespace) -> int:
-    proof = ConsistencyProof.from_json(canonical.loads(_read_bounded(args.proof, MAX_PROOF_FILE)))
+    proof = ConsistencyProof.from_json(canonical.loads(read_bounded(args.proof, MAX_PROOF_FILE)))
     old, new = audit_consistency(
-        _read_bounded(args.old, MAX_NOTE_SIZE),
-        _read_bounded(args.new, MAX_NOTE_SIZE),
+        read_bounded(args.old, MAX_NOTE_SIZE),
+        read_bounded(args.new, MAX_NOTE_SIZE),
         proof,
         read_verifier_key(args.log_key),
+        args.origin,
     )
     print(f"ok: {new.origin} size {new.size} is consistent with size {old.size}")
     return 0
@@ -185,16 +213,19 @@ def _cmd_consistency(args: argparse.Namespace) -> int:
 
 def _cmd_evidence(args: argparse.Namespace) -> int:
     evidence = read_evidence(args.file)
-    proves = evidence.verify(read_verifier_key(args.log_key))
+    finding = evidence.verify(read_verifier_key(args.log_key), args.origin)
     meaning = {
-        "conflicting_roots": "the log signed two different trees of one size: a fork",
-        "inconsistent_proof": "the log served a consistency proof that fails between "
-        "two checkpoints it signed; ask it for another: if none verifies, it forked",
-    }[proves]
+        CONFLICTING_ROOTS: "the log signed two different trees of one size: a fork",
+        FAILING_PROOF: "both checkpoints are validly signed, but the consistency proof "
+        "served between them fails; the log never signs proofs, so a network path could "
+        "have corrupted it: ask the log (or a mirror) for the proof again",
+    }[finding]
+    verdict = "proven" if evidence.proven else "not proven"
     print(
-        f"proven: {proves}: {meaning} (reported by {evidence.reporter} at {evidence.detected_at})"
+        f"{verdict}: {finding}: {meaning} "
+        f"(reported by {evidence.reporter} at {evidence.detected_at})"
     )
-    return 0
+    return 0 if evidence.proven else EXIT_NOT_PROVEN
 
 
 def _summary(report: ReplayReport) -> str:
@@ -213,8 +244,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         raise AuditInputError(
             ErrorCode.MISSING_INPUT, "give DIR, or --checkpoint FILE and --entries FILE"
         )
-    note = _read_bounded(checkpoint_path, MAX_NOTE_SIZE)
-    report = replay(read_entries(entries_path), note, read_verifier_key(args.log_key))
+    note = read_bounded(checkpoint_path, MAX_NOTE_SIZE)
+    report = replay(read_entries(entries_path), note, read_verifier_key(args.log_key), args.origin)
     print(_summary(report))
     return 0
 
@@ -296,6 +327,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         sp = audit_sub.add_parser(name, help=help_text)
         sp.add_argument(
             "--log-key", required=key_required, help="log verifier key, or a file holding it"
+        )
+        sp.add_argument(
+            "--origin",
+            type=_origin,
+            help="the checkpoints' origin line, if not the log key's name",
         )
         sp.set_defaults(func=_guarded(f"audit {name}", fn))
         return sp

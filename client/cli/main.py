@@ -19,11 +19,13 @@ from typing import Any
 
 from deplog.client.cache import inventory
 from deplog.client.cli import audit as auditcli
+from deplog.client.cli import monitor as monitorcli
 from deplog.client.cli import publish as publishcli
+from deplog.client.cli.trust import add_follow_arguments, load_trust, log_origin
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.follow.follower import Follower, SyncResult
 from deplog.client.follow.state import LocalState
-from deplog.client.follow.trust import ForkError
+from deplog.client.follow.trust import ForkError, SuspectedForkError
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry, encode_entry
 from deplog.client.model.notice import (
@@ -33,7 +35,6 @@ from deplog.client.model.notice import (
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.keyfile import create_signer, key_file_name, read_verifier_key
 from deplog.client.tlog.note import Verifier
-from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from deplog.client.tlog.timestamps import format_timestamp
 
@@ -72,18 +73,11 @@ def _cmd_verify_receipt(args: argparse.Namespace) -> int:
 
 def _cmd_follow(args: argparse.Namespace) -> int:
     """Run a follower, printing each verified advance; Ctrl-C stops it."""
-    trust: Verifier | Policy
-    if args.policy is not None:
-        trust = Policy.parse(args.policy.read_bytes())
-        log_name = trust.logs[0].verifier.name if trust.logs else "?"
-    elif args.log_key is not None:
-        trust = Verifier.parse(args.log_key)
-        log_name = trust.name
-    else:
-        raise CLIError("give the trust policy (--policy FILE) or the log key (--log-key)")
+    trust = load_trust(args.log_key, args.policy)
+    log_name = log_origin(trust)
 
     async def follow() -> None:
-        async with Follower(args.url, trust, args.state) as follower:
+        async with Follower(args.url, trust, args.state, timeout=args.timeout) as follower:
 
             def report(result: SyncResult) -> None:
                 print(
@@ -103,6 +97,14 @@ def _cmd_follow(args: argparse.Namespace) -> int:
         return 130
     except ForkError as err:
         raise CLIError(f"fork detected; evidence saved to {err.evidence}") from None
+    except SuspectedForkError as err:
+        raise CLIError(
+            f"suspected_fork: the consistency proof served between two signed checkpoints "
+            f"fails; not proven (the log never signs proofs, the network path may have "
+            f"corrupted it); the state did not advance; run again to retry; unproven "
+            f"evidence: {err.evidence}",
+            auditcli.EXIT_NOT_PROVEN,
+        ) from None
     return 0
 
 
@@ -187,20 +189,12 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("follow", help="follow an authority, verifying every step")
     sp.add_argument("url", help="authority base URL")
-    sp.add_argument("--log-key", help="the log's verifier key (pinned; no witnesses)")
+    add_follow_arguments(sp, DEFAULT_STATE)
     sp.add_argument(
-        "--policy", type=Path, help="C2SP tlog-policy file: the log key, witnesses and quorum"
+        "--once",
+        action="store_true",
+        help=f"sync once and exit (exit {auditcli.EXIT_NOT_PROVEN}: a suspected, unproven fork)",
     )
-    sp.add_argument(
-        "--state",
-        type=Path,
-        default=Path(DEFAULT_STATE),
-        help=f"local state file (default: {DEFAULT_STATE})",
-    )
-    sp.add_argument(
-        "--interval", type=float, default=30.0, help="seconds between polls (default: 30)"
-    )
-    sp.add_argument("--once", action="store_true", help="sync once and exit")
     sp.set_defaults(func=_cmd_follow)
 
     sp = sub.add_parser("status", help="a tool's status from the local follower state")
@@ -249,6 +243,7 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("--log-key", required=True, help="the log's verifier key")
 
     auditcli.register(sub)
+    monitorcli.register(sub)
     return p
 
 

@@ -7,8 +7,24 @@ by page (memory stays bounded by one page), and the advance commits only when
 the tree matches the checkpoint. The source bounds and checks every answer
 (``client.follow.http``); the trust state decides (``client.follow.trust``).
 ``run`` repeats steps on an interval with jittered exponential backoff after
-failures, and takes a step as soon as the source announces a checkpoint; a
-fork stops it for good.
+failures, and takes a step as soon as the source announces a checkpoint. Under
+a hostile network path its rules are:
+
+1. Only a proven fork (``ForkError``: two signed roots for one size) ends
+   ``run``, as soon as it is seen, by polling or on the push stream alike.
+2. A consistency proof that fails (``SuspectedForkError``) is retried with
+   backoff like any failed step; the state does not advance, so its freshness
+   runs out and a guard over it goes stale. After ``SUSPICION_ESCALATION``
+   consecutive suspicions the follower says so once, loudly (an ERROR log
+   line naming the unproven evidence file), and ``counters.suspicions``
+   counts every one.
+3. A pushed event that is over-long, malformed or not a verifiable
+   checkpoint is dropped and counted (``counters.push_dropped``); a broken
+   stream is reconnected with jittered backoff (``counters.push_reconnects``).
+   Polling goes on underneath whatever the stream does.
+4. Nothing but a ``DeplogError`` leaves ``run`` for a reason the network
+   chose; any other exception is a bug and ends ``run`` at once, never
+   silently killing one half of it.
 """
 
 from __future__ import annotations
@@ -23,7 +39,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.http import DEFAULT_TIMEOUT, HttpLogSource
 from deplog.client.follow.source import (
     PAGE_SIZE,
@@ -35,6 +51,8 @@ from deplog.client.follow.source import (
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import (
     ForkError,
+    RollbackError,
+    SuspectedForkError,
     TrustedState,
 )
 from deplog.client.model.status import StatusChange
@@ -42,13 +60,36 @@ from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
 
 __all__ = [
+    "SUSPICION_ESCALATION",
     "Follower",
+    "FollowerCounters",
     "OnAdvance",
     "SyncFollower",
     "SyncResult",
 ]
 
 log = logging.getLogger("deplog.follower")
+
+SUSPICION_ESCALATION = 3
+"""Consecutive failing consistency proofs after which the follower escalates (rule 2)."""
+
+
+@dataclass
+class FollowerCounters:
+    """What the follower has shrugged off so far, for metrics and alerting (rules 2, 3)."""
+
+    suspicions: int = 0
+    """Every failing consistency proof between signed checkpoints."""
+    consecutive_suspicions: int = 0
+    """Failing proofs since the last verified step; reset by one."""
+    escalations: int = 0
+    """Times a suspicion persisted for ``SUSPICION_ESCALATION`` steps in a row."""
+    push_dropped: int = 0
+    """Pushed events dropped: over-long, malformed or not a verifiable checkpoint."""
+    push_reconnects: int = 0
+    """Times the checkpoint stream was reconnected after it ended or broke."""
+    last_evidence: Path | None = None
+    """The unproven evidence file of the latest suspicion."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +101,8 @@ class SyncResult:
     tools: frozenset[str]
     verified_at: datetime
     changes: tuple[StatusChange, ...] = ()
+    noticed: tuple[object, ...] = ()
+    """What the trust state's ``watch`` noted about the advance's entries, in log order."""
 
     @property
     def advanced(self) -> bool:
@@ -110,6 +153,7 @@ class Follower:
         self.page_size = page_size
         self._step = asyncio.Lock()
         self._listeners: list[OnAdvance] = []
+        self.counters = FollowerCounters()
 
     async def __aenter__(self) -> Follower:
         return self
@@ -135,7 +179,12 @@ class Follower:
         """
         async with self._step:
             old_size = self.state.size
-            advanced = await sync_step(self.source, self.trust, note, page_size=self.page_size)
+            try:
+                advanced = await sync_step(self.source, self.trust, note, page_size=self.page_size)
+            except SuspectedForkError as suspicion:
+                self._suspect(suspicion)
+                raise
+            self.counters.consecutive_suspicions = 0
             trusted = self.state.trusted
             assert trusted is not None
             if advanced is None:
@@ -146,12 +195,29 @@ class Follower:
                 advanced.tools,
                 trusted.verified_at,
                 advanced.changes,
+                advanced.noticed,
             )
         for listener in list(self._listeners):
             outcome = listener(result)
             if outcome is not None:
                 await outcome
         return result
+
+    def _suspect(self, suspicion: SuspectedForkError) -> None:
+        """Count a failing proof; say so loudly, once, when it persists (rule 2)."""
+        counters = self.counters
+        counters.suspicions += 1
+        counters.consecutive_suspicions += 1
+        counters.last_evidence = suspicion.evidence
+        if counters.consecutive_suspicions == SUSPICION_ESCALATION:
+            counters.escalations += 1
+            log.error(
+                "consistency proofs keep failing between signed checkpoints (%d in a row): "
+                "a possible fork or a tampering network path; the state will not advance "
+                "and goes stale; unproven evidence: %s",
+                counters.consecutive_suspicions,
+                suspicion.evidence,
+            )
 
     def add_listener(self, listener: OnAdvance) -> None:
         """Call ``listener`` after every verified advance (e.g. to evict cache keys)."""
@@ -166,29 +232,35 @@ class Follower:
         max_backoff: float = 300.0,
         push: bool = True,
     ) -> None:
-        """Stay in sync until ``stop`` is set; a fork ends the loop (ForkError).
+        """Stay in sync until ``stop`` is set; a proven fork ends the loop (ForkError).
 
         Polls every ``interval`` seconds, with jittered exponential backoff
         after failures. With ``push``, and a source that announces checkpoints
         (``CheckpointStream``, as the HTTP source does), it also listens to the
         announcements and takes a verified step as soon as a new checkpoint is
         announced; they only hint, polling goes on underneath, and a dropped
-        stream is reconnected with jittered backoff.
+        stream is reconnected with jittered backoff. Whichever of the two ends
+        with an error (a fork, rule 1) ends the other and ``run`` at once.
         """
         stop = stop or asyncio.Event()
         if on_advance is not None:
             self.add_listener(on_advance)
-        pushing = push and isinstance(self.source, CheckpointStream)
-        listener = asyncio.create_task(self.listen(stop)) if pushing else None
+        tasks = {asyncio.create_task(self._poll(interval, stop, max_backoff))}
+        if push and isinstance(self.source, CheckpointStream):
+            tasks.add(asyncio.create_task(self.listen(stop)))
         try:
-            await self._poll(interval, stop, max_backoff)
+            while tasks and not stop.is_set():
+                done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # a fork (or a bug) ends everything here
         finally:
             if on_advance is not None:
                 self._listeners.remove(on_advance)
-            if listener is not None:
-                listener.cancel()
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
-                    await listener
+                    await task
 
     async def _poll(self, interval: float, stop: asyncio.Event, max_backoff: float) -> None:
         failures = 0
@@ -208,7 +280,12 @@ class Follower:
                 await asyncio.wait_for(stop.wait(), timeout=delay)
 
     async def listen(self, stop: asyncio.Event, max_backoff: float = 30.0) -> None:
-        """Follow the source's checkpoint announcements until ``stop``; each is verified."""
+        """Follow the source's checkpoint announcements until ``stop``; each is verified.
+
+        Returns only when ``stop`` is set, and raises only a proven fork (rule
+        1): a broken stream or a bad event is counted, and the stream reopened
+        with jittered backoff (rule 3).
+        """
         if not isinstance(self.source, CheckpointStream):
             raise TypeError("this log source announces no checkpoints")
         failures = 0
@@ -218,20 +295,40 @@ class Follower:
                     failures = 0
                     await self._on_push(note)
             except FetchError as err:
+                if err.code != ErrorCode.FETCH_FAILED:  # response_too_large, bad_response
+                    self.counters.push_dropped += 1
                 log.info("push stream lost: %s", err.code)
+            if stop.is_set():
+                return
             failures += 1
+            self.counters.push_reconnects += 1
             delay = min(max_backoff, 0.25 * 2 ** min(failures, 10)) * random.uniform(0.5, 1.5)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
 
     async def _on_push(self, note: bytes) -> None:
-        """A pushed checkpoint is a hint: verified first, acted on only if it is news."""
+        """A pushed checkpoint is a hint: verified first, acted on only if it is news.
+
+        One the trust policy does not accept is a bad event, dropped and counted
+        (rule 3); a stale one is ignored; a proven fork ends ``run`` (rule 1).
+        """
+        try:
+            self.trust.check_checkpoint(note)
+        except ForkError:
+            raise
+        except RollbackError:
+            log.info("ignored a stale pushed checkpoint")
+            return
+        except DeplogError as err:
+            self.counters.push_dropped += 1
+            log.info("dropped a pushed event that is no acceptable checkpoint: %s", err.code)
+            return
         try:
             await self.sync_to(note)
         except ForkError:
             raise
-        except DeplogError as err:  # stale, unverifiable, or the sync failed: polling goes on
-            log.info("pushed checkpoint not taken: %s", err.code)
+        except DeplogError as err:
+            log.info("sync after push failed: %s (polling will retry)", err.code)
 
 
 class SyncFollower:

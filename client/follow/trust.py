@@ -11,11 +11,18 @@ Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
    to be current (with ``quorum none``, the local time of the fetch is all
    there is).
 2. Its size must not be below the trusted size (``RollbackError``). At the
-   trusted size its root must equal the trusted root, and above it an RFC 9162
+   trusted size its root must equal the trusted root; a different one means
+   the log signed two trees of one size, which proves a fork (``ForkError``):
+   both signed checkpoints are written to an evidence file (``proven``), and
+   the state stays where it was for good. Above the trusted size, an RFC 9162
    consistency proof from the trusted checkpoint, for exactly those two sizes
-   (``ProofError`` ``proof_size_mismatch``), must verify; otherwise the log
-   has shown two histories (``ForkError``): both signed checkpoints and the proof
-   are written to an evidence file and the state stays where it was.
+   (``ProofError`` ``proof_size_mismatch``), must verify. A proof that fails
+   is only a suspicion (``SuspectedForkError``): the log signs its
+   checkpoints, never its proofs, so anyone on the network path can corrupt
+   one. Both checkpoints and the proof are written to an evidence file marked
+   unproven, the state stays where it was (its freshness keeps running out,
+   so a guard over it goes stale), and the caller retries; only conflicting
+   signed statements halt a follower.
 3. The entries from the trusted size up to the new size are then checked one
    by one, in log order, by the authority's own admission rules
    (``client.model.rules``: canonical encoding, authority-signed registry
@@ -26,6 +33,11 @@ Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
    extended tree's root must equal its root (``TreeMismatchError``).
 5. Only then is everything (checkpoint, tree edge, registry, notices) committed
    in one transaction; any failure before rolls the whole advance back.
+
+A ``watch`` (``EntryWatch``) sees every entry of step 3 once it verified,
+with the registry as of that entry, and may note something about it; what it
+noted is returned in ``Advanced.noticed`` only if the advance commits, so a
+watcher never reports an entry of a history that was refused.
 
 Nothing here does network I/O: ``client.follower`` fetches, this module
 decides. Every refusal is a ``DeplogError`` with a stable ``code``; the ones
@@ -42,13 +54,18 @@ from pathlib import Path
 
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.state import AdvanceWriter, LocalState
-from deplog.client.model.entries import NoticeEntry
+from deplog.client.model.entries import Entry, NoticeEntry
 from deplog.client.model.notice import Notice
 from deplog.client.model.registry import PublisherRegistry
 from deplog.client.model.rules import EntryChecker
 from deplog.client.model.status import StatusChange, StatusIndex, status_change
 from deplog.client.tlog.checkpoint import Checkpoint
-from deplog.client.tlog.evidence import evidence_between, write_evidence
+from deplog.client.tlog.evidence import (
+    CONFLICTING_ROOTS,
+    FAILING_PROOF,
+    evidence_between,
+    write_evidence,
+)
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.proofs import (
@@ -64,8 +81,10 @@ __all__ = [
     "Advanced",
     "Candidate",
     "CheckpointRejectedError",
+    "EntryWatch",
     "ForkError",
     "RollbackError",
+    "SuspectedForkError",
     "TrustError",
     "TrustedState",
 ]
@@ -97,13 +116,30 @@ class ForkError(TrustError):
         self.evidence = evidence
 
 
+class SuspectedForkError(TrustError):
+    """A consistency proof that fails between two signed checkpoints (rule 2): proves
+    nothing, since the log never signed it; ``evidence`` names the unproven file."""
+
+    code = ErrorCode.SUSPECTED_FORK
+
+    def __init__(self, message: str, evidence: Path) -> None:
+        super().__init__(message=message)
+        self.evidence = evidence
+
+
+EntryWatch = Callable[[int, Entry, PublisherRegistry], object | None]
+"""Sees each verified entry (index, entry, registry after it); returns what it noted, or None."""
+
+
 @dataclass(frozen=True)
 class Advanced:
-    """What one verified advance changed: sizes, tools, and each tool's status change."""
+    """What one verified advance changed: sizes, tools, each tool's status change, and what
+    the watch noted, in log order."""
 
     old_size: int
     new_size: int
     changes: tuple[StatusChange, ...] = ()
+    noticed: tuple[object, ...] = ()
 
     @property
     def tools(self) -> frozenset[str]:
@@ -139,6 +175,7 @@ class TrustedState:
         self.state = state
         self.log_key = logs[0]
         self.evidence_dir = evidence_dir or state.path.parent
+        self.watch: EntryWatch | None = None
 
     def check_checkpoint(self, note: bytes, now: float | None = None) -> Candidate:
         """Steps 1 and 2 (same size): a checkpoint the policy accepts, not going backwards."""
@@ -149,11 +186,14 @@ class TrustedState:
         if checkpoint.size == self.state.size and checkpoint.root_hash != self.state.root:
             if self.state.trusted is None:  # size 0: only the empty tree's root is valid
                 raise CheckpointRejectedError(message="empty tree with a non-empty root")
-            raise self._fork(note, None, "two roots for one size")
+            raise ForkError(
+                message="two signed roots for one size",
+                evidence=self._evidence(note, None, CONFLICTING_ROOTS),
+            )
         return Candidate(note, checkpoint, verified.witnessed_at)
 
     def check_consistency(self, candidate: Candidate, proof: ConsistencyProof) -> None:
-        """Step 2 (larger size): the new tree extends the trusted one."""
+        """Step 2 (larger size): the new tree extends the trusted one, or a suspicion."""
         checkpoint = candidate.checkpoint
         proof.check_sizes(self.state.size, checkpoint.size)
         try:
@@ -165,7 +205,10 @@ class TrustedState:
                 proof.hashes,
             )
         except ProofError:
-            raise self._fork(candidate.note, proof, "consistency proof fails") from None
+            raise SuspectedForkError(
+                message="consistency proof fails between signed checkpoints",
+                evidence=self._evidence(candidate.note, proof, FAILING_PROOF),
+            ) from None
 
     def refresh(self, candidate: Candidate) -> None:
         """The log is still at the trusted checkpoint: record how current it now is."""
@@ -174,12 +217,12 @@ class TrustedState:
             raise ValueError("refresh takes the trusted checkpoint only")
         self.state.touch(candidate.note, candidate.current_as_of())
 
-    def _fork(self, note: bytes, proof: ConsistencyProof | None, why: str) -> ForkError:
-        """Save both signed checkpoints (and the served proof) as evidence, then fail."""
+    def _evidence(self, note: bytes, proof: ConsistencyProof | None, finding: str) -> Path:
+        """Save the trusted and the new checkpoint (and the served proof) as evidence."""
         trusted = self.state.trusted
-        assert trusted is not None  # a fork needs a trusted checkpoint to contradict
-        evidence = evidence_between(self.log_key, trusted.note, note, proof, "follower")
-        return ForkError(message=why, evidence=write_evidence(self.evidence_dir, evidence))
+        assert trusted is not None  # there must be a trusted checkpoint to contradict
+        evidence = evidence_between(self.log_key, trusted.note, note, proof, "follower", finding)
+        return write_evidence(self.evidence_dir, evidence)
 
     def advance(self, candidate: Candidate) -> AdvanceSession:
         """Steps 3 to 5, as a context manager fed with pages of entries in log order."""
@@ -203,6 +246,7 @@ class AdvanceSession:
         self._before: dict[str, StatusIndex] = {}
         self._after: dict[str, tuple[StatusIndex, dict[int, float]]] = {}
         self._named: dict[str, set[str]] = {}
+        self._noticed: list[object] = []
 
     def __enter__(self) -> AdvanceSession:
         self._writer = self.trusted.state.begin()
@@ -244,6 +288,9 @@ class AdvanceSession:
                 staged[index] = notice
                 staged_sequences.add((notice.publisher, notice.sequence))
                 self._fold(index, notice, stamp, find_notice)
+            watch = self.trusted.watch
+            if watch is not None and (noted := watch(index, entry, self.registry)) is not None:
+                self._noticed.append(noted)
             self.frontier.append(leaf_hash(leaf))
             self.next_index += 1
         writer.add_notices(staged.items(), datetime.fromtimestamp(stamp, UTC))
@@ -297,4 +344,4 @@ class AdvanceSession:
         )
         self._writer.statuses = dict(self._after)
         self._finished = True
-        return Advanced(self.old_size, self.checkpoint.size, changes)
+        return Advanced(self.old_size, self.checkpoint.size, changes, tuple(self._noticed))

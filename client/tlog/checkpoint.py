@@ -2,9 +2,11 @@
 
 A checkpoint is the text of a signed note: origin line, tree size line, base64
 root hash line, then optional extension lines, each ending in a newline. The
-log signs it with its Ed25519 (type 0x01) key, whose key name equals the
-origin; other signatures on the note (witness cosignatures) are left for the
-caller's witness policy.
+log signs it with its Ed25519 (type 0x01) key, whose key name SHOULD equal the
+origin but need not (sum.golang.org signs ``go.sum database tree``): a verifier
+checks the origin it expects, the key name unless told otherwise. Other
+signatures on the note (witness cosignatures) are left for the caller's
+witness policy.
 
 Parsing is strict so that one tree head has exactly one encoding: sizes are
 ASCII decimal without leading zeros and below 2^63, the root is canonical
@@ -35,6 +37,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointFormatError",
     "WrongOriginError",
+    "check_origin",
     "open_checkpoint",
     "parse_decimal",
     "sign_checkpoint",
@@ -55,7 +58,7 @@ class CheckpointFormatError(FormatError):
 
 
 class WrongOriginError(VerificationError):
-    """A checkpoint whose origin is not the name of the log key it was checked against."""
+    """A checkpoint whose origin is not the one expected (by default the log key's name)."""
 
     code = ErrorCode.WRONG_ORIGIN
 
@@ -68,6 +71,14 @@ def parse_decimal(text: str) -> int | None:
     return value if value <= MAX_TREE_SIZE else None
 
 
+def check_origin(origin: str) -> str:
+    """``origin`` if it can be a checkpoint's origin line (non-empty, no control
+    characters, so one line), else ``CheckpointFormatError``."""
+    if not origin or _CONTROL.search(origin):
+        raise CheckpointFormatError(message="origin must be non-empty, on one line")
+    return origin
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A log's tree head: origin, number of leaves, and RFC 9162 root hash."""
@@ -78,8 +89,7 @@ class Checkpoint:
     extensions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.origin or _CONTROL.search(self.origin):
-            raise CheckpointFormatError(message="origin must be non-empty, on one line")
+        check_origin(self.origin)
         if isinstance(self.size, bool) or not 0 <= self.size <= MAX_TREE_SIZE:
             raise CheckpointFormatError(message="tree size out of range")
         if len(self.root_hash) != HASH_SIZE:
@@ -120,17 +130,20 @@ def sign_checkpoint(checkpoint: Checkpoint, signer: Signer) -> bytes:
     return sign_note(checkpoint.to_text(), signer)
 
 
-def open_checkpoint(msg: bytes, log_verifier: Verifier) -> tuple[Checkpoint, Note]:
+def open_checkpoint(
+    msg: bytes, log_verifier: Verifier, origin: str | None = None
+) -> tuple[Checkpoint, Note]:
     """Verify the log's signature on a checkpoint note, then parse its text.
 
     The text is only parsed after the signature verified (signed-note: the text
-    must be ignored otherwise), and the origin must equal the log key's name.
-    Cosignatures and other unknown signatures are returned in ``Note.unverified``.
+    must be ignored otherwise), and its origin must be ``origin``, by default
+    the log key's name. Cosignatures and other unknown signatures are returned
+    in ``Note.unverified``.
     """
     if log_verifier.sig_type != SIG_TYPE_ED25519:
         raise KeyFormatError(message="checkpoints are verified with a type 0x01 key")
     note = open_note(msg, [log_verifier])
     checkpoint = Checkpoint.from_text(note.text)
-    if checkpoint.origin != log_verifier.name:
-        raise WrongOriginError(message="checkpoint origin differs from the log key name")
+    if checkpoint.origin != (log_verifier.name if origin is None else origin):
+        raise WrongOriginError(message="checkpoint origin differs from the expected origin")
     return checkpoint, note

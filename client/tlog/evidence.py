@@ -1,20 +1,26 @@
-"""Fork evidence: two checkpoints signed by one log key that cannot both be true.
+"""Fork evidence: two signed checkpoints of one log, and what they prove.
 
-A follower or a witness that catches a log showing two histories saves both
-signed checkpoints, and the consistency proof the log served between them if
-any, in one self-contained JSON file. Anyone holding the log's verifier key
-can check it offline (``deplog audit evidence``):
+A follower that catches a log showing two histories, or suspects it, saves
+both signed checkpoints, and the consistency proof it was served between them
+if any, in one self-contained JSON file whose ``finding`` says what the file
+claims and ``proven`` whether that claim proves a fork. Anyone holding the
+log's verifier key can check it offline (``deplog audit evidence``). The rule:
+only what the log signed proves anything.
 
-* ``conflicting_roots``: both checkpoints carry valid log signatures, have the
-  same size and different roots. This alone proves the log forked.
-* ``inconsistent_proof``: both are validly signed, of different sizes, and the
-  proof the log served between them does not verify. This proves the log
-  served a bad proof; it proves a fork once the log, asked again, cannot
-  produce a consistency proof that verifies.
+* ``conflicting_roots`` (proven): both checkpoints carry valid log signatures,
+  have the same size and different roots. The log signed two histories.
+* ``failing_proof`` (not proven): both are validly signed, of different sizes,
+  and the consistency proof served between them does not verify. The log
+  never signs a proof, so anyone on the network path could have corrupted it:
+  this is a suspicion to retry and escalate, never proof of a fork.
+
+``verify`` recomputes the finding from the signed data and refuses a file
+whose stated finding differs, so a file cannot claim more than it shows.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -29,7 +35,9 @@ from deplog.client.tlog.proofs import ConsistencyProof, ProofError, verify_consi
 from deplog.client.tlog.timestamps import now_timestamp
 
 __all__ = [
+    "CONFLICTING_ROOTS",
     "EVIDENCE_FORMAT",
+    "FAILING_PROOF",
     "MAX_EVIDENCE_BYTES",
     "EvidenceError",
     "EvidenceFormatError",
@@ -39,8 +47,13 @@ __all__ = [
     "write_evidence",
 ]
 
-EVIDENCE_FORMAT = "deplog-fork-evidence/v1"
+EVIDENCE_FORMAT = "deplog-fork-evidence/v2"
 MAX_EVIDENCE_BYTES = 4 * 1024 * 1024
+CONFLICTING_ROOTS = "conflicting_roots"
+"""Two signed roots for one size: proves a fork."""
+FAILING_PROOF = "failing_proof"
+"""An unsigned proof that fails between two signed checkpoints: proves nothing."""
+_PROVEN = {CONFLICTING_ROOTS: True, FAILING_PROOF: False}
 
 
 class EvidenceFormatError(FormatError):
@@ -52,7 +65,14 @@ class EvidenceFormatError(FormatError):
 class EvidenceError(VerificationError):
     """Evidence that does not show what it claims."""
 
-    codes = frozenset({ErrorCode.OTHER_LOG, ErrorCode.NO_CONFLICT, ErrorCode.NO_PROOF})
+    codes = frozenset(
+        {
+            ErrorCode.OTHER_LOG,
+            ErrorCode.NO_CONFLICT,
+            ErrorCode.NO_PROOF,
+            ErrorCode.FINDING_MISMATCH,
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -65,6 +85,16 @@ class ForkEvidence:
     proof: ConsistencyProof | None
     detected_at: str
     reporter: str
+    finding: str = CONFLICTING_ROOTS
+
+    def __post_init__(self) -> None:
+        if self.finding not in _PROVEN:
+            raise EvidenceFormatError(message="unknown finding")
+
+    @property
+    def proven(self) -> bool:
+        """Whether the stated finding, once verified, proves a fork."""
+        return _PROVEN[self.finding]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -73,6 +103,8 @@ class ForkEvidence:
             "first_checkpoint": self.first.decode(),
             "second_checkpoint": self.second.decode(),
             "consistency_proof": None if self.proof is None else self.proof.to_json(),
+            "finding": self.finding,
+            "proven": self.proven,
             "detected_at": self.detected_at,
             "reporter": self.reporter,
         }
@@ -85,6 +117,8 @@ class ForkEvidence:
             "first_checkpoint",
             "second_checkpoint",
             "consistency_proof",
+            "finding",
+            "proven",
             "detected_at",
             "reporter",
         }
@@ -94,10 +128,13 @@ class ForkEvidence:
             "log_key",
             "first_checkpoint",
             "second_checkpoint",
+            "finding",
             "detected_at",
             "reporter",
         )
         if not all(isinstance(obj[k], str) for k in text_fields):
+            raise EvidenceFormatError()
+        if obj["finding"] not in _PROVEN or obj["proven"] is not _PROVEN[obj["finding"]]:
             raise EvidenceFormatError()
         try:
             proof = (
@@ -114,18 +151,31 @@ class ForkEvidence:
             proof,
             obj["detected_at"],
             obj["reporter"],
+            obj["finding"],
         )
 
-    def verify(self, log_key: Verifier) -> str:
-        """Check the evidence against the pinned log key; returns what it proves."""
+    def verify(self, log_key: Verifier, origin: str | None = None) -> str:
+        """Check the evidence against the pinned log key; returns its finding.
+
+        The finding is recomputed from the signed checkpoints (and the served
+        proof), and must be the one the file states (``finding_mismatch``).
+        Only ``conflicting_roots`` proves a fork (``proven``). ``origin`` is
+        the checkpoints' expected origin, by default the key name.
+        """
+        finding = self._check(log_key, origin)
+        if finding != self.finding:
+            raise EvidenceError(ErrorCode.FINDING_MISMATCH, "the file states another finding")
+        return finding
+
+    def _check(self, log_key: Verifier, origin: str | None) -> str:
         if self.log_key != log_key.vkey():
             raise EvidenceError(ErrorCode.OTHER_LOG, "evidence is about another log key")
-        first, _ = open_checkpoint(self.first, log_key)
-        second, _ = open_checkpoint(self.second, log_key)
+        first, _ = open_checkpoint(self.first, log_key, origin)
+        second, _ = open_checkpoint(self.second, log_key, origin)
         if first.size == second.size:
             if first.root_hash == second.root_hash:
                 raise EvidenceError(ErrorCode.NO_CONFLICT, "the checkpoints agree")
-            return "conflicting_roots"
+            return CONFLICTING_ROOTS
         old, new = (first, second) if first.size < second.size else (second, first)
         if self.proof is None:
             raise EvidenceError(
@@ -135,18 +185,32 @@ class ForkEvidence:
         try:
             verify_consistency(old.size, new.size, old.root_hash, new.root_hash, self.proof.hashes)
         except ProofError:
-            return "inconsistent_proof"
+            return FAILING_PROOF
         raise EvidenceError(
             ErrorCode.NO_CONFLICT, "the proof verifies: the checkpoints are consistent"
         )
 
 
 def write_evidence(directory: Path, evidence: ForkEvidence) -> Path:
-    """Save evidence durably under a unique name; returns the file's path."""
+    """Save evidence durably; returns the file's path.
+
+    The name says the finding (``fork-evidence-`` when proven,
+    ``suspected-fork-`` when not) and is derived from the two checkpoints'
+    texts only (not their signatures, nor the proof), so the same pair seen
+    again (a retried sync, a re-cosigned checkpoint, another corrupted proof)
+    keeps its one file and its first detection time: files grow only with
+    checkpoints the log signed, never with what the network path makes up.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    path = directory / f"fork-evidence-{stamp}.json"
-    tmp = path.with_suffix(".tmp")
+    digest = hashlib.sha256()
+    for note in (evidence.first, evidence.second):
+        text = note.split(b"\n\n", 1)[0]
+        digest.update(len(text).to_bytes(8, "big") + text)
+    kind = "fork-evidence" if evidence.proven else "suspected-fork"
+    path = directory / f"{kind}-{digest.hexdigest()[:24]}.json"
+    if path.exists():
+        return path
+    tmp = path.with_name(f"{path.stem}.{datetime.now(UTC):%Y%m%dT%H%M%S%f}.tmp")
     with open(tmp, "w") as f:
         json.dump(evidence.to_json(), f, indent=2, sort_keys=True)
         f.write("\n")
@@ -168,7 +232,12 @@ def read_evidence(path: Path) -> ForkEvidence:
 
 
 def evidence_between(
-    log_key: Verifier, first: bytes, second: bytes, proof: ConsistencyProof | None, reporter: str
+    log_key: Verifier,
+    first: bytes,
+    second: bytes,
+    proof: ConsistencyProof | None,
+    reporter: str,
+    finding: str = CONFLICTING_ROOTS,
 ) -> ForkEvidence:
-    """Evidence about ``log_key``'s log, stamped now."""
-    return ForkEvidence(log_key.vkey(), first, second, proof, now_timestamp(), reporter)
+    """Evidence about ``log_key``'s log stating ``finding``, stamped now."""
+    return ForkEvidence(log_key.vkey(), first, second, proof, now_timestamp(), reporter, finding)

@@ -141,14 +141,17 @@ def format_receipt(
     return head + checkpoint
 
 
-def verify_receipt(receipt: Receipt, leaf: bytes, log_verifier: Verifier) -> Checkpoint:
+def verify_receipt(
+    receipt: Receipt, leaf: bytes, log_verifier: Verifier, origin: str | None = None
+) -> Checkpoint:
     """Verify that ``leaf`` is entry ``receipt.index`` of the log that signed the checkpoint.
 
-    Checks the log's signature on the checkpoint (origin = key name), then the
+    Checks the log's signature on the checkpoint (its origin ``origin``, by
+    default the key name; ``open_checkpoint``), then the
     RFC 9162 inclusion proof of ``leaf_hash(leaf)`` against its size and root.
     Returns the checkpoint; its cosignatures are left to the witness policy.
     """
-    checkpoint, _ = open_checkpoint(receipt.checkpoint, log_verifier)
+    checkpoint, _ = open_checkpoint(receipt.checkpoint, log_verifier, origin)
     verify_inclusion(
         leaf_hash(leaf), receipt.index, checkpoint.size, receipt.proof, checkpoint.root_hash
     )

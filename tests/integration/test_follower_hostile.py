@@ -18,7 +18,10 @@ no notice past it).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,22 +29,31 @@ from typing import Any
 
 import pytest
 
+from deplog.authority.http.push import sse_event
 from deplog.authority.log import Log
 from deplog.authority.storage import store
-from deplog.client.follow.follower import Follower
+from deplog.client.cli.audit import EXIT_NOT_PROVEN
+from deplog.client.cli.main import main as deplog_main
+from deplog.client.follow.follower import SUSPICION_ESCALATION, Follower
 from deplog.client.follow.http import MAX_CHECKPOINT_BYTES
 from deplog.client.follow.source import FetchError
 from deplog.client.follow.state import LocalState
-from deplog.client.follow.trust import ForkError, RollbackError
+from deplog.client.follow.trust import ForkError, RollbackError, SuspectedForkError
 from deplog.client.model.entries import NoticeEntry, encode_entry
 from deplog.client.model.rules import RuleViolation
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.evidence import EVIDENCE_FORMAT
 from deplog.client.tlog.evidence import read_evidence as load_evidence
 from deplog.client.tlog.note import Signer, UnverifiedNoteError, Verifier
-from deplog.client.tlog.proofs import ProofError
+from deplog.client.tlog.proofs import ConsistencyProof, ProofError
 from tests.builders import InProcessLogSource, make_envelope, register
-from tests.integration.scripted_authority import Raw, ScriptedAuthority, running, signed_log
+from tests.integration.scripted_authority import (
+    STREAM,
+    Raw,
+    ScriptedAuthority,
+    running,
+    signed_log,
+)
 
 ORIGIN = "hostile.deplog.example/log"
 TRUSTED_SIZE = 4
@@ -102,7 +114,9 @@ def assert_state_unchanged(follower: Follower, before: Trusted) -> None:
         reopened.close()
 
 
-def read_evidence(refused: ForkError, log_key: Verifier, proves: str) -> dict[str, Any]:
+def read_evidence(
+    refused: ForkError | SuspectedForkError, log_key: Verifier, proves: str
+) -> dict[str, Any]:
     """The evidence file's JSON, after checking that it proves ``proves`` offline."""
     assert refused.evidence is not None and refused.evidence.is_file()
     assert load_evidence(refused.evidence).verify(log_key) == proves
@@ -240,7 +254,7 @@ async def test_a_second_tree_of_the_trusted_size_is_a_fork_with_evidence(
     assert_state_unchanged(follower, trusted)
 
 
-async def test_a_larger_tree_that_does_not_extend_the_trusted_one_is_a_fork_with_evidence(
+async def test_a_larger_tree_that_does_not_extend_the_trusted_one_is_only_a_suspicion(
     server: ScriptedAuthority,
     follower: Follower,
     trusted: Trusted,
@@ -248,15 +262,17 @@ async def test_a_larger_tree_that_does_not_extend_the_trusted_one_is_a_fork_with
     log_signer: Signer,
     publisher: Signer,
 ) -> None:
-    """The proof is the crafted tree's own, correct for it: it cannot match the trusted root."""
+    """The proof is the crafted tree's own, correct for it: it cannot match the trusted root.
+    The log signed no proof, so the evidence is kept but marked unproven."""
     rewritten = [notice_leaf(publisher, seq, message="rewritten") for seq in range(2, 6)]
     fork = signed_log(log_signer, [*log.tree.leaf_data(0, 2), *rewritten])
     server.serve(fork)
     server.requests.clear()
 
-    with pytest.raises(ForkError) as refused:
+    with pytest.raises(SuspectedForkError) as refused:
         await follower.sync()
-    evidence = read_evidence(refused.value, log_signer.verifier(), "inconsistent_proof")
+    evidence = read_evidence(refused.value, log_signer.verifier(), "failing_proof")
+    assert evidence["proven"] is False
     assert evidence["first_checkpoint"] == trusted.note.decode()
     assert evidence["second_checkpoint"] == fork.note.decode()
     served_proof = await fork.consistency(TRUSTED_SIZE, 6)
@@ -446,3 +462,148 @@ async def test_a_server_that_stalls_is_a_fetch_error(
             await impatient.sync()
         assert refused.value.code == "fetch_failed"
         assert_state_unchanged(impatient, trusted)
+
+
+# -- under run(): a hostile network path ---------------------------------------------
+
+
+def over_long_line(size: int) -> bytes:
+    return b"data: " + b"x" * size + b"\n\n"
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        over_long_line(600_000),
+        over_long_line(2 * 1024 * 1024),
+        b"data: not a checkpoint\n\n",
+        b"data: \xff\xfe\x00 not utf-8\n\n",
+    ],
+    ids=["600kB-line", "2MiB-line", "garbage", "not-utf8"],
+)
+async def test_a_bad_push_event_is_dropped_counted_and_the_stream_reconnects(
+    server: ScriptedAuthority, follower: Follower, trusted: Trusted, stream: bytes
+) -> None:
+    """Neither an over-long line nor a malformed event stops pushing for good or
+    escapes ``run``: it is counted, and the stream is opened again."""
+    server.raw[STREAM] = Raw(stream)
+    stop = asyncio.Event()
+    running_follower = asyncio.create_task(follower.run(30.0, stop=stop))
+    deadline = asyncio.get_running_loop().time() + 10
+    while follower.counters.push_reconnects < 2:
+        assert asyncio.get_running_loop().time() < deadline, "the stream was not reopened"
+        assert not running_follower.done()
+        await asyncio.sleep(0.05)
+
+    assert follower.counters.push_dropped >= 2
+    assert server.requests.count(STREAM) >= 2
+    stop.set()
+    await asyncio.wait_for(running_follower, 5)  # returns: nothing escaped
+    assert_state_unchanged(follower, trusted)
+
+
+async def test_a_fork_pushed_on_the_stream_ends_run_at_once(
+    server: ScriptedAuthority,
+    follower: Follower,
+    trusted: Trusted,
+    log: Log,
+    log_signer: Signer,
+    publisher: Signer,
+) -> None:
+    """Polling every 30 s would not see it: the pushed, signed second root ends ``run``."""
+    other_history = [
+        *log.tree.leaf_data(0, TRUSTED_SIZE - 1),
+        notice_leaf(publisher, 3, message="x"),
+    ]
+    fork = signed_log(log_signer, other_history)
+    server.raw[STREAM] = Raw(sse_event(fork.note))
+
+    with pytest.raises(ForkError) as refused:
+        await asyncio.wait_for(follower.run(30.0), 5)
+    evidence = read_evidence(refused.value, log_signer.verifier(), "conflicting_roots")
+    assert evidence["proven"] is True
+    assert_state_unchanged(follower, trusted)
+
+
+async def test_a_corrupted_proof_is_retried_escalated_once_and_never_halts_the_follower(
+    server: ScriptedAuthority,
+    follower: Follower,
+    trusted: Trusted,
+    log: Log,
+    publisher: Signer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Anyone on the path can corrupt a proof, so it cannot halt the follower: the state
+    stands still (freshness untouched, so a guard goes stale), the suspicion is counted
+    and escalated once, and the honest proof, once it gets through, is followed."""
+    verified_at = follower.state.trusted.verified_at if follower.state.trusted else None
+    grow(log, publisher, 2)
+    honest = await InProcessLogSource(log).consistency(TRUSTED_SIZE, TRUSTED_SIZE + 2)
+    server.proof = ConsistencyProof(honest.old, honest.new, (bytes(32), *honest.hashes[1:]))
+    stop = asyncio.Event()
+    running_follower = asyncio.create_task(
+        follower.run(0.01, stop=stop, max_backoff=0.02, push=False)
+    )
+    deadline = asyncio.get_running_loop().time() + 10
+    while follower.counters.suspicions < SUSPICION_ESCALATION + 2:
+        assert asyncio.get_running_loop().time() < deadline
+        assert not running_follower.done()
+        await asyncio.sleep(0.02)
+
+    assert follower.counters.escalations == 1
+    loud = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(loud) == 1 and "unproven evidence" in loud[0].getMessage()
+    assert_state_unchanged(follower, trusted)
+    assert follower.state.trusted is not None
+    assert follower.state.trusted.verified_at == verified_at
+    evidence = follower.counters.last_evidence
+    assert evidence is not None and evidence.name.startswith("suspected-fork-")
+    assert load_evidence(evidence).proven is False
+
+    server.proof = None
+    while follower.state.size != TRUSTED_SIZE + 2:
+        assert asyncio.get_running_loop().time() < deadline, "the honest proof was not followed"
+        await asyncio.sleep(0.02)
+    assert follower.counters.consecutive_suspicions == 0
+    stop.set()
+    await asyncio.wait_for(running_follower, 5)
+
+
+# -- deplog follow ----------------------------------------------------------------------
+
+
+async def test_follow_once_exits_with_its_own_status_on_a_suspected_fork(
+    server: ScriptedAuthority,
+    log: Log,
+    log_signer: Signer,
+    publisher: Signer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server.serve(InProcessLogSource(log))
+    argv = ["follow", server.url, "--log-key", log_signer.verifier().vkey()]
+    argv += ["--state", str(tmp_path / "cli.db"), "--once"]
+    assert await asyncio.to_thread(deplog_main, argv) == 0
+    grow(log, publisher, 2)
+    honest = await InProcessLogSource(log).consistency(TRUSTED_SIZE, TRUSTED_SIZE + 2)
+    server.proof = ConsistencyProof(honest.old, honest.new, (bytes(32), *honest.hashes[1:]))
+
+    assert await asyncio.to_thread(deplog_main, argv) == EXIT_NOT_PROVEN
+    err = capsys.readouterr().err
+    assert "suspected_fork" in err and "not proven" in err and "suspected-fork-" in err
+    assert "Traceback" not in err
+
+
+async def test_follow_timeout_bounds_each_request(
+    server: ScriptedAuthority,
+    log_signer: Signer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server.raw["/checkpoint"] = Raw(b"", delay=3.0)
+    argv = ["follow", server.url, "--log-key", log_signer.verifier().vkey()]
+    argv += ["--state", str(tmp_path / "cli.db"), "--once", "--timeout", "0.2"]
+    started = time.monotonic()
+    assert await asyncio.to_thread(deplog_main, argv) == 1
+    assert time.monotonic() - started < 2.5
+    assert "fetch_failed" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.cosignature import cosignatures
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof
+from tests import sumdb
 from tests.builders import make_envelope
 from tests.integration.attached_faults import injected, needs_strace
 from tests.integration.harness import AuthorityProcess, WitnessProcess
@@ -196,10 +197,36 @@ def test_add_log_from_a_policy_file_and_list_logs(
     ]
 
 
-def test_add_log_with_a_key_named_for_another_origin_is_refused(
-    witness_files: WitnessProcess, log: MinimalLog
+def test_add_log_of_an_origin_that_is_not_the_key_name_is_honoured(
+    witness_files: WitnessProcess, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert witness_files.cli("add-log", "--origin", "other.example/log", "--key", log.vkey) == 1
+    assert witness_files.cli("add-log", "--origin", sumdb.ORIGIN, "--key", sumdb.KEY) == 0
+    assert capsys.readouterr().out == f"added log {sumdb.ORIGIN} (key sum.golang.org)\n"
+    assert witness_files.cli("list-logs") == 0
+    assert f"{sumdb.ORIGIN}\t-\t-\t{sumdb.KEY}" in capsys.readouterr().out.splitlines()
+
+
+async def test_genuine_sum_golang_org_tree_heads_are_cosigned_and_tampered_ones_refused(
+    witness_files: WitnessProcess, http: aiohttp.ClientSession
+) -> None:
+    """The issue's reproduction: the same commands, now with real tree heads cosigned."""
+    assert witness_files.cli("add-log", "--origin", sumdb.ORIGIN, "--key", sumdb.KEY) == 0
+    witness_files.start()
+    try:
+        first, *later = sumdb.checkpoints()
+        tampered = add_checkpoint_body(0, [], sumdb.tampered(first))
+        assert (await add_checkpoint(http, witness_files, tampered))[0] == 403
+        status, _, body = await add_checkpoint(
+            http, witness_files, add_checkpoint_body(0, [], first)
+        )
+        assert status == 200
+        verify_cosignature(body, first, NAME, witness_files.verifier.public_key)
+        # The record is now at the first size: a later head needs a proof from it, which
+        # these fixtures do not carry, so it is refused with the recorded size.
+        refused = await add_checkpoint(http, witness_files, add_checkpoint_body(0, [], later[0]))
+        assert refused[0] == 409
+    finally:
+        witness_files.stop()
 
 
 async def witness_health(http: aiohttp.ClientSession, witness: WitnessProcess) -> tuple[int, dict]:

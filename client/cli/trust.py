@@ -1,0 +1,78 @@
+"""What the ``deplog`` commands trust, and the arguments of those that follow a log.
+
+``--log-key`` takes a verifier key (``name+hex8+base64``) or the path of a
+file holding one, such as the authority's ``keys/<origin>.pub``; ``--policy``
+takes a C2SP tlog-policy file. Files are read with size limits, so a hostile
+file cannot exhaust memory. ``follow`` and ``monitor`` share their follower
+arguments (``add_follow_arguments``) so that both read a log the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from deplog.client.cli.audit import read_bounded
+from deplog.client.errors import CLIError
+from deplog.client.follow.http import DEFAULT_TIMEOUT
+from deplog.client.tlog.keyfile import read_verifier_key
+from deplog.client.tlog.note import Verifier
+from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy
+
+__all__ = ["add_follow_arguments", "load_trust", "log_origin"]
+
+
+def load_trust(log_key: str | None, policy: Path | None) -> Verifier | Policy:
+    """The trust policy file if given, else the pinned log key (``--log-key``: a key, or
+    a file holding one)."""
+    if policy is not None:
+        return Policy.parse(read_bounded(policy, MAX_POLICY_SIZE))
+    if log_key is not None:
+        return read_verifier_key(log_key)
+    raise CLIError("give the trust policy (--policy FILE) or the log key (--log-key)")
+
+
+def log_origin(trust: Verifier | Policy) -> str:
+    """The name of the log a trust setting follows, for messages."""
+    if isinstance(trust, Verifier):
+        return trust.name
+    return trust.logs[0].verifier.name if trust.logs else "?"
+
+
+def _positive_seconds(text: str) -> float:
+    """A positive, finite number of seconds (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return value
+
+
+def add_follow_arguments(parser: argparse.ArgumentParser, default_state: str) -> None:
+    """The follower's arguments: what to trust, where its state lives, how it polls."""
+    parser.add_argument(
+        "--log-key", help="the log's verifier key, or a file holding it (pinned; no witnesses)"
+    )
+    parser.add_argument(
+        "--policy", type=Path, help="C2SP tlog-policy file: the log key, witnesses and quorum"
+    )
+    parser.add_argument(
+        "--state",
+        type=Path,
+        default=Path(default_state),
+        help=f"local state file (default: {default_state})",
+    )
+    parser.add_argument(
+        "--interval",
+        type=_positive_seconds,
+        default=30.0,
+        help="seconds between polls (default: 30)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds one request to the authority may take (default: {DEFAULT_TIMEOUT:g})",
+    )
