@@ -459,6 +459,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DeplogError as err:
         print(f"authority: {err.code}: {err}", file=sys.stderr)
         return 1
+    except OSError as err:
+        # A file or directory the operator named cannot be used: say which, no traceback.
+        where = f" {err.filename}" if err.filename else ""
+        print(
+            f"authority: cannot use{where}: {err.strerror or type(err).__name__}; check the path "
+            "and its permissions",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -61,3 +61,20 @@ def test_serve_refuses_a_data_directory_another_process_serves(
         served = main(["serve", "--data", str(data), "--keys", str(keys), "--port", "0"])
     assert served == 1
     assert "another witness is already serving" in capsys.readouterr().err
+
+
+def test_an_unusable_data_directory_is_one_line_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from deplog.authority.cli import main as authority_main
+
+    missing = tmp_path / "file"
+    missing.write_text("not a directory")
+    for main_, prog in ((authority_main, "authority"), (main, "witness")):
+        args = ["init", "--data", str(missing / "data"), "--keys", str(tmp_path / "keys")]
+        if prog == "witness":
+            args += ["--name", "w.example/w"]
+        assert main_(args) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert err.startswith(f"{prog}: cannot use {missing / 'data'}")

@@ -253,6 +253,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DeplogError as err:
         print(f"witness: {err.code}", file=sys.stderr)
         return 1
+    except OSError as err:
+        # A file or directory the operator named cannot be used: say which, no traceback.
+        where = f" {err.filename}" if err.filename else ""
+        print(
+            f"witness: cannot use{where}: {err.strerror or type(err).__name__}; check the path "
+            "and its permissions",
+            file=sys.stderr,
+        )
+        return 1
     return code
 
 
