@@ -31,6 +31,7 @@ from deplog.authority.config import (
     WITNESS_URL_SCHEMES,
     AuthorityConfig,
 )
+from deplog.authority.explorer.config import ExplorerConfig
 from deplog.authority.http.plumbing import Listen, serve_until_signalled
 from deplog.authority.http.server import AuthorityState, ServerConfig, build_admin_app, build_app
 from deplog.authority.log import Log
@@ -89,7 +90,7 @@ class ServeOptions(Listen):
     )
 
 
-SERVE_CONFIGS = (ServeOptions, SequencerLimits, ServerConfig, WitnessingConfig)
+SERVE_CONFIGS = (ServeOptions, SequencerLimits, ServerConfig, WitnessingConfig, ExplorerConfig)
 """The config dataclasses whose fields are the options of ``authority serve``."""
 
 
@@ -258,6 +259,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             db_path=instance.db_path,
             origin=instance.origin,
             limits=from_options(SequencerLimits, args),
+            explorer=from_options(ExplorerConfig, args),
         )
         witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args))
         asyncio.run(_serve(instance, serve, config, witnesses))

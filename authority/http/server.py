@@ -57,6 +57,8 @@ from typing import Any
 
 from aiohttp import hdrs, web
 
+from deplog.authority.explorer.config import ExplorerConfig
+from deplog.authority.explorer.routes import add_explorer
 from deplog.authority.http.limits import Rate, RateLimiter
 from deplog.authority.http.metrics import Metrics
 from deplog.authority.http.plumbing import METRICS, HTTPRequestError, errors_and_metrics
@@ -136,6 +138,7 @@ class ServerConfig:
     )
     max_subscribers: int = option(1024, "live checkpoint push streams at most", note="then 503")
     limits: SequencerLimits = field(default_factory=SequencerLimits)
+    explorer: ExplorerConfig = field(default_factory=ExplorerConfig)
 
 
 class RequestError(DeplogError):
@@ -616,6 +619,7 @@ def build_app(
     app.router.add_get("/v1/checkpoints/stream", _get_checkpoint_stream)
     app.router.add_get("/healthz", _get_healthz)
     app.router.add_get("/metrics", _get_metrics)
+    add_explorer(app, lambda: app[_STATE], config.explorer, signer.verifier())
     return app
 
 
