@@ -48,7 +48,7 @@ CONTENT_SECURITY_POLICY: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
-ASSET_TYPES: Final = {".css": "text/css", ".js": "text/javascript"}
+ASSET_TYPES: Final = {".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
 
 
 def page_headers() -> dict[str, str]:

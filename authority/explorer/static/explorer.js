@@ -54,10 +54,10 @@
 
   // A verifier key "name+hex8+base64(type || key)", its key ID checked.
   async function parseVerifierKey(vkey) {
-    const parts = vkey.trim().split("+");
-    if (parts.length !== 3 || !parts[0] || !/^[0-9a-f]{8}$/.test(parts[1])) {
-      throw new Error("malformed verifier key");
-    }
+    // Key names never contain "+", but base64 may: split at the first two only.
+    const m = /^([^+]+)\+([0-9a-f]{8})\+(.+)$/.exec(vkey.trim());
+    if (!m) throw new Error("malformed verifier key");
+    const parts = m.slice(1);
     const raw = b64decode(parts[2]);
     if (raw.length !== 33) throw new Error("not an Ed25519 verifier key");
     const type = raw[0];
