@@ -7,16 +7,21 @@ Rules:
    the pool the JSON API reads with; the sequencer's writer thread never does
    explorer work. Reading and rendering run together on a reader thread, so a
    large page never blocks the event loop.
-2. Each request takes one token from the explorer's per-address bucket, sized
+2. At most ``MAX_RENDERS`` pages are read and rendered at once; the rest wait
+   their turn. Rendering holds the interpreter lock, so this bounds how much of
+   the process a flood of page views can take from the sequencer's thread.
+   Cached pages are served without waiting.
+3. Each request takes one token from the explorer's per-address bucket, sized
    like the API's (``--rate-per-address``); past it, 429 with ``Retry-After``.
-3. A refusal is an HTML page with the stable code and the status that
+4. A refusal is an HTML page with the stable code and the status that
    ``status.py`` gives it; it never echoes the request.
-4. Routes live under the configured prefix: ``/``, ``/search``, ``/tools/<id>``,
+5. Routes live under the configured prefix: ``/``, ``/search``, ``/tools/<id>``,
    ``/notices/<index>``, ``/publishers``, ``/witnesses``, ``/assets/<file>``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -43,7 +48,9 @@ from deplog.client.tlog.note import Verifier
 if TYPE_CHECKING:
     from deplog.authority.http.server import AuthorityState
 
-__all__ = ["Explorer", "add_explorer"]
+__all__ = ["MAX_RENDERS", "Explorer", "add_explorer"]
+
+MAX_RENDERS = 1
 
 PageBuilder = Callable[[LogReader, pages.Served], dict[str, Any]]
 
@@ -64,6 +71,7 @@ class Explorer:
         self.renderer = Renderer(config.prefix, self.assets)
         self.cache = PageCache()
         self._limit: RateLimiter | None = None
+        self._renders = asyncio.Semaphore(MAX_RENDERS)
 
     def served(self, state: AuthorityState) -> pages.Served:
         witnesses = () if state.witnessing is None else state.witnessing.witnesses
@@ -98,7 +106,8 @@ class Explorer:
                     context["served"] = {"size": served.size}
                     return self.renderer.render(template, context)
 
-                body: bytes = await state.read(work)
+                async with self._renders:
+                    body: bytes = await state.read(work)
                 self.cache.put(key, 200, body)
             else:
                 body = cached[1]
