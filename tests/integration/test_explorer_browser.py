@@ -20,11 +20,13 @@ import base64
 import os
 import shutil
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import pytest_asyncio
 
 from deplog.client.tlog.note import Signer
 from tests.explorer_seed import HOSTILE_MESSAGE, Seeded, seed
@@ -54,31 +56,56 @@ if _MISSING is not None:
 
 from playwright.async_api import Browser, Page, Route, async_playwright, expect  # noqa: E402
 
+# One authority, one seeding and one browser for the module: the tests only read the log,
+# and each gets a fresh browser context (no shared cookies, cache or routes).
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@dataclass(frozen=True)
+class Explored:
+    authority: AuthorityProcess
+    seeded: Seeded
+    browser: Browser
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def explored(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Explored]:
+    publisher = Signer.generate("acme")
+    authority = AuthorityProcess(tmp_path_factory.mktemp("explorer") / "authority")
+    authority.init()
+    authority.add_publisher(publisher, "org.acme")
+    authority.start()
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+
+            async def post(body: bytes) -> int:
+                async with http.post(
+                    authority.url + "/v1/notices",
+                    data=body,
+                    headers={"Content-Type": "application/json"},
+                ) as response:
+                    assert response.status == 201, await response.text()
+                    return int(response.headers["Deplog-Index"])
+
+            seeded = await seed(publisher, post)
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(
+                executable_path=CHROMIUM, args=["--no-sandbox", "--headless=new", "--disable-gpu"]
+            )
+            yield Explored(authority, seeded, browser)
+            await browser.close()
+    finally:
+        authority.stop()
+
 
 @pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as p:
-        launched = await p.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--headless=new", "--disable-gpu"]
-        )
-        yield launched
-        await launched.close()
+def seeded(explored: Explored) -> Seeded:
+    return explored.seeded
 
 
 @pytest.fixture
-async def seeded(
-    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
-) -> Seeded:
-    async def post(body: bytes) -> int:
-        async with http.post(
-            authority.url + "/v1/notices",
-            data=body,
-            headers={"Content-Type": "application/json"},
-        ) as response:
-            assert response.status == 201, await response.text()
-            return int(response.headers["Deplog-Index"])
-
-    return await seed(publisher, post)
+def authority(explored: Explored) -> AuthorityProcess:
+    return explored.authority
 
 
 class Tab:
@@ -112,10 +139,10 @@ class Tab:
         return result
 
 
-@pytest.fixture
-async def tab(browser: Browser, authority: AuthorityProcess) -> AsyncIterator[Tab]:
-    context = await browser.new_context(viewport=DESKTOP)
-    yield Tab(await context.new_page(), authority.url)
+@pytest_asyncio.fixture(loop_scope="module")
+async def tab(explored: Explored) -> AsyncIterator[Tab]:
+    context = await explored.browser.new_context(viewport=DESKTOP)
+    yield Tab(await context.new_page(), explored.authority.url)
     await context.close()
 
 
