@@ -204,6 +204,20 @@ async def test_search_matches_any_part_of_a_tool_id_or_namespace(site: Site) -> 
     assert len(tools) == 4
 
 
+async def test_search_by_a_namespace_prefix_lists_exactly_its_tools(site: Site) -> None:
+    page, _ = await site.get("/search?q=tool:org.acme/")
+    tools = sorted(link for link in page.links() if link.startswith("/tools/"))
+    assert tools == [
+        f"/tools/tool%3Aorg.acme/{name}" for name in ("fetch", "legacy", "markup", "search")
+    ]
+    page, _ = await site.get("/search?q=tool:org.acme/sea")
+    assert [link for link in page.links() if link.startswith("/tools/")] == [
+        "/tools/tool%3Aorg.acme/search"
+    ]
+    page, _ = await site.get("/search?q=tool:org.acmf")
+    assert not [link for link in page.links() if link.startswith("/tools/")]
+
+
 async def test_search_finds_a_publisher_and_links_its_namespaces(site: Site) -> None:
     page, _ = await site.get("/search?q=acm")
     assert "/publishers#publisher-acme" in page.links()

@@ -96,12 +96,23 @@ class LogReader:
         """Tool ids with a notice below ``size`` whose id contains ``text``, in id order.
 
         A scan of the (tool_id, idx) index, never of the leaves; callers bound
-        ``offset`` and ``limit``.
+        ``offset`` and ``limit``. Every tool id starts with ``tool:`` and has no
+        other colon, so text starting with it can only match as a prefix: that
+        is a range of the index instead of all of it.
         """
+        limit = min(limit, MAX_SEARCH_ROWS)
+        if text.startswith("tool:"):
+            upper = text[:-1] + chr(ord(text[-1]) + 1)
+            rows = self.conn.execute(
+                "SELECT DISTINCT tool_id FROM tool_entries WHERE tool_id >= ? AND tool_id < ? "
+                "AND idx < ? ORDER BY tool_id LIMIT ? OFFSET ?",
+                (text, upper, size, limit, offset),
+            ).fetchall()
+            return [str(r[0]) for r in rows]
         rows = self.conn.execute(
             "SELECT DISTINCT tool_id FROM tool_entries WHERE instr(tool_id, ?) > 0 AND idx < ? "
             "ORDER BY tool_id LIMIT ? OFFSET ?",
-            (text, size, min(limit, MAX_SEARCH_ROWS), offset),
+            (text, size, limit, offset),
         ).fetchall()
         return [str(r[0]) for r in rows]
 
