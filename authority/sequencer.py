@@ -9,7 +9,9 @@ each commit among many (measured in bench/bench_append.py: the default of no
 delay gave both lower latency and higher throughput than 5 ms).
 
 A submission's future resolves only after its batch is committed and the
-checkpoint that includes it is signed and stored, so a 201 is durable.
+checkpoint that includes it is signed and stored, so a 201 is durable. With a
+tiles directory, the batch's tiles are written on the writer thread right after
+the commit and before the checkpoint is published (``authority/tiles.py``).
 
 Batches and admin appends are committed and published one at a time, in
 order, so ``publish`` is never handed a checkpoint smaller than the one before.
@@ -30,12 +32,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from deplog.authority.log import Log, StorageError
+from deplog.authority.log import Log, Sequenced, StorageError
 from deplog.authority.options import MILLISECONDS, option
 from deplog.authority.storage.store import StoredCheckpoint
+from deplog.authority.tiles import TilesDirectory
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import Envelope
+from deplog.client.storage_faults import StorageFault
 
 __all__ = [
     "OverloadedError",
@@ -107,9 +111,14 @@ class Sequencer:
     """
 
     def __init__(
-        self, log: Log, limits: SequencerLimits | None = None, publish: Publish | None = None
+        self,
+        log: Log,
+        limits: SequencerLimits | None = None,
+        publish: Publish | None = None,
+        tiles: TilesDirectory | None = None,
     ) -> None:
         self.log = log
+        self.tiles = tiles
         self.limits = limits or SequencerLimits()
         self.publish = publish or _publish_unwitnessed
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sequencer")
@@ -149,7 +158,11 @@ class Sequencer:
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn`` on the writer thread, after whatever is running there."""
-        return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+        return await self.schedule(fn, *args)
+
+    def schedule(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Queue ``fn`` on the writer thread without waiting for it; RuntimeError once stopped."""
+        return asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
 
     async def submit(self, envelope: Envelope) -> Receipted:
         """Queue one envelope and wait until it is receipted or refused (raises)."""
@@ -165,9 +178,31 @@ class Sequencer:
     async def append_publisher(self, statement: PublisherStatement) -> int:
         async with self._appending:
             index = await self.call(self.log.append_publisher, statement)
-            checkpoint = await self.call(self.log.publish)
+            checkpoint = await self.call(self._publish_log)
             await self.publish(checkpoint)
             return index
+
+    def _sequence(self, envelopes: list[Envelope]) -> list[Sequenced]:
+        """Writer thread: commit a batch, then write its tiles before anything publishes it."""
+        results = self.log.sequence(envelopes)
+        self._write_tiles()
+        return results
+
+    def _publish_log(self) -> StoredCheckpoint:
+        """Writer thread: sign a checkpoint of every committed leaf, then write its tiles."""
+        checkpoint = self.log.publish()
+        self._write_tiles()
+        return checkpoint
+
+    def _write_tiles(self) -> None:
+        """A tiles directory that cannot be written fails the batch: nothing is published."""
+        if self.tiles is None or self.log.published is None:
+            return
+        try:
+            self.tiles.extend(self.log.published.size)
+        except (OSError, StorageFault) as err:
+            log.error("writing the tiles directory failed: %s", err)
+            raise StorageError() from None
 
     async def _run(self) -> None:
         """Sequence batches until stop's marker, which follows every earlier submission."""
@@ -191,7 +226,7 @@ class Sequencer:
         futures = [future for _, future in batch]
         try:
             async with self._appending:
-                results = await self.call(self.log.sequence, [envelope for envelope, _ in batch])
+                results = await self.call(self._sequence, [envelope for envelope, _ in batch])
                 checkpoint = self.log.published
                 assert checkpoint is not None
                 note = await self.publish(checkpoint)
