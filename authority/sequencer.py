@@ -11,7 +11,10 @@ delay gave both lower latency and higher throughput than 5 ms).
 A submission's future resolves only after its batch is committed and the
 checkpoint that includes it is signed and stored, so a 201 is durable. With a
 tiles directory, the batch's tiles are written on the writer thread right after
-the commit and before the checkpoint is published (``authority/tiles.py``).
+the commit, while ``publish`` gathers cosignatures; the tiles directory's
+checkpoint file is written on the same thread after them, so it never names a
+tile that is not there (``authority/tiles.py``), and a batch whose tiles cannot
+be written fails (503 ``storage_unavailable``) like one whose commit failed.
 
 Batches and admin appends are committed and published one at a time, in
 order, so ``publish`` is never handed a checkpoint smaller than the one before.
@@ -32,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from deplog.authority.log import Log, Sequenced, StorageError
+from deplog.authority.log import Log, StorageError
 from deplog.authority.options import MILLISECONDS, option
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.tiles import TilesDirectory
@@ -150,6 +153,8 @@ class Sequencer:
         await self._queue.put(None)
         await self._task
         await self.call(self.log.close)
+        if self.tiles is not None:
+            await self.call(self.tiles.close)
         self._writer.shutdown(wait=True)
 
     @property
@@ -178,21 +183,21 @@ class Sequencer:
     async def append_publisher(self, statement: PublisherStatement) -> int:
         async with self._appending:
             index = await self.call(self.log.append_publisher, statement)
-            checkpoint = await self.call(self._publish_log)
-            await self.publish(checkpoint)
+            checkpoint = await self.call(self.log.publish)
+            await self._publish_with_tiles(checkpoint)
             return index
 
-    def _sequence(self, envelopes: list[Envelope]) -> list[Sequenced]:
-        """Writer thread: commit a batch, then write its tiles before anything publishes it."""
-        results = self.log.sequence(envelopes)
-        self._write_tiles()
-        return results
-
-    def _publish_log(self) -> StoredCheckpoint:
-        """Writer thread: sign a checkpoint of every committed leaf, then write its tiles."""
-        checkpoint = self.log.publish()
-        self._write_tiles()
-        return checkpoint
+    async def _publish_with_tiles(self, checkpoint: StoredCheckpoint) -> bytes:
+        """Publish ``checkpoint`` while its tiles are written; both must succeed."""
+        tiles = self.schedule(self._write_tiles)  # queued before any checkpoint file write
+        note, written = await asyncio.gather(
+            self.publish(checkpoint), tiles, return_exceptions=True
+        )
+        for outcome in (written, note):
+            if isinstance(outcome, BaseException):
+                raise outcome
+        assert isinstance(note, bytes)
+        return note
 
     def _write_tiles(self) -> None:
         """A tiles directory that cannot be written fails the batch: nothing is published."""
@@ -226,10 +231,10 @@ class Sequencer:
         futures = [future for _, future in batch]
         try:
             async with self._appending:
-                results = await self.call(self._sequence, [envelope for envelope, _ in batch])
+                results = await self.call(self.log.sequence, [envelope for envelope, _ in batch])
                 checkpoint = self.log.published
                 assert checkpoint is not None
-                note = await self.publish(checkpoint)
+                note = await self._publish_with_tiles(checkpoint)
         except DeplogError as err:
             self.failing = err.code
             _fail(futures, err)

@@ -21,7 +21,11 @@ Rules:
    the batch (503 ``storage_unavailable``) before anything is published; the next
    batch writes what is missing.
 3. Tile bytes come only from the database, read per tile (at most 256 hashes or
-   entries at a time): memory stays bounded whatever the log size.
+   entries at a time) on the writer thread, and at most ``WRITERS`` tiles are held
+   at once: memory stays bounded whatever the log size. Those are written by
+   ``WRITERS`` threads at once, so their fsyncs overlap (one tile's temporary
+   file, fsync, rename and directory fsync after another's cost a batch ~9 ms
+   each here); the call returns only once all of them are durable.
 4. Full tiles are immutable: never rewritten, never removed. A partial tile is
    superseded once the checkpoint file names a tree that has a wider tile at its
    coordinates (or a partial written for a size no checkpoint file ever named).
@@ -47,7 +51,9 @@ Rules:
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
+import itertools
 import os
 import sqlite3
 import time
@@ -77,6 +83,7 @@ __all__ = [
     "CHECKPOINT_FILE",
     "DEFAULT_PARTIAL_GRACE",
     "TILES_CORRUPT",
+    "WRITERS",
     "Tile",
     "TilesDirectory",
     "partial_tiles",
@@ -84,6 +91,8 @@ __all__ = [
 ]
 
 CHECKPOINT_FILE: Final = "checkpoint"
+WRITERS: Final = 8
+"""Tiles written at once (rule 3)."""
 DEFAULT_PARTIAL_GRACE: Final = 600.0
 """Seconds a superseded partial tile stays (rule 4): far above the caches' max-age."""
 
@@ -146,6 +155,18 @@ def tile_bytes(conn: sqlite3.Connection, tile: Tile) -> bytes:
     return encode_hash_tile(tile, [bytes(row[0]) for row in rows])
 
 
+def _complete_file(job: tuple[Path, bytes]) -> None:
+    path, data = job
+    try:
+        existing = path.read_bytes()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, [data])
+        return
+    if existing != data:
+        raise StorageFault(TILES_CORRUPT, path, "its bytes differ from the database's")
+
+
 class _LogShorterError(Exception):
     """The database lacks rows a tile of a committed tree needs: its storage was altered."""
 
@@ -177,6 +198,7 @@ class TilesDirectory:
         self._unnamed: set[Tile] = set()
         """Partial tiles written since the checkpoint file last changed (rule 4)."""
         self._retiring: collections.deque[tuple[float, Tile]] = collections.deque()
+        self._io = concurrent.futures.ThreadPoolExecutor(WRITERS, thread_name_prefix="tiles")
 
     @classmethod
     def open(
@@ -192,8 +214,7 @@ class TilesDirectory:
         tiles = cls(root, log, partial_grace=partial_grace, clock=clock)
         tiles.named = tiles._checked_checkpoint_file()
         tiles.size = tiles.named
-        for tile in partial_tiles(tiles.named):
-            tiles._complete(tile)
+        tiles._complete(partial_tiles(tiles.named))
         tiles._sweep()
         tiles.extend(log.tree.size)
         return tiles
@@ -204,10 +225,10 @@ class TilesDirectory:
         """Write every tile of the tree of ``size`` leaves that the directory lacks (rule 2)."""
         if size <= self.size:
             return
-        for tile in self._new_tiles(size):
-            self._complete(tile)
-            if tile.partial:
-                self._unnamed.add(tile)
+        new = self._new_tiles(size)
+        while group := list(itertools.islice(new, WRITERS)):
+            self._complete(group)
+            self._unnamed.update(tile for tile in group if tile.partial)
         self.size = size
         self._remove_expired()
 
@@ -215,9 +236,7 @@ class TilesDirectory:
         """Make ``checkpoint`` hold ``note``, a note for ``size`` (rules 2 and 4)."""
         self.extend(size)
         current = partial_tiles(size)
-        for tile in current:
-            if not self._path(tile).exists():
-                self._write(tile)
+        self._complete([tile for tile in current if not self._path(tile).exists()])
         write_atomic(self.root / CHECKPOINT_FILE, [note])
         if size != self.named:
             superseded = (set(partial_tiles(self.named)) | self._unnamed) - set(current)
@@ -230,21 +249,15 @@ class TilesDirectory:
         yield from entry_tiles(size, since=self.size)
         yield from hash_tiles(size, since=self.size)
 
-    def _complete(self, tile: Tile) -> None:
-        """Write ``tile`` if it is missing; if it is there, it must be the database's bytes."""
-        path = self._path(tile)
-        try:
-            existing = path.read_bytes()
-        except FileNotFoundError:
-            self._write(tile)
-            return
-        if existing != self._bytes(tile):
-            raise StorageFault(TILES_CORRUPT, path, "its bytes differ from the database's")
+    def _complete(self, tiles: list[Tile]) -> None:
+        """Write the missing ones of a few tiles at once; one that is there must be the
+        database's bytes (rule 5)."""
+        for _ in self._io.map(_complete_file, [(self._path(t), self._bytes(t)) for t in tiles]):
+            pass
 
-    def _write(self, tile: Tile) -> None:
-        path = self._path(tile)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, [self._bytes(tile)])
+    def close(self) -> None:
+        """Stop the writing threads (after the writes in progress)."""
+        self._io.shutdown(wait=True)
 
     def _bytes(self, tile: Tile) -> bytes:
         try:

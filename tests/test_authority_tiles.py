@@ -61,6 +61,7 @@ class Authority:
         return TilesDirectory.open(self.root, self.log, partial_grace=GRACE, clock=self.clock)
 
     def reopen(self) -> TilesDirectory:
+        self.tiles.close()
         self.log.close()
         self.log = Log(self.db, self.signer, ORIGIN)
         self.tiles = self.open()
@@ -88,6 +89,7 @@ class Authority:
 def authority(tmp_path: Path) -> Iterator[Authority]:
     authority = Authority(tmp_path)
     yield authority
+    authority.tiles.close()
     authority.log.close()
 
 
