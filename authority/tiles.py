@@ -160,11 +160,22 @@ def _complete_file(job: tuple[Path, bytes]) -> None:
     try:
         existing = path.read_bytes()
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_public_directories(path.parent)
         write_atomic(path, [data])
         return
     if existing != data:
         raise StorageFault(TILES_CORRUPT, path, "its bytes differ from the database's")
+
+
+def _make_public_directories(directory: Path) -> None:
+    """Create ``directory`` and its missing parents 0755 whatever the umask: the tiles are
+    public, and a web server's own user must be able to read them (files are 0644)."""
+    if directory.is_dir():
+        return
+    _make_public_directories(directory.parent)
+    with contextlib.suppress(FileExistsError):  # another writer thread made it meanwhile
+        directory.mkdir()
+        directory.chmod(0o755)
 
 
 class _LogShorterError(Exception):
@@ -210,7 +221,7 @@ class TilesDirectory:
         clock: Callable[[], float] = time.monotonic,
     ) -> TilesDirectory:
         """Complete ``root`` from ``log``'s database (rule 5); StorageFault when it is wrong."""
-        root.mkdir(parents=True, exist_ok=True)
+        _make_public_directories(root)
         tiles = cls(root, log, partial_grace=partial_grace, clock=clock)
         tiles.named = tiles._checked_checkpoint_file()
         tiles.size = tiles.named

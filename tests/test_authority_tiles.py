@@ -110,6 +110,19 @@ def test_level_one_and_two_tiles_hold_the_stored_subtree_hashes(authority: Autho
     assert (authority.root / "tile/2/000.p/1").stat().st_size == 32
 
 
+def test_every_file_is_world_readable_whatever_the_umask(authority: Authority) -> None:
+    """A web server's own user (nginx's ``nobody``) must read the directory."""
+    old = os.umask(0o077)
+    try:
+        authority.batch(300)
+    finally:
+        os.umask(old)
+    for directory, _, names in os.walk(authority.root / "tile"):
+        assert Path(directory).stat().st_mode & 0o777 == 0o755
+        for name in names:
+            assert Path(directory, name).stat().st_mode & 0o777 == 0o644
+
+
 def test_the_checkpoint_file_is_the_note_it_was_given(authority: Authority) -> None:
     authority.batch(3)
     assert (authority.root / CHECKPOINT_FILE).read_bytes() == authority.log.published.note  # type: ignore[union-attr]
