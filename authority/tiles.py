@@ -34,8 +34,9 @@ Rules:
    names (the spec lets readers fall back to the full tile, but not every reader
    does, and a mirror in the middle of a sync should not see 404s), and removed at
    the first write after the grace period. A crash forgets the schedule: start-up
-   lists the ``.p`` directories once and schedules every partial tile the current
-   tree does not have, so removal is late, never early.
+   walks the ``tile/`` tree once (about n/128 names for n entries) and schedules
+   every partial tile the current tree does not have, so removal is late, never
+   early.
 5. Start-up completes the directory from the database before anything is served
    (:meth:`TilesDirectory.open`). The ``checkpoint`` file names the last tree
    whose tiles were all written; it must be signed by the log key and name a
