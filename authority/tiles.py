@@ -46,7 +46,11 @@ Rules:
    files are removed. A tile whose bytes differ from the database is proven
    corruption: the authority refuses to start (exit 65), naming the file, rather
    than publish or silently replace bytes a reader may already have verified.
-   Moving the file away and starting again rewrites it.
+   Moving the file away and starting again rewrites it. A leaf whose stored bytes
+   no longer hash to its stored hash is the database's damage, not the tile's:
+   a tile that is there is kept (the background storage audit reports the
+   database, as for any leaf under a checkpoint), and a missing one is never
+   written from it (exit 65 naming the database, or the batch fails).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ import collections
 import concurrent.futures
 import contextlib
 import itertools
+import logging
 import os
 import sqlite3
 import time
@@ -65,8 +70,9 @@ from typing import Final
 from deplog.authority.log import Log
 from deplog.client.errors import DeplogError
 from deplog.client.files import write_atomic
-from deplog.client.storage_faults import FaultKind, StorageFault
+from deplog.client.storage_faults import CORRUPT, FaultKind, StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
+from deplog.client.tlog.proofs import leaf_hash
 from deplog.client.tlog.tiles import (
     TILE_HEIGHT,
     TILE_WIDTH,
@@ -90,6 +96,8 @@ __all__ = [
     "partial_tiles",
     "tile_bytes",
 ]
+
+log = logging.getLogger("deplog.tiles")
 
 CHECKPOINT_FILE: Final = "checkpoint"
 WRITERS: Final = 8
@@ -133,12 +141,16 @@ def tile_bytes(conn: sqlite3.Connection, tile: Tile) -> bytes:
     if isinstance(tile, EntryTile):
         first = tile.leaf_indices.start
         rows = conn.execute(
-            "SELECT data FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
+            "SELECT data, hash FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
             (first, first + tile.width),
         ).fetchall()
-        entries = [bytes(row[0]) for row in rows]
-        if len(entries) != tile.width:
-            raise _LogShorterError(tile)
+        if len(rows) != tile.width:
+            raise _DatabaseAlteredError(f"the database lacks the leaves of {tile.path}")
+        entries = [bytes(data) for data, _ in rows]
+        for index, (entry, (_, digest)) in enumerate(zip(entries, rows, strict=True)):
+            if leaf_hash(entry) != bytes(digest):
+                leaf = first + index
+                raise _DatabaseAlteredError(f"leaf {leaf} does not match its stored hash")
         return encode_entry_bundle(tile, entries)
     first = tile.node_indices.start
     if tile.level == 0:
@@ -152,17 +164,29 @@ def tile_bytes(conn: sqlite3.Connection, tile: Tile) -> bytes:
             (tile.node_height, first, first + tile.width),
         ).fetchall()
     if len(rows) != tile.width:
-        raise _LogShorterError(tile)
+        raise _DatabaseAlteredError(f"the database lacks the hashes of {tile.path}")
     return encode_hash_tile(tile, [bytes(row[0]) for row in rows])
 
 
-def _complete_file(job: tuple[Path, bytes]) -> None:
+def _complete_file(job: tuple[Path, bytes | StorageFault]) -> None:
+    """Write a missing tile; check one that is there (rule 5).
+
+    ``data`` is a fault when the database cannot give the tile's bytes (a leaf
+    altered under a checkpoint): a tile that is there was written before, from the
+    sound database, and is kept unchecked (the storage audit reports the database);
+    a missing one cannot be written.
+    """
     path, data = job
     try:
         existing = path.read_bytes()
     except FileNotFoundError:
+        if isinstance(data, StorageFault):
+            raise data from None
         _make_public_directories(path.parent)
         write_atomic(path, [data])
+        return
+    if isinstance(data, StorageFault):
+        log.warning("%s not checked: %s", path, data.evidence)
         return
     if existing != data:
         raise StorageFault(TILES_CORRUPT, path, "its bytes differ from the database's")
@@ -179,11 +203,8 @@ def _make_public_directories(directory: Path) -> None:
         directory.chmod(0o755)
 
 
-class _LogShorterError(Exception):
-    """The database lacks rows a tile of a committed tree needs: its storage was altered."""
-
-    def __init__(self, tile: Tile) -> None:
-        super().__init__(f"the database lacks the hashes of {tile.path}")
+class _DatabaseAlteredError(Exception):
+    """The database cannot give a committed tree's tile: its storage was altered."""
 
 
 class TilesDirectory:
@@ -271,11 +292,11 @@ class TilesDirectory:
         """Stop the writing threads (after the writes in progress)."""
         self._io.shutdown(wait=True)
 
-    def _bytes(self, tile: Tile) -> bytes:
+    def _bytes(self, tile: Tile) -> bytes | StorageFault:
         try:
             return tile_bytes(self.log.conn, tile)
-        except _LogShorterError as err:
-            raise StorageFault(TILES_CORRUPT, self.log.path, str(err)) from None
+        except _DatabaseAlteredError as err:
+            return StorageFault(CORRUPT, self.log.path, str(err))
 
     def _path(self, tile: Tile) -> Path:
         return self.root / tile.path

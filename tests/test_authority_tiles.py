@@ -9,6 +9,7 @@ tlog-tiles client of tests/test_tiles.py written from the spec alone.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -232,6 +233,39 @@ def test_a_tile_that_differs_from_the_database_stops_start_up_naming_it(
     with pytest.raises(StorageFault) as refused:
         authority.reopen()
     assert refused.value.exit_status == 65 and str(target) in str(refused.value)
+
+
+def alter_leaf(db: Path, index: int) -> None:
+    """Change a stored leaf's bytes (not its hash) behind the log's back."""
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TRIGGER leaves_append_only_update")
+    conn.execute("UPDATE leaves SET data = ? WHERE idx = ?", (b"altered", index))
+    conn.commit()
+    conn.close()
+
+
+def test_a_leaf_altered_in_the_database_leaves_its_written_bundle_as_it_is(
+    authority: Authority,
+) -> None:
+    """The database is damaged, not the tile: start-up goes on (the storage audit reports it)."""
+    authority.batch(10)
+    bundle = authority.root / "tile/entries/000.p/10"
+    written = bundle.read_bytes()
+    authority.log.close()
+    alter_leaf(authority.db, 2)
+    authority.reopen()
+    assert bundle.read_bytes() == written
+
+
+def test_a_missing_bundle_is_never_written_from_an_altered_leaf(authority: Authority) -> None:
+    authority.batch(10)
+    (authority.root / "tile/entries/000.p/10").unlink()
+    authority.log.close()
+    alter_leaf(authority.db, 2)
+    with pytest.raises(StorageFault) as refused:
+        authority.reopen()
+    assert refused.value.exit_status == 65 and str(authority.db) in str(refused.value)
+    assert "leaf 2 does not match its stored hash" in str(refused.value)
 
 
 def test_a_partial_tile_the_checkpoint_file_names_is_checked_at_start_up(
