@@ -76,6 +76,7 @@ __all__ = [
     "MAX_REDIRECTS",
     "TilesLogSource",
     "max_tile_bytes",
+    "publishes_tiles",
 ]
 
 BUNDLES_PER_CALL: Final = 4
@@ -301,6 +302,22 @@ async def _read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
         if len(body) > limit:
             raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "response exceeds its bound")
     return bytes(body)
+
+
+async def publishes_tiles(source: TilesLogSource) -> bool:
+    """Whether ``source`` serves its log's tiles: its checkpoint parses and the first
+    level-0 hash tile of that tree is served at its width (an empty log publishes none).
+
+    Any failure is a no, so a follower that asks before choosing falls back to the
+    JSON API; nothing fetched here is trusted.
+    """
+    try:
+        await source.checkpoint()
+        size, _ = source._tree_covering(1)
+        tile = HashTile(0, 0, min(TILE_WIDTH, size))
+        return len(await source.fetch_tile(tile)) == tile.width * HASH_SIZE
+    except DeplogError:
+        return False
 
 
 def _bundle_in_tree(index: int, size: int) -> EntryTile:

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from deplog.client.cli.trust import TILES_AUTO, open_log
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.follower import Follower
 from deplog.client.follow.http import HttpLogSource
@@ -300,3 +301,48 @@ async def test_a_redirect_to_another_scheme_is_not_followed(tiles: TamperingProx
         with pytest.raises(FetchError) as refused:
             await source.checkpoint()
         assert refused.value.code == ErrorCode.FETCH_FAILED
+
+
+# --- the JSON API as the fallback ------------------------------------------------------------
+
+
+async def test_a_bad_tile_is_retried_through_the_json_api_at_once(
+    tmp_path: Path, local_700: LocalLog, tiles: TamperingProxy
+) -> None:
+    tiles.rewrite[EntryTile(1).path] = _corrupt
+    async with (
+        running(ScriptedAuthority(local_700.snapshot())) as api,
+        TilesLogSource(tiles.url) as source,
+        HttpLogSource(api.url) as fallback,
+        Follower(source, local_700.signer.verifier(), tmp_path / "f.db", fallback=fallback) as f,
+    ):
+        result = await f.sync()
+        assert (result.old_size, result.new_size) == (0, 700)
+        assert f.state.root == local_700.log.tree.root_at(700)
+        assert api.ranges  # the entries came through the JSON API
+
+
+async def test_auto_reads_tiles_where_the_base_url_serves_them(tiles: TamperingProxy) -> None:
+    async with open_log(tiles.url, TILES_AUTO, 5.0) as (source, fallback):
+        assert isinstance(source, TilesLogSource)
+        assert isinstance(fallback, HttpLogSource)
+
+
+async def test_auto_reads_the_json_api_where_no_tiles_are_served(local_700: LocalLog) -> None:
+    async with (
+        running(ScriptedAuthority(local_700.snapshot())) as api,
+        open_log(api.url, TILES_AUTO, 5.0) as (source, fallback),
+    ):
+        assert isinstance(source, HttpLogSource)
+        assert fallback is None
+
+
+async def test_tiles_from_another_host_are_read_with_the_json_api_behind(
+    tiles: TamperingProxy, local_700: LocalLog
+) -> None:
+    async with (
+        running(ScriptedAuthority(local_700.snapshot())) as api,
+        open_log(api.url, tiles.url, 5.0) as (source, fallback),
+    ):
+        assert isinstance(source, TilesLogSource) and source.url == tiles.url
+        assert isinstance(fallback, HttpLogSource) and fallback.url == api.url
