@@ -75,6 +75,8 @@ __all__ = [
     "CACHE_TILES",
     "MAX_REDIRECTS",
     "TilesLogSource",
+    "cut_to_width",
+    "full_tile",
     "max_tile_bytes",
     "publishes_tiles",
 ]
@@ -93,6 +95,28 @@ def max_tile_bytes(tile: HashTile | EntryTile) -> int:
     if isinstance(tile, HashTile):
         return tile.width * HASH_SIZE
     return tile.width * (2 + MAX_ENTRY_SIZE)
+
+
+def full_tile(tile: HashTile | EntryTile) -> HashTile | EntryTile:
+    """The full tile at ``tile``'s place, the one that replaces it once the tree fills it."""
+    if isinstance(tile, EntryTile):
+        return EntryTile(tile.index)
+    return HashTile(tile.level, tile.index)
+
+
+def cut_to_width(tile: HashTile | EntryTile, full_data: bytes) -> bytes:
+    """``tile``'s bytes from those served for its full tile (rule 3's fallback).
+
+    Hash tile bytes of another length than a full tile's are returned whole, for
+    the length check to refuse (``malformed_tile``); a full bundle that does not
+    decode is ``malformed_bundle``.
+    """
+    if isinstance(tile, HashTile):
+        if len(full_data) != TILE_WIDTH * HASH_SIZE:
+            return full_data
+        return full_data[: tile.width * HASH_SIZE]
+    entries = decode_entry_bundle(EntryTile(tile.index), full_data)
+    return encode_entry_bundle(tile, entries[: tile.width])
 
 
 class TilesLogSource:
@@ -208,19 +232,11 @@ class TilesLogSource:
             return data
         if not tile.partial:
             raise FetchError(ErrorCode.FETCH_FAILED, "HTTP 404")
-        full = (
-            HashTile(tile.level, tile.index)
-            if isinstance(tile, HashTile)
-            else EntryTile(tile.index)
-        )
+        full = full_tile(tile)
         data = await self._get(full.path, max_tile_bytes(full))
         if data is None:
             raise FetchError(ErrorCode.FETCH_FAILED, "HTTP 404")
-        if isinstance(tile, HashTile):
-            return data[: tile.width * HASH_SIZE] if len(data) == TILE_WIDTH * HASH_SIZE else data
-        assert isinstance(full, EntryTile)
-        entries = decode_entry_bundle(full, data)
-        return encode_entry_bundle(tile, entries[: tile.width])
+        return cut_to_width(tile, data)
 
     async def _hash_tiles(self, tiles: Iterable[HashTile]) -> dict[HashTile, bytes]:
         """Each of ``tiles``: from the cache, or fetched (in parallel); not yet authenticated."""
