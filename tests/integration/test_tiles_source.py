@@ -161,7 +161,7 @@ async def test_full_and_incremental_sync_through_tiles_equal_the_json_api(
         for round_ in range(2):
             await via_tiles.sync()
             await via_api.sync()
-            assert via_tiles.state.size == via_api.state.size == local_700.log.published.size
+            assert via_tiles.state.size == via_api.state.size == local_700.log.tree.size
             assert via_tiles.state.root == via_api.state.root
             index, _ = via_tiles.state.tool_status(TOOL)
             assert index.describe(TOOL, NOW) == via_api.state.tool_status(TOOL)[0].describe(
