@@ -30,7 +30,8 @@ proofs from hash tiles itself, as the Go sumdb client does. The rules:
    boundary when it can, so the next call starts on one and no bundle is
    fetched twice in a sync. The bundle's level-0 hash tile is not fetched: it
    is the bundle's own leaf hashes, which are authenticated against the tile
-   above (or the root) like any other tile.
+   above (or the root) like any other tile; the tiles above are authenticated
+   once per call for all its bundles (``verify_entry_bundles``).
 5. Authenticated hash tiles are kept in a bounded cache (``CACHE_TILES``,
    least recently used first out), so the upper tiles a sync needs over and
    over are fetched once. The cache only spares fetches: every answer
@@ -54,20 +55,18 @@ from deplog.client.follow.http import DEFAULT_TIMEOUT, MAX_CHECKPOINT_BYTES
 from deplog.client.follow.source import FetchError
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import parse_note
-from deplog.client.tlog.proofs import HASH_SIZE, ConsistencyProof, leaf_hash
+from deplog.client.tlog.proofs import HASH_SIZE, ConsistencyProof
 from deplog.client.tlog.tiles import (
     MAX_ENTRY_SIZE,
     TILE_WIDTH,
     EntryTile,
     HashTile,
-    TileError,
     consistency_tiles,
     decode_entry_bundle,
     encode_entry_bundle,
-    encode_hash_tile,
-    entry_bundle_tiles,
+    entry_bundles_tiles,
     prove_consistency,
-    verify_entry_bundle,
+    verify_entry_bundles,
 )
 
 __all__ = [
@@ -201,19 +200,15 @@ class TilesLogSource:
             end = aligned
         last = min((end - 1) // TILE_WIDTH, first + BUNDLES_PER_CALL - 1)
         bundles = [_bundle_in_tree(index, size) for index in range(first, last + 1)]
-        needed = {
-            tile
-            for bundle in bundles
-            for tile in entry_bundle_tiles(bundle, size)
-            if not (tile.level == 0 and tile.index == bundle.index)
-        }
         hashes, datas = await asyncio.gather(
-            self._hash_tiles(needed), asyncio.gather(*(self.fetch_tile(b) for b in bundles))
+            self._hash_tiles(entry_bundles_tiles(bundles, size)),
+            asyncio.gather(*(self.fetch_tile(b) for b in bundles)),
         )
-        leaves: list[bytes] = []
         with self._authenticating():
-            for bundle, data in zip(bundles, datas, strict=True):
-                leaves += _verify_bundle(bundle, data, size, root, hashes)
+            verified = verify_entry_bundles(
+                list(zip(bundles, datas, strict=True)), size, root, hashes.__getitem__
+            )
+        leaves = [leaf for entries in verified for leaf in entries]
         self._keep(hashes)
         offset = start - first * TILE_WIDTH
         return leaves[offset : offset + min(end, (last + 1) * TILE_WIDTH) - start]
@@ -340,20 +335,3 @@ def _bundle_in_tree(index: int, size: int) -> EntryTile:
     """Entry bundle ``index`` as the tree of ``size`` has it, full or partial."""
     width = min(TILE_WIDTH, size - index * TILE_WIDTH)
     return EntryTile(index, width)
-
-
-def _verify_bundle(
-    bundle: EntryTile, data: bytes, size: int, root: bytes, hashes: dict[HashTile, bytes]
-) -> list[bytes]:
-    """The bundle's entries, authenticated: its leaf hashes stand in for its level-0 tile."""
-    entries = decode_entry_bundle(bundle, data)
-    level0 = HashTile(0, bundle.index, bundle.width)
-    own = encode_hash_tile(level0, [leaf_hash(entry) for entry in entries])
-
-    def read(tile: HashTile) -> bytes:
-        return own if tile == level0 else hashes[tile]
-
-    try:
-        return verify_entry_bundle(bundle, data, size, root, read)
-    except TileError:
-        raise TileError(message="an entry bundle or hash tile does not hash to the tree") from None
