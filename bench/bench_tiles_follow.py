@@ -87,6 +87,7 @@ async def measure(
     publisher: Signer,
     last: int,
     tmp: Path,
+    order: tuple[str, ...] = ("tiles", "json"),
 ) -> None:
     counters = {"tiles": Counted(), "json": Counted()}
     sources: dict[str, LogSource] = {
@@ -98,7 +99,7 @@ async def measure(
         for name, source in sources.items()
     }
     try:
-        for name in ("tiles", "json"):
+        for name in order:
             seconds, synced, requests = await timed(followers[name], counters[name])
             print(
                 f"full sync via {name}: {synced} entries in {seconds:.2f} s "
@@ -108,7 +109,7 @@ async def measure(
         for round_ in range(5):
             await publish(authority.url, publisher, last + 1 + 10 * round_, 10)
             await publish_tiles(authority, tiles_dir)
-            for name in ("tiles", "json"):
+            for name in order:
                 seconds, synced, requests = await timed(followers[name], counters[name])
                 assert synced == 10
                 increments[name].append((seconds, requests))
@@ -131,7 +132,11 @@ async def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--entries", type=int, default=100_000)
+    parser.add_argument(
+        "--json-first", action="store_true", help="sync via the JSON API first (order effects)"
+    )
     args = parser.parse_args()
+    order = ("json", "tiles") if args.json_first else ("tiles", "json")
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         authority = AuthorityProcess(tmp / "authority")
@@ -159,7 +164,15 @@ def main() -> None:
             asyncio.run(publish_tiles(authority, tmp / "tiles"))
             time.sleep(0.5)
             asyncio.run(
-                measure(authority, f"http://127.0.0.1:{port}", tmp / "tiles", publisher, last, tmp)
+                measure(
+                    authority,
+                    f"http://127.0.0.1:{port}",
+                    tmp / "tiles",
+                    publisher,
+                    last,
+                    tmp,
+                    order,
+                )
             )
         finally:
             server.terminate()

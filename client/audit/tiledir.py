@@ -18,8 +18,9 @@ serves. The rules:
    before any of them is written. Each file is written atomically; the
    checkpoint is written last, so a directory whose mirroring was killed
    holds only verified tiles and its older checkpoint (or none), and running
-   it again fetches only what is missing. Partial tiles of older checkpoints
-   are left in place, as the spec lets a log keep them.
+   it again fetches only what is missing. A checkpoint older than the one
+   already in place (a stale copy's) does not replace it. Partial tiles of
+   older checkpoints are left in place, as the spec lets a log keep them.
 
 Memory is bounded by one window of bundles plus the hash tiles above level 0
 and the partial tiles (1/256 of the tree's tiles), never the log.
@@ -28,6 +29,7 @@ and the partial tiles (1/256 of the tree's tiles), never the log.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +39,7 @@ from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.files import write_atomic
 from deplog.client.follow.tiles import cut_to_width, full_tile, max_tile_bytes
 from deplog.client.tlog.checkpoint import Checkpoint
-from deplog.client.tlog.note import parse_note
+from deplog.client.tlog.note import MAX_NOTE_SIZE, parse_note
 from deplog.client.tlog.tiles import (
     EntryTile,
     HashTile,
@@ -156,9 +158,8 @@ async def mirror_tiles(directory: Path, note: bytes, fetch: FetchTile) -> Mirror
             return data, False
         return await fetch(tile), True
 
-    bundles = list(entry_tiles(size))
-    for first in range(0, len(bundles), _WINDOW):
-        window = bundles[first : first + _WINDOW]
+    bundles = entry_tiles(size)
+    while window := list(itertools.islice(bundles, _WINDOW)):
         wanted: list[Tile] = list(window)
         wanted += sorted({tile for bundle in window for tile in tiles.needs(bundle, size)})
         got = dict(zip(wanted, await asyncio.gather(*map(obtain, wanted)), strict=True))
@@ -173,8 +174,18 @@ async def mirror_tiles(directory: Path, note: bytes, fetch: FetchTile) -> Mirror
                 fetched += 1
             else:
                 kept += 1
-    await asyncio.to_thread(_write_tile, directory / CHECKPOINT_FILE, note)
+    if not _newer_in_place(directory, size):
+        await asyncio.to_thread(_write_tile, directory / CHECKPOINT_FILE, note)
     return MirrorReport(checkpoint, fetched, kept)
+
+
+def _newer_in_place(directory: Path, size: int) -> bool:
+    """Whether ``directory`` already holds a checkpoint of a bigger tree (rule 2)."""
+    previous = _read_file(directory / CHECKPOINT_FILE, MAX_NOTE_SIZE)
+    try:
+        return previous is not None and _tree(previous).size > size
+    except DeplogError:
+        return False
 
 
 def _write_tile(path: Path, data: bytes) -> None:

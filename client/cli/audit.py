@@ -347,6 +347,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
             f"{report.fetched} fetched, {report.kept} already there ({how_})"
         )
         return 0
+    if args.tiles is not None:
+        raise CLIError("--tiles applies to --tiles-dir")
     checkpoint, verified = export(args.url, args.out, log_key)
     how = "verified" if verified else "root checked, signature not verified: pass --log-key"
     print(f"exported {checkpoint.size} entries of {_describe(checkpoint)} to {args.out} ({how})")

@@ -27,10 +27,11 @@ a hostile network path its rules are:
    silently killing one half of it.
 5. With a ``fallback`` source (the JSON API behind a tiles source), a step
    the source fails for a reason another path may not have (a failed or
-   unusable fetch, a tile that does not hash to the tree, a suspected fork:
-   ``RETRY_ELSEWHERE``) is taken again at once through the fallback, to the
-   same checkpoint; the first failure is still counted as rule 2 says. The
-   fallback also announces checkpoints when the source does not.
+   unusable fetch, a tile that does not hash to the tree, a suspected fork,
+   a stale copy's older checkpoint: ``RETRY_ELSEWHERE``) is taken again at
+   once through the fallback, to the fallback's own latest checkpoint; the
+   first failure is still counted as rule 2 says. The fallback also
+   announces checkpoints when the source does not.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ RETRY_ELSEWHERE = frozenset(
         ErrorCode.MALFORMED_TILE,
         ErrorCode.MALFORMED_BUNDLE,
         ErrorCode.SUSPECTED_FORK,
+        ErrorCode.ROLLBACK,
     }
 )
 """Failures of one path to a log that another path may not have (rule 5)."""
@@ -212,7 +214,7 @@ class Follower:
                 log.info(
                     "sync via the log source failed: %s; retrying via the fallback", failure.code
                 )
-                advanced = await self._sync_fallback(self.fallback, note)
+                advanced = await self._sync_fallback(self.fallback)
             self.counters.consecutive_suspicions = 0
             trusted = self.state.trusted
             assert trusted is not None
@@ -232,9 +234,9 @@ class Follower:
                 await outcome
         return result
 
-    async def _sync_fallback(self, fallback: LogSource, note: bytes) -> Advanced | None:
+    async def _sync_fallback(self, fallback: LogSource) -> Advanced | None:
         try:
-            return await sync_step(fallback, self.trust, note, page_size=self.page_size)
+            return await sync_step(fallback, self.trust, page_size=self.page_size)
         except SuspectedForkError as suspicion:
             self._suspect(suspicion)
             raise

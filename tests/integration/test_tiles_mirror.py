@@ -181,3 +181,16 @@ async def test_mirroring_an_empty_log_writes_its_checkpoint_only(
         report = await mirror_tiles(tmp_path / "copy", note, source.fetch_tile)
     assert (report.fetched, report.kept) == (0, 0)
     assert files(tmp_path / "copy") == {"checkpoint": note}
+
+
+async def test_a_stale_copys_older_checkpoint_does_not_replace_a_newer_one(
+    tmp_path: Path, signer: Signer
+) -> None:
+    data = leaves(600)
+    newer = sign_tree(signer, data)
+    write_tiles(tmp_path / "copy", newer, data)
+    write_tiles(tmp_path / "stale", sign_tree(signer, data[:300]), data[:300])
+    async with static_server(tmp_path / "stale") as url, TilesLogSource(url) as source:
+        report = await mirror_tiles(tmp_path / "copy", await source.checkpoint(), source.fetch_tile)
+    assert report.checkpoint.size == 300
+    assert (tmp_path / "copy" / "checkpoint").read_bytes() == newer

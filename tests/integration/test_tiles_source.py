@@ -346,3 +346,30 @@ async def test_tiles_from_another_host_are_read_with_the_json_api_behind(
     ):
         assert isinstance(source, TilesLogSource) and source.url == tiles.url
         assert isinstance(fallback, HttpLogSource) and fallback.url == api.url
+
+
+async def test_a_stale_copys_older_checkpoint_is_read_past_through_the_json_api(
+    tmp_path: Path, local_700: LocalLog
+) -> None:
+    """A CDN still serving the checkpoint at 100 to a follower trusted at 700."""
+    verifier = local_700.signer.verifier()
+    tree = local_700.log.tree
+    write_tiles(
+        tmp_path / "stale",
+        sign_tree(local_700.signer, tree.leaf_data(0, 100)),
+        tree.leaf_data(0, 100),
+    )
+    async with running(ScriptedAuthority(local_700.snapshot())) as api:
+        async with (
+            HttpLogSource(api.url) as direct,
+            Follower(direct, verifier, tmp_path / "f.db") as first,
+        ):
+            await first.sync()
+        async with (
+            static_server(tmp_path / "stale") as url,
+            TilesLogSource(url) as source,
+            HttpLogSource(api.url) as fallback,
+            Follower(source, verifier, tmp_path / "f.db", fallback=fallback) as follower,
+        ):
+            again = await follower.sync()  # the tiles' 100 is a rollback: the JSON API's 700
+            assert (again.old_size, again.new_size, follower.state.size) == (700, 700, 700)
