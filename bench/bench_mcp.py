@@ -9,8 +9,10 @@ follower state in-process (tests/builders.py LocalLog) in which every tool's
 deprecation annotation and half (2.0.0) are active, and then times, in the
 same run and alternating round by round, a plain ``ClientSession`` and a
 ``GuardedClientSession`` on two connections to that server: ``list_tools``
-(all tools) and ``call_tool`` on an active tool. Reports medians and p99 and
-the added time (guarded minus plain, medians).
+(all tools) and ``call_tool`` on an active tool. Reports medians and p99, the
+added time (guarded minus plain, medians; noisy on a shared machine, as both
+include the SDK's own work and the pipe), and ``filter_only_list``: the
+guard's own work on one listing (``guard_listing``), without the wire.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ async def measure(tools: int, rounds: int, state: Any) -> dict[str, Any]:
         timings: dict[str, list[float]] = {
             f"{kind}_{op}": [] for kind in ("plain", "guarded") for op in ("list", "call")
         }
+        timings["filter_only_list"] = []
         for _ in range(10):  # warm-up: imports, the status cache
             for session in (plain, guarded):
                 await session.list_tools()
@@ -86,6 +89,11 @@ async def measure(tools: int, rounds: int, state: Any) -> dict[str, Any]:
                 await session.call_tool("t0", {"query": "q"})
                 timings[f"{kind}_call"].append(time.perf_counter() - started)
                 assert len(listed.tools) == tools
+        raw = await plain.list_tools()
+        for _ in range(rounds):  # the guard's own work on one listing, without the wire
+            started = time.perf_counter()
+            guarded.guard_listing(raw)
+            timings["filter_only_list"].append(time.perf_counter() - started)
     out: dict[str, Any] = {"sdk_major": SDK_MAJOR, "tools": tools, "rounds": rounds}
     for name, values in timings.items():
         out[f"{name}_median_us"] = round(median(values) * 1e6, 1)

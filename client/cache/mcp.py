@@ -44,6 +44,8 @@ __all__ = [
     "guard_tools_list",
     "http_date",
     "identity_annotation",
+    "identity_decision",
+    "may_list",
     "refusal_annotation",
     "schema_digest",
 ]
@@ -110,6 +112,31 @@ def deprecation_annotation(decision: Decision) -> dict[str, Any]:
     return out
 
 
+def identity_decision(identity: object, guard: Guard, *, cached_at: datetime) -> Decision | None:
+    """The guard's decision on a listed ``dev.deplog/tool`` value; None when it is no object
+    (deplog knows nothing about the tool), ``unknown``/``bad_identifier`` when malformed."""
+    if not isinstance(identity, dict):
+        return None
+    tool_id, version = identity.get("tool_id"), identity.get("version")
+    digest = identity.get("schema_digest")
+    if not isinstance(tool_id, str) or not isinstance(version, str):
+        return Decision(Verdict.UNKNOWN, "bad_identifier", str(tool_id), str(version), None)
+    return guard.check(
+        tool_id,
+        version,
+        cached_at=cached_at,
+        schema_digest=digest if isinstance(digest, str) else None,
+    )
+
+
+def may_list(decision: Decision, *, keep_unverified: bool = False) -> bool:
+    """Whether a tool with this decision is listed (and callable): served or warned, and,
+    with ``keep_unverified``, stale or unknown too."""
+    return decision.may_serve or (
+        keep_unverified and decision.verdict in (Verdict.STALE, Verdict.UNKNOWN)
+    )
+
+
 def guard_tools_list(
     result: dict[str, Any],
     guard: Guard,
@@ -122,27 +149,12 @@ def guard_tools_list(
     kept = []
     for tool in out.get("tools", []):
         identity = tool.get("_meta", {}).get(IDENTITY_KEY) if isinstance(tool, dict) else None
-        if not isinstance(identity, dict):
+        decision = identity_decision(identity, guard, cached_at=cached_at)
+        if decision is None:
             kept.append(tool)
-            continue
-        tool_id, version = identity.get("tool_id"), identity.get("version")
-        digest = identity.get("schema_digest")
-        if not isinstance(tool_id, str) or not isinstance(version, str):
-            if keep_unverified:
-                kept.append(tool)
-            continue
-        decision = guard.check(
-            tool_id,
-            version,
-            cached_at=cached_at,
-            schema_digest=digest if isinstance(digest, str) else None,
-        )
-        if decision.verdict == Verdict.WARN:
-            tool["_meta"][DEPRECATION_KEY] = deprecation_annotation(decision)
-            kept.append(tool)
-        elif decision.verdict == Verdict.SERVE or (
-            keep_unverified and decision.verdict in (Verdict.STALE, Verdict.UNKNOWN)
-        ):
+        elif may_list(decision, keep_unverified=keep_unverified):
+            if decision.verdict == Verdict.WARN:
+                tool["_meta"][DEPRECATION_KEY] = deprecation_annotation(decision)
             kept.append(tool)
     out["tools"] = kept
     return out

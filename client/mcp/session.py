@@ -29,16 +29,17 @@ from mcp import ClientSession, types
 
 from deplog.client.cache.guard import Decision, Guard, Verdict
 from deplog.client.cache.mcp import (
+    DEPRECATION_KEY,
     IDENTITY_KEY,
     REFUSAL_KEY,
-    guard_tools_list,
+    deprecation_annotation,
+    identity_decision,
+    may_list,
     refusal_annotation,
 )
 from deplog.client.mcp.compat import to_wire
 
 __all__ = ["GuardedClientSession", "refusal_result"]
-
-_UNVERIFIED = (Verdict.STALE, Verdict.UNKNOWN)
 
 
 def refusal_result(decision: Decision) -> types.CallToolResult:
@@ -71,27 +72,32 @@ class GuardedClientSession(ClientSession):
         """Per tool name: its ``dev.deplog/tool`` value (None: none) and when it was listed."""
 
     async def list_tools(self, *args: Any, **kwargs: Any) -> Any:
-        result = await super().list_tools(*args, **kwargs)
+        return self.guard_listing(await super().list_tools(*args, **kwargs))
+
+    def guard_listing(self, result: Any) -> Any:
+        """A ``ListToolsResult`` fetched just now, with the guard's verdicts applied (the
+        listed identities are remembered for ``call_tool``)."""
         listed_at = time.time()
-        wire = to_wire(result)
-        for tool in wire.get("tools", []):
-            self._listed[tool["name"]] = (tool.get("_meta", {}).get(IDENTITY_KEY), listed_at)
-        guarded = guard_tools_list(
-            wire,
-            self.guard,
-            cached_at=datetime.fromtimestamp(listed_at, UTC),
-            keep_unverified=self.keep_unverified,
-        )
-        return types.ListToolsResult.model_validate(guarded)
+        cached_at = datetime.fromtimestamp(listed_at, UTC)
+        kept = []
+        for tool in result.tools:
+            identity = (tool.meta or {}).get(IDENTITY_KEY)
+            self._listed[tool.name] = (identity, listed_at)
+            decision = identity_decision(identity, self.guard, cached_at=cached_at)
+            if decision is None:
+                kept.append(tool)
+            elif may_list(decision, keep_unverified=self.keep_unverified):
+                if decision.verdict == Verdict.WARN:
+                    meta = {**(tool.meta or {}), DEPRECATION_KEY: deprecation_annotation(decision)}
+                    tool = tool.model_copy(update={"meta": meta})
+                kept.append(tool)
+        return result.model_copy(update={"tools": kept})
 
     async def call_tool(self, name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
         decision = await self._decide(name)
-        if decision is not None and not self._allowed(decision):
+        if decision is not None and not may_list(decision, keep_unverified=self.keep_unverified):
             return refusal_result(decision)
         return await super().call_tool(name, arguments, *args, **kwargs)
-
-    def _allowed(self, decision: Decision) -> bool:
-        return decision.may_serve or (self.keep_unverified and decision.verdict in _UNVERIFIED)
 
     async def _decide(self, name: str) -> Decision | None:
         """The guard's decision on a tool's listed identity; None for a tool without one."""
@@ -105,19 +111,8 @@ class GuardedClientSession(ClientSession):
 
     def _decision(self, name: str) -> Decision | None:
         identity, listed_at = self._listed.get(name, (None, 0.0))
-        if identity is None:
-            return None
-        tool_id = identity.get("tool_id") if isinstance(identity, dict) else None
-        version = identity.get("version") if isinstance(identity, dict) else None
-        digest = identity.get("schema_digest") if isinstance(identity, dict) else None
-        if not isinstance(tool_id, str) or not isinstance(version, str):
-            return Decision(Verdict.UNKNOWN, "bad_identifier", str(tool_id), str(version), None)
-        return self.guard.check(
-            tool_id,
-            version,
-            cached_at=datetime.fromtimestamp(listed_at, UTC),
-            schema_digest=digest if isinstance(digest, str) else None,
-        )
+        cached_at = datetime.fromtimestamp(listed_at, UTC)
+        return identity_decision(identity, self.guard, cached_at=cached_at)
 
     async def _relist(self) -> None:
         """Every page of the server's tool list, to learn the identities behind the names."""
