@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import re
 import socket
 import sys
 import time
@@ -25,7 +27,7 @@ from mcp import StdioServerParameters, stdio_client, types
 from mcp.client.streamable_http import streamable_http_client
 
 from deplog.client.cache.guard import Guard
-from deplog.client.cache.mcp import IDENTITY_KEY, REFUSAL_KEY, schema_digest
+from deplog.client.cache.mcp import DEPRECATION_KEY, IDENTITY_KEY, REFUSAL_KEY, schema_digest
 from deplog.client.follow.follower import Follower
 from deplog.client.mcp.compat import to_wire
 from deplog.client.mcp.session import GuardedClientSession
@@ -34,6 +36,7 @@ from tests.builders import make_envelope
 from tests.integration.harness import ORIGIN, AuthorityProcess
 
 JSON = {"Content-Type": "application/json"}
+README = Path(__file__).resolve().parents[2] / "README.md"
 NO_POLLING = 3600.0
 
 
@@ -168,3 +171,78 @@ async def test_the_server_stamps_the_digest_of_the_schema_it_lists(
         "schema_digest": schema_digest(tools["fetch"]["inputSchema"]),
     }
     assert IDENTITY_KEY not in tools["echo"].get("_meta", {})
+
+
+def readme_mcp_example() -> str:
+    section = README.read_text().split("## In MCP stacks", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match is not None, "the README lost its MCP client example"
+    return match.group(1)
+
+
+async def test_the_readme_client_example_runs_as_printed(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    env = dict(
+        os.environ,
+        DEPLOG_URL=authority.url,
+        DEPLOG_LOG_KEY=authority.log_verifier.vkey(),
+        DEPLOG_CHECKOUT=str(README.parent),
+    )
+
+    async def run() -> list[str]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", readme_mcp_example(), cwd=tmp_path, env=env,
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode == 0
+        return out.decode().splitlines()
+
+    assert await run() == ["['echo', 'fetch', 'search']", "results for deplog"]
+    await revoke(http, authority.url, publisher)
+    listed, refused = await run()
+    assert listed == "['echo', 'fetch']"
+    assert refused.startswith("deplog refused tool:org.acme/search@1.0.0: verdict refuse")
+
+
+async def test_tools_the_guard_cannot_vouch_for_are_hidden_and_refused_unless_kept(
+    authority: AuthorityProcess, tmp_path: Path
+) -> None:
+    async with Follower(authority.url, authority.log_verifier, tmp_path / "c.db") as follower:
+        await follower.sync()
+        an_hour_later = Guard(follower.state, clock=lambda: time.time() + 3600)
+        async with (
+            server_streams("stdio", authority, tmp_path / "server.db") as (read, write),
+            GuardedClientSession(read, write, guard=an_hour_later) as session,
+        ):
+            await session.initialize()
+            assert names(await session.list_tools()) == {"echo"}
+            refused = to_wire(await session.call_tool("search", {"query": "q"}))
+            session.keep_unverified = True
+            assert names(await session.list_tools()) == {"search", "fetch", "echo"}
+            served = to_wire(await session.call_tool("search", {"query": "q"}))
+    assert refused["_meta"][REFUSAL_KEY]["reason"] == "checkpoint_stale"
+    assert not served.get("isError")
+
+
+async def test_a_deprecated_tool_is_listed_with_its_deprecation_and_still_called(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    body = make_envelope(
+        publisher, 1, tool="tool:org.acme/fetch", affected={"versions": ["2.0.0"]}
+    ).canonical_bytes()
+    async with http.post(authority.url + "/v1/notices", data=body, headers=JSON) as response:
+        assert response.status == 201
+    async with Follower(authority.url, authority.log_verifier, tmp_path / "c.db") as follower:
+        await follower.sync()
+        async with (
+            server_streams("stdio", authority, tmp_path / "server.db") as (read, write),
+            GuardedClientSession(read, write, guard=Guard(follower.state)) as session,
+        ):
+            await session.initialize()
+            tools = {t["name"]: t for t in to_wire(await session.list_tools())["tools"]}
+            called = to_wire(await session.call_tool("fetch", {"url": "u"}))
+    assert tools["fetch"]["_meta"][DEPRECATION_KEY]["notices"] == [1]
+    assert DEPRECATION_KEY not in tools["search"]["_meta"]
+    assert not called.get("isError") and "fetched u" in str(called["content"])
