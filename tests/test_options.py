@@ -150,6 +150,7 @@ def test_every_authority_serve_flag_maps_to_a_config_field() -> None:
         *SERVE_OPTIONS,
         "--no-embedded-witness",  # the off form of --embedded-witness
         "--no-explorer",  # the off form of --explorer
+        "--no-tiles",  # the off form of --tiles
     }
 
 
