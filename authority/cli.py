@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
@@ -31,8 +32,14 @@ from deplog.authority.config import (
     WITNESS_URL_SCHEMES,
     AuthorityConfig,
 )
-from deplog.authority.http.plumbing import Listen, serve_until_signalled
-from deplog.authority.http.server import AuthorityState, ServerConfig, build_admin_app, build_app
+from deplog.authority.http.plumbing import Listen, ServingRunner, bind, serve_until_signalled
+from deplog.authority.http.server import (
+    AuthorityState,
+    ServerConfig,
+    build_admin_app,
+    build_app,
+    error_response,
+)
 from deplog.authority.log import Log
 from deplog.authority.options import add_options, from_options, option
 from deplog.authority.sequencer import SequencerLimits
@@ -48,7 +55,7 @@ from deplog.client.errors import CLIError, DeplogError
 from deplog.client.files import exclusive_lock
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
-from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault
+from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault, file_fault
 from deplog.client.tlog.keyfile import load_or_create_signer, load_signer
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier
 from deplog.client.tlog.policy import Policy
@@ -60,7 +67,6 @@ __all__ = [
     "DEFAULT_PORT",
     "EMBEDDED_WITNESS_DB",
     "LOCK_FILE",
-    "MAX_HEADERS",
     "SERVE_CONFIGS",
     "Instance",
     "ServeOptions",
@@ -70,7 +76,6 @@ __all__ = [
 ]
 
 DEFAULT_PORT = 7460
-MAX_HEADERS = 64
 DB_FILE = "log.db"
 EMBEDDED_WITNESS_DB = "embedded-witness.db"
 LOCK_FILE = "authority.lock"
@@ -187,19 +192,12 @@ def _witness_setup(
 
 async def _serve(
     instance: Instance,
-    listen: ServeOptions,
+    sock: socket.socket,
     config: ServerConfig,
     witnessing: Callable[[AuthorityState], Witnessing] | None,
 ) -> None:
     app = build_app(config, instance.signer, witnessing)
-    runner = web.AppRunner(
-        app,
-        access_log=None,
-        max_line_size=8190,
-        max_field_size=8190,
-        max_headers=MAX_HEADERS,
-        keepalive_timeout=30,
-    )
+    runner = ServingRunner(app, error_response, access_log=None, keepalive_timeout=30)
     await runner.setup()
     admin_runner = web.AppRunner(build_admin_app(app), access_log=None)
     await admin_runner.setup()
@@ -213,8 +211,7 @@ async def _serve(
         os.umask(old_umask)
     await serve_until_signalled(
         runner,
-        listen.host,
-        listen.port,
+        sock,
         f"authority {instance.origin}",
         on_stop=admin_runner.cleanup,
     )
@@ -243,8 +240,14 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    instance = init(args.data, args.keys, args.origin, sys.stdout)
     serve = from_options(ServeOptions, args)
+    with contextlib.closing(bind(serve.host, serve.port)) as sock:
+        return _start(args, serve, sock)
+
+
+def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -> int:
+    """Everything ``serve`` does once its port is bound: init, lock, check, serve."""
+    instance = init(args.data, args.keys, args.origin, sys.stdout)
     with exclusive_lock(args.data / LOCK_FILE) as owned:
         if not owned:
             raise CLIError(f"another authority is already serving {args.data}")
@@ -260,7 +263,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             limits=from_options(SequencerLimits, args),
         )
         witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args))
-        asyncio.run(_serve(instance, serve, config, witnesses))
+        asyncio.run(_serve(instance, sock, config, witnesses))
     return 0
 
 
@@ -461,13 +464,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except OSError as err:
         # A file or directory the operator named cannot be used: say which, no traceback.
-        where = f" {err.filename}" if err.filename else ""
-        print(
-            f"authority: cannot use{where}: {err.strerror or type(err).__name__}; check the path "
-            "and its permissions",
-            file=sys.stderr,
-        )
-        return 1
+        fault = file_fault(err)
+        print(f"authority: {fault.message}", file=sys.stderr)
+        return fault.exit_status
 
 
 if __name__ == "__main__":

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -27,18 +29,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from aiohttp import web
-
-from deplog.authority.http.plumbing import Listen, serve_until_signalled
+from deplog.authority.http.plumbing import Listen, ServingRunner, bind, serve_until_signalled
 from deplog.authority.options import add_options, from_options, option
 from deplog.authority.witness.core import (
     Witness,
     WitnessState,
     parse_logs_file,
 )
-from deplog.authority.witness.server import build_app
+from deplog.authority.witness.server import build_app, render_error
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.files import exclusive_lock, write_atomic
+from deplog.client.storage_faults import file_fault
 from deplog.client.tlog.keyfile import (
     create_signer,
     is_key_file_stem,
@@ -136,10 +137,10 @@ def _add_logs_from_file(state: WitnessState, path: Path, out: IO[str]) -> None:
         print(f"{'added' if added else 'known'} log {verifier.name}", file=out)
 
 
-async def _serve(config: WitnessConfig, witness: Witness, listen: ServeOptions) -> None:
-    runner = web.AppRunner(build_app(witness), access_log=None)
+async def _serve(config: WitnessConfig, witness: Witness, sock: socket.socket) -> None:
+    runner = ServingRunner(build_app(witness), render_error, access_log=None)
     await runner.setup()
-    await serve_until_signalled(runner, listen.host, listen.port, f"witness {config.name}")
+    await serve_until_signalled(runner, sock, f"witness {config.name}")
 
 
 # Commands
@@ -189,6 +190,13 @@ def _cmd_list_logs(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    listen = from_options(ServeOptions, args)
+    with contextlib.closing(bind(listen.host, listen.port)) as sock:
+        return _start(args, sock)
+
+
+def _start(args: argparse.Namespace, sock: socket.socket) -> int:
+    """Everything ``serve`` does once its port is bound: read, lock, open, serve."""
     config = _read_config(args.data)
     signer = load_signer(args.keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)
     with exclusive_lock(args.data / LOCK_FILE) as owned:
@@ -199,8 +207,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             if args.logs is not None:
                 _add_logs_from_file(state, args.logs, sys.stdout)
             print(f"witness verifier key: {signer.verifier().vkey()}", flush=True)
-            listen = from_options(ServeOptions, args)
-            asyncio.run(_serve(config, Witness(state, signer), listen))
+            asyncio.run(_serve(config, Witness(state, signer), sock))
         finally:
             state.close()
     return 0
@@ -255,13 +262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except OSError as err:
         # A file or directory the operator named cannot be used: say which, no traceback.
-        where = f" {err.filename}" if err.filename else ""
-        print(
-            f"witness: cannot use{where}: {err.strerror or type(err).__name__}; check the path "
-            "and its permissions",
-            file=sys.stderr,
-        )
-        return 1
+        fault = file_fault(err)
+        print(f"witness: {fault.message}", file=sys.stderr)
+        return fault.exit_status
     return code
 
 
