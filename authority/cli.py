@@ -19,13 +19,14 @@ import socket
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
 import aiohttp
 from aiohttp import web
 
+from deplog.authority.command import add_version, run
 from deplog.authority.config import (
     CONFIG_FILE,
     DEFAULT_ORIGIN,
@@ -51,13 +52,18 @@ from deplog.authority.witnessing import (
     WitnessTrack,
     open_embedded_witness,
 )
-from deplog.client.errors import CLIError, DeplogError
+from deplog.client.errors import CLIError
 from deplog.client.files import exclusive_lock
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
-from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault, file_fault
+from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault
 from deplog.client.tlog.keyfile import load_or_create_signer, load_signer
-from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier
+from deplog.client.tlog.note import (
+    SIG_TYPE_COSIGNATURE_V1,
+    Signer,
+    Verifier,
+    is_valid_key_name,
+)
 from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.timestamps import now_timestamp
 
@@ -116,7 +122,13 @@ class Instance:
 
 
 def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
-    """Create (or open) the data directory, config and log key. Idempotent."""
+    """Create (or open) the data directory, config and log key. Idempotent; an origin that
+    can never name a log is refused before anything is created."""
+    if origin is not None and not is_valid_key_name(origin):
+        raise CLIError(
+            f"--origin must be a key name, without spaces or '+' (e.g. {DEFAULT_ORIGIN}); "
+            "nothing was created"
+        )
     data.mkdir(parents=True, exist_ok=True)
     config_path = data / CONFIG_FILE
     exists = config_path.exists()
@@ -281,19 +293,27 @@ def _statement(args: argparse.Namespace, action: str) -> PublisherStatement:
 
 
 async def _admin_post(socket_path: Path, statement: PublisherStatement) -> int:
+    """Append through the serving authority's admin socket; its refusal is its code."""
     connector = aiohttp.UnixConnector(path=str(socket_path))
     timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        body = canonical.dumps(statement.to_json())
-        async with session.post(
-            "http://authority/admin/publishers",
-            data=body,
-            headers={"Content-Type": "application/json"},
-        ) as response:
-            reply = await response.json()
-            if response.status != 201:
-                raise CLIError(f"refused: {reply.get('error', response.status)}")
-            return int(reply["index"])
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            body = canonical.dumps(statement.to_json())
+            async with session.post(
+                "http://authority/admin/publishers",
+                data=body,
+                headers={"Content-Type": "application/json"},
+            ) as response:
+                reply = await response.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        raise CLIError(
+            f"cannot reach the authority serving this data directory through {socket_path}: "
+            "check that 'authority serve' runs (or stop it and run this command alone)"
+        ) from None
+    if response.status != 201 or not isinstance(reply, dict):
+        code = reply.get("error") if isinstance(reply, dict) else None
+        raise CLIError(f"{code or response.status}: the authority refused the statement")
+    return int(reply["index"])
 
 
 def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -> int:
@@ -325,9 +345,19 @@ def _cmd_publisher_list(args: argparse.Namespace) -> int:
     instance = _open_instance(args.data, args.keys)
     reader = LogReader(instance.db_path)
     try:
-        print(json.dumps(reader.publishers(), indent=2, sort_keys=True))
+        publishers = reader.publishers()
     finally:
         reader.close()
+    if args.json:
+        print(json.dumps(publishers, indent=2, sort_keys=True))
+        return 0
+    if not publishers["publishers"]:
+        print("no publishers registered: add one with 'authority publisher add'")
+    for publisher in publishers["publishers"]:
+        print(f"{publisher['publisher']} ({publisher['status']})")
+        print(f"  namespaces: {', '.join(publisher['namespaces'])}")
+        for key in publisher["keys"]:
+            print(f"  key {key['key_id']} ({key['status']}): {key['key']}")
     return 0
 
 
@@ -349,8 +379,46 @@ def _cmd_witness_add(args: argparse.Namespace) -> int:
     if not args.url.startswith(WITNESS_URL_SCHEMES):
         raise CLIError("the witness URL must be http:// or https://")
     config = _load_config(args.data)
+    known = [w for w in config.witnesses if w.key == verifier.vkey()]
     config.with_witness(args.url, verifier).save(args.data / CONFIG_FILE)
-    print(f"witness {verifier.name} added; restart the authority to use it")
+    if not known:
+        print(f"witness {verifier.name} added; restart the authority to use it")
+    elif known[0].url == args.url:
+        print(f"witness {verifier.name} is already configured at that URL; nothing changed")
+    else:
+        print(
+            f"witness {verifier.name}: its URL {known[0].url} replaced by {args.url}; restart "
+            "the authority to use it"
+        )
+    return 0
+
+
+def _cmd_witness_list(args: argparse.Namespace) -> int:
+    """The external witnesses of the config (the embedded one is always there)."""
+    config = _load_config(args.data)
+    if args.json:
+        witnesses = [
+            {"name": w.verifier().name, "url": w.url, "key": w.key} for w in config.witnesses
+        ]
+        print(json.dumps({"witnesses": witnesses}, indent=2))
+        return 0
+    if not config.witnesses:
+        print("no external witnesses: add one with 'authority witness add'")
+    for witness in config.witnesses:
+        print(f"{witness.verifier().name}  {witness.url}  {witness.key}")
+    return 0
+
+
+def _cmd_witness_remove(args: argparse.Namespace) -> int:
+    """Remove an external witness, named by its key name or its whole verifier key."""
+    config = _load_config(args.data)
+    kept = tuple(w for w in config.witnesses if args.witness not in (w.key, w.verifier().name))
+    if len(kept) == len(config.witnesses):
+        raise CLIError(
+            "no external witness has that name or key: 'authority witness list' shows them"
+        )
+    replace(config, witnesses=kept).save(args.data / CONFIG_FILE)
+    print(f"witness {args.witness} removed; restart the authority to stop using it")
     return 0
 
 
@@ -362,8 +430,14 @@ def _cmd_policy(args: argparse.Namespace) -> int:
     embedded = load_signer(args.keys, stem, SIG_TYPE_COSIGNATURE_V1).verifier()
     witnesses = [embedded, *(w.verifier() for w in config.witnesses)]
     k = args.quorum if args.quorum is not None else 1
-    if not 1 <= k <= len(witnesses):
-        raise CLIError(f"the quorum must be between 1 and {len(witnesses)}")
+    if k < 1:
+        raise CLIError("--quorum must be at least 1")
+    if k > len(witnesses):
+        raise CLIError(
+            f"--quorum {k} needs {k} witnesses, but this authority has {len(witnesses)} (the "
+            f"embedded one and {len(witnesses) - 1} external): add witnesses with 'authority "
+            "witness add --url URL --key VKEY', or lower --quorum"
+        )
     print(Policy.k_of_n(instance.signer.verifier(), witnesses, k).to_text(), end="")
     return 0
 
@@ -372,7 +446,13 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="authority", description="Run and operate a deplog deprecation authority."
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    add_version(p)
+    sub = p.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="what to do (COMMAND -h: its options)",
+    )
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
@@ -381,6 +461,9 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument(
             "--keys", type=Path, default=Path("keys"), help="key directory (default: ./keys)"
         )
+
+    def json_flag(sp: argparse.ArgumentParser, shape: str) -> None:
+        sp.add_argument("--json", action="store_true", help=f"print JSON ({shape}) instead of text")
 
     sp = sub.add_parser("init", help="create the log key, config and database")
     common(sp)
@@ -399,12 +482,22 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=_cmd_check)
 
     wit = sub.add_parser("witness", help="configure external witnesses")
-    wsub = wit.add_subparsers(dest="witness_command", required=True)
-    sp = wsub.add_parser("add", help="add an external witness (tlog-witness protocol)")
+    wsub = wit.add_subparsers(
+        dest="witness_command", required=True, metavar="COMMAND", help="what to do"
+    )
+    sp = wsub.add_parser("add", help="add an external witness, or change its URL")
     common(sp)
     sp.add_argument("--url", required=True, help="the witness's submission prefix URL")
     sp.add_argument("--key", required=True, help="its cosigner verifier key (type 0x04)")
     sp.set_defaults(func=_cmd_witness_add)
+    sp = wsub.add_parser("list", help="list the external witnesses")
+    common(sp)
+    json_flag(sp, '{"witnesses": [{"name", "url", "key"}]}')
+    sp.set_defaults(func=_cmd_witness_list)
+    sp = wsub.add_parser("remove", help="remove an external witness")
+    common(sp)
+    sp.add_argument("witness", help="the witness's key name or its whole verifier key")
+    sp.set_defaults(func=_cmd_witness_remove)
 
     sp = sub.add_parser("policy", help="print the C2SP tlog-policy for clients")
     common(sp)
@@ -414,59 +507,46 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=_cmd_policy)
 
     pub = sub.add_parser("publisher", help="register, list and revoke publishers")
-    psub = pub.add_subparsers(dest="publisher_command", required=True)
+    psub = pub.add_subparsers(
+        dest="publisher_command", required=True, metavar="COMMAND", help="what to do"
+    )
+    publisher_help = "publisher id, e.g. example-org"
+    key_help = "publisher verifier key name+id+base64 (repeatable)"
     sp = psub.add_parser("add", help="register a publisher with namespaces and keys")
     common(sp)
-    sp.add_argument("publisher", help="publisher id, e.g. example-org")
+    sp.add_argument("publisher", help=publisher_help)
     sp.add_argument(
         "--namespace",
         action="append",
         required=True,
         help="reverse-DNS namespace it owns (repeatable)",
     )
-    sp.add_argument(
-        "--key",
-        action="append",
-        required=True,
-        help="publisher verifier key name+id+base64 (repeatable)",
-    )
+    sp.add_argument("--key", action="append", required=True, help=key_help)
     sp.set_defaults(func=_cmd_publisher_change("register"))
     sp = psub.add_parser("add-key", help="authorize another key of a publisher")
     common(sp)
-    sp.add_argument("publisher")
-    sp.add_argument("--key", action="append", required=True)
+    sp.add_argument("publisher", help=publisher_help)
+    sp.add_argument("--key", action="append", required=True, help=key_help)
     sp.set_defaults(func=_cmd_publisher_change("add_key"))
     sp = psub.add_parser("revoke-key", help="revoke keys of a publisher")
     common(sp)
-    sp.add_argument("publisher")
-    sp.add_argument("--key", action="append", required=True)
+    sp.add_argument("publisher", help=publisher_help)
+    sp.add_argument("--key", action="append", required=True, help=key_help)
     sp.set_defaults(func=_cmd_publisher_change("revoke_key"))
     sp = psub.add_parser("revoke", help="revoke a publisher and all its keys")
     common(sp)
-    sp.add_argument("publisher")
+    sp.add_argument("publisher", help=publisher_help)
     sp.set_defaults(func=_cmd_publisher_change("revoke_publisher"))
     sp = psub.add_parser("list", help="list publishers (from the local database)")
     common(sp)
+    json_flag(sp, '{"publishers": [...]}, the shape of GET /v1/publishers')
     sp.set_defaults(func=_cmd_publisher_list)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    args = parser().parse_args(argv)
-    try:
-        return int(args.func(args))
-    except CLIError as err:
-        print(f"authority: {err.message}", file=sys.stderr)
-        return err.exit_status
-    except DeplogError as err:
-        print(f"authority: {err.code}: {err}", file=sys.stderr)
-        return 1
-    except OSError as err:
-        # A file or directory the operator named cannot be used: say which, no traceback.
-        fault = file_fault(err)
-        print(f"authority: {fault.message}", file=sys.stderr)
-        return fault.exit_status
+    return run("authority", parser(), argv)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
+from deplog.authority.command import add_version, run
 from deplog.authority.http.plumbing import Listen, ServingRunner, bind, serve_until_signalled
 from deplog.authority.options import add_options, from_options, option
 from deplog.authority.witness.core import (
@@ -37,16 +38,15 @@ from deplog.authority.witness.core import (
     parse_logs_file,
 )
 from deplog.authority.witness.server import build_app, render_error
-from deplog.client.errors import CLIError, DeplogError
+from deplog.client.errors import CLIError
 from deplog.client.files import exclusive_lock, write_atomic
-from deplog.client.storage_faults import file_fault
 from deplog.client.tlog.keyfile import (
     create_signer,
     is_key_file_stem,
     key_file_name,
     load_signer,
 )
-from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer
+from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer, is_valid_key_name
 from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "WitnessConfig",
     "init",
     "main",
+    "parser",
 ]
 
 log = logging.getLogger("deplog.witness")
@@ -89,7 +90,13 @@ class WitnessConfig:
 
 
 def init(data: Path, keys: Path, name: str, out: IO[str]) -> tuple[WitnessConfig, Signer]:
-    """Create (or reopen) the data directory, config, database and cosigning key. Idempotent."""
+    """Create (or reopen) the data directory, config, database and cosigning key. Idempotent;
+    a name that can never be a key name is refused before anything is created."""
+    if not is_valid_key_name(name):
+        raise CLIError(
+            "--name must be a key name, without spaces or '+' (e.g. witness.example/w1); "
+            "nothing was created"
+        )
     data.mkdir(parents=True, exist_ok=True)
     config_path = data / CONFIG_FILE
     if config_path.exists():
@@ -180,6 +187,20 @@ def _cmd_list_logs(args: argparse.Namespace) -> int:
         logs = state.logs()
     finally:
         state.close()
+    if args.json:
+        shown = [
+            {
+                "origin": status.origin,
+                "vkey": status.vkey,
+                "size": None if status.recorded is None else status.recorded.size,
+                "cosigned_at": None
+                if status.recorded is None
+                else _when(status.recorded.updated_at),
+            }
+            for status in logs
+        ]
+        print(json.dumps({"logs": shown}, indent=2))
+        return 0
     print("origin\tsize\tcosigned_at\tvkey")
     for status in logs:
         recorded = status.recorded
@@ -213,59 +234,60 @@ def _start(args: argparse.Namespace, sock: socket.socket) -> int:
     return 0
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="witness", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    """The ``witness`` command line."""
+    p = argparse.ArgumentParser(
+        prog="witness", description="Run a C2SP tlog-witness server for any C2SP log."
+    )
+    add_version(p)
+    sub = p.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="what to do (COMMAND -h: its options)",
+    )
 
-    def data_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--data", type=Path, required=True, help="witness data directory")
+    def data_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--data", type=Path, required=True, help="witness data directory")
 
-    p = sub.add_parser("init", help="create the data directory and the cosigning key")
-    data_arg(p)
-    p.add_argument("--keys", type=Path, required=True, help="directory of key files")
-    p.add_argument("--name", required=True, help="witness key name, e.g. witness.example/w1")
-    p.set_defaults(func=_cmd_init)
+    sp = sub.add_parser("init", help="create the data directory and the cosigning key")
+    data_arg(sp)
+    sp.add_argument("--keys", type=Path, required=True, help="directory of key files")
+    sp.add_argument("--name", required=True, help="witness key name, e.g. witness.example/w1")
+    sp.set_defaults(func=_cmd_init)
 
-    p = sub.add_parser("add-log", help="trust a log's key for its checkpoints' origin")
-    data_arg(p)
-    p.add_argument(
+    sp = sub.add_parser("add-log", help="trust a log's key for its checkpoints' origin")
+    data_arg(sp)
+    sp.add_argument(
         "--origin",
         help="the checkpoints' origin line (default: the key name, which SHOULD match it)",
     )
-    p.add_argument("--key", help="log verifier key (type 0x01 vkey)")
-    p.add_argument("--logs", type=Path, help="tlog-policy file: every 'log <vkey>' line")
-    p.set_defaults(func=_cmd_add_log)
+    sp.add_argument("--key", help="log verifier key (type 0x01 vkey)")
+    sp.add_argument("--logs", type=Path, help="tlog-policy file: every 'log <vkey>' line")
+    sp.set_defaults(func=_cmd_add_log)
 
-    p = sub.add_parser("list-logs", help="configured logs and the latest size cosigned")
-    data_arg(p)
-    p.set_defaults(func=_cmd_list_logs)
+    sp = sub.add_parser("list-logs", help="configured logs and the latest size cosigned")
+    data_arg(sp)
+    sp.add_argument(
+        "--json",
+        action="store_true",
+        help='print JSON ({"logs": [{"origin", "vkey", "size", "cosigned_at"}]}) instead of '
+        "a tab-separated table",
+    )
+    sp.set_defaults(func=_cmd_list_logs)
 
-    p = sub.add_parser("serve", help="serve the tlog-witness HTTP API")
-    data_arg(p)
-    p.add_argument("--keys", type=Path, required=True, help="directory of key files")
-    add_options(p, ServeOptions)
-    p.add_argument("--logs", type=Path, help="tlog-policy file of logs to trust at startup")
-    p.set_defaults(func=_cmd_serve)
-    return parser
+    sp = sub.add_parser("serve", help="serve the tlog-witness HTTP API")
+    data_arg(sp)
+    sp.add_argument("--keys", type=Path, required=True, help="directory of key files")
+    add_options(sp, ServeOptions)
+    sp.add_argument("--logs", type=Path, help="tlog-policy file of logs to trust at startup")
+    sp.set_defaults(func=_cmd_serve)
+    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    args = _build_parser().parse_args(argv)
-    try:
-        code: int = args.func(args)
-    except CLIError as err:
-        print(f"witness: {err.message}", file=sys.stderr)
-        return err.exit_status
-    except DeplogError as err:
-        print(f"witness: {err.code}", file=sys.stderr)
-        return 1
-    except OSError as err:
-        # A file or directory the operator named cannot be used: say which, no traceback.
-        fault = file_fault(err)
-        print(f"witness: {fault.message}", file=sys.stderr)
-        return fault.exit_status
-    return code
+    return run("witness", parser(), argv)
 
 
 if __name__ == "__main__":
