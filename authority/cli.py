@@ -56,6 +56,7 @@ from deplog.client.errors import CLIError
 from deplog.client.files import exclusive_lock
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
+from deplog.client.progress import Progress
 from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault
 from deplog.client.tlog.keyfile import load_or_create_signer, load_signer
 from deplog.client.tlog.note import (
@@ -232,12 +233,13 @@ async def _serve(
 
 
 def _audit(db_path: Path) -> tuple[int, str | None]:
-    """The full storage audit (proof of corruption when it finds a problem); a database it
-    cannot read is a classified fault."""
+    """The full storage audit (proof of corruption when it finds a problem), its progress
+    on stderr; a database it cannot read is a classified fault."""
     if not db_path.exists():
         raise CLIError(f"{db_path} does not exist: run 'authority init' first")
     try:
-        return audit_storage(db_path)
+        with Progress(f"checking {db_path}", unit="leaves") as shown:
+            return audit_storage(db_path, shown.update)
     except sqlite3.Error as err:
         raise database_fault(err, db_path) from None
 

@@ -155,3 +155,17 @@ def test_list_logs_json_has_the_documented_shape(
     assert json.loads(capsys.readouterr().out) == {
         "logs": [{"origin": "log.example/l", "vkey": log_key, "size": None, "cosigned_at": None}]
     }
+
+
+def test_check_shows_its_progress_on_stderr_and_its_result_on_stdout(
+    authority: Authority,
+) -> None:
+    status, out, err = authority.run("check")
+    assert status == 0 and out.startswith("ok: 0 leaves")
+    vkey = PUBLISHER.verifier().vkey()
+    authority.run("publisher", "add", "acme", "--namespace", "org.acme", "--key", vkey)
+    status, out, err = authority.run("check")
+    assert status == 0 and out.startswith("ok: 1 leaves")
+    lines = err.splitlines()
+    assert lines[0].startswith(f"checking {authority.data / 'log.db'}: 0/1 leaves (")
+    assert lines[-1].startswith(f"checking {authority.data / 'log.db'}: 1/1 leaves (")

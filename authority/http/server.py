@@ -227,7 +227,8 @@ class AuthorityState:
             audit.__name__,
             str(self.config.db_path),
             stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
+            # Inherited: its progress lines reach the operator's stderr.
+            stderr=None,
         )
         with contextlib.suppress(ProcessLookupError):  # it may already have ended
             audit.lower_priority(process.pid, os.getpid())
