@@ -26,7 +26,7 @@ from typing import IO
 import aiohttp
 from aiohttp import web
 
-from deplog.authority.command import add_version, run
+from deplog.authority.command import add_version, key_file, run
 from deplog.authority.config import (
     CONFIG_FILE,
     DEFAULT_ORIGIN,
@@ -86,6 +86,7 @@ DEFAULT_PORT = 7460
 DB_FILE = "log.db"
 EMBEDDED_WITNESS_DB = "embedded-witness.db"
 LOCK_FILE = "authority.lock"
+_INIT = "authority init"
 ADMIN_SOCKET = "admin.sock"
 
 
@@ -139,12 +140,14 @@ def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
             raise CLIError(f"{config_path} already has a different origin")
     else:
         config = AuthorityConfig.new(origin)
-    signer, created = load_or_create_signer(keys, config.log_key, config.origin)
+    with key_file(keys / f"{config.log_key}.key", _INIT):
+        signer, created = load_or_create_signer(keys, config.log_key, config.origin)
     if not exists:
         config.save(config_path)
-    witness, witness_created = load_or_create_signer(
-        keys, config.embedded_witness_key, config.embedded_witness_name, SIG_TYPE_COSIGNATURE_V1
-    )
+    with key_file(keys / f"{config.embedded_witness_key}.key", _INIT):
+        witness, witness_created = load_or_create_signer(
+            keys, config.embedded_witness_key, config.embedded_witness_name, SIG_TYPE_COSIGNATURE_V1
+        )
     if created:
         print(f"created log key {keys / (config.log_key + '.key')} (mode 0600)", file=out)
     if witness_created:
@@ -163,7 +166,8 @@ def _load_config(data: Path) -> AuthorityConfig:
 
 def _open_instance(data: Path, keys: Path) -> Instance:
     config = _load_config(data)
-    return Instance(data, config, load_signer(keys, config.log_key))
+    with key_file(keys / f"{config.log_key}.key", _INIT):
+        return Instance(data, config, load_signer(keys, config.log_key))
 
 
 def _witness_setup(
@@ -429,7 +433,8 @@ def _cmd_policy(args: argparse.Namespace) -> int:
     instance = _open_instance(args.data, args.keys)
     config = instance.config
     stem = config.embedded_witness_key
-    embedded = load_signer(args.keys, stem, SIG_TYPE_COSIGNATURE_V1).verifier()
+    with key_file(args.keys / f"{stem}.key", _INIT):
+        embedded = load_signer(args.keys, stem, SIG_TYPE_COSIGNATURE_V1).verifier()
     witnesses = [embedded, *(w.verifier() for w in config.witnesses)]
     k = args.quorum if args.quorum is not None else 1
     if k < 1:

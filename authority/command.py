@@ -16,14 +16,17 @@ Rules:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
+from pathlib import Path
 
-from deplog.client.errors import CLIError, DeplogError
+from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.storage_faults import file_fault
+from deplog.client.tlog.keyfile import KeyFileError
 
-__all__ = ["EXIT_REFUSED", "EXIT_USAGE", "add_version", "refusal", "run"]
+__all__ = ["EXIT_REFUSED", "EXIT_USAGE", "add_version", "key_file", "refusal", "run"]
 
 EXIT_REFUSED = 1
 """A refusal: a stable code with its sentence, or the command's own message."""
@@ -45,6 +48,24 @@ def refusal(err: DeplogError) -> str:
     """``<code>: <sentence>``, or the code alone when the error carries no sentence."""
     sentence = str(err)
     return err.code if sentence in ("", err.code) else f"{err.code}: {sentence}"
+
+
+_KEY_ADVICE = {
+    ErrorCode.KEY_MISSING: "run '{init}' first, or give --keys the directory that holds it",
+    ErrorCode.KEY_PERMISSIONS: "it must be readable by its owner only: chmod 600 it",
+    ErrorCode.KEY_MALFORMED: "restore it from your backup of the keys directory",
+}
+
+
+@contextlib.contextmanager
+def key_file(path: Path, init: str) -> Iterator[None]:
+    """A key file error inside this block names ``path`` and what to do (the library's
+    message names no file); ``init`` is the command that creates the key."""
+    try:
+        yield
+    except KeyFileError as err:
+        advice = _KEY_ADVICE[err.code].format(init=init)
+        raise CLIError(f"{refusal(err)}: {path}: {advice}") from None
 
 
 def run(

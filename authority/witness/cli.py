@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from deplog.authority.command import add_version, run
+from deplog.authority.command import add_version, key_file, run
 from deplog.authority.http.plumbing import Listen, ServingRunner, bind, serve_until_signalled
 from deplog.authority.options import add_options, from_options, option
 from deplog.authority.witness.core import (
@@ -107,7 +107,8 @@ def init(data: Path, keys: Path, name: str, out: IO[str]) -> tuple[WitnessConfig
         config = WitnessConfig(data, name, key_file_name(name))
     private = keys / f"{config.key_stem}.key"
     if private.exists():
-        signer = load_signer(keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)
+        with key_file(private, "witness init"):
+            signer = load_signer(keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)
     else:
         signer = create_signer(keys, config.key_stem, name, SIG_TYPE_COSIGNATURE_V1)
         print(f"created witness key {private} (mode 0600)", file=out)
@@ -219,7 +220,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _start(args: argparse.Namespace, sock: socket.socket) -> int:
     """Everything ``serve`` does once its port is bound: read, lock, open, serve."""
     config = _read_config(args.data)
-    signer = load_signer(args.keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)
+    with key_file(args.keys / f"{config.key_stem}.key", "witness init"):
+        signer = load_signer(args.keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)
     with exclusive_lock(args.data / LOCK_FILE) as owned:
         if not owned:
             raise CLIError(f"another witness is already serving {args.data}")

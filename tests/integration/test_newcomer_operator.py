@@ -112,6 +112,32 @@ def initialized(dirs: tuple[Path, Path]) -> tuple[Path, Path]:
     return data, keys
 
 
+def test_a_keys_directory_without_the_log_key(initialized: tuple[Path, Path]) -> None:
+    data, keys = initialized
+    elsewhere = keys.parent / "elsewhere"
+    ran = command("authority", "check", "--data", data, "--keys", elsewhere)
+    named = str(elsewhere / "localhost_deplog.key")
+    assert_one_clear_line(ran, 1, "authority", "key_missing: ", named, "authority init")
+
+
+def test_a_log_key_others_can_read(initialized: tuple[Path, Path]) -> None:
+    data, keys = initialized
+    key = keys / "localhost_deplog.key"
+    key.chmod(0o644)
+    ran = command("authority", "check", "--data", data, "--keys", keys)
+    assert_one_clear_line(ran, 1, "authority", "key_permissions: ", str(key), "chmod 600")
+
+
+def test_a_witness_keys_directory_without_its_key(tmp_path: Path) -> None:
+    data, keys = tmp_path / "w", tmp_path / "k"
+    assert (
+        command("witness", "init", "--data", data, "--keys", keys, "--name", "w.ex/w").status == 0
+    )
+    ran = command("witness", "serve", "--data", data, "--keys", tmp_path / "none", "--port", "0")
+    named = str(tmp_path / "none" / "w.ex_w.key")
+    assert_one_clear_line(ran, 1, "witness", "key_missing: ", named, "witness init")
+
+
 def test_a_quorum_larger_than_the_witnesses(initialized: tuple[Path, Path]) -> None:
     data, keys = initialized
     ran = command("authority", "policy", "--data", data, "--keys", keys, "--quorum", "5")
