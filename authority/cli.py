@@ -53,7 +53,7 @@ from deplog.authority.witnessing import (
     open_embedded_witness,
 )
 from deplog.client.errors import CLIError
-from deplog.client.files import exclusive_lock
+from deplog.client.files import exclusive_lock, require_writable
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.progress import Progress
@@ -131,7 +131,6 @@ def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
             f"--origin must be a key name, without spaces or '+' (e.g. {DEFAULT_ORIGIN}); "
             "nothing was created"
         )
-    data.mkdir(parents=True, exist_ok=True)
     config_path = data / CONFIG_FILE
     exists = config_path.exists()
     if exists:
@@ -140,6 +139,10 @@ def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
             raise CLIError(f"{config_path} already has a different origin")
     else:
         config = AuthorityConfig.new(origin)
+    stems = (config.log_key, config.embedded_witness_key)
+    keys_to_create = [keys] if any(not (keys / f"{s}.key").exists() for s in stems) else []
+    require_writable(data, *keys_to_create)
+    data.mkdir(parents=True, exist_ok=True)
     with key_file(keys / f"{config.log_key}.key", _INIT):
         signer, created = load_or_create_signer(keys, config.log_key, config.origin)
     if not exists:

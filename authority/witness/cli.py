@@ -39,7 +39,7 @@ from deplog.authority.witness.core import (
 )
 from deplog.authority.witness.server import build_app, render_error
 from deplog.client.errors import CLIError
-from deplog.client.files import exclusive_lock, write_atomic
+from deplog.client.files import exclusive_lock, require_writable, write_atomic
 from deplog.client.tlog.keyfile import (
     create_signer,
     is_key_file_stem,
@@ -97,7 +97,6 @@ def init(data: Path, keys: Path, name: str, out: IO[str]) -> tuple[WitnessConfig
             "--name must be a key name, without spaces or '+' (e.g. witness.example/w1); "
             "nothing was created"
         )
-    data.mkdir(parents=True, exist_ok=True)
     config_path = data / CONFIG_FILE
     if config_path.exists():
         config = _read_config(data)
@@ -106,6 +105,8 @@ def init(data: Path, keys: Path, name: str, out: IO[str]) -> tuple[WitnessConfig
     else:
         config = WitnessConfig(data, name, key_file_name(name))
     private = keys / f"{config.key_stem}.key"
+    require_writable(data, *([] if private.exists() else [keys]))
+    data.mkdir(parents=True, exist_ok=True)
     if private.exists():
         with key_file(private, "witness init"):
             signer = load_signer(keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from deplog.client.tlog.note import Signer
+from tests.integration.attached_faults import needs_strace
 from tests.integration.harness import AuthorityProcess
+from tests.integration.syscall_faults import Fault, refused_start
 
 DOCUMENTED_EXITS = {0, 1, 2, 65, 69, 73, 74, 77}
 """README, "Exit statuses of authority and witness"."""
@@ -29,10 +31,12 @@ class Ran:
     err: str
 
 
+MODULES = {"authority": "deplog.authority.cli", "witness": "deplog.authority.witness.cli"}
+
+
 def command(program: str, *args: str | Path) -> Ran:
-    module = {"authority": "deplog.authority.cli", "witness": "deplog.authority.witness.cli"}
     done = subprocess.run(
-        [sys.executable, "-m", module[program], *map(str, args)],
+        [sys.executable, "-m", MODULES[program], *map(str, args)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -195,3 +199,50 @@ def test_verify_on_start_and_the_background_audit_show_progress(tmp_path: Path) 
     assert f"checking {db}: 1/1 leaves" in printed
     assert printed.index(f"checking {db}: 1/1 leaves") < printed.index("serving on")
     assert "Traceback" not in printed
+
+
+@needs_strace
+@pytest.mark.parametrize(
+    ("program", "lock"), [("authority", "authority.lock"), ("witness", "witness.lock")]
+)
+def test_a_lock_file_the_server_may_not_open_exits_77_naming_it(
+    program: str, lock: str, tmp_path: Path
+) -> None:
+    data, keys = tmp_path / "data", tmp_path / "keys"
+    name = ["--name", "w.ex/w"] if program == "witness" else []
+    assert command(program, "init", "--data", data, "--keys", keys, *name).status == 0
+    serve = [sys.executable, "-m", MODULES[program], "serve", "--data", str(data)]
+    denied = Fault("lock denied", ("openat",), "EACCES", "1+", (lock,))
+    refused = refused_start([*serve, "--keys", str(keys), "--port", "0"], denied, data)
+    assert refused.status == 77
+    assert refused.line.startswith(f"{program}: cannot use {data / lock}: Permission denied")
+
+
+@needs_strace
+def test_a_log_key_the_authority_may_not_read_exits_77_naming_it(
+    initialized: tuple[Path, Path],
+) -> None:
+    data, keys = initialized
+    check = [sys.executable, "-m", MODULES["authority"], "check", "--data", str(data)]
+    denied = Fault("key denied", ("openat",), "EACCES", "1+", ("localhost_deplog.key",))
+    refused = refused_start([*check, "--keys", str(keys)], denied, keys)
+    assert refused.status == 77
+    assert refused.line.startswith(f"authority: cannot use {keys / 'localhost_deplog.key'}")
+
+
+@needs_strace
+@pytest.mark.parametrize("program", ["authority", "witness"])
+def test_a_data_directory_the_server_may_not_write_exits_77_and_creates_no_keys(
+    program: str, tmp_path: Path
+) -> None:
+    """The kernel answers EACCES for the data directory (strace, as a read-only or
+    foreign-owned directory would for a non-root user): no key is created elsewhere."""
+    data, keys = tmp_path / "data", tmp_path / "keys"
+    data.mkdir()
+    args = [sys.executable, "-m", MODULES[program], "init", "--data", str(data)]
+    args += ["--keys", str(keys), *(["--name", "w.ex/w"] if program == "witness" else [])]
+    denied = Fault("data denied", ("access", "faccessat", "faccessat2"), "EACCES", "1+", ("data",))
+    refused = refused_start(args, denied, tmp_path)
+    assert refused.status == 77
+    assert refused.line.startswith(f"{program}: cannot use {data.absolute()}")
+    assert not keys.exists() and list(data.iterdir()) == []
