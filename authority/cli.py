@@ -386,7 +386,9 @@ def _cmd_witness_add(args: argparse.Namespace) -> int:
     """Add an external witness (its submission URL and cosigner key) to the config."""
     verifier = Verifier.parse_cosigner(args.key)
     if not args.url.startswith(WITNESS_URL_SCHEMES):
-        raise CLIError("the witness URL must be http:// or https://")
+        raise CLIError(
+            "--url must start with http:// or https:// (the witness's submission prefix)"
+        )
     config = _load_config(args.data)
     known = [w for w in config.witnesses if w.key == verifier.vkey()]
     config.with_witness(args.url, verifier).save(args.data / CONFIG_FILE)
