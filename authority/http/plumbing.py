@@ -188,7 +188,8 @@ class _Connection(web.RequestHandler):
             # A client's malformed request: the code is the answer, no traceback.
             self.logger.debug("refused before routing: %d %s", status, type(exc).__name__)
         else:
-            self.logger.error("internal error before routing: %s", type(exc).__name__)
+            # A fault of the server (the middleware answers everything a handler raises).
+            self.logger.error("internal error outside the middleware", exc_info=exc)
         if request.writer.output_size > 0:
             raise ConnectionError("a response already started: no error answer can follow")
         err = _refusal(status)
