@@ -342,7 +342,10 @@ def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -
 def _cmd_publisher_change(action: str) -> object:
     def run(args: argparse.Namespace) -> int:
         index = _append_statement(args, _statement(args, action))
-        print(f"publisher {args.publisher}: {action} appended at index {index}")
+        if args.json:
+            print(json.dumps({"publisher": args.publisher, "action": action, "index": index}))
+        else:
+            print(f"publisher {args.publisher}: {action} appended at index {index}")
         return 0
 
     return run
@@ -378,7 +381,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     with exclusive_lock(args.data / LOCK_FILE) as owned:
         if owned:
             Log(instance.db_path, instance.signer, instance.origin).close()
-    print(f"ok: {size} leaves and their subtree hashes recomputed; latest checkpoint matches")
+    if args.json:
+        print(json.dumps({"size": size, "problem": None}))
+    else:
+        print(f"ok: {size} leaves and their subtree hashes recomputed; latest checkpoint matches")
     return 0
 
 
@@ -491,6 +497,7 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("check", help="rehash every leaf and check the latest checkpoint")
     common(sp)
+    json_flag(sp, '{"size", "problem": null}; a problem exits 65')
     sp.set_defaults(func=_cmd_check)
 
     wit = sub.add_parser("witness", help="configure external witnesses")
@@ -523,6 +530,7 @@ def parser() -> argparse.ArgumentParser:
         dest="publisher_command", required=True, metavar="COMMAND", help="what to do"
     )
     publisher_help = "publisher id, e.g. example-org"
+    change_shape = '{"publisher", "action", "index"}'
     key_help = "publisher verifier key name+id+base64 (repeatable)"
     sp = psub.add_parser("add", help="register a publisher with namespaces and keys")
     common(sp)
@@ -534,20 +542,24 @@ def parser() -> argparse.ArgumentParser:
         help="reverse-DNS namespace it owns (repeatable)",
     )
     sp.add_argument("--key", action="append", required=True, help=key_help)
+    json_flag(sp, change_shape)
     sp.set_defaults(func=_cmd_publisher_change("register"))
     sp = psub.add_parser("add-key", help="authorize another key of a publisher")
     common(sp)
     sp.add_argument("publisher", help=publisher_help)
     sp.add_argument("--key", action="append", required=True, help=key_help)
+    json_flag(sp, change_shape)
     sp.set_defaults(func=_cmd_publisher_change("add_key"))
     sp = psub.add_parser("revoke-key", help="revoke keys of a publisher")
     common(sp)
     sp.add_argument("publisher", help=publisher_help)
     sp.add_argument("--key", action="append", required=True, help=key_help)
+    json_flag(sp, change_shape)
     sp.set_defaults(func=_cmd_publisher_change("revoke_key"))
     sp = psub.add_parser("revoke", help="revoke a publisher and all its keys")
     common(sp)
     sp.add_argument("publisher", help=publisher_help)
+    json_flag(sp, change_shape)
     sp.set_defaults(func=_cmd_publisher_change("revoke_publisher"))
     sp = psub.add_parser("list", help="list publishers (from the local database)")
     common(sp)

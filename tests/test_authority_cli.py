@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from deplog.authority.cli import ADMIN_SOCKET, LOCK_FILE
 from deplog.authority.cli import main as authority_main
 from deplog.authority.config import CONFIG_FILE, AuthorityConfig
 from deplog.authority.witness.cli import main as witness_main
+from deplog.client.files import exclusive_lock
 from deplog.client.tlog.cosignature import cosigner
 from deplog.client.tlog.note import Signer
 
@@ -169,3 +171,28 @@ def test_check_shows_its_progress_on_stderr_and_its_result_on_stdout(
     lines = err.splitlines()
     assert lines[0].startswith(f"checking {authority.data / 'log.db'}: 0/1 leaves (")
     assert lines[-1].startswith(f"checking {authority.data / 'log.db'}: 1/1 leaves (")
+
+
+def test_a_publisher_change_while_the_server_cannot_be_reached_says_so(
+    authority: Authority,
+) -> None:
+    vkey = PUBLISHER.verifier().vkey()
+    with exclusive_lock(authority.data / LOCK_FILE) as owned:  # as a serving authority does
+        assert owned
+        status, _, err = authority.run(
+            "publisher", "add", "acme", "--namespace", "org.acme", "--key", vkey
+        )
+    assert status == 1
+    assert err.startswith(
+        f"authority: cannot reach the authority serving this data directory through "
+        f"{authority.data / ADMIN_SOCKET}"
+    )
+
+
+def test_publisher_changes_and_check_print_their_json_shapes(authority: Authority) -> None:
+    vkey = PUBLISHER.verifier().vkey()
+    register = ("publisher", "add", "acme", "--namespace", "org.acme", "--key", vkey)
+    status, out, _ = authority.run(*register, "--json")
+    assert (status, json.loads(out)) == (0, {"publisher": "acme", "action": "register", "index": 0})
+    status, out, _ = authority.run("check", "--json")
+    assert (status, json.loads(out)) == (0, {"size": 1, "problem": None})
