@@ -177,7 +177,7 @@ def test_authority_serve_help_shows_the_dataclass_default(flag: str) -> None:
 
 
 def test_witness_serve_shows_its_listen_defaults() -> None:
-    serve = subcommand(witness_cli._build_parser(), "serve")
+    serve = subcommand(witness_cli.parser(), "serve")
     shown = help_lines(serve)
     assert f"(default: {witness_cli.DEFAULT_PORT})" in shown
     assert "listen address (default: 127.0.0.1)" in shown
