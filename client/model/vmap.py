@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal, Protocol
@@ -73,6 +73,7 @@ __all__ = [
     "verify_map_proof",
     "verify_proof_document",
     "verify_status",
+    "verify_tool_status",
 ]
 
 KEY_BITS: Final = 256
@@ -758,6 +759,25 @@ def verify_proof_document(
     return verify_status(root, document.tool_id, version, now, document.proof)
 
 
+def verify_tool_status(
+    proof: bytes, checkpoint: Checkpoint, tool_id: str, version: str, now: datetime
+) -> VersionStatus:
+    """The status of ``tool_id`` at ``version`` at ``now`` that ``proof`` shows under
+    ``checkpoint``, which the caller verified (log signature, cosignatures, freshness).
+
+    ``proof`` is either form as served: the JSON document (its first byte ``{``) must be
+    about ``tool_id`` (``bad_map_proof``) and carry this checkpoint's body; the binary
+    form (its first byte the version, 1) is checked against this checkpoint's root.
+    """
+    if proof[:1] == b"{":
+        document = MapProofDocument.parse(proof)
+        if document.tool_id != tool_id:
+            raise MapProofError()
+        return verify_proof_document(document, checkpoint, version, now)
+    root = require_map_root(checkpoint)
+    return verify_status(root, tool_id, version, now, MapProof.from_binary(proof))
+
+
 # --- the checkpoint extension line -------------------------------------------------------
 
 
@@ -802,12 +822,17 @@ def require_map_root(checkpoint: Checkpoint) -> bytes:
 class VerifiableMap:
     """Tool id -> status record over a ``PrefixTree``: fold entries in, prove lookups.
 
-    Records live in memory here; a storage backend keeps them beside the leaves.
+    Records live in a dict unless a storage backend hands its own mapping, which
+    it keeps beside the tree's rows (and commits with them).
     """
 
-    def __init__(self, store: NodeStore | None = None) -> None:
+    def __init__(
+        self,
+        store: NodeStore | None = None,
+        records: MutableMapping[str, StatusRecord] | None = None,
+    ) -> None:
         self.tree = PrefixTree(store)
-        self.records: dict[str, StatusRecord] = {}
+        self.records: MutableMapping[str, StatusRecord] = {} if records is None else records
 
     def root(self) -> bytes:
         """The map root."""
