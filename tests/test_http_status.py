@@ -28,7 +28,7 @@ from deplog.authority.http.plumbing import (
     errors_and_metrics,
 )
 from deplog.authority.http.push import TooManySubscribersError
-from deplog.authority.http.server import RequestError
+from deplog.authority.http.server import MapNotPublishedError, RequestError
 from deplog.authority.http.status import HTTP_STATUS, http_status
 from deplog.authority.log import IntegrityError, StorageError
 from deplog.authority.sequencer import OverloadedError, ShuttingDownError
@@ -91,6 +91,8 @@ AUTHORITY_RAISES: Raises = {
     IntegrityError: frozenset({ErrorCode.STORAGE_CORRUPT, ErrorCode.STORED_ROOT_MISMATCH}),
     QuorumUnavailableError: None,
     EmbeddedWitnessUnavailableError: None,
+    # GET /v1/tools/{tool_id}/proof while the map's batch is not yet published
+    MapNotPublishedError: None,
 }
 
 WITNESS_RAISES: Raises = {
@@ -192,6 +194,7 @@ def test_statuses_are_errors_and_503_means_try_again() -> None:
         ErrorCode.STORED_ROOT_MISMATCH,
         ErrorCode.WITNESS_QUORUM_UNAVAILABLE,
         ErrorCode.EMBEDDED_WITNESS_UNAVAILABLE,
+        ErrorCode.MAP_NOT_PUBLISHED,
         ErrorCode.TOO_MANY_SUBSCRIBERS,
         ErrorCode.UNAVAILABLE,
         ErrorCode.BUSY,

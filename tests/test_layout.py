@@ -177,6 +177,7 @@ def test_the_public_api_is_what_the_readme_uses() -> None:
         "Verdict",
         "Verifier",
         "verify_receipt",
+        "verify_tool_status",
     }
     assert set(api.__all__) == expected
     for name in expected:

@@ -127,6 +127,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
             ErrorCode.STORED_ROOT_MISMATCH,
             ErrorCode.WITNESS_QUORUM_UNAVAILABLE,
             ErrorCode.EMBEDDED_WITNESS_UNAVAILABLE,
+            ErrorCode.MAP_NOT_PUBLISHED,
             ErrorCode.TOO_MANY_SUBSCRIBERS,
             ErrorCode.UNAVAILABLE,
             ErrorCode.BUSY,
