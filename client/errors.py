@@ -156,6 +156,7 @@ class ErrorCode(enum.StrEnum):
     BAD_CHECKPOINT = "bad_checkpoint"
     ROLLBACK = "rollback"
     FORK = "fork"
+    MAP_ROOT_MISMATCH = "map_root_mismatch"
     SUSPECTED_FORK = "suspected_fork"
     NO_STATE = "no_state"
     STATE_FOR_ANOTHER_LOG = "state_for_another_log"
