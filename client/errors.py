@@ -109,6 +109,8 @@ class ErrorCode(enum.StrEnum):
     MISSING_MAP_LINE = "missing_map_line"
     BAD_MAP_PROOF = "bad_map_proof"
     MAP_CHECKPOINT_MISMATCH = "map_checkpoint_mismatch"
+    # client/audit/mapaudit.py
+    BAD_MAP_ROOT = "bad_map_root"
     # authority/http/server.py: the map is ahead of the served checkpoint
     MAP_NOT_PUBLISHED = "map_not_published"
     # client/tlog/note.py
