@@ -111,6 +111,9 @@ class ErrorCode(enum.StrEnum):
     MAP_CHECKPOINT_MISMATCH = "map_checkpoint_mismatch"
     # client/audit/mapaudit.py
     BAD_MAP_ROOT = "bad_map_root"
+    # authority/witness/mapverify.py: the map-verifying witness's refusals
+    MAP_NOT_REPRODUCED = "map_not_reproduced"
+    ENTRIES_UNAVAILABLE = "entries_unavailable"
     # authority/http/server.py: the map is ahead of the served checkpoint
     MAP_NOT_PUBLISHED = "map_not_published"
     # client/tlog/note.py

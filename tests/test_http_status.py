@@ -42,6 +42,7 @@ from deplog.authority.witness.core import (
     UnknownLogError,
     UntrustedCheckpointError,
 )
+from deplog.authority.witness.mapverify import EntriesUnavailableError, MapNotReproducedError
 from deplog.authority.witness.server import BusyError
 from deplog.authority.witnessing import (
     EmbeddedWitnessUnavailableError,
@@ -109,6 +110,9 @@ WITNESS_RAISES: Raises = {
     ProofError: frozenset({ErrorCode.BAD_CONSISTENCY_PROOF}),  # the only proof it checks
     ConflictingRootError: None,
     StorageUnavailableError: None,
+    # serve --verify-map: the additional statement (authority/witness/mapverify.py)
+    MapNotReproducedError: None,
+    EntriesUnavailableError: None,
 }
 
 NOT_FROM_REQUESTS: Raises = {
@@ -136,7 +140,11 @@ SERVER_MODULES = {
         "authority/storage/reader.py",
         "authority/witnessing.py",
     ),
-    "witness": ("authority/witness/core.py", "authority/witness/server.py"),
+    "witness": (
+        "authority/witness/core.py",
+        "authority/witness/server.py",
+        "authority/witness/mapverify.py",
+    ),
 }
 
 # C2SP tlog-witness v1.0.0, "add-checkpoint", written down from the spec.
@@ -198,6 +206,7 @@ def test_statuses_are_errors_and_503_means_try_again() -> None:
         ErrorCode.TOO_MANY_SUBSCRIBERS,
         ErrorCode.UNAVAILABLE,
         ErrorCode.BUSY,
+        ErrorCode.ENTRIES_UNAVAILABLE,
     }
 
 

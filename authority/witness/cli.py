@@ -36,6 +36,7 @@ from deplog.authority.witness.core import (
     WitnessState,
     parse_logs_file,
 )
+from deplog.authority.witness.mapverify import MapVerifier, http_entries
 from deplog.authority.witness.server import build_app
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.files import exclusive_lock, write_atomic
@@ -64,6 +65,7 @@ log = logging.getLogger("deplog.witness")
 DEFAULT_PORT = 7461
 CONFIG_FILE = "witness.json"
 DB_FILE = "witness.db"
+MAP_DB_FILE = "map.db"
 LOCK_FILE = "witness.lock"
 
 
@@ -200,7 +202,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 _add_logs_from_file(state, args.logs, sys.stdout)
             print(f"witness verifier key: {signer.verifier().vkey()}", flush=True)
             listen = from_options(ServeOptions, args)
-            asyncio.run(_serve(config, Witness(state, signer), listen))
+            witness = Witness(state, signer)
+            verifier = None
+            if args.verify_map is not None:
+                verifier = MapVerifier(args.data / MAP_DB_FILE, http_entries(args.verify_map))
+                witness.statement = verifier.check
+            try:
+                asyncio.run(_serve(config, witness, listen))
+            finally:
+                if verifier is not None:
+                    verifier.close()
         finally:
             state.close()
     return 0
@@ -238,6 +249,12 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keys", type=Path, required=True, help="directory of key files")
     add_options(p, ServeOptions)
     p.add_argument("--logs", type=Path, help="tlog-policy file of logs to trust at startup")
+    p.add_argument(
+        "--verify-map",
+        metavar="URL",
+        help="cosign only checkpoints whose deplog-map/v1 root this witness reproduced from "
+        "the log's entries at URL (run it under its own name and key)",
+    )
     p.set_defaults(func=_cmd_serve)
     return parser
 
