@@ -12,12 +12,16 @@ deprecation data is current does not list the tool). A deprecated tool stays
 and gets ``_meta["dev.deplog/deprecation"]`` with the sunset as an HTTP-date
 (RFC 8594 ``Sunset``), the deprecation as ``@<epoch seconds>`` (RFC 9745
 ``Deprecation``), the replacement, reasons and the log indexes behind it, so
-agents learn of it before calls fail.
+agents learn of it before calls fail. With ``with_proof``, every tool listed on
+a decision gets ``_meta["dev.deplog/proof"]``: the ``deplog.map_proof/v1`` JSON
+proof of its status record at the guard's checkpoint, which the agent verifies
+itself (``deplog.client.verify_tool_status``) instead of trusting the gateway.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
@@ -27,6 +31,7 @@ from deplog.client.cache.guard import Decision, Guard, Verdict
 __all__ = [
     "DEPRECATION_KEY",
     "IDENTITY_KEY",
+    "PROOF_KEY",
     "deprecation_annotation",
     "guard_tools_list",
     "http_date",
@@ -34,6 +39,7 @@ __all__ = [
 
 IDENTITY_KEY = "dev.deplog/tool"
 DEPRECATION_KEY = "dev.deplog/deprecation"
+PROOF_KEY = "dev.deplog/proof"
 
 
 def http_date(moment: datetime) -> str:
@@ -65,6 +71,7 @@ def guard_tools_list(
     *,
     cached_at: datetime,
     keep_unverified: bool = False,
+    with_proof: bool = False,
 ) -> dict[str, Any]:
     """A copy of an MCP ``tools/list`` result with deplog's verdicts applied."""
     out = copy.deepcopy(result)
@@ -85,7 +92,10 @@ def guard_tools_list(
             version,
             cached_at=cached_at,
             schema_digest=digest if isinstance(digest, str) else None,
+            with_proof=with_proof,
         )
+        if decision.proof is not None and decision.may_serve:
+            tool["_meta"][PROOF_KEY] = json.loads(decision.proof)
         if decision.verdict == Verdict.WARN:
             tool["_meta"][DEPRECATION_KEY] = deprecation_annotation(decision)
             kept.append(tool)

@@ -18,18 +18,24 @@ Rules:
 5. The map can only be recomputed from entry 0: a state file that followed the
    log before it kept a map has none, and is never checked (``checking`` is
    false); a fresh state keeps one from its first advance.
+6. ``MapProver`` hands out proofs from that map at the trusted checkpoint only
+   (read in one snapshot with the map's size), so a cache can give an agent the
+   proof behind its decision; it has none for a checkpoint without a line.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from deplog.client.mapstore import StoredMap
-from deplog.client.model.vmap import map_root_of
+from deplog.client.model.vmap import MapProofDocument, map_root_of
 from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.note import parse_note
 
-__all__ = ["FollowerMap"]
+__all__ = ["FollowerMap", "MapProver"]
 
 
 class FollowerMap:
@@ -61,3 +67,33 @@ class FollowerMap:
         malformed or repeated line is ``MapLineError``."""
         committed = map_root_of(checkpoint.extensions)
         return self.map is None or committed is None or committed == self.map.root()
+
+
+class MapProver:
+    """JSON map proofs (``deplog.map_proof/v1``) from a follower state file's map, read on
+    a query-only connection of its own, so an advance in progress is never seen."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA query_only = 1")
+        self.conn.execute("PRAGMA busy_timeout = 5000")
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def prove(self, note: bytes, size: int, tool_id: str) -> bytes | None:
+        """The proof of ``tool_id`` at the trusted checkpoint ``note`` of ``size``; None if
+        the checkpoint has no map line, the state keeps no map, or the map has moved on
+        (an advance committed since the caller read ``note``: ask again)."""
+        text, _ = parse_note(note)
+        if map_root_of(Checkpoint.from_text(text).extensions) is None:
+            return None
+        with self._lock:
+            try:
+                folded, proof = StoredMap(self.conn).prove_at_size(tool_id)
+            except (KeyError, sqlite3.OperationalError):  # no map (or no map tables) here
+                return None
+        if folded != size:
+            return None
+        return MapProofDocument(note, tool_id, proof).encode()
