@@ -263,13 +263,18 @@ class Log:
         self._begin()
         results: list[Admitted | DeplogError] = []
         start = self.tree.size
+        fresh: list[Notice] = []
         try:
             for envelope in envelopes:
                 try:
-                    results.append(self._admit_notice(envelope))
+                    admitted = self._admit_notice(envelope)
                 except DeplogError as err:
                     results.append(err)
-            self._fold_map(start)
+                    continue
+                results.append(admitted)
+                if admitted.created:
+                    fresh.append(envelope.notice)
+            self._fold_map(start, fresh)
         except (sqlite3.Error, TreeCorruptError, KeyError):
             self._rollback()
             raise StorageError() from None
@@ -302,11 +307,24 @@ class Log:
         )
         return Admitted(index, created=True)
 
-    def _fold_map(self, start: int) -> None:
-        """The map hook of the append path: fold the leaves ``[start, size)`` just appended,
-        in the caller's transaction, before any checkpoint covers them."""
-        if start < self.tree.size:
-            self.map.advance(start, self.tree.leaf_data(start, self.tree.size))
+    def _fold_map(self, start: int, notices: Sequence[Notice]) -> None:
+        """The map hook of the append path: fold the entries ``[start, size)`` just appended,
+        in the caller's transaction, before any checkpoint covers them. ``notices`` are
+        those entries when they are notices (a batch appends only notices), or empty when
+        the entry is a publisher statement (which changes no record)."""
+        end = self.tree.size
+        if start == end:
+            return
+        rows = []
+        if notices:
+            rows = self.conn.execute(
+                "SELECT hash FROM leaves WHERE idx >= ? ORDER BY idx", (start,)
+            ).fetchall()
+        folded = [
+            (start + i, bytes(row[0]), notice)
+            for i, (row, notice) in enumerate(zip(rows, notices, strict=True))
+        ]
+        self.map.advance_notices(start, end, folded)
 
     def _bring_up_map(self) -> None:
         """Fold whatever the map lacks (all of a database from before the map) in one
@@ -354,7 +372,7 @@ class Log:
             index = self.tree.size
             registry.apply(index, entry, self.verifier)
             self.tree.append_entry(encode_entry(entry))
-            self._fold_map(index)
+            self._fold_map(index, [])
             store.save_registry_snapshot(
                 self.conn, self.tree.size, json.dumps(registry.to_json(), sort_keys=True)
             )

@@ -23,6 +23,8 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 
 from deplog.client.errors import ErrorCode
+from deplog.client.model.entries import NoticeEntry, decode_entry
+from deplog.client.model.notice import Notice
 from deplog.client.model.vmap import (
     ChildRef,
     InnerNode,
@@ -30,7 +32,12 @@ from deplog.client.model.vmap import (
     MapProof,
     StatusRecord,
     VerifiableMap,
+    extend_record_bytes,
+    map_key,
+    record_item_bytes,
+    value_hash,
 )
+from deplog.client.tlog.proofs import leaf_hash as log_leaf_hash
 
 __all__ = [
     "SCHEMA",
@@ -151,9 +158,20 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
     def __setitem__(self, tool_id: str, record: StatusRecord) -> None:
         if record.tool_id != tool_id:
             raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+        self.put_raw(tool_id, record.encode())
+
+    def get_raw(self, tool_id: str) -> bytes | None:
+        """The stored record bytes of a tool, None if it is not in the map."""
+        try:
+            return self.raw(tool_id)
+        except KeyError:
+            return None
+
+    def put_raw(self, tool_id: str, record: bytes) -> None:
+        """Store a record's canonical bytes as they are (the append path's records)."""
         self.conn.execute(
             "INSERT OR REPLACE INTO map_record (tool_id, record) VALUES (?, ?)",
-            (tool_id, record.encode()),
+            (tool_id, record),
         )
 
     def __delitem__(self, tool_id: str) -> None:
@@ -175,7 +193,12 @@ class StoredMap(VerifiableMap):
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        super().__init__(SqliteNodeStore(conn), SqliteRecords(conn))
+        self.stored = SqliteRecords(conn)
+        super().__init__(SqliteNodeStore(conn), self.stored)
+
+    def record_bytes(self, tool_id: str) -> bytes:
+        """The record as stored: its verifiers decode it strictly, the store need not."""
+        return self.stored.raw(tool_id)
 
     @staticmethod
     def create_schema(conn: sqlite3.Connection) -> None:
@@ -192,14 +215,41 @@ class StoredMap(VerifiableMap):
         """Fold the admitted entries ``start, start+1, ...`` (leaf bytes, in log order) in one
         batch and move the size past them; the new root. ``start`` must be the map's size
         (a map without one starts at 0): anything else is a gap, ``ValueError``."""
+        leaves = list(entries)
+        notices = []
+        for index, leaf in enumerate(leaves, start):
+            entry = decode_entry(leaf)
+            if isinstance(entry, NoticeEntry):
+                notices.append((index, log_leaf_hash(leaf), entry.envelope.notice))
+        return self.advance_notices(start, start + len(leaves), notices)
+
+    def advance_notices(
+        self, start: int, end: int, notices: Iterable[tuple[int, bytes, Notice]]
+    ) -> bytes:
+        """``advance`` for a caller that holds the entries decoded: the notices among the
+        entries ``[start, end)`` as ``(index, RFC 9162 leaf hash, notice)``, in log order.
+
+        Records grow by splicing canonical bytes (``extend_record_bytes``), never by
+        decoding and re-encoding them, so a batch costs its own notices, not the
+        records' sizes; the entries are admitted, so every record folds.
+        """
         size = self.size()
-        if start != (size or 0):
+        if start != (size or 0) or end < start:
             raise ValueError("a map advances only from the size it has folded")
         if size is None:
             self.conn.execute("INSERT INTO map_state (id, size) VALUES (1, 0)")
-        leaves = list(entries)
-        root = self.fold(enumerate(leaves, start))
-        self.conn.execute("UPDATE map_state SET size = ? WHERE id = 1", (start + len(leaves),))
+        items: dict[str, list[bytes]] = {}
+        for index, leaf_hash, notice in notices:
+            if not start <= index < end:
+                raise ValueError("a notice outside the entries folded")
+            items.setdefault(notice.tool_id, []).append(record_item_bytes(index, leaf_hash, notice))
+        changes = {}
+        for tool_id, added in items.items():
+            record = extend_record_bytes(self.stored.get_raw(tool_id), tool_id, added)
+            self.stored.put_raw(tool_id, record)
+            changes[map_key(tool_id)] = value_hash(record)
+        root = self.tree.update(changes)
+        self.conn.execute("UPDATE map_state SET size = ? WHERE id = 1", (end,))
         return root
 
     def prove_at_size(self, tool_id: str) -> tuple[int, MapProof]:

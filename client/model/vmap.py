@@ -60,6 +60,7 @@ __all__ = [
     "VerifiableMap",
     "bit_of",
     "evaluate",
+    "extend_record_bytes",
     "fold_entries",
     "leaf_hash",
     "map_key",
@@ -67,6 +68,7 @@ __all__ = [
     "map_root_of",
     "node_hash",
     "node_id",
+    "record_item_bytes",
     "require_map_root",
     "root_from_path",
     "value_hash",
@@ -267,6 +269,32 @@ class StatusRecord:
         if not isinstance(tool_id, str):
             raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
         return cls.build(tool_id, items)
+
+
+def record_item_bytes(index: int, leaf_hash: bytes, notice: Notice) -> bytes:
+    """One record item's canonical bytes, spliced around the notice's own RFC 8785 bytes:
+    the members sort ``index < leaf_hash < notice``, and an integer and a base64 string
+    need no escaping, so this is ``canonical.dumps(RecordNotice(...).to_json())``."""
+    return b'{"index":%d,"leaf_hash":"%s","notice":%s}' % (
+        index,
+        encode_base64(leaf_hash).encode("ascii"),
+        notice.canonical_bytes(),
+    )
+
+
+def extend_record_bytes(record: bytes | None, tool_id: str, items: Sequence[bytes]) -> bytes:
+    """The canonical bytes of ``record`` (None: no record yet) with ``items`` appended, without
+    decoding it: the record's members sort ``notices < tool_id < type``, so its bytes end in
+    a suffix that names only the tool. For admitted entries (no fold check here); the
+    result equals ``StatusRecord.build(...).encode()`` (tests/test_vmap.py checks)."""
+    if not items:
+        raise ValueError("a record grows by at least one notice")
+    suffix = b'],"tool_id":%s,"type":"%s"}' % (canonical.dumps(tool_id), RECORD_TYPE.encode())
+    if record is None:
+        return b'{"notices":[' + b",".join(items) + suffix
+    if not record.endswith(suffix):
+        raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+    return record[: -len(suffix)] + b"," + b",".join(items) + suffix
 
 
 def evaluate(
@@ -849,6 +877,10 @@ class VerifiableMap:
         self.records.update(batch)
         return root
 
+    def record_bytes(self, tool_id: str) -> bytes:
+        """The canonical bytes of a present tool's record (a backend may hold them as is)."""
+        return self.records[tool_id].encode()
+
     def prove(self, tool_id: str) -> MapProof:
         """The proof of ``tool_id``'s record, or of its absence."""
         key = map_key(tool_id)
@@ -856,5 +888,5 @@ class VerifiableMap:
         if path.leaf_key is None:
             return MapProof("empty")
         if path.leaf_key == key:
-            return MapProof("present", path.steps, record=self.records[tool_id].encode())
+            return MapProof("present", path.steps, record=self.record_bytes(tool_id))
         return MapProof("absent", path.steps, alt_key=path.leaf_key, alt_value=path.leaf_value)
