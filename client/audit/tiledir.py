@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from deplog.client.audit.offline import AuditInputError
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.files import write_atomic
 from deplog.client.follow.tiles import cut_to_width, full_tile, max_tile_bytes
@@ -51,7 +52,6 @@ from deplog.client.tlog.tiles import (
 __all__ = [
     "CHECKPOINT_FILE",
     "MirrorReport",
-    "TileDirError",
     "mirror_tiles",
     "tiles_dir_leaves",
 ]
@@ -64,12 +64,6 @@ FetchTile = Callable[[Tile], Awaitable[bytes]]
 """Returns the bytes a source serves for a tile (a partial one possibly cut from its full tile)."""
 
 
-class TileDirError(DeplogError):
-    """A tiles directory that lacks a file its checkpoint needs, or holds one over its bound."""
-
-    codes = frozenset({ErrorCode.MISSING_INPUT, ErrorCode.FILE_TOO_LARGE})
-
-
 def _read_file(path: Path, limit: int) -> bytes | None:
     try:
         with open(path, "rb") as f:
@@ -77,7 +71,7 @@ def _read_file(path: Path, limit: int) -> bytes | None:
     except FileNotFoundError:
         return None
     if len(data) > limit:
-        raise TileDirError(ErrorCode.FILE_TOO_LARGE, "a tile file is over its bound")
+        raise AuditInputError(ErrorCode.FILE_TOO_LARGE, "a tile file is over its bound")
     return data
 
 
@@ -119,7 +113,7 @@ def tiles_dir_leaves(directory: Path, note: bytes) -> Iterator[bytes]:
     def read(tile: Tile) -> bytes:
         data = _read_local(directory, tile)
         if data is None:
-            raise TileDirError(ErrorCode.MISSING_INPUT, "a tile the checkpoint needs is missing")
+            raise AuditInputError(ErrorCode.MISSING_INPUT, "a tile the checkpoint needs is missing")
         return data
 
     for bundle in entry_tiles(size):

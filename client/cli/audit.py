@@ -50,6 +50,7 @@ from typing import Final
 from deplog.client.audit.bundle import read_entries, write_entries
 from deplog.client.audit.mapaudit import audit_map
 from deplog.client.audit.offline import (
+    AuditInputError,
     ReplayReport,
     audit_checkpoint,
     audit_consistency,
@@ -100,12 +101,6 @@ class ExportError(DeplogError):
     """
 
     code = ErrorCode.BAD_URL
-
-
-class AuditInputError(DeplogError):
-    """Command-line input an audit command cannot use: a missing file, or one over its bound."""
-
-    codes = frozenset({ErrorCode.MISSING_INPUT, ErrorCode.FILE_TOO_LARGE})
 
 
 # --- helpers ------------------------------------------------------------------

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from deplog.client.audit.tiledir import TileDirError, mirror_tiles, tiles_dir_leaves
+from deplog.client.audit.offline import AuditInputError
+from deplog.client.audit.tiledir import mirror_tiles, tiles_dir_leaves
 from deplog.client.cli.audit import mirror
 from deplog.client.cli.main import main
 from deplog.client.errors import DeplogError, ErrorCode
@@ -131,7 +132,7 @@ def test_reading_a_tiles_directory_refuses_a_tampered_or_missing_tile(
         list(tiles_dir_leaves(tmp_path, note))
     assert refused.value.code == ErrorCode.BAD_TILE
     level1.unlink()
-    with pytest.raises(TileDirError) as missing:
+    with pytest.raises(AuditInputError) as missing:
         list(tiles_dir_leaves(tmp_path, note))
     assert missing.value.code == ErrorCode.MISSING_INPUT
 
