@@ -118,7 +118,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
         ),
         413: (ErrorCode.TOO_LARGE,),
         415: (ErrorCode.UNSUPPORTED_MEDIA_TYPE,),
-        422: (ErrorCode.BAD_CONSISTENCY_PROOF,),
+        422: (ErrorCode.BAD_CONSISTENCY_PROOF, ErrorCode.MAP_NOT_REPRODUCED),
         429: (ErrorCode.RATE_LIMITED, ErrorCode.PUBLISHER_RATE_LIMITED),
         500: (ErrorCode.INTERNAL,),
         503: (
@@ -129,9 +129,11 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
             ErrorCode.STORED_ROOT_MISMATCH,
             ErrorCode.WITNESS_QUORUM_UNAVAILABLE,
             ErrorCode.EMBEDDED_WITNESS_UNAVAILABLE,
+            ErrorCode.MAP_NOT_PUBLISHED,
             ErrorCode.TOO_MANY_SUBSCRIBERS,
             ErrorCode.UNAVAILABLE,
             ErrorCode.BUSY,
+            ErrorCode.ENTRIES_UNAVAILABLE,
         ),
     }
 )

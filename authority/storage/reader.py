@@ -17,8 +17,11 @@ from typing import Any
 from deplog.authority.log import IntegrityError
 from deplog.authority.storage import store
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
+from deplog.client.errors import DeplogError
+from deplog.client.mapstore import StoredMap
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.status import StatusIndex
+from deplog.client.model.vmap import MapProof
 from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_hash
 
 __all__ = [
@@ -42,6 +45,7 @@ class LogReader:
     def __init__(self, path: Path) -> None:
         self.conn = store.connect(path, readonly=True)
         self.tree = StoredHashTree(self.conn)
+        self.map = StoredMap(self.conn)
 
     def close(self) -> None:
         self.conn.close()
@@ -147,6 +151,14 @@ class LogReader:
         if truncated:
             described["truncated"] = True
         return described
+
+    def map_proof(self, tool_id: str) -> tuple[int, MapProof]:
+        """The proof of ``tool_id`` in the map as committed, and the log size that map is at
+        (read in one snapshot: the caller compares it with the served checkpoint)."""
+        try:
+            return self.map.prove_at_size(tool_id)
+        except (KeyError, DeplogError):  # a missing row, a stored record that does not decode
+            raise IntegrityError() from None
 
     def publishers(self) -> dict[str, Any]:
         """Every publisher with its namespaces and keys, as of the latest registry change."""

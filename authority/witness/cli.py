@@ -37,6 +37,7 @@ from deplog.authority.witness.core import (
     WitnessState,
     parse_logs_file,
 )
+from deplog.authority.witness.mapverify import MapVerifier, http_entries
 from deplog.authority.witness.server import build_app, render_error
 from deplog.client.errors import CLIError
 from deplog.client.files import exclusive_lock, require_writable, write_atomic
@@ -66,6 +67,7 @@ log = logging.getLogger("deplog.witness")
 DEFAULT_PORT = 7461
 CONFIG_FILE = "witness.json"
 DB_FILE = "witness.db"
+MAP_DB_FILE = "map.db"
 LOCK_FILE = "witness.lock"
 
 
@@ -231,7 +233,16 @@ def _start(args: argparse.Namespace, sock: socket.socket) -> int:
             if args.logs is not None:
                 _add_logs_from_file(state, args.logs, sys.stdout)
             print(f"witness verifier key: {signer.verifier().vkey()}", flush=True)
-            asyncio.run(_serve(config, Witness(state, signer), sock))
+            witness = Witness(state, signer)
+            verifier = None
+            if args.verify_map is not None:
+                verifier = MapVerifier(args.data / MAP_DB_FILE, http_entries(args.verify_map))
+                witness.statement = verifier.check
+            try:
+                asyncio.run(_serve(config, witness, sock))
+            finally:
+                if verifier is not None:
+                    verifier.close()
         finally:
             state.close()
     return 0
@@ -284,6 +295,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--keys", type=Path, required=True, help="directory of key files")
     add_options(sp, ServeOptions)
     sp.add_argument("--logs", type=Path, help="tlog-policy file of logs to trust at startup")
+    sp.add_argument(
+        "--verify-map",
+        metavar="URL",
+        help="cosign only checkpoints whose deplog-map/v1 root this witness reproduced from "
+        "the log's entries at URL (run it under its own name and key)",
+    )
     sp.set_defaults(func=_cmd_serve)
     return p
 

@@ -30,7 +30,10 @@ Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
    sequence numbers unique per publisher, valid withdraw targets). Any failure
    is that module's ``RuleViolation``, naming the first bad index.
 4. The entries must be exactly as many as the new checkpoint's size and the
-   extended tree's root must equal its root (``TreeMismatchError``).
+   extended tree's root must equal its root (``TreeMismatchError``). Then its
+   ``deplog-map/v1`` root must be the root of the map folded from those
+   entries (``client.follow.mapcheck``); a signed root that is not is proven
+   misbehaviour (``MapMismatchError``, a ``ForkError``: evidence, stop).
 5. Only then is everything (checkpoint, tree edge, registry, notices) committed
    in one transaction; any failure before rolls the whole advance back.
 
@@ -53,6 +56,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.follow.mapcheck import FollowerMap
 from deplog.client.follow.state import AdvanceWriter, LocalState
 from deplog.client.model.entries import Entry, NoticeEntry
 from deplog.client.model.notice import Notice
@@ -63,6 +67,7 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.evidence import (
     CONFLICTING_ROOTS,
     FAILING_PROOF,
+    MAP_MISMATCH,
     evidence_between,
     write_evidence,
 )
@@ -83,6 +88,7 @@ __all__ = [
     "CheckpointRejectedError",
     "EntryWatch",
     "ForkError",
+    "MapMismatchError",
     "RollbackError",
     "SuspectedForkError",
     "TrustError",
@@ -114,6 +120,13 @@ class ForkError(TrustError):
     def __init__(self, message: str, evidence: Path) -> None:
         super().__init__(message=message)
         self.evidence = evidence
+
+
+class MapMismatchError(ForkError):
+    """A signed checkpoint whose map root is not the root of its own entries' fold (rule 4):
+    proven, like two signed roots; ``evidence`` names the file."""
+
+    code = ErrorCode.MAP_ROOT_MISMATCH
 
 
 class SuspectedForkError(TrustError):
@@ -220,8 +233,10 @@ class TrustedState:
     def _evidence(self, note: bytes, proof: ConsistencyProof | None, finding: str) -> Path:
         """Save the trusted and the new checkpoint (and the served proof) as evidence."""
         trusted = self.state.trusted
-        assert trusted is not None  # there must be a trusted checkpoint to contradict
-        evidence = evidence_between(self.log_key, trusted.note, note, proof, "follower", finding)
+        # A fork needs a trusted checkpoint to contradict; a false map root does not.
+        assert trusted is not None or finding == MAP_MISMATCH
+        first = note if trusted is None else trusted.note
+        evidence = evidence_between(self.log_key, first, note, proof, "follower", finding)
         return write_evidence(self.evidence_dir, evidence)
 
     def advance(self, candidate: Candidate) -> AdvanceSession:
@@ -250,6 +265,7 @@ class AdvanceSession:
 
     def __enter__(self) -> AdvanceSession:
         self._writer = self.trusted.state.begin()
+        self._map = FollowerMap(self._writer.conn, self.old_size)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -278,6 +294,7 @@ class AdvanceSession:
             )
 
         checker = EntryChecker(self.registry, self.trusted.log_key, find_notice, sequence_used)
+        start = self.next_index
         for leaf in leaves:
             index = self.next_index
             if index >= self.checkpoint.size:
@@ -294,6 +311,7 @@ class AdvanceSession:
             self.frontier.append(leaf_hash(leaf))
             self.next_index += 1
         writer.add_notices(staged.items(), datetime.fromtimestamp(stamp, UTC))
+        self._map.add(start, leaves)
 
     def _fold(
         self, index: int, notice: Notice, stamp: float, find_notice: Callable[[int], Notice | None]
@@ -327,6 +345,11 @@ class AdvanceSession:
             raise TreeMismatchError(ErrorCode.MISSING_ENTRIES, self.next_index)
         if self.frontier.root() != self.checkpoint.root_hash:
             raise TreeMismatchError(ErrorCode.ENTRIES_ROOT_MISMATCH, None)
+        if not self._map.matches(self.checkpoint):
+            raise MapMismatchError(
+                message="the checkpoint's map root is not the fold of its entries",
+                evidence=self.trusted._evidence(self.candidate.note, None, MAP_MISMATCH),
+            )
         self.trusted.state.save_trusted(
             self._writer,
             self.candidate.note,
