@@ -50,6 +50,7 @@ from deplog.client.audit.offline import (
     audit_receipt,
     replay,
 )
+from deplog.client.cli.messages import SENTENCES
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpLogSource
@@ -72,6 +73,7 @@ __all__ = [
     "ExportError",
     "export",
     "read_bounded",
+    "read_log_key",
     "register",
 ]
 
@@ -111,6 +113,21 @@ def read_bounded(path: Path, limit: int) -> bytes:
     return data
 
 
+def read_log_key(value: str, flag: str = "--log-key") -> Verifier:
+    """A verifier key given to ``flag`` inline or as a file holding one; a bad one is a
+    usage error (exit 2) naming the flag."""
+    try:
+        return read_verifier_key(value)
+    except DeplogError as err:
+        raise CLIError(
+            f"{flag}: {err.code}: give the log's verifier key (<name>+<8 hex>+<base64>) or "
+            "a file holding it, such as the authority's keys/<origin>.pub",
+            2,
+        ) from None
+    except OSError as err:
+        raise CLIError(f"{flag}: cannot read {value}: {err.strerror}", 2) from None
+
+
 def _origin(text: str) -> str:
     """A checkpoint origin line (argparse type): non-empty, one line."""
     try:
@@ -129,10 +146,13 @@ def _failure(command: str, err: BaseException) -> int:
         index = getattr(err, "index", None)
         if isinstance(index, int):
             message += f" at index {index}"
-        elif str(err) != err.code and not cause:
+        if str(err) != err.code and not cause and not isinstance(index, int):
             message += f": {err}"  # messages are value-free by design, so safe to print
+        else:
+            message += f"; {SENTENCES[err.code]}"
     elif isinstance(err, OSError):
-        message = f"cannot access a file: {err.strerror or type(err).__name__}"
+        where = "" if err.filename is None else f" {err.filename}"
+        message = f"cannot access the file{where}: {err.strerror or type(err).__name__}"
     else:
         message = str(err)
     print(f"deplog {command}: {message}", file=sys.stderr)
@@ -167,14 +187,14 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     if args.policy is None:
         if args.log_key is None:
             raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")
-        checkpoint = audit_checkpoint(note, read_verifier_key(args.log_key), args.origin)
+        checkpoint = audit_checkpoint(note, read_log_key(args.log_key), args.origin)
         print(f"ok: checkpoint {_describe(checkpoint)}")
         return 0
     if args.origin is not None:
         raise CLIError("--origin applies to --log-key without --policy")
     policy = Policy.parse(read_bounded(args.policy, MAX_POLICY_SIZE))
     if args.log_key is not None:
-        policy = replace(policy, logs=(PolicyLog(read_verifier_key(args.log_key)),))
+        policy = replace(policy, logs=(PolicyLog(read_log_key(args.log_key)),))
     # Offline: no freshness bound, but cosignatures dated in the future still do not count.
     verified = policy.verify(note, now=time.time(), max_age=None)
     when = verified.witnessed_at
@@ -192,7 +212,7 @@ def _cmd_receipt(args: argparse.Namespace) -> int:
     else:
         leaf = read_bounded(args.leaf, MAX_ENTRY_BYTES)
     receipt = read_bounded(args.receipt, MAX_RECEIPT_SIZE)
-    checkpoint = audit_receipt(receipt, leaf, read_verifier_key(args.log_key), args.origin)
+    checkpoint = audit_receipt(receipt, leaf, read_log_key(args.log_key), args.origin)
     index = Receipt.parse(receipt).index
     print(f"ok: entry {index} is included in {_describe(checkpoint)}")
     return 0
@@ -204,7 +224,7 @@ def _cmd_consistency(args: argparse.Namespace) -> int:
         read_bounded(args.old, MAX_NOTE_SIZE),
         read_bounded(args.new, MAX_NOTE_SIZE),
         proof,
-        read_verifier_key(args.log_key),
+        read_log_key(args.log_key),
         args.origin,
     )
     print(f"ok: {new.origin} size {new.size} is consistent with size {old.size}")
@@ -213,7 +233,7 @@ def _cmd_consistency(args: argparse.Namespace) -> int:
 
 def _cmd_evidence(args: argparse.Namespace) -> int:
     evidence = read_evidence(args.file)
-    finding = evidence.verify(read_verifier_key(args.log_key), args.origin)
+    finding = evidence.verify(read_log_key(args.log_key), args.origin)
     meaning = {
         CONFLICTING_ROOTS: "the log signed two different trees of one size: a fork",
         FAILING_PROOF: "both checkpoints are validly signed, but the consistency proof "
@@ -245,7 +265,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             ErrorCode.MISSING_INPUT, "give DIR, or --checkpoint FILE and --entries FILE"
         )
     note = read_bounded(checkpoint_path, MAX_NOTE_SIZE)
-    report = replay(read_entries(entries_path), note, read_verifier_key(args.log_key), args.origin)
+    report = replay(read_entries(entries_path), note, read_log_key(args.log_key), args.origin)
     print(_summary(report))
     return 0
 
@@ -306,7 +326,7 @@ def _leaves_under(
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    log_key = read_verifier_key(args.log_key) if args.log_key else None
+    log_key = read_log_key(args.log_key) if args.log_key else None
     checkpoint, verified = export(args.url, args.out, log_key)
     how = "verified" if verified else "root checked, signature not verified: pass --log-key"
     print(f"exported {checkpoint.size} entries of {_describe(checkpoint)} to {args.out} ({how})")

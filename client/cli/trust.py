@@ -10,16 +10,20 @@ arguments (``add_follow_arguments``) so that both read a log the same way.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
-from deplog.client.cli.audit import read_bounded
+from deplog.client.cli.audit import read_bounded, read_log_key
 from deplog.client.errors import CLIError
 from deplog.client.follow.http import DEFAULT_TIMEOUT
-from deplog.client.tlog.keyfile import read_verifier_key
+from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault, database_files
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy
 
-__all__ = ["add_follow_arguments", "load_trust", "log_origin"]
+__all__ = ["add_follow_arguments", "load_trust", "log_origin", "state_fault", "writing_state"]
 
 
 def load_trust(log_key: str | None, policy: Path | None) -> Verifier | Policy:
@@ -28,8 +32,42 @@ def load_trust(log_key: str | None, policy: Path | None) -> Verifier | Policy:
     if policy is not None:
         return Policy.parse(read_bounded(policy, MAX_POLICY_SIZE))
     if log_key is not None:
-        return read_verifier_key(log_key)
+        return read_log_key(log_key)
     raise CLIError("give the trust policy (--policy FILE) or the log key (--log-key)")
+
+
+def state_fault(err: sqlite3.Error | OSError, path: Path) -> StorageFault:
+    """``client.storage_faults``' classification of a follower state file, with advice
+    for a state: it is a verified copy of the log, so a corrupt one is rebuilt, not
+    restored."""
+    fault = database_fault(err, path)
+    if fault.kind is not CORRUPT:
+        return fault
+    advice = "move it aside and run deplog follow again into a new --state"
+    return StorageFault(dataclasses.replace(CORRUPT, advice=advice), path, fault.evidence)
+
+
+@contextlib.contextmanager
+def writing_state(path: Path) -> Iterator[None]:
+    """Run a command that writes the state file ``path``: a state SQLite cannot open or
+    write is one line naming it, with ``client.storage_faults``' exit status (77
+    permission, 73 disk full, 74 I/O, 65 proven corruption), and files this run created
+    for a state that never held anything are removed."""
+    if not path.parent.is_dir():
+        raise CLIError(f"--state: the directory {path.parent} does not exist; create it first", 2)
+    if path.is_dir():
+        raise CLIError(f"--state: {path} is a directory; give a file path in it", 2)
+    existed = {file for file in database_files(path) if file.exists()}
+    try:
+        yield
+    except sqlite3.Error as err:
+        fault = state_fault(err, path)
+        if path not in existed:
+            for file in database_files(path):
+                if file not in existed:
+                    with contextlib.suppress(OSError):
+                        file.unlink()
+        raise fault from None
 
 
 def log_origin(trust: Verifier | Policy) -> str:

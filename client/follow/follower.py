@@ -167,20 +167,25 @@ class Follower:
             await self._owned.close()
         self.state.close()
 
-    async def sync(self) -> SyncResult:
-        """One verified step to the log's latest checkpoint."""
-        return await self.sync_to(await self.source.checkpoint())
+    async def sync(self, on_progress: Callable[[int, int], None] | None = None) -> SyncResult:
+        """One verified step to the log's latest checkpoint (``on_progress``: see sync_to)."""
+        return await self.sync_to(await self.source.checkpoint(), on_progress)
 
-    async def sync_to(self, note: bytes) -> SyncResult:
+    async def sync_to(
+        self, note: bytes, on_progress: Callable[[int, int], None] | None = None
+    ) -> SyncResult:
         """One verified step to the checkpoint ``note`` (fetched, or pushed to us).
 
         Steps run one at a time (a push can arrive during a poll); listeners
         registered with ``add_listener`` hear about every advance.
+        ``on_progress(done, total)`` hears of each verified page of entries.
         """
         async with self._step:
             old_size = self.state.size
             try:
-                advanced = await sync_step(self.source, self.trust, note, page_size=self.page_size)
+                advanced = await sync_step(
+                    self.source, self.trust, note, page_size=self.page_size, on_progress=on_progress
+                )
             except SuspectedForkError as suspicion:
                 self._suspect(suspicion)
                 raise
