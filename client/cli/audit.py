@@ -372,8 +372,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     given.add_argument("--leaf", type=Path, help="the exact leaf bytes")
 
     sp = add("consistency", "verify that a newer checkpoint extends an older one", _cmd_consistency)
-    sp.add_argument("old", type=Path, metavar="OLD_CHECKPOINT")
-    sp.add_argument("new", type=Path, metavar="NEW_CHECKPOINT")
+    sp.add_argument("old", type=Path, metavar="OLD_CHECKPOINT", help="the older signed checkpoint")
+    sp.add_argument("new", type=Path, metavar="NEW_CHECKPOINT", help="the newer signed checkpoint")
     sp.add_argument("proof", type=Path, metavar="PROOF_JSON", help='{"old","new","proof"}')
 
     sp = add("replay", "replay an exported log: every leaf, signature and the root", _cmd_replay)

@@ -197,11 +197,8 @@ def _decision_json(decision: Decision) -> dict[str, Any]:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     """The guard's verdict for one cached tool version, and its exit status."""
-    cached_at = (
-        parse_timestamp(args.cached_at)
-        if args.cached_at
-        else datetime.now(UTC).replace(microsecond=0)
-    )
+    # No --cached-at: a copy fetched this instant, which no processed notice postdates.
+    cached_at = time_flag("--cached-at", args.cached_at) if args.cached_at else datetime.now(UTC)
     state = open_state(args.state)
     try:
         warn_if_behind(args.url, state)
