@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 import urllib.parse
@@ -40,7 +41,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from deplog.client.audit.bundle import read_entries, write_entries
 from deplog.client.audit.offline import (
@@ -58,6 +59,7 @@ from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
 from deplog.client.model import canonical
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
+from deplog.client.progress import Progress
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin
 from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
 from deplog.client.tlog.keyfile import read_verifier_key
@@ -178,6 +180,35 @@ def _describe(checkpoint: Checkpoint) -> str:
 # --- audit commands -------------------------------------------------------------
 
 
+def _result(args: argparse.Namespace, lines: list[str], shape: dict[str, Any]) -> None:
+    """A command's result: its text lines, or with ``--json`` one JSON object (README)."""
+    if args.json:
+        print(json.dumps(shape, sort_keys=True))
+    else:
+        print("\n".join(lines))
+
+
+def _checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        "origin": checkpoint.origin,
+        "size": checkpoint.size,
+        "root": encode_base64(checkpoint.root_hash),
+    }
+
+
+def _counting(
+    leaves: Iterator[bytes], total: int, on_progress: Callable[[int, int], None]
+) -> Iterator[bytes]:
+    """``leaves`` unchanged, reporting ``(done, total)`` every page and at the end."""
+    done = 0
+    for leaf in leaves:
+        yield leaf
+        done += 1
+        if done % PAGE_SIZE == 0:
+            on_progress(done, total)
+    on_progress(done, total)
+
+
 def _rfc3339(timestamp: int) -> str:
     return format_timestamp(datetime.fromtimestamp(timestamp, UTC))
 
@@ -188,7 +219,8 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
         if args.log_key is None:
             raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")
         checkpoint = audit_checkpoint(note, read_log_key(args.log_key), args.origin)
-        print(f"ok: checkpoint {_describe(checkpoint)}")
+        shape = {"ok": True, "checkpoint": _checkpoint_json(checkpoint)}
+        _result(args, [f"ok: checkpoint {_describe(checkpoint)}"], shape)
         return 0
     if args.origin is not None:
         raise CLIError("--origin applies to --log-key without --policy")
@@ -199,9 +231,20 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     verified = policy.verify(note, now=time.time(), max_age=None)
     when = verified.witnessed_at
     quorum = "none required" if when is None else f"met at {_rfc3339(when)}"
-    print(f"ok: checkpoint {_describe(verified.checkpoint)}; quorum {quorum}")
-    for cosig in verified.cosignatures:
-        print(f"  cosigned by {cosig.name} at {_rfc3339(cosig.timestamp)}")
+    lines = [f"ok: checkpoint {_describe(verified.checkpoint)}; quorum {quorum}"]
+    lines += [
+        f"  cosigned by {cosig.name} at {_rfc3339(cosig.timestamp)}"
+        for cosig in verified.cosignatures
+    ]
+    shape = {
+        "ok": True,
+        "checkpoint": _checkpoint_json(verified.checkpoint),
+        "quorum_met_at": None if when is None else _rfc3339(when),
+        "cosignatures": [
+            {"name": c.name, "timestamp": _rfc3339(c.timestamp)} for c in verified.cosignatures
+        ],
+    }
+    _result(args, lines, shape)
     return 0
 
 
@@ -214,7 +257,8 @@ def _cmd_receipt(args: argparse.Namespace) -> int:
     receipt = read_bounded(args.receipt, MAX_RECEIPT_SIZE)
     checkpoint = audit_receipt(receipt, leaf, read_log_key(args.log_key), args.origin)
     index = Receipt.parse(receipt).index
-    print(f"ok: entry {index} is included in {_describe(checkpoint)}")
+    shape = {"ok": True, "index": index, "checkpoint": _checkpoint_json(checkpoint)}
+    _result(args, [f"ok: entry {index} is included in {_describe(checkpoint)}"], shape)
     return 0
 
 
@@ -227,7 +271,8 @@ def _cmd_consistency(args: argparse.Namespace) -> int:
         read_log_key(args.log_key),
         args.origin,
     )
-    print(f"ok: {new.origin} size {new.size} is consistent with size {old.size}")
+    shape = {"ok": True, "old": _checkpoint_json(old), "new": _checkpoint_json(new)}
+    _result(args, [f"ok: {new.origin} size {new.size} is consistent with size {old.size}"], shape)
     return 0
 
 
@@ -241,10 +286,16 @@ def _cmd_evidence(args: argparse.Namespace) -> int:
         "have corrupted it: ask the log (or a mirror) for the proof again",
     }[finding]
     verdict = "proven" if evidence.proven else "not proven"
-    print(
-        f"{verdict}: {finding}: {meaning} "
-        f"(reported by {evidence.reporter} at {evidence.detected_at})"
+    line = f"{verdict}: {finding}: {meaning} (reported by {evidence.reporter} at " + (
+        f"{evidence.detected_at})"
     )
+    shape = {
+        "proven": evidence.proven,
+        "finding": finding,
+        "reporter": evidence.reporter,
+        "detected_at": evidence.detected_at,
+    }
+    _result(args, [line], shape)
     return 0 if evidence.proven else EXIT_NOT_PROVEN
 
 
@@ -265,15 +316,31 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             ErrorCode.MISSING_INPUT, "give DIR, or --checkpoint FILE and --entries FILE"
         )
     note = read_bounded(checkpoint_path, MAX_NOTE_SIZE)
-    report = replay(read_entries(entries_path), note, read_log_key(args.log_key), args.origin)
-    print(_summary(report))
+    log_key = read_log_key(args.log_key)
+    total = Checkpoint.from_text(parse_note(note)[0]).size  # for display; replay verifies
+    with Progress("replaying entries", quiet=args.json) as progress:
+        leaves = _counting(read_entries(entries_path), total, progress.update)
+        report = replay(leaves, note, log_key, args.origin)
+    shape = {
+        "ok": True,
+        "checkpoint": _checkpoint_json(report.checkpoint),
+        "notices": report.notices,
+        "publisher_entries": report.publisher_entries,
+        "publishers": list(report.publishers),
+    }
+    _result(args, [_summary(report)], shape)
     return 0
 
 
 # --- export ---------------------------------------------------------------------
 
 
-def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, bool]:
+def export(
+    url: str,
+    out: Path,
+    log_key: Verifier | None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> tuple[Checkpoint, bool]:
     """Copy the log at ``url`` into ``out/checkpoint`` and ``out/entries``.
 
     Reads it through ``HttpLogSource``, the follower's source, so every answer
@@ -285,8 +352,9 @@ def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, b
     is verified too (returned flag True); without, the copy is only
     self-consistent. ``entries`` is written before ``checkpoint``, so an
     interrupted re-export never pairs a new checkpoint with old entries (a
-    replay would fail, not pass, on old ones). Runs its own event loop: call
-    it from synchronous code.
+    replay would fail, not pass, on old ones). ``on_progress(done, total)``
+    hears of each page written. Runs its own event loop: call it from
+    synchronous code.
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -300,7 +368,10 @@ def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, b
             else:
                 checkpoint = Checkpoint.from_text(parse_note(note)[0])
             out.mkdir(parents=True, exist_ok=True)
-            write_entries(out / "entries", _leaves_under(checkpoint, source, runner))
+            leaves = _leaves_under(checkpoint, source, runner)
+            if on_progress is not None:
+                leaves = _counting(leaves, checkpoint.size, on_progress)
+            write_entries(out / "entries", leaves)
             write_atomic(out / "checkpoint", [note])
         finally:
             runner.run(source.close())
@@ -327,9 +398,12 @@ def _leaves_under(
 
 def _cmd_export(args: argparse.Namespace) -> int:
     log_key = read_log_key(args.log_key) if args.log_key else None
-    checkpoint, verified = export(args.url, args.out, log_key)
+    with Progress("exporting entries", quiet=args.json) as progress:
+        checkpoint, verified = export(args.url, args.out, log_key, progress.update)
     how = "verified" if verified else "root checked, signature not verified: pass --log-key"
-    print(f"exported {checkpoint.size} entries of {_describe(checkpoint)} to {args.out} ({how})")
+    line = f"exported {checkpoint.size} entries of {_describe(checkpoint)} to {args.out} ({how})"
+    shape = {"checkpoint": _checkpoint_json(checkpoint), "out": str(args.out), "verified": verified}
+    _result(args, [line], shape)
     return 0
 
 
@@ -353,6 +427,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             type=_origin,
             help="the checkpoints' origin line, if not the log key's name",
         )
+        sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         sp.set_defaults(func=_guarded(f"audit {name}", fn))
         return sp
 
@@ -388,4 +463,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sp.add_argument("url", help="authority base URL")
     sp.add_argument("--out", type=Path, required=True, help="directory to write")
     sp.add_argument("--log-key", help="log verifier key, or a file holding it")
+    sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     sp.set_defaults(func=_guarded("export", _cmd_export))

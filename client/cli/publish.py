@@ -498,8 +498,18 @@ def _cmd_publish(args: argparse.Namespace) -> int:
             f"{_resubmit_command(envelope_path, args)}",
             failure.exit_status,
         ) from None
-    verified = "verified" if log_key is not None else "not verified: pass --log-key"
     kind = "logged" if answer.status == 201 else "already logged"
+    if args.json:
+        shape = {
+            "result": kind.replace(" ", "_"),
+            "index": receipt.index,
+            "envelope": str(envelope_path),
+            "receipt": f"{stem}.tlog-proof",
+            "verified": log_key is not None,
+        }
+        print(json.dumps(shape, sort_keys=True))
+        return EXIT_OK
+    verified = "verified" if log_key is not None else "not verified: pass --log-key"
     print(f"{kind} at index {receipt.index} ({verified}); receipt: {stem}.tlog-proof")
     return EXIT_OK
 
@@ -561,5 +571,8 @@ def register(sub: Any) -> None:
     )
     sp.add_argument(
         "--out", type=Path, default=Path("."), help="where the envelope and receipt go (default: .)"
+    )
+    sp.add_argument(
+        "--json", action="store_true", help="print the outcome as one JSON object instead of text"
     )
     sp.set_defaults(func=_cmd_publish)

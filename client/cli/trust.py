@@ -51,8 +51,9 @@ def state_fault(err: sqlite3.Error | OSError, path: Path) -> StorageFault:
 def writing_state(path: Path) -> Iterator[None]:
     """Run a command that writes the state file ``path``: a state SQLite cannot open or
     write is one line naming it, with ``client.storage_faults``' exit status (77
-    permission, 73 disk full, 74 I/O, 65 proven corruption), and files this run created
-    for a state that never held anything are removed."""
+    permission, 73 disk full, 74 I/O, 65 proven corruption). Whatever ends the run, the
+    files it created for a state that never held a verified checkpoint are removed, so a
+    failed first follow leaves nothing behind."""
     if not path.parent.is_dir():
         raise CLIError(f"--state: the directory {path.parent} does not exist; create it first", 2)
     if path.is_dir():
@@ -60,14 +61,29 @@ def writing_state(path: Path) -> Iterator[None]:
     existed = {file for file in database_files(path) if file.exists()}
     try:
         yield
-    except sqlite3.Error as err:
-        fault = state_fault(err, path)
-        if path not in existed:
+    except BaseException as err:
+        if path not in existed and not _holds_checkpoint(path):
             for file in database_files(path):
                 if file not in existed:
                     with contextlib.suppress(OSError):
                         file.unlink()
-        raise fault from None
+        if isinstance(err, sqlite3.Error):
+            raise state_fault(err, path) from None
+        raise
+
+
+def _holds_checkpoint(path: Path) -> bool:
+    """Whether the state at ``path`` holds a verified checkpoint (when unsure: yes, keep it)."""
+    if not path.exists():
+        return False
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT 1 FROM trusted").fetchone() is not None
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return True
 
 
 def log_origin(trust: Verifier | Policy) -> str:
