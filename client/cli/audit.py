@@ -223,7 +223,7 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
         _result(args, [f"ok: checkpoint {_describe(checkpoint)}"], shape)
         return 0
     if args.origin is not None:
-        raise CLIError("--origin applies to --log-key without --policy")
+        raise CLIError("--origin applies to --log-key without --policy", 2)
     policy = Policy.parse(read_bounded(args.policy, MAX_POLICY_SIZE))
     if args.log_key is not None:
         policy = replace(policy, logs=(PolicyLog(read_log_key(args.log_key)),))

@@ -75,7 +75,7 @@ def _cmd_verify_receipt(args: argparse.Namespace) -> int:
         leaf = args.leaf.read_bytes()
         decode_entry(leaf)
     else:
-        raise CLIError("give the logged data: --envelope FILE or --leaf FILE")
+        raise CLIError("give the logged data: --envelope FILE or --leaf FILE", 2)
     checkpoint = verify_receipt(receipt, leaf, auditcli.read_log_key(args.log_key))
     print(f"ok: entry {receipt.index} is in {checkpoint.origin} at tree size {checkpoint.size}")
     return 0

@@ -54,7 +54,7 @@ def _key_id(value: str) -> bytes:
     try:
         return bytes(read_verifier_key(value).key_id)
     except (DeplogError, OSError):
-        raise CLIError("--key-id takes 8 hex digits, a verifier key or a .pub file") from None
+        raise CLIError("--key-id takes 8 hex digits, a verifier key or a .pub file", 2) from None
 
 
 def _namespace(value: str) -> str:

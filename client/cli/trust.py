@@ -33,7 +33,7 @@ def load_trust(log_key: str | None, policy: Path | None) -> Verifier | Policy:
         return Policy.parse(read_bounded(policy, MAX_POLICY_SIZE))
     if log_key is not None:
         return read_log_key(log_key)
-    raise CLIError("give the trust policy (--policy FILE) or the log key (--log-key)")
+    raise CLIError("give the trust policy (--policy FILE) or the log key (--log-key)", 2)
 
 
 def state_fault(err: sqlite3.Error | OSError, path: Path) -> StorageFault:

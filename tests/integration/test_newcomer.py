@@ -101,7 +101,7 @@ def _cases(authority: AuthorityProcess) -> list[tuple[list[str], int, list[str]]
         ("verify-receipt --log-key log.pub gone.tlog-proof", 1, ["gone.tlog-proof"]),
         (
             f"monitor {url} --namespace org.acme --key-id xyz --log-key log.pub --once",
-            1,
+            2,
             ["--key-id"],
         ),
     ]
