@@ -45,6 +45,7 @@ __all__ = [
     "StorageFault",
     "database_fault",
     "database_files",
+    "file_exit_status",
     "integrity_problem",
     "opening_database",
 ]
@@ -190,6 +191,13 @@ def _from_errno(number: int | None, path: Path, evidence: str) -> StorageFault |
     if number == errno.EIO:
         return StorageFault(IO_ERROR, path, evidence)
     return None
+
+
+def file_exit_status(err: OSError) -> int:
+    """The exit status for a plain file (a key, an inventory, an export) the system refused:
+    the kinds' statuses by ``errno`` (rule 2), otherwise 1."""
+    fault = _from_errno(err.errno, Path(), "")
+    return 1 if fault is None else fault.kind.exit_status
 
 
 def _probe(path: Path) -> int | None:

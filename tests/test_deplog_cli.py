@@ -4,8 +4,10 @@ a read, exit statuses a script can branch on, and help for every argument."""
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.metadata
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from deplog.client.cli.verdicts import EXIT_REFUSE, EXIT_STALE, EXIT_UNKNOWN
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import TrustedState
+from deplog.client.storage_faults import file_exit_status
 from tests.builders import ORIGIN, LocalLog
 
 TOOL = "tool:org.acme/search"
@@ -67,6 +70,25 @@ def test_keygen_refuses_a_name_no_publisher_id_can_have_and_writes_nothing(
     assert status == 2
     assert err.startswith("deplog: --name: bad_key: ") and "lower-case letters" in err
     assert not (tmp_path / "keys").exists()
+
+
+def test_keygen_never_overwrites_a_key_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "keys"
+    assert run(capsys, "keygen", "--name", "acme", "--out", str(out))[0] == 0
+    first = (out / "acme.key").read_bytes()
+    status, _, err = run(capsys, "keygen", "--name", "acme", "--out", str(out))
+    assert status == 2 and f"{out / 'acme.key'} already exists" in err
+    assert (out / "acme.key").read_bytes() == first
+
+
+@pytest.mark.parametrize(
+    ("number", "status"),
+    [(errno.EACCES, 77), (errno.EROFS, 77), (errno.ENOSPC, 73), (errno.EIO, 74), (errno.ENOENT, 1)],
+)
+def test_a_refused_file_exits_with_the_storage_fault_status(number: int, status: int) -> None:
+    assert file_exit_status(OSError(number, os.strerror(number), "some.file")) == status
 
 
 # --- read-only commands on no state ------------------------------------------------

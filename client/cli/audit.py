@@ -60,6 +60,7 @@ from deplog.client.model import canonical
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
 from deplog.client.progress import Progress
+from deplog.client.storage_faults import file_exit_status
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin
 from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
 from deplog.client.tlog.keyfile import read_verifier_key
@@ -158,7 +159,7 @@ def _failure(command: str, err: BaseException) -> int:
     else:
         message = str(err)
     print(f"deplog {command}: {message}", file=sys.stderr)
-    return 1
+    return file_exit_status(err) if isinstance(err, OSError) else 1
 
 
 def _guarded(name: str, fn: _Command) -> _Command:

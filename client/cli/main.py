@@ -34,6 +34,7 @@ from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry, encode_entry
 from deplog.client.model.notice import Envelope, parse_publisher_id
 from deplog.client.progress import Progress
+from deplog.client.storage_faults import file_exit_status
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.keyfile import create_signer, key_file_name
 from deplog.client.tlog.receipt import Receipt, verify_receipt
@@ -59,6 +60,12 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
             2,
         ) from None
     stem = key_file_name(args.name)
+    if (args.out / f"{stem}.key").exists():
+        raise CLIError(
+            f"--name: {args.out / (stem + '.key')} already exists; keygen never overwrites a "
+            "key: pick another --out directory or --name",
+            2,
+        )
     signer = create_signer(args.out, stem, args.name)
     print(f"wrote {args.out / (stem + '.key')} (mode 0600) and {args.out / (stem + '.pub')}")
     print(signer.verifier().vkey())
@@ -415,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except OSError as err:
         print(f"deplog: {_file_error(err)}", file=sys.stderr)
-        return 1
+        return file_exit_status(err)
 
 
 if __name__ == "__main__":
