@@ -398,7 +398,7 @@ _EXIT_EPILOG = (
     "  2  a usage error\n"
     f"  {verdicts.EXIT_REFUSE}  an entry must be refused (revoked, sunset, schema mismatch)\n"
     f"  {verdicts.EXIT_STALE}  stale: the state is older than --max-age; run deplog follow\n"
-    f"  {verdicts.EXIT_UNKNOWN}  unknown: nothing verified about it yet"
+    f"  {verdicts.EXIT_UNKNOWN}  unknown (check): not a deplog tool id or version"
 )
 
 

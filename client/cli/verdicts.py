@@ -10,7 +10,7 @@ the follower's verified local state only, and share one exit table
     5  an entry must be refused (revoked, sunset, schema mismatch)
     6  stale: the state was last verified longer ago than --max-age (or the
        cached copy predates the latest notice): run deplog follow, refetch
-    7  unknown: the state knows nothing yet about that identity
+    7  unknown: not a deplog tool id or version (check)
 
 Several entries: the most severe wins (refuse over stale over unknown).
 
@@ -231,7 +231,7 @@ def register(sub: Any, default_state: str) -> None:
             (2, "a usage error"),
             (EXIT_REFUSE, "refuse: revoked, sunset or schema mismatch"),
             (EXIT_STALE, "stale: run deplog follow (or refetch the cached copy)"),
-            (EXIT_UNKNOWN, "unknown: not a deplog tool id or version, or nothing verified"),
+            (EXIT_UNKNOWN, "unknown: not a deplog tool id or version"),
         )
     )
     sp = sub.add_parser(
