@@ -24,7 +24,14 @@ from deplog.client.cli import monitor as monitorcli
 from deplog.client.cli import publish as publishcli
 from deplog.client.cli import verdicts
 from deplog.client.cli.messages import explain
-from deplog.client.cli.trust import add_follow_arguments, load_trust, log_origin, writing_state
+from deplog.client.cli.trust import (
+    add_follow_arguments,
+    add_tiles_argument,
+    load_trust,
+    log_origin,
+    open_log,
+    writing_state,
+)
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.follow.follower import Follower, SyncResult
 from deplog.client.follow.source import FetchError
@@ -118,7 +125,10 @@ def _cmd_follow(args: argparse.Namespace) -> int:
     log_name = log_origin(trust)
 
     async def follow() -> None:
-        async with Follower(args.url, trust, args.state, timeout=args.timeout) as follower:
+        async with (
+            open_log(args.url, args.tiles, args.timeout) as (source, fallback),
+            Follower(source, trust, args.state, fallback=fallback) as follower,
+        ):
 
             def report(result: SyncResult) -> None:
                 print(
@@ -313,6 +323,7 @@ def parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("url", help="authority base URL")
     add_follow_arguments(sp, DEFAULT_STATE)
+    add_tiles_argument(sp)
     sp.add_argument(
         "--once",
         action="store_true",

@@ -25,6 +25,13 @@ a hostile network path its rules are:
 4. Nothing but a ``DeplogError`` leaves ``run`` for a reason the network
    chose; any other exception is a bug and ends ``run`` at once, never
    silently killing one half of it.
+5. With a ``fallback`` source (the JSON API behind a tiles source), a step
+   the source fails for a reason another path may not have (a failed or
+   unusable fetch, a tile that does not hash to the tree, a suspected fork,
+   a stale copy's older checkpoint: ``RETRY_ELSEWHERE``) is taken again at
+   once through the fallback, to the fallback's own latest checkpoint; the
+   first failure is still counted as rule 2 says. The fallback also
+   announces checkpoints when the source does not.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from deplog.client.follow.source import (
 )
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import (
+    Advanced,
     ForkError,
     RollbackError,
     SuspectedForkError,
@@ -60,6 +68,7 @@ from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
 
 __all__ = [
+    "RETRY_ELSEWHERE",
     "SUSPICION_ESCALATION",
     "Follower",
     "FollowerCounters",
@@ -72,6 +81,19 @@ log = logging.getLogger("deplog.follower")
 
 SUSPICION_ESCALATION = 3
 """Consecutive failing consistency proofs after which the follower escalates (rule 2)."""
+RETRY_ELSEWHERE = frozenset(
+    {
+        ErrorCode.FETCH_FAILED,
+        ErrorCode.RESPONSE_TOO_LARGE,
+        ErrorCode.BAD_RESPONSE,
+        ErrorCode.BAD_TILE,
+        ErrorCode.MALFORMED_TILE,
+        ErrorCode.MALFORMED_BUNDLE,
+        ErrorCode.SUSPECTED_FORK,
+        ErrorCode.ROLLBACK,
+    }
+)
+"""Failures of one path to a log that another path may not have (rule 5)."""
 
 
 @dataclass
@@ -118,9 +140,10 @@ class Follower:
 
     ``source`` is the authority's base URL (read with an ``HttpLogSource``
     whose request ``timeout`` may be given) or any ``LogSource``, which the
-    caller keeps and closes. Failures raise the trust state's errors or the
-    source's ``FetchError`` (``fetch_failed``, ``response_too_large``,
-    ``bad_response``).
+    caller keeps and closes, as it does ``fallback`` (rule 5). Failures raise
+    the trust state's errors or the source's (``FetchError``: ``fetch_failed``,
+    ``response_too_large``, ``bad_response``; a tiles source's ``bad_tile``,
+    ``malformed_tile``, ``malformed_bundle``).
     """
 
     def __init__(
@@ -132,6 +155,7 @@ class Follower:
         page_size: int = PAGE_SIZE,
         timeout: float | None = None,
         evidence_dir: Path | None = None,
+        fallback: LogSource | None = None,
     ) -> None:
         if not 1 <= page_size <= PAGE_SIZE:
             raise ValueError("page_size must be between 1 and 1000")
@@ -151,6 +175,7 @@ class Follower:
         self.state = LocalState(state_path, policy.logs[0].verifier.name)
         self.trust = TrustedState(self.state, policy, evidence_dir)
         self.page_size = page_size
+        self.fallback = fallback
         self._step = asyncio.Lock()
         self._listeners: list[OnAdvance] = []
         self.counters = FollowerCounters()
@@ -186,9 +211,15 @@ class Follower:
                 advanced = await sync_step(
                     self.source, self.trust, note, page_size=self.page_size, on_progress=on_progress
                 )
-            except SuspectedForkError as suspicion:
-                self._suspect(suspicion)
-                raise
+            except DeplogError as failure:
+                if isinstance(failure, SuspectedForkError):
+                    self._suspect(failure)
+                if self.fallback is None or failure.code not in RETRY_ELSEWHERE:
+                    raise
+                log.info(
+                    "sync via the log source failed: %s; retrying via the fallback", failure.code
+                )
+                advanced = await self._sync_fallback(self.fallback, on_progress)
             self.counters.consecutive_suspicions = 0
             trusted = self.state.trusted
             assert trusted is not None
@@ -207,6 +238,17 @@ class Follower:
             if outcome is not None:
                 await outcome
         return result
+
+    async def _sync_fallback(
+        self, fallback: LogSource, on_progress: Callable[[int, int], None] | None = None
+    ) -> Advanced | None:
+        try:
+            return await sync_step(
+                fallback, self.trust, page_size=self.page_size, on_progress=on_progress
+            )
+        except SuspectedForkError as suspicion:
+            self._suspect(suspicion)
+            raise
 
     def _suspect(self, suspicion: SuspectedForkError) -> None:
         """Count a failing proof; say so loudly, once, when it persists (rule 2)."""
@@ -251,7 +293,7 @@ class Follower:
         if on_advance is not None:
             self.add_listener(on_advance)
         tasks = {asyncio.create_task(self._poll(interval, stop, max_backoff))}
-        if push and isinstance(self.source, CheckpointStream):
+        if push and self._announcer() is not None:
             tasks.add(asyncio.create_task(self.listen(stop)))
         try:
             while tasks and not stop.is_set():
@@ -291,12 +333,13 @@ class Follower:
         1): a broken stream or a bad event is counted, and the stream reopened
         with jittered backoff (rule 3).
         """
-        if not isinstance(self.source, CheckpointStream):
+        announcer = self._announcer()
+        if announcer is None:
             raise TypeError("this log source announces no checkpoints")
         failures = 0
         while not stop.is_set():
             try:
-                async for note in self.source.checkpoints():
+                async for note in announcer.checkpoints():
                     failures = 0
                     await self._on_push(note)
             except FetchError as err:
@@ -310,6 +353,13 @@ class Follower:
             delay = min(max_backoff, 0.25 * 2 ** min(failures, 10)) * random.uniform(0.5, 1.5)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    def _announcer(self) -> CheckpointStream | None:
+        """The source that announces checkpoints: the log source, else the fallback (rule 5)."""
+        for source in (self.source, self.fallback):
+            if isinstance(source, CheckpointStream):
+                return source
+        return None
 
     async def _on_push(self, note: bytes) -> None:
         """A pushed checkpoint is a hint: verified first, acted on only if it is news.
