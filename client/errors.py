@@ -183,6 +183,7 @@ class ErrorCode(enum.StrEnum):
     BAD_REQUEST = "bad_request"
     INTERNAL = "internal"
     BAD_PARAMETER = "bad_parameter"
+    REPEATED_PARAMETER = "repeated_parameter"
     OUT_OF_RANGE = "out_of_range"
     SIZE_NOT_PUBLISHED = "size_not_published"
     RANGE_TOO_LARGE = "range_too_large"

@@ -20,7 +20,7 @@ from deplog.client.cli.verdicts import EXIT_REFUSE, EXIT_STALE, EXIT_UNKNOWN
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import TrustedState
-from deplog.client.storage_faults import file_exit_status
+from deplog.client.storage_faults import file_fault
 from tests.builders import ORIGIN, LocalLog
 
 TOOL = "tool:org.acme/search"
@@ -88,7 +88,7 @@ def test_keygen_never_overwrites_a_key_and_names_it(
     [(errno.EACCES, 77), (errno.EROFS, 77), (errno.ENOSPC, 73), (errno.EIO, 74), (errno.ENOENT, 1)],
 )
 def test_a_refused_file_exits_with_the_storage_fault_status(number: int, status: int) -> None:
-    assert file_exit_status(OSError(number, os.strerror(number), "some.file")) == status
+    assert file_fault(OSError(number, os.strerror(number), "some.file")).exit_status == status
 
 
 # --- read-only commands on no state ------------------------------------------------
@@ -164,7 +164,9 @@ def test_a_bad_log_key_names_the_flag_and_is_a_usage_error(
 def test_a_missing_input_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "gone.json"
     status, _, err = run(capsys, "inventory", "check", str(missing))
-    assert status == 1 and err == f"deplog: {missing}: No such file or directory\n"
+    assert status == 1 and err.startswith(
+        f"deplog: cannot use {missing}: No such file or directory"
+    )
 
 
 # --- state files a follow cannot use ---------------------------------------------

@@ -109,6 +109,8 @@ WITNESS_MAY_IMPORT = (
     "deplog.authority.http.metrics",
     # Command-line options built from config dataclasses; knows nothing of the log.
     "deplog.authority.options",
+    # How the authority and witness commands end (one line, one exit table); nothing of the log.
+    "deplog.authority.command",
     # The one table of HTTP statuses: the shared middleware answers the witness's codes by it.
     "deplog.authority.http.status",
 )

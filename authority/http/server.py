@@ -61,6 +61,8 @@ from typing import Any
 
 from aiohttp import hdrs, web
 
+from deplog.authority.explorer.config import ExplorerConfig
+from deplog.authority.explorer.routes import add_explorer
 from deplog.authority.http.limits import Rate, RateLimiter
 from deplog.authority.http.metrics import Metrics
 from deplog.authority.http.plumbing import METRICS, HTTPRequestError, errors_and_metrics
@@ -99,6 +101,7 @@ __all__ = [
     "ServerConfig",
     "build_admin_app",
     "build_app",
+    "error_response",
 ]
 
 log = logging.getLogger("deplog.authority")
@@ -167,6 +170,7 @@ class ServerConfig:
         flag="--tiles-partial-grace",
     )
     limits: SequencerLimits = field(default_factory=SequencerLimits)
+    explorer: ExplorerConfig = field(default_factory=ExplorerConfig)
 
     @property
     def tiles_path(self) -> Path | None:
@@ -182,6 +186,7 @@ class RequestError(DeplogError):
     codes = frozenset(
         {
             ErrorCode.BAD_PARAMETER,
+            ErrorCode.REPEATED_PARAMETER,
             ErrorCode.OUT_OF_RANGE,
             ErrorCode.SIZE_NOT_PUBLISHED,
             ErrorCode.RANGE_TOO_LARGE,
@@ -189,7 +194,8 @@ class RequestError(DeplogError):
     )
 
 
-def _error_response(err: DeplogError, status: int) -> web.Response:
+def error_response(err: DeplogError, status: int) -> web.Response:
+    """Every refusal of the API: ``{"error": <code>}`` with the code's status."""
     return web.json_response({"error": err.code}, status=status)
 
 
@@ -264,7 +270,8 @@ class AuthorityState:
             audit.__name__,
             str(self.config.db_path),
             stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
+            # Inherited: its progress lines reach the operator's stderr.
+            stderr=None,
         )
         with contextlib.suppress(ProcessLookupError):  # it may already have ended
             audit.lower_priority(process.pid, os.getpid())
@@ -446,7 +453,12 @@ _STATE = web.AppKey("state", AuthorityState)
 
 
 def _int_param(request: web.Request, name: str) -> int:
-    raw = request.query.get(name)
+    """The query parameter ``name`` as a canonical decimal; given twice it is refused, never
+    resolved (which one a cache or proxy in front honours is not ours to guess)."""
+    given = request.query.getall(name, [])
+    if len(given) > 1:
+        raise RequestError(ErrorCode.REPEATED_PARAMETER, "a query parameter is given twice")
+    raw = given[0] if given else None
     if raw is None or not raw.isascii() or not raw.isdigit() or len(raw) > 19:
         raise RequestError(ErrorCode.BAD_PARAMETER, "missing or malformed integer parameter")
     if len(raw) > 1 and raw[0] == "0":
@@ -513,10 +525,10 @@ async def _get_tile(request: web.Request) -> web.StreamResponse:
 async def _get_inclusion(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     index, size = _int_param(request, "index"), _int_param(request, "size")
-    if size > state.checkpoint.size:
-        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
     if index >= size:
         raise RequestError(ErrorCode.OUT_OF_RANGE, "index must be below size")
+    if size > state.checkpoint.size:
+        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
     proof = await state.read(lambda r: r.inclusion(index, size))
     return web.json_response(proof.to_json())
 
@@ -524,10 +536,10 @@ async def _get_inclusion(request: web.Request) -> web.Response:
 async def _get_consistency(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     old, new = _int_param(request, "old"), _int_param(request, "new")
-    if new > state.checkpoint.size:
-        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
     if old > new:
         raise RequestError(ErrorCode.OUT_OF_RANGE, "old must not exceed new")
+    if new > state.checkpoint.size:
+        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
     proof = await state.read(lambda r: r.consistency(old, new))
     return web.json_response(proof.to_json())
 
@@ -535,12 +547,13 @@ async def _get_consistency(request: web.Request) -> web.Response:
 async def _get_entries(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     start, end = _int_param(request, "start"), _int_param(request, "end")
-    if end > state.checkpoint.size:
-        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "range goes past the published checkpoint")
+    # The checks that need no state first: a range is refused the same way at any log size.
     if start >= end:
         raise RequestError(ErrorCode.OUT_OF_RANGE, "start must be below end")
     if end - start > state.config.max_entries:
         raise RequestError(ErrorCode.RANGE_TOO_LARGE, "too many entries in one request")
+    if end > state.checkpoint.size:
+        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "range goes past the published checkpoint")
     leaves = await state.read(lambda r: r.entries(start, end))
     return web.json_response(
         {"start": start, "entries": [base64.b64encode(leaf).decode() for leaf in leaves]}
@@ -618,7 +631,7 @@ def build_app(
     """The public application; the log opens on startup and closes on cleanup."""
     app = web.Application(
         client_max_size=config.max_body,
-        middlewares=[errors_and_metrics(_error_response, [_get_checkpoint])],
+        middlewares=[errors_and_metrics(error_response, [_get_checkpoint])],
     )
     metrics = Metrics()
     app[METRICS] = metrics
@@ -712,13 +725,14 @@ def build_app(
     app.router.add_get("/v1/checkpoints/stream", _get_checkpoint_stream)
     app.router.add_get("/healthz", _get_healthz)
     app.router.add_get("/metrics", _get_metrics)
+    add_explorer(app, lambda: app[_STATE], config.explorer, signer.verifier())
     return app
 
 
 def build_admin_app(public: web.Application) -> web.Application:
     """The operator's app, served only on a 0600 Unix socket beside the database."""
     admin = web.Application(
-        client_max_size=16 * 1024, middlewares=[errors_and_metrics(_error_response)]
+        client_max_size=16 * 1024, middlewares=[errors_and_metrics(error_response)]
     )
     admin[METRICS] = Metrics()
 

@@ -77,6 +77,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
             ErrorCode.LEAF_TOO_LARGE,
             # reads
             ErrorCode.BAD_PARAMETER,
+            ErrorCode.REPEATED_PARAMETER,
             ErrorCode.OUT_OF_RANGE,
             ErrorCode.SIZE_NOT_PUBLISHED,
             ErrorCode.RANGE_TOO_LARGE,

@@ -22,6 +22,7 @@ from deplog.client.model.status import StatusIndex
 from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_hash
 
 __all__ = [
+    "MAX_SEARCH_ROWS",
     "MAX_TOOL_NOTICES",
     "LogReader",
 ]
@@ -29,6 +30,10 @@ __all__ = [
 # A tool with more notices than this is answered from its first ones only and
 # flagged ``truncated``; no publisher needs thousands of notices for one tool.
 MAX_TOOL_NOTICES = 4096
+
+# The most rows one listing query returns (recent entries, a page of search results,
+# chart points): every query the explorer makes is bounded by it.
+MAX_SEARCH_ROWS = 200
 
 
 class LogReader:
@@ -72,6 +77,61 @@ class LogReader:
                 raise IntegrityError()
             out.append(bytes(data))
         return out
+
+    def recent_entries(self, size: int, limit: int) -> list[tuple[int, bytes]]:
+        """The last ``limit`` leaves below ``size``, newest first, each hash-checked."""
+        limit = min(limit, MAX_SEARCH_ROWS)
+        rows = self.conn.execute(
+            "SELECT idx, data, hash FROM leaves WHERE idx < ? ORDER BY idx DESC LIMIT ?",
+            (size, limit),
+        ).fetchall()
+        out = []
+        for idx, data, digest in rows:
+            if leaf_hash(bytes(data)) != bytes(digest):
+                raise IntegrityError()
+            out.append((int(idx), bytes(data)))
+        return out
+
+    def search_tools(self, text: str, size: int, offset: int, limit: int) -> list[str]:
+        """Tool ids with a notice below ``size`` whose id contains ``text``, in id order.
+
+        A scan of the (tool_id, idx) index, never of the leaves; callers bound
+        ``offset`` and ``limit``. Every tool id starts with ``tool:`` and has no
+        other colon, so text starting with it can only match as a prefix: that
+        is a range of the index instead of all of it.
+        """
+        limit = min(limit, MAX_SEARCH_ROWS)
+        if text.startswith("tool:"):
+            upper = text[:-1] + chr(ord(text[-1]) + 1)
+            rows = self.conn.execute(
+                "SELECT DISTINCT tool_id FROM tool_entries WHERE tool_id >= ? AND tool_id < ? "
+                "AND idx < ? ORDER BY tool_id LIMIT ? OFFSET ?",
+                (text, upper, size, limit, offset),
+            ).fetchall()
+            return [str(r[0]) for r in rows]
+        rows = self.conn.execute(
+            "SELECT DISTINCT tool_id FROM tool_entries WHERE instr(tool_id, ?) > 0 AND idx < ? "
+            "ORDER BY tool_id LIMIT ? OFFSET ?",
+            (text, size, limit, offset),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def growth(self, size: int, points: int) -> list[tuple[int, str]]:
+        """Up to ``points`` signed checkpoints, evenly spread over sizes 1..``size``, as
+        (size, signed_at): the first checkpoint at or above each step, one indexed lookup
+        per point."""
+        found: dict[int, str] = {}
+        points = max(1, min(points, MAX_SEARCH_ROWS))
+        for step in range(1, points + 1):
+            target = max(1, size * step // points)
+            row = self.conn.execute(
+                "SELECT size, signed_at FROM checkpoints WHERE size >= ? AND size <= ? "
+                "ORDER BY size LIMIT 1",
+                (target, size),
+            ).fetchone()
+            if row is not None:
+                found[int(row[0])] = str(row[1])
+        return sorted(found.items())
 
     def tool(self, tool_id: str, size: int, now: datetime) -> dict[str, Any]:
         """The status of a tool at tree ``size``, folded from that tool's notices only."""

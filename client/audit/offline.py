@@ -75,8 +75,7 @@ class AuditError(VerificationError):
 
 
 class AuditInputError(DeplogError):
-    """Input an audit cannot use: a file it needs is missing, or one is over its bound (a
-    command's input file, a tile of a tiles directory)."""
+    """Input an audit cannot use: a missing file, or one over its bound."""
 
     codes = frozenset({ErrorCode.MISSING_INPUT, ErrorCode.FILE_TOO_LARGE})
 

@@ -63,7 +63,7 @@ from deplog.client.model import canonical
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
 from deplog.client.progress import Progress
-from deplog.client.storage_faults import file_exit_status
+from deplog.client.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin
 from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
 from deplog.client.tlog.keyfile import read_verifier_key
@@ -151,12 +151,11 @@ def _failure(command: str, err: BaseException) -> int:
         else:
             message += f"; {SENTENCES[err.code]}"
     elif isinstance(err, OSError):
-        where = "" if err.filename is None else f" {err.filename}"
-        message = f"cannot access the file{where}: {err.strerror or type(err).__name__}"
+        message = file_fault(err).message
     else:
         message = str(err)
     print(f"deplog {command}: {message}", file=sys.stderr)
-    return file_exit_status(err) if isinstance(err, OSError) else 1
+    return file_fault(err).exit_status if isinstance(err, OSError) else 1
 
 
 def _guarded(name: str, fn: _Command) -> _Command:

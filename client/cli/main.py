@@ -41,7 +41,7 @@ from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry, encode_entry
 from deplog.client.model.notice import Envelope, parse_publisher_id
 from deplog.client.progress import Progress
-from deplog.client.storage_faults import file_exit_status
+from deplog.client.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.keyfile import create_signer, key_file_name
 from deplog.client.tlog.receipt import Receipt, verify_receipt
@@ -413,14 +413,6 @@ _EXIT_EPILOG = (
 )
 
 
-def _file_error(err: OSError) -> str:
-    """An operating-system failure, naming the file it was about."""
-    what = err.strerror or type(err).__name__
-    if err.filename is None:
-        return what
-    return f"{err.filename}: {what}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -432,8 +424,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"deplog: {explain(err)}", file=sys.stderr)
         return 1
     except OSError as err:
-        print(f"deplog: {_file_error(err)}", file=sys.stderr)
-        return file_exit_status(err)
+        fault = file_fault(err)
+        print(f"deplog: {fault.message}", file=sys.stderr)
+        return fault.exit_status
 
 
 if __name__ == "__main__":

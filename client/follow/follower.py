@@ -216,7 +216,7 @@ class Follower:
                     self._suspect(failure)
                 if self.fallback is None or failure.code not in RETRY_ELSEWHERE:
                     raise
-                log.info(
+                log.warning(
                     "sync via the log source failed: %s; retrying via the fallback", failure.code
                 )
                 advanced = await self._sync_fallback(self.fallback, on_progress)

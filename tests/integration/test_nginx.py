@@ -164,12 +164,18 @@ def tile_paths(root: Path) -> list[str]:
     )
 
 
-# How `deplog follow` reads the log through nginx: the JSON API (proxied). The
-# tiles reader joins this list once the follower has one.
-FOLLOW_MODES: dict[str, list[str]] = {"json-api": []}
+# How `deplog follow` reads the log through nginx: its static tiles (found at the
+# base URL by `--tiles auto`, the default), or the proxied JSON API alone.
+FOLLOW_MODES: dict[str, list[str]] = {"tiles": [], "json-api": ["--tiles", "off"]}
 
 
 def follow(url: str, authority: AuthorityProcess, state: Path, mode: list[str]) -> str:
+    return run_follow(url, authority, state, mode).stdout.strip()
+
+
+def run_follow(
+    url: str, authority: AuthorityProcess, state: Path, mode: list[str]
+) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "deplog.client.cli.main", "follow", url, "--once"]
     key = authority.log_verifier.vkey()
     done = subprocess.run(
@@ -180,7 +186,7 @@ def follow(url: str, authority: AuthorityProcess, state: Path, mode: list[str]) 
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return done
 
 
 @pytest.mark.parametrize("mode", FOLLOW_MODES.values(), ids=FOLLOW_MODES.keys())
@@ -277,3 +283,31 @@ async def test_a_tile_altered_behind_nginx_is_refused_by_the_client(
             bundle, data, checkpoint.size, checkpoint.root_hash, fetched.__getitem__
         )
     assert refused.value.code == "bad_tile"
+
+
+async def test_a_follower_reading_an_altered_bundle_falls_back_to_the_api_unpoisoned(
+    nginx: Nginx,
+    authority: AuthorityProcess,
+    publisher: Signer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    for sequence in (1, 2):
+        await publish(http, nginx.url, publisher, sequence)
+    _, note, _ = await get(http, nginx.url + "/checkpoint")
+    checkpoint, _ = open_checkpoint(note, authority.log_verifier)
+    bundle = authority.data / "tiles" / EntryTile(0, checkpoint.size).path
+    bundle.write_bytes(flip(bundle.read_bytes(), 10))
+    state = tmp_path / "state.db"
+    name = authority.log_verifier.name
+    done = run_follow(nginx.url, authority, state, [])
+    assert done.stdout.strip() == f"trusted {name} at size {checkpoint.size}"
+    assert "sync via the log source failed: bad_tile; retrying via the fallback" in done.stderr
+    local = LocalState(state, name)
+    try:
+        root = local.root
+        kept = [local.notice_at(index) for index in (1, 2)]
+    finally:
+        local.close()
+    assert root == checkpoint.root_hash
+    assert [notice.sequence for notice in kept if notice is not None] == [1, 2]

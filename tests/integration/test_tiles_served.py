@@ -17,6 +17,10 @@ import pytest
 from yarl import URL
 
 from deplog.authority.http.server import FULL_TILE_CACHE, PARTIAL_TILE_CACHE
+from deplog.client.cli.trust import TILES_AUTO, open_log
+from deplog.client.follow.follower import Follower
+from deplog.client.follow.http import HttpLogSource
+from deplog.client.follow.tiles import TilesLogSource
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
@@ -165,3 +169,24 @@ async def test_without_tiles_no_directory_is_written_or_served(
         assert not tiles_dir(authority_files).exists()
     finally:
         authority_files.stop()
+
+
+async def test_a_follower_reads_the_authoritys_own_tiles_to_the_json_apis_state(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """The writer's tiles through the client's reader (``--tiles auto`` picks them)."""
+    verifier = authority.log_verifier
+    async with (
+        open_log(authority.url, TILES_AUTO, 10.0) as (source, fallback),
+        Follower(source, verifier, tmp_path / "tiles.db", fallback=fallback) as via_tiles,
+        HttpLogSource(authority.url) as api,
+        Follower(api, verifier, tmp_path / "api.db") as via_api,
+    ):
+        assert isinstance(source, TilesLogSource)
+        for first, count in ((1, 300), (301, 20)):  # a full sync, then an incremental one
+            await publish(http, authority.url, publisher, first, count)
+            await via_tiles.sync()
+            await via_api.sync()
+            assert via_tiles.state.size == via_api.state.size == first + count
+            assert via_tiles.state.root == via_api.state.root
+        assert source.requests > 0
