@@ -192,20 +192,25 @@ class Follower:
             await self._owned.close()
         self.state.close()
 
-    async def sync(self) -> SyncResult:
-        """One verified step to the log's latest checkpoint."""
-        return await self.sync_to(await self.source.checkpoint())
+    async def sync(self, on_progress: Callable[[int, int], None] | None = None) -> SyncResult:
+        """One verified step to the log's latest checkpoint (``on_progress``: see sync_to)."""
+        return await self.sync_to(await self.source.checkpoint(), on_progress)
 
-    async def sync_to(self, note: bytes) -> SyncResult:
+    async def sync_to(
+        self, note: bytes, on_progress: Callable[[int, int], None] | None = None
+    ) -> SyncResult:
         """One verified step to the checkpoint ``note`` (fetched, or pushed to us).
 
         Steps run one at a time (a push can arrive during a poll); listeners
         registered with ``add_listener`` hear about every advance.
+        ``on_progress(done, total)`` hears of each verified page of entries.
         """
         async with self._step:
             old_size = self.state.size
             try:
-                advanced = await sync_step(self.source, self.trust, note, page_size=self.page_size)
+                advanced = await sync_step(
+                    self.source, self.trust, note, page_size=self.page_size, on_progress=on_progress
+                )
             except DeplogError as failure:
                 if isinstance(failure, SuspectedForkError):
                     self._suspect(failure)
@@ -214,7 +219,7 @@ class Follower:
                 log.warning(
                     "sync via the log source failed: %s; retrying via the fallback", failure.code
                 )
-                advanced = await self._sync_fallback(self.fallback)
+                advanced = await self._sync_fallback(self.fallback, on_progress)
             self.counters.consecutive_suspicions = 0
             trusted = self.state.trusted
             assert trusted is not None
@@ -234,9 +239,13 @@ class Follower:
                 await outcome
         return result
 
-    async def _sync_fallback(self, fallback: LogSource) -> Advanced | None:
+    async def _sync_fallback(
+        self, fallback: LogSource, on_progress: Callable[[int, int], None] | None = None
+    ) -> Advanced | None:
         try:
-            return await sync_step(fallback, self.trust, page_size=self.page_size)
+            return await sync_step(
+                fallback, self.trust, page_size=self.page_size, on_progress=on_progress
+            )
         except SuspectedForkError as suspicion:
             self._suspect(suspicion)
             raise

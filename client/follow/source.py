@@ -29,7 +29,7 @@ is written once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Final, Protocol, runtime_checkable
 
 from deplog.client.errors import DeplogError, ErrorCode
@@ -140,6 +140,7 @@ async def sync_step(
     note: bytes | None = None,
     *,
     page_size: int = PAGE_SIZE,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> Advanced | None:
     """One verified step of ``trusted`` to the source's latest checkpoint, or to ``note``.
 
@@ -149,7 +150,8 @@ async def sync_step(
     returned); above it, the source's consistency proof must verify, then the
     new entries are verified page by page (at most ``page_size`` leaves in
     memory) and the advance commits only if they rebuild the checkpoint's
-    tree. Returns what the advance changed. Any refusal (a ``TrustError`` from
+    tree. ``on_progress(done, total)`` hears of each verified page (entries of
+    this step). Returns what the advance changed. Any refusal (a ``TrustError`` from
     a check, a ``FetchError`` from the source) leaves the state where it was.
     """
     if page_size < 1:
@@ -166,4 +168,6 @@ async def sync_step(
         while session.next_index < new:
             start = session.next_index
             session.add(await fetch_page(source, start, min(new, start + page_size)))
+            if on_progress is not None:
+                on_progress(session.next_index - old, new - old)
         return session.finish()
