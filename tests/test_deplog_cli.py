@@ -292,7 +292,7 @@ def test_every_argument_has_help_and_shows_its_default(p: argparse.ArgumentParse
             continue
         assert action.help, f"{p.prog} {action.dest} has no help text"
         default = action.default
-        if default not in (None, False, argparse.SUPPRESS) and action.nargs != 0:
+        if default not in (None, False, [], argparse.SUPPRESS) and action.nargs != 0:
             assert "default" in action.help, f"{p.prog} {action.dest} hides its default"
     text = p.format_help()
     assert "``" not in text and "`" not in text

@@ -2,7 +2,7 @@
 
 Rules:
 
-1. Every ``ErrorCode`` has exactly one sentence here (tests/test_cli_messages.py
+1. Every ``ErrorCode`` has exactly one sentence here (tests/test_deplog_cli.py
    checks it), and every ``deplog`` command prints an error as ``<code>: <sentence>``
    through :func:`explain`, so one condition reads the same in every command.
 2. A sentence says what is wrong and, where a flag or command fixes it, which one.
@@ -117,6 +117,26 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     _E.MISSING_MAP_LINE: "the checkpoint has no deplog-map/v1 line",
     _E.BAD_MAP_PROOF: "the map proof does not lead to the map root, or is about another tool",
     _E.MAP_CHECKPOINT_MISMATCH: "the map proof was made at another checkpoint",
+    _E.MAP_ROOT_MISMATCH: (
+        "a signed checkpoint's deplog-map/v1 root is not the map its entries fold to: the log "
+        "signed a false map (proven; evidence saved, the follower stopped)"
+    ),
+    _E.BAD_MAP_ROOT: (
+        "a signed checkpoint's deplog-map/v1 root is not the fold of the entries under it "
+        "(the first bad size is named)"
+    ),
+    _E.MAP_NOT_PUBLISHED: (
+        "the authority's newest batch waits for its publication, so no map proof can be made "
+        "at the served checkpoint yet: retry in a second"
+    ),
+    _E.MAP_NOT_REPRODUCED: (
+        "the witness could not reproduce the checkpoint's deplog-map/v1 root from the log's "
+        "entries, so it does not cosign"
+    ),
+    _E.ENTRIES_UNAVAILABLE: (
+        "the log's entries up to the checkpoint cannot be fetched yet, so its map root cannot "
+        "be reproduced: retry later"
+    ),
     _E.MALFORMED_NOTE: "not a signed note (C2SP signed-note)",
     _E.BAD_KEY: (
         "not a usable key: a verifier key is <name>+<8 hex>+<base64> (a .pub file holds one), "
