@@ -42,13 +42,15 @@ from typing import Any
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.http import DEFAULT_TIMEOUT, HttpLogSource
 from deplog.client.follow.source import (
+    CHUNK_SIZE,
     PAGE_SIZE,
     CheckpointStream,
     FetchError,
     LogSource,
+    Progress,
     sync_step,
 )
-from deplog.client.follow.state import LocalState
+from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB, LocalState
 from deplog.client.follow.trust import (
     ForkError,
     RollbackError,
@@ -120,7 +122,10 @@ class Follower:
     whose request ``timeout`` may be given) or any ``LogSource``, which the
     caller keeps and closes. Failures raise the trust state's errors or the
     source's ``FetchError`` (``fetch_failed``, ``response_too_large``,
-    ``bad_response``).
+    ``bad_response``). A long advance commits every ``chunk_size`` entries and
+    resumes from the last chunk after a kill; ``memory_mib`` bounds the tool
+    statuses kept in memory (``client.follow.state``); ``progress`` hears
+    (entries done, size being synced to) after every page of a sync.
     """
 
     def __init__(
@@ -132,9 +137,14 @@ class Follower:
         page_size: int = PAGE_SIZE,
         timeout: float | None = None,
         evidence_dir: Path | None = None,
+        chunk_size: int = CHUNK_SIZE,
+        memory_mib: float = DEFAULT_MEMORY_BUDGET_MIB,
+        progress: Progress | None = None,
     ) -> None:
         if not 1 <= page_size <= PAGE_SIZE:
             raise ValueError("page_size must be between 1 and 1000")
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be at least 1")
         self._owned: HttpLogSource | None = None
         if isinstance(source, str):
             self._owned = HttpLogSource(
@@ -148,9 +158,11 @@ class Follower:
         policy = trust if isinstance(trust, Policy) else Policy.single_log(trust)
         if len(policy.logs) != 1:
             raise ValueError("a follower follows exactly one log")
-        self.state = LocalState(state_path, policy.logs[0].verifier.name)
+        self.state = LocalState(state_path, policy.logs[0].verifier.name, memory_mib=memory_mib)
         self.trust = TrustedState(self.state, policy, evidence_dir)
         self.page_size = page_size
+        self.chunk_size = chunk_size
+        self.progress = progress
         self._step = asyncio.Lock()
         self._listeners: list[OnAdvance] = []
         self.counters = FollowerCounters()
@@ -180,7 +192,14 @@ class Follower:
         async with self._step:
             old_size = self.state.size
             try:
-                advanced = await sync_step(self.source, self.trust, note, page_size=self.page_size)
+                advanced = await sync_step(
+                    self.source,
+                    self.trust,
+                    note,
+                    page_size=self.page_size,
+                    chunk_size=self.chunk_size,
+                    progress=self.progress,
+                )
             except SuspectedForkError as suspicion:
                 self._suspect(suspicion)
                 raise

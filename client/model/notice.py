@@ -623,6 +623,14 @@ class Notice:
             object.__setattr__(self, "_canonical", cached)
         return cached
 
+    def adopt_canonical_bytes(self, data: bytes) -> None:
+        """Take ``data`` as the notice's canonical bytes instead of encoding them again.
+
+        Only for bytes proven equal to them: ``decode_entry`` passes the slice of
+        a leaf it found canonical, whose notice re-encodes to that very value.
+        """
+        object.__setattr__(self, "_canonical", bytes(data))
+
     @property
     def namespace(self) -> str:
         """The namespace part of ``tool_id`` (what a publisher must own)."""
