@@ -13,7 +13,7 @@ second walk of the value in Python. The parser itself walks only what it
 must: the integer hook bounds every number as it is read, only a ``\\u``
 escape can spell a lone surrogate (strict UTF-8 decoding refuses the rest), so
 strings are walked only when the text holds one, and nesting is counted over
-containers alone.
+containers alone, when the text has more brackets than the depth allowed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import rfc8785
 
 from deplog.client.errors import ErrorCode, FormatError
 
-__all__ = ["MAX_SAFE_INTEGER", "JSONFormatError", "dumps", "encodes_to", "loads"]
+__all__ = ["MAX_SAFE_INTEGER", "JSONFormatError", "dumps", "encodes_to", "loads", "loads_checked"]
 
 # RFC 8785 section 3.2.2.3 / I-JSON (RFC 7493 section 2.2): integers beyond
 # this magnitude are not exactly representable in every implementation.
@@ -60,9 +60,7 @@ def dumps(obj: object) -> bytes:
 
 
 def _encode(obj: object) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode(
-        "utf-8"
-    )
+    return _ENCODER.encode(obj).encode("utf-8")
 
 
 def encodes_to(value: object, data: bytes) -> bool:
@@ -76,6 +74,34 @@ def encodes_to(value: object, data: bytes) -> bool:
     if bytes(data).isascii():
         return _encode(value) == data
     return dumps(value) == data
+
+
+def loads_checked(data: bytes, *, max_depth: int = 16) -> tuple[object, bool]:
+    """Parse ``data`` that ought to be canonical: the value, and whether ``data`` is
+    exactly its canonical encoding. Refuses what ``loads`` refuses, with its codes.
+
+    Canonical bytes are parsed by the C parser alone: duplicate keys cannot hide
+    in them (the value would encode shorter), so the duplicate check runs only
+    on the strict path that bytes failing the comparison take.
+    """
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise JSONFormatError()
+    try:
+        text = bytes(data).decode("utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise JSONFormatError() from None
+    if "\\u" not in text and text.count("[") + text.count("{") <= max_depth:
+        try:
+            value = _CANONICAL_DECODER.decode(text)
+        except (ValueError, RecursionError):
+            value = _UNPARSED  # the strict path below says why
+        if value is not _UNPARSED and encodes_to(value, data):
+            return value, True
+    return loads(data, max_depth=max_depth), False
+
+
+_UNPARSED = object()
+_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 def loads(data: bytes, *, max_depth: int = 16) -> object:
@@ -107,7 +133,7 @@ def loads(data: bytes, *, max_depth: int = 16) -> object:
         raise JSONFormatError() from None
     if "\\u" in text:  # only an escape can spell a lone surrogate
         _check_value(value, depth=0, max_depth=max_depth)
-    else:
+    elif text.count("[") + text.count("{") > max_depth:  # else too few to nest that deep
         _check_depth(value, max_depth)
     return value
 
@@ -199,3 +225,9 @@ def _check_value(value: object, *, depth: int, max_depth: int | None) -> bool:
                 ascii_keys = _check_value(item, depth=depth + 1, max_depth=max_depth) and ascii_keys
         return ascii_keys
     raise JSONFormatError()
+
+
+# Built once: json.loads builds a decoder on every call that passes hooks.
+_CANONICAL_DECODER = json.JSONDecoder(
+    parse_float=_refuse_float, parse_int=_parse_safe_int, parse_constant=_refuse_constant
+)

@@ -245,7 +245,7 @@ def decode_entry(leaf: bytes) -> Entry:
     """
     if len(leaf) > MAX_ENTRY_BYTES:
         raise EntryFormatError(ErrorCode.LEAF_TOO_LARGE)
-    value = canonical.loads(leaf)
+    value, is_canonical = canonical.loads_checked(leaf)
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         raise EntryFormatError()
     kind = value["type"]
@@ -267,7 +267,7 @@ def decode_entry(leaf: bytes) -> Entry:
     # that value is the model's own form of the entry (compared as values, so the
     # entry is never encoded again). Then the notice's canonical bytes, which its
     # signature covers, are the leaf's slice between its first two members.
-    if not canonical.encodes_to(value, leaf) or entry.to_json() != value:
+    if not is_canonical or entry.to_json() != value:
         raise EntryFormatError(ErrorCode.NONCANONICAL_ENTRY)
     if isinstance(entry, NoticeEntry):
         data = bytes(leaf)
