@@ -246,3 +246,22 @@ def test_the_least_recently_used_fold_leaves_first(synced_state: Path) -> None:
         assert state.tool_status(tool(1)) is not one
     finally:
         state.close()
+
+
+def test_after_an_advance_a_kept_fold_holds_the_new_notices(
+    tmp_path: Path, local: LocalLog, log: MemoryLogSource
+) -> None:
+    state = LocalState(tmp_path / "kept.db", ORIGIN)
+    trusted = TrustedState(state, local.signer.verifier())
+    try:
+        sync(trusted, log)
+        kept = state.tool_status(tool(0))
+        added = local.publish(tool=tool(0), action="revoke", reasons=["other"])
+        sync(trusted, local.snapshot())
+        after = state.tool_status(tool(0))
+        assert after is not kept and added in after[1]
+        fresh = state.tool_status_at(tool(0), state.size)
+        assert after[0].describe(tool(0), NOW) == fresh.describe(tool(0), NOW)
+        assert after[0].lookup(tool(0), "1.0.0", NOW).status == "revoked"
+    finally:
+        state.close()

@@ -77,7 +77,9 @@ def _cmd_follow(args: argparse.Namespace) -> int:
     log_name = log_origin(trust)
 
     async def follow() -> None:
-        async with Follower(args.url, trust, args.state, timeout=args.timeout) as follower:
+        async with Follower(
+            args.url, trust, args.state, timeout=args.timeout, memory_mib=args.memory_budget
+        ) as follower:
 
             def report(result: SyncResult) -> None:
                 print(

@@ -25,8 +25,10 @@ network is never trusted before verification. The invariants:
 
 Memory is bounded by ``status_budget`` (notices): tool statuses are folded on
 demand from one tool's stored notices and kept in an LRU whose folds hold at
-most that many notices in all. A tool with more notices than the whole budget
-is folded for each question and never kept; SQLite does the holding.
+most that many notices in all; an advance of fewer notices than the budget
+extends the kept folds of the tools it touched, a larger one drops them. A
+tool with more notices than the whole budget is folded for each question and
+never kept (a bigger budget keeps it); SQLite does the holding.
 """
 
 from __future__ import annotations
@@ -282,13 +284,7 @@ class LocalState:
                 self._statuses.move_to_end(tool_id)
                 return cached
             folded = _fold_tool(self._reader, tool_id, self.size)
-            notices = len(folded[1])
-            if notices <= self.status_budget:
-                self._statuses[tool_id] = folded
-                self._cached += notices
-                while self._cached > self.status_budget:
-                    _, (_, evicted) = self._statuses.popitem(last=False)
-                    self._cached -= len(evicted)
+            self._keep(tool_id, folded)
             return folded
 
     def tool_status_at(self, tool_id: str, size: int) -> StatusIndex:
@@ -407,15 +403,43 @@ class LocalState:
             ),
         )
         touched = writer.conn.execute(
-            "SELECT DISTINCT tool_id FROM notices WHERE idx >= ?", (old_size,)
+            "SELECT tool_id, COUNT(*) FROM notices WHERE idx >= ? GROUP BY tool_id", (old_size,)
         ).fetchall()
         self._conn.execute("COMMIT")
-        for (tool_id,) in touched:  # every tool the advance touched folds anew
+        self.frontier, self.registry = frontier, registry
+        self.trusted = TrustedCheckpoint(note, checkpoint, verified_at)
+        small = sum(count for _, count in touched) <= self.status_budget
+        for tool_id, _ in touched:
             dropped = self._statuses.pop(tool_id, None)
             if dropped is not None:
                 self._cached -= len(dropped[1])
-        self.frontier, self.registry = frontier, registry
-        self.trusted = TrustedCheckpoint(note, checkpoint, verified_at)
+                if small:  # a few new notices: fold them into a copy, not all anew
+                    self._keep(tool_id, self._extend(dropped, tool_id, old_size))
+
+    def _extend(
+        self, folded: tuple[StatusIndex, dict[int, float]], tool_id: str, start: int
+    ) -> tuple[StatusIndex, dict[int, float]]:
+        """A copy of ``folded`` with the tool's stored notices from index ``start`` on."""
+        index, processed = folded[0].copy(), dict(folded[1])
+        for idx, notice, processed_at in self._reader.execute(
+            "SELECT idx, notice, processed_at FROM notices "
+            "WHERE tool_id = ? AND idx >= ? AND idx < ? ORDER BY idx",
+            (tool_id, start, self.size),
+        ):
+            index.apply(idx, Notice.from_json(canonical.loads(bytes(notice))))
+            processed[idx] = processed_at
+        return index, processed
+
+    def _keep(self, tool_id: str, folded: tuple[StatusIndex, dict[int, float]]) -> None:
+        """Cache a fold if it fits the budget, evicting the least recently used."""
+        notices = len(folded[1])
+        if notices > self.status_budget:
+            return
+        self._statuses[tool_id] = folded
+        self._cached += notices
+        while self._cached > self.status_budget:
+            _, (_, evicted) = self._statuses.popitem(last=False)
+            self._cached -= len(evicted)
 
     def touch(self, note: bytes, verified_at: datetime) -> None:
         """A sync found the trusted checkpoint again (perhaps with fresher cosignatures)."""
