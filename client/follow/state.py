@@ -452,6 +452,9 @@ class LocalState:
         self.trusted = TrustedCheckpoint(note, self.trusted.checkpoint, verified_at)
 
 
+_PAIRS_PER_QUERY = 1000  # 2000 bound parameters, well under SQLite's limit
+
+
 class AdvanceWriter:
     """Writes of one advance, inside its current chunk's transaction."""
 
@@ -470,12 +473,22 @@ class AdvanceWriter:
             [(n.publisher, n.sequence) for _, n in notices],
         )
 
-    def sequence_used(self, publisher: str, sequence: int) -> bool:
-        """Whether an already added notice has this publisher and sequence number."""
-        row = self.conn.execute(
-            "SELECT 1 FROM sequences WHERE publisher = ? AND sequence = ?", (publisher, sequence)
-        ).fetchone()
-        return row is not None
+    def sequences_used(self, pairs: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Those of the (publisher, sequence) ``pairs`` an already added notice has."""
+        wanted = list(dict.fromkeys(pairs))
+        used: set[tuple[str, int]] = set()
+        for start in range(0, len(wanted), _PAIRS_PER_QUERY):
+            part = wanted[start : start + _PAIRS_PER_QUERY]
+            values = ",".join("(?, ?)" for _ in part)
+            used.update(
+                (str(publisher), int(sequence))
+                for publisher, sequence in self.conn.execute(
+                    "SELECT publisher, sequence FROM sequences "
+                    f"WHERE (publisher, sequence) IN (VALUES {values})",
+                    [field for pair in part for field in pair],
+                )
+            )
+        return used
 
     def notice_at(self, index: int) -> Notice | None:
         row = self.conn.execute("SELECT notice FROM notices WHERE idx = ?", (index,)).fetchone()

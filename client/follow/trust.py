@@ -68,7 +68,7 @@ from deplog.client.follow.state import AdvanceWriter, LocalState, Pending, State
 from deplog.client.model.entries import Entry, NoticeEntry
 from deplog.client.model.notice import Notice
 from deplog.client.model.registry import PublisherRegistry
-from deplog.client.model.rules import EntryChecker
+from deplog.client.model.rules import EntryChecker, decode_leaf
 from deplog.client.model.status import StatusChange
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.evidence import (
@@ -303,27 +303,32 @@ class AdvanceSession:
         writer = self._writer
         assert writer is not None, "use the session as a context manager"
         staged: dict[int, Notice] = {}
-        staged_sequences: set[tuple[str, int]] = set()
         stamp = (now or datetime.now(UTC)).timestamp()
+        # The page is decoded first, so that one query finds which of its notices'
+        # sequence numbers earlier entries used; rules are then checked in log order.
+        decoded = [decode_leaf(leaf) for leaf in leaves]
+        used = writer.sequences_used(
+            (item.envelope.notice.publisher, item.envelope.notice.sequence)
+            for item in decoded
+            if isinstance(item, NoticeEntry)
+        )
 
         def find_notice(index: int) -> Notice | None:
             return staged.get(index) or writer.notice_at(index)
 
         def sequence_used(publisher: str, sequence: int) -> bool:
-            return (publisher, sequence) in staged_sequences or writer.sequence_used(
-                publisher, sequence
-            )
+            return (publisher, sequence) in used
 
         checker = EntryChecker(self.registry, self.trusted.log_key, find_notice, sequence_used)
-        for leaf in leaves:
+        for leaf, item in zip(leaves, decoded, strict=True):
             index = self.next_index
             if index >= self.checkpoint.size:
                 raise TreeMismatchError(ErrorCode.TOO_MANY_ENTRIES, index)
-            entry = checker.check(index, leaf)
+            entry = checker.check_decoded(index, item)
             if isinstance(entry, NoticeEntry):
                 notice = entry.envelope.notice
                 staged[index] = notice
-                staged_sequences.add((notice.publisher, notice.sequence))
+                used.add((notice.publisher, notice.sequence))
             self._apply(index, entry)
             self.frontier.append(leaf_hash(leaf))
             self.next_index += 1
