@@ -23,6 +23,7 @@ from deplog.client.follow.source import FetchError, MemoryLogSource, Progress, s
 from deplog.client.follow.state import LocalState, status_budget
 from deplog.client.follow.trust import Advanced, TrustedState
 from deplog.client.model.rules import RuleViolation
+from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, TreeMismatchError
 from tests.builders import ORIGIN, LocalLog
 
@@ -265,3 +266,23 @@ def test_after_an_advance_a_kept_fold_holds_the_new_notices(
         assert after[0].lookup(tool(0), "1.0.0", NOW).status == "revoked"
     finally:
         state.close()
+
+
+def test_progress_toward_a_target_the_policy_no_longer_accepts_is_dropped(
+    tmp_path: Path, local: LocalLog, log: MemoryLogSource, clean: dict[str, object]
+) -> None:
+    """Another log key now: the stored target fails step 1, so its progress goes, unread."""
+    path = tmp_path / "rekeyed.db"
+    state = LocalState(path, ORIGIN)
+    try:
+        with pytest.raises(FetchError):
+            sync(TrustedState(state, local.signer.verifier()), Interrupted(log, stop_at=37))
+        assert state.pending() is not None
+        other = TrustedState(state, Signer.generate(ORIGIN).verifier())
+        assert other.resume() is None
+        assert state.pending() is None
+        assert stored(path)["notices"] == [] and stored(path)["sequences"] == []
+        sync(TrustedState(state, local.signer.verifier()), log)  # the honest key, from 0
+    finally:
+        state.close()
+    assert stored(path) == clean

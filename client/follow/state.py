@@ -331,6 +331,26 @@ class LocalState:
             PublisherRegistry.from_json(json.loads(registry)),
         )
 
+    def discard_pending(self) -> None:
+        """Drop an interrupted advance and every entry it stored (none was ever read,
+        invariant 1): for a target the trust policy no longer accepts."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute(
+                    "DELETE FROM sequences WHERE (publisher, sequence) IN (SELECT "
+                    "json_extract(CAST(notice AS TEXT), '$.publisher'), "
+                    "json_extract(CAST(notice AS TEXT), '$.sequence') "
+                    "FROM notices WHERE idx >= ?)",
+                    (self.size,),
+                )
+                self._conn.execute("DELETE FROM notices WHERE idx >= ?", (self.size,))
+                self._conn.execute("DELETE FROM pending")
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
     # -- the one write path ------------------------------------------------------
 
     def begin(self) -> AdvanceWriter:

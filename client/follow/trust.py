@@ -42,7 +42,9 @@ Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
    rolls back the chunk in progress; the proven chunks before it stay.
 6. After a kill, ``resume`` continues the interrupted advance from its last
    committed chunk, its stored target checked again by step 1; the same
-   target, the same checks, the same end state as an advance never killed.
+   target, the same checks, the same end state as an advance never killed. A
+   stored target that step 1 now refuses (the policy or key changed) is
+   dropped with all its progress, which nothing ever read.
 
 A ``watch`` (``EntryWatch``) sees every entry of step 3 once it verified,
 with the registry as of that entry, and may note something about it; what it
@@ -241,11 +243,18 @@ class TrustedState:
 
     def resume(self) -> AdvanceSession | None:
         """The advance a kill interrupted, to go on from its last committed chunk (step 6),
-        or None. Its target is checked by step 1 again before anything else."""
+        or None. Its target is checked by step 1 again before anything else; one the
+        trust policy no longer accepts is dropped with its progress (None)."""
         pending = self.state.pending()
         if pending is None:
             return None
-        candidate = self.check_checkpoint(pending.note)
+        try:
+            candidate = self.check_checkpoint(pending.note)
+        except (ForkError, RollbackError, CheckpointRejectedError):
+            raise  # what the stored target proves stands
+        except DeplogError:  # a policy or key it no longer meets: start that advance over
+            self.state.discard_pending()
+            return None
         if candidate.checkpoint.size < pending.frontier.size:
             raise StateError(ErrorCode.BAD_STATE, "pending progress is past its target")
         return AdvanceSession(self, candidate, pending)
