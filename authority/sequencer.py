@@ -9,7 +9,12 @@ each commit among many (measured in bench/bench_append.py: the default of no
 delay gave both lower latency and higher throughput than 5 ms).
 
 A submission's future resolves only after its batch is committed and the
-checkpoint that includes it is signed and stored, so a 201 is durable.
+checkpoint that includes it is signed and stored, so a 201 is durable. With a
+tiles directory, the batch's tiles are written on the writer thread right after
+the commit, while ``publish`` gathers cosignatures; the tiles directory's
+checkpoint file is written on the same thread after them, so it never names a
+tile that is not there (``authority/tiles.py``), and a batch whose tiles cannot
+be written fails (503 ``storage_unavailable``) like one whose commit failed.
 
 Batches and admin appends are committed and published one at a time, in
 order, so ``publish`` is never handed a checkpoint smaller than the one before.
@@ -33,9 +38,11 @@ from typing import Any, TypeVar
 from deplog.authority.log import Log, StorageError
 from deplog.authority.options import MILLISECONDS, option
 from deplog.authority.storage.store import StoredCheckpoint
+from deplog.authority.tiles import TilesDirectory
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import Envelope
+from deplog.client.storage_faults import StorageFault
 
 __all__ = [
     "OverloadedError",
@@ -107,9 +114,14 @@ class Sequencer:
     """
 
     def __init__(
-        self, log: Log, limits: SequencerLimits | None = None, publish: Publish | None = None
+        self,
+        log: Log,
+        limits: SequencerLimits | None = None,
+        publish: Publish | None = None,
+        tiles: TilesDirectory | None = None,
     ) -> None:
         self.log = log
+        self.tiles = tiles
         self.limits = limits or SequencerLimits()
         self.publish = publish or _publish_unwitnessed
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sequencer")
@@ -141,6 +153,8 @@ class Sequencer:
         await self._queue.put(None)
         await self._task
         await self.call(self.log.close)
+        if self.tiles is not None:
+            await self.call(self.tiles.close)
         self._writer.shutdown(wait=True)
 
     @property
@@ -149,7 +163,11 @@ class Sequencer:
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn`` on the writer thread, after whatever is running there."""
-        return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+        return await self.schedule(fn, *args)
+
+    def schedule(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Queue ``fn`` on the writer thread without waiting for it; RuntimeError once stopped."""
+        return asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
 
     async def submit(self, envelope: Envelope) -> Receipted:
         """Queue one envelope and wait until it is receipted or refused (raises)."""
@@ -166,8 +184,30 @@ class Sequencer:
         async with self._appending:
             index = await self.call(self.log.append_publisher, statement)
             checkpoint = await self.call(self.log.publish)
-            await self.publish(checkpoint)
+            await self._publish_with_tiles(checkpoint)
             return index
+
+    async def _publish_with_tiles(self, checkpoint: StoredCheckpoint) -> bytes:
+        """Publish ``checkpoint`` while its tiles are written; both must succeed."""
+        tiles = self.schedule(self._write_tiles)  # queued before any checkpoint file write
+        note, written = await asyncio.gather(
+            self.publish(checkpoint), tiles, return_exceptions=True
+        )
+        for outcome in (written, note):
+            if isinstance(outcome, BaseException):
+                raise outcome
+        assert isinstance(note, bytes)
+        return note
+
+    def _write_tiles(self) -> None:
+        """A tiles directory that cannot be written fails the batch: nothing is published."""
+        if self.tiles is None or self.log.published is None:
+            return
+        try:
+            self.tiles.extend(self.log.published.size)
+        except (OSError, StorageFault) as err:
+            log.error("writing the tiles directory failed: %s", err)
+            raise StorageError() from None
 
     async def _run(self) -> None:
         """Sequence batches until stop's marker, which follows every earlier submission."""
@@ -194,7 +234,7 @@ class Sequencer:
                 results = await self.call(self.log.sequence, [envelope for envelope, _ in batch])
                 checkpoint = self.log.published
                 assert checkpoint is not None
-                note = await self.publish(checkpoint)
+                note = await self._publish_with_tiles(checkpoint)
         except DeplogError as err:
             self.failing = err.code
             _fail(futures, err)

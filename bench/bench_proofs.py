@@ -61,14 +61,44 @@ def cold_start(authority: AuthorityProcess) -> tuple[float, subprocess.Popen[byt
     return answered - started, proc
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (field 3 on)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Live processes under ``pid``, found by their parent ids in /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents.setdefault(int(_stat(int(entry.name))[1]), []).append(int(entry.name))
+            except (OSError, IndexError):
+                continue  # it ended while we looked
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found.extend(children)
+        todo.extend(children)
+    return found
+
+
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU used by the process and its children: the live ones (the start-up audit runs in
+    one) and the ended ones it has waited for (cutime, cstime)."""
+    total = 0
+    for each in [pid, *_descendants(pid)]:
+        try:
+            fields = _stat(each)
+        except OSError:
+            continue
+        total += sum(int(value) for value in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def wait_idle(pid: int, started: float, window: float = 1.0) -> float:
-    """Wait until the process used < 10% of a core over ``window``; returns the
-    seconds since ``started`` (perf_counter) at which it went idle."""
+    """Wait until the process and its children used < 10% of a core over ``window``;
+    returns the seconds since ``started`` (perf_counter) at which they went idle."""
     while True:
         before, at = cpu_seconds(pid), time.perf_counter()
         time.sleep(window)

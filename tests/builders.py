@@ -38,6 +38,13 @@ from deplog.client.model.notice import Envelope, Notice
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, leaf_hash, root_from_leaf_hashes
+from deplog.client.tlog.tiles import (
+    TILE_WIDTH,
+    encode_entry_bundle,
+    encode_hash_tile,
+    entry_tiles,
+    hash_tiles,
+)
 from deplog.client.tlog.timestamps import now_timestamp
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -189,6 +196,37 @@ def sign_tree(log_signer: Signer, leaves: Sequence[bytes]) -> bytes:
     """
     root = root_from_leaf_hashes([leaf_hash(leaf) for leaf in leaves])
     return sign_checkpoint(Checkpoint(log_signer.name, len(leaves), root), log_signer)
+
+
+def write_tiles(directory: Path, note: bytes, leaves: Sequence[bytes]) -> None:
+    """Publish ``leaves`` under ``note`` as a C2SP tlog-tiles directory, as a writer would:
+    every hash tile and entry bundle of the tree of ``len(leaves)`` leaves, then ``checkpoint``.
+
+    Level-L hashes are computed here by the RFC 9162 reference function over
+    the 256 hashes below each, not by the tiles reader under test. Files of
+    tiles the tree does not have (an older tree's partial tiles) are left alone.
+    """
+    levels = [[leaf_hash(leaf) for leaf in leaves]]
+    while len(levels[-1]) >= TILE_WIDTH:
+        below = levels[-1]
+        levels.append(
+            [
+                root_from_leaf_hashes(below[i : i + TILE_WIDTH])
+                for i in range(0, len(below) - TILE_WIDTH + 1, TILE_WIDTH)
+            ]
+        )
+    for tile in hash_tiles(len(leaves)):
+        hashes = levels[tile.level][tile.node_indices.start : tile.node_indices.stop]
+        _write_file(directory / tile.path, encode_hash_tile(tile, hashes))
+    for bundle in entry_tiles(len(leaves)):
+        data = leaves[bundle.leaf_indices.start : bundle.leaf_indices.stop]
+        _write_file(directory / bundle.path, encode_entry_bundle(bundle, data))
+    _write_file(directory / "checkpoint", note)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
 
 
 # --- Hypothesis strategies ------------------------------------------------------------
@@ -409,11 +447,27 @@ class LocalLog:
         assert result.index is not None, result.error
         return result.index
 
+    def publish_many(self, count: int) -> None:
+        """Append ``count`` notices by ``acme`` in one batch (one checkpoint), over 50 tools."""
+        envelopes = []
+        for _ in range(count):
+            self.sequence += 1
+            tool = f"tool:org.acme/t{self.sequence % 50}"
+            envelopes.append(make_envelope(self.publisher, self.sequence, tool=tool))
+        results = self.log.sequence(envelopes)
+        assert all(result.index is not None for result in results)
+
     def snapshot(self) -> MemoryLogSource:
         """The log as it stands, held in memory: its signed checkpoint and every leaf under it."""
         published = self.log.published
         assert published is not None
         return MemoryLogSource(published.note, self.log.tree.leaf_data(0, published.size))
+
+    def write_tiles(self, directory: Path) -> None:
+        """Publish the log as it stands as a tlog-tiles directory (``write_tiles``)."""
+        published = self.log.published
+        assert published is not None
+        write_tiles(directory, published.note, self.log.tree.leaf_data(0, published.size))
 
     def sync(self, trusted: TrustedState) -> Advanced | None:
         """Verify and fold the log's latest checkpoint, as a follower would."""

@@ -57,6 +57,7 @@ from deplog.client.model.semver import SemverError
 from deplog.client.model.status import StatusError
 from deplog.client.tlog.note import KeyFormatError
 from deplog.client.tlog.proofs import ProofError
+from deplog.client.tlog.tiles import TilePathError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,6 +83,7 @@ AUTHORITY_RAISES: Raises = {
     RegistryError: frozenset(RegistryError.codes - {ErrorCode.BAD_SNAPSHOT}),
     # reads, limits, the push stream
     RequestError: None,
+    TilePathError: None,  # GET /tile/...: a path that is not a tile's
     RateLimitedError: None,
     TooManySubscribersError: None,
     # the log: queue, storage, publication

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from deplog.client.cache.guard import Guard
-from deplog.client.cache.mcp import DEPRECATION_KEY, IDENTITY_KEY, guard_tools_list, http_date
+from deplog.client.cache.mcp import (
+    DEPRECATION_KEY,
+    IDENTITY_KEY,
+    guard_tools_list,
+    http_date,
+    identity_annotation,
+    refusal_annotation,
+    schema_digest,
+)
+from deplog.client.errors import DeplogError
 from deplog.client.follow.trust import TrustedState
+from deplog.client.model import canonical
+from deplog.client.model.notice import parse_schema_digest
 from tests.builders import LocalLog
 
 TOOL = "tool:org.acme/search"
@@ -91,3 +105,51 @@ def test_a_mismatching_schema_digest_is_dropped(trusted: TrustedState, local: Lo
 
 def test_http_date_is_imf_fixdate() -> None:
     assert http_date(datetime(2027, 6, 1, 12, 30, tzinfo=UTC)) == "Tue, 01 Jun 2027 12:30:00 GMT"
+
+
+def test_the_schema_digest_is_sha256_of_the_canonical_schema() -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    reordered = {"required": ["q"], "properties": {"q": {"type": "string"}}, "type": "object"}
+    digest = schema_digest(schema)
+    assert digest == schema_digest(reordered)
+    assert digest == "sha256:" + hashlib.sha256(canonical.dumps(schema)).hexdigest()
+    assert parse_schema_digest(digest) == digest
+
+
+def test_an_identity_names_the_tool_version_and_listed_schema() -> None:
+    schema = {"type": "object"}
+    assert identity_annotation(TOOL, "1.2.3", schema) == {
+        "tool_id": TOOL,
+        "version": "1.2.3",
+        "schema_digest": schema_digest(schema),
+    }
+
+
+@pytest.mark.parametrize(
+    ("tool_id", "version", "code"),
+    [("search", "1.0.0", "bad_tool_id"), (TOOL, "1.0", "bad_version")],
+)
+def test_a_bad_identity_is_refused_with_a_stable_code(
+    tool_id: str, version: str, code: str
+) -> None:
+    with pytest.raises(DeplogError) as raised:
+        identity_annotation(tool_id, version, None)
+    assert raised.value.code == code
+
+
+def test_a_refusal_names_verdict_reason_notices_and_checkpoint(
+    trusted: TrustedState, local: LocalLog
+) -> None:
+    index = local.publish(action="revoke", reasons=["other"], affected={"versions": ["1.0.0"]})
+    local.sync(trusted)
+    decision = Guard(trusted.state).check(TOOL, "1.0.0", cached_at=now())
+    refusal = refusal_annotation(decision)
+    assert refusal == {
+        "verdict": "refuse",
+        "reason": "revoked",
+        "tool_id": TOOL,
+        "version": "1.0.0",
+        "notices": [index],
+        "checkpoint_size": trusted.state.size,
+        "checkpoint": trusted.state.trusted.note.decode() if trusted.state.trusted else None,
+    }

@@ -149,6 +149,7 @@ def test_every_authority_serve_flag_maps_to_a_config_field() -> None:
     assert flags(SERVE) - INSTANCE_FLAGS == {
         *SERVE_OPTIONS,
         "--no-embedded-witness",  # the off form of --embedded-witness
+        "--no-tiles",  # the off form of --tiles
     }
 
 

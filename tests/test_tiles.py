@@ -50,6 +50,7 @@ from deplog.client.tlog.tiles import (
     encode_entry_bundle,
     encode_hash_tile,
     entry_bundle_tiles,
+    entry_bundles_tiles,
     entry_tiles,
     hash_tiles,
     inclusion_tiles,
@@ -59,6 +60,7 @@ from deplog.client.tlog.tiles import (
     tree_hash,
     tree_hash_tiles,
     verify_entry_bundle,
+    verify_entry_bundles,
 )
 
 MAX_LEAVES = 2**18 + 1
@@ -855,6 +857,56 @@ def test_a_bundle_reads_its_listed_tiles_only(log: PublishedLog) -> None:
     verify_entry_bundle(bundle, data, size, rfc_mth(0, size), recording(log.read_tile, calls))
     assert calls == entry_bundle_tiles(bundle, size)
     assert HashTile(0, 5) in calls
+
+
+@pytest.mark.parametrize("size", [1, 255, 256, 1000, 70_000])
+def test_many_bundles_verify_to_their_leaves_reading_no_level_0_tile(
+    log: PublishedLog, size: int
+) -> None:
+    bundles = list(entry_tiles(size, since=max(0, size - 1100)))
+    calls: list[HashTile] = []
+    verified = verify_entry_bundles(
+        [(bundle, log.files[bundle.path]) for bundle in bundles],
+        size,
+        rfc_mth(0, size),
+        recording(log.read_tile, calls),
+    )
+    assert verified == [[LEAVES[i] for i in bundle.leaf_indices] for bundle in bundles]
+    assert calls == entry_bundles_tiles(bundles, size)
+    assert not any(tile.level == 0 and tile.index in {b.index for b in bundles} for tile in calls)
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [(change, code) for _, change, code in bundle_changes()],
+    ids=[name for name, _, _ in bundle_changes()],
+)
+def test_one_tampered_bundle_among_many_refuses_them_all(
+    log: PublishedLog, change: Callable[[list[bytes]], list[bytes]], code: str
+) -> None:
+    size = 1000
+    bundles = list(entry_tiles(size))
+    given_ = [(bundle, log.files[bundle.path]) for bundle in bundles]
+    for at in (1, 3):  # a full bundle, the partial one
+        entries = change([LEAVES[i] for i in bundles[at].leaf_indices])
+        tampered = [
+            *given_[:at],
+            (bundles[at], b"".join(encode_entries(entries))),
+            *given_[at + 1 :],
+        ]
+        with pytest.raises((TileError, BundleFormatError)) as caught:
+            verify_entry_bundles(tampered, size, rfc_mth(0, size), log.read_tile)
+        assert caught.value.code == code
+
+
+def test_many_bundles_are_refused_when_a_tile_above_is_tampered(log: PublishedLog) -> None:
+    size = 70_000
+    bundles = [EntryTile(0), EntryTile(1)]
+    source = serving(log.read_tile, HashTile(1, 0), lambda data: flip(data, 40))
+    with pytest.raises(TileError):
+        verify_entry_bundles(
+            [(b, log.files[b.path]) for b in bundles], size, rfc_mth(0, size), source
+        )
 
 
 # Trees of up to 2^63 - 1 leaves

@@ -22,6 +22,10 @@ Publication (``AuthorityState``), one order in one place:
    cosigns), as a missed publication quorum fails with
    ``witness_quorum_unavailable``. Each failed publication is counted by reason
    (``deplog_publication_failures_total``); a run of them is logged once.
+   With a tiles directory, ``_render`` also queues the note for its ``checkpoint``
+   file on the writer thread (after the tiles of every batch committed before it),
+   and ``publish`` returns only once the file holds it: a receipt's checkpoint is
+   in the directory by the time the receipt is sent.
 4. Until a publication succeeds after start, the served checkpoint is the one
    last saved under a quorum, or else the latest checkpoint with whatever lines
    the witnesses gave it; ``/healthz`` reports the missing embedded cosignature.
@@ -61,12 +65,13 @@ from deplog.authority.http.limits import Rate, RateLimiter
 from deplog.authority.http.metrics import Metrics
 from deplog.authority.http.plumbing import METRICS, HTTPRequestError, errors_and_metrics
 from deplog.authority.http.push import PushHub
-from deplog.authority.log import IntegrityError, Log
+from deplog.authority.log import IntegrityError, Log, StorageError
 from deplog.authority.options import MEBIBYTES, option
 from deplog.authority.sequencer import Sequencer, SequencerLimits
 from deplog.authority.storage import audit, store
 from deplog.authority.storage.reader import LogReader
 from deplog.authority.supervise import Supervisor
+from deplog.authority.tiles import DEFAULT_PARTIAL_GRACE, TilesDirectory
 from deplog.authority.witnessing import (
     EmbeddedWitnessUnavailableError,
     QuorumUnavailableError,
@@ -76,13 +81,19 @@ from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
+from deplog.client.storage_faults import StorageFault
 from deplog.client.tlog.note import Signer
+from deplog.client.tlog.tiles import parse_tile_path
 
 __all__ = [
+    "FULL_TILE_CACHE",
     "JSON",
     "MAX_ENTRIES_PER_REQUEST",
     "MAX_INT",
+    "PARTIAL_TILE_CACHE",
     "STALE_REFRESHES",
+    "TILES_DIR",
+    "TILE_TYPE",
     "AuthorityState",
     "RequestError",
     "ServerConfig",
@@ -96,6 +107,14 @@ MAX_ENTRIES_PER_REQUEST = 1000
 MAX_INT = (1 << 63) - 1
 JSON = "application/json"
 STALE_REFRESHES = 3
+TILES_DIR = "tiles"
+"""The tiles directory's name in the data directory, unless ``--tiles-dir`` says otherwise."""
+FULL_TILE_CACHE = "public, max-age=31536000, immutable"
+"""A full tile never changes (its path names its content), so caches keep it for a year."""
+PARTIAL_TILE_CACHE = "public, max-age=60"
+"""A partial tile's bytes never change either, but it is removed once superseded (after
+the grace period), so caches drop it soon."""
+TILE_TYPE = "application/octet-stream"
 """Refresh intervals after which the served embedded cosignature counts as stale."""
 _PUBLICATION_FAILURES = (EmbeddedWitnessUnavailableError, QuorumUnavailableError)
 _PUBLICATION_CODES = frozenset(error.code for error in _PUBLICATION_FAILURES)
@@ -135,7 +154,26 @@ class ServerConfig:
         10.0, "seconds a client has to send a request body", note="then 408"
     )
     max_subscribers: int = option(1024, "live checkpoint push streams at most", note="then 503")
+    tiles: bool = option(True, "write the C2SP tlog-tiles directory and serve GET /tile/...")
+    tiles_dir: Path | None = option(
+        None,
+        "the tiles directory (publish it with nginx, rsync, a CDN)",
+        parse=Path,
+        note="<data>/tiles",
+    )
+    partial_grace: float = option(
+        DEFAULT_PARTIAL_GRACE,
+        "seconds a superseded partial tile is kept for readers of the previous checkpoint",
+        flag="--tiles-partial-grace",
+    )
     limits: SequencerLimits = field(default_factory=SequencerLimits)
+
+    @property
+    def tiles_path(self) -> Path | None:
+        """Where the tiles directory is, or None when tiles are off."""
+        if not self.tiles:
+            return None
+        return self.tiles_dir if self.tiles_dir is not None else self.db_path.parent / TILES_DIR
 
 
 class RequestError(DeplogError):
@@ -166,10 +204,12 @@ class AuthorityState:
         config: ServerConfig,
         log: Log,
         witnessing: Callable[[AuthorityState], Witnessing] | None = None,
+        tiles: TilesDirectory | None = None,
     ) -> None:
         self.config = config
         self.supervisor = Supervisor()
-        self.sequencer = Sequencer(log, config.limits, publish=self.publish)
+        self.sequencer = Sequencer(log, config.limits, publish=self.publish, tiles=tiles)
+        self._checkpoint_file: asyncio.Future[None] | None = None
         self._readers = concurrent.futures.ThreadPoolExecutor(
             config.reader_threads, thread_name_prefix="reader"
         )
@@ -269,6 +309,8 @@ class AuthorityState:
                 if checkpoint.size > self.checkpoint.size or force:
                     await self._witness(checkpoint)
                     self._serve(checkpoint)
+                    if self._checkpoint_file is not None:
+                        await asyncio.shield(self._checkpoint_file)
                 if self.witnessing is None:
                     return checkpoint.note
                 if not self.witnessing.cosigned_by_embedded(checkpoint.size):
@@ -310,6 +352,21 @@ class AuthorityState:
         else:
             self.note = self.checkpoint.note
         self.push.publish(self.note)
+        self._queue_checkpoint_file()
+
+    def _queue_checkpoint_file(self) -> None:
+        """Queue the served note for the tiles directory's ``checkpoint`` file (rule 3)."""
+        tiles = self.sequencer.tiles
+        if tiles is None:
+            return
+        try:
+            written = self.sequencer.schedule(
+                _write_checkpoint_file, tiles, self.checkpoint.size, self.note
+            )
+        except RuntimeError:  # the writer thread has stopped: we are shutting down
+            return
+        written.add_done_callback(_consume_failure)
+        self._checkpoint_file = written
 
     def _cosigned(self, size: int) -> None:
         """A witness gave a line for ``size``: the served note changes only if it is its size."""
@@ -370,6 +427,21 @@ class AuthorityState:
             reader.close()
 
 
+def _write_checkpoint_file(tiles: TilesDirectory, size: int, note: bytes) -> None:
+    """Writer thread: a checkpoint file that cannot be written fails the publication."""
+    try:
+        tiles.publish_checkpoint(size, note)
+    except (OSError, StorageFault) as err:
+        log.error("writing the tiles directory's checkpoint failed: %s", err)
+        raise StorageError() from None
+
+
+def _consume_failure(future: asyncio.Future[None]) -> None:
+    """Failures are logged where they happen; a write nobody awaits must not warn again."""
+    if not future.cancelled():
+        future.exception()
+
+
 _STATE = web.AppKey("state", AuthorityState)
 
 
@@ -422,6 +494,20 @@ async def _get_checkpoint(request: web.Request) -> web.Response:
         charset="utf-8",
         headers={"Cache-Control": "no-cache"},
     )
+
+
+async def _get_tile(request: web.Request) -> web.StreamResponse:
+    """A file of the tiles directory, with the headers a cache needs (see the README).
+
+    The path is parsed to a tile and the file named by its one canonical path, so
+    no request names anything else in or outside the directory.
+    """
+    root = request.app[_STATE].config.tiles_path
+    tile = parse_tile_path("tile/" + request.match_info["path"])
+    if root is None or not (path := root / tile.path).is_file():
+        raise HTTPRequestError(ErrorCode.NOT_FOUND)
+    cache = PARTIAL_TILE_CACHE if tile.partial else FULL_TILE_CACHE
+    return web.FileResponse(path, headers={hdrs.CACHE_CONTROL: cache, hdrs.CONTENT_TYPE: TILE_TYPE})
 
 
 async def _get_inclusion(request: web.Request) -> web.Response:
@@ -512,6 +598,18 @@ async def _post_admin_publisher(request: web.Request) -> web.Response:
     return web.json_response({"index": index}, status=201)
 
 
+def _open_log(config: ServerConfig, signer: Signer) -> tuple[Log, TilesDirectory | None]:
+    """Open the log, then complete its tiles directory before anything is served."""
+    log = Log(config.db_path, signer, config.origin, max_bytes=config.max_db_bytes)
+    if config.tiles_path is None:
+        return log, None
+    try:
+        return log, TilesDirectory.open(config.tiles_path, log, partial_grace=config.partial_grace)
+    except BaseException:
+        log.close()
+        raise
+
+
 def build_app(
     config: ServerConfig,
     signer: Signer,
@@ -527,11 +625,8 @@ def build_app(
 
     async def open_log(app: web.Application) -> None:
         loop = asyncio.get_running_loop()
-        log = await loop.run_in_executor(
-            None,
-            lambda: Log(config.db_path, signer, config.origin, max_bytes=config.max_db_bytes),
-        )
-        state = AuthorityState(config, log, witnessing)
+        log, tiles = await loop.run_in_executor(None, lambda: _open_log(config, signer))
+        state = AuthorityState(config, log, witnessing, tiles)
         await state.start()
         app[_STATE] = state
         sequencer = state.sequencer
@@ -608,6 +703,7 @@ def build_app(
     app.on_cleanup.append(close_log)
     app.router.add_post("/v1/notices", _post_notice)
     app.router.add_get("/checkpoint", _get_checkpoint)
+    app.router.add_get("/tile/{path:.+}", _get_tile)
     app.router.add_get("/v1/proofs/inclusion", _get_inclusion)
     app.router.add_get("/v1/proofs/consistency", _get_consistency)
     app.router.add_get("/v1/entries", _get_entries)

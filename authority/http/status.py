@@ -80,6 +80,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
             ErrorCode.OUT_OF_RANGE,
             ErrorCode.SIZE_NOT_PUBLISHED,
             ErrorCode.RANGE_TOO_LARGE,
+            ErrorCode.MALFORMED_TILE_PATH,
             # both servers' HTTP layer, then the witness's tlog-witness checks
             ErrorCode.BAD_REQUEST,
             ErrorCode.MALFORMED_REQUEST,

@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from deplog.client.errors import ErrorCode, VerificationError
+from deplog.client.errors import DeplogError, ErrorCode, VerificationError
 from deplog.client.model.entries import PublisherEntry, decode_entry
 from deplog.client.model.registry import PublisherRegistry
 from deplog.client.model.rules import EntryChecker
@@ -59,6 +59,7 @@ from deplog.client.tlog.receipt import Receipt, verify_receipt
 
 __all__ = [
     "AuditError",
+    "AuditInputError",
     "ReplayReport",
     "audit_checkpoint",
     "audit_consistency",
@@ -71,6 +72,12 @@ class AuditError(VerificationError):
     """Two checkpoints, each genuine, that contradict each other: one size, two roots."""
 
     code = ErrorCode.CONFLICTING_CHECKPOINTS
+
+
+class AuditInputError(DeplogError):
+    """Input an audit cannot use: a missing file, or one over its bound."""
+
+    codes = frozenset({ErrorCode.MISSING_INPUT, ErrorCode.FILE_TOO_LARGE})
 
 
 def audit_checkpoint(note: bytes, log_key: Verifier, origin: str | None = None) -> Checkpoint:

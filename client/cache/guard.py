@@ -36,9 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Protocol
 
 from deplog.client.errors import DeplogError
-from deplog.client.follow.state import LocalState, TrustedCheckpoint
+from deplog.client.follow.state import TrustedCheckpoint
 from deplog.client.model.notice import parse_tool_id
 from deplog.client.model.semver import Version
 from deplog.client.model.status import StatusIndex, VersionStatus
@@ -48,6 +49,7 @@ __all__ = [
     "MEMO_ENTRIES",
     "Decision",
     "Guard",
+    "GuardState",
     "ProcessedThrough",
     "Verdict",
 ]
@@ -91,12 +93,22 @@ class Decision:
         return self.verdict in (Verdict.SERVE, Verdict.WARN)
 
 
+class GuardState(Protocol):
+    """What the guard reads: the follower's own ``LocalState``, or a worker's read-only
+    ``client.follow.reader.StateReader`` on the same file."""
+
+    @property
+    def trusted(self) -> TrustedCheckpoint | None: ...
+
+    def tool_status(self, tool_id: str) -> tuple[StatusIndex, dict[int, float]]: ...
+
+
 class Guard:
-    """Decides from a follower's ``LocalState``; cheap enough for every cache hit."""
+    """Decides from a follower's state; cheap enough for every cache hit."""
 
     def __init__(
         self,
-        state: LocalState,
+        state: GuardState,
         *,
         freshness: timedelta = DEFAULT_FRESHNESS,
         clock: Callable[[], float] = time.time,

@@ -44,16 +44,19 @@ from typing import Final
 
 from deplog.client.audit.bundle import read_entries, write_entries
 from deplog.client.audit.offline import (
+    AuditInputError,
     ReplayReport,
     audit_checkpoint,
     audit_consistency,
     audit_receipt,
     replay,
 )
+from deplog.client.audit.tiledir import MirrorReport, mirror_tiles, tiles_dir_leaves
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
+from deplog.client.follow.tiles import TilesLogSource
 from deplog.client.model import canonical
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
@@ -71,6 +74,7 @@ __all__ = [
     "AuditInputError",
     "ExportError",
     "export",
+    "mirror",
     "read_bounded",
     "register",
 ]
@@ -91,12 +95,6 @@ class ExportError(DeplogError):
     """
 
     code = ErrorCode.BAD_URL
-
-
-class AuditInputError(DeplogError):
-    """Command-line input an audit command cannot use: a missing file, or one over its bound."""
-
-    codes = frozenset({ErrorCode.MISSING_INPUT, ErrorCode.FILE_TOO_LARGE})
 
 
 # --- helpers ------------------------------------------------------------------
@@ -245,7 +243,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             ErrorCode.MISSING_INPUT, "give DIR, or --checkpoint FILE and --entries FILE"
         )
     note = read_bounded(checkpoint_path, MAX_NOTE_SIZE)
-    report = replay(read_entries(entries_path), note, read_verifier_key(args.log_key), args.origin)
+    if args.entries is None and not entries_path.exists() and (args.dir / "tile").is_dir():
+        leaves: Iterator[bytes] = tiles_dir_leaves(args.dir, note)  # a mirrored tiles directory
+    else:
+        leaves = read_entries(entries_path)
+    report = replay(leaves, note, read_verifier_key(args.log_key), args.origin)
     print(_summary(report))
     return 0
 
@@ -305,8 +307,43 @@ def _leaves_under(
         raise TreeMismatchError(ErrorCode.ENTRIES_ROOT_MISMATCH, None)
 
 
+def mirror(url: str, out: Path, log_key: Verifier | None) -> tuple[MirrorReport, bool]:
+    """Mirror the tlog-tiles at ``url`` into the tiles directory ``out`` (resumable).
+
+    Reads through ``TilesLogSource`` (the follower's bounds; a partial tile
+    gone is read from its full tile); every tile is checked against the
+    fetched checkpoint's root before it is written (``client.audit.tiledir``),
+    and with ``log_key`` the checkpoint's signature is verified before any
+    tile is fetched (returned flag True). Runs its own event loop.
+    """
+    try:
+        source = TilesLogSource(url)
+    except ValueError:
+        raise ExportError(ErrorCode.BAD_URL, "the tiles URL must be http or https") from None
+
+    async def run() -> MirrorReport:
+        async with source:
+            note = await source.checkpoint()
+            if log_key is not None:
+                audit_checkpoint(note, log_key)
+            out.mkdir(parents=True, exist_ok=True)
+            return await mirror_tiles(out, note, source.fetch_tile)
+
+    return asyncio.run(run()), log_key is not None
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     log_key = read_verifier_key(args.log_key) if args.log_key else None
+    how_ = "verified" if log_key else "root checked, signature not verified: pass --log-key"
+    if args.tiles_dir is not None:
+        report, _ = mirror(args.tiles or args.url, args.tiles_dir, log_key)
+        print(
+            f"mirrored the tiles of {_describe(report.checkpoint)} to {args.tiles_dir}: "
+            f"{report.fetched} fetched, {report.kept} already there ({how_})"
+        )
+        return 0
+    if args.tiles is not None:
+        raise CLIError("--tiles applies to --tiles-dir")
     checkpoint, verified = export(args.url, args.out, log_key)
     how = "verified" if verified else "root checked, signature not verified: pass --log-key"
     print(f"exported {checkpoint.size} entries of {_describe(checkpoint)} to {args.out} ({how})")
@@ -357,7 +394,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sp.add_argument("proof", type=Path, metavar="PROOF_JSON", help='{"old","new","proof"}')
 
     sp = add("replay", "replay an exported log: every leaf, signature and the root", _cmd_replay)
-    sp.add_argument("dir", type=Path, nargs="?", metavar="DIR", help="holds checkpoint, entries")
+    sp.add_argument(
+        "dir",
+        type=Path,
+        nargs="?",
+        metavar="DIR",
+        help="holds checkpoint and entries, or checkpoint and tile/ (a tiles directory)",
+    )
     sp.add_argument("--checkpoint", type=Path, help="checkpoint file (default: DIR/checkpoint)")
     sp.add_argument("--entries", type=Path, help="entry bundle (default: DIR/entries)")
 
@@ -366,6 +409,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     sp = subparsers.add_parser("export", help="download a log for offline audit")
     sp.add_argument("url", help="authority base URL")
-    sp.add_argument("--out", type=Path, required=True, help="directory to write")
+    where = sp.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", type=Path, help="directory to write (checkpoint, entries)")
+    where.add_argument(
+        "--tiles-dir",
+        type=Path,
+        help="mirror the log's C2SP tlog-tiles into this directory instead (resumable)",
+    )
+    sp.add_argument("--tiles", help="with --tiles-dir: where the tiles are (default: the URL)")
     sp.add_argument("--log-key", help="log verifier key, or a file holding it")
     sp.set_defaults(func=_guarded("export", _cmd_export))

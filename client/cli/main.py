@@ -21,7 +21,13 @@ from deplog.client.cache import inventory
 from deplog.client.cli import audit as auditcli
 from deplog.client.cli import monitor as monitorcli
 from deplog.client.cli import publish as publishcli
-from deplog.client.cli.trust import add_follow_arguments, load_trust, log_origin
+from deplog.client.cli.trust import (
+    add_follow_arguments,
+    add_tiles_argument,
+    load_trust,
+    log_origin,
+    open_log,
+)
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.follow.follower import Follower, SyncResult
 from deplog.client.follow.state import LocalState
@@ -77,9 +83,12 @@ def _cmd_follow(args: argparse.Namespace) -> int:
     log_name = log_origin(trust)
 
     async def follow() -> None:
-        async with Follower(
-            args.url, trust, args.state, timeout=args.timeout, memory_mib=args.memory_budget
-        ) as follower:
+        async with (
+            open_log(args.url, args.tiles, args.timeout) as (source, fallback),
+            Follower(
+                source, trust, args.state, fallback=fallback, memory_mib=args.memory_budget
+            ) as follower,
+        ):
 
             def report(result: SyncResult) -> None:
                 print(
@@ -192,6 +201,7 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("follow", help="follow an authority, verifying every step")
     sp.add_argument("url", help="authority base URL")
     add_follow_arguments(sp, DEFAULT_STATE)
+    add_tiles_argument(sp)
     sp.add_argument(
         "--once",
         action="store_true",

@@ -25,6 +25,13 @@ a hostile network path its rules are:
 4. Nothing but a ``DeplogError`` leaves ``run`` for a reason the network
    chose; any other exception is a bug and ends ``run`` at once, never
    silently killing one half of it.
+5. With a ``fallback`` source (the JSON API behind a tiles source), a step
+   the source fails for a reason another path may not have (a failed or
+   unusable fetch, a tile that does not hash to the tree, a suspected fork,
+   a stale copy's older checkpoint: ``RETRY_ELSEWHERE``) is taken again at
+   once through the fallback, to the fallback's own latest checkpoint; the
+   first failure is still counted as rule 2 says. The fallback also
+   announces checkpoints when the source does not.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from deplog.client.follow.source import (
 )
 from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB, LocalState
 from deplog.client.follow.trust import (
+    Advanced,
     ForkError,
     RollbackError,
     SuspectedForkError,
@@ -62,6 +70,7 @@ from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
 
 __all__ = [
+    "RETRY_ELSEWHERE",
     "SUSPICION_ESCALATION",
     "Follower",
     "FollowerCounters",
@@ -74,6 +83,19 @@ log = logging.getLogger("deplog.follower")
 
 SUSPICION_ESCALATION = 3
 """Consecutive failing consistency proofs after which the follower escalates (rule 2)."""
+RETRY_ELSEWHERE = frozenset(
+    {
+        ErrorCode.FETCH_FAILED,
+        ErrorCode.RESPONSE_TOO_LARGE,
+        ErrorCode.BAD_RESPONSE,
+        ErrorCode.BAD_TILE,
+        ErrorCode.MALFORMED_TILE,
+        ErrorCode.MALFORMED_BUNDLE,
+        ErrorCode.SUSPECTED_FORK,
+        ErrorCode.ROLLBACK,
+    }
+)
+"""Failures of one path to a log that another path may not have (rule 5)."""
 
 
 @dataclass
@@ -120,12 +142,14 @@ class Follower:
 
     ``source`` is the authority's base URL (read with an ``HttpLogSource``
     whose request ``timeout`` may be given) or any ``LogSource``, which the
-    caller keeps and closes. Failures raise the trust state's errors or the
-    source's ``FetchError`` (``fetch_failed``, ``response_too_large``,
-    ``bad_response``). A long advance commits every ``chunk_size`` entries and
-    resumes from the last chunk after a kill; ``memory_mib`` bounds the tool
-    statuses kept in memory (``client.follow.state``); ``progress`` hears
-    (entries done, size being synced to) after every page of a sync.
+    caller keeps and closes, as it does ``fallback`` (rule 5). Failures raise
+    the trust state's errors or the source's (``FetchError``: ``fetch_failed``,
+    ``response_too_large``, ``bad_response``; a tiles source's ``bad_tile``,
+    ``malformed_tile``, ``malformed_bundle``). A long advance commits every
+    ``chunk_size`` entries and resumes from the last chunk after a kill;
+    ``memory_mib`` bounds the tool statuses kept in memory
+    (``client.follow.state``); ``progress`` hears (entries done, size being
+    synced to) after every page of a sync.
     """
 
     def __init__(
@@ -137,6 +161,7 @@ class Follower:
         page_size: int = PAGE_SIZE,
         timeout: float | None = None,
         evidence_dir: Path | None = None,
+        fallback: LogSource | None = None,
         chunk_size: int = CHUNK_SIZE,
         memory_mib: float = DEFAULT_MEMORY_BUDGET_MIB,
         progress: Progress | None = None,
@@ -161,6 +186,7 @@ class Follower:
         self.state = LocalState(state_path, policy.logs[0].verifier.name, memory_mib=memory_mib)
         self.trust = TrustedState(self.state, policy, evidence_dir)
         self.page_size = page_size
+        self.fallback = fallback
         self.chunk_size = chunk_size
         self.progress = progress
         self._step = asyncio.Lock()
@@ -192,17 +218,16 @@ class Follower:
         async with self._step:
             old_size = self.state.size
             try:
-                advanced = await sync_step(
-                    self.source,
-                    self.trust,
-                    note,
-                    page_size=self.page_size,
-                    chunk_size=self.chunk_size,
-                    progress=self.progress,
+                advanced = await self._step_via(self.source, note)
+            except DeplogError as failure:
+                if isinstance(failure, SuspectedForkError):
+                    self._suspect(failure)
+                if self.fallback is None or failure.code not in RETRY_ELSEWHERE:
+                    raise
+                log.warning(
+                    "sync via the log source failed: %s; retrying via the fallback", failure.code
                 )
-            except SuspectedForkError as suspicion:
-                self._suspect(suspicion)
-                raise
+                advanced = await self._sync_fallback(self.fallback)
             self.counters.consecutive_suspicions = 0
             trusted = self.state.trusted
             assert trusted is not None
@@ -221,6 +246,24 @@ class Follower:
             if outcome is not None:
                 await outcome
         return result
+
+    async def _step_via(self, source: LogSource, note: bytes | None) -> Advanced | None:
+        """One ``sync_step`` over ``source`` with the follower's page, chunk and progress."""
+        return await sync_step(
+            source,
+            self.trust,
+            note,
+            page_size=self.page_size,
+            chunk_size=self.chunk_size,
+            progress=self.progress,
+        )
+
+    async def _sync_fallback(self, fallback: LogSource) -> Advanced | None:
+        try:
+            return await self._step_via(fallback, None)
+        except SuspectedForkError as suspicion:
+            self._suspect(suspicion)
+            raise
 
     def _suspect(self, suspicion: SuspectedForkError) -> None:
         """Count a failing proof; say so loudly, once, when it persists (rule 2)."""
@@ -265,7 +308,7 @@ class Follower:
         if on_advance is not None:
             self.add_listener(on_advance)
         tasks = {asyncio.create_task(self._poll(interval, stop, max_backoff))}
-        if push and isinstance(self.source, CheckpointStream):
+        if push and self._announcer() is not None:
             tasks.add(asyncio.create_task(self.listen(stop)))
         try:
             while tasks and not stop.is_set():
@@ -305,12 +348,13 @@ class Follower:
         1): a broken stream or a bad event is counted, and the stream reopened
         with jittered backoff (rule 3).
         """
-        if not isinstance(self.source, CheckpointStream):
+        announcer = self._announcer()
+        if announcer is None:
             raise TypeError("this log source announces no checkpoints")
         failures = 0
         while not stop.is_set():
             try:
-                async for note in self.source.checkpoints():
+                async for note in announcer.checkpoints():
                     failures = 0
                     await self._on_push(note)
             except FetchError as err:
@@ -324,6 +368,13 @@ class Follower:
             delay = min(max_backoff, 0.25 * 2 ** min(failures, 10)) * random.uniform(0.5, 1.5)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    def _announcer(self) -> CheckpointStream | None:
+        """The source that announces checkpoints: the log source, else the fallback (rule 5)."""
+        for source in (self.source, self.fallback):
+            if isinstance(source, CheckpointStream):
+                return source
+        return None
 
     async def _on_push(self, note: bytes) -> None:
         """A pushed checkpoint is a hint: verified first, acted on only if it is news.

@@ -87,6 +87,7 @@ __all__ = [
     "encode_entry_bundle",
     "encode_hash_tile",
     "entry_bundle_tiles",
+    "entry_bundles_tiles",
     "entry_tiles",
     "hash_tiles",
     "inclusion_tiles",
@@ -96,6 +97,7 @@ __all__ = [
     "tree_hash",
     "tree_hash_tiles",
     "verify_entry_bundle",
+    "verify_entry_bundles",
 ]
 
 TILE_HEIGHT: Final = 8
@@ -540,3 +542,43 @@ def verify_entry_bundle(
     if [leaf_hash(entry) for entry in entries] != tiles.tile_hashes(level0):
         raise TileError(message="the entry bundle does not hash to its level-0 tile")
     return entries
+
+
+def entry_bundles_tiles(bundles: Sequence[EntryTile], size: int) -> list[HashTile]:
+    """The tiles :func:`verify_entry_bundles` reads: what authenticates the bundles' level-0
+    tiles, not those tiles themselves (the bundles' own leaf hashes are their contents)."""
+    _check_size(size)
+    own = {_level0_tile(bundle, size) for bundle in bundles}
+    return [tile for tile in _tiles_for(size, own) if tile not in own]
+
+
+def verify_entry_bundles(
+    bundles: Sequence[tuple[EntryTile, bytes]], size: int, root: bytes, read_tile: ReadTile
+) -> list[list[bytes]]:
+    """The entries of each bundle, once all of them hash to the authenticated tree.
+
+    A bundle's leaf hashes are its level-0 tile, so that tile is not read: it is
+    authenticated like any other, against its hash in the tile above (or, partial,
+    with the tree's other partial tiles against the root). Each tile above is read
+    and authenticated once for all the bundles, so a reader of many bundles hashes
+    each entry once and each upper tile once.
+    """
+    _check_tree(size, root)
+    decoded = [
+        (_level0_tile(bundle, size), decode_entry_bundle(bundle, data)) for bundle, data in bundles
+    ]
+    own = {
+        tile: encode_hash_tile(tile, [leaf_hash(entry) for entry in entries])
+        for tile, entries in decoded
+    }
+
+    def read(tile: HashTile) -> bytes:
+        return own[tile] if tile in own else read_tile(tile)
+
+    try:
+        _VerifiedTiles(size, root, _tiles_for(size, own), read)
+    except TileError:
+        raise TileError(
+            message="an entry bundle or a hash tile does not hash to the tree"
+        ) from None
+    return [entries for _, entries in decoded]

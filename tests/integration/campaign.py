@@ -47,7 +47,7 @@ class AuthorityReport:
     logged: int = 0
 
 
-async def _submit_forever(
+async def submit_forever(
     http: aiohttp.ClientSession, url: str, signer: Signer, start: int, acked: list[bytes]
 ) -> None:
     sequence = start
@@ -98,7 +98,7 @@ async def authority_campaign(
         authority.start()
         tasks = [
             asyncio.create_task(
-                _submit_forever(http, authority.url, s, 1 + kill * 1_000_000, report.acknowledged)
+                submit_forever(http, authority.url, s, 1 + kill * 1_000_000, report.acknowledged)
             )
             for s in signers
         ]

@@ -1,0 +1,355 @@
+"""The tiles directory: the log published as C2SP tlog-tiles static files.
+
+The database is the log; the tiles directory is a copy of it in the format any
+web server, object store or CDN can serve and any tlog-tiles client can read:
+hash tiles ``tile/<L>/<N>[.p/<W>]``, entry bundles ``tile/entries/<N>[.p/<W>]``
+and ``checkpoint``, the cosigned note ``GET /checkpoint`` serves. The format is
+:mod:`client.tlog.tiles`; this module only decides what to write and when.
+
+Rules:
+
+1. Every file is written with ``write_atomic`` (temporary file, fsync, rename,
+   fsync of the directory): a reader sees a whole tile or none, never a torn one
+   (temporary files are dot-files, which neither the authority nor the shipped
+   nginx configuration serves).
+2. Tiles before checkpoints. The tiles of a tree are written on the writer thread
+   after the batch commits and before its checkpoint is published
+   (:meth:`TilesDirectory.extend`); the ``checkpoint`` file is rewritten (also on
+   the writer thread, so in order) each time the served note changes, and first
+   makes sure every partial tile of the size it names exists. So no checkpoint
+   file ever names a tile that is not there. A tile that cannot be written fails
+   the batch (503 ``storage_unavailable``) before anything is published; the next
+   batch writes what is missing.
+3. Tile bytes come only from the database, read per tile (at most 256 hashes or
+   entries at a time) on the writer thread, and at most ``WRITERS`` tiles are held
+   at once: memory stays bounded whatever the log size. Those are written by
+   ``WRITERS`` threads at once, so their fsyncs overlap (one tile's temporary
+   file, fsync, rename and directory fsync after another's cost a batch ~9 ms
+   each here); the call returns only once all of them are durable.
+4. Full tiles are immutable: never rewritten, never removed. A partial tile is
+   superseded once the checkpoint file names a tree that has a wider tile at its
+   coordinates (or a partial written for a size no checkpoint file ever named).
+   It is then kept for ``partial_grace`` seconds, so a CDN or rsync reader that
+   fetched the previous checkpoint still finds every partial tile that checkpoint
+   names (the spec lets readers fall back to the full tile, but not every reader
+   does, and a mirror in the middle of a sync should not see 404s), and removed at
+   the first write after the grace period. A crash forgets the schedule: start-up
+   walks the ``tile/`` tree once (about n/128 names for n entries) and schedules
+   every partial tile the current tree does not have, so removal is late, never
+   early.
+5. Start-up completes the directory from the database before anything is served
+   (:meth:`TilesDirectory.open`). The ``checkpoint`` file names the last tree
+   whose tiles were all written; it must be signed by the log key and name a
+   size and root the database has, else the directory belongs to another log or
+   was altered. Every tile from that tree to the database's is compared with the
+   database when it exists and written when it does not; leftover temporary
+   files are removed. A tile whose bytes differ from the database is proven
+   corruption: the authority refuses to start (exit 65), naming the file, rather
+   than publish or silently replace bytes a reader may already have verified.
+   Moving the file away and starting again rewrites it. A leaf whose stored bytes
+   no longer hash to its stored hash is the database's damage, not the tile's:
+   a tile that is there is kept (the background storage audit reports the
+   database, as for any leaf under a checkpoint), and a missing one is never
+   written from it (exit 65 naming the database, or the batch fails).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Final
+
+from deplog.authority.log import Log
+from deplog.client.errors import DeplogError
+from deplog.client.files import write_atomic
+from deplog.client.storage_faults import CORRUPT, FaultKind, StorageFault
+from deplog.client.tlog.checkpoint import open_checkpoint
+from deplog.client.tlog.proofs import leaf_hash
+from deplog.client.tlog.tiles import (
+    TILE_HEIGHT,
+    TILE_WIDTH,
+    EntryTile,
+    HashTile,
+    TilePathError,
+    encode_entry_bundle,
+    encode_hash_tile,
+    entry_tiles,
+    hash_tiles,
+    parse_tile_path,
+)
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "DEFAULT_PARTIAL_GRACE",
+    "TILES_CORRUPT",
+    "WRITERS",
+    "Tile",
+    "TilesDirectory",
+    "partial_tiles",
+    "tile_bytes",
+]
+
+log = logging.getLogger("deplog.tiles")
+
+CHECKPOINT_FILE: Final = "checkpoint"
+WRITERS: Final = 8
+"""Tiles written at once (rule 3)."""
+DEFAULT_PARTIAL_GRACE: Final = 600.0
+"""Seconds a superseded partial tile stays (rule 4): far above the caches' max-age."""
+
+TILES_CORRUPT: Final = FaultKind(
+    "storage_corrupt",
+    65,
+    "a file of the tiles directory differs from the log's database (proven)",
+    "keep a copy of it for inspection, move it out of the tiles directory and start again: "
+    "the authority rewrites every missing tile from its database",
+)
+
+Tile = HashTile | EntryTile
+"""A hash tile or an entry bundle: each is one file of the directory."""
+
+_TEMPORARY_SUFFIX: Final = ".tmp"
+
+
+def partial_tiles(size: int) -> list[Tile]:
+    """The partial tiles of the tree of ``size`` leaves: at most one per level, and a bundle."""
+    out: list[Tile] = []
+    level = 0
+    while hashes := size >> (TILE_HEIGHT * level):
+        if width := hashes % TILE_WIDTH:
+            out.append(HashTile(level, hashes // TILE_WIDTH, width))
+        level += 1
+    if width := size % TILE_WIDTH:
+        out.append(EntryTile(size // TILE_WIDTH, width))
+    return out
+
+
+def tile_bytes(conn: sqlite3.Connection, tile: Tile) -> bytes:
+    """The bytes of ``tile`` from the log's database: 256 rows at most (rule 3).
+
+    Level 0 holds the leaf hashes; level L the stored hashes of the perfect subtrees
+    of 2^(8L) leaves (``nodes`` rows of level 8L, see ``storage/tree.py``).
+    """
+    if isinstance(tile, EntryTile):
+        first = tile.leaf_indices.start
+        rows = conn.execute(
+            "SELECT data, hash FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
+            (first, first + tile.width),
+        ).fetchall()
+        if len(rows) != tile.width:
+            raise _DatabaseAlteredError(f"the database lacks the leaves of {tile.path}")
+        entries = [bytes(data) for data, _ in rows]
+        for index, (entry, (_, digest)) in enumerate(zip(entries, rows, strict=True)):
+            if leaf_hash(entry) != bytes(digest):
+                leaf = first + index
+                raise _DatabaseAlteredError(f"leaf {leaf} does not match its stored hash")
+        return encode_entry_bundle(tile, entries)
+    first = tile.node_indices.start
+    if tile.level == 0:
+        rows = conn.execute(
+            "SELECT hash FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
+            (first, first + tile.width),
+        ).fetchall()
+    else:
+        rows = conn.execute(
+            "SELECT hash FROM nodes WHERE level = ? AND idx >= ? AND idx < ? ORDER BY idx",
+            (tile.node_height, first, first + tile.width),
+        ).fetchall()
+    if len(rows) != tile.width:
+        raise _DatabaseAlteredError(f"the database lacks the hashes of {tile.path}")
+    return encode_hash_tile(tile, [bytes(row[0]) for row in rows])
+
+
+def _complete_file(job: tuple[Path, bytes | StorageFault]) -> None:
+    """Write a missing tile; check one that is there (rule 5).
+
+    ``data`` is a fault when the database cannot give the tile's bytes (a leaf
+    altered under a checkpoint): a tile that is there was written before, from the
+    sound database, and is kept unchecked (the storage audit reports the database);
+    a missing one cannot be written.
+    """
+    path, data = job
+    try:
+        existing = path.read_bytes()
+    except FileNotFoundError:
+        if isinstance(data, StorageFault):
+            raise data from None
+        _make_public_directories(path.parent)
+        write_atomic(path, [data])
+        return
+    if isinstance(data, StorageFault):
+        log.warning("%s not checked: %s", path, data.evidence)
+        return
+    if existing != data:
+        raise StorageFault(TILES_CORRUPT, path, "its bytes differ from the database's")
+
+
+def _make_public_directories(directory: Path) -> None:
+    """Create ``directory`` and its missing parents 0755 whatever the umask: the tiles are
+    public, and a web server's own user must be able to read them (files are 0644)."""
+    if directory.is_dir():
+        return
+    _make_public_directories(directory.parent)
+    with contextlib.suppress(FileExistsError):  # another writer thread made it meanwhile
+        directory.mkdir()
+        directory.chmod(0o755)
+
+
+class _DatabaseAlteredError(Exception):
+    """The database cannot give a committed tree's tile: its storage was altered."""
+
+
+class TilesDirectory:
+    """The writer of one log's tiles directory; every method runs on the log's writer thread.
+
+    ``size`` is the tree whose tiles are all written; ``named`` the size the
+    ``checkpoint`` file names (0 before there is one).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        log: Log,
+        *,
+        partial_grace: float = DEFAULT_PARTIAL_GRACE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.root = root
+        self.log = log
+        self.partial_grace = partial_grace
+        self.clock = clock
+        self.size = 0
+        self.named = 0
+        self._unnamed: set[Tile] = set()
+        """Partial tiles written since the checkpoint file last changed (rule 4)."""
+        self._retiring: collections.deque[tuple[float, Tile]] = collections.deque()
+        self._io = concurrent.futures.ThreadPoolExecutor(WRITERS, thread_name_prefix="tiles")
+
+    @classmethod
+    def open(
+        cls,
+        root: Path,
+        log: Log,
+        *,
+        partial_grace: float = DEFAULT_PARTIAL_GRACE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> TilesDirectory:
+        """Complete ``root`` from ``log``'s database (rule 5); StorageFault when it is wrong."""
+        _make_public_directories(root)
+        tiles = cls(root, log, partial_grace=partial_grace, clock=clock)
+        tiles.named = tiles._checked_checkpoint_file()
+        tiles.size = tiles.named
+        tiles._complete(partial_tiles(tiles.named))
+        tiles._sweep()
+        tiles.extend(log.tree.size)
+        return tiles
+
+    # -- writing ----------------------------------------------------------------
+
+    def extend(self, size: int) -> None:
+        """Write every tile of the tree of ``size`` leaves that the directory lacks (rule 2)."""
+        if size <= self.size:
+            return
+        new = self._new_tiles(size)
+        while group := list(itertools.islice(new, WRITERS)):
+            self._complete(group)
+            self._unnamed.update(tile for tile in group if tile.partial)
+        self.size = size
+        self._remove_expired()
+
+    def publish_checkpoint(self, size: int, note: bytes) -> None:
+        """Make ``checkpoint`` hold ``note``, a note for ``size`` (rules 2 and 4)."""
+        self.extend(size)
+        current = partial_tiles(size)
+        self._complete([tile for tile in current if not self._path(tile).exists()])
+        write_atomic(self.root / CHECKPOINT_FILE, [note])
+        if size != self.named:
+            superseded = (set(partial_tiles(self.named)) | self._unnamed) - set(current)
+            self._retire(superseded)
+            self._unnamed.clear()
+            self.named = size
+        self._remove_expired()
+
+    def _new_tiles(self, size: int) -> Iterator[Tile]:
+        yield from entry_tiles(size, since=self.size)
+        yield from hash_tiles(size, since=self.size)
+
+    def _complete(self, tiles: list[Tile]) -> None:
+        """Write the missing ones of a few tiles at once; one that is there must be the
+        database's bytes (rule 5)."""
+        for _ in self._io.map(_complete_file, [(self._path(t), self._bytes(t)) for t in tiles]):
+            pass
+
+    def close(self) -> None:
+        """Stop the writing threads (after the writes in progress)."""
+        self._io.shutdown(wait=True)
+
+    def _bytes(self, tile: Tile) -> bytes | StorageFault:
+        try:
+            return tile_bytes(self.log.conn, tile)
+        except _DatabaseAlteredError as err:
+            return StorageFault(CORRUPT, self.log.path, str(err))
+
+    def _path(self, tile: Tile) -> Path:
+        return self.root / tile.path
+
+    # -- partial tiles (rule 4) ------------------------------------------------------
+
+    def _retire(self, tiles: set[Tile]) -> None:
+        deadline = self.clock() + self.partial_grace
+        self._retiring.extend((deadline, tile) for tile in sorted(tiles, key=lambda t: t.path))
+
+    def _remove_expired(self) -> None:
+        now = self.clock()
+        while self._retiring and self._retiring[0][0] <= now:
+            _, tile = self._retiring.popleft()
+            with contextlib.suppress(FileNotFoundError):
+                self._path(tile).unlink()
+
+    # -- start-up (rule 5) -------------------------------------------------------------
+
+    def _checked_checkpoint_file(self) -> int:
+        """The size the checkpoint file names, once it is shown to be this log's; 0 if none."""
+        path = self.root / CHECKPOINT_FILE
+        try:
+            note = path.read_bytes()
+        except FileNotFoundError:
+            return 0
+        try:
+            checkpoint, _ = open_checkpoint(note, self.log.verifier)
+        except DeplogError as err:
+            evidence = f"not a note of this log ({err.code})"
+            raise StorageFault(TILES_CORRUPT, path, evidence) from None
+        tree = self.log.tree
+        if checkpoint.size > tree.size or tree.root_at(checkpoint.size) != checkpoint.root_hash:
+            raise StorageFault(TILES_CORRUPT, path, "its tree is not the database's")
+        return checkpoint.size
+
+    def _sweep(self) -> None:
+        """Remove temporary files a crash left; schedule partial tiles of other trees."""
+        current = set(partial_tiles(self.log.tree.size)) | set(partial_tiles(self.named))
+        stray: set[Tile] = set()
+        for directory, _, files in os.walk(self.root / "tile"):
+            for name in files:
+                path = Path(directory, name)
+                if name.startswith(".") and name.endswith(_TEMPORARY_SUFFIX):
+                    path.unlink()
+                    continue
+                if not directory.endswith(".p"):
+                    continue
+                with contextlib.suppress(TilePathError):
+                    tile = parse_tile_path(path.relative_to(self.root).as_posix())
+                    if tile.partial and tile not in current:
+                        stray.add(tile)
+        for name in os.listdir(self.root):
+            if name.startswith(".") and name.endswith(_TEMPORARY_SUFFIX):
+                (self.root / name).unlink()
+        self._retire(stray)

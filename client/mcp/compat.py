@@ -1,0 +1,101 @@
+"""The one place that knows which major version of the MCP Python SDK is installed.
+
+deplog supports ``mcp`` 2.x (extra ``deplog[mcp]``) and 1.x from 1.26 on
+(extra ``deplog[mcp1]``: the line the ContextForge gateway pins). The majors
+differ in Python field names (``inputSchema`` became ``input_schema``), in
+the high-level server (``FastMCP`` became ``MCPServer``) and in how code
+running for a request finds its session. The wire format is the same, so
+everything else in ``deplog.client.mcp`` reads and builds SDK models as
+wire-format dicts (``to_wire``, ``model_validate``) and never names a field
+the majors spell differently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+from collections.abc import Callable
+from importlib.metadata import version
+from typing import Any
+
+from mcp import types
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.session import ServerSession
+
+__all__ = [
+    "SDK_MAJOR",
+    "advertise_tools_changed",
+    "connection_of",
+    "on_tools_listed",
+    "to_wire",
+    "tool_manager",
+]
+
+SDK_MAJOR = int(version("mcp").split(".", 1)[0])
+
+
+def to_wire(model: Any) -> dict[str, Any]:
+    """An SDK model as the JSON object the protocol carries (camelCase, ``_meta``)."""
+    wire: dict[str, Any] = model.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return wire
+
+
+def tool_manager(server: Any) -> Any:
+    """The tool registry of a high-level server (``FastMCP`` in 1.x, ``MCPServer`` in 2.x).
+
+    Both majors keep it as ``_tool_manager`` and build every ``tools/list``
+    from its ``list_tools()``; there is no public hook for that in either.
+    """
+    return server._tool_manager
+
+
+def _lowlevel(server: Any) -> Any:
+    return server._lowlevel_server if SDK_MAJOR >= 2 else server._mcp_server
+
+
+def advertise_tools_changed(server: Any) -> None:
+    """Make a high-level server advertise ``tools.listChanged`` in ``initialize``.
+
+    Both majors' high-level servers build their initialization options with
+    all list-changed flags off; deplog does send the notification, so it says so.
+    """
+    lowlevel = _lowlevel(server)
+    original = lowlevel.create_initialization_options
+
+    @functools.wraps(original)
+    def create(notification_options: NotificationOptions | None = None, *a: Any, **k: Any) -> Any:
+        options = notification_options or NotificationOptions()
+        options.tools_changed = True
+        return original(options, *a, **k)
+
+    lowlevel.create_initialization_options = create
+
+
+def connection_of(session: ServerSession) -> object:
+    """What identifies a client's connection: 2.x hands each request its own
+    ``ServerSession`` over the connection, 1.x one session per connection."""
+    return session._connection if SDK_MAJOR >= 2 else session
+
+
+def on_tools_listed(server: Any, record: Callable[[ServerSession], None]) -> None:
+    """Call ``record`` with the session of every client that lists the server's tools."""
+    if SDK_MAJOR >= 2:
+
+        async def middleware(ctx: Any, call_next: Any) -> Any:
+            if ctx.method == "tools/list" and ctx.request_id is not None:
+                record(ctx.session)
+            return await call_next(ctx)
+
+        server.middleware.append(middleware)
+        return
+    request_ctx = importlib.import_module("mcp.server.lowlevel.server").request_ctx  # 1.x only
+    lowlevel = _lowlevel(server)
+    handler = lowlevel.request_handlers[types.ListToolsRequest]
+
+    async def recording(request: Any) -> Any:
+        with contextlib.suppress(LookupError):
+            record(request_ctx.get().session)
+        return await handler(request)
+
+    lowlevel.request_handlers[types.ListToolsRequest] = recording

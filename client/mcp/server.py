@@ -1,0 +1,134 @@
+"""For tool authors: a deplog identity on every listed tool, and ``list_changed`` on news.
+
+``stamp_tools`` gives each tool a server built with the SDK lists (``FastMCP``
+in 1.x, ``MCPServer`` in 2.x) whose name it is given a ``_meta["dev.deplog/tool"]``:
+the tool id and version the author declares, and the digest of the input
+schema the server actually lists (computed at listing time, so a changed
+signature changes the digest and a notice naming the old one refuses it).
+
+``ListChangedNotifier`` watches deplog's verdict on the server's tools and,
+when a verified advance changes one (or the state goes stale or fresh
+again), sends ``notifications/tools/list_changed`` to every connected client
+that has listed the tools: the MCP way to say a cached tool list is out of
+date. It reads the verdicts from a ``Guard``, over the server's own follower
+(``follower.add_listener(notifier.on_advance)``) or over a host follower's
+state file (``StateReader``, then ``await notifier.watch(stop)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from mcp.server.session import ServerSession
+
+from deplog.client.cache.guard import Guard
+from deplog.client.cache.mcp import IDENTITY_KEY, identity_annotation
+from deplog.client.follow.follower import SyncResult
+from deplog.client.mcp.compat import (
+    advertise_tools_changed,
+    connection_of,
+    on_tools_listed,
+    tool_manager,
+)
+
+__all__ = ["MAX_CLIENTS", "ListChangedNotifier", "ToolVersion", "stamp_tools"]
+
+MAX_CLIENTS = 10_000
+"""Listing clients a notifier remembers; the longest-silent are forgotten first."""
+
+log = logging.getLogger("deplog.mcp")
+
+
+@dataclass(frozen=True)
+class ToolVersion:
+    """The deplog identity a tool author declares for one of their server's tools."""
+
+    tool_id: str
+    version: str
+
+
+def stamp_tools(server: Any, identities: Mapping[str, ToolVersion]) -> None:
+    """Stamp ``_meta["dev.deplog/tool"]`` on every listed tool named in ``identities``.
+
+    The identities are checked here (``DeplogError`` ``bad_tool_id`` or
+    ``bad_version``), so a typo fails at start-up, not at the first listing.
+    """
+    for identity in identities.values():
+        identity_annotation(identity.tool_id, identity.version, None)
+    manager = tool_manager(server)
+    listing = manager.list_tools
+
+    def stamped() -> list[Any]:
+        tools = listing()
+        for tool in tools:
+            identity = identities.get(tool.name)
+            if identity is not None:
+                stamp = identity_annotation(identity.tool_id, identity.version, tool.parameters)
+                tool.meta = {**(tool.meta or {}), IDENTITY_KEY: stamp}
+        return list(tools)
+
+    manager.list_tools = stamped
+
+
+class ListChangedNotifier:
+    """Sends ``tools/list_changed`` to listing clients when a listed tool's verdict changes."""
+
+    def __init__(self, server: Any, guard: Guard, identities: Mapping[str, ToolVersion]) -> None:
+        self.guard = guard
+        self.identities = frozenset(identities.values())
+        self.sent = 0
+        self._sessions: OrderedDict[object, ServerSession] = OrderedDict()
+        self._verdicts = self._decide()
+        advertise_tools_changed(server)
+        on_tools_listed(server, self._listed)
+
+    def _listed(self, session: ServerSession) -> None:
+        """Remember a listing client's connection, at most ``MAX_CLIENTS`` of them."""
+        key = connection_of(session)
+        self._sessions.pop(key, None)
+        self._sessions[key] = session
+        while len(self._sessions) > MAX_CLIENTS:
+            self._sessions.popitem(last=False)
+
+    def _decide(self) -> dict[ToolVersion, tuple[str, str]]:
+        """The verdict and reason on each identity now (the server's definitions are current)."""
+        now = datetime.now(UTC)
+        verdicts = {}
+        for identity in self.identities:
+            decision = self.guard.check(identity.tool_id, identity.version, cached_at=now)
+            verdicts[identity] = (decision.verdict.value, decision.reason)
+        return verdicts
+
+    async def refresh(self) -> bool:
+        """Decide again; on any change, notify every listing client. Returns whether it did."""
+        verdicts = self._decide()
+        if verdicts == self._verdicts:
+            return False
+        self._verdicts = verdicts
+        for key, session in list(self._sessions.items()):
+            try:
+                await session.send_tool_list_changed()
+                self.sent += 1
+            except Exception:  # a client that went away; the others still hear of it
+                log.info("a client could not be told its tool list changed")
+                self._sessions.pop(key, None)
+        return True
+
+    async def on_advance(self, result: SyncResult) -> None:
+        """A follower listener: ``follower.add_listener(notifier.on_advance)``."""
+        await self.refresh()
+
+    async def watch(self, stop: asyncio.Event, interval: float = 0.05) -> None:
+        """Refresh every ``interval`` s until ``stop``: for a guard over a ``StateReader``,
+        whose follower is another process, and to notice the state going stale."""
+        while not stop.is_set():
+            await self.refresh()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval)

@@ -1,0 +1,125 @@
+"""A guarded MCP client session: the agent's side of deplog, in front of any MCP server.
+
+``GuardedClientSession`` is the SDK's ``ClientSession`` with two answers changed:
+
+* ``list_tools`` drops the tools the guard refuses (revoked, sunset, schema
+  mismatch) and, unless ``keep_unverified``, those it cannot vouch for
+  (stale or unknown verdicts); it annotates deprecated ones with
+  ``_meta["dev.deplog/deprecation"]`` (``deplog.client.cache.mcp``). Tools
+  without a ``dev.deplog/tool`` identity pass through.
+* ``call_tool`` on a tool the guard would drop returns an MCP error result
+  (``isError``) naming the verdict, the reason and the checkpoint the
+  decision was made at, in its text and in ``_meta["dev.deplog/refusal"]``,
+  and never sends the call to the server.
+
+A call is decided on the identity the server last listed for that name; a
+name never listed is looked up with a fresh listing first, and a listing
+older than the latest notice about the tool (``cache_predates_notice``) is
+refreshed once before deciding, so a new definition is not refused on an old
+one's account.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from mcp import ClientSession, types
+
+from deplog.client.cache.guard import Decision, Guard, Verdict
+from deplog.client.cache.mcp import (
+    DEPRECATION_KEY,
+    IDENTITY_KEY,
+    REFUSAL_KEY,
+    deprecation_annotation,
+    identity_decision,
+    may_list,
+    refusal_annotation,
+)
+from deplog.client.mcp.compat import to_wire
+
+__all__ = ["GuardedClientSession", "refusal_result"]
+
+
+def refusal_result(decision: Decision) -> types.CallToolResult:
+    """The error result of a call deplog did not let through."""
+    through = decision.processed_through
+    at = "nothing verified yet" if through is None else f"checkpoint size {through.size}"
+    text = (
+        f"deplog refused {decision.tool_id}@{decision.version}: verdict {decision.verdict.value},"
+        f" reason {decision.reason}, processed through {at}"
+    )
+    return types.CallToolResult.model_validate(
+        {
+            "content": [{"type": "text", "text": text}],
+            "isError": True,
+            "_meta": {REFUSAL_KEY: refusal_annotation(decision)},
+        }
+    )
+
+
+class GuardedClientSession(ClientSession):
+    """``ClientSession`` whose tool list and tool calls go through a deplog ``Guard``."""
+
+    def __init__(
+        self, *args: Any, guard: Guard, keep_unverified: bool = False, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.guard = guard
+        self.keep_unverified = keep_unverified
+        self._listed: dict[str, tuple[object, float]] = {}
+        """Per tool name: its ``dev.deplog/tool`` value (None: none) and when it was listed."""
+
+    async def list_tools(self, *args: Any, **kwargs: Any) -> Any:
+        return self.guard_listing(await super().list_tools(*args, **kwargs))
+
+    def guard_listing(self, result: Any) -> Any:
+        """A ``ListToolsResult`` fetched just now, with the guard's verdicts applied (the
+        listed identities are remembered for ``call_tool``)."""
+        listed_at = time.time()
+        cached_at = datetime.fromtimestamp(listed_at, UTC)
+        kept = []
+        for tool in result.tools:
+            identity = (tool.meta or {}).get(IDENTITY_KEY)
+            self._listed[tool.name] = (identity, listed_at)
+            decision = identity_decision(identity, self.guard, cached_at=cached_at)
+            if decision is None:
+                kept.append(tool)
+            elif may_list(decision, keep_unverified=self.keep_unverified):
+                if decision.verdict == Verdict.WARN:
+                    meta = {**(tool.meta or {}), DEPRECATION_KEY: deprecation_annotation(decision)}
+                    tool = tool.model_copy(update={"meta": meta})
+                kept.append(tool)
+        return result.model_copy(update={"tools": kept})
+
+    async def call_tool(self, name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
+        decision = await self._decide(name)
+        if decision is not None and not may_list(decision, keep_unverified=self.keep_unverified):
+            return refusal_result(decision)
+        return await super().call_tool(name, arguments, *args, **kwargs)
+
+    async def _decide(self, name: str) -> Decision | None:
+        """The guard's decision on a tool's listed identity; None for a tool without one."""
+        if name not in self._listed:
+            await self._relist()
+        decision = self._decision(name)
+        if decision is not None and decision.reason == "cache_predates_notice":
+            await self._relist()
+            decision = self._decision(name)
+        return decision
+
+    def _decision(self, name: str) -> Decision | None:
+        identity, listed_at = self._listed.get(name, (None, 0.0))
+        cached_at = datetime.fromtimestamp(listed_at, UTC)
+        return identity_decision(identity, self.guard, cached_at=cached_at)
+
+    async def _relist(self) -> None:
+        """Every page of the server's tool list, to learn the identities behind the names."""
+        cursor: str | None = None
+        while True:
+            params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
+            page = to_wire(await self.list_tools(params=params))
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return

@@ -1,0 +1,248 @@
+"""deplog in a real MCP stack: an SDK server process, a guarded client session, an authority.
+
+The server (``tests.integration.mcp_tool_server``) runs as its own process over
+stdio or streamable HTTP and lists tools stamped with deplog identities; the
+client follows the same authority with push. A revoke published to the
+authority must, within a second, drop the tool from the guarded listing,
+refuse the call without reaching the server, and reach the client as
+``notifications/tools/list_changed`` from the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from mcp import StdioServerParameters, stdio_client, types
+from mcp.client.streamable_http import streamable_http_client
+
+from deplog.client.cache.guard import Guard
+from deplog.client.cache.mcp import DEPRECATION_KEY, IDENTITY_KEY, REFUSAL_KEY, schema_digest
+from deplog.client.follow.follower import Follower
+from deplog.client.mcp.compat import to_wire
+from deplog.client.mcp.session import GuardedClientSession
+from deplog.client.tlog.note import Signer
+from tests.builders import make_envelope
+from tests.integration.harness import ORIGIN, AuthorityProcess
+
+JSON = {"Content-Type": "application/json"}
+README = Path(__file__).resolve().parents[2] / "README.md"
+NO_POLLING = 3600.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Notifications:
+    """What the server sent the client, as a ``message_handler``."""
+
+    def __init__(self) -> None:
+        self.list_changed: list[float] = []
+
+    async def __call__(self, message: Any) -> None:
+        root = getattr(message, "root", message)
+        if isinstance(root, types.ToolListChangedNotification):
+            self.list_changed.append(time.monotonic())
+
+
+async def wait_for_port(port: int, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the MCP server did not start listening")
+
+
+@contextlib.asynccontextmanager
+async def server_streams(
+    transport: str, authority: AuthorityProcess, state: Path
+) -> AsyncIterator[tuple[Any, Any]]:
+    """The client's streams to a freshly started MCP server process."""
+    key = authority.keys / (ORIGIN.replace("/", "_") + ".pub")
+    args = ["-m", "tests.integration.mcp_tool_server", transport, authority.url, str(key)]
+    if transport == "stdio":
+        params = StdioServerParameters(
+            command=sys.executable, args=[*args, str(state)], cwd=str(Path.cwd())
+        )
+        async with stdio_client(params) as streams:
+            yield streams[0], streams[1]
+        return
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(sys.executable, *args, str(state), str(port))
+    try:
+        await wait_for_port(port, time.monotonic() + 30)
+        async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as streams:
+            yield streams[0], streams[1]
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+async def revoke(http: aiohttp.ClientSession, url: str, publisher: Signer) -> float:
+    body = make_envelope(
+        publisher, 1, action="revoke", reasons=["security"], advisories=["CVE-2026-1234"]
+    ).canonical_bytes()
+    async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
+        assert response.status == 201
+    return time.monotonic()
+
+
+def names(result: Any) -> set[str]:
+    return {tool["name"] for tool in to_wire(result)["tools"]}
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_revoked_tool_is_gone_refused_and_announced_within_a_second(
+    transport: str,
+    authority: AuthorityProcess,
+    publisher: Signer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    notifications = Notifications()
+    async with Follower(authority.url, authority.log_verifier, tmp_path / "c.db") as follower:
+        await follower.sync()
+        stop = asyncio.Event()
+        following = asyncio.create_task(follower.run(NO_POLLING, stop=stop))
+        async with (
+            server_streams(transport, authority, tmp_path / "server.db") as (read, write),
+            GuardedClientSession(
+                read, write, guard=Guard(follower.state), message_handler=notifications
+            ) as session,
+        ):
+            await session.initialize()
+            listed = await session.list_tools()
+            assert names(listed) == {"search", "fetch", "echo"}
+            served = to_wire(await session.call_tool("search", {"query": "q"}))
+            assert not served.get("isError") and "results for q" in str(served["content"])
+            await asyncio.sleep(0.3)  # both followers subscribe to the push stream
+
+            acknowledged = await revoke(http, authority.url, publisher)
+            deadline = acknowledged + 1.0
+            while time.monotonic() < deadline and (
+                "search" in names(await session.list_tools()) or not notifications.list_changed
+            ):
+                await asyncio.sleep(0.01)
+            gone = "search" not in names(await session.list_tools())
+            assert (gone, bool(notifications.list_changed)) == (True, True)
+            assert time.monotonic() < deadline, "not gone and announced within a second"
+            assert names(await session.list_tools()) == {"fetch", "echo"}
+            refused = to_wire(await session.call_tool("search", {"query": "q"}))
+            assert time.monotonic() < deadline
+        stop.set()
+        await following
+    assert refused["isError"] is True
+    refusal = refused["_meta"][REFUSAL_KEY]
+    assert (refusal["verdict"], refusal["reason"]) == ("refuse", "revoked")
+    assert refusal["tool_id"] == "tool:org.acme/search" and refusal["checkpoint_size"] == 2
+    assert "verdict refuse, reason revoked" in refused["content"][0]["text"]
+    assert notifications.list_changed[0] - acknowledged < 1.0
+
+
+async def test_the_server_stamps_the_digest_of_the_schema_it_lists(
+    authority: AuthorityProcess, tmp_path: Path
+) -> None:
+    async with (
+        server_streams("stdio", authority, tmp_path / "server.db") as (read, write),
+        Follower(authority.url, authority.log_verifier, tmp_path / "c.db") as follower,
+    ):
+        await follower.sync()
+        async with GuardedClientSession(read, write, guard=Guard(follower.state)) as session:
+            await session.initialize()
+            tools = {t["name"]: t for t in to_wire(await session.list_tools())["tools"]}
+    assert tools["fetch"]["_meta"][IDENTITY_KEY] == {
+        "tool_id": "tool:org.acme/fetch",
+        "version": "2.0.0",
+        "schema_digest": schema_digest(tools["fetch"]["inputSchema"]),
+    }
+    assert IDENTITY_KEY not in tools["echo"].get("_meta", {})
+
+
+def readme_mcp_example() -> str:
+    section = README.read_text().split("## In MCP stacks", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match is not None, "the README lost its MCP client example"
+    return match.group(1)
+
+
+async def test_the_readme_client_example_runs_as_printed(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    env = dict(
+        os.environ,
+        DEPLOG_URL=authority.url,
+        DEPLOG_LOG_KEY=authority.log_verifier.vkey(),
+        DEPLOG_CHECKOUT=str(README.parent),
+    )
+
+    async def run() -> list[str]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", readme_mcp_example(), cwd=tmp_path, env=env,
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode == 0
+        return out.decode().splitlines()
+
+    assert await run() == ["['echo', 'fetch', 'search']", "results for deplog"]
+    await revoke(http, authority.url, publisher)
+    listed, refused = await run()
+    assert listed == "['echo', 'fetch']"
+    assert refused.startswith("deplog refused tool:org.acme/search@1.0.0: verdict refuse")
+
+
+async def test_tools_the_guard_cannot_vouch_for_are_hidden_and_refused_unless_kept(
+    authority: AuthorityProcess, tmp_path: Path
+) -> None:
+    async with Follower(authority.url, authority.log_verifier, tmp_path / "c.db") as follower:
+        await follower.sync()
+        an_hour_later = Guard(follower.state, clock=lambda: time.time() + 3600)
+        async with (
+            server_streams("stdio", authority, tmp_path / "server.db") as (read, write),
+            GuardedClientSession(read, write, guard=an_hour_later) as session,
+        ):
+            await session.initialize()
+            assert names(await session.list_tools()) == {"echo"}
+            refused = to_wire(await session.call_tool("search", {"query": "q"}))
+            session.keep_unverified = True
+            assert names(await session.list_tools()) == {"search", "fetch", "echo"}
+            served = to_wire(await session.call_tool("search", {"query": "q"}))
+    assert refused["_meta"][REFUSAL_KEY]["reason"] == "checkpoint_stale"
+    assert not served.get("isError")
+
+
+async def test_a_deprecated_tool_is_listed_with_its_deprecation_and_still_called(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    body = make_envelope(
+        publisher, 1, tool="tool:org.acme/fetch", affected={"versions": ["2.0.0"]}
+    ).canonical_bytes()
+    async with http.post(authority.url + "/v1/notices", data=body, headers=JSON) as response:
+        assert response.status == 201
+    async with Follower(authority.url, authority.log_verifier, tmp_path / "c.db") as follower:
+        await follower.sync()
+        async with (
+            server_streams("stdio", authority, tmp_path / "server.db") as (read, write),
+            GuardedClientSession(read, write, guard=Guard(follower.state)) as session,
+        ):
+            await session.initialize()
+            tools = {t["name"]: t for t in to_wire(await session.list_tools())["tools"]}
+            called = to_wire(await session.call_tool("fetch", {"url": "u"}))
+    assert tools["fetch"]["_meta"][DEPRECATION_KEY]["notices"] == [1]
+    assert DEPRECATION_KEY not in tools["search"]["_meta"]
+    assert not called.get("isError") and "fetched u" in str(called["content"])

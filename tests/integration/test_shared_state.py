@@ -1,0 +1,70 @@
+"""One follower per host, many workers: ``deplog follow`` writes, four processes read.
+
+A real authority, a real ``deplog follow`` process keeping the state file
+current with push, and four worker processes each opening the guard
+read-only on that file: a published revoke reaches every worker's guard
+within a second, all at the same checkpoint.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+from deplog.client.tlog.note import Signer
+from tests.builders import make_envelope
+from tests.integration.harness import AuthorityProcess
+
+WORKERS = 4
+TOOL = "tool:org.acme/search"
+
+
+def wait_for_line(process: subprocess.Popen[str], prefix: str) -> str:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.startswith(prefix), line
+    return line
+
+
+async def test_four_workers_refuse_a_revoke_within_a_second_of_its_publication(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    state = tmp_path / "host-state.db"
+    follow = [
+        sys.executable, "-m", "deplog.client.cli.main", "follow", authority.url,
+        "--log-key", authority.log_verifier.vkey(), "--state", str(state), "--interval", "3600",
+    ]  # fmt: skip
+    follower = subprocess.Popen(follow, stdout=subprocess.PIPE, text=True)
+    workers: list[subprocess.Popen[str]] = []
+    try:
+        wait_for_line(follower, "trusted ")
+        for _ in range(WORKERS):
+            worker = [sys.executable, "-m", "tests.integration.guard_worker", str(state), TOOL]
+            workers.append(subprocess.Popen([*worker, "1.0.0"], stdout=subprocess.PIPE, text=True))
+        for worker in workers:
+            assert wait_for_line(worker, "ready ") == "ready serve\n"
+        time.sleep(0.5)  # the follower's push subscription
+        body = make_envelope(
+            publisher, 1, action="revoke", reasons=["other"], affected={"versions": ["1.0.0"]}
+        ).canonical_bytes()
+        async with http.post(
+            authority.url + "/v1/notices",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        ) as response:
+            assert response.status == 201
+        published = time.time()
+        refusals = [wait_for_line(worker, "refused ").split() for worker in workers]
+        for worker in workers:
+            assert worker.wait(timeout=10) == 0
+    finally:
+        for process in [*workers, follower]:
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=10)
+    assert {size for _, _, size in refusals} == {"2"}
+    assert max(float(at) for _, at, _ in refusals) - published < 1.0
