@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from deplog.client.follow.reader import StateReader
 from deplog.client.follow.source import FetchError, MemoryLogSource, Progress, sync_step
 from deplog.client.follow.state import LocalState, status_budget
 from deplog.client.follow.trust import Advanced, TrustedState
@@ -286,3 +287,16 @@ def test_progress_toward_a_target_the_policy_no_longer_accepts_is_dropped(
     finally:
         state.close()
     assert stored(path) == clean
+
+
+def test_a_worker_reading_the_file_never_sees_an_unfinished_advance(
+    trusted: TrustedState, log: MemoryLogSource
+) -> None:
+    with pytest.raises(FetchError):
+        sync(trusted, Interrupted(log, stop_at=37))
+    reader = StateReader(trusted.state.path)
+    try:
+        assert reader.trusted is None
+        assert all(reader.tool_status(tool(k))[1] == {} for k in range(TOOLS))
+    finally:
+        reader.close()
