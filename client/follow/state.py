@@ -472,7 +472,7 @@ class LocalState:
         self.trusted = TrustedCheckpoint(note, self.trusted.checkpoint, verified_at)
 
 
-_PAIRS_PER_QUERY = 1000  # 2000 bound parameters, well under SQLite's limit
+_SEQUENCES_PER_QUERY = 1000  # bound parameters per query, well under SQLite's limit
 
 
 class AdvanceWriter:
@@ -494,20 +494,24 @@ class AdvanceWriter:
         )
 
     def sequences_used(self, pairs: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
-        """Those of the (publisher, sequence) ``pairs`` an already added notice has."""
-        wanted = list(dict.fromkeys(pairs))
+        """Those of the (publisher, sequence) ``pairs`` an already added notice has: one
+        primary-key search per publisher (a row-value ``IN`` would scan the table)."""
+        by_publisher: dict[str, list[int]] = {}
+        for publisher, sequence in pairs:
+            by_publisher.setdefault(publisher, []).append(sequence)
         used: set[tuple[str, int]] = set()
-        for start in range(0, len(wanted), _PAIRS_PER_QUERY):
-            part = wanted[start : start + _PAIRS_PER_QUERY]
-            values = ",".join("(?, ?)" for _ in part)
-            used.update(
-                (str(publisher), int(sequence))
-                for publisher, sequence in self.conn.execute(
-                    "SELECT publisher, sequence FROM sequences "
-                    f"WHERE (publisher, sequence) IN (VALUES {values})",
-                    [field for pair in part for field in pair],
+        for publisher, sequences in by_publisher.items():
+            for start in range(0, len(sequences), _SEQUENCES_PER_QUERY):
+                part = sequences[start : start + _SEQUENCES_PER_QUERY]
+                marks = ",".join("?" * len(part))
+                used.update(
+                    (publisher, int(sequence))
+                    for (sequence,) in self.conn.execute(
+                        "SELECT sequence FROM sequences "
+                        f"WHERE publisher = ? AND sequence IN ({marks})",
+                        [publisher, *part],
+                    )
                 )
-            )
         return used
 
     def notice_at(self, index: int) -> Notice | None:
