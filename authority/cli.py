@@ -15,24 +15,33 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
 import aiohttp
 from aiohttp import web
 
+from deplog.authority.command import add_version, key_file, run
 from deplog.authority.config import (
     CONFIG_FILE,
     DEFAULT_ORIGIN,
     WITNESS_URL_SCHEMES,
     AuthorityConfig,
 )
-from deplog.authority.http.plumbing import Listen, serve_until_signalled
-from deplog.authority.http.server import AuthorityState, ServerConfig, build_admin_app, build_app
+from deplog.authority.explorer.config import ExplorerConfig
+from deplog.authority.http.plumbing import Listen, ServingRunner, bind, serve_until_signalled
+from deplog.authority.http.server import (
+    AuthorityState,
+    ServerConfig,
+    build_admin_app,
+    build_app,
+    error_response,
+)
 from deplog.authority.log import Log
 from deplog.authority.options import add_options, from_options, option
 from deplog.authority.sequencer import SequencerLimits
@@ -44,13 +53,19 @@ from deplog.authority.witnessing import (
     WitnessTrack,
     open_embedded_witness,
 )
-from deplog.client.errors import CLIError, DeplogError
-from deplog.client.files import exclusive_lock
+from deplog.client.errors import CLIError
+from deplog.client.files import exclusive_lock, require_writable
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
+from deplog.client.progress import Progress
 from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault
 from deplog.client.tlog.keyfile import load_or_create_signer, load_signer
-from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier
+from deplog.client.tlog.note import (
+    SIG_TYPE_COSIGNATURE_V1,
+    Signer,
+    Verifier,
+    is_valid_key_name,
+)
 from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.timestamps import now_timestamp
 
@@ -60,7 +75,6 @@ __all__ = [
     "DEFAULT_PORT",
     "EMBEDDED_WITNESS_DB",
     "LOCK_FILE",
-    "MAX_HEADERS",
     "SERVE_CONFIGS",
     "Instance",
     "ServeOptions",
@@ -70,10 +84,10 @@ __all__ = [
 ]
 
 DEFAULT_PORT = 7460
-MAX_HEADERS = 64
 DB_FILE = "log.db"
 EMBEDDED_WITNESS_DB = "embedded-witness.db"
 LOCK_FILE = "authority.lock"
+_INIT = "authority init"
 ADMIN_SOCKET = "admin.sock"
 
 
@@ -89,7 +103,7 @@ class ServeOptions(Listen):
     )
 
 
-SERVE_CONFIGS = (ServeOptions, SequencerLimits, ServerConfig, WitnessingConfig)
+SERVE_CONFIGS = (ServeOptions, SequencerLimits, ServerConfig, WitnessingConfig, ExplorerConfig)
 """The config dataclasses whose fields are the options of ``authority serve``."""
 
 
@@ -111,8 +125,13 @@ class Instance:
 
 
 def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
-    """Create (or open) the data directory, config and log key. Idempotent."""
-    data.mkdir(parents=True, exist_ok=True)
+    """Create (or open) the data directory, config and log key. Idempotent; an origin that
+    can never name a log is refused before anything is created."""
+    if origin is not None and not is_valid_key_name(origin):
+        raise CLIError(
+            f"--origin must be a key name, without spaces or '+' (e.g. {DEFAULT_ORIGIN}); "
+            "nothing was created"
+        )
     config_path = data / CONFIG_FILE
     exists = config_path.exists()
     if exists:
@@ -121,12 +140,18 @@ def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
             raise CLIError(f"{config_path} already has a different origin")
     else:
         config = AuthorityConfig.new(origin)
-    signer, created = load_or_create_signer(keys, config.log_key, config.origin)
+    stems = (config.log_key, config.embedded_witness_key)
+    keys_to_create = [keys] if any(not (keys / f"{s}.key").exists() for s in stems) else []
+    require_writable(data, *keys_to_create)
+    data.mkdir(parents=True, exist_ok=True)
+    with key_file(keys / f"{config.log_key}.key", _INIT):
+        signer, created = load_or_create_signer(keys, config.log_key, config.origin)
     if not exists:
         config.save(config_path)
-    witness, witness_created = load_or_create_signer(
-        keys, config.embedded_witness_key, config.embedded_witness_name, SIG_TYPE_COSIGNATURE_V1
-    )
+    with key_file(keys / f"{config.embedded_witness_key}.key", _INIT):
+        witness, witness_created = load_or_create_signer(
+            keys, config.embedded_witness_key, config.embedded_witness_name, SIG_TYPE_COSIGNATURE_V1
+        )
     if created:
         print(f"created log key {keys / (config.log_key + '.key')} (mode 0600)", file=out)
     if witness_created:
@@ -145,7 +170,8 @@ def _load_config(data: Path) -> AuthorityConfig:
 
 def _open_instance(data: Path, keys: Path) -> Instance:
     config = _load_config(data)
-    return Instance(data, config, load_signer(keys, config.log_key))
+    with key_file(keys / f"{config.log_key}.key", _INIT):
+        return Instance(data, config, load_signer(keys, config.log_key))
 
 
 def _witness_setup(
@@ -187,19 +213,12 @@ def _witness_setup(
 
 async def _serve(
     instance: Instance,
-    listen: ServeOptions,
+    sock: socket.socket,
     config: ServerConfig,
     witnessing: Callable[[AuthorityState], Witnessing] | None,
 ) -> None:
     app = build_app(config, instance.signer, witnessing)
-    runner = web.AppRunner(
-        app,
-        access_log=None,
-        max_line_size=8190,
-        max_field_size=8190,
-        max_headers=MAX_HEADERS,
-        keepalive_timeout=30,
-    )
+    runner = ServingRunner(app, error_response, access_log=None, keepalive_timeout=30)
     await runner.setup()
     admin_runner = web.AppRunner(build_admin_app(app), access_log=None)
     await admin_runner.setup()
@@ -213,8 +232,7 @@ async def _serve(
         os.umask(old_umask)
     await serve_until_signalled(
         runner,
-        listen.host,
-        listen.port,
+        sock,
         f"authority {instance.origin}",
         on_stop=admin_runner.cleanup,
     )
@@ -223,12 +241,13 @@ async def _serve(
 
 
 def _audit(db_path: Path) -> tuple[int, str | None]:
-    """The full storage audit (proof of corruption when it finds a problem); a database it
-    cannot read is a classified fault."""
+    """The full storage audit (proof of corruption when it finds a problem), its progress
+    on stderr; a database it cannot read is a classified fault."""
     if not db_path.exists():
         raise CLIError(f"{db_path} does not exist: run 'authority init' first")
     try:
-        return audit_storage(db_path)
+        with Progress(f"checking {db_path}", unit="leaves") as shown:
+            return audit_storage(db_path, shown.update)
     except sqlite3.Error as err:
         raise database_fault(err, db_path) from None
 
@@ -243,8 +262,14 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    instance = init(args.data, args.keys, args.origin, sys.stdout)
     serve = from_options(ServeOptions, args)
+    with contextlib.closing(bind(serve.host, serve.port)) as sock:
+        return _start(args, serve, sock)
+
+
+def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -> int:
+    """Everything ``serve`` does once its port is bound: init, lock, check, serve."""
+    instance = init(args.data, args.keys, args.origin, sys.stdout)
     with exclusive_lock(args.data / LOCK_FILE) as owned:
         if not owned:
             raise CLIError(f"another authority is already serving {args.data}")
@@ -258,9 +283,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             db_path=instance.db_path,
             origin=instance.origin,
             limits=from_options(SequencerLimits, args),
+            explorer=from_options(ExplorerConfig, args),
         )
         witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args))
-        asyncio.run(_serve(instance, serve, config, witnesses))
+        asyncio.run(_serve(instance, sock, config, witnesses))
     return 0
 
 
@@ -278,19 +304,27 @@ def _statement(args: argparse.Namespace, action: str) -> PublisherStatement:
 
 
 async def _admin_post(socket_path: Path, statement: PublisherStatement) -> int:
+    """Append through the serving authority's admin socket; its refusal is its code."""
     connector = aiohttp.UnixConnector(path=str(socket_path))
     timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        body = canonical.dumps(statement.to_json())
-        async with session.post(
-            "http://authority/admin/publishers",
-            data=body,
-            headers={"Content-Type": "application/json"},
-        ) as response:
-            reply = await response.json()
-            if response.status != 201:
-                raise CLIError(f"refused: {reply.get('error', response.status)}")
-            return int(reply["index"])
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            body = canonical.dumps(statement.to_json())
+            async with session.post(
+                "http://authority/admin/publishers",
+                data=body,
+                headers={"Content-Type": "application/json"},
+            ) as response:
+                reply = await response.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        raise CLIError(
+            f"cannot reach the authority serving this data directory through {socket_path}: "
+            "check that 'authority serve' runs (or stop it and run this command alone)"
+        ) from None
+    if response.status != 201 or not isinstance(reply, dict):
+        code = reply.get("error") if isinstance(reply, dict) else None
+        raise CLIError(f"{code or response.status}: the authority refused the statement")
+    return int(reply["index"])
 
 
 def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -> int:
@@ -310,7 +344,10 @@ def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -
 def _cmd_publisher_change(action: str) -> object:
     def run(args: argparse.Namespace) -> int:
         index = _append_statement(args, _statement(args, action))
-        print(f"publisher {args.publisher}: {action} appended at index {index}")
+        if args.json:
+            print(json.dumps({"publisher": args.publisher, "action": action, "index": index}))
+        else:
+            print(f"publisher {args.publisher}: {action} appended at index {index}")
         return 0
 
     return run
@@ -322,9 +359,19 @@ def _cmd_publisher_list(args: argparse.Namespace) -> int:
     instance = _open_instance(args.data, args.keys)
     reader = LogReader(instance.db_path)
     try:
-        print(json.dumps(reader.publishers(), indent=2, sort_keys=True))
+        publishers = reader.publishers()
     finally:
         reader.close()
+    if args.json:
+        print(json.dumps(publishers, indent=2, sort_keys=True))
+        return 0
+    if not publishers["publishers"]:
+        print("no publishers registered: add one with 'authority publisher add'")
+    for publisher in publishers["publishers"]:
+        print(f"{publisher['publisher']} ({publisher['status']})")
+        print(f"  namespaces: {', '.join(publisher['namespaces'])}")
+        for key in publisher["keys"]:
+            print(f"  key {key['key_id']} ({key['status']}): {key['key']}")
     return 0
 
 
@@ -336,7 +383,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     with exclusive_lock(args.data / LOCK_FILE) as owned:
         if owned:
             Log(instance.db_path, instance.signer, instance.origin).close()
-    print(f"ok: {size} leaves and their subtree hashes recomputed; latest checkpoint matches")
+    if args.json:
+        print(json.dumps({"size": size, "problem": None}))
+    else:
+        print(f"ok: {size} leaves and their subtree hashes recomputed; latest checkpoint matches")
     return 0
 
 
@@ -344,10 +394,50 @@ def _cmd_witness_add(args: argparse.Namespace) -> int:
     """Add an external witness (its submission URL and cosigner key) to the config."""
     verifier = Verifier.parse_cosigner(args.key)
     if not args.url.startswith(WITNESS_URL_SCHEMES):
-        raise CLIError("the witness URL must be http:// or https://")
+        raise CLIError(
+            "--url must start with http:// or https:// (the witness's submission prefix)"
+        )
     config = _load_config(args.data)
+    known = [w for w in config.witnesses if w.key == verifier.vkey()]
     config.with_witness(args.url, verifier).save(args.data / CONFIG_FILE)
-    print(f"witness {verifier.name} added; restart the authority to use it")
+    if not known:
+        print(f"witness {verifier.name} added; restart the authority to use it")
+    elif known[0].url == args.url:
+        print(f"witness {verifier.name} is already configured at that URL; nothing changed")
+    else:
+        print(
+            f"witness {verifier.name}: its URL {known[0].url} replaced by {args.url}; restart "
+            "the authority to use it"
+        )
+    return 0
+
+
+def _cmd_witness_list(args: argparse.Namespace) -> int:
+    """The external witnesses of the config (the embedded one is always there)."""
+    config = _load_config(args.data)
+    if args.json:
+        witnesses = [
+            {"name": w.verifier().name, "url": w.url, "key": w.key} for w in config.witnesses
+        ]
+        print(json.dumps({"witnesses": witnesses}, indent=2))
+        return 0
+    if not config.witnesses:
+        print("no external witnesses: add one with 'authority witness add'")
+    for witness in config.witnesses:
+        print(f"{witness.verifier().name}  {witness.url}  {witness.key}")
+    return 0
+
+
+def _cmd_witness_remove(args: argparse.Namespace) -> int:
+    """Remove an external witness, named by its key name or its whole verifier key."""
+    config = _load_config(args.data)
+    kept = tuple(w for w in config.witnesses if args.witness not in (w.key, w.verifier().name))
+    if len(kept) == len(config.witnesses):
+        raise CLIError(
+            "no external witness has that name or key: 'authority witness list' shows them"
+        )
+    replace(config, witnesses=kept).save(args.data / CONFIG_FILE)
+    print(f"witness {args.witness} removed; restart the authority to stop using it")
     return 0
 
 
@@ -356,11 +446,18 @@ def _cmd_policy(args: argparse.Namespace) -> int:
     instance = _open_instance(args.data, args.keys)
     config = instance.config
     stem = config.embedded_witness_key
-    embedded = load_signer(args.keys, stem, SIG_TYPE_COSIGNATURE_V1).verifier()
+    with key_file(args.keys / f"{stem}.key", _INIT):
+        embedded = load_signer(args.keys, stem, SIG_TYPE_COSIGNATURE_V1).verifier()
     witnesses = [embedded, *(w.verifier() for w in config.witnesses)]
     k = args.quorum if args.quorum is not None else 1
-    if not 1 <= k <= len(witnesses):
-        raise CLIError(f"the quorum must be between 1 and {len(witnesses)}")
+    if k < 1:
+        raise CLIError("--quorum must be at least 1")
+    if k > len(witnesses):
+        raise CLIError(
+            f"--quorum {k} needs {k} witnesses, but this authority has {len(witnesses)} (the "
+            f"embedded one and {len(witnesses) - 1} external): add witnesses with 'authority "
+            "witness add --url URL --key VKEY', or lower --quorum"
+        )
     print(Policy.k_of_n(instance.signer.verifier(), witnesses, k).to_text(), end="")
     return 0
 
@@ -369,7 +466,13 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="authority", description="Run and operate a deplog deprecation authority."
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    add_version(p)
+    sub = p.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="what to do (COMMAND -h: its options)",
+    )
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
@@ -378,6 +481,9 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument(
             "--keys", type=Path, default=Path("keys"), help="key directory (default: ./keys)"
         )
+
+    def json_flag(sp: argparse.ArgumentParser, shape: str) -> None:
+        sp.add_argument("--json", action="store_true", help=f"print JSON ({shape}) instead of text")
 
     sp = sub.add_parser("init", help="create the log key, config and database")
     common(sp)
@@ -393,15 +499,26 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("check", help="rehash every leaf and check the latest checkpoint")
     common(sp)
+    json_flag(sp, '{"size", "problem": null}; a problem exits 65')
     sp.set_defaults(func=_cmd_check)
 
     wit = sub.add_parser("witness", help="configure external witnesses")
-    wsub = wit.add_subparsers(dest="witness_command", required=True)
-    sp = wsub.add_parser("add", help="add an external witness (tlog-witness protocol)")
+    wsub = wit.add_subparsers(
+        dest="witness_command", required=True, metavar="COMMAND", help="what to do"
+    )
+    sp = wsub.add_parser("add", help="add an external witness, or change its URL")
     common(sp)
     sp.add_argument("--url", required=True, help="the witness's submission prefix URL")
     sp.add_argument("--key", required=True, help="its cosigner verifier key (type 0x04)")
     sp.set_defaults(func=_cmd_witness_add)
+    sp = wsub.add_parser("list", help="list the external witnesses")
+    common(sp)
+    json_flag(sp, '{"witnesses": [{"name", "url", "key"}]}')
+    sp.set_defaults(func=_cmd_witness_list)
+    sp = wsub.add_parser("remove", help="remove an external witness")
+    common(sp)
+    sp.add_argument("witness", help="the witness's key name or its whole verifier key")
+    sp.set_defaults(func=_cmd_witness_remove)
 
     sp = sub.add_parser("policy", help="print the C2SP tlog-policy for clients")
     common(sp)
@@ -411,63 +528,51 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=_cmd_policy)
 
     pub = sub.add_parser("publisher", help="register, list and revoke publishers")
-    psub = pub.add_subparsers(dest="publisher_command", required=True)
+    psub = pub.add_subparsers(
+        dest="publisher_command", required=True, metavar="COMMAND", help="what to do"
+    )
+    publisher_help = "publisher id, e.g. example-org"
+    change_shape = '{"publisher", "action", "index"}'
+    key_help = "publisher verifier key name+id+base64 (repeatable)"
     sp = psub.add_parser("add", help="register a publisher with namespaces and keys")
     common(sp)
-    sp.add_argument("publisher", help="publisher id, e.g. example-org")
+    sp.add_argument("publisher", help=publisher_help)
     sp.add_argument(
         "--namespace",
         action="append",
         required=True,
         help="reverse-DNS namespace it owns (repeatable)",
     )
-    sp.add_argument(
-        "--key",
-        action="append",
-        required=True,
-        help="publisher verifier key name+id+base64 (repeatable)",
-    )
+    sp.add_argument("--key", action="append", required=True, help=key_help)
+    json_flag(sp, change_shape)
     sp.set_defaults(func=_cmd_publisher_change("register"))
     sp = psub.add_parser("add-key", help="authorize another key of a publisher")
     common(sp)
-    sp.add_argument("publisher")
-    sp.add_argument("--key", action="append", required=True)
+    sp.add_argument("publisher", help=publisher_help)
+    sp.add_argument("--key", action="append", required=True, help=key_help)
+    json_flag(sp, change_shape)
     sp.set_defaults(func=_cmd_publisher_change("add_key"))
     sp = psub.add_parser("revoke-key", help="revoke keys of a publisher")
     common(sp)
-    sp.add_argument("publisher")
-    sp.add_argument("--key", action="append", required=True)
+    sp.add_argument("publisher", help=publisher_help)
+    sp.add_argument("--key", action="append", required=True, help=key_help)
+    json_flag(sp, change_shape)
     sp.set_defaults(func=_cmd_publisher_change("revoke_key"))
     sp = psub.add_parser("revoke", help="revoke a publisher and all its keys")
     common(sp)
-    sp.add_argument("publisher")
+    sp.add_argument("publisher", help=publisher_help)
+    json_flag(sp, change_shape)
     sp.set_defaults(func=_cmd_publisher_change("revoke_publisher"))
     sp = psub.add_parser("list", help="list publishers (from the local database)")
     common(sp)
+    json_flag(sp, '{"publishers": [...]}, the shape of GET /v1/publishers')
     sp.set_defaults(func=_cmd_publisher_list)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    args = parser().parse_args(argv)
-    try:
-        return int(args.func(args))
-    except CLIError as err:
-        print(f"authority: {err.message}", file=sys.stderr)
-        return err.exit_status
-    except DeplogError as err:
-        print(f"authority: {err.code}: {err}", file=sys.stderr)
-        return 1
-    except OSError as err:
-        # A file or directory the operator named cannot be used: say which, no traceback.
-        where = f" {err.filename}" if err.filename else ""
-        print(
-            f"authority: cannot use{where}: {err.strerror or type(err).__name__}; check the path "
-            "and its permissions",
-            file=sys.stderr,
-        )
-        return 1
+    return run("authority", parser(), argv)
 
 
 if __name__ == "__main__":

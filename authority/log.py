@@ -15,6 +15,12 @@ Invariants:
   * Every checkpoint is persisted before anyone can see it.
   * The publisher registry snapshot is saved in the same transaction as the
     publisher entry that changed it, so it always reflects the whole log.
+  * The tool-status map (``client.mapstore``) is folded in the same transaction
+    as the entries it folds (``_fold_map``), so every committed size has its map
+    root, and every checkpoint carries exactly one ``deplog-map/v1`` line with the
+    root of its own size. A database from before the map is brought up by one
+    fold of its whole log at start-up (logged); its latest checkpoint, signed
+    without the line, keeps it (one body per size) until the next append.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +37,7 @@ from pathlib import Path
 from deplog.authority.storage import store
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.mapstore import StoredMap
 from deplog.client.model.entries import (
     MAX_ENTRY_BYTES,
     EntryFormatError,
@@ -41,6 +49,7 @@ from deplog.client.model.entries import (
 )
 from deplog.client.model.notice import Envelope, Notice
 from deplog.client.model.registry import ConflictError, PublisherRegistry
+from deplog.client.model.vmap import map_line, map_root_of
 from deplog.client.storage_faults import CORRUPT, StorageFault, opening_database
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
@@ -54,6 +63,10 @@ __all__ = [
     "Sequenced",
     "StorageError",
 ]
+
+logger = logging.getLogger("deplog.authority")
+_MAP_REBUILD_CHUNK = 4096
+"""Entries folded per batch when a database from before the map is brought up."""
 
 
 class StorageError(DeplogError):
@@ -130,8 +143,10 @@ class Log:
                 store.limit_size(self.conn, max_bytes)
             try:
                 self.tree = StoredHashTree(self.conn)
+                self.map = StoredMap(self.conn)
                 self.registry = self._load_registry()
                 self.published = self._check_stored_checkpoint()
+                self._bring_up_map()
                 if self.published is None or self.published.size < self.tree.size:
                     self.published = self._sign_checkpoint()
             except TreeCorruptError:
@@ -247,13 +262,20 @@ class Log:
         """
         self._begin()
         results: list[Admitted | DeplogError] = []
+        start = self.tree.size
+        fresh: list[Notice] = []
         try:
             for envelope in envelopes:
                 try:
-                    results.append(self._admit_notice(envelope))
+                    admitted = self._admit_notice(envelope)
                 except DeplogError as err:
                     results.append(err)
-        except (sqlite3.Error, TreeCorruptError):
+                    continue
+                results.append(admitted)
+                if admitted.created:
+                    fresh.append(envelope.notice)
+            self._fold_map(start, fresh)
+        except (sqlite3.Error, TreeCorruptError, KeyError):
             self._rollback()
             raise StorageError() from None
         except BaseException:
@@ -285,6 +307,56 @@ class Log:
         )
         return Admitted(index, created=True)
 
+    def _fold_map(self, start: int, notices: Sequence[Notice]) -> None:
+        """The map hook of the append path: fold the entries ``[start, size)`` just appended,
+        in the caller's transaction, before any checkpoint covers them. ``notices`` are
+        those entries when they are notices (a batch appends only notices), or empty when
+        the entry is a publisher statement (which changes no record)."""
+        end = self.tree.size
+        if start == end:
+            return
+        rows = []
+        if notices:
+            rows = self.conn.execute(
+                "SELECT hash FROM leaves WHERE idx >= ? ORDER BY idx", (start,)
+            ).fetchall()
+        folded = [
+            (start + i, bytes(row[0]), notice)
+            for i, (row, notice) in enumerate(zip(rows, notices, strict=True))
+        ]
+        self.map.advance_notices(start, end, folded)
+
+    def _bring_up_map(self) -> None:
+        """Fold whatever the map lacks (all of a database from before the map) in one
+        transaction; then check its root against the latest checkpoint's line."""
+        folded = self.map.size()
+        if folded is None or folded < self.tree.size:
+            missing = self.tree.size - (folded or 0)
+            if missing:
+                logger.info("building the tool-status map over %d log entries", missing)
+            self._begin()
+            try:
+                position = folded or 0
+                while True:
+                    end = min(position + _MAP_REBUILD_CHUNK, self.tree.size)
+                    self.map.advance(position, self.tree.leaf_data(position, end))
+                    position = end
+                    if position == self.tree.size:
+                        break
+            except BaseException:
+                self._rollback()
+                raise
+            self._commit()
+        elif folded > self.tree.size:
+            raise IntegrityError(ErrorCode.STORAGE_CORRUPT, "the map is ahead of the log")
+        if self.published is not None and self.published.size == self.tree.size:
+            latest, _ = open_checkpoint(self.published.note, self.verifier)
+            committed = map_root_of(latest.extensions)
+            if committed is not None and committed != self.map.root():
+                raise IntegrityError(
+                    ErrorCode.STORED_ROOT_MISMATCH, "the map root differs from the signed one"
+                )
+
     def _notice_at(self, index: int | None) -> Notice | None:
         if index is None or not 0 <= index < self.tree.size:
             return None
@@ -300,13 +372,14 @@ class Log:
             index = self.tree.size
             registry.apply(index, entry, self.verifier)
             self.tree.append_entry(encode_entry(entry))
+            self._fold_map(index, [])
             store.save_registry_snapshot(
                 self.conn, self.tree.size, json.dumps(registry.to_json(), sort_keys=True)
             )
         except DeplogError:
             self._rollback()
             raise
-        except (sqlite3.Error, TreeCorruptError):
+        except (sqlite3.Error, TreeCorruptError, KeyError):
             self._rollback()
             raise StorageError() from None
         self._commit()
@@ -329,7 +402,10 @@ class Log:
                     ErrorCode.STORED_ROOT_MISMATCH, f"a different root is signed for {size}"
                 )
             return existing
-        note = sign_checkpoint(Checkpoint(self.origin, size, root), self.signer)
+        if self.map.size() != size:
+            raise IntegrityError(ErrorCode.STORAGE_CORRUPT, "the map is not at the log's size")
+        extensions = (map_line(self.map.root()),)
+        note = sign_checkpoint(Checkpoint(self.origin, size, root, extensions), self.signer)
         self._begin()
         try:
             store.insert_checkpoint(self.conn, size, root, note, now_timestamp())

@@ -173,8 +173,10 @@ def disk(tmp: Path, args: argparse.Namespace) -> None:
             leaves = [notice_leaf(make_envelope(publisher, sequence + i + 1)) for i in range(count)]
             sequence += count
             log.conn.execute("BEGIN")
+            start = log.tree.size
             for leaf in leaves:
                 log.tree.append_entry(leaf)
+            log.map.advance(start, leaves)  # the tool-status map commits with its entries
             log.conn.execute("COMMIT")
             published = log.publish()
             started = time.perf_counter()

@@ -1,6 +1,9 @@
-"""The pure tool-status map (client/model/vmap.py): batch updates, proof sizes, verify time.
+"""The tool-status map: batch updates (memory and SQLite), proof sizes, verify time, proofs
+served over HTTP, and the append path with the map against without it.
 
-Run by hand (not in CI):  python bench/bench_vmap.py [--sizes 10000 100000 1000000]
+Run by hand (not in CI):
+  python bench/bench_vmap.py [--sizes 10000 100000] [--sqlite-sizes 10000 100000 1000000]
+                             [--append 6000] [--served 2000]
 
 For each size N it builds an in-memory map of N random keys, then measures:
   * batch update of 1, 100 and 1000 changed keys (half updates of present keys, half
@@ -10,25 +13,48 @@ For each size N it builds an in-memory map of N random keys, then measures:
   * verification (``verify_status``: record decode, fold, path) of a present and an
     absent proof, p50 / p99 over 2000 calls.
 The baseline, in the same run, is a full rebuild of the same N keys.
-No storage and no sequencer: those figures belong to the integration.
+
+``--sqlite-sizes``: the same batches against ``client/mapstore.py``'s tables in a
+WAL, synchronous=FULL file (the authority's settings), each batch one committed
+transaction: reads on the paths, rows written, the commit's fsync.
+
+``--append N``: the authority's ``Log.sequence`` (admission, tree, map, checkpoint
+signature, one commit per batch of 256) over N pre-signed notices about N/2
+tools, with the map and, in the same run, with the map's fold replaced by a
+bare size update (``NoMapLog``, bench only): the ratio is the map's share of the
+append path.
+
+``--served K``: a real aiohttp authority (``build_app``) on 127.0.0.1 over the
+``--append`` database answers K sequential ``GET /v1/tools/{id}/proof`` (binary,
+half present, half absent ids); client-side latency p50/p99.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import random
+import sqlite3
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+import aiohttp
+from aiohttp import web
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import pct
-from deplog.client.model.notice import Notice
+from bench.common import free_port, pct
+from deplog.authority.http.server import ServerConfig, build_app
+from deplog.authority.log import Log
+from deplog.authority.storage import store as log_store
+from deplog.client.mapstore import SqliteNodeStore, StoredMap
+from deplog.client.model.notice import Envelope, Notice
 from deplog.client.model.vmap import (
     ChildRef,
     InnerNode,
@@ -40,6 +66,8 @@ from deplog.client.model.vmap import (
     map_key,
     verify_status,
 )
+from deplog.client.tlog.note import Signer
+from tests.builders import make_envelope, register
 
 TOOL = "tool:org.bench/search"
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
@@ -125,11 +153,134 @@ def run(size: int) -> None:
         )
 
 
+def run_sqlite(size: int, directory: Path) -> None:
+    """Batch updates against the SQLite node store, each batch one durable transaction."""
+    conn = log_store.connect(directory / f"map-{size}.db")
+    StoredMap.create_schema(conn)
+    conn.execute("INSERT INTO map_state (id, size) VALUES (1, 0)")
+    store = SqliteNodeStore(conn)
+    tree = PrefixTree(store)
+    keys = [os.urandom(32) for _ in range(size)]
+    start = time.perf_counter()
+    for chunk in range(0, size, 100_000):  # the start-up rebuild's shape: chunked batches
+        conn.execute("BEGIN IMMEDIATE")
+        tree.update({k: os.urandom(32) for k in keys[chunk : chunk + 100_000]})
+        conn.execute("COMMIT")
+    build = time.perf_counter() - start
+    print(f"SQLite N={size:>9,}  build {build:8.1f} s (chunks of 100k keys)")
+    for changed in (1, 100, 1000):
+        times = []
+        for _ in range(5):
+            batch = {k: os.urandom(32) for k in random.sample(keys, changed - changed // 2)}
+            added = [os.urandom(32) for _ in range(changed // 2)]
+            batch |= {k: os.urandom(32) for k in added}
+            keys += added
+            start = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            tree.update(batch)
+            conn.execute("COMMIT")
+            times.append(time.perf_counter() - start)
+        print(
+            f"  batch of {changed:>4} keys, committed: median "
+            f"{statistics.median(times) * 1000:8.2f} ms, max {max(times) * 1000:8.2f} ms"
+        )
+    conn.close()
+
+
+class NoMapLog(Log):
+    """Bench only: the append path with the map's fold replaced by a bare size update."""
+
+    def _fold_map(self, start: int, notices: Sequence[Notice]) -> None:
+        self.conn.execute("UPDATE map_state SET size = ? WHERE id = 1", (self.tree.size,))
+
+
+def _envelopes(publisher: Signer, count: int) -> list[Envelope]:
+    return [
+        make_envelope(publisher, i + 1, tool_id=f"tool:org.acme/t{i % max(1, count // 2)}")
+        for i in range(count)
+    ]
+
+
+def append_rate(
+    cls: type[Log], path: Path, envelopes: list[Envelope], signer: Signer, publisher: Signer
+) -> float:
+    log = cls(path, signer, signer.name)
+    register(log, publisher)
+    start = time.perf_counter()
+    for i in range(0, len(envelopes), 256):
+        log.sequence(envelopes[i : i + 256])
+    elapsed = time.perf_counter() - start
+    log.close()
+    return len(envelopes) / elapsed
+
+
+def run_append(count: int, directory: Path) -> tuple[Path, Signer]:
+    """Notices/s with and without the map, same run, alternating, best of 3 each; returns a
+    database with the map, and its log key, for the proofs served."""
+    signer, publisher = Signer.generate("bench.deplog.example/log"), Signer.generate("acme")
+    envelopes = _envelopes(publisher, count)
+    rates: dict[str, list[float]] = {"with map": [], "without": []}
+    kept = directory / "append-0-with.db"
+    for round_ in range(3):
+        for name, cls in (("with map", Log), ("without", NoMapLog)):
+            path = directory / f"append-{round_}-{'with' if cls is Log else 'without'}.db"
+            rates[name].append(append_rate(cls, path, envelopes, signer, publisher))
+    best = {name: max(values) for name, values in rates.items()}
+    print(
+        f"append {count} notices, batches of 256: with map {best['with map']:,.0f}/s, "
+        f"without {best['without']:,.0f}/s, ratio {best['with map'] / best['without']:.3f}"
+        f" (best of 3 each; all: {rates})"
+    )
+    return kept, signer
+
+
+async def _served(db: Path, signer: Signer, count: int) -> None:
+    app = build_app(ServerConfig(db, signer.name), signer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    conn = sqlite3.connect(db)
+    tools = [str(r[0]) for r in conn.execute("SELECT tool_id FROM map_record").fetchall()]
+    conn.close()
+    ids = [random.choice(tools) if i % 2 == 0 else f"tool:org.acme/absent{i}" for i in range(count)]
+    samples, sizes = [], []
+    try:
+        async with aiohttp.ClientSession() as http:
+            for tool_id in ids:
+                start = time.perf_counter()
+                url = f"http://127.0.0.1:{port}/v1/tools/{tool_id}/proof?format=binary"
+                async with http.get(url) as response:
+                    body = await response.read()
+                    assert response.status == 200, body
+                samples.append(time.perf_counter() - start)
+                sizes.append(len(body))
+    finally:
+        await runner.cleanup()
+    print(
+        f"proofs served ({len(tools)} tools, {count} GETs, binary): p50 "
+        f"{pct(samples, 50) * 1000:.2f} ms, p99 {pct(samples, 99) * 1000:.2f} ms; "
+        f"bytes p50 {pct(sizes, 50)}, max {max(sizes)}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-    for size in parser.parse_args().sizes:
+    parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
+    parser.add_argument("--sqlite-sizes", type=int, nargs="*", default=[])
+    parser.add_argument("--append", type=int, default=0, help="notices for the append ratio")
+    parser.add_argument("--served", type=int, default=0, help="proof GETs (needs --append)")
+    args = parser.parse_args()
+    for size in args.sizes:
         run(size)
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in args.sqlite_sizes:
+            run_sqlite(size, Path(tmp))
+        if args.append:
+            db, signer = run_append(args.append, Path(tmp))
+            if args.served:
+                asyncio.run(_served(db, signer, args.served))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from deplog.client.cache.guarded_cache import GuardedCache
     from deplog.client.errors import DeplogError
     from deplog.client.follow.follower import Follower, SyncFollower
+    from deplog.client.model.vmap import verify_tool_status
     from deplog.client.tlog.note import Verifier
     from deplog.client.tlog.policy import Policy
     from deplog.client.tlog.receipt import verify_receipt
@@ -40,6 +41,7 @@ __all__ = [
     "Verdict",
     "Verifier",
     "verify_receipt",
+    "verify_tool_status",
 ]
 
 _HOME = {
@@ -53,6 +55,7 @@ _HOME = {
     "Verdict": "deplog.client.cache.guard",
     "Verifier": "deplog.client.tlog.note",
     "verify_receipt": "deplog.client.tlog.receipt",
+    "verify_tool_status": "deplog.client.model.vmap",
 }
 
 

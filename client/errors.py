@@ -109,6 +109,13 @@ class ErrorCode(enum.StrEnum):
     MISSING_MAP_LINE = "missing_map_line"
     BAD_MAP_PROOF = "bad_map_proof"
     MAP_CHECKPOINT_MISMATCH = "map_checkpoint_mismatch"
+    # client/audit/mapaudit.py
+    BAD_MAP_ROOT = "bad_map_root"
+    # authority/witness/mapverify.py: the map-verifying witness's refusals
+    MAP_NOT_REPRODUCED = "map_not_reproduced"
+    ENTRIES_UNAVAILABLE = "entries_unavailable"
+    # authority/http/server.py: the map is ahead of the served checkpoint
+    MAP_NOT_PUBLISHED = "map_not_published"
     # client/tlog/note.py
     MALFORMED_NOTE = "malformed_note"
     BAD_KEY = "bad_key"
@@ -154,6 +161,7 @@ class ErrorCode(enum.StrEnum):
     BAD_CHECKPOINT = "bad_checkpoint"
     ROLLBACK = "rollback"
     FORK = "fork"
+    MAP_ROOT_MISMATCH = "map_root_mismatch"
     SUSPECTED_FORK = "suspected_fork"
     NO_STATE = "no_state"
     STATE_FOR_ANOTHER_LOG = "state_for_another_log"
@@ -183,6 +191,7 @@ class ErrorCode(enum.StrEnum):
     BAD_REQUEST = "bad_request"
     INTERNAL = "internal"
     BAD_PARAMETER = "bad_parameter"
+    REPEATED_PARAMETER = "repeated_parameter"
     OUT_OF_RANGE = "out_of_range"
     SIZE_NOT_PUBLISHED = "size_not_published"
     RANGE_TOO_LARGE = "range_too_large"

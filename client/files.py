@@ -20,6 +20,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import tempfile
@@ -27,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
-__all__ = ["exclusive_lock", "write_atomic"]
+__all__ = ["exclusive_lock", "require_writable", "write_atomic"]
 
 _BUFFER: Final = 1 << 16
 
@@ -54,6 +55,21 @@ def write_atomic(path: Path, chunks: Iterable[bytes], *, mode: int = 0o644) -> N
             tmp.unlink()
         raise
     _fsync_directory(path.parent)
+
+
+def require_writable(*directories: Path) -> None:
+    """Raise ``PermissionError`` naming the first of ``directories`` (or, for one not yet
+    created, its nearest existing ancestor) this process may not create files in.
+
+    Called before a command creates anything, so a directory it cannot write
+    leaves nothing half-created elsewhere.
+    """
+    for directory in directories:
+        existing = directory
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(existing))
 
 
 def _fsync_directory(directory: Path) -> None:

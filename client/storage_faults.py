@@ -45,6 +45,7 @@ __all__ = [
     "StorageFault",
     "database_fault",
     "database_files",
+    "file_fault",
     "integrity_problem",
     "opening_database",
 ]
@@ -121,6 +122,27 @@ class StorageFault(CLIError):
         super().__init__(message, kind.exit_status)
 
 
+_FILE_ADVICE = {
+    PERMISSION_DENIED.code: "give the user running this command access to it and its directory",
+    DISK_FULL.code: "free space on its file system",
+    IO_ERROR.code: "check the device and the kernel log (dmesg)",
+}
+
+
+def file_fault(err: OSError) -> CLIError:
+    """A file or directory an operator named that cannot be used: one line naming it, with
+    the exit status of its kind (77 permission, 73 full, 74 I/O; else 1) and what to do."""
+    where = f" {err.filename}" if err.filename else ""
+    reason = err.strerror or type(err).__name__
+    kind = _kind_of(err.errno)
+    if kind is None:
+        return CLIError(f"cannot use{where}: {reason}; check the path", 1)
+    evidence = _errno_name(err.errno)
+    return CLIError(
+        f"cannot use{where}: {reason} ({evidence}); {_FILE_ADVICE[kind.code]}", kind.exit_status
+    )
+
+
 def database_files(path: Path) -> tuple[Path, Path, Path]:
     """The database and the WAL-mode files SQLite keeps beside it."""
     return path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")
@@ -182,14 +204,17 @@ def _prove_corruption(path: Path, name: str) -> StorageFault:
     return StorageFault(IO_ERROR, path, f"{name} on a read, but integrity_check passes")
 
 
-def _from_errno(number: int | None, path: Path, evidence: str) -> StorageFault | None:
+def _kind_of(number: int | None) -> FaultKind | None:
     if number in _PERMISSION_ERRNOS:
-        return StorageFault(PERMISSION_DENIED, path, evidence)
+        return PERMISSION_DENIED
     if number in _FULL_ERRNOS:
-        return StorageFault(DISK_FULL, path, evidence)
-    if number == errno.EIO:
-        return StorageFault(IO_ERROR, path, evidence)
-    return None
+        return DISK_FULL
+    return IO_ERROR if number == errno.EIO else None
+
+
+def _from_errno(number: int | None, path: Path, evidence: str) -> StorageFault | None:
+    kind = _kind_of(number)
+    return None if kind is None else StorageFault(kind, path, evidence)
 
 
 def _probe(path: Path) -> int | None:

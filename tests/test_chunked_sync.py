@@ -1,5 +1,6 @@
 """A long advance in proven chunks (client/follow/state.py invariants 1 to 3, trust.py
-rules 5 and 6), and the memory budget of the folded statuses.
+rules 5 and 6, the map beside the chunks: mapcheck rule 1), and the memory budget of the
+folded statuses.
 
 A sync is cut short by a source that stops answering after some pages (what a
 kill or a lost network does to a sync); the state must then hold proven
@@ -19,11 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from deplog.client.errors import ErrorCode
 from deplog.client.follow.reader import StateReader
 from deplog.client.follow.source import FetchError, MemoryLogSource, Progress, sync_step
 from deplog.client.follow.state import LocalState, status_budget
-from deplog.client.follow.trust import Advanced, TrustedState
+from deplog.client.follow.trust import Advanced, MapMismatchError, TrustedState
+from deplog.client.mapstore import StoredMap
 from deplog.client.model.rules import RuleViolation
+from deplog.client.model.vmap import VerifiableMap, map_line, require_map_root
+from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
+from deplog.client.tlog.evidence import MAP_MISMATCH, read_evidence
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, TreeMismatchError
 from tests.builders import ORIGIN, LocalLog
@@ -89,6 +95,7 @@ def sync(
 def stored(path: Path) -> dict[str, object]:
     """What a state file holds, but for the local times of processing."""
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        has_map = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'map_state'").fetchone()
         return {
             "trusted": conn.execute(
                 "SELECT origin, size, root, frontier, registry FROM trusted"
@@ -98,6 +105,12 @@ def stored(path: Path) -> dict[str, object]:
             ).fetchall(),
             "sequences": conn.execute("SELECT * FROM sequences ORDER BY 1, 2").fetchall(),
             "pending": conn.execute("SELECT done FROM pending").fetchall(),
+            # The tool-status map, kept beside the chunks (mapcheck rule 1), if any yet.
+            "map": has_map
+            and (
+                conn.execute("SELECT size, root_hash FROM map_state").fetchall(),
+                conn.execute("SELECT * FROM map_record ORDER BY 1").fetchall(),
+            ),
         }
 
 
@@ -196,6 +209,67 @@ def test_an_interrupted_sync_resumes_before_a_newer_checkpoint_is_taken(
     finally:
         state.close()
     assert stored(trusted.state.path) == stored(tmp_path / "clean-newer.db")
+
+
+# -- the map beside the chunks ----------------------------------------------------------------
+
+
+def lying(log: MemoryLogSource, local: LocalLog, root: bytes) -> MemoryLogSource:
+    """The honest log's entries and tree under a checkpoint that signs ``root`` as its map."""
+    honest, _ = open_checkpoint(log.note, local.signer.verifier())
+    forged = Checkpoint(honest.origin, honest.size, honest.root_hash, (map_line(root),))
+    return MemoryLogSource(sign_checkpoint(forged, local.signer), log.leaves, page_size=PAGE)
+
+
+def test_a_committed_chunk_holds_the_map_through_its_last_entry(
+    trusted: TrustedState, log: MemoryLogSource
+) -> None:
+    with pytest.raises(FetchError):
+        sync(trusted, Interrupted(log, stop_at=37))
+    with contextlib.closing(sqlite3.connect(trusted.state.path)) as conn:
+        assert StoredMap(conn).size() == 30
+        assert StoredMap(conn).root() == VerifiableMap().fold(enumerate(log.leaves[:30]))
+
+
+def test_a_resumed_sync_folds_on_from_the_stored_map_and_its_root_matches(
+    trusted: TrustedState, local: LocalLog, log: MemoryLogSource
+) -> None:
+    with pytest.raises(FetchError):
+        sync(trusted, Interrupted(log, stop_at=37))
+    advanced = sync(trusted, log)  # no map_root_mismatch: the map went on from entry 30
+    assert advanced is not None and trusted.state.size == ENTRIES + 1
+    signed, _ = open_checkpoint(log.note, local.signer.verifier())
+    with contextlib.closing(sqlite3.connect(trusted.state.path)) as conn:
+        assert StoredMap(conn).root() == require_map_root(signed)
+
+
+def test_a_false_map_root_is_still_caught_after_a_resume(
+    trusted: TrustedState, local: LocalLog, log: MemoryLogSource, tmp_path: Path
+) -> None:
+    """The chunks before the kill hold a true map, the lie is in the signed root; the
+    resumed advance still folds every entry and refuses it, taking nothing."""
+    false_root = VerifiableMap().fold(enumerate(log.leaves[:-1]))  # the last notice left out
+    source = lying(log, local, false_root)
+    with pytest.raises(FetchError):
+        sync(trusted, Interrupted(source, stop_at=37))
+    assert trusted.state.pending() is not None
+    trusted.evidence_dir = tmp_path / "evidence"
+    with pytest.raises(MapMismatchError) as stopped:
+        sync(trusted, source)
+    assert stopped.value.code == ErrorCode.MAP_ROOT_MISMATCH
+    assert read_evidence(stopped.value.evidence).verify(local.signer.verifier()) == MAP_MISMATCH
+    assert trusted.state.size == 0 and trusted.state.trusted is None
+
+
+def test_a_refused_chunk_rolls_back_its_map_rows(
+    trusted: TrustedState, log: MemoryLogSource
+) -> None:
+    forged = log.leaves[3].replace(b"org.acme/t", b"org.acme/x", 1)
+    with pytest.raises(RuleViolation):
+        sync(trusted, Interrupted(log, stop_at=45, tampered=forged))
+    with contextlib.closing(sqlite3.connect(trusted.state.path)) as conn:
+        assert StoredMap(conn).size() == 40  # the proven chunks', not the refused one's
+        assert StoredMap(conn).root() == VerifiableMap().fold(enumerate(log.leaves[:40]))
 
 
 # -- the memory budget ------------------------------------------------------------------------

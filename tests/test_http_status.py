@@ -28,7 +28,7 @@ from deplog.authority.http.plumbing import (
     errors_and_metrics,
 )
 from deplog.authority.http.push import TooManySubscribersError
-from deplog.authority.http.server import RequestError
+from deplog.authority.http.server import MapNotPublishedError, RequestError
 from deplog.authority.http.status import HTTP_STATUS, http_status
 from deplog.authority.log import IntegrityError, StorageError
 from deplog.authority.sequencer import OverloadedError, ShuttingDownError
@@ -42,6 +42,7 @@ from deplog.authority.witness.core import (
     UnknownLogError,
     UntrustedCheckpointError,
 )
+from deplog.authority.witness.mapverify import EntriesUnavailableError, MapNotReproducedError
 from deplog.authority.witness.server import BusyError
 from deplog.authority.witnessing import (
     EmbeddedWitnessUnavailableError,
@@ -93,6 +94,8 @@ AUTHORITY_RAISES: Raises = {
     IntegrityError: frozenset({ErrorCode.STORAGE_CORRUPT, ErrorCode.STORED_ROOT_MISMATCH}),
     QuorumUnavailableError: None,
     EmbeddedWitnessUnavailableError: None,
+    # GET /v1/tools/{tool_id}/proof while the map's batch is not yet published
+    MapNotPublishedError: None,
 }
 
 WITNESS_RAISES: Raises = {
@@ -109,6 +112,9 @@ WITNESS_RAISES: Raises = {
     ProofError: frozenset({ErrorCode.BAD_CONSISTENCY_PROOF}),  # the only proof it checks
     ConflictingRootError: None,
     StorageUnavailableError: None,
+    # serve --verify-map: the additional statement (authority/witness/mapverify.py)
+    MapNotReproducedError: None,
+    EntriesUnavailableError: None,
 }
 
 NOT_FROM_REQUESTS: Raises = {
@@ -136,7 +142,11 @@ SERVER_MODULES = {
         "authority/storage/reader.py",
         "authority/witnessing.py",
     ),
-    "witness": ("authority/witness/core.py", "authority/witness/server.py"),
+    "witness": (
+        "authority/witness/core.py",
+        "authority/witness/server.py",
+        "authority/witness/mapverify.py",
+    ),
 }
 
 # C2SP tlog-witness v1.0.0, "add-checkpoint", written down from the spec.
@@ -194,9 +204,11 @@ def test_statuses_are_errors_and_503_means_try_again() -> None:
         ErrorCode.STORED_ROOT_MISMATCH,
         ErrorCode.WITNESS_QUORUM_UNAVAILABLE,
         ErrorCode.EMBEDDED_WITNESS_UNAVAILABLE,
+        ErrorCode.MAP_NOT_PUBLISHED,
         ErrorCode.TOO_MANY_SUBSCRIBERS,
         ErrorCode.UNAVAILABLE,
         ErrorCode.BUSY,
+        ErrorCode.ENTRIES_UNAVAILABLE,
     }
 
 

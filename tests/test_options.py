@@ -149,6 +149,7 @@ def test_every_authority_serve_flag_maps_to_a_config_field() -> None:
     assert flags(SERVE) - INSTANCE_FLAGS == {
         *SERVE_OPTIONS,
         "--no-embedded-witness",  # the off form of --embedded-witness
+        "--no-explorer",  # the off form of --explorer
         "--no-tiles",  # the off form of --tiles
     }
 
@@ -176,7 +177,7 @@ def test_authority_serve_help_shows_the_dataclass_default(flag: str) -> None:
 
 
 def test_witness_serve_shows_its_listen_defaults() -> None:
-    serve = subcommand(witness_cli._build_parser(), "serve")
+    serve = subcommand(witness_cli.parser(), "serve")
     shown = help_lines(serve)
     assert f"(default: {witness_cli.DEFAULT_PORT})" in shown
     assert "listen address (default: 127.0.0.1)" in shown

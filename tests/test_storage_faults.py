@@ -8,6 +8,7 @@ tests/integration/test_syscall_faults.py.
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from deplog.client.storage_faults import (
     StorageFault,
     database_fault,
     database_files,
+    file_fault,
     integrity_problem,
     opening_database,
 )
@@ -105,6 +107,26 @@ def test_an_os_error_is_classified_by_its_errno(tmp_path: Path, number: int, kin
     fault = database_fault(OSError(number, "x"), tmp_path / "log.db")
     assert fault.kind is kind
     assert fault.evidence == errno.errorcode[number]
+
+
+@pytest.mark.parametrize(
+    ("number", "status"),
+    [
+        (errno.EACCES, 77),
+        (errno.EROFS, 77),
+        (errno.ENOSPC, 73),
+        (errno.EIO, 74),
+        (errno.ENOTDIR, 1),
+    ],
+)
+def test_an_unusable_file_is_one_line_naming_it_with_its_kinds_status(
+    tmp_path: Path, number: int, status: int
+) -> None:
+    lock = tmp_path / "data" / "authority.lock"
+    fault = file_fault(OSError(number, os.strerror(number), str(lock)))
+    assert fault.exit_status == status
+    assert fault.message.startswith(f"cannot use {lock}: {os.strerror(number)}")
+    assert "\n" not in fault.message
 
 
 def test_the_exit_statuses_are_distinct() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from deplog.authority.storage import store
+from deplog.authority.storage import tree as tree_module
 from deplog.authority.storage.tree import (
     StoredHashTree,
     TreeCorruptError,
@@ -145,6 +146,15 @@ def test_missing_subtree_hash_is_reported_as_corruption(conn: sqlite3.Connection
 
 def test_audit_passes_on_an_untouched_tree(conn: sqlite3.Connection) -> None:
     assert grow(conn, 37).audit() is None
+
+
+def test_audit_reports_its_progress_every_step_and_at_the_end(
+    conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tree_module, "AUDIT_PROGRESS_STEP", 16)
+    heard: list[tuple[int, int]] = []
+    assert grow(conn, 37).audit(lambda done, total: heard.append((done, total))) is None
+    assert heard == [(0, 37), (16, 37), (32, 37), (37, 37)]
 
 
 def test_audit_names_an_altered_leaf(conn: sqlite3.Connection) -> None:

@@ -42,12 +42,14 @@ from deplog.client.model.vmap import (
     VerifiableMap,
     bit_of,
     evaluate,
+    extend_record_bytes,
     fold_entries,
     leaf_hash,
     map_key,
     map_line,
     map_root_of,
     node_hash,
+    record_item_bytes,
     require_map_root,
     root_from_path,
     value_hash,
@@ -1044,3 +1046,27 @@ def test_the_accumulated_vector_holds_and_the_reference_agrees(vectors: dict[str
             assert root == reference_root(items)
     assert digest.digest() == b64(acc["digest"])
     assert root == b64(acc["last_root"])
+
+
+def test_spliced_record_bytes_are_the_records_canonical_encoding() -> None:
+    """The append path grows records by splicing bytes; they must be the one encoding."""
+    notices = [
+        make_notice(),
+        Notice.from_json(revoke_json(sequence=2)),
+        Notice.from_json(withdraw_json(1, sequence=3)),
+    ]
+    items = [
+        RecordNotice(i + 1, hashlib.sha256(bytes([i])).digest(), n) for i, n in enumerate(notices)
+    ]
+    raw = [record_item_bytes(item.index, item.leaf_hash, item.notice) for item in items]
+    grown = extend_record_bytes(extend_record_bytes(None, TOOL, raw[:1]), TOOL, raw[1:])
+    assert grown == StatusRecord.build(TOOL, items).encode()
+    assert StatusRecord.decode(grown).notices == tuple(items)
+
+
+def test_splicing_refuses_a_record_of_another_tool() -> None:
+    first = record_item_bytes(1, b"\x00" * 32, make_notice())
+    record = extend_record_bytes(None, TOOL, [first])
+    assert rejected(lambda: extend_record_bytes(record, OTHER_TOOL, [first])) == (
+        ErrorCode.MALFORMED_MAP_RECORD
+    )

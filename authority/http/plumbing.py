@@ -6,35 +6,50 @@ traceback, and count every request by route template and status. The
 middleware turns every failure into a ``DeplogError`` (what aiohttp refuses
 itself becomes :class:`HTTPRequestError`, anything unexpected
 :class:`InternalError`) and answers it with the status of its code from the one
-table, ``status.py``. Both serve until SIGINT or SIGTERM and print one "serving
-on <url>" line once bound, so operators and tests learn the port even when it
-was chosen by the kernel.
+table, ``status.py``. What aiohttp's parser refuses before any handler runs
+(too many headers, an over-long line, a bad method or chunk) is answered the
+same way by :class:`ServingRunner`'s connections, at debug level in the log.
+
+A server binds its port with :func:`bind` before it creates anything else
+(keys, data, locks), so a busy port changes nothing; it then serves until
+SIGINT or SIGTERM and prints one "serving on <url>" line once listening, so
+operators and tests learn the port even when it was chosen by the kernel.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
+from aiohttp.web_request import BaseRequest
 
 from deplog.authority.http.metrics import Metrics
 from deplog.authority.http.status import HTTP_STATUS, http_status
 from deplog.authority.options import option
-from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
+from deplog.client.errors import CLIError, DeplogError, ErrorCode, TooLargeError
 
 __all__ = [
+    "ADDRESS_UNAVAILABLE_EXIT",
+    "MAX_HEADERS",
+    "MAX_LINE",
     "METRICS",
     "ErrorRenderer",
     "HTTPRequestError",
     "Handler",
     "InternalError",
     "Listen",
+    "ServingRunner",
+    "bind",
     "errors_and_metrics",
     "serve_until_signalled",
 ]
@@ -78,14 +93,14 @@ _AIOHTTP_REFUSALS = {
 }
 
 
-def _refusal(exc: web.HTTPException) -> DeplogError:
+def _refusal(status: int) -> DeplogError:
     """What an error status aiohttp raised (a route, a method, a body over the limit) means."""
-    if exc.status == 413:
+    if status == 413:
         return TooLargeError()
-    code = _AIOHTTP_REFUSALS.get(exc.status)
+    code = _AIOHTTP_REFUSALS.get(status)
     if code is not None:
         return HTTPRequestError(code)
-    return HTTPRequestError(ErrorCode.BAD_REQUEST) if exc.status < 500 else InternalError()
+    return HTTPRequestError(ErrorCode.BAD_REQUEST) if status < 500 else InternalError()
 
 
 def _route_of(request: web.Request) -> str:
@@ -115,9 +130,13 @@ def errors_and_metrics(render: ErrorRenderer, hot_handlers: Iterable[Handler] = 
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            response = _answer(render, _refusal(exc), request)
+            response = _answer(render, _refusal(exc.status), request)
             if exc.status == 405 and "Allow" in exc.headers:
                 response.headers["Allow"] = exc.headers["Allow"]
+        except HttpProcessingError:
+            # The body broke the protocol while a handler read it (a bad chunk).
+            response = _answer(render, HTTPRequestError(ErrorCode.BAD_REQUEST), request)
+            response.force_close()
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -149,6 +168,79 @@ def _answer(render: ErrorRenderer, err: DeplogError, request: web.Request) -> we
     return response
 
 
+class _Connection(web.RequestHandler):
+    """One client connection whose protocol-level refusals are answered as API errors."""
+
+    def __init__(self, manager: web.Server, render: ErrorRenderer, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._render = render
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """aiohttp's answer to a request it could not parse or hand over (``message`` is
+        its text, which may quote the request, so it is never sent)."""
+        if status < 500:
+            # A client's malformed request: the code is the answer, no traceback.
+            self.logger.debug("refused before routing: %d %s", status, type(exc).__name__)
+        else:
+            # A fault of the server (the middleware answers everything a handler raises).
+            self.logger.error("internal error outside the middleware", exc_info=exc)
+        if request.writer.output_size > 0:
+            raise ConnectionError("a response already started: no error answer can follow")
+        err = _refusal(status)
+        response = self._render(err, HTTP_STATUS[err.code])
+        response.force_close()
+        return response
+
+
+class _Server(web.Server):
+    """aiohttp's low-level server, making :class:`_Connection` connections."""
+
+    def __init__(self, render: ErrorRenderer, built: web.Server) -> None:
+        self._connection_args: dict[str, Any] = dict(built._kwargs)
+        super().__init__(
+            built.request_handler,
+            request_factory=built.request_factory,
+            handler_cancellation=built.handler_cancellation,
+            loop=asyncio.get_running_loop(),
+            **self._connection_args,
+        )
+        self._render = render
+
+    def __call__(self) -> web.RequestHandler:
+        return _Connection(self, self._render, loop=self._loop, **self._connection_args)
+
+
+MAX_HEADERS = 64
+"""Request headers a server parses at most; more is ``400 bad_request``."""
+MAX_LINE = 8190
+"""Bytes in a request line or one header at most; more is ``400 bad_request``."""
+
+
+class ServingRunner(web.AppRunner):
+    """An ``AppRunner`` whose protocol-level refusals (more than :data:`MAX_HEADERS`
+    headers, a line over :data:`MAX_LINE`, a bad method or chunk) are answered by
+    ``render`` like every other refusal, instead of aiohttp's plain text and an ERROR
+    traceback."""
+
+    def __init__(self, app: web.Application, render: ErrorRenderer, **kwargs: Any) -> None:
+        limits: dict[str, Any] = {
+            "max_line_size": MAX_LINE,
+            "max_field_size": MAX_LINE,
+            "max_headers": MAX_HEADERS,
+        }
+        super().__init__(app, **limits, **kwargs)
+        self._render = render
+
+    async def _make_server(self) -> web.Server:
+        return _Server(self._render, await super()._make_server())
+
+
 @dataclass(frozen=True)
 class Listen:
     """Where a server listens: loopback unless the operator exposes it (SECURITY.md).
@@ -159,18 +251,66 @@ class Listen:
     host: str = option("127.0.0.1", "listen address")
 
 
+ADDRESS_UNAVAILABLE_EXIT = 69
+"""Exit status when the listen address cannot be had (sysexits ``EX_UNAVAILABLE``)."""
+_BACKLOG = 1024
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``, or a one-line :class:`CLIError` naming it.
+
+    Called first, before a server creates anything: a busy port leaves no trace.
+    Permission denied (a port below 1024) exits 77 like every other permission
+    failure; every other reason exits :data:`ADDRESS_UNAVAILABLE_EXIT`.
+    """
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror:
+        raise CLIError(
+            f"cannot listen on {where}: no such address; give --host an address of this machine",
+            ADDRESS_UNAVAILABLE_EXIT,
+        ) from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(_BACKLOG)
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise CLIError(
+                f"cannot listen on {where}: the address is already in use; stop the process "
+                "using it or choose another --port",
+                ADDRESS_UNAVAILABLE_EXIT,
+            ) from None
+        if err.errno in (errno.EACCES, errno.EPERM):
+            raise CLIError(
+                f"cannot listen on {where}: permission denied; choose a --port above 1023",
+                77,
+            ) from None
+        raise CLIError(
+            f"cannot listen on {where}: {err.strerror or type(err).__name__}; give --host an "
+            "address of this machine",
+            ADDRESS_UNAVAILABLE_EXIT,
+        ) from None
+    return sock
+
+
 async def serve_until_signalled(
     runner: web.AppRunner,
-    host: str,
-    port: int,
+    sock: socket.socket,
     banner: str,
     on_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Bind, print ``<banner> serving on http://host:port``, run until SIGINT/SIGTERM."""
-    await web.TCPSite(runner, host, port, backlog=1024).start()
-    bound = [a for a in runner.addresses if isinstance(a, tuple)]
-    actual_port = bound[0][1] if bound else port
-    print(f"{banner} serving on http://{host}:{actual_port}", flush=True)
+    """Serve on the bound ``sock``, print ``<banner> serving on <url>``, run until
+    SIGINT/SIGTERM."""
+    await web.SockSite(runner, sock, backlog=_BACKLOG).start()
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"{banner} serving on http://{shown}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -39,6 +39,11 @@ of a failed publication until one succeeds, the refresh loop's included;
 ``embedded_witness_unavailable`` while the embedded witness cannot cosign;
 ``cosignatures_stale`` when the served embedded cosignature is older than
 ``STALE_REFRESHES`` refresh intervals); 503 ``storage_corrupt``.
+
+Map proofs (``GET /v1/tools/{tool_id}/proof``) are made at the served checkpoint
+and nowhere else: the map's rows hold one size (the last committed batch's), so
+a proof read while that batch is not yet served waits for its publication, at
+most ``MAP_PROOF_WAIT`` seconds, then answers 503 ``map_not_published``.
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ from typing import Any
 
 from aiohttp import hdrs, web
 
+from deplog.authority.explorer.config import ExplorerConfig
+from deplog.authority.explorer.routes import add_explorer
 from deplog.authority.http.limits import Rate, RateLimiter
 from deplog.authority.http.metrics import Metrics
 from deplog.authority.http.plumbing import METRICS, HTTPRequestError, errors_and_metrics
@@ -81,6 +88,7 @@ from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
+from deplog.client.model.vmap import MapProof, MapProofDocument
 from deplog.client.storage_faults import StorageFault
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.tiles import parse_tile_path
@@ -88,6 +96,8 @@ from deplog.client.tlog.tiles import parse_tile_path
 __all__ = [
     "FULL_TILE_CACHE",
     "JSON",
+    "MAP_PROOF_BINARY",
+    "MAP_PROOF_WAIT",
     "MAX_ENTRIES_PER_REQUEST",
     "MAX_INT",
     "PARTIAL_TILE_CACHE",
@@ -95,10 +105,12 @@ __all__ = [
     "TILES_DIR",
     "TILE_TYPE",
     "AuthorityState",
+    "MapNotPublishedError",
     "RequestError",
     "ServerConfig",
     "build_admin_app",
     "build_app",
+    "error_response",
 ]
 
 log = logging.getLogger("deplog.authority")
@@ -107,6 +119,7 @@ MAX_ENTRIES_PER_REQUEST = 1000
 MAX_INT = (1 << 63) - 1
 JSON = "application/json"
 STALE_REFRESHES = 3
+"""Refresh intervals after which the served embedded cosignature counts as stale."""
 TILES_DIR = "tiles"
 """The tiles directory's name in the data directory, unless ``--tiles-dir`` says otherwise."""
 FULL_TILE_CACHE = "public, max-age=31536000, immutable"
@@ -115,7 +128,10 @@ PARTIAL_TILE_CACHE = "public, max-age=60"
 """A partial tile's bytes never change either, but it is removed once superseded (after
 the grace period), so caches drop it soon."""
 TILE_TYPE = "application/octet-stream"
-"""Refresh intervals after which the served embedded cosignature counts as stale."""
+MAP_PROOF_WAIT = 5.0
+"""Seconds a map proof waits for the publication of the batch its map is at."""
+MAP_PROOF_BINARY = "application/octet-stream"
+"""The media type of the binary map proof (docs/fold-spec.md section 6)."""
 _PUBLICATION_FAILURES = (EmbeddedWitnessUnavailableError, QuorumUnavailableError)
 _PUBLICATION_CODES = frozenset(error.code for error in _PUBLICATION_FAILURES)
 
@@ -167,6 +183,7 @@ class ServerConfig:
         flag="--tiles-partial-grace",
     )
     limits: SequencerLimits = field(default_factory=SequencerLimits)
+    explorer: ExplorerConfig = field(default_factory=ExplorerConfig)
 
     @property
     def tiles_path(self) -> Path | None:
@@ -182,6 +199,7 @@ class RequestError(DeplogError):
     codes = frozenset(
         {
             ErrorCode.BAD_PARAMETER,
+            ErrorCode.REPEATED_PARAMETER,
             ErrorCode.OUT_OF_RANGE,
             ErrorCode.SIZE_NOT_PUBLISHED,
             ErrorCode.RANGE_TOO_LARGE,
@@ -189,7 +207,15 @@ class RequestError(DeplogError):
     )
 
 
-def _error_response(err: DeplogError, status: int) -> web.Response:
+class MapNotPublishedError(DeplogError):
+    """The map is at a batch whose checkpoint is not served yet (its publication waits for
+    witnesses): no proof can be made at the served checkpoint now; retry."""
+
+    code = ErrorCode.MAP_NOT_PUBLISHED
+    retry_after = 1
+
+
+def error_response(err: DeplogError, status: int) -> web.Response:
     return web.json_response({"error": err.code}, status=status)
 
 
@@ -222,6 +248,7 @@ class AuthorityState:
         self.checkpoint = published
         self.note = published.note
         self.published_at = time.time()
+        self._next_serve = asyncio.Event()
         self.push = PushHub(config.max_subscribers)
         self.checkpoint_requests = 0
         self.publication_failures: dict[str, int] = {}
@@ -264,7 +291,8 @@ class AuthorityState:
             audit.__name__,
             str(self.config.db_path),
             stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
+            # Inherited: its progress lines reach the operator's stderr.
+            stderr=None,
         )
         with contextlib.suppress(ProcessLookupError):  # it may already have ended
             audit.lower_priority(process.pid, os.getpid())
@@ -344,6 +372,8 @@ class AuthorityState:
         if self.witnessing is not None:
             self.witnessing.forget_below(checkpoint.size)
         self._render()
+        self._next_serve.set()
+        self._next_serve = asyncio.Event()
 
     def _render(self) -> None:
         """Render the served note and push it (rule 2): the only writer of ``note``."""
@@ -403,6 +433,27 @@ class AuthorityState:
                 reasons.append("cosignatures_stale")
         return sorted(set(reasons))
 
+    async def map_proof(self, tool_id: str) -> tuple[bytes, MapProof]:
+        """The served note and the proof of ``tool_id`` in the map at its size.
+
+        The map may be one batch ahead of the served checkpoint (committed, not yet
+        published) or, by the time the read returns, one behind: read again after
+        the next publication, or at once, until both agree or ``MAP_PROOF_WAIT`` ends.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + MAP_PROOF_WAIT
+        while True:
+            served = self._next_serve
+            size, proof = await self.read(lambda r: r.map_proof(tool_id))
+            if size == self.checkpoint.size:
+                return self.note, proof
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise MapNotPublishedError()
+            if size > self.checkpoint.size:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(served.wait(), remaining)
+
     async def consistency_proof(self, old: int, new: int) -> Sequence[bytes]:
         proof = await self.read(lambda r: r.consistency(old, new))
         hashes: Sequence[bytes] = proof.hashes
@@ -446,7 +497,12 @@ _STATE = web.AppKey("state", AuthorityState)
 
 
 def _int_param(request: web.Request, name: str) -> int:
-    raw = request.query.get(name)
+    """The query parameter ``name`` as a canonical decimal; given twice it is refused, never
+    resolved (which one a cache or proxy in front honours is not ours to guess)."""
+    given = request.query.getall(name, [])
+    if len(given) > 1:
+        raise RequestError(ErrorCode.REPEATED_PARAMETER, "a query parameter is given twice")
+    raw = given[0] if given else None
     if raw is None or not raw.isascii() or not raw.isdigit() or len(raw) > 19:
         raise RequestError(ErrorCode.BAD_PARAMETER, "missing or malformed integer parameter")
     if len(raw) > 1 and raw[0] == "0":
@@ -513,10 +569,10 @@ async def _get_tile(request: web.Request) -> web.StreamResponse:
 async def _get_inclusion(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     index, size = _int_param(request, "index"), _int_param(request, "size")
-    if size > state.checkpoint.size:
-        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
     if index >= size:
         raise RequestError(ErrorCode.OUT_OF_RANGE, "index must be below size")
+    if size > state.checkpoint.size:
+        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
     proof = await state.read(lambda r: r.inclusion(index, size))
     return web.json_response(proof.to_json())
 
@@ -524,10 +580,10 @@ async def _get_inclusion(request: web.Request) -> web.Response:
 async def _get_consistency(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     old, new = _int_param(request, "old"), _int_param(request, "new")
-    if new > state.checkpoint.size:
-        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
     if old > new:
         raise RequestError(ErrorCode.OUT_OF_RANGE, "old must not exceed new")
+    if new > state.checkpoint.size:
+        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
     proof = await state.read(lambda r: r.consistency(old, new))
     return web.json_response(proof.to_json())
 
@@ -535,12 +591,13 @@ async def _get_consistency(request: web.Request) -> web.Response:
 async def _get_entries(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     start, end = _int_param(request, "start"), _int_param(request, "end")
-    if end > state.checkpoint.size:
-        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "range goes past the published checkpoint")
+    # The checks that need no state first: a range is refused the same way at any log size.
     if start >= end:
         raise RequestError(ErrorCode.OUT_OF_RANGE, "start must be below end")
     if end - start > state.config.max_entries:
         raise RequestError(ErrorCode.RANGE_TOO_LARGE, "too many entries in one request")
+    if end > state.checkpoint.size:
+        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "range goes past the published checkpoint")
     leaves = await state.read(lambda r: r.entries(start, end))
     return web.json_response(
         {"start": start, "entries": [base64.b64encode(leaf).decode() for leaf in leaves]}
@@ -555,6 +612,28 @@ async def _get_tool(request: web.Request) -> web.Response:
     now = datetime.now(UTC)
     described = await state.read(lambda r: r.tool(tool_id, size, now))
     return web.json_response(described)
+
+
+async def _get_tool_proof(request: web.Request) -> web.Response:
+    """The map proof of a tool at the served checkpoint: JSON (with that checkpoint's note)
+    unless ``?format=binary`` or an ``Accept`` of only the binary type asks for the compact
+    form; ``Deplog-Checkpoint-Size`` names the checkpoint either way."""
+    state = request.app[_STATE]
+    tool_id = request.match_info["tool_id"]
+    parse_tool_id(tool_id)
+    wanted = request.query.get("format")
+    if wanted not in (None, "json", "binary"):
+        raise RequestError(ErrorCode.BAD_PARAMETER, "format is json or binary")
+    if wanted is None:
+        binary = request.headers.get(hdrs.ACCEPT, "").strip() == MAP_PROOF_BINARY
+    else:
+        binary = wanted == "binary"
+    note, proof = await state.map_proof(tool_id)
+    headers = {"Deplog-Checkpoint-Size": str(state.checkpoint.size)}
+    if binary:
+        return web.Response(body=proof.to_binary(), content_type=MAP_PROOF_BINARY, headers=headers)
+    document = MapProofDocument(note, tool_id, proof)
+    return web.Response(body=document.encode(), content_type=JSON, headers=headers)
 
 
 async def _get_publishers(request: web.Request) -> web.Response:
@@ -618,7 +697,7 @@ def build_app(
     """The public application; the log opens on startup and closes on cleanup."""
     app = web.Application(
         client_max_size=config.max_body,
-        middlewares=[errors_and_metrics(_error_response, [_get_checkpoint])],
+        middlewares=[errors_and_metrics(error_response, [_get_checkpoint])],
     )
     metrics = Metrics()
     app[METRICS] = metrics
@@ -707,18 +786,22 @@ def build_app(
     app.router.add_get("/v1/proofs/inclusion", _get_inclusion)
     app.router.add_get("/v1/proofs/consistency", _get_consistency)
     app.router.add_get("/v1/entries", _get_entries)
+    # A tool id has exactly one "/", so ".../proof" after one is a proof, and a tool
+    # named "proof" (tool:org.example/proof) still reaches the catch-all below.
+    app.router.add_get("/v1/tools/{tool_id:[^/]+/[^/]+}/proof", _get_tool_proof)
     app.router.add_get("/v1/tools/{tool_id:.+}", _get_tool)
     app.router.add_get("/v1/publishers", _get_publishers)
     app.router.add_get("/v1/checkpoints/stream", _get_checkpoint_stream)
     app.router.add_get("/healthz", _get_healthz)
     app.router.add_get("/metrics", _get_metrics)
+    add_explorer(app, lambda: app[_STATE], config.explorer, signer.verifier())
     return app
 
 
 def build_admin_app(public: web.Application) -> web.Application:
     """The operator's app, served only on a 0600 Unix socket beside the database."""
     admin = web.Application(
-        client_max_size=16 * 1024, middlewares=[errors_and_metrics(_error_response)]
+        client_max_size=16 * 1024, middlewares=[errors_and_metrics(error_response)]
     )
     admin[METRICS] = Metrics()
 

@@ -77,6 +77,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
             ErrorCode.LEAF_TOO_LARGE,
             # reads
             ErrorCode.BAD_PARAMETER,
+            ErrorCode.REPEATED_PARAMETER,
             ErrorCode.OUT_OF_RANGE,
             ErrorCode.SIZE_NOT_PUBLISHED,
             ErrorCode.RANGE_TOO_LARGE,
@@ -117,7 +118,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
         ),
         413: (ErrorCode.TOO_LARGE,),
         415: (ErrorCode.UNSUPPORTED_MEDIA_TYPE,),
-        422: (ErrorCode.BAD_CONSISTENCY_PROOF,),
+        422: (ErrorCode.BAD_CONSISTENCY_PROOF, ErrorCode.MAP_NOT_REPRODUCED),
         429: (ErrorCode.RATE_LIMITED, ErrorCode.PUBLISHER_RATE_LIMITED),
         500: (ErrorCode.INTERNAL,),
         503: (
@@ -128,9 +129,11 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
             ErrorCode.STORED_ROOT_MISMATCH,
             ErrorCode.WITNESS_QUORUM_UNAVAILABLE,
             ErrorCode.EMBEDDED_WITNESS_UNAVAILABLE,
+            ErrorCode.MAP_NOT_PUBLISHED,
             ErrorCode.TOO_MANY_SUBSCRIBERS,
             ErrorCode.UNAVAILABLE,
             ErrorCode.BUSY,
+            ErrorCode.ENTRIES_UNAVAILABLE,
         ),
     }
 )

@@ -11,9 +11,12 @@ Rules:
   * The database is opened read-only: an audit never changes what it checks.
   * The result is the leaf count and the first problem found, or None; the
     problem names positions only (a leaf index, a subtree level), never data.
-  * The command prints one JSON line ``{"size": n, "problem": str | null}`` and
-    exits 0 when storage is exactly what appends wrote, 1 when it is not, and 2
-    when the database cannot be audited at all (missing, unreadable, not a log).
+  * The command shows its progress on stderr (``client/progress.py``: a bar on a
+    terminal, a plain line every 10 s otherwise; a serving authority passes its
+    own stderr on, so the operator sees it), prints one JSON line
+    ``{"size": n, "problem": str | null}`` on stdout and exits 0 when storage is
+    exactly what appends wrote, 1 when it is not, and 2 when the database cannot
+    be audited at all (missing, unreadable, not a log).
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from deplog.authority.storage import store
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
+from deplog.client.progress import Progress
 
 __all__ = [
     "EXIT_CORRUPT",
@@ -46,10 +50,13 @@ NICENESS = 10
 """How much lower than its parent's the command's priority is: it is a background job."""
 
 
-def audit_storage(path: Path) -> tuple[int, str | None]:
+def audit_storage(
+    path: Path, progress: Callable[[int, int], None] | None = None
+) -> tuple[int, str | None]:
     """Rehash every leaf and subtree of a database: (size, first problem or None).
 
-    Raises ``sqlite3.Error`` when the file cannot be read as a log database.
+    ``progress`` hears (leaves done, size) as the rehash goes. Raises
+    ``sqlite3.Error`` when the file cannot be read as a log database.
     """
     conn = store.connect(path, readonly=True)
     try:
@@ -59,7 +66,7 @@ def audit_storage(path: Path) -> tuple[int, str | None]:
             # The right edge is loaded on open; a hole there is a finding too.
             size = int(conn.execute("SELECT count(*) FROM leaves").fetchone()[0])
             return size, "a subtree hash of the tree's right edge is missing"
-        return tree.size, tree.audit()
+        return tree.size, tree.audit(progress)
     finally:
         conn.close()
 
@@ -86,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     lower_priority(0, os.getppid())
     try:
-        size, problem = audit_storage(args.db)
+        with Progress(f"storage audit of {args.db}", unit="leaves") as shown:
+            size, problem = audit_storage(args.db, shown.update)
     except sqlite3.Error as err:
         print(f"cannot audit {args.db}: {type(err).__name__}", file=sys.stderr)
         return EXIT_UNREADABLE

@@ -17,11 +17,15 @@ from typing import Any
 from deplog.authority.log import IntegrityError
 from deplog.authority.storage import store
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
+from deplog.client.errors import DeplogError
+from deplog.client.mapstore import StoredMap
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.status import StatusIndex
+from deplog.client.model.vmap import MapProof
 from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_hash
 
 __all__ = [
+    "MAX_SEARCH_ROWS",
     "MAX_TOOL_NOTICES",
     "LogReader",
 ]
@@ -30,6 +34,10 @@ __all__ = [
 # flagged ``truncated``; no publisher needs thousands of notices for one tool.
 MAX_TOOL_NOTICES = 4096
 
+# The most rows one listing query returns (recent entries, a page of search results,
+# chart points): every query the explorer makes is bounded by it.
+MAX_SEARCH_ROWS = 200
+
 
 class LogReader:
     """Proofs and entries over a read-only connection to the log database."""
@@ -37,6 +45,7 @@ class LogReader:
     def __init__(self, path: Path) -> None:
         self.conn = store.connect(path, readonly=True)
         self.tree = StoredHashTree(self.conn)
+        self.map = StoredMap(self.conn)
 
     def close(self) -> None:
         self.conn.close()
@@ -73,6 +82,61 @@ class LogReader:
             out.append(bytes(data))
         return out
 
+    def recent_entries(self, size: int, limit: int) -> list[tuple[int, bytes]]:
+        """The last ``limit`` leaves below ``size``, newest first, each hash-checked."""
+        limit = min(limit, MAX_SEARCH_ROWS)
+        rows = self.conn.execute(
+            "SELECT idx, data, hash FROM leaves WHERE idx < ? ORDER BY idx DESC LIMIT ?",
+            (size, limit),
+        ).fetchall()
+        out = []
+        for idx, data, digest in rows:
+            if leaf_hash(bytes(data)) != bytes(digest):
+                raise IntegrityError()
+            out.append((int(idx), bytes(data)))
+        return out
+
+    def search_tools(self, text: str, size: int, offset: int, limit: int) -> list[str]:
+        """Tool ids with a notice below ``size`` whose id contains ``text``, in id order.
+
+        A scan of the (tool_id, idx) index, never of the leaves; callers bound
+        ``offset`` and ``limit``. Every tool id starts with ``tool:`` and has no
+        other colon, so text starting with it can only match as a prefix: that
+        is a range of the index instead of all of it.
+        """
+        limit = min(limit, MAX_SEARCH_ROWS)
+        if text.startswith("tool:"):
+            upper = text[:-1] + chr(ord(text[-1]) + 1)
+            rows = self.conn.execute(
+                "SELECT DISTINCT tool_id FROM tool_entries WHERE tool_id >= ? AND tool_id < ? "
+                "AND idx < ? ORDER BY tool_id LIMIT ? OFFSET ?",
+                (text, upper, size, limit, offset),
+            ).fetchall()
+            return [str(r[0]) for r in rows]
+        rows = self.conn.execute(
+            "SELECT DISTINCT tool_id FROM tool_entries WHERE instr(tool_id, ?) > 0 AND idx < ? "
+            "ORDER BY tool_id LIMIT ? OFFSET ?",
+            (text, size, limit, offset),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def growth(self, size: int, points: int) -> list[tuple[int, str]]:
+        """Up to ``points`` signed checkpoints, evenly spread over sizes 1..``size``, as
+        (size, signed_at): the first checkpoint at or above each step, one indexed lookup
+        per point."""
+        found: dict[int, str] = {}
+        points = max(1, min(points, MAX_SEARCH_ROWS))
+        for step in range(1, points + 1):
+            target = max(1, size * step // points)
+            row = self.conn.execute(
+                "SELECT size, signed_at FROM checkpoints WHERE size >= ? AND size <= ? "
+                "ORDER BY size LIMIT 1",
+                (target, size),
+            ).fetchone()
+            if row is not None:
+                found[int(row[0])] = str(row[1])
+        return sorted(found.items())
+
     def tool(self, tool_id: str, size: int, now: datetime) -> dict[str, Any]:
         """The status of a tool at tree ``size``, folded from that tool's notices only."""
         indexes = store.tool_entry_indexes(self.conn, tool_id, size, MAX_TOOL_NOTICES + 1)
@@ -87,6 +151,14 @@ class LogReader:
         if truncated:
             described["truncated"] = True
         return described
+
+    def map_proof(self, tool_id: str) -> tuple[int, MapProof]:
+        """The proof of ``tool_id`` in the map as committed, and the log size that map is at
+        (read in one snapshot: the caller compares it with the served checkpoint)."""
+        try:
+            return self.map.prove_at_size(tool_id)
+        except (KeyError, DeplogError):  # a missing row, a stored record that does not decode
+            raise IntegrityError() from None
 
     def publishers(self) -> dict[str, Any]:
         """Every publisher with its namespaces and keys, as of the latest registry change."""

@@ -16,6 +16,8 @@ Tables besides the tree's (see ``tree.py``):
     reflects, so a restart does not replay the log.
   * ``published``: under a publication quorum, the last checkpoint that met it,
     with its cosignatures, so a restart never serves a withheld checkpoint.
+  * ``map_*``: the tool-status map at the log's size (``client/mapstore.py``),
+    written in the transaction of the entries it folds.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 import sqlite_utils
 
 from deplog.authority.storage.tree import StoredHashTree
+from deplog.client.mapstore import StoredMap
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -80,6 +83,7 @@ def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
 def create_schema(conn: sqlite3.Connection) -> None:
     """Create every table that is missing; existing data is never touched."""
     StoredHashTree.create_schema(conn)
+    StoredMap.create_schema(conn)
     db = _database(conn)
     db.table("checkpoints").create(
         {"size": int, "root": bytes, "note": bytes, "signed_at": str},

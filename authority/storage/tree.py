@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 
 from pymerkle import BaseMerkleTree
@@ -35,10 +35,19 @@ from pymerkle import BaseMerkleTree
 from deplog.client.tlog.proofs import TreeFrontier, leaf_hash, node_hash
 
 __all__ = [
+    "AUDIT_PROGRESS_STEP",
     "SCHEMA",
     "StoredHashTree",
     "TreeCorruptError",
 ]
+
+AUDIT_PROGRESS_STEP = 4096
+"""Leaves between two progress reports of :meth:`StoredHashTree.audit`."""
+
+
+def _ignore(done: int, total: int) -> None:
+    """The progress callback of an audit nobody watches."""
+
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS leaves (
@@ -200,15 +209,18 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
             expected += 1
         return None if expected == end else expected
 
-    def audit(self) -> str | None:
+    def audit(self, progress: Callable[[int, int], None] | None = None) -> str | None:
         """Rehash every leaf and recompute every stored subtree hash: O(n).
 
         Returns a description of the first disagreement (naming the first
         leaf index it affects), or None when storage is exactly what appends
-        would have written.
+        would have written. ``progress`` hears (leaves done, size) every
+        :data:`AUDIT_PROGRESS_STEP` leaves and once at the end of a clean audit.
         """
         frontier = TreeFrontier()
         expected = 0
+        report = progress or _ignore
+        report(0, self.size)
         for idx, data, digest in self.conn.execute(
             "SELECT idx, data, hash FROM leaves WHERE idx < ? ORDER BY idx", (self.size,)
         ):
@@ -225,7 +237,12 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
                     first = index << level
                     return f"subtree hash over leaves {first}.. (level {level}) is wrong"
             expected += 1
-        return None if expected == self.size else f"leaf {expected} is missing"
+            if expected % AUDIT_PROGRESS_STEP == 0:
+                report(expected, self.size)
+        if expected != self.size:
+            return f"leaf {expected} is missing"
+        report(expected, self.size)
+        return None
 
     # -- RFC 9162 proofs ---------------------------------------------------
 

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -27,25 +29,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from aiohttp import web
-
-from deplog.authority.http.plumbing import Listen, serve_until_signalled
+from deplog.authority.command import add_version, key_file, run
+from deplog.authority.http.plumbing import Listen, ServingRunner, bind, serve_until_signalled
 from deplog.authority.options import add_options, from_options, option
 from deplog.authority.witness.core import (
     Witness,
     WitnessState,
     parse_logs_file,
 )
-from deplog.authority.witness.server import build_app
-from deplog.client.errors import CLIError, DeplogError
-from deplog.client.files import exclusive_lock, write_atomic
+from deplog.authority.witness.mapverify import MapVerifier, http_entries
+from deplog.authority.witness.server import build_app, render_error
+from deplog.client.errors import CLIError
+from deplog.client.files import exclusive_lock, require_writable, write_atomic
 from deplog.client.tlog.keyfile import (
     create_signer,
     is_key_file_stem,
     key_file_name,
     load_signer,
 )
-from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer
+from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer, is_valid_key_name
 from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "WitnessConfig",
     "init",
     "main",
+    "parser",
 ]
 
 log = logging.getLogger("deplog.witness")
@@ -64,6 +67,7 @@ log = logging.getLogger("deplog.witness")
 DEFAULT_PORT = 7461
 CONFIG_FILE = "witness.json"
 DB_FILE = "witness.db"
+MAP_DB_FILE = "map.db"
 LOCK_FILE = "witness.lock"
 
 
@@ -88,8 +92,13 @@ class WitnessConfig:
 
 
 def init(data: Path, keys: Path, name: str, out: IO[str]) -> tuple[WitnessConfig, Signer]:
-    """Create (or reopen) the data directory, config, database and cosigning key. Idempotent."""
-    data.mkdir(parents=True, exist_ok=True)
+    """Create (or reopen) the data directory, config, database and cosigning key. Idempotent;
+    a name that can never be a key name is refused before anything is created."""
+    if not is_valid_key_name(name):
+        raise CLIError(
+            "--name must be a key name, without spaces or '+' (e.g. witness.example/w1); "
+            "nothing was created"
+        )
     config_path = data / CONFIG_FILE
     if config_path.exists():
         config = _read_config(data)
@@ -98,8 +107,11 @@ def init(data: Path, keys: Path, name: str, out: IO[str]) -> tuple[WitnessConfig
     else:
         config = WitnessConfig(data, name, key_file_name(name))
     private = keys / f"{config.key_stem}.key"
+    require_writable(data, *([] if private.exists() else [keys]))
+    data.mkdir(parents=True, exist_ok=True)
     if private.exists():
-        signer = load_signer(keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)
+        with key_file(private, "witness init"):
+            signer = load_signer(keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)
     else:
         signer = create_signer(keys, config.key_stem, name, SIG_TYPE_COSIGNATURE_V1)
         print(f"created witness key {private} (mode 0600)", file=out)
@@ -136,10 +148,10 @@ def _add_logs_from_file(state: WitnessState, path: Path, out: IO[str]) -> None:
         print(f"{'added' if added else 'known'} log {verifier.name}", file=out)
 
 
-async def _serve(config: WitnessConfig, witness: Witness, listen: ServeOptions) -> None:
-    runner = web.AppRunner(build_app(witness), access_log=None)
+async def _serve(config: WitnessConfig, witness: Witness, sock: socket.socket) -> None:
+    runner = ServingRunner(build_app(witness), render_error, access_log=None)
     await runner.setup()
-    await serve_until_signalled(runner, listen.host, listen.port, f"witness {config.name}")
+    await serve_until_signalled(runner, sock, f"witness {config.name}")
 
 
 # Commands
@@ -179,6 +191,20 @@ def _cmd_list_logs(args: argparse.Namespace) -> int:
         logs = state.logs()
     finally:
         state.close()
+    if args.json:
+        shown = [
+            {
+                "origin": status.origin,
+                "vkey": status.vkey,
+                "size": None if status.recorded is None else status.recorded.size,
+                "cosigned_at": None
+                if status.recorded is None
+                else _when(status.recorded.updated_at),
+            }
+            for status in logs
+        ]
+        print(json.dumps({"logs": shown}, indent=2))
+        return 0
     print("origin\tsize\tcosigned_at\tvkey")
     for status in logs:
         recorded = status.recorded
@@ -189,8 +215,16 @@ def _cmd_list_logs(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    listen = from_options(ServeOptions, args)
+    with contextlib.closing(bind(listen.host, listen.port)) as sock:
+        return _start(args, sock)
+
+
+def _start(args: argparse.Namespace, sock: socket.socket) -> int:
+    """Everything ``serve`` does once its port is bound: read, lock, open, serve."""
     config = _read_config(args.data)
-    signer = load_signer(args.keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)
+    with key_file(args.keys / f"{config.key_stem}.key", "witness init"):
+        signer = load_signer(args.keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)
     with exclusive_lock(args.data / LOCK_FILE) as owned:
         if not owned:
             raise CLIError(f"another witness is already serving {args.data}")
@@ -199,70 +233,81 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             if args.logs is not None:
                 _add_logs_from_file(state, args.logs, sys.stdout)
             print(f"witness verifier key: {signer.verifier().vkey()}", flush=True)
-            listen = from_options(ServeOptions, args)
-            asyncio.run(_serve(config, Witness(state, signer), listen))
+            witness = Witness(state, signer)
+            verifier = None
+            if args.verify_map is not None:
+                verifier = MapVerifier(args.data / MAP_DB_FILE, http_entries(args.verify_map))
+                witness.statement = verifier.check
+            try:
+                asyncio.run(_serve(config, witness, sock))
+            finally:
+                if verifier is not None:
+                    verifier.close()
         finally:
             state.close()
     return 0
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="witness", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    """The ``witness`` command line."""
+    p = argparse.ArgumentParser(
+        prog="witness", description="Run a C2SP tlog-witness server for any C2SP log."
+    )
+    add_version(p)
+    sub = p.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="what to do (COMMAND -h: its options)",
+    )
 
-    def data_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--data", type=Path, required=True, help="witness data directory")
+    def data_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--data", type=Path, required=True, help="witness data directory")
 
-    p = sub.add_parser("init", help="create the data directory and the cosigning key")
-    data_arg(p)
-    p.add_argument("--keys", type=Path, required=True, help="directory of key files")
-    p.add_argument("--name", required=True, help="witness key name, e.g. witness.example/w1")
-    p.set_defaults(func=_cmd_init)
+    sp = sub.add_parser("init", help="create the data directory and the cosigning key")
+    data_arg(sp)
+    sp.add_argument("--keys", type=Path, required=True, help="directory of key files")
+    sp.add_argument("--name", required=True, help="witness key name, e.g. witness.example/w1")
+    sp.set_defaults(func=_cmd_init)
 
-    p = sub.add_parser("add-log", help="trust a log's key for its checkpoints' origin")
-    data_arg(p)
-    p.add_argument(
+    sp = sub.add_parser("add-log", help="trust a log's key for its checkpoints' origin")
+    data_arg(sp)
+    sp.add_argument(
         "--origin",
         help="the checkpoints' origin line (default: the key name, which SHOULD match it)",
     )
-    p.add_argument("--key", help="log verifier key (type 0x01 vkey)")
-    p.add_argument("--logs", type=Path, help="tlog-policy file: every 'log <vkey>' line")
-    p.set_defaults(func=_cmd_add_log)
+    sp.add_argument("--key", help="log verifier key (type 0x01 vkey)")
+    sp.add_argument("--logs", type=Path, help="tlog-policy file: every 'log <vkey>' line")
+    sp.set_defaults(func=_cmd_add_log)
 
-    p = sub.add_parser("list-logs", help="configured logs and the latest size cosigned")
-    data_arg(p)
-    p.set_defaults(func=_cmd_list_logs)
+    sp = sub.add_parser("list-logs", help="configured logs and the latest size cosigned")
+    data_arg(sp)
+    sp.add_argument(
+        "--json",
+        action="store_true",
+        help='print JSON ({"logs": [{"origin", "vkey", "size", "cosigned_at"}]}) instead of '
+        "a tab-separated table",
+    )
+    sp.set_defaults(func=_cmd_list_logs)
 
-    p = sub.add_parser("serve", help="serve the tlog-witness HTTP API")
-    data_arg(p)
-    p.add_argument("--keys", type=Path, required=True, help="directory of key files")
-    add_options(p, ServeOptions)
-    p.add_argument("--logs", type=Path, help="tlog-policy file of logs to trust at startup")
-    p.set_defaults(func=_cmd_serve)
-    return parser
+    sp = sub.add_parser("serve", help="serve the tlog-witness HTTP API")
+    data_arg(sp)
+    sp.add_argument("--keys", type=Path, required=True, help="directory of key files")
+    add_options(sp, ServeOptions)
+    sp.add_argument("--logs", type=Path, help="tlog-policy file of logs to trust at startup")
+    sp.add_argument(
+        "--verify-map",
+        metavar="URL",
+        help="cosign only checkpoints whose deplog-map/v1 root this witness reproduced from "
+        "the log's entries at URL (run it under its own name and key)",
+    )
+    sp.set_defaults(func=_cmd_serve)
+    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    args = _build_parser().parse_args(argv)
-    try:
-        code: int = args.func(args)
-    except CLIError as err:
-        print(f"witness: {err.message}", file=sys.stderr)
-        return err.exit_status
-    except DeplogError as err:
-        print(f"witness: {err.code}", file=sys.stderr)
-        return 1
-    except OSError as err:
-        # A file or directory the operator named cannot be used: say which, no traceback.
-        where = f" {err.filename}" if err.filename else ""
-        print(
-            f"witness: cannot use{where}: {err.strerror or type(err).__name__}; check the path "
-            "and its permissions",
-            file=sys.stderr,
-        )
-        return 1
-    return code
+    return run("witness", parser(), argv)
 
 
 if __name__ == "__main__":

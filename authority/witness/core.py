@@ -543,6 +543,11 @@ class Witness:
     every check passed and before the compare-and-swap: tests stall a request
     there to show that a concurrent update makes it fail instead of rolling
     the record back.
+
+    ``statement``, None by default, is an operator's additional statement
+    (c2sp.org/tlog-cosignature): called with a checkpoint that passed every
+    tlog-witness check, it raises a ``WitnessError`` if the witness cannot make
+    it, and then nothing is recorded or cosigned (``mapverify.MapVerifier``).
     """
 
     def __init__(self, state: WitnessState, signer: Signer) -> None:
@@ -551,6 +556,7 @@ class Witness:
         self.state = state
         self.signer = signer
         self.before_commit: Callable[[Checkpoint], None] | None = None
+        self.statement: Callable[[Checkpoint], None] | None = None
 
     def verifier(self) -> Verifier:
         """The witness's cosigner verifier key (type 0x04)."""
@@ -598,6 +604,8 @@ class Witness:
         except (ProofError, ConflictingRootError) as err:
             self.state.record_evidence(origin, err.code, body, now)
             raise
+        if self.statement is not None:
+            self.statement(checkpoint)
         if self.before_commit is not None:
             self.before_commit(checkpoint)
         timestamp = self.state.compare_and_swap(

@@ -38,6 +38,7 @@ __all__ = [
     "WORKER_THREADS",
     "BusyError",
     "build_app",
+    "render_error",
 ]
 
 BODY_TIMEOUT = 10.0
@@ -68,7 +69,7 @@ def _text(body: str, status: int) -> web.Response:
     )
 
 
-def _render(err: DeplogError, status: int) -> web.Response:
+def render_error(err: DeplogError, status: int) -> web.Response:
     """A refusal as tlog-witness answers it: the code as text, or the recorded size."""
     if isinstance(err, SizeConflictError):
         response = _text(str(err.recorded_size), status)
@@ -171,7 +172,9 @@ async def _get_metrics(request: web.Request) -> web.Response:
 
 def build_app(witness: Witness, threads: int = WORKER_THREADS) -> web.Application:
     """The witness HTTP application; its thread pool shuts down on cleanup."""
-    app = web.Application(client_max_size=MAX_BODY_SIZE, middlewares=[errors_and_metrics(_render)])
+    app = web.Application(
+        client_max_size=MAX_BODY_SIZE, middlewares=[errors_and_metrics(render_error)]
+    )
     app[WITNESS] = witness
     metrics = Metrics()
     metrics.registry.register(_LogGauges(witness))

@@ -20,6 +20,12 @@ Verdicts, in the order they are decided:
   warn     ``deprecated``            serve, and pass the deprecation on
   serve    ``active``                no notice in effect
 
+With ``with_proof=True`` a decision made from a status carries ``proof``: the
+``deplog.map_proof/v1`` JSON proof of the tool's record at the processed-through
+checkpoint, from the follower's own map (``client.follow.mapcheck``), which an
+agent checks with ``deplog.client.verify_tool_status`` without trusting the
+cache. It is None when that checkpoint commits to no map or the state keeps none.
+
 Freshness is measured from ``verified_at`` of the trusted checkpoint: with a
 witness policy, the time its quorum of witnesses cosigned it (witnesses other
 than the log vouch that it was the latest tree they saw then); with ``quorum
@@ -33,12 +39,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import Protocol
 
 from deplog.client.errors import DeplogError
+from deplog.client.follow.mapcheck import MapProver
 from deplog.client.follow.state import TrustedCheckpoint
 from deplog.client.model.notice import parse_tool_id
 from deplog.client.model.semver import Version
@@ -87,6 +95,8 @@ class Decision:
     version: str
     processed_through: ProcessedThrough | None
     status: VersionStatus | None = None
+    proof: bytes | None = None
+    """The JSON map proof behind ``status``, when asked for (``with_proof``)."""
 
     @property
     def may_serve(self) -> bool:
@@ -101,6 +111,11 @@ class GuardState(Protocol):
     def trusted(self) -> TrustedCheckpoint | None: ...
 
     def tool_status(self, tool_id: str) -> tuple[StatusIndex, dict[int, float]]: ...
+
+    @property
+    def path(self) -> Path:
+        """The state file (map proofs are read from it on a connection of their own)."""
+        ...
 
 
 class Guard:
@@ -123,6 +138,7 @@ class Guard:
         self._memo: dict[
             tuple[str, str], tuple[StatusIndex, float, tuple[VersionStatus, float | None]]
         ] = {}
+        self._prover: MapProver | None = None
 
     def check(
         self,
@@ -131,6 +147,21 @@ class Guard:
         *,
         cached_at: datetime,
         schema_digest: str | None = None,
+        with_proof: bool = False,
+    ) -> Decision:
+        """The verdict for serving a cached entry of ``tool_id`` at ``version``; with
+        ``with_proof``, a decision made from a status carries the map proof behind it."""
+        decision = self._decide(tool_id, version, cached_at, schema_digest)
+        trusted = self.state.trusted
+        if not with_proof or decision.status is None or trusted is None:
+            return decision
+        if self._prover is None:
+            self._prover = MapProver(self.state.path)
+        proof = self._prover.prove(trusted.note, trusted.size, tool_id)
+        return replace(decision, proof=proof)
+
+    def _decide(
+        self, tool_id: str, version: str, cached_at: datetime, schema_digest: str | None
     ) -> Decision:
         trusted = self.state.trusted
         if trusted is None:

@@ -21,12 +21,18 @@ the same schema the server lists. A call refused on deplog's authority
 carries ``_meta["dev.deplog/refusal"]`` (``refusal_annotation``): the
 verdict, reason, tool, the notices behind it and the checkpoint it was
 decided at.
+
+With ``with_proof``, every tool listed on a decision gets
+``_meta["dev.deplog/proof"]``: the ``deplog.map_proof/v1`` JSON proof of its
+status record at the guard's checkpoint, which the agent verifies itself
+(``deplog.client.verify_tool_status``) instead of trusting the gateway.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
@@ -39,6 +45,7 @@ from deplog.client.model.semver import Version
 __all__ = [
     "DEPRECATION_KEY",
     "IDENTITY_KEY",
+    "PROOF_KEY",
     "REFUSAL_KEY",
     "deprecation_annotation",
     "guard_tools_list",
@@ -52,6 +59,7 @@ __all__ = [
 
 IDENTITY_KEY = "dev.deplog/tool"
 DEPRECATION_KEY = "dev.deplog/deprecation"
+PROOF_KEY = "dev.deplog/proof"
 REFUSAL_KEY = "dev.deplog/refusal"
 
 
@@ -112,7 +120,9 @@ def deprecation_annotation(decision: Decision) -> dict[str, Any]:
     return out
 
 
-def identity_decision(identity: object, guard: Guard, *, cached_at: datetime) -> Decision | None:
+def identity_decision(
+    identity: object, guard: Guard, *, cached_at: datetime, with_proof: bool = False
+) -> Decision | None:
     """The guard's decision on a listed ``dev.deplog/tool`` value; None when it is no object
     (deplog knows nothing about the tool), ``unknown``/``bad_identifier`` when malformed."""
     if not isinstance(identity, dict):
@@ -126,6 +136,7 @@ def identity_decision(identity: object, guard: Guard, *, cached_at: datetime) ->
         version,
         cached_at=cached_at,
         schema_digest=digest if isinstance(digest, str) else None,
+        with_proof=with_proof,
     )
 
 
@@ -143,16 +154,19 @@ def guard_tools_list(
     *,
     cached_at: datetime,
     keep_unverified: bool = False,
+    with_proof: bool = False,
 ) -> dict[str, Any]:
     """A copy of an MCP ``tools/list`` result with deplog's verdicts applied."""
     out = copy.deepcopy(result)
     kept = []
     for tool in out.get("tools", []):
         identity = tool.get("_meta", {}).get(IDENTITY_KEY) if isinstance(tool, dict) else None
-        decision = identity_decision(identity, guard, cached_at=cached_at)
+        decision = identity_decision(identity, guard, cached_at=cached_at, with_proof=with_proof)
         if decision is None:
             kept.append(tool)
         elif may_list(decision, keep_unverified=keep_unverified):
+            if decision.proof is not None:
+                tool["_meta"][PROOF_KEY] = json.loads(decision.proof)
             if decision.verdict == Verdict.WARN:
                 tool["_meta"][DEPRECATION_KEY] = deprecation_annotation(decision)
             kept.append(tool)

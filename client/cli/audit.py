@@ -17,6 +17,11 @@ the error code (and, for a replay, the first bad index) and exits with 1.
 Input files are read with size limits, so a hostile file cannot exhaust
 memory.
 
+``audit map DIR`` recomputes the tool-status map from ``DIR/entries`` and checks
+the ``deplog-map/v1`` root of ``DIR/checkpoint``, of every file in
+``DIR/checkpoints/`` and of each ``--checkpoint FILE``; it names the first size
+whose root is not the fold of the entries under it (``bad_map_root``).
+
 ``audit evidence`` exits 0 only when the file proves a fork (two signed
 roots for one size); a file that checks out but proves nothing (a failing,
 unsigned consistency proof: a suspicion) prints ``not proven: ...`` and exits
@@ -43,6 +48,7 @@ from pathlib import Path
 from typing import Final
 
 from deplog.client.audit.bundle import read_entries, write_entries
+from deplog.client.audit.mapaudit import audit_map
 from deplog.client.audit.offline import (
     AuditInputError,
     ReplayReport,
@@ -252,6 +258,21 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_map(args: argparse.Namespace) -> int:
+    paths = [args.dir / "checkpoint", *args.checkpoint]
+    archive = args.dir / "checkpoints"
+    if archive.is_dir():
+        paths += sorted(p for p in archive.iterdir() if p.is_file())
+    notes = [read_bounded(path, MAX_NOTE_SIZE) for path in paths]
+    key = read_verifier_key(args.log_key)
+    report = audit_map(read_entries(args.dir / "entries"), notes, key, args.origin)
+    print(
+        f"ok: {len(report.matched)} checkpoints commit to the map of their entries "
+        f"({report.entries} entries folded; {len(report.without_line)} without a map line)"
+    )
+    return 0
+
+
 # --- export ---------------------------------------------------------------------
 
 
@@ -403,6 +424,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     sp.add_argument("--checkpoint", type=Path, help="checkpoint file (default: DIR/checkpoint)")
     sp.add_argument("--entries", type=Path, help="entry bundle (default: DIR/entries)")
+
+    sp = add("map", "recompute the tool-status map root of every archived checkpoint", _cmd_map)
+    sp.add_argument("dir", type=Path, metavar="DIR", help="an export: checkpoint, entries")
+    sp.add_argument(
+        "--checkpoint",
+        type=Path,
+        action="append",
+        default=[],
+        help="another signed checkpoint to check (repeatable; DIR/checkpoints/* are read too)",
+    )
 
     sp = add("evidence", "verify a fork evidence file from a follower or witness", _cmd_evidence)
     sp.add_argument("file", type=Path, help="the fork-evidence JSON file")

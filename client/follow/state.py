@@ -44,6 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.mapstore import StoredMap
 from deplog.client.model import canonical
 from deplog.client.model.notice import Notice
 from deplog.client.model.registry import PublisherRegistry
@@ -332,8 +333,9 @@ class LocalState:
         )
 
     def discard_pending(self) -> None:
-        """Drop an interrupted advance and every entry it stored (none was ever read,
-        invariant 1): for a target the trust policy no longer accepts."""
+        """Drop an interrupted advance, every entry it stored (none was ever read,
+        invariant 1) and the map its chunks advanced: for a target the trust policy no
+        longer accepts."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -346,6 +348,9 @@ class LocalState:
                 )
                 self._conn.execute("DELETE FROM notices WHERE idx >= ?", (self.size,))
                 self._conn.execute("DELETE FROM pending")
+                # The map advanced with the chunks and cannot be rewound: it goes too
+                # (``client.follow.mapcheck`` rule 5).
+                StoredMap.drop_unless_at(self._conn, self.size)
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")

@@ -30,7 +30,10 @@ Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
    sequence numbers unique per publisher, valid withdraw targets). Any failure
    is that module's ``RuleViolation``, naming the first bad index.
 4. The entries must be exactly as many as the new checkpoint's size and the
-   extended tree's root must equal its root (``TreeMismatchError``).
+   extended tree's root must equal its root (``TreeMismatchError``). Then its
+   ``deplog-map/v1`` root must be the root of the map folded from those
+   entries (``client.follow.mapcheck``); a signed root that is not is proven
+   misbehaviour (``MapMismatchError``, a ``ForkError``: evidence, stop).
 5. Only then does the trusted checkpoint move (with the tree edge and
    registry) to the new one. A long advance is committed in chunks on the
    way: a chunk of entries that passed step 3 is made durable, as progress
@@ -38,13 +41,16 @@ Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
    they rebuild to the new checkpoint's tree verifies (else
    ``TreeMismatchError`` ``entries_root_mismatch``); the trusted checkpoint
    stays where it was and nothing reads those entries until step 4 passed
-   for all of them (``client.follow.state`` invariants 1 to 3). A refusal
-   rolls back the chunk in progress; the proven chunks before it stay.
+   for all of them (``client.follow.state`` invariants 1 to 3). The map's
+   rows advance in the same transactions, so a committed chunk holds the map
+   folded through its last entry. A refusal rolls back the chunk in progress,
+   its entries and map rows alike; the proven chunks before it stay.
 6. After a kill, ``resume`` continues the interrupted advance from its last
-   committed chunk, its stored target checked again by step 1; the same
-   target, the same checks, the same end state as an advance never killed. A
-   stored target that step 1 now refuses (the policy or key changed) is
-   dropped with all its progress, which nothing ever read.
+   committed chunk, its stored target checked again by step 1, and its map
+   from the same entry; the same target, the same checks, the same end state
+   (map root included) as an advance never killed. A stored target that step
+   1 now refuses (the policy or key changed) is dropped with all its progress,
+   which nothing ever read.
 
 A ``watch`` (``EntryWatch``) sees every entry of step 3 once it verified,
 with the registry as of that entry, and may note something about it; what it
@@ -66,6 +72,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.follow.mapcheck import FollowerMap
 from deplog.client.follow.state import AdvanceWriter, LocalState, Pending, StateError
 from deplog.client.model.entries import Entry, NoticeEntry
 from deplog.client.model.notice import Notice
@@ -76,6 +83,7 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.evidence import (
     CONFLICTING_ROOTS,
     FAILING_PROOF,
+    MAP_MISMATCH,
     evidence_between,
     write_evidence,
 )
@@ -96,6 +104,7 @@ __all__ = [
     "CheckpointRejectedError",
     "EntryWatch",
     "ForkError",
+    "MapMismatchError",
     "RollbackError",
     "SuspectedForkError",
     "TrustError",
@@ -127,6 +136,13 @@ class ForkError(TrustError):
     def __init__(self, message: str, evidence: Path) -> None:
         super().__init__(message=message)
         self.evidence = evidence
+
+
+class MapMismatchError(ForkError):
+    """A signed checkpoint whose map root is not the root of its own entries' fold (rule 4):
+    proven, like two signed roots; ``evidence`` names the file."""
+
+    code = ErrorCode.MAP_ROOT_MISMATCH
 
 
 class SuspectedForkError(TrustError):
@@ -233,8 +249,10 @@ class TrustedState:
     def _evidence(self, note: bytes, proof: ConsistencyProof | None, finding: str) -> Path:
         """Save the trusted and the new checkpoint (and the served proof) as evidence."""
         trusted = self.state.trusted
-        assert trusted is not None  # there must be a trusted checkpoint to contradict
-        evidence = evidence_between(self.log_key, trusted.note, note, proof, "follower", finding)
+        # A fork needs a trusted checkpoint to contradict; a false map root does not.
+        assert trusted is not None or finding == MAP_MISMATCH
+        first = note if trusted is None else trusted.note
+        evidence = evidence_between(self.log_key, first, note, proof, "follower", finding)
         return write_evidence(self.evidence_dir, evidence)
 
     def advance(self, candidate: Candidate) -> AdvanceSession:
@@ -294,6 +312,8 @@ class AdvanceSession:
 
     def __enter__(self) -> AdvanceSession:
         self._writer = self.trusted.state.begin()
+        # Resumed or not, the map goes on from the entry the advance goes on from.
+        self._map = FollowerMap(self._writer.conn, self.next_index)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -329,6 +349,8 @@ class AdvanceSession:
             return (publisher, sequence) in used
 
         checker = EntryChecker(self.registry, self.trusted.log_key, find_notice, sequence_used)
+        start = self.next_index
+        folded: list[tuple[int, bytes, Notice]] = []  # the page's notices, for the map
         for leaf, item in zip(leaves, decoded, strict=True):
             index = self.next_index
             if index >= self.checkpoint.size:
@@ -339,9 +361,13 @@ class AdvanceSession:
                 staged[index] = notice
                 used.add((notice.publisher, notice.sequence))
             self._apply(index, entry)
-            self.frontier.append(leaf_hash(leaf))
+            hashed = leaf_hash(leaf)
+            if isinstance(entry, NoticeEntry):
+                folded.append((index, hashed, entry.envelope.notice))
+            self.frontier.append(hashed)
             self.next_index += 1
         writer.add_notices(staged.items(), datetime.fromtimestamp(stamp, UTC))
+        self._map.add(start, self.next_index, folded)
 
     def _apply(self, index: int, entry: Entry) -> None:
         """The one place a verified entry takes effect beyond the stored notices: the
@@ -378,6 +404,11 @@ class AdvanceSession:
             raise TreeMismatchError(ErrorCode.MISSING_ENTRIES, self.next_index)
         if self.frontier.root() != self.checkpoint.root_hash:
             raise TreeMismatchError(ErrorCode.ENTRIES_ROOT_MISMATCH, None)
+        if not self._map.matches(self.checkpoint):
+            raise MapMismatchError(
+                message="the checkpoint's map root is not the fold of its entries",
+                evidence=self.trusted._evidence(self.candidate.note, None, MAP_MISMATCH),
+            )
         self.trusted.state.commit(
             self._writer,
             self.candidate.note,

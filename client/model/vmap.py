@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal, Protocol
@@ -60,6 +60,7 @@ __all__ = [
     "VerifiableMap",
     "bit_of",
     "evaluate",
+    "extend_record_bytes",
     "fold_entries",
     "leaf_hash",
     "map_key",
@@ -67,12 +68,14 @@ __all__ = [
     "map_root_of",
     "node_hash",
     "node_id",
+    "record_item_bytes",
     "require_map_root",
     "root_from_path",
     "value_hash",
     "verify_map_proof",
     "verify_proof_document",
     "verify_status",
+    "verify_tool_status",
 ]
 
 KEY_BITS: Final = 256
@@ -266,6 +269,32 @@ class StatusRecord:
         if not isinstance(tool_id, str):
             raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
         return cls.build(tool_id, items)
+
+
+def record_item_bytes(index: int, leaf_hash: bytes, notice: Notice) -> bytes:
+    """One record item's canonical bytes, spliced around the notice's own RFC 8785 bytes:
+    the members sort ``index < leaf_hash < notice``, and an integer and a base64 string
+    need no escaping, so this is ``canonical.dumps(RecordNotice(...).to_json())``."""
+    return b'{"index":%d,"leaf_hash":"%s","notice":%s}' % (
+        index,
+        encode_base64(leaf_hash).encode("ascii"),
+        notice.canonical_bytes(),
+    )
+
+
+def extend_record_bytes(record: bytes | None, tool_id: str, items: Sequence[bytes]) -> bytes:
+    """The canonical bytes of ``record`` (None: no record yet) with ``items`` appended, without
+    decoding it: the record's members sort ``notices < tool_id < type``, so its bytes end in
+    a suffix that names only the tool. For admitted entries (no fold check here); the
+    result equals ``StatusRecord.build(...).encode()`` (tests/test_vmap.py checks)."""
+    if not items:
+        raise ValueError("a record grows by at least one notice")
+    suffix = b'],"tool_id":%s,"type":"%s"}' % (canonical.dumps(tool_id), RECORD_TYPE.encode())
+    if record is None:
+        return b'{"notices":[' + b",".join(items) + suffix
+    if not record.endswith(suffix):
+        raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+    return record[: -len(suffix)] + b"," + b",".join(items) + suffix
 
 
 def evaluate(
@@ -758,6 +787,25 @@ def verify_proof_document(
     return verify_status(root, document.tool_id, version, now, document.proof)
 
 
+def verify_tool_status(
+    proof: bytes, checkpoint: Checkpoint, tool_id: str, version: str, now: datetime
+) -> VersionStatus:
+    """The status of ``tool_id`` at ``version`` at ``now`` that ``proof`` shows under
+    ``checkpoint``, which the caller verified (log signature, cosignatures, freshness).
+
+    ``proof`` is either form as served: the JSON document (its first byte ``{``) must be
+    about ``tool_id`` (``bad_map_proof``) and carry this checkpoint's body; the binary
+    form (its first byte the version, 1) is checked against this checkpoint's root.
+    """
+    if proof[:1] == b"{":
+        document = MapProofDocument.parse(proof)
+        if document.tool_id != tool_id:
+            raise MapProofError()
+        return verify_proof_document(document, checkpoint, version, now)
+    root = require_map_root(checkpoint)
+    return verify_status(root, tool_id, version, now, MapProof.from_binary(proof))
+
+
 # --- the checkpoint extension line -------------------------------------------------------
 
 
@@ -802,12 +850,17 @@ def require_map_root(checkpoint: Checkpoint) -> bytes:
 class VerifiableMap:
     """Tool id -> status record over a ``PrefixTree``: fold entries in, prove lookups.
 
-    Records live in memory here; a storage backend keeps them beside the leaves.
+    Records live in a dict unless a storage backend hands its own mapping, which
+    it keeps beside the tree's rows (and commits with them).
     """
 
-    def __init__(self, store: NodeStore | None = None) -> None:
+    def __init__(
+        self,
+        store: NodeStore | None = None,
+        records: MutableMapping[str, StatusRecord] | None = None,
+    ) -> None:
         self.tree = PrefixTree(store)
-        self.records: dict[str, StatusRecord] = {}
+        self.records: MutableMapping[str, StatusRecord] = {} if records is None else records
 
     def root(self) -> bytes:
         """The map root."""
@@ -824,6 +877,10 @@ class VerifiableMap:
         self.records.update(batch)
         return root
 
+    def record_bytes(self, tool_id: str) -> bytes:
+        """The canonical bytes of a present tool's record (a backend may hold them as is)."""
+        return self.records[tool_id].encode()
+
     def prove(self, tool_id: str) -> MapProof:
         """The proof of ``tool_id``'s record, or of its absence."""
         key = map_key(tool_id)
@@ -831,5 +888,5 @@ class VerifiableMap:
         if path.leaf_key is None:
             return MapProof("empty")
         if path.leaf_key == key:
-            return MapProof("present", path.steps, record=self.records[tool_id].encode())
+            return MapProof("present", path.steps, record=self.record_bytes(tool_id))
         return MapProof("absent", path.steps, alt_key=path.leaf_key, alt_value=path.leaf_value)

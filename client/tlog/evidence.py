@@ -13,6 +13,14 @@ only what the log signed proves anything.
   and the consistency proof served between them does not verify. The log
   never signs a proof, so anyone on the network path could have corrupted it:
   this is a suspicion to retry and escalate, never proof of a fork.
+* ``map_mismatch`` (proven): the second checkpoint's ``deplog-map/v1`` line
+  commits to a map root that the log's own entries under it do not fold to
+  (``docs/fold-spec.md``). The signed line is the log's statement; the entries
+  are committed by the same checkpoint's tree root, so the log cannot disown
+  them, and ``deplog audit map`` over them recomputes the root. This module
+  checks the signatures and that the line is there; the fold is not C2SP's, so
+  it is left to the map auditor. The first checkpoint is the last one the
+  reporter trusted (the second itself when it trusted none).
 
 ``verify`` recomputes the finding from the signed data and refuses a file
 whose stated finding differs, so a file cannot claim more than it shows.
@@ -38,6 +46,7 @@ __all__ = [
     "CONFLICTING_ROOTS",
     "EVIDENCE_FORMAT",
     "FAILING_PROOF",
+    "MAP_MISMATCH",
     "MAX_EVIDENCE_BYTES",
     "EvidenceError",
     "EvidenceFormatError",
@@ -53,7 +62,10 @@ CONFLICTING_ROOTS = "conflicting_roots"
 """Two signed roots for one size: proves a fork."""
 FAILING_PROOF = "failing_proof"
 """An unsigned proof that fails between two signed checkpoints: proves nothing."""
-_PROVEN = {CONFLICTING_ROOTS: True, FAILING_PROOF: False}
+MAP_MISMATCH = "map_mismatch"
+"""A signed map root that the entries under it do not fold to: proves a misbehaving log."""
+_PROVEN = {CONFLICTING_ROOTS: True, FAILING_PROOF: False, MAP_MISMATCH: True}
+_MAP_LINE_PREFIX = "deplog-map/v1 "
 
 
 class EvidenceFormatError(FormatError):
@@ -172,6 +184,10 @@ class ForkEvidence:
             raise EvidenceError(ErrorCode.OTHER_LOG, "evidence is about another log key")
         first, _ = open_checkpoint(self.first, log_key, origin)
         second, _ = open_checkpoint(self.second, log_key, origin)
+        if self.finding == MAP_MISMATCH:
+            if not any(line.startswith(_MAP_LINE_PREFIX) for line in second.extensions):
+                raise EvidenceError(ErrorCode.NO_CONFLICT, "the checkpoint commits to no map")
+            return MAP_MISMATCH
         if first.size == second.size:
             if first.root_hash == second.root_hash:
                 raise EvidenceError(ErrorCode.NO_CONFLICT, "the checkpoints agree")

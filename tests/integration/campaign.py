@@ -6,7 +6,9 @@ section 6:
 
 * authority: every notice that got a 201 or 200 is in the log exactly once;
   every checkpoint any client received is consistent with the final one; the
-  embedded witness's record never goes backwards; every restart succeeds.
+  embedded witness's record never goes backwards; every restart succeeds; every
+  checkpoint's ``deplog-map/v1`` root is the reference fold of its prefix (a batch
+  cut short left no trace in the map).
 * witness: every cosignature it returned is durable (its record after the
   restart is at least that size with that root's successors), and it never
   cosigns anything smaller afterwards.
@@ -27,6 +29,7 @@ from deplog.authority.log import Log
 from deplog.authority.witness.core import WitnessState
 from deplog.authority.witnessing import request_body
 from deplog.client.model.entries import NoticeEntry, decode_entry
+from deplog.client.model.vmap import VerifiableMap, map_root_of
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, verify_consistency
@@ -115,12 +118,13 @@ async def authority_campaign(
     try:
         async with http.get(authority.url + "/checkpoint") as response:
             final, _ = open_checkpoint(await response.read(), authority.log_verifier)
-        logged = []
+        logged, leaves = [], []
         for start in range(0, final.size, 1000):
             end = min(final.size, start + 1000)
             async with http.get(f"{authority.url}/v1/entries?start={start}&end={end}") as r:
                 for leaf in (await r.json())["entries"]:
-                    entry = decode_entry(base64.b64decode(leaf))
+                    leaves.append(base64.b64decode(leaf))
+                    entry = decode_entry(leaves[-1])
                     if isinstance(entry, NoticeEntry):
                         logged.append(entry.envelope.canonical_bytes())
         report.logged = len(logged)
@@ -132,9 +136,21 @@ async def authority_campaign(
                 proof = ConsistencyProof.from_json(await response.json())
             verify_consistency(seen.size, final.size, seen.root_hash, final.root_hash, proof.hashes)
         assert report.witness_sizes == sorted(report.witness_sizes), "the witness went back"
+        _check_map_roots([*report.checkpoints, final], leaves)
     finally:
         authority.stop()
     return report
+
+
+def _check_map_roots(checkpoints: list[Checkpoint], leaves: list[bytes]) -> None:
+    """Every map root signed before and after the kills is the reference fold of its prefix:
+    a batch cut short by SIGKILL left no trace in the map."""
+    reference, folded = VerifiableMap(), 0
+    for checkpoint in sorted(checkpoints, key=lambda c: c.size):
+        reference.fold(enumerate(leaves[folded : checkpoint.size], folded))
+        folded = checkpoint.size
+        committed = map_root_of(checkpoint.extensions)
+        assert committed == reference.root(), f"map root at size {checkpoint.size} is wrong"
 
 
 @dataclass

@@ -152,7 +152,9 @@ def test_check_recomputes_storage_and_list_shows_publishers(
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.startswith("ok: 1 leaves")
     listed = authority_files.run_cli("publisher", "list")
-    assert listed.returncode == 0 and '"acme"' in listed.stdout
+    assert listed.returncode == 0 and listed.stdout.startswith("acme (active)\n")
+    as_json = authority_files.run_cli("publisher", "list", "--json")
+    assert as_json.returncode == 0 and '"publisher": "acme"' in as_json.stdout
 
 
 def test_serve_refuses_a_second_server_on_the_same_data(

@@ -1,6 +1,8 @@
 """A follower killed (SIGKILL) in the middle of a long first sync against a real authority:
 the restarted ``deplog follow --once`` resumes from the last committed chunk and ends in
-exactly the state of a sync never killed (client/follow/state.py invariants 1 to 3)."""
+exactly the state of a sync never killed (client/follow/state.py invariants 1 to 3), its
+tool-status map included: the map kept beside the chunks folds on to the root the
+authority signed (client/follow/mapcheck.py rule 1)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,10 @@ import pytest
 
 from deplog.authority.log import Log
 from deplog.client.follow.state import LocalState
+from deplog.client.model.vmap import require_map_root
+from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.keyfile import load_signer
-from deplog.client.tlog.note import Signer
+from deplog.client.tlog.note import Signer, parse_note
 from tests.builders import make_envelope
 from tests.integration.harness import ORIGIN, AuthorityProcess
 
@@ -99,7 +103,17 @@ def stored(path: Path) -> dict[str, object]:
             ).fetchall(),
             "sequences": conn.execute("SELECT * FROM sequences ORDER BY 1, 2").fetchall(),
             "pending": conn.execute("SELECT done FROM pending").fetchall(),
+            "map": conn.execute("SELECT size, root_hash FROM map_state").fetchall(),
+            "map_records": conn.execute("SELECT * FROM map_record ORDER BY 1").fetchall(),
         }
+
+
+def signed_map_root(path: Path) -> bytes:
+    """The map root the trusted checkpoint of a state file signs (its deplog-map/v1 line)."""
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        (note,) = conn.execute("SELECT note FROM trusted").fetchone()
+    text, _ = parse_note(bytes(note))
+    return require_map_root(Checkpoint.from_text(text))
 
 
 def test_a_follower_killed_mid_sync_resumes_and_ends_as_one_never_killed(
@@ -146,3 +160,5 @@ def test_a_follower_killed_mid_sync_resumes_and_ends_as_one_never_killed(
     assert resumed == clean
     assert len(clean["notices"]) == NOTICES  # type: ignore[arg-type]
     assert clean["pending"] == []
+    # The authority signs its map: the resumed fold reached the root it signed.
+    assert resumed["map"] == [(NOTICES + 1, signed_map_root(state))]

@@ -1,0 +1,90 @@
+"""What the ``authority`` and ``witness`` commands share: ``--version`` and how they end.
+
+Rules:
+
+1. A command ends in one line on stderr, ``<prog>: <message>``, never a traceback,
+   with an exit status from one table (README, "Exit statuses of authority and
+   witness"): 0 done, 1 refused (a stable code and its sentence, or the command's
+   own message), 2 usage (argparse), 65/73/74/77 storage (``storage_faults``),
+   69 the listen address is unavailable (``plumbing.bind``).
+2. A ``DeplogError`` prints its code first, then its sentence: scripts match the
+   code, people read the sentence.
+3. A file or directory that cannot be used is named, with its kind's status
+   (:func:`deplog.client.storage_faults.file_fault`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from importlib import metadata
+from pathlib import Path
+
+from deplog.client.errors import CLIError, DeplogError, ErrorCode
+from deplog.client.storage_faults import file_fault
+from deplog.client.tlog.keyfile import KeyFileError
+
+__all__ = ["EXIT_REFUSED", "EXIT_USAGE", "add_version", "key_file", "refusal", "run"]
+
+EXIT_REFUSED = 1
+"""A refusal: a stable code with its sentence, or the command's own message."""
+EXIT_USAGE = 2
+"""A flag or argument argparse refused (its own message and status)."""
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    """``--version``: the installed package's version, from its metadata."""
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {metadata.version('deplog')}",
+        help="print the version and exit",
+    )
+
+
+def refusal(err: DeplogError) -> str:
+    """``<code>: <sentence>``, or the code alone when the error carries no sentence."""
+    sentence = str(err)
+    return err.code if sentence in ("", err.code) else f"{err.code}: {sentence}"
+
+
+_KEY_ADVICE = {
+    ErrorCode.KEY_MISSING: "run '{init}' first, or give --keys the directory that holds it",
+    ErrorCode.KEY_PERMISSIONS: "it must be readable by its owner only: chmod 600 it",
+    ErrorCode.KEY_MALFORMED: "restore it from your backup of the keys directory",
+}
+
+
+@contextlib.contextmanager
+def key_file(path: Path, init: str) -> Iterator[None]:
+    """A key file error inside this block names ``path`` and what to do (the library's
+    message names no file); ``init`` is the command that creates the key."""
+    try:
+        yield
+    except KeyFileError as err:
+        advice = _KEY_ADVICE[err.code].format(init=init)
+        raise CLIError(f"{refusal(err)}: {path}: {advice}") from None
+
+
+def run(
+    prog: str,
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+) -> int:
+    """Parse ``argv``, run the chosen command, and end it by rule 1."""
+    args = parser.parse_args(argv)
+    command: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return int(command(args))
+    except CLIError as err:
+        print(f"{prog}: {err.message}", file=sys.stderr)
+        return err.exit_status
+    except DeplogError as err:
+        print(f"{prog}: {refusal(err)}", file=sys.stderr)
+        return EXIT_REFUSED
+    except OSError as err:
+        fault = file_fault(err)
+        print(f"{prog}: {fault.message}", file=sys.stderr)
+        return fault.exit_status

@@ -1,0 +1,305 @@
+"""What each explorer page shows: plain dicts built from the log's read side.
+
+Rules:
+
+1. Every function here reads through a ``LogReader`` (on a reader thread, never
+   the writer's) and is bounded: a page of at most ``PAGE_SIZE`` rows, the
+   tool fold of ``LogReader.tool`` (``MAX_TOOL_NOTICES``), one leaf per notice page.
+2. Tool status comes from the same fold as ``GET /v1/tools/...``
+   (``LogReader.tool``) and publishers from the same snapshot as ``GET
+   /v1/publishers``; nothing here folds notices again.
+3. Nothing is rendered here: values go to the templates, which escape them.
+   Publisher-controlled text is passed through as text, never as markup.
+4. A log index at or past the served checkpoint is ``not_found``, like one
+   never written: the explorer shows only what a signed checkpoint covers.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from deplog.authority.http.plumbing import HTTPRequestError
+from deplog.authority.storage.reader import LogReader
+from deplog.client.errors import ErrorCode
+from deplog.client.model import canonical
+from deplog.client.model.entries import NoticeEntry, PublisherEntry, decode_entry
+from deplog.client.model.notice import parse_tool_id
+from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.cosignature import cosignatures
+from deplog.client.tlog.note import Verifier, parse_note
+from deplog.client.tlog.policy import Policy
+
+__all__ = [
+    "GROWTH_POINTS",
+    "MAX_QUERY_CHARS",
+    "MAX_SEARCH_PAGE",
+    "PAGE_SIZE",
+    "RECENT_ENTRIES",
+    "Served",
+    "checkpoint_view",
+    "home_page",
+    "notice_page",
+    "publishers_page",
+    "search_page",
+    "tool_page",
+]
+
+PAGE_SIZE: Final = 25
+RECENT_ENTRIES: Final = 10
+GROWTH_POINTS: Final = 24
+MAX_QUERY_CHARS: Final = 200
+MAX_SEARCH_PAGE: Final = 100
+"""Search results past page 100 are refused: a narrower query finds them."""
+
+
+_OPTIONAL_NOTICE_FIELDS: Final = (
+    "affected",
+    "withdraws",
+    "schema_digest",
+    "advisories",
+    "replacement",
+    "sunset_at",
+    "message",
+)
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the explorer knows besides the database: the served note and the trusted keys."""
+
+    note: bytes
+    size: int
+    published_at: float
+    log_key: Verifier
+    witnesses: tuple[Verifier, ...]
+    policy_quorum: int
+
+    def policy(self) -> Policy | None:
+        """The tlog-policy ``authority policy`` prints, or None without witnesses."""
+        if not self.witnesses:
+            return None
+        return Policy.k_of_n(self.log_key, list(self.witnesses), _required(self))
+
+
+def _not_found() -> HTTPRequestError:
+    return HTTPRequestError(ErrorCode.NOT_FOUND, "no such page")
+
+
+def _iso(posix: float) -> str:
+    return datetime.fromtimestamp(posix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _required(served: Served) -> int:
+    """Cosignatures the policy requires (0 without witnesses)."""
+    return 0 if not served.witnesses else max(1, min(served.policy_quorum, len(served.witnesses)))
+
+
+def checkpoint_view(served: Served, now: float) -> dict[str, Any]:
+    """The served checkpoint, its cosigners with their ages, and whether the policy is met.
+
+    Cosignatures are verified here with the witnesses' keys (the page states
+    what the server checked; the browser checks again on a notice page).
+    """
+    text, _ = parse_note(served.note)
+    checkpoint = Checkpoint.from_text(text)
+    valid = {c.name: c for c in cosignatures(served.note, list(served.witnesses))}
+    required = _required(served)
+    cosigners = []
+    for witness in served.witnesses:
+        cosig = valid.get(witness.name)
+        cosigners.append(
+            {
+                "name": witness.name,
+                "key": witness.vkey(),
+                "cosigned": cosig is not None,
+                "timestamp": None if cosig is None else _iso(cosig.timestamp),
+                "age": None if cosig is None else max(0, int(now - cosig.timestamp)),
+            }
+        )
+    counted = sum(1 for c in cosigners if c["cosigned"])
+    return {
+        "origin": checkpoint.origin,
+        "size": checkpoint.size,
+        "root": base64.b64encode(checkpoint.root_hash).decode("ascii"),
+        "published_at": _iso(served.published_at),
+        "age": max(0, int(now - served.published_at)),
+        "log_key": served.log_key.vkey(),
+        "cosigners": cosigners,
+        "required": required,
+        "counted": counted,
+        "policy_met": required > 0 and counted >= required,
+    }
+
+
+def _entry_summary(index: int, leaf: bytes) -> dict[str, Any]:
+    entry = decode_entry(leaf)
+    if isinstance(entry, NoticeEntry):
+        notice = entry.envelope.notice
+        return {
+            "index": index,
+            "kind": "notice",
+            "tool_id": notice.tool_id,
+            "action": notice.action,
+            "publisher": notice.publisher,
+            "issued_at": _canonical_time(notice.issued_at),
+        }
+    assert isinstance(entry, PublisherEntry)
+    statement = entry.statement
+    return {
+        "index": index,
+        "kind": "publisher",
+        "tool_id": None,
+        "action": statement.action,
+        "publisher": statement.publisher,
+        "issued_at": _canonical_time(statement.issued_at),
+    }
+
+
+def _canonical_time(moment: datetime) -> str:
+    """RFC 3339 UTC, seconds precision, as notices carry it."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def home_page(reader: LogReader, served: Served, now: float) -> dict[str, Any]:
+    """The home page: checkpoint, cosigners, growth, the latest entries."""
+    size = served.size
+    growth = reader.growth(size, GROWTH_POINTS)
+    recent = [_entry_summary(i, leaf) for i, leaf in reader.recent_entries(size, RECENT_ENTRIES)]
+    return {
+        "checkpoint": checkpoint_view(served, now),
+        "growth": _chart(growth),
+        "recent": recent,
+    }
+
+
+def _chart(points: list[tuple[int, str]]) -> dict[str, Any]:
+    """An SVG polyline (viewBox 0 0 300 100) of log size over signing time."""
+    if not points:
+        return {"points": "", "first": None, "last": None, "max": 0}
+    times = [datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp() for _, t in points]
+    t0, t1 = times[0], times[-1]
+    top = max(s for s, _ in points)
+    coords = []
+    for (s, _), t in zip(points, times, strict=True):
+        x = 0.0 if t1 == t0 else 300 * (t - t0) / (t1 - t0)
+        y = 100 - 100 * s / top
+        coords.append(f"{x:.1f},{y:.1f}")
+    return {"points": " ".join(coords), "first": points[0][1], "last": points[-1][1], "max": top}
+
+
+def _page_number(raw: str | None) -> int:
+    if raw is None or raw == "":
+        return 1
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 3 or raw[0] == "0":
+        raise _not_found()
+    page = int(raw)
+    if page > MAX_SEARCH_PAGE:
+        raise _not_found()
+    return page
+
+
+def search_page(
+    reader: LogReader, served: Served, query: str | None, page_raw: str | None
+) -> dict[str, Any]:
+    """Tools whose id contains the query, publishers whose id or namespace does; paged.
+
+    Partial input works: any fragment of a tool id, a namespace or a publisher
+    id matches, case-insensitively (ids are lower case).
+    """
+    page = _page_number(page_raw)
+    text = (query or "").strip().lower()[:MAX_QUERY_CHARS]
+    if not text:
+        return {"query": "", "page": 1, "tools": [], "publishers": [], "more": False}
+    offset = (page - 1) * PAGE_SIZE
+    tools = reader.search_tools(text, served.size, offset, PAGE_SIZE + 1)
+    publishers = []
+    if page == 1:
+        for p in reader.publishers()["publishers"]:
+            names = [p["publisher"], *p["namespaces"]]
+            if any(text in name for name in names):
+                publishers.append(p)
+    return {
+        "query": text,
+        "page": page,
+        "tools": tools[:PAGE_SIZE],
+        "publishers": publishers[:PAGE_SIZE],
+        "more": len(tools) > PAGE_SIZE,
+    }
+
+
+def tool_page(reader: LogReader, served: Served, tool_id: str, now: datetime) -> dict[str, Any]:
+    """A tool's status from the API's own fold, or ``not_found`` if no notice names it."""
+    parse_tool_id(tool_id)
+    described = reader.tool(tool_id, served.size, now)
+    if described["last_index"] is None:
+        raise _not_found()
+    return {"tool": described, "tool_id": tool_id}
+
+
+def _parse_index(raw: str, size: int) -> int:
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or (len(raw) > 1 and raw[0] == "0"):
+        raise _not_found()
+    index = int(raw)
+    if index >= size:
+        raise _not_found()
+    return index
+
+
+def notice_page(reader: LogReader, served: Served, raw_index: str) -> dict[str, Any]:
+    """One log entry by index: decoded, its signer and key, and the raw leaf bytes.
+
+    The leaf travels to the page in base64, so the browser checks the very
+    bytes it was shown against the proof it fetches.
+    """
+    index = _parse_index(raw_index, served.size)
+    leaf = reader.entries(index, index + 1)[0]
+    entry = decode_entry(leaf)
+    publishers = {p["publisher"]: p for p in reader.publishers()["publishers"]}
+    out: dict[str, Any] = {
+        "index": index,
+        "size": served.size,
+        "leaf_b64": base64.b64encode(leaf).decode("ascii"),
+        "raw": canonical.loads(leaf),
+        "log_key": served.log_key.vkey(),
+        "witness_keys": [w.vkey() for w in served.witnesses],
+        "quorum": _required(served),
+    }
+    if isinstance(entry, NoticeEntry):
+        envelope = entry.envelope
+        notice = envelope.notice
+        key_id = envelope.key_id.hex()
+        signer = publishers.get(notice.publisher)
+        key = None
+        if signer is not None:
+            key = next((k for k in signer["keys"] if k["key_id"] == key_id), None)
+        shown = notice.to_json()
+        for name in _OPTIONAL_NOTICE_FIELDS:
+            shown.setdefault(name, None)
+        if shown["affected"] is not None:
+            shown["affected"] = {"versions": [], "ranges": []} | shown["affected"]
+        out.update(kind="notice", notice=shown, key_id=key_id, key=key)
+    else:
+        assert isinstance(entry, PublisherEntry)
+        out.update(kind="publisher", statement=entry.statement.to_json(), key=None)
+    return out
+
+
+def publishers_page(reader: LogReader) -> dict[str, Any]:
+    """Every publisher, namespace and key, with the log index of each registry change.
+
+    A revoked key is ``rotated`` when the publisher added another key after it
+    and that key is still active; otherwise ``revoked``.
+    """
+    publishers = reader.publishers()["publishers"]
+    for p in publishers:
+        for k in p["keys"]:
+            label = k["status"]
+            if label == "revoked" and any(
+                o["status"] == "active" and o["added_at"] > k["added_at"] for o in p["keys"]
+            ):
+                label = "rotated"
+            k["label"] = label
+    return {"publishers": publishers}

@@ -1,0 +1,209 @@
+"""The explorer's routes on the authority's app: thin handlers over ``pages`` and ``render``.
+
+Rules:
+
+1. Read-only: handlers read the served checkpoint from the state and
+   everything else through the state's reader threads (``AuthorityState.read``),
+   the pool the JSON API reads with; the sequencer's writer thread never does
+   explorer work. Reading and rendering run together on a reader thread, so a
+   large page never blocks the event loop.
+2. At most ``MAX_RENDERS`` pages are read and rendered at once; the rest wait
+   their turn. Rendering holds the interpreter lock, so this bounds how much of
+   the process a flood of page views can take from the sequencer's thread.
+   Cached pages are served without waiting.
+3. Each request takes one token from the explorer's per-address bucket, sized
+   like the API's (``--rate-per-address``); past it, 429 with ``Retry-After``.
+4. A refusal is an HTML page with the stable code and the status that
+   ``status.py`` gives it; it never echoes the request.
+5. Routes live under the configured prefix: ``/``, ``/search``, ``/tools/<id>``,
+   ``/notices/<index>``, ``/publishers``, ``/witnesses``, ``/assets/<file>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from deplog.authority.explorer import pages
+from deplog.authority.explorer.config import ExplorerConfig
+from deplog.authority.explorer.render import (
+    PageCache,
+    Renderer,
+    asset_response,
+    load_assets,
+    page_headers,
+)
+from deplog.authority.http.limits import RateLimitedError, RateLimiter
+from deplog.authority.http.plumbing import HTTPRequestError, InternalError
+from deplog.authority.http.status import http_status
+from deplog.authority.storage.reader import LogReader
+from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.tlog.note import Verifier
+
+if TYPE_CHECKING:
+    from deplog.authority.http.server import AuthorityState
+
+__all__ = ["MAX_RENDERS", "Explorer", "add_explorer"]
+
+MAX_RENDERS = 1
+
+PageBuilder = Callable[[LogReader, pages.Served], dict[str, Any]]
+
+
+class Explorer:
+    """The explorer of one authority app: its renderer, page cache and rate limit."""
+
+    def __init__(
+        self,
+        config: ExplorerConfig,
+        log_key: Verifier,
+        state: Callable[[], AuthorityState],
+    ) -> None:
+        self.config = config
+        self.log_key = log_key
+        self.state = state
+        self.assets = load_assets()
+        self.renderer = Renderer(config.prefix, self.assets)
+        self.cache = PageCache()
+        self._limit: RateLimiter | None = None
+        self._renders = asyncio.Semaphore(MAX_RENDERS)
+
+    def served(self, state: AuthorityState) -> pages.Served:
+        witnesses = () if state.witnessing is None else state.witnessing.witnesses
+        return pages.Served(
+            note=state.note,
+            size=state.checkpoint.size,
+            published_at=state.published_at,
+            log_key=self.log_key,
+            witnesses=tuple(w.verifier for w in witnesses),
+            policy_quorum=self.config.policy_quorum,
+        )
+
+    def limit(self, state: AuthorityState) -> RateLimiter:
+        if self._limit is None:
+            self._limit = RateLimiter(state.config.address_rate, ErrorCode.RATE_LIMITED)
+        return self._limit
+
+    async def page(
+        self, request: web.Request, template: str, build: PageBuilder
+    ) -> web.StreamResponse:
+        """Rate-limit, then serve the cached render or read and render on a reader thread."""
+        state = self.state()
+        try:
+            self.limit(state).take(request.remote or "unknown")
+            served = self.served(state)
+            key = (request.path_qs, served.size)
+            cached = self.cache.get(key)
+            if cached is None:
+
+                def work(reader: LogReader) -> bytes:
+                    context = build(reader, served)
+                    context["served"] = {"size": served.size}
+                    return self.renderer.render(template, context)
+
+                async with self._renders:
+                    body: bytes = await state.read(work)
+                self.cache.put(key, 200, body)
+            else:
+                body = cached[1]
+        except DeplogError as err:
+            return self.error_page(err)
+        return web.Response(
+            body=body, content_type="text/html", charset="utf-8", headers=page_headers()
+        )
+
+    def error_page(self, err: DeplogError) -> web.Response:
+        """Rule 3: the code and its status, nothing from the request."""
+        status = http_status(err.code)
+        if status is None:
+            err = InternalError()
+            status = 500
+        size = self.state().checkpoint.size
+        body = self.renderer.render(
+            "error.html", {"code": err.code, "status": status, "served": {"size": size}}
+        )
+        headers = page_headers()
+        if isinstance(err, RateLimitedError):
+            headers["Retry-After"] = str(err.retry_after)
+        return web.Response(
+            body=body, status=status, content_type="text/html", charset="utf-8", headers=headers
+        )
+
+    # --- handlers ---------------------------------------------------------------------
+
+    async def home(self, request: web.Request) -> web.StreamResponse:
+        now = time.time()
+        return await self.page(
+            request, "home.html", lambda r, served: pages.home_page(r, served, now)
+        )
+
+    async def search(self, request: web.Request) -> web.StreamResponse:
+        query, page = request.query.get("q"), request.query.get("page")
+        return await self.page(
+            request, "search.html", lambda r, served: pages.search_page(r, served, query, page)
+        )
+
+    async def tool(self, request: web.Request) -> web.StreamResponse:
+        tool_id = request.match_info["tool_id"]
+        now = datetime.now(UTC)
+        return await self.page(
+            request, "tool.html", lambda r, served: pages.tool_page(r, served, tool_id, now)
+        )
+
+    async def notice(self, request: web.Request) -> web.StreamResponse:
+        raw = request.match_info["index"]
+        return await self.page(
+            request, "notice.html", lambda r, served: pages.notice_page(r, served, raw)
+        )
+
+    async def publishers(self, request: web.Request) -> web.StreamResponse:
+        return await self.page(
+            request, "publishers.html", lambda r, served: pages.publishers_page(r)
+        )
+
+    async def witnesses(self, request: web.Request) -> web.StreamResponse:
+        now = time.time()
+
+        def build(_: LogReader, served: pages.Served) -> dict[str, Any]:
+            policy = served.policy()
+            return {
+                "checkpoint": pages.checkpoint_view(served, now),
+                "policy": None if policy is None else policy.to_text(),
+            }
+
+        return await self.page(request, "witnesses.html", build)
+
+    async def asset(self, request: web.Request) -> web.StreamResponse:
+        asset = self.assets.get(request.match_info["name"])
+        if asset is None:
+            return self.error_page(HTTPRequestError(ErrorCode.NOT_FOUND))
+        return asset_response(asset, request.query.get("v"))
+
+
+def add_explorer(
+    app: web.Application,
+    state: Callable[[], AuthorityState],
+    config: ExplorerConfig,
+    log_key: Verifier,
+) -> Explorer | None:
+    """Register the explorer's routes on ``app`` under ``config.prefix`` (rule 4)."""
+    if not config.enabled:
+        return None
+    explorer = Explorer(config, log_key, state)
+    prefix = config.prefix
+    router = app.router
+    router.add_get(prefix or "/", explorer.home)
+    if prefix:
+        router.add_get(prefix + "/", explorer.home)
+    router.add_get(prefix + "/search", explorer.search)
+    router.add_get(prefix + "/tools/{tool_id:.+}", explorer.tool)
+    router.add_get(prefix + "/notices/{index}", explorer.notice)
+    router.add_get(prefix + "/publishers", explorer.publishers)
+    router.add_get(prefix + "/witnesses", explorer.witnesses)
+    router.add_get(prefix + "/assets/{name}", explorer.asset)
+    return explorer

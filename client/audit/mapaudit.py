@@ -1,0 +1,102 @@
+"""``deplog audit map``: every archived checkpoint's map root against a fold of the entries.
+
+Rules:
+
+1. Each checkpoint is verified first (the log's signature, its origin); an
+   unsigned one proves nothing and is refused with its own code.
+2. The entries are folded once, in log order, by the one map function
+   (``client.model.vmap.fold_entries``); at each checkpoint's size the tree root
+   of the entries so far must be the checkpoint's root (else they are not the
+   entries it signed: ``entries_root_mismatch``), and the map root must be its
+   ``deplog-map/v1`` root. The first size where it is not is named
+   (``bad_map_root``): the log signed a false statement about its history.
+3. A checkpoint without a line commits to no map and is counted, not checked;
+   a malformed or repeated line is refused (``malformed_map_line``).
+4. The entries are trusted to be admitted (``deplog audit replay`` checks the
+   admission rules); this audit checks only the map.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import islice
+
+from deplog.client.audit.offline import audit_checkpoint
+from deplog.client.errors import ErrorCode, VerificationError
+from deplog.client.model.vmap import VerifiableMap, map_root_of
+from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.note import Verifier
+from deplog.client.tlog.proofs import TreeFrontier, TreeMismatchError, leaf_hash
+
+__all__ = ["MapAuditReport", "MapRootError", "audit_map"]
+
+_FOLD_CHUNK = 4096
+"""Entries folded per batch between two checkpoints (bounds memory, not the result)."""
+
+
+class MapRootError(VerificationError):
+    """A signed checkpoint whose map root is not the fold of the entries under it; ``size``
+    is the first such checkpoint's size."""
+
+    code = ErrorCode.BAD_MAP_ROOT
+
+    def __init__(self, size: int) -> None:
+        super().__init__(message=f"first bad size {size}")
+        self.size = size
+
+
+@dataclass(frozen=True)
+class MapAuditReport:
+    """The sizes whose map root matched, and those of checkpoints without a line."""
+
+    entries: int
+    matched: tuple[int, ...]
+    without_line: tuple[int, ...]
+
+
+def audit_map(
+    leaves: Iterable[bytes],
+    notes: Iterable[bytes],
+    log_key: Verifier,
+    origin: str | None = None,
+) -> MapAuditReport:
+    """Check every checkpoint of ``notes`` against the map folded from ``leaves`` (entry 0
+    on, in order); MapRootError names the first size whose root is false."""
+    checkpoints = sorted(
+        (audit_checkpoint(note, log_key, origin) for note in notes), key=lambda c: c.size
+    )
+    vmap, frontier = VerifiableMap(), TreeFrontier()
+    matched: list[int] = []
+    without_line: list[int] = []
+    entries = iter(leaves)
+    for checkpoint in checkpoints:
+        while frontier.size < checkpoint.size:
+            start = frontier.size
+            want = min(_FOLD_CHUNK, checkpoint.size - start)
+            chunk = list(islice(entries, want))
+            if len(chunk) < want:
+                raise TreeMismatchError(ErrorCode.MISSING_ENTRIES, start + len(chunk))
+            for leaf in chunk:
+                frontier.append(leaf_hash(leaf))
+            vmap.fold(enumerate(chunk, start))
+        _check(checkpoint, frontier, vmap, matched, without_line)
+    return MapAuditReport(frontier.size, tuple(matched), tuple(without_line))
+
+
+def _check(
+    checkpoint: Checkpoint,
+    frontier: TreeFrontier,
+    vmap: VerifiableMap,
+    matched: list[int],
+    without_line: list[int],
+) -> None:
+    if frontier.root() != checkpoint.root_hash:
+        raise TreeMismatchError(ErrorCode.ENTRIES_ROOT_MISMATCH, None)
+    committed = map_root_of(checkpoint.extensions)
+    if committed is None:
+        without_line.append(checkpoint.size)
+    elif committed != vmap.root():
+        raise MapRootError(checkpoint.size)
+    else:
+        matched.append(checkpoint.size)

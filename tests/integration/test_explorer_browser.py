@@ -1,0 +1,295 @@
+"""The explorer in a real headless browser (Debian's Chromium, driven by Playwright).
+
+A real ``authority serve`` process with its embedded witness; notices posted
+through its API; the browser clicks from the home page to a notice and runs
+the in-browser verification, whose WebCrypto checks are the only oracle of
+"verified". Altered responses are made by intercepting the browser's own
+requests, so the authority itself stays honest and only the bytes the page
+sees change.
+
+Screenshots of every page, at desktop and phone widths, go to
+``tests/artifacts/explorer/`` (git-ignored; named in the README).
+
+With ``CI=true`` a missing Chromium or Playwright fails these tests; elsewhere
+they are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from deplog.client.tlog.note import Signer
+from tests.explorer_seed import HOSTILE_MESSAGE, Seeded, seed
+from tests.integration.harness import AuthorityProcess
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "explorer"
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+
+def _browser_missing() -> str | None:
+    try:
+        import playwright.async_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -e '.[test]')"
+    if shutil.which(CHROMIUM) is None:
+        return f"{CHROMIUM} is missing (apt-get install -y chromium)"
+    return None
+
+
+_MISSING = _browser_missing()
+if _MISSING is not None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run the browser tests: {_MISSING}", pytrace=False)
+    pytest.skip(f"BROWSER TESTS NOT RUN: {_MISSING}", allow_module_level=True)
+
+from playwright.async_api import Browser, Page, Route, async_playwright, expect  # noqa: E402
+
+# One authority, one seeding and one browser for the module: the tests only read the log,
+# and each gets a fresh browser context (no shared cookies, cache or routes).
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@dataclass(frozen=True)
+class Explored:
+    authority: AuthorityProcess
+    seeded: Seeded
+    browser: Browser
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def explored(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Explored]:
+    publisher = Signer.generate("acme")
+    authority = AuthorityProcess(tmp_path_factory.mktemp("explorer") / "authority")
+    authority.init()
+    authority.add_publisher(publisher, "org.acme")
+    authority.start()
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+
+            async def post(body: bytes) -> int:
+                async with http.post(
+                    authority.url + "/v1/notices",
+                    data=body,
+                    headers={"Content-Type": "application/json"},
+                ) as response:
+                    assert response.status == 201, await response.text()
+                    return int(response.headers["Deplog-Index"])
+
+            seeded = await seed(publisher, post)
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(
+                executable_path=CHROMIUM, args=["--no-sandbox", "--headless=new", "--disable-gpu"]
+            )
+            yield Explored(authority, seeded, browser)
+            await browser.close()
+    finally:
+        authority.stop()
+
+
+@pytest.fixture
+def seeded(explored: Explored) -> Seeded:
+    return explored.seeded
+
+
+@pytest.fixture
+def authority(explored: Explored) -> AuthorityProcess:
+    return explored.authority
+
+
+class Tab:
+    """One page of the browser, with every console error and CSP violation it reports."""
+
+    def __init__(self, page: Page, url: str) -> None:
+        self.page = page
+        self.url = url
+        self.errors: list[str] = []
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    async def screenshot(self, name: str) -> None:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        for label, size in (("desktop", DESKTOP), ("phone", PHONE)):
+            await self.page.set_viewport_size(size)
+            await self.page.screenshot(path=ARTIFACTS / f"{name}-{label}.png", full_page=True)
+            overflow = await self.page.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert overflow <= 0, f"{name} scrolls sideways at {label} width"
+        await self.page.set_viewport_size(DESKTOP)
+
+    async def verify(self) -> Any:
+        """Press the verify button from the keyboard and wait for the verdict."""
+        button = self.page.get_by_role("button", name="Verify in my browser")
+        await button.focus()
+        await self.page.keyboard.press("Enter")
+        result = self.page.locator("#verify-result")
+        await expect(result).to_have_class("result-verified", timeout=15000)
+        return result
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def tab(explored: Explored) -> AsyncIterator[Tab]:
+    context = await explored.browser.new_context(viewport=DESKTOP)
+    yield Tab(await context.new_page(), explored.authority.url)
+    await context.close()
+
+
+async def _verdict(tab: Tab) -> str:
+    await tab.page.get_by_role("button", name="Verify in my browser").click()
+    result = tab.page.locator("#verify-result")
+    await expect(result).to_have_class("result-failed", timeout=15000)
+    return await result.inner_text()
+
+
+@pytest.mark.parametrize(
+    ("query", "tool", "which"),
+    [
+        ("acme/sea", "tool:org.acme/search", "deprecated"),
+        ("FETCH", "tool:org.acme/fetch", "revoked"),
+        ("org.acme/leg", "tool:org.acme/legacy", "withdrawn"),
+    ],
+)
+async def test_click_through_from_search_to_a_verified_notice(
+    tab: Tab, seeded: Seeded, query: str, tool: str, which: str
+) -> None:
+    page = tab.page
+    index = getattr(seeded, which)
+    await page.goto(tab.url + "/")
+    await page.get_by_label("Search tools, namespaces, publishers").fill(query)
+    await page.get_by_label("Search tools, namespaces, publishers").press("Enter")
+    await page.get_by_role("link", name=tool, exact=True).click()
+    await expect(page.get_by_role("heading", level=1)).to_have_text(tool)
+    await tab.screenshot(f"tool-{which}")
+    await page.get_by_role("link", name=f"#{index}", exact=True).first.click()
+    await expect(page.get_by_role("heading", level=1)).to_have_text(f"Log entry #{index}")
+    result = await tab.verify()
+    text = await result.inner_text()
+    assert "VERIFIED in your browser" in text and "FAILED" not in text
+    assert "Inclusion proof: entry " + str(index) in text
+    assert "Cosignature by witness" in text and "Witness quorum: 1 of 1" in text
+    assert "Notice signature by the publisher key acme+" in text
+    await tab.screenshot(f"notice-{which}-verified")
+    assert tab.errors == []
+
+
+async def test_the_withdraw_itself_verifies(tab: Tab, seeded: Seeded) -> None:
+    await tab.page.goto(f"{tab.url}/notices/{seeded.withdraw}")
+    text = await (await tab.verify()).inner_text()
+    assert "VERIFIED" in text
+
+
+async def test_every_page_renders_at_desktop_and_phone_width_without_errors(
+    tab: Tab, seeded: Seeded
+) -> None:
+    for name, path in [
+        ("home", "/"),
+        ("search", "/search?q=acme"),
+        ("publishers", "/publishers"),
+        ("witnesses", "/witnesses"),
+        ("registry-change", "/notices/0"),
+    ]:
+        await tab.page.goto(tab.url + path)
+        await tab.screenshot(name)
+    await tab.page.goto(tab.url + "/")
+    local = tab.page.locator(".local-time").first
+    await expect(local).to_contain_text("your time")
+    assert tab.errors == []
+    missing = await tab.page.goto(tab.url + "/notices/999")
+    assert missing is not None and missing.status == 404
+    await tab.screenshot("not-found")
+
+
+async def test_the_policy_on_the_witnesses_page_names_the_log_and_witness_keys(
+    tab: Tab, authority: AuthorityProcess, seeded: Seeded
+) -> None:
+    await tab.page.goto(tab.url + "/witnesses")
+    policy = await tab.page.locator("#policy-text").inner_text()
+    assert authority.log_verifier.vkey() in policy
+    assert "quorum" in policy and "witness" in policy
+    assert "Policy met: 1 of 1" in await tab.page.locator("main").inner_text()
+
+
+async def test_an_altered_inclusion_proof_is_shown_as_failed(tab: Tab, seeded: Seeded) -> None:
+    async def alter(route: Route) -> None:
+        response = await route.fetch()
+        body = await response.json()
+        first = bytearray(base64.b64decode(body["proof"][0]))
+        first[0] ^= 1
+        body["proof"][0] = base64.b64encode(bytes(first)).decode()
+        await route.fulfill(response=response, json=body)
+
+    await tab.page.route("**/v1/proofs/inclusion*", alter)
+    await tab.page.goto(f"{tab.url}/notices/{seeded.deprecated}")
+    text = await _verdict(tab)
+    assert "FAILED: this entry could not be verified" in text
+    assert "✗ FAILED: Inclusion proof" in text
+    await tab.screenshot("notice-altered-proof")
+
+
+async def test_an_altered_log_signature_is_shown_as_failed(tab: Tab, seeded: Seeded) -> None:
+    async def alter(route: Route) -> None:
+        response = await route.fetch()
+        text, _, signatures = (await response.text()).rpartition("\n\n")
+        lines = signatures.split("\n")
+        name, sig = lines[0].rsplit(" ", 1)
+        raw = bytearray(base64.b64decode(sig))
+        raw[-1] ^= 1
+        lines[0] = f"{name} {base64.b64encode(bytes(raw)).decode()}"
+        await route.fulfill(response=response, body=text + "\n\n" + "\n".join(lines))
+
+    await tab.page.route("**/checkpoint", alter)
+    await tab.page.goto(f"{tab.url}/notices/{seeded.revoked}")
+    text = await _verdict(tab)
+    assert "✗ FAILED: Checkpoint signature by the log key" in text
+
+
+async def test_a_log_key_the_reader_does_not_trust_fails(tab: Tab, seeded: Seeded) -> None:
+    await tab.page.goto(f"{tab.url}/notices/{seeded.revoked}")
+    stranger = Signer.generate("localhost/deplog").verifier().vkey()
+    await tab.page.get_by_label("Log key").fill(stranger)
+    text = await _verdict(tab)
+    assert "✗ FAILED: Checkpoint signature by the log key " + stranger in text
+
+
+async def test_an_entry_other_than_the_one_shown_fails(tab: Tab, seeded: Seeded) -> None:
+    async def swap(route: Route) -> None:
+        response = await route.fetch()
+        body = await response.json()
+        leaf = base64.b64decode(body["entries"][0]).replace(b"acme/fetch", b"acme/fetcx")
+        body["entries"][0] = base64.b64encode(leaf).decode()
+        await route.fulfill(response=response, json=body)
+
+    await tab.page.route("**/v1/entries*", swap)
+    await tab.page.goto(f"{tab.url}/notices/{seeded.revoked}")
+    text = await _verdict(tab)
+    assert "✗ FAILED: The entry served by the log is the one shown on this page" in text
+
+
+async def test_markup_in_a_notice_renders_inert_and_the_notice_still_verifies(
+    tab: Tab, seeded: Seeded
+) -> None:
+    page = tab.page
+    await page.goto(f"{tab.url}/notices/{seeded.hostile}")
+    title = await page.title()
+    assert title == f"Entry {seeded.hostile} · deplog"
+    assert await page.locator("#injected, #injected-img").count() == 0
+    await expect(page.locator(".message")).to_have_text(HOSTILE_MESSAGE)
+    await page.goto(f"{tab.url}/tools/tool:org.acme/markup")
+    assert await page.locator("#injected, #injected-img").count() == 0
+    await page.goto(f"{tab.url}/notices/{seeded.hostile}")
+    assert "VERIFIED" in await (await tab.verify()).inner_text()
+    assert await page.title() == title
+    await tab.screenshot("notice-markup-inert")
+    assert tab.errors == []

@@ -1,0 +1,126 @@
+"""GET /v1/tools/{tool_id}/proof on a real authority: every proof checks out offline
+against the served checkpoint with the client's verifier, in both forms."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import aiohttp
+
+from deplog.client import verify_tool_status
+from deplog.client.model.vmap import MapProof, MapProofDocument, require_map_root
+from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
+from deplog.client.tlog.note import Signer
+from tests.builders import make_envelope
+from tests.integration.harness import AuthorityProcess
+
+JSON = {"Content-Type": "application/json"}
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+SEARCH = "tool:org.acme/search"
+
+
+async def publish(
+    http: aiohttp.ClientSession, url: str, publisher: Signer, seq: int, **f: object
+) -> None:
+    body = make_envelope(publisher, seq, **f).canonical_bytes()
+    async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
+        assert response.status == 201
+
+
+async def served(http: aiohttp.ClientSession, authority: AuthorityProcess) -> Checkpoint:
+    async with http.get(authority.url + "/checkpoint") as response:
+        checkpoint, _ = open_checkpoint(await response.read(), authority.log_verifier)
+    return checkpoint
+
+
+async def fetch(
+    http: aiohttp.ClientSession, url: str, **kwargs: object
+) -> tuple[int, str, int | None, bytes]:
+    """(status, content type, Deplog-Checkpoint-Size, body)."""
+    async with http.get(url, **kwargs) as response:  # type: ignore[arg-type]
+        size = response.headers.get("Deplog-Checkpoint-Size")
+        return (
+            response.status,
+            response.content_type,
+            None if size is None else int(size),
+            await response.read(),
+        )
+
+
+async def test_a_present_tools_json_proof_verifies_against_the_served_checkpoint(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    await publish(http, authority.url, publisher, 1)
+    checkpoint = await served(http, authority)
+    status, kind, size, body = await fetch(http, f"{authority.url}/v1/tools/{SEARCH}/proof")
+    assert (status, kind, size) == (200, "application/json", checkpoint.size)
+    document = MapProofDocument.parse(body)
+    assert document.proof.result == "present"
+    opened, _ = open_checkpoint(document.checkpoint, authority.log_verifier)
+    assert opened == checkpoint
+    assert verify_tool_status(body, checkpoint, SEARCH, "1.0.0", NOW).status == "deprecated"
+    assert verify_tool_status(body, checkpoint, SEARCH, "2.0.0", NOW).status == "active"
+
+
+async def test_the_binary_form_is_served_by_query_or_by_accept(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    await publish(http, authority.url, publisher, 1)
+    checkpoint = await served(http, authority)
+    url = f"{authority.url}/v1/tools/{SEARCH}/proof"
+    by_query = await fetch(http, url + "?format=binary")
+    by_accept = await fetch(http, url, headers={"Accept": "application/octet-stream"})
+    assert by_query == by_accept
+    status, kind, size, body = by_query
+    assert (status, kind, size) == (200, "application/octet-stream", checkpoint.size)
+    assert MapProof.from_binary(body).result == "present"
+    assert verify_tool_status(body, checkpoint, SEARCH, "1.0.0", NOW).status == "deprecated"
+
+
+async def test_an_absent_tool_is_proved_active(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    await publish(http, authority.url, publisher, 1)
+    checkpoint = await served(http, authority)
+    tool = "tool:org.acme/never-named"
+    _, _, _, body = await fetch(http, f"{authority.url}/v1/tools/{tool}/proof?format=binary")
+    assert MapProof.from_binary(body).result == "absent"
+    assert verify_tool_status(body, checkpoint, tool, "1.0.0", NOW).status == "active"
+
+
+async def test_a_log_without_notices_proves_the_empty_map(
+    authority: AuthorityProcess, http: aiohttp.ClientSession
+) -> None:
+    checkpoint = await served(http, authority)
+    _, _, size, body = await fetch(http, f"{authority.url}/v1/tools/{SEARCH}/proof")
+    assert size == checkpoint.size
+    assert MapProofDocument.parse(body).proof.result == "empty"
+    assert verify_tool_status(body, checkpoint, SEARCH, "1.0.0", NOW).status == "active"
+    assert len(require_map_root(checkpoint)) == 32
+
+
+async def test_a_tool_named_proof_keeps_its_status_route_and_has_a_proof_of_its_own(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    tool = "tool:org.acme/proof"
+    await publish(http, authority.url, publisher, 1, tool_id=tool)
+    checkpoint = await served(http, authority)
+    async with http.get(f"{authority.url}/v1/tools/{tool}") as response:
+        assert response.status == 200
+        assert (await response.json())["tool_id"] == tool
+    _, _, _, body = await fetch(http, f"{authority.url}/v1/tools/{tool}/proof")
+    assert MapProofDocument.parse(body).tool_id == tool
+    assert verify_tool_status(body, checkpoint, tool, "1.0.0", NOW).status == "deprecated"
+
+
+async def test_bad_tool_ids_and_formats_are_refused_with_their_codes(
+    authority: AuthorityProcess, http: aiohttp.ClientSession
+) -> None:
+    base = f"{authority.url}/v1/tools"
+    for url, code in (
+        (f"{base}/tool:org.acme/Search/proof", "bad_tool_id"),
+        (f"{base}/tool:org.acme/search/proof?format=xml", "bad_parameter"),
+    ):
+        async with http.get(url) as response:
+            assert response.status == 400
+            assert await response.json() == {"error": code}

@@ -1,0 +1,182 @@
+"""The log keeps the tool-status map: folded in each batch's transaction, committed to by
+exactly one line in every checkpoint it signs, brought up once on a database without it."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from deplog.authority.log import Log, StorageError
+from deplog.client.model.notice import Envelope
+from deplog.client.model.vmap import EMPTY_ROOT, VerifiableMap, map_line, require_map_root
+from deplog.client.storage_faults import CORRUPT, StorageFault
+from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
+from deplog.client.tlog.note import Signer
+from tests.builders import make_envelope, register
+
+ORIGIN = "unit.deplog.example/log"
+TOOLS = ("tool:org.acme/search", "tool:org.acme/fetch", "tool:org.acme/write")
+
+
+@pytest.fixture
+def log_signer() -> Signer:
+    return Signer.generate(ORIGIN)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "log.db"
+
+
+@pytest.fixture
+def publisher() -> Signer:
+    return Signer.generate("acme")
+
+
+@pytest.fixture
+def log(db_path: Path, log_signer: Signer, publisher: Signer) -> Log:
+    opened = Log(db_path, log_signer, ORIGIN)
+    register(opened, publisher)
+    opened.publish()
+    return opened
+
+
+def batch(publisher: Signer, first: int, count: int) -> list[Envelope]:
+    return [
+        make_envelope(publisher, seq, tool_id=TOOLS[seq % len(TOOLS)])
+        for seq in range(first, first + count)
+    ]
+
+
+def signed(log: Log, log_signer: Signer) -> Checkpoint:
+    assert log.published is not None
+    checkpoint, _ = open_checkpoint(log.published.note, log_signer.verifier())
+    return checkpoint
+
+
+def reference_root(log: Log, size: int) -> bytes:
+    """The root of a fold of the prefix ``[0, size)`` from scratch, in memory."""
+    return VerifiableMap().fold(enumerate(log.tree.leaf_data(0, size)))
+
+
+def test_a_new_logs_checkpoint_commits_to_the_empty_map(db_path: Path, log_signer: Signer) -> None:
+    checkpoint = signed(Log(db_path, log_signer, ORIGIN), log_signer)
+    assert checkpoint.extensions == (map_line(EMPTY_ROOT),)
+
+
+def test_every_checkpoint_carries_one_line_with_the_root_of_its_prefix(
+    log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    for first in (1, 4, 11):
+        log.sequence(batch(publisher, first, first + 2))
+        checkpoint = signed(log, log_signer)
+        assert len(checkpoint.extensions) == 1
+        assert require_map_root(checkpoint) == reference_root(log, checkpoint.size)
+
+
+def test_a_publisher_entry_advances_the_map_without_changing_its_root(
+    log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    log.sequence(batch(publisher, 1, 2))
+    before = require_map_root(signed(log, log_signer))
+    register(log, Signer.generate("other"))
+    log.publish()
+    checkpoint = signed(log, log_signer)
+    assert checkpoint.size == 4 and log.map.size() == 4
+    assert require_map_root(checkpoint) == before
+
+
+def test_the_map_reopens_at_the_size_and_root_it_was_committed_at(
+    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    log.sequence(batch(publisher, 1, 5))
+    root = log.map.root()
+    log.close()
+    reopened = Log(db_path, log_signer, ORIGIN)
+    assert (reopened.map.size(), reopened.map.root()) == (6, root)
+
+
+def test_leaves_committed_without_a_checkpoint_bring_their_map_along(
+    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    """A crash between the batch's commit and its checkpoint: the map is already there."""
+    log.admit_notices(batch(publisher, 1, 3))
+    log.close()
+    reopened = Log(db_path, log_signer, ORIGIN)
+    checkpoint = signed(reopened, log_signer)
+    assert checkpoint.size == 4
+    assert require_map_root(checkpoint) == reference_root(reopened, 4)
+
+
+def test_a_failed_batch_leaves_the_map_at_the_last_committed_size(
+    log: Log, publisher: Signer
+) -> None:
+    log.sequence(batch(publisher, 1, 2))
+    size, root = log.map.size(), log.map.root()
+    log.conn.execute("PRAGMA max_page_count = 1")  # a full disk
+    with pytest.raises(StorageError):
+        log.sequence(batch(publisher, 3, 200))
+    assert (log.map.size(), log.map.root()) == (size, root)
+    log.conn.execute("PRAGMA max_page_count = 1073741823")
+    log.sequence(batch(publisher, 3, 1))
+    assert log.map.root() == reference_root(log, 4)
+
+
+def drop_map(db_path: Path) -> None:
+    """Make the database one from before the map: its tables gone."""
+    conn = sqlite3.connect(db_path)
+    for table in ("map_inner", "map_leaf", "map_record", "map_state"):
+        conn.execute(f"DROP TABLE {table}")
+    conn.commit()
+    conn.close()
+
+
+def test_a_database_from_before_the_map_is_brought_up_once_at_start(
+    db_path: Path,
+    log: Log,
+    log_signer: Signer,
+    publisher: Signer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log.sequence(batch(publisher, 1, 7))
+    log.close()
+    drop_map(db_path)
+    with caplog.at_level(logging.INFO, logger="deplog.authority"):
+        reopened = Log(db_path, log_signer, ORIGIN)
+    assert "building the tool-status map over 8 log entries" in caplog.messages
+    assert (reopened.map.size(), reopened.map.root()) == (8, reference_root(reopened, 8))
+    reopened.sequence(batch(publisher, 8, 1))
+    assert require_map_root(signed(reopened, log_signer)) == reference_root(reopened, 9)
+
+
+def test_open_refuses_a_map_root_altered_on_disk(
+    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    log.sequence(batch(publisher, 1, 3))
+    log.close()
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE map_state SET root_hash = zeroblob(32)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StorageFault) as refused:
+        Log(db_path, log_signer, ORIGIN)
+    assert refused.value.kind is CORRUPT
+    assert refused.value.evidence.startswith("stored_root_mismatch: ")
+
+
+def test_open_refuses_a_map_ahead_of_the_log(
+    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    log.sequence(batch(publisher, 1, 3))
+    log.close()
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE map_state SET size = size + 1")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StorageFault) as refused:
+        Log(db_path, log_signer, ORIGIN)
+    assert refused.value.kind is CORRUPT
+    assert refused.value.evidence.startswith("storage_corrupt: ")

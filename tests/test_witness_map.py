@@ -1,0 +1,138 @@
+"""A map-verifying witness: cosigns only checkpoints whose map root it reproduced from the
+log's entries; a fault-injected authority is declined and the record does not move."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from deplog.authority.witness.core import Witness, WitnessState
+from deplog.authority.witness.mapverify import MapVerifier
+from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.follow.source import FetchError
+from deplog.client.model.vmap import VerifiableMap, map_line
+from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
+from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer
+from deplog.client.tlog.proofs import consistency_path, leaf_hash
+from tests.builders import LocalLog
+
+MAP_WITNESS = "map.witness.example/w"
+
+
+class Mirror:
+    """Serves a local log's entries, a page of at most three at a time, like an API."""
+
+    def __init__(self, local: LocalLog) -> None:
+        self.local = local
+        self.down = False
+        self.reordered = False
+
+    def __call__(self, start: int, end: int) -> Sequence[bytes]:
+        if self.down:
+            raise FetchError(ErrorCode.FETCH_FAILED)
+        page = self.local.log.tree.leaf_data(start, min(end, start + 3))
+        return page[::-1] if self.reordered else page
+
+
+@pytest.fixture
+def mirror(local: LocalLog) -> Mirror:
+    return Mirror(local)
+
+
+@pytest.fixture
+def witness(tmp_path: Path, local: LocalLog, mirror: Mirror) -> Iterator[Witness]:
+    state = WitnessState(tmp_path / "witness.db")
+    state.add_log(local.signer.verifier().vkey(), 0)
+    verifier = MapVerifier(tmp_path / "map.db", mirror)
+    witness = Witness(state, Signer.generate(MAP_WITNESS, SIG_TYPE_COSIGNATURE_V1))
+    witness.statement = verifier.check
+    yield witness
+    verifier.close()
+    state.close()
+
+
+def body(local: LocalLog, old: int, note: bytes) -> bytes:
+    """A tlog-witness add-checkpoint body from ``old`` to the note's size."""
+    size = open_checkpoint(note, local.signer.verifier())[0].size
+    hashes = [leaf_hash(leaf) for leaf in local.log.tree.leaf_data(0, size)]
+    proof = consistency_path(hashes, old, size) if 0 < old < size else []
+    lines = b"".join(base64.b64encode(h) + b"\n" for h in proof)
+    return b"old %d\n" % old + lines + b"\n" + note
+
+
+def latest(local: LocalLog) -> bytes:
+    published = local.log.published
+    assert published is not None
+    return published.note
+
+
+def with_map_root(local: LocalLog, root: bytes) -> bytes:
+    """The log's latest checkpoint, signed again with another map root."""
+    honest, _ = open_checkpoint(latest(local), local.signer.verifier())
+    forged = Checkpoint(honest.origin, honest.size, honest.root_hash, (map_line(root),))
+    return sign_checkpoint(forged, local.signer)
+
+
+def test_an_honest_checkpoint_is_cosigned_and_the_next_one_too(
+    local: LocalLog, witness: Witness
+) -> None:
+    for _ in range(4):
+        local.publish()
+    first = latest(local)
+    assert witness.add_checkpoint(body(local, 0, first), 1000).startswith("— ".encode())
+    local.publish(tool_id="tool:org.acme/fetch")
+    assert witness.add_checkpoint(body(local, 5, latest(local)), 1001)
+    assert witness.state.recorded(local.log.origin).size == 6  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("fault", ["misfolded notice", "random root"])
+def test_a_false_map_root_is_declined_and_nothing_is_recorded(
+    local: LocalLog, witness: Witness, fault: str
+) -> None:
+    local.publish()
+    local.publish()
+    leaves = local.log.tree.leaf_data(0, local.log.tree.size)
+    bad = VerifiableMap().fold(enumerate(leaves[:-1])) if fault == "misfolded notice" else None
+    note = with_map_root(local, bad or os.urandom(32))
+    with pytest.raises(DeplogError) as declined:
+        witness.add_checkpoint(body(local, 0, note), 1000)
+    assert declined.value.code == ErrorCode.MAP_NOT_REPRODUCED
+    assert witness.state.recorded(local.log.origin) is None
+    # The honest checkpoint of that size is still cosigned: the refusal changed nothing.
+    assert witness.add_checkpoint(body(local, 0, latest(local)), 1001)
+
+
+def test_a_checkpoint_without_a_map_line_is_declined(local: LocalLog, witness: Witness) -> None:
+    local.publish()
+    honest, _ = open_checkpoint(latest(local), local.signer.verifier())
+    bare = sign_checkpoint(Checkpoint(honest.origin, honest.size, honest.root_hash), local.signer)
+    with pytest.raises(DeplogError) as declined:
+        witness.add_checkpoint(body(local, 0, bare), 1000)
+    assert declined.value.code == ErrorCode.MAP_NOT_REPRODUCED
+
+
+def test_entries_it_cannot_fetch_make_it_answer_unavailable(
+    local: LocalLog, witness: Witness, mirror: Mirror
+) -> None:
+    local.publish()
+    mirror.down = True
+    with pytest.raises(DeplogError) as declined:
+        witness.add_checkpoint(body(local, 0, latest(local)), 1000)
+    assert declined.value.code == ErrorCode.ENTRIES_UNAVAILABLE
+    mirror.down = False
+    assert witness.add_checkpoint(body(local, 0, latest(local)), 1001)
+
+
+def test_entries_that_are_not_the_checkpoints_are_declined(
+    local: LocalLog, witness: Witness, mirror: Mirror
+) -> None:
+    local.publish()
+    local.publish()
+    mirror.reordered = True
+    with pytest.raises(DeplogError) as declined:
+        witness.add_checkpoint(body(local, 0, latest(local)), 1000)
+    assert declined.value.code == ErrorCode.MAP_NOT_REPRODUCED
