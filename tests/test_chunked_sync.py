@@ -87,9 +87,9 @@ class Interrupted(MemoryLogSource):
 
 
 def sync(
-    trusted: TrustedState, source: MemoryLogSource, progress: Progress | None = None
+    trusted: TrustedState, source: MemoryLogSource, on_progress: Progress | None = None
 ) -> Advanced | None:
-    return asyncio.run(sync_step(source, trusted, chunk_size=CHUNK, progress=progress))
+    return asyncio.run(sync_step(source, trusted, chunk_size=CHUNK, on_progress=on_progress))
 
 
 def stored(path: Path) -> dict[str, object]:
@@ -156,9 +156,10 @@ def test_the_next_sync_resumes_and_ends_as_a_clean_one(
     with pytest.raises(FetchError):
         sync(trusted, Interrupted(log, stop_at=37))
     done: list[tuple[int, int]] = []
-    advanced = sync(trusted, log, progress=lambda d, t: done.append((d, t)))
-    assert done[0] == (35, ENTRIES + 1)  # from the stored chunk on, not from 0
-    assert done[-1] == (ENTRIES + 1, ENTRIES + 1)
+    advanced = sync(trusted, log, on_progress=lambda d, t: done.append((d, t)))
+    left = ENTRIES + 1 - 30  # from the stored chunk on, not from 0
+    assert done[0] == (PAGE, left)
+    assert done[-1] == (left, left)
     assert stored(trusted.state.path) == clean
     assert advanced is not None
     assert (advanced.old_size, advanced.new_size) == (0, ENTRIES + 1)

@@ -143,7 +143,11 @@ Main = Callable[[Sequence[str] | None], int]
 @pytest.mark.parametrize(
     ("main", "argv", "printed"),
     [
-        (deplog_cli.main, ["follow", "http://127.0.0.1:1"], "deplog: give the trust policy"),
+        (
+            deplog_cli.main,
+            ["status", "tool:org.acme/search", "--state", "{tmp}/none.db"],
+            "deplog: {tmp}/none.db: no such state file",
+        ),
         (authority_cli.main, ["check", "--data", "{tmp}"], "authority: {tmp} is not initialized"),
         (witness_cli.main, ["list-logs", "--data", "{tmp}"], "witness: {tmp} is not initialized"),
     ],

@@ -12,6 +12,7 @@ import pytest
 
 from deplog.client.cache import inventory
 from deplog.client.cli.main import main as deplog_main
+from deplog.client.cli.verdicts import EXIT_REFUSE
 from deplog.client.errors import DeplogError
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import TrustedState
@@ -147,7 +148,7 @@ def test_inventory_commands_write_the_reports(
         deplog_main(
             ["inventory", "check", str(path), "--state", state_file, "--at", "2027-01-01T00:00:00Z"]
         )
-        == 0
+        == EXIT_REFUSE  # one entry is revoked: a script must not serve it
     )
     checked = capsys.readouterr().out
     assert checked.encode() == report_bytes(state, ITEMS)

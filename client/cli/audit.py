@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 import urllib.parse
@@ -45,7 +46,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from deplog.client.audit.bundle import read_entries, write_entries
 from deplog.client.audit.mapaudit import audit_map
@@ -58,6 +59,7 @@ from deplog.client.audit.offline import (
     replay,
 )
 from deplog.client.audit.tiledir import MirrorReport, mirror_tiles, tiles_dir_leaves
+from deplog.client.cli.messages import SENTENCES
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpLogSource
@@ -66,6 +68,8 @@ from deplog.client.follow.tiles import TilesLogSource
 from deplog.client.model import canonical
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
+from deplog.client.progress import Progress
+from deplog.client.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin
 from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
 from deplog.client.tlog.keyfile import read_verifier_key
@@ -77,11 +81,11 @@ from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
     "EXIT_NOT_PROVEN",
-    "AuditInputError",
     "ExportError",
     "export",
     "mirror",
     "read_bounded",
+    "read_log_key",
     "register",
 ]
 
@@ -115,6 +119,21 @@ def read_bounded(path: Path, limit: int) -> bytes:
     return data
 
 
+def read_log_key(value: str, flag: str = "--log-key") -> Verifier:
+    """A verifier key given to ``flag`` inline or as a file holding one; a bad one is a
+    usage error (exit 2) naming the flag."""
+    try:
+        return read_verifier_key(value)
+    except DeplogError as err:
+        raise CLIError(
+            f"{flag}: {err.code}: give the log's verifier key (<name>+<8 hex>+<base64>) or "
+            "a file holding it, such as the authority's keys/<origin>.pub",
+            2,
+        ) from None
+    except OSError as err:
+        raise CLIError(f"{flag}: cannot read {value}: {err.strerror}", 2) from None
+
+
 def _origin(text: str) -> str:
     """A checkpoint origin line (argparse type): non-empty, one line."""
     try:
@@ -133,14 +152,16 @@ def _failure(command: str, err: BaseException) -> int:
         index = getattr(err, "index", None)
         if isinstance(index, int):
             message += f" at index {index}"
-        elif str(err) != err.code and not cause:
+        if str(err) != err.code and not cause and not isinstance(index, int):
             message += f": {err}"  # messages are value-free by design, so safe to print
+        else:
+            message += f"; {SENTENCES[err.code]}"
     elif isinstance(err, OSError):
-        message = f"cannot access a file: {err.strerror or type(err).__name__}"
+        message = file_fault(err).message
     else:
         message = str(err)
     print(f"deplog {command}: {message}", file=sys.stderr)
-    return 1
+    return file_fault(err).exit_status if isinstance(err, OSError) else 1
 
 
 def _guarded(name: str, fn: _Command) -> _Command:
@@ -162,6 +183,35 @@ def _describe(checkpoint: Checkpoint) -> str:
 # --- audit commands -------------------------------------------------------------
 
 
+def _result(args: argparse.Namespace, lines: list[str], shape: dict[str, Any]) -> None:
+    """A command's result: its text lines, or with ``--json`` one JSON object (README)."""
+    if args.json:
+        print(json.dumps(shape, sort_keys=True))
+    else:
+        print("\n".join(lines))
+
+
+def _checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        "origin": checkpoint.origin,
+        "size": checkpoint.size,
+        "root": encode_base64(checkpoint.root_hash),
+    }
+
+
+def _counting(
+    leaves: Iterator[bytes], total: int, on_progress: Callable[[int, int], None]
+) -> Iterator[bytes]:
+    """``leaves`` unchanged, reporting ``(done, total)`` every page and at the end."""
+    done = 0
+    for leaf in leaves:
+        yield leaf
+        done += 1
+        if done % PAGE_SIZE == 0:
+            on_progress(done, total)
+    on_progress(done, total)
+
+
 def _rfc3339(timestamp: int) -> str:
     return format_timestamp(datetime.fromtimestamp(timestamp, UTC))
 
@@ -171,21 +221,33 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     if args.policy is None:
         if args.log_key is None:
             raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")
-        checkpoint = audit_checkpoint(note, read_verifier_key(args.log_key), args.origin)
-        print(f"ok: checkpoint {_describe(checkpoint)}")
+        checkpoint = audit_checkpoint(note, read_log_key(args.log_key), args.origin)
+        shape = {"ok": True, "checkpoint": _checkpoint_json(checkpoint)}
+        _result(args, [f"ok: checkpoint {_describe(checkpoint)}"], shape)
         return 0
     if args.origin is not None:
-        raise CLIError("--origin applies to --log-key without --policy")
+        raise CLIError("--origin applies to --log-key without --policy", 2)
     policy = Policy.parse(read_bounded(args.policy, MAX_POLICY_SIZE))
     if args.log_key is not None:
-        policy = replace(policy, logs=(PolicyLog(read_verifier_key(args.log_key)),))
+        policy = replace(policy, logs=(PolicyLog(read_log_key(args.log_key)),))
     # Offline: no freshness bound, but cosignatures dated in the future still do not count.
     verified = policy.verify(note, now=time.time(), max_age=None)
     when = verified.witnessed_at
     quorum = "none required" if when is None else f"met at {_rfc3339(when)}"
-    print(f"ok: checkpoint {_describe(verified.checkpoint)}; quorum {quorum}")
-    for cosig in verified.cosignatures:
-        print(f"  cosigned by {cosig.name} at {_rfc3339(cosig.timestamp)}")
+    lines = [f"ok: checkpoint {_describe(verified.checkpoint)}; quorum {quorum}"]
+    lines += [
+        f"  cosigned by {cosig.name} at {_rfc3339(cosig.timestamp)}"
+        for cosig in verified.cosignatures
+    ]
+    shape = {
+        "ok": True,
+        "checkpoint": _checkpoint_json(verified.checkpoint),
+        "quorum_met_at": None if when is None else _rfc3339(when),
+        "cosignatures": [
+            {"name": c.name, "timestamp": _rfc3339(c.timestamp)} for c in verified.cosignatures
+        ],
+    }
+    _result(args, lines, shape)
     return 0
 
 
@@ -196,9 +258,10 @@ def _cmd_receipt(args: argparse.Namespace) -> int:
     else:
         leaf = read_bounded(args.leaf, MAX_ENTRY_BYTES)
     receipt = read_bounded(args.receipt, MAX_RECEIPT_SIZE)
-    checkpoint = audit_receipt(receipt, leaf, read_verifier_key(args.log_key), args.origin)
+    checkpoint = audit_receipt(receipt, leaf, read_log_key(args.log_key), args.origin)
     index = Receipt.parse(receipt).index
-    print(f"ok: entry {index} is included in {_describe(checkpoint)}")
+    shape = {"ok": True, "index": index, "checkpoint": _checkpoint_json(checkpoint)}
+    _result(args, [f"ok: entry {index} is included in {_describe(checkpoint)}"], shape)
     return 0
 
 
@@ -208,16 +271,17 @@ def _cmd_consistency(args: argparse.Namespace) -> int:
         read_bounded(args.old, MAX_NOTE_SIZE),
         read_bounded(args.new, MAX_NOTE_SIZE),
         proof,
-        read_verifier_key(args.log_key),
+        read_log_key(args.log_key),
         args.origin,
     )
-    print(f"ok: {new.origin} size {new.size} is consistent with size {old.size}")
+    shape = {"ok": True, "old": _checkpoint_json(old), "new": _checkpoint_json(new)}
+    _result(args, [f"ok: {new.origin} size {new.size} is consistent with size {old.size}"], shape)
     return 0
 
 
 def _cmd_evidence(args: argparse.Namespace) -> int:
     evidence = read_evidence(args.file)
-    finding = evidence.verify(read_verifier_key(args.log_key), args.origin)
+    finding = evidence.verify(read_log_key(args.log_key), args.origin)
     meaning = {
         CONFLICTING_ROOTS: "the log signed two different trees of one size: a fork",
         FAILING_PROOF: "both checkpoints are validly signed, but the consistency proof "
@@ -225,10 +289,16 @@ def _cmd_evidence(args: argparse.Namespace) -> int:
         "have corrupted it: ask the log (or a mirror) for the proof again",
     }[finding]
     verdict = "proven" if evidence.proven else "not proven"
-    print(
-        f"{verdict}: {finding}: {meaning} "
-        f"(reported by {evidence.reporter} at {evidence.detected_at})"
+    line = f"{verdict}: {finding}: {meaning} (reported by {evidence.reporter} at " + (
+        f"{evidence.detected_at})"
     )
+    shape = {
+        "proven": evidence.proven,
+        "finding": finding,
+        "reporter": evidence.reporter,
+        "detected_at": evidence.detected_at,
+    }
+    _result(args, [line], shape)
     return 0 if evidence.proven else EXIT_NOT_PROVEN
 
 
@@ -249,12 +319,22 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             ErrorCode.MISSING_INPUT, "give DIR, or --checkpoint FILE and --entries FILE"
         )
     note = read_bounded(checkpoint_path, MAX_NOTE_SIZE)
+    log_key = read_log_key(args.log_key)
     if args.entries is None and not entries_path.exists() and (args.dir / "tile").is_dir():
         leaves: Iterator[bytes] = tiles_dir_leaves(args.dir, note)  # a mirrored tiles directory
     else:
         leaves = read_entries(entries_path)
-    report = replay(leaves, note, read_verifier_key(args.log_key), args.origin)
-    print(_summary(report))
+    total = Checkpoint.from_text(parse_note(note)[0]).size  # for display; replay verifies
+    with Progress("replaying entries", quiet=args.json) as progress:
+        report = replay(_counting(leaves, total, progress.update), note, log_key, args.origin)
+    shape = {
+        "ok": True,
+        "checkpoint": _checkpoint_json(report.checkpoint),
+        "notices": report.notices,
+        "publisher_entries": report.publisher_entries,
+        "publishers": list(report.publishers),
+    }
+    _result(args, [_summary(report)], shape)
     return 0
 
 
@@ -276,7 +356,12 @@ def _cmd_map(args: argparse.Namespace) -> int:
 # --- export ---------------------------------------------------------------------
 
 
-def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, bool]:
+def export(
+    url: str,
+    out: Path,
+    log_key: Verifier | None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> tuple[Checkpoint, bool]:
     """Copy the log at ``url`` into ``out/checkpoint`` and ``out/entries``.
 
     Reads it through ``HttpLogSource``, the follower's source, so every answer
@@ -288,8 +373,9 @@ def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, b
     is verified too (returned flag True); without, the copy is only
     self-consistent. ``entries`` is written before ``checkpoint``, so an
     interrupted re-export never pairs a new checkpoint with old entries (a
-    replay would fail, not pass, on old ones). Runs its own event loop: call
-    it from synchronous code.
+    replay would fail, not pass, on old ones). ``on_progress(done, total)``
+    hears of each page written. Runs its own event loop: call it from
+    synchronous code.
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -303,7 +389,10 @@ def export(url: str, out: Path, log_key: Verifier | None) -> tuple[Checkpoint, b
             else:
                 checkpoint = Checkpoint.from_text(parse_note(note)[0])
             out.mkdir(parents=True, exist_ok=True)
-            write_entries(out / "entries", _leaves_under(checkpoint, source, runner))
+            leaves = _leaves_under(checkpoint, source, runner)
+            if on_progress is not None:
+                leaves = _counting(leaves, checkpoint.size, on_progress)
+            write_entries(out / "entries", leaves)
             write_atomic(out / "checkpoint", [note])
         finally:
             runner.run(source.close())
@@ -354,20 +443,31 @@ def mirror(url: str, out: Path, log_key: Verifier | None) -> tuple[MirrorReport,
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    log_key = read_verifier_key(args.log_key) if args.log_key else None
+    log_key = read_log_key(args.log_key) if args.log_key else None
     how_ = "verified" if log_key else "root checked, signature not verified: pass --log-key"
     if args.tiles_dir is not None:
         report, _ = mirror(args.tiles or args.url, args.tiles_dir, log_key)
-        print(
+        line = (
             f"mirrored the tiles of {_describe(report.checkpoint)} to {args.tiles_dir}: "
             f"{report.fetched} fetched, {report.kept} already there ({how_})"
         )
+        shape = {
+            "checkpoint": _checkpoint_json(report.checkpoint),
+            "tiles_dir": str(args.tiles_dir),
+            "fetched": report.fetched,
+            "kept": report.kept,
+            "verified": log_key is not None,
+        }
+        _result(args, [line], shape)
         return 0
     if args.tiles is not None:
-        raise CLIError("--tiles applies to --tiles-dir")
-    checkpoint, verified = export(args.url, args.out, log_key)
+        raise CLIError("--tiles applies to --tiles-dir", 2)
+    with Progress("exporting entries", quiet=args.json) as progress:
+        checkpoint, verified = export(args.url, args.out, log_key, progress.update)
     how = "verified" if verified else "root checked, signature not verified: pass --log-key"
-    print(f"exported {checkpoint.size} entries of {_describe(checkpoint)} to {args.out} ({how})")
+    line = f"exported {checkpoint.size} entries of {_describe(checkpoint)} to {args.out} ({how})"
+    shape = {"checkpoint": _checkpoint_json(checkpoint), "out": str(args.out), "verified": verified}
+    _result(args, [line], shape)
     return 0
 
 
@@ -391,6 +491,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             type=_origin,
             help="the checkpoints' origin line, if not the log key's name",
         )
+        sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         sp.set_defaults(func=_guarded(f"audit {name}", fn))
         return sp
 
@@ -410,8 +511,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     given.add_argument("--leaf", type=Path, help="the exact leaf bytes")
 
     sp = add("consistency", "verify that a newer checkpoint extends an older one", _cmd_consistency)
-    sp.add_argument("old", type=Path, metavar="OLD_CHECKPOINT")
-    sp.add_argument("new", type=Path, metavar="NEW_CHECKPOINT")
+    sp.add_argument("old", type=Path, metavar="OLD_CHECKPOINT", help="the older signed checkpoint")
+    sp.add_argument("new", type=Path, metavar="NEW_CHECKPOINT", help="the newer signed checkpoint")
     sp.add_argument("proof", type=Path, metavar="PROOF_JSON", help='{"old","new","proof"}')
 
     sp = add("replay", "replay an exported log: every leaf, signature and the root", _cmd_replay)
@@ -449,4 +550,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     sp.add_argument("--tiles", help="with --tiles-dir: where the tiles are (default: the URL)")
     sp.add_argument("--log-key", help="log verifier key, or a file holding it")
+    sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     sp.set_defaults(func=_guarded("export", _cmd_export))

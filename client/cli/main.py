@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import sys
 from collections.abc import Sequence
@@ -21,26 +22,28 @@ from deplog.client.cache import inventory
 from deplog.client.cli import audit as auditcli
 from deplog.client.cli import monitor as monitorcli
 from deplog.client.cli import publish as publishcli
+from deplog.client.cli import verdicts
+from deplog.client.cli.messages import explain
 from deplog.client.cli.trust import (
     add_follow_arguments,
     add_tiles_argument,
     load_trust,
     log_origin,
     open_log,
+    writing_state,
 )
-from deplog.client.errors import CLIError, DeplogError
+from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.follow.follower import Follower, SyncResult
-from deplog.client.follow.state import LocalState
+from deplog.client.follow.source import FetchError
+from deplog.client.follow.state import StateError
 from deplog.client.follow.trust import ForkError, SuspectedForkError
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry, encode_entry
-from deplog.client.model.notice import (
-    Envelope,
-    parse_timestamp,
-)
+from deplog.client.model.notice import Envelope, parse_publisher_id
+from deplog.client.progress import Progress
+from deplog.client.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import open_checkpoint
-from deplog.client.tlog.keyfile import create_signer, key_file_name, read_verifier_key
-from deplog.client.tlog.note import Verifier
+from deplog.client.tlog.keyfile import create_signer, key_file_name
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from deplog.client.tlog.timestamps import format_timestamp
 
@@ -54,7 +57,22 @@ DEFAULT_STATE = "deplog-state.db"
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
+    try:
+        parse_publisher_id(args.name)
+    except DeplogError:
+        raise CLIError(
+            f"--name: {ErrorCode.BAD_KEY}: a publisher key is named for its publisher id: "
+            "1 to 63 lower-case letters, digits and '-', starting with a letter or digit "
+            "(e.g. acme); nothing was written",
+            2,
+        ) from None
     stem = key_file_name(args.name)
+    if (args.out / f"{stem}.key").exists():
+        raise CLIError(
+            f"--name: {args.out / (stem + '.key')} already exists; keygen never overwrites a "
+            "key: pick another --out directory or --name",
+            2,
+        )
     signer = create_signer(args.out, stem, args.name)
     print(f"wrote {args.out / (stem + '.key')} (mode 0600) and {args.out / (stem + '.pub')}")
     print(signer.verifier().vkey())
@@ -71,10 +89,34 @@ def _cmd_verify_receipt(args: argparse.Namespace) -> int:
         leaf = args.leaf.read_bytes()
         decode_entry(leaf)
     else:
-        raise CLIError("give the logged data: --envelope FILE or --leaf FILE")
-    checkpoint = verify_receipt(receipt, leaf, read_verifier_key(args.log_key))
+        raise CLIError("give the logged data: --envelope FILE or --leaf FILE", 2)
+    checkpoint = verify_receipt(receipt, leaf, auditcli.read_log_key(args.log_key))
     print(f"ok: entry {receipt.index} is in {checkpoint.origin} at tree size {checkpoint.size}")
     return 0
+
+
+async def _first_sync(follower: Follower, args: argparse.Namespace) -> SyncResult:
+    """The first verified step, with progress. ``--once`` fails fast; the long-running
+    mode retries an unreachable authority with backoff (up to ``--interval`` between
+    tries), saying so on stderr once per kind of failure."""
+    delay, told = 1.0, set()
+    while True:
+        with Progress("verifying entries", quiet=args.json) as progress:
+            try:
+                return await follower.sync(progress.update)
+            except FetchError as err:
+                if args.once:
+                    raise
+                if err.code not in told:
+                    told.add(err.code)
+                    print(
+                        f"deplog: {explain(err)}; retrying with backoff until it answers "
+                        "(Ctrl-C stops)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, args.interval)
 
 
 def _cmd_follow(args: argparse.Namespace) -> int:
@@ -97,13 +139,17 @@ def _cmd_follow(args: argparse.Namespace) -> int:
                     flush=True,
                 )
 
-            first = await follower.sync()
-            print(f"trusted {log_name} at size {first.new_size}", flush=True)
+            first = await _first_sync(follower, args)
+            if args.json:
+                print(json.dumps(_sync_json(log_name, first), sort_keys=True), flush=True)
+            else:
+                print(f"trusted {log_name} at size {first.new_size}", flush=True)
             if not args.once:
                 await follower.run(args.interval, on_advance=report)
 
     try:
-        asyncio.run(follow())
+        with writing_state(args.state):
+            asyncio.run(follow())
     except KeyboardInterrupt:
         return 130
     except ForkError as err:
@@ -119,31 +165,69 @@ def _cmd_follow(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sync_json(origin: str, result: SyncResult) -> dict[str, Any]:
+    """``follow --once --json``: one object for the verified step."""
+    return {
+        "origin": origin,
+        "old_size": result.old_size,
+        "new_size": result.new_size,
+        "tools_changed": sorted(result.tools),
+        "verified_at": format_timestamp(result.verified_at),
+    }
+
+
+def _status_exit(statuses: list[str], stale: bool) -> int:
+    """The verdict exit table (``client.cli.verdicts``) for a set of version statuses."""
+    codes = [verdicts.EXIT_REFUSE if s in verdicts.REFUSED_STATUSES else 0 for s in statuses]
+    return verdicts.exit_for([*codes, verdicts.EXIT_STALE if stale else 0])
+
+
+def _status_lines(out: dict[str, Any]) -> list[str]:
+    """``status`` as text: one line per version (or the one asked for)."""
+    rows = [out] if "status" in out else out["versions"]
+    if not rows:
+        return [f"{out['tool_id']}: no notice names any version"]
+    lines = []
+    for row in rows:
+        line = f"{row['tool_id']} {row['version']}: {row['status']}"
+        if row.get("sunset_at"):
+            line += f", sunset at {row['sunset_at']}"
+        if row.get("replacement"):
+            line += f", replaced by {row['replacement']['tool_id']}@{row['replacement']['version']}"
+        if row.get("notices"):
+            line += f" (notices {', '.join(str(i) for i in row['notices'])})"
+        lines.append(line)
+    return lines
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
-    """A tool's status from the local follower state (no network)."""
-    state = LocalState(args.state, None)
+    """A tool's status from the local follower state (no network); exit by verdict."""
+    state = verdicts.open_state(args.state)
     try:
+        verdicts.warn_if_behind(args.url, state)
         trusted = state.trusted
         assert trusted is not None
         now = datetime.now(UTC)
         index, _ = state.tool_status(args.tool_id)
         if args.version is not None:
             out: dict[str, Any] = index.lookup(args.tool_id, args.version, now).to_json()
+            statuses = [out["status"]]
         else:
             out = index.describe(args.tool_id, now)
-        out["processed_through"] = {
-            "size": trusted.size,
-            "verified_at": format_timestamp(trusted.verified_at),
-            "checkpoint": trusted.note.decode(),
-        }
-        print(json.dumps(out, indent=2, sort_keys=True))
+            statuses = [row["status"] for row in out["versions"]]
+        out["processed_through"] = verdicts.processed_through(trusted)
+        stale = verdicts.is_stale(trusted, args.max_age)
     finally:
         state.close()
-    return 0
-
-
-def _report_time(text: str | None) -> datetime:
-    return parse_timestamp(text) if text else datetime.now(UTC).replace(microsecond=0)
+    if args.json:
+        print(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        print("\n".join(_status_lines(out)))
+        through = out["processed_through"]
+        print(f"processed through size {through['size']}, verified at {through['verified_at']}")
+        if stale:
+            print("stale: the state is older than --max-age; run deplog follow", file=sys.stderr)
+    return _status_exit(statuses, stale)
 
 
 def _emit(report: dict[str, Any], fmt: str) -> None:
@@ -154,39 +238,71 @@ def _emit(report: dict[str, Any], fmt: str) -> None:
 
 
 def _cmd_inventory_check(args: argparse.Namespace) -> int:
-    """The status of every inventory entry at the trusted checkpoint (local state only)."""
+    """The status of every inventory entry at the trusted checkpoint (local state only);
+    exit by verdict."""
     items = inventory.parse_inventory(args.inventory.read_bytes())
-    state = LocalState(args.state, None)
+    at = verdicts.time_flag("--at", args.at)
+    state = verdicts.open_state(args.state)
     try:
-        _emit(inventory.check(state, items, _report_time(args.at)), args.format)
+        verdicts.warn_if_behind(args.url, state)
+        report = inventory.check(state, items, at)
+        trusted = state.trusted
+        assert trusted is not None
+        stale = verdicts.is_stale(trusted, args.max_age)
     finally:
         state.close()
-    return 0
+    _emit(report, args.format)
+    refused = [
+        verdicts.EXIT_REFUSE
+        for item in report["items"]
+        if item["status"] in verdicts.REFUSED_STATUSES or item.get("schema_mismatch")
+    ]
+    return verdicts.exit_for([*refused, verdicts.EXIT_STALE if stale else 0])
 
 
 def _cmd_inventory_diff(args: argparse.Namespace) -> int:
     """What changed for the inventory between two signed checkpoints (local state only)."""
     items = inventory.parse_inventory(args.inventory.read_bytes())
-    log_key = Verifier.parse(args.log_key)
+    log_key = auditcli.read_log_key(args.log_key)
     old, _ = open_checkpoint(args.from_checkpoint.read_bytes(), log_key)
     new, _ = open_checkpoint(args.to_checkpoint.read_bytes(), log_key)
-    state = LocalState(args.state, log_key.name)
+    at = verdicts.time_flag("--at", args.at)
+    state = verdicts.open_state(args.state)
     try:
-        _emit(inventory.diff(state, items, old, new, _report_time(args.at)), args.format)
+        if state.origin != log_key.name:
+            raise StateError(ErrorCode.STATE_FOR_ANOTHER_LOG)
+        _emit(inventory.diff(state, items, old, new, at), args.format)
     finally:
         state.close()
     return 0
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("deplog")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="deplog", description="Publish and verify deplog deprecation notices."
+        prog="deplog",
+        description="Publish and verify deplog deprecation notices.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EXIT_EPILOG,
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--version", action="version", version=f"deplog {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sp = sub.add_parser("keygen", help="create a publisher key pair")
-    sp.add_argument("--name", required=True, help="key name, usually the publisher id")
-    sp.add_argument("--out", type=Path, default=Path("keys"), help="directory (default: keys)")
+    sp.add_argument(
+        "--name",
+        required=True,
+        help="the publisher id the key signs for: lower-case letters, digits and '-'",
+    )
+    sp.add_argument(
+        "--out", type=Path, default=Path("keys"), help="directory (default: %(default)s)"
+    )
     sp.set_defaults(func=_cmd_keygen)
 
     publishcli.register(sub)
@@ -198,7 +314,15 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--leaf", type=Path, help="the exact leaf bytes")
     sp.set_defaults(func=_cmd_verify_receipt)
 
-    sp = sub.add_parser("follow", help="follow an authority, verifying every step")
+    sp = sub.add_parser(
+        "follow",
+        help="follow an authority, verifying every step",
+        description=(
+            "Follow an authority into the local state file, verifying every step. "
+            "Without --once it runs until stopped, and retries with backoff while the "
+            "authority is unreachable, also at start-up; --once fails at once."
+        ),
+    )
     sp.add_argument("url", help="authority base URL")
     add_follow_arguments(sp, DEFAULT_STATE)
     add_tiles_argument(sp)
@@ -207,34 +331,53 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"sync once and exit (exit {auditcli.EXIT_NOT_PROVEN}: a suspected, unproven fork)",
     )
+    sp.add_argument(
+        "--json", action="store_true", help="print the first verified step as one JSON object"
+    )
     sp.set_defaults(func=_cmd_follow)
 
-    sp = sub.add_parser("status", help="a tool's status from the local follower state")
+    sp = sub.add_parser(
+        "status",
+        help="a tool's status from the local follower state",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EXIT_EPILOG,
+    )
     sp.add_argument("tool_id", help="tool:<namespace>/<name>")
     sp.add_argument("version", nargs="?", help="a SemVer version (default: every known one)")
-    sp.add_argument(
-        "--state",
-        type=Path,
-        default=Path(DEFAULT_STATE),
-        help=f"local state file (default: {DEFAULT_STATE})",
-    )
+    verdicts.add_state_arguments(sp, DEFAULT_STATE)
+    sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     sp.set_defaults(func=_cmd_status)
 
+    verdicts.register(sub, DEFAULT_STATE)
+
     inv = sub.add_parser("inventory", help="report on an inventory of cached tools")
-    isub = inv.add_subparsers(dest="inventory_command", required=True)
+    isub = inv.add_subparsers(dest="inventory_command", required=True, metavar="COMMAND")
     for name, fn, help_text in (
         ("check", _cmd_inventory_check, "each entry's status at the trusted checkpoint"),
         ("diff", _cmd_inventory_diff, "what changed for the inventory between two checkpoints"),
     ):
-        sp = isub.add_parser(name, help=help_text)
-        sp.add_argument("inventory", type=Path, help='JSON: [{"tool_id", "version"}, ...]')
-        sp.add_argument(
-            "--state",
-            type=Path,
-            default=Path(DEFAULT_STATE),
-            help=f"local follower state (default: {DEFAULT_STATE})",
+        sp = isub.add_parser(
+            name,
+            help=help_text,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=_EXIT_EPILOG if name == "check" else None,
         )
-        sp.add_argument("--format", choices=("json", "markdown"), default="json")
+        sp.add_argument("inventory", type=Path, help='JSON: [{"tool_id", "version"}, ...]')
+        if name == "check":
+            verdicts.add_state_arguments(sp, DEFAULT_STATE)
+        else:
+            sp.add_argument(
+                "--state",
+                type=Path,
+                default=Path(DEFAULT_STATE),
+                help="local follower state file, written by deplog follow (default: %(default)s)",
+            )
+        sp.add_argument(
+            "--format",
+            choices=("json", "markdown"),
+            default="json",
+            help="report format: json (the documented shape) or markdown (default: %(default)s)",
+        )
         sp.add_argument("--at", help="RFC 3339 UTC time to evaluate statuses at (default: now)")
         sp.set_defaults(func=fn)
         if name == "diff":
@@ -252,11 +395,24 @@ def parser() -> argparse.ArgumentParser:
                 required=True,
                 help="the newer signed checkpoint",
             )
-            sp.add_argument("--log-key", required=True, help="the log's verifier key")
+            sp.add_argument(
+                "--log-key", required=True, help="the log's verifier key, or a file holding it"
+            )
 
     auditcli.register(sub)
     monitorcli.register(sub)
     return p
+
+
+_EXIT_EPILOG = (
+    "exit codes of status, check and inventory check:\n"
+    "  0  every entry may be served (active or deprecated)\n"
+    "  1  an error\n"
+    "  2  a usage error\n"
+    f"  {verdicts.EXIT_REFUSE}  an entry must be refused (revoked, sunset, schema mismatch)\n"
+    f"  {verdicts.EXIT_STALE}  stale: the state is older than --max-age; run deplog follow\n"
+    f"  {verdicts.EXIT_UNKNOWN}  unknown (check): not a deplog tool id or version"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -267,11 +423,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"deplog: {err.message}", file=sys.stderr)
         return err.exit_status
     except DeplogError as err:
-        print(f"deplog: {err.code}", file=sys.stderr)
+        print(f"deplog: {explain(err)}", file=sys.stderr)
         return 1
     except OSError as err:
-        print(f"deplog: {err.strerror or type(err).__name__}", file=sys.stderr)
-        return 1
+        fault = file_fault(err)
+        print(f"deplog: {fault.message}", file=sys.stderr)
+        return fault.exit_status
 
 
 if __name__ == "__main__":

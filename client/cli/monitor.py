@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Final
 
 from deplog.client.cli.audit import EXIT_NOT_PROVEN
-from deplog.client.cli.trust import add_follow_arguments, load_trust, log_origin
+from deplog.client.cli.trust import add_follow_arguments, load_trust, log_origin, writing_state
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.follow.follower import Follower, SyncResult
 from deplog.client.follow.monitor import (
@@ -54,7 +54,7 @@ def _key_id(value: str) -> bytes:
     try:
         return bytes(read_verifier_key(value).key_id)
     except (DeplogError, OSError):
-        raise CLIError("--key-id takes 8 hex digits, a verifier key or a .pub file") from None
+        raise CLIError("--key-id takes 8 hex digits, a verifier key or a .pub file", 2) from None
 
 
 def _namespace(value: str) -> str:
@@ -108,7 +108,8 @@ def _follow(args: argparse.Namespace, trust: Verifier | Policy, monitor: Monitor
                 await follower.run(args.interval)
 
     try:
-        asyncio.run(follow())
+        with writing_state(args.state):
+            asyncio.run(follow())
     except KeyboardInterrupt:
         return 130
     except ForkError as err:

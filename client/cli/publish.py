@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from deplog.client.cli.messages import UNREACHABLE, explain_code
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.files import write_atomic
 from deplog.client.model.entries import NoticeEntry, encode_entry
@@ -341,7 +342,9 @@ def _notice_error(code: str) -> tuple[str, str]:
         "bad_digest": ("--schema-digest", "a digest is sha256:<64 lower-case hex digits>"),
         "sunset_before_effective": ("--sunset-at", "the sunset cannot come before --effective-at"),
         "too_long": ("--message", "a message is at most 500 characters of plain text"),
-    }.get(code, ("the notice", "the flags do not make a valid notice"))
+    }.get(code, ("the notice", ""))
+    if not why:  # the one sentence every command prints for the code
+        return flag, explain_code(code)
     return flag, f"{code}: {why}"
 
 
@@ -419,17 +422,14 @@ def _post(url: str, envelope: Envelope) -> _Answer:
             code = "no error code"
         retry_after = err.headers.get("Retry-After", "")
         later = f", retry after {retry_after} s" if retry_after.isdigit() else ""
+        sentence = explain_code(code).partition(": ")[2] or "no sentence for that code"
         if err.code in _RETRYABLE_STATUSES or err.code >= 500:
             raise CLIError(
-                f"not confirmed ({err.code} {code}{later})", EXIT_NOT_CONFIRMED
+                f"not confirmed ({err.code} {code}{later}): {sentence}", EXIT_NOT_CONFIRMED
             ) from None
-        raise CLIError(f"refused ({err.code} {code})", EXIT_REFUSED) from None
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
-        reason = getattr(err, "reason", err)
-        raise CLIError(
-            f"not confirmed: cannot reach the authority ({type(reason).__name__})",
-            EXIT_NOT_CONFIRMED,
-        ) from None
+        raise CLIError(f"refused ({err.code} {code}): {sentence}", EXIT_REFUSED) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException):
+        raise CLIError(f"not confirmed: {UNREACHABLE}", EXIT_NOT_CONFIRMED) from None
 
 
 def _resubmit_command(envelope_path: Path, args: argparse.Namespace) -> str:
@@ -498,8 +498,18 @@ def _cmd_publish(args: argparse.Namespace) -> int:
             f"{_resubmit_command(envelope_path, args)}",
             failure.exit_status,
         ) from None
-    verified = "verified" if log_key is not None else "not verified: pass --log-key"
     kind = "logged" if answer.status == 201 else "already logged"
+    if args.json:
+        shape = {
+            "result": kind.replace(" ", "_"),
+            "index": receipt.index,
+            "envelope": str(envelope_path),
+            "receipt": f"{stem}.tlog-proof",
+            "verified": log_key is not None,
+        }
+        print(json.dumps(shape, sort_keys=True))
+        return EXIT_OK
+    verified = "verified" if log_key is not None else "not verified: pass --log-key"
     print(f"{kind} at index {receipt.index} ({verified}); receipt: {stem}.tlog-proof")
     return EXIT_OK
 
@@ -561,5 +571,8 @@ def register(sub: Any) -> None:
     )
     sp.add_argument(
         "--out", type=Path, default=Path("."), help="where the envelope and receipt go (default: .)"
+    )
+    sp.add_argument(
+        "--json", action="store_true", help="print the outcome as one JSON object instead of text"
     )
     sp.set_defaults(func=_cmd_publish)

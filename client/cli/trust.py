@@ -19,17 +19,20 @@ fork) is retried through it at once (``client.follow.follower`` rule 5).
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator
+import contextlib
+import dataclasses
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
-from deplog.client.cli.audit import read_bounded
+from deplog.client.cli.audit import read_bounded, read_log_key
 from deplog.client.errors import CLIError
 from deplog.client.follow.http import DEFAULT_TIMEOUT, HttpLogSource
 from deplog.client.follow.source import LogSource
 from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB
 from deplog.client.follow.tiles import TilesLogSource, publishes_tiles
-from deplog.client.tlog.keyfile import read_verifier_key
+from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault, database_files
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy
 
@@ -41,6 +44,8 @@ __all__ = [
     "load_trust",
     "log_origin",
     "open_log",
+    "state_fault",
+    "writing_state",
 ]
 
 TILES_AUTO = "auto"
@@ -53,8 +58,58 @@ def load_trust(log_key: str | None, policy: Path | None) -> Verifier | Policy:
     if policy is not None:
         return Policy.parse(read_bounded(policy, MAX_POLICY_SIZE))
     if log_key is not None:
-        return read_verifier_key(log_key)
-    raise CLIError("give the trust policy (--policy FILE) or the log key (--log-key)")
+        return read_log_key(log_key)
+    raise CLIError("give the trust policy (--policy FILE) or the log key (--log-key)", 2)
+
+
+def state_fault(err: sqlite3.Error | OSError, path: Path) -> StorageFault:
+    """``client.storage_faults``' classification of a follower state file, with advice
+    for a state: it is a verified copy of the log, so a corrupt one is rebuilt, not
+    restored."""
+    fault = database_fault(err, path)
+    if fault.kind is not CORRUPT:
+        return fault
+    advice = "move it aside and run deplog follow again into a new --state"
+    return StorageFault(dataclasses.replace(CORRUPT, advice=advice), path, fault.evidence)
+
+
+@contextlib.contextmanager
+def writing_state(path: Path) -> Iterator[None]:
+    """Run a command that writes the state file ``path``: a state SQLite cannot open or
+    write is one line naming it, with ``client.storage_faults``' exit status (77
+    permission, 73 disk full, 74 I/O, 65 proven corruption). Whatever ends the run, the
+    files it created for a state that never held a verified checkpoint are removed, so a
+    failed first follow leaves nothing behind."""
+    if not path.parent.is_dir():
+        raise CLIError(f"--state: the directory {path.parent} does not exist; create it first", 2)
+    if path.is_dir():
+        raise CLIError(f"--state: {path} is a directory; give a file path in it", 2)
+    existed = {file for file in database_files(path) if file.exists()}
+    try:
+        yield
+    except BaseException as err:
+        if path not in existed and not _holds_checkpoint(path):
+            for file in database_files(path):
+                if file not in existed:
+                    with contextlib.suppress(OSError):
+                        file.unlink()
+        if isinstance(err, sqlite3.Error):
+            raise state_fault(err, path) from None
+        raise
+
+
+def _holds_checkpoint(path: Path) -> bool:
+    """Whether the state at ``path`` holds a verified checkpoint (when unsure: yes, keep it)."""
+    if not path.exists():
+        return False
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT 1 FROM trusted").fetchone() is not None
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return True
 
 
 def log_origin(trust: Verifier | Policy) -> str:

@@ -148,8 +148,7 @@ class Follower:
     ``malformed_tile``, ``malformed_bundle``). A long advance commits every
     ``chunk_size`` entries and resumes from the last chunk after a kill;
     ``memory_mib`` bounds the tool statuses kept in memory
-    (``client.follow.state``); ``progress`` hears (entries done, size being
-    synced to) after every page of a sync.
+    (``client.follow.state``).
     """
 
     def __init__(
@@ -164,7 +163,6 @@ class Follower:
         fallback: LogSource | None = None,
         chunk_size: int = CHUNK_SIZE,
         memory_mib: float = DEFAULT_MEMORY_BUDGET_MIB,
-        progress: Progress | None = None,
     ) -> None:
         if not 1 <= page_size <= PAGE_SIZE:
             raise ValueError("page_size must be between 1 and 1000")
@@ -188,7 +186,6 @@ class Follower:
         self.page_size = page_size
         self.fallback = fallback
         self.chunk_size = chunk_size
-        self.progress = progress
         self._step = asyncio.Lock()
         self._listeners: list[OnAdvance] = []
         self.counters = FollowerCounters()
@@ -205,20 +202,22 @@ class Follower:
             await self._owned.close()
         self.state.close()
 
-    async def sync(self) -> SyncResult:
-        """One verified step to the log's latest checkpoint."""
-        return await self.sync_to(await self.source.checkpoint())
+    async def sync(self, on_progress: Progress | None = None) -> SyncResult:
+        """One verified step to the log's latest checkpoint (``on_progress``: see sync_to)."""
+        return await self.sync_to(await self.source.checkpoint(), on_progress)
 
-    async def sync_to(self, note: bytes) -> SyncResult:
+    async def sync_to(self, note: bytes, on_progress: Progress | None = None) -> SyncResult:
         """One verified step to the checkpoint ``note`` (fetched, or pushed to us).
 
         Steps run one at a time (a push can arrive during a poll); listeners
         registered with ``add_listener`` hear about every advance.
+        ``on_progress(done, total)`` hears of each verified page of entries
+        (``source.Progress``: counted from where this step took the advance up).
         """
         async with self._step:
             old_size = self.state.size
             try:
-                advanced = await self._step_via(self.source, note)
+                advanced = await self._step_via(self.source, note, on_progress)
             except DeplogError as failure:
                 if isinstance(failure, SuspectedForkError):
                     self._suspect(failure)
@@ -227,7 +226,7 @@ class Follower:
                 log.warning(
                     "sync via the log source failed: %s; retrying via the fallback", failure.code
                 )
-                advanced = await self._sync_fallback(self.fallback)
+                advanced = await self._sync_fallback(self.fallback, on_progress)
             self.counters.consecutive_suspicions = 0
             trusted = self.state.trusted
             assert trusted is not None
@@ -247,20 +246,24 @@ class Follower:
                 await outcome
         return result
 
-    async def _step_via(self, source: LogSource, note: bytes | None) -> Advanced | None:
-        """One ``sync_step`` over ``source`` with the follower's page, chunk and progress."""
+    async def _step_via(
+        self, source: LogSource, note: bytes | None, on_progress: Progress | None
+    ) -> Advanced | None:
+        """One ``sync_step`` over ``source`` with the follower's page and chunk sizes."""
         return await sync_step(
             source,
             self.trust,
             note,
             page_size=self.page_size,
             chunk_size=self.chunk_size,
-            progress=self.progress,
+            on_progress=on_progress,
         )
 
-    async def _sync_fallback(self, fallback: LogSource) -> Advanced | None:
+    async def _sync_fallback(
+        self, fallback: LogSource, on_progress: Progress | None
+    ) -> Advanced | None:
         try:
-            return await self._step_via(fallback, None)
+            return await self._step_via(fallback, None, on_progress)
         except SuspectedForkError as suspicion:
             self._suspect(suspicion)
             raise

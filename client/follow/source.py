@@ -57,7 +57,8 @@ CHUNK_SIZE: Final = 20_000
 """Entries an advance verifies between two committed chunks (what a kill may cost)."""
 
 Progress = Callable[[int, int], None]
-"""Hears a sync's progress: (entries of the log done, size being synced to)."""
+"""Hears a sync's progress: (entries done, entries to do), counted from where this process
+took the advance up (a resumed one from its last committed chunk), so a rate is true."""
 
 
 class FetchError(DeplogError):
@@ -150,7 +151,7 @@ async def sync_step(
     *,
     page_size: int = PAGE_SIZE,
     chunk_size: int = CHUNK_SIZE,
-    progress: Progress | None = None,
+    on_progress: Progress | None = None,
 ) -> Advanced | None:
     """One verified step of ``trusted`` to the source's latest checkpoint, or to ``note``.
 
@@ -163,10 +164,11 @@ async def sync_step(
     ``page_size`` leaves in memory), committed every ``chunk_size`` entries
     once the source's consistency proof shows them part of the checkpoint's
     tree, and the advance completes only if they rebuild that tree. Returns
-    what the step changed (None if nothing). ``progress`` hears (entries of
-    the log done, size being synced to) after every page. Any refusal (a
-    ``TrustError`` from a check, a ``FetchError`` from the source) leaves the
-    trusted checkpoint where it was.
+    what the step changed (None if nothing). ``on_progress(done, total)``
+    hears of each verified page (``Progress``: entries of the advance, from
+    where this call took it up). Any refusal (a ``TrustError`` from a check,
+    a ``FetchError`` from the source) leaves the trusted checkpoint where it
+    was.
     """
     if page_size < 1 or chunk_size < 1:
         raise ValueError("page_size and chunk_size must be at least 1")
@@ -174,7 +176,7 @@ async def sync_step(
     noticed: tuple[object, ...] = ()
     resumed = trusted.resume()
     if resumed is not None:
-        noticed = (await _run(source, resumed, page_size, chunk_size, progress)).noticed
+        noticed = (await _run(source, resumed, page_size, chunk_size, on_progress)).noticed
     if note is None:
         note = await source.checkpoint()
     candidate = trusted.check_checkpoint(note)
@@ -183,7 +185,7 @@ async def sync_step(
         trusted.refresh(candidate)
     else:
         trusted.check_consistency(candidate, await source.consistency(old, new))
-        step = await _run(source, trusted.advance(candidate), page_size, chunk_size, progress)
+        step = await _run(source, trusted.advance(candidate), page_size, chunk_size, on_progress)
         noticed += step.noticed
     if trusted.state.size == start_size:
         return None
@@ -195,16 +197,16 @@ async def _run(
     session: AdvanceSession,
     page_size: int,
     chunk_size: int,
-    progress: Progress | None,
+    on_progress: Progress | None,
 ) -> Advanced:
     """Feed ``session`` its entries page by page, committing each proven chunk."""
-    new = session.checkpoint.size
+    first, new = session.next_index, session.checkpoint.size
     with session:
         while session.next_index < new:
             start = session.next_index
             session.add(await fetch_page(source, start, min(new, start + page_size)))
             if session.chunk_entries >= chunk_size and session.next_index < new:
                 session.commit_chunk(await source.consistency(session.next_index, new))
-            if progress is not None:
-                progress(session.next_index, new)
+            if on_progress is not None:
+                on_progress(session.next_index - first, new - first)
         return session.finish()

@@ -107,6 +107,38 @@ def test_exported_log_replays_offline(published: Published, tmp_path: Path) -> N
     assert replayed.returncode == 0, replayed.stderr
     assert "replayed 4 entries" in replayed.stdout
     assert "1 publisher entries, notices: 3 deprecate" in replayed.stdout
+    assert "replaying entries: 4/4 entries" in replayed.stderr  # progress, off a terminal
+
+
+def test_audit_commands_print_one_json_object_with_json(
+    published: Published, tmp_path: Path
+) -> None:
+    replayed = deplog(
+        "audit",
+        "replay",
+        "--json",
+        "--log-key",
+        published.log_key_file,
+        published.export_dir,
+        cwd=tmp_path,
+    )
+    assert (replayed.returncode, replayed.stderr) == (0, "")  # --json: no progress either
+    report = json.loads(replayed.stdout)
+    assert report["ok"] is True and report["checkpoint"]["size"] == 4
+    assert (report["notices"], report["publisher_entries"]) == ({"deprecate": 3}, 1)
+    checked = deplog(
+        "audit",
+        "receipt",
+        "--json",
+        "--log-key",
+        published.log_key_file,
+        published.receipt,
+        "--envelope",
+        published.envelope,
+        cwd=tmp_path,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["index"] == 1
 
 
 def test_replay_names_the_index_of_a_tampered_byte(published: Published, tmp_path: Path) -> None:
@@ -129,7 +161,7 @@ def test_replay_names_the_index_of_a_tampered_byte(published: Published, tmp_pat
         cwd=tmp_path,
     )
     assert replayed.returncode == 1
-    assert replayed.stderr.strip().endswith("at index 2"), replayed.stderr
+    assert "bad_leaf (unknown_field) at index 2;" in replayed.stderr, replayed.stderr
     assert replayed.stdout == ""
 
 

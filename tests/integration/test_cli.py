@@ -114,7 +114,9 @@ def test_verify_receipt_fails_for_another_entry(
         cwd=tmp_path,
     )
     assert mismatched.returncode == 1
-    assert mismatched.stderr.strip() == "deplog: bad_inclusion_proof"
+    assert mismatched.stderr.strip() == (
+        "deplog: bad_inclusion_proof: the inclusion proof (or receipt) does not lead to the root"
+    )
 
 
 def test_publish_refusal_prints_the_stable_code(
@@ -140,8 +142,9 @@ def test_publish_refusal_prints_the_stable_code(
     assert refused.returncode == 1
     line = refused.stderr.strip()
     assert line.startswith(
-        "deplog: refused (401 unknown_publisher); the envelope is saved in intruder-"
+        "deplog: refused (401 unknown_publisher): the authority does not know this publisher"
     )
+    assert "; the envelope is saved in intruder-" in line
     assert "resubmit it with: deplog publish --resubmit intruder-" in line
 
 

@@ -209,8 +209,8 @@ def test_follow_and_status_commands(
     followed = deplog("follow", authority.url, "--log-key", authority.log_verifier.vkey(), "--once")
     assert followed.returncode == 0, followed.stderr
     assert followed.stdout.strip() == f"trusted {authority.log_verifier.name} at size 2"
-    status = deplog("status", TOOL, "1.0.0")
-    assert status.returncode == 0, status.stderr
+    status = deplog("status", TOOL, "1.0.0", "--json")
+    assert status.returncode == 5, status.stderr  # revoked: a script must refuse it
     shown = json.loads(status.stdout)
     assert (shown["status"], shown["notices"]) == ("revoked", [1])
     assert shown["processed_through"]["size"] == 2

@@ -41,8 +41,8 @@ FOLLOWER = textwrap.dedent(
         def progress(done, target):
             print(done, flush=True)
         async with Follower(url, Verifier.parse(key), state, page_size=50,
-                            chunk_size=int(sys.argv[4]), progress=progress) as follower:
-            await follower.sync()
+                            chunk_size=int(sys.argv[4])) as follower:
+            await follower.sync(progress)
 
     asyncio.run(main(*sys.argv[1:4]))
     """

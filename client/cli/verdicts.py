@@ -1,0 +1,259 @@
+"""What the read-only ``deplog`` commands decide, as exit statuses a script can branch on.
+
+``deplog check``, ``deplog status`` and ``deplog inventory check`` answer from
+the follower's verified local state only, and share one exit table
+(``VERDICT_EXITS``), the guard's verdicts (``client.cache.guard``):
+
+    0  every entry may be served (active, or deprecated: serve and pass it on)
+    1  an error (the message says which)
+    2  a usage error (a flag or argument)
+    5  an entry must be refused (revoked, sunset, schema mismatch)
+    6  stale: the state was last verified longer ago than --max-age (or the
+       cached copy predates the latest notice): run deplog follow, refetch
+    7  unknown: not a deplog tool id or version (check)
+
+Several entries: the most severe wins (refuse over stale over unknown).
+
+Rules:
+
+1. A read-only command never creates a state file: a missing one is the one
+   sentence ``messages.NO_STATE_YET`` and exit 1.
+2. With ``--url``, a command that reads the state also asks the authority for
+   its checkpoint (one request, short timeout) and warns on stderr when the log
+   is ahead of the state; the warning never changes the result or the exit
+   status, and an unreachable authority only skips it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+from deplog.client.cache.guard import DEFAULT_FRESHNESS, Decision, Guard, Verdict
+from deplog.client.cli.messages import NO_STATE_YET, explain
+from deplog.client.cli.trust import state_fault
+from deplog.client.errors import CLIError, DeplogError
+from deplog.client.follow.state import LocalState, TrustedCheckpoint
+from deplog.client.model.notice import parse_timestamp
+from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.note import MAX_NOTE_SIZE, parse_note
+from deplog.client.tlog.timestamps import format_timestamp
+
+__all__ = [
+    "BEHIND_TIMEOUT",
+    "EXIT_REFUSE",
+    "EXIT_STALE",
+    "EXIT_UNKNOWN",
+    "REFUSED_STATUSES",
+    "VERDICT_EXITS",
+    "add_state_arguments",
+    "exit_for",
+    "is_stale",
+    "open_state",
+    "processed_through",
+    "register",
+    "time_flag",
+    "warn_if_behind",
+]
+
+EXIT_REFUSE: Final = 5
+EXIT_STALE: Final = 6
+EXIT_UNKNOWN: Final = 7
+VERDICT_EXITS: Final[dict[Verdict, int]] = {
+    Verdict.SERVE: 0,
+    Verdict.WARN: 0,
+    Verdict.REFUSE: EXIT_REFUSE,
+    Verdict.STALE: EXIT_STALE,
+    Verdict.UNKNOWN: EXIT_UNKNOWN,
+}
+_SEVERITY: Final = (EXIT_REFUSE, EXIT_STALE, EXIT_UNKNOWN)
+REFUSED_STATUSES: Final = frozenset({"revoked", "sunset"})
+"""Version statuses a guard refuses to serve."""
+BEHIND_TIMEOUT: Final = 3.0
+"""Seconds the optional is-the-state-behind request may take (rule 2)."""
+
+
+def exit_for(codes: list[int]) -> int:
+    """The most severe of several entries' exit statuses (0 if all may be served)."""
+    for code in _SEVERITY:
+        if code in codes:
+            return code
+    return 0
+
+
+def open_state(path: Path) -> LocalState:
+    """The follower state at ``path`` for reading; never creates one (rule 1)."""
+    if not path.exists():
+        raise CLIError(f"{path}: no such state file; {NO_STATE_YET}")
+    try:
+        return LocalState(path, None)
+    except (sqlite3.Error, OSError) as err:
+        raise state_fault(err, path) from None
+
+
+def time_flag(flag: str, text: str | None) -> datetime:
+    """An RFC 3339 UTC time given to ``flag``, or now; a bad one is a usage error naming it."""
+    if text is None:
+        return datetime.now(UTC).replace(microsecond=0)
+    try:
+        return parse_timestamp(text)
+    except DeplogError as err:
+        raise CLIError(f"{flag}: {explain(err)}", 2) from None
+
+
+def is_stale(trusted: TrustedCheckpoint, max_age: timedelta) -> bool:
+    """Whether the state was last verified longer ago than ``max_age``."""
+    return datetime.now(UTC) - trusted.verified_at > max_age
+
+
+def processed_through(trusted: TrustedCheckpoint) -> dict[str, Any]:
+    """The signed checkpoint an answer was made at (every --json shape carries it)."""
+    return {
+        "size": trusted.size,
+        "verified_at": format_timestamp(trusted.verified_at),
+        "checkpoint": trusted.note.decode(),
+    }
+
+
+def warn_if_behind(url: str | None, state: LocalState) -> None:
+    """Rule 2: one stderr line when the authority at ``url`` serves a larger tree."""
+    if url is None or state.trusted is None:
+        return
+    try:
+        with urllib.request.urlopen(
+            url.rstrip("/") + "/checkpoint", timeout=BEHIND_TIMEOUT
+        ) as answer:
+            note = bytes(answer.read(MAX_NOTE_SIZE + 1))
+        size = Checkpoint.from_text(parse_note(note)[0]).size
+    except (OSError, ValueError, urllib.error.URLError, DeplogError):
+        return
+    if size > state.size:
+        print(
+            f"deplog: warning: the local state is at size {state.size} but the authority "
+            f"serves size {size}: run deplog follow to catch up",
+            file=sys.stderr,
+        )
+
+
+def _seconds(text: str) -> timedelta:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return timedelta(seconds=value)
+
+
+def add_state_arguments(parser: argparse.ArgumentParser, default_state: str) -> None:
+    """The arguments of every command that reads the state: the file, freshness, --url."""
+    parser.add_argument(
+        "--state",
+        type=Path,
+        default=Path(default_state),
+        help="local follower state file, written by deplog follow (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-age",
+        type=_seconds,
+        default=DEFAULT_FRESHNESS,
+        metavar="SECONDS",
+        help=(
+            "the state is stale (exit 6) when last verified longer ago than this "
+            f"(default: {DEFAULT_FRESHNESS.total_seconds():g})"
+        ),
+    )
+    parser.add_argument(
+        "--url",
+        help="authority base URL: warn on stderr when the state is behind it (never fails)",
+    )
+
+
+def _decision_json(decision: Decision) -> dict[str, Any]:
+    through = decision.processed_through
+    return {
+        "tool_id": decision.tool_id,
+        "version": decision.version,
+        "verdict": str(decision.verdict),
+        "reason": decision.reason,
+        "may_serve": decision.may_serve,
+        "status": None if decision.status is None else decision.status.to_json(),
+        "processed_through": None
+        if through is None
+        else {
+            "size": through.size,
+            "verified_at": format_timestamp(through.verified_at),
+            "checkpoint": through.checkpoint,
+        },
+    }
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """The guard's verdict for one cached tool version, and its exit status."""
+    # No --cached-at: a copy fetched this instant, which no processed notice postdates.
+    cached_at = time_flag("--cached-at", args.cached_at) if args.cached_at else datetime.now(UTC)
+    state = open_state(args.state)
+    try:
+        warn_if_behind(args.url, state)
+        decision = Guard(state, freshness=args.max_age).check(
+            args.tool_id, args.version, cached_at=cached_at, schema_digest=args.schema_digest
+        )
+    finally:
+        state.close()
+    if args.json:
+        print(json.dumps(_decision_json(decision), sort_keys=True))
+    else:
+        through = decision.processed_through
+        at = (
+            "nothing verified yet"
+            if through is None
+            else f"processed through size {through.size}, verified at "
+            f"{format_timestamp(through.verified_at)}"
+        )
+        print(f"{decision.verdict} ({decision.reason}): {args.tool_id} {args.version}; {at}")
+    return VERDICT_EXITS[decision.verdict]
+
+
+def register(sub: Any, default_state: str) -> None:
+    """Add ``check``: the guard's verdict from the shell."""
+    codes = "\n".join(
+        f"  {code}  {meaning}"
+        for code, meaning in (
+            (0, "serve (active), or serve with a warning (deprecated)"),
+            (1, "an error"),
+            (2, "a usage error"),
+            (EXIT_REFUSE, "refuse: revoked, sunset or schema mismatch"),
+            (EXIT_STALE, "stale: run deplog follow (or refetch the cached copy)"),
+            (EXIT_UNKNOWN, "unknown: not a deplog tool id or version"),
+        )
+    )
+    sp = sub.add_parser(
+        "check",
+        help="the cache guard's verdict for one tool version, from the local state",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Decide, from the verified local state only, whether a cached copy of a tool\n"
+            "version may be served, and at which signed checkpoint the answer was made."
+        ),
+        epilog=f"exit codes:\n{codes}",
+    )
+    sp.add_argument("tool_id", help="tool:<namespace>/<name>")
+    sp.add_argument("version", help="a SemVer version, e.g. 1.2.0")
+    sp.add_argument(
+        "--cached-at",
+        metavar="TIME",
+        help="RFC 3339 UTC time the cached copy was fetched (default: now)",
+    )
+    sp.add_argument(
+        "--schema-digest", help="sha256:<hex> of the cached definition (refused on a mismatch)"
+    )
+    add_state_arguments(sp, default_state)
+    sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    sp.set_defaults(func=_cmd_check)
