@@ -28,7 +28,7 @@ so both hold a server to the same rules, each refusal a ``FetchError``:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Any, Final, Self
 
 import aiohttp
 from aiohttp.http_exceptions import LineTooLong
@@ -47,7 +47,9 @@ __all__ = [
     "MAX_PAGE_BYTES",
     "MAX_PROOF_BYTES",
     "PUSH_READ_TIMEOUT",
+    "HttpClient",
     "HttpLogSource",
+    "read_bounded",
 ]
 
 DEFAULT_TIMEOUT: Final = 10.0
@@ -67,26 +69,16 @@ _MAX_JSON_DEPTH: Final = 4
 _CHUNK: Final = 64 * 1024
 
 
-class HttpLogSource:
-    """A log read over the authority's HTTP API, with rules 1 to 5.
+class HttpClient:
+    """An HTTP client's session: without ``session`` it opens its own on first use and
+    ``close`` ends it; a session passed in belongs to the caller, who closes it."""
 
-    Without ``session`` it opens its own on first use and ``close`` ends it;
-    a session passed in belongs to the caller, who closes it.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        session: aiohttp.ClientSession | None = None,
-    ) -> None:
-        self.url = url.rstrip("/")
+    def __init__(self, timeout: float, session: aiohttp.ClientSession | None) -> None:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._session = session
         self._own_session = session is None
 
-    async def __aenter__(self) -> HttpLogSource:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -101,6 +93,37 @@ class HttpLogSource:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self.timeout)
         return self._session
+
+
+async def read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """``response``'s body, refused as ``response_too_large`` past ``limit`` bytes, whether
+    its Content-Length says so or it only streams that much (rule 2)."""
+    if (response.content_length or 0) > limit:
+        raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "response exceeds its bound")
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(_CHUNK):
+        body += chunk
+        if len(body) > limit:
+            raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "response exceeds its bound")
+    return bytes(body)
+
+
+class HttpLogSource(HttpClient):
+    """A log read over the authority's HTTP API, with rules 1 to 5.
+
+    Without ``session`` it opens its own on first use and ``close`` ends it;
+    a session passed in belongs to the caller, who closes it.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        super().__init__(timeout, session)
 
     async def checkpoint(self) -> bytes:
         return await self._get("/checkpoint", {}, MAX_CHECKPOINT_BYTES)
@@ -155,14 +178,7 @@ class HttpLogSource:
             ) as response:
                 if response.status != 200:
                     raise FetchError(ErrorCode.FETCH_FAILED, f"HTTP {response.status}")
-                if (response.content_length or 0) > limit:
-                    raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "response exceeds its bound")
-                body = bytearray()
-                async for chunk in response.content.iter_chunked(_CHUNK):
-                    body += chunk
-                    if len(body) > limit:
-                        raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "response exceeds its bound")
-                return bytes(body)
+                return await read_bounded(response, limit)
         except (aiohttp.ClientError, TimeoutError):
             raise FetchError(ErrorCode.FETCH_FAILED, "authority unreachable") from None
 

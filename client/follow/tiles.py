@@ -51,7 +51,12 @@ from typing import Final
 import aiohttp
 
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.follow.http import DEFAULT_TIMEOUT, MAX_CHECKPOINT_BYTES
+from deplog.client.follow.http import (
+    DEFAULT_TIMEOUT,
+    MAX_CHECKPOINT_BYTES,
+    HttpClient,
+    read_bounded,
+)
 from deplog.client.follow.source import FetchError
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import parse_note
@@ -86,7 +91,6 @@ CACHE_TILES: Final = 1024
 """Authenticated hash tiles kept (8 MiB at most); a 10^9-leaf tree has ~16 k tiles above level 0."""
 MAX_REDIRECTS: Final = 3
 _KEEP_TREES: Final = 4
-_CHUNK: Final = 64 * 1024
 
 
 def max_tile_bytes(tile: HashTile | EntryTile) -> int:
@@ -118,7 +122,7 @@ def cut_to_width(tile: HashTile | EntryTile, full_data: bytes) -> bytes:
     return encode_entry_bundle(tile, entries[: tile.width])
 
 
-class TilesLogSource:
+class TilesLogSource(HttpClient):
     """A log read from the tlog-tiles under ``url``, with rules 1 to 5.
 
     Without ``session`` it opens its own on first use and ``close`` ends it;
@@ -138,28 +142,10 @@ class TilesLogSource:
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError("a tiles URL is http or https")
         self._scheme = parts.scheme
-        self.timeout = aiohttp.ClientTimeout(total=timeout)
-        self._session = session
-        self._own_session = session is None
+        super().__init__(timeout, session)
         self._trees: OrderedDict[int, bytes] = OrderedDict()
         self._cache: OrderedDict[HashTile, bytes] = OrderedDict()
         self.requests = 0
-
-    async def __aenter__(self) -> TilesLogSource:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        if self._own_session and self._session is not None:
-            await self._session.close()
-        self._session = None
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
-        return self._session
 
     # --- the LogSource questions ------------------------------------------------------
 
@@ -298,21 +284,10 @@ class TilesLogSource:
                         return None
                     if response.status != 200:
                         raise FetchError(ErrorCode.FETCH_FAILED, f"HTTP {response.status}")
-                    return await _read_bounded(response, limit)
+                    return await read_bounded(response, limit)
         except (aiohttp.ClientError, TimeoutError, ValueError):
             raise FetchError(ErrorCode.FETCH_FAILED, "tiles unreachable") from None
         raise FetchError(ErrorCode.FETCH_FAILED, "too many redirects")
-
-
-async def _read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
-    if (response.content_length or 0) > limit:
-        raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "response exceeds its bound")
-    body = bytearray()
-    async for chunk in response.content.iter_chunked(_CHUNK):
-        body += chunk
-        if len(body) > limit:
-            raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "response exceeds its bound")
-    return bytes(body)
 
 
 async def publishes_tiles(source: TilesLogSource) -> bool:
