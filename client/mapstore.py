@@ -206,6 +206,19 @@ class StoredMap(VerifiableMap):
         for statement in SCHEMA:
             conn.execute(statement)
 
+    @staticmethod
+    def drop_unless_at(conn: sqlite3.Connection, size: int) -> None:
+        """Remove the map's tables (in the caller's transaction) unless the map is at
+        ``size``: for a holder whose map went past the size it keeps, which cannot be
+        rewound (rows are rewritten in place)."""
+        tables = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'map_state'"
+        ).fetchone()
+        if tables is None or StoredMap(conn).size() in (None, size):
+            return
+        for table in ("map_inner", "map_leaf", "map_record", "map_state"):
+            conn.execute(f"DROP TABLE {table}")
+
     def size(self) -> int | None:
         """The log size folded in, None if this database has no map yet."""
         row = self.conn.execute("SELECT size FROM map_state WHERE id = 1").fetchone()

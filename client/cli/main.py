@@ -127,7 +127,9 @@ def _cmd_follow(args: argparse.Namespace) -> int:
     async def follow() -> None:
         async with (
             open_log(args.url, args.tiles, args.timeout) as (source, fallback),
-            Follower(source, trust, args.state, fallback=fallback) as follower,
+            Follower(
+                source, trust, args.state, fallback=fallback, memory_mib=args.memory_budget
+            ) as follower,
         ):
 
             def report(result: SyncResult) -> None:

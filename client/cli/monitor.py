@@ -92,7 +92,9 @@ def _follow(args: argparse.Namespace, trust: Verifier | Policy, monitor: Monitor
         found += _print_events(result)
 
     async def follow() -> None:
-        async with Follower(args.url, trust, args.state, timeout=args.timeout) as follower:
+        async with Follower(
+            args.url, trust, args.state, timeout=args.timeout, memory_mib=args.memory_budget
+        ) as follower:
             follower.trust.watch = monitor
             follower.add_listener(report)
             first = await follower.sync()

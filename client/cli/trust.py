@@ -30,6 +30,7 @@ from deplog.client.cli.audit import read_bounded, read_log_key
 from deplog.client.errors import CLIError
 from deplog.client.follow.http import DEFAULT_TIMEOUT, HttpLogSource
 from deplog.client.follow.source import LogSource
+from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB
 from deplog.client.follow.tiles import TilesLogSource, publishes_tiles
 from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault, database_files
 from deplog.client.tlog.note import Verifier
@@ -129,6 +130,17 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _positive_mib(text: str) -> float:
+    """A positive, finite number of MiB (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number of MiB")
+    return value
+
+
 def add_follow_arguments(parser: argparse.ArgumentParser, default_state: str) -> None:
     """The follower's arguments: what to trust, where its state lives, how it polls."""
     parser.add_argument(
@@ -154,6 +166,14 @@ def add_follow_arguments(parser: argparse.ArgumentParser, default_state: str) ->
         type=_positive_seconds,
         default=DEFAULT_TIMEOUT,
         help=f"seconds one request to the authority may take (default: {DEFAULT_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--memory-budget",
+        type=_positive_mib,
+        default=DEFAULT_MEMORY_BUDGET_MIB,
+        metavar="MIB",
+        help="MiB of tool statuses kept folded in memory; the rest stays in the state file "
+        f"(default: {DEFAULT_MEMORY_BUDGET_MIB})",
     )
 
 

@@ -49,13 +49,15 @@ from typing import Any
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.http import DEFAULT_TIMEOUT, HttpLogSource
 from deplog.client.follow.source import (
+    CHUNK_SIZE,
     PAGE_SIZE,
     CheckpointStream,
     FetchError,
     LogSource,
+    Progress,
     sync_step,
 )
-from deplog.client.follow.state import LocalState
+from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB, LocalState
 from deplog.client.follow.trust import (
     Advanced,
     ForkError,
@@ -143,7 +145,10 @@ class Follower:
     caller keeps and closes, as it does ``fallback`` (rule 5). Failures raise
     the trust state's errors or the source's (``FetchError``: ``fetch_failed``,
     ``response_too_large``, ``bad_response``; a tiles source's ``bad_tile``,
-    ``malformed_tile``, ``malformed_bundle``).
+    ``malformed_tile``, ``malformed_bundle``). A long advance commits every
+    ``chunk_size`` entries and resumes from the last chunk after a kill;
+    ``memory_mib`` bounds the tool statuses kept in memory
+    (``client.follow.state``).
     """
 
     def __init__(
@@ -156,9 +161,13 @@ class Follower:
         timeout: float | None = None,
         evidence_dir: Path | None = None,
         fallback: LogSource | None = None,
+        chunk_size: int = CHUNK_SIZE,
+        memory_mib: float = DEFAULT_MEMORY_BUDGET_MIB,
     ) -> None:
         if not 1 <= page_size <= PAGE_SIZE:
             raise ValueError("page_size must be between 1 and 1000")
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be at least 1")
         self._owned: HttpLogSource | None = None
         if isinstance(source, str):
             self._owned = HttpLogSource(
@@ -172,10 +181,11 @@ class Follower:
         policy = trust if isinstance(trust, Policy) else Policy.single_log(trust)
         if len(policy.logs) != 1:
             raise ValueError("a follower follows exactly one log")
-        self.state = LocalState(state_path, policy.logs[0].verifier.name)
+        self.state = LocalState(state_path, policy.logs[0].verifier.name, memory_mib=memory_mib)
         self.trust = TrustedState(self.state, policy, evidence_dir)
         self.page_size = page_size
         self.fallback = fallback
+        self.chunk_size = chunk_size
         self._step = asyncio.Lock()
         self._listeners: list[OnAdvance] = []
         self.counters = FollowerCounters()
@@ -192,25 +202,22 @@ class Follower:
             await self._owned.close()
         self.state.close()
 
-    async def sync(self, on_progress: Callable[[int, int], None] | None = None) -> SyncResult:
+    async def sync(self, on_progress: Progress | None = None) -> SyncResult:
         """One verified step to the log's latest checkpoint (``on_progress``: see sync_to)."""
         return await self.sync_to(await self.source.checkpoint(), on_progress)
 
-    async def sync_to(
-        self, note: bytes, on_progress: Callable[[int, int], None] | None = None
-    ) -> SyncResult:
+    async def sync_to(self, note: bytes, on_progress: Progress | None = None) -> SyncResult:
         """One verified step to the checkpoint ``note`` (fetched, or pushed to us).
 
         Steps run one at a time (a push can arrive during a poll); listeners
         registered with ``add_listener`` hear about every advance.
-        ``on_progress(done, total)`` hears of each verified page of entries.
+        ``on_progress(done, total)`` hears of each verified page of entries
+        (``source.Progress``: counted from where this step took the advance up).
         """
         async with self._step:
             old_size = self.state.size
             try:
-                advanced = await sync_step(
-                    self.source, self.trust, note, page_size=self.page_size, on_progress=on_progress
-                )
+                advanced = await self._step_via(self.source, note, on_progress)
             except DeplogError as failure:
                 if isinstance(failure, SuspectedForkError):
                     self._suspect(failure)
@@ -239,13 +246,24 @@ class Follower:
                 await outcome
         return result
 
+    async def _step_via(
+        self, source: LogSource, note: bytes | None, on_progress: Progress | None
+    ) -> Advanced | None:
+        """One ``sync_step`` over ``source`` with the follower's page and chunk sizes."""
+        return await sync_step(
+            source,
+            self.trust,
+            note,
+            page_size=self.page_size,
+            chunk_size=self.chunk_size,
+            on_progress=on_progress,
+        )
+
     async def _sync_fallback(
-        self, fallback: LogSource, on_progress: Callable[[int, int], None] | None = None
+        self, fallback: LogSource, on_progress: Progress | None
     ) -> Advanced | None:
         try:
-            return await sync_step(
-                fallback, self.trust, page_size=self.page_size, on_progress=on_progress
-            )
+            return await self._step_via(fallback, None, on_progress)
         except SuspectedForkError as suspicion:
             self._suspect(suspicion)
             raise

@@ -4,9 +4,12 @@ against the root every checkpoint commits to.
 Rules:
 
 1. The map lives in the follower's state file (``client/mapstore.py`` tables)
-   and advances in the advance's own transaction, page by page, with exactly
-   the entries the trust state verified: it commits with the trusted
-   checkpoint or not at all.
+   and advances in the advance's own transactions, page by page, with exactly
+   the entries the trust state verified: it commits with each chunk of the
+   advance (so a chunk on disk holds the map folded through its last entry,
+   and a rolled-back chunk rolls back its map rows), and a resumed advance
+   goes on from that map. A map that is not at the size the advance starts
+   from cannot be continued (rule 5).
 2. A checkpoint whose ``deplog-map/v1`` root is not the root of the map folded
    from its entries is a log that signed a false statement about its own
    history: ``trust.MapMismatchError``, a ``ForkError`` (proven ``map_mismatch``
@@ -17,7 +20,10 @@ Rules:
    without the map, or the last size an authority signed before its upgrade).
 5. The map can only be recomputed from entry 0: a state file that followed the
    log before it kept a map has none, and is never checked (``checking`` is
-   false); a fresh state keeps one from its first advance.
+   false); a fresh state keeps one from its first advance. Dropping an
+   interrupted advance's progress (``LocalState.discard_pending``) drops the
+   map too, since its rows hold that progress: a state still at size 0 then
+   folds it again from entry 0, any other keeps none.
 6. ``MapProver`` hands out proofs from that map at the trusted checkpoint only
    (read in one snapshot with the map's size), so a cache can give an agent the
    proof behind its decision; it has none for a checkpoint without a line.
@@ -31,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from deplog.client.mapstore import StoredMap
+from deplog.client.model.notice import Notice
 from deplog.client.model.vmap import MapProofDocument, map_root_of
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import parse_note
@@ -41,26 +48,29 @@ __all__ = ["FollowerMap", "MapProver"]
 class FollowerMap:
     """The map beside one advance: ``add`` each verified page, then ``matches``."""
 
-    def __init__(self, conn: sqlite3.Connection, trusted_size: int) -> None:
+    def __init__(self, conn: sqlite3.Connection, start: int) -> None:
+        """The map of the state on ``conn`` for an advance that goes on from entry ``start``
+        (the trusted size, or a resumed advance's last committed chunk)."""
         has_map = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'map_state'"
         ).fetchone()
-        if has_map is None and trusted_size == 0:
+        if has_map is None and start == 0:
             StoredMap.create_schema(conn)  # inside the advance: it commits with it
             has_map = (1,)
         self.map = StoredMap(conn) if has_map is not None else None
-        if self.map is not None and (self.map.size() or 0) != trusted_size:
-            self.map = None  # rule 5: a map that is not at the trusted size cannot be resumed
+        if self.map is not None and (self.map.size() or 0) != start:
+            self.map = None  # rule 5: a map that is not at the advance's start cannot go on
 
     @property
     def checking(self) -> bool:
         """Whether this state keeps a map to check checkpoints against."""
         return self.map is not None
 
-    def add(self, start: int, leaves: Sequence[bytes]) -> None:
-        """Fold verified entries ``start, start+1, ...`` into the map."""
+    def add(self, start: int, end: int, notices: Sequence[tuple[int, bytes, Notice]]) -> None:
+        """Fold the verified entries ``[start, end)`` into the map: their notices as
+        ``(index, leaf hash, notice)``, in log order (decoded once, by the trust state)."""
         if self.map is not None:
-            self.map.advance(start, leaves)
+            self.map.advance_notices(start, end, notices)
 
     def matches(self, checkpoint: Checkpoint) -> bool:
         """Whether the checkpoint's line (if it has one) is the folded map's root; a

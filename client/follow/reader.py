@@ -16,6 +16,9 @@ opens it with ``StateReader`` and hands it to a ``Guard``. The rules:
    goes stale after the freshness bound, like the follower's own guard.
 4. A fold made while the follower committed again is not cached, so no
    status outlives the snapshot it was folded from.
+5. Folds stop at the trusted size (the state's invariant 1: entries of an
+   advance still in progress are never read), and the kept folds hold at most
+   ``memory_mib`` MiB of notices, as the follower's own.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ from pathlib import Path
 
 from deplog.client.errors import ErrorCode
 from deplog.client.follow.state import (
-    STATUS_CACHE_TOOLS,
+    DEFAULT_MEMORY_BUDGET_MIB,
     StateError,
     TrustedCheckpoint,
     _fold_tool,
+    status_budget,
 )
 from deplog.client.model.status import StatusIndex
 from deplog.client.tlog.checkpoint import Checkpoint
@@ -42,8 +46,10 @@ __all__ = ["StateReader"]
 class StateReader:
     """The trusted checkpoint and tool statuses of a state file another process writes."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, memory_mib: float = DEFAULT_MEMORY_BUDGET_MIB) -> None:
         self.path = Path(path)
+        self._budget = status_budget(memory_mib)
+        self._cached = 0
         if not self.path.exists():
             raise StateError(ErrorCode.NO_STATE, "no follower state at that path")
         self._conn = sqlite3.connect(
@@ -76,6 +82,7 @@ class StateReader:
             "SELECT origin, note, size, root, verified_at FROM trusted"
         ).fetchone()
         self._statuses.clear()
+        self._cached = 0
         self._version = version
         if row is None:
             self._trusted = None
@@ -106,9 +113,13 @@ class StateReader:
             if cached is not None:
                 self._statuses.move_to_end(tool_id)
                 return cached
-            folded = _fold_tool(self._conn, tool_id)
-            if self._data_version() == self._version:  # rule 4
+            size = 0 if self._trusted is None else self._trusted.size
+            folded = _fold_tool(self._conn, tool_id, size)  # rule 5
+            notices = len(folded[1])
+            if self._data_version() == self._version and notices <= self._budget:  # rule 4
                 self._statuses[tool_id] = folded
-                if len(self._statuses) > STATUS_CACHE_TOOLS:
-                    self._statuses.popitem(last=False)
+                self._cached += notices
+                while self._cached > self._budget:
+                    _, (_, evicted) = self._statuses.popitem(last=False)
+                    self._cached -= len(evicted)
             return folded

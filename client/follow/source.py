@@ -21,8 +21,9 @@ tiles, a file, a test double) is one implementation. The rules:
    ``bad_response`` (an answer it would not read or could not decode). Codes
    and messages are value-free.
 
-``sync_step`` is the one sequence of a verified step (checkpoint, trust policy,
-consistency, pages of entries, finish). The follower and the tests' local log
+``sync_step`` is the one sequence of a verified step (an interrupted advance
+resumed, checkpoint, trust policy, consistency, pages of entries, proven
+chunks, finish). The follower and the tests' local log
 both step through it, so the order in which untrusted answers meet the checks
 is written once.
 """
@@ -33,22 +34,31 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Final, Protocol, runtime_checkable
 
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.follow.trust import Advanced, TrustedState
+from deplog.client.follow.trust import Advanced, AdvanceSession, TrustedState
 from deplog.client.model.entries import MAX_ENTRY_BYTES
 from deplog.client.tlog.proofs import ConsistencyProof, ProofError, consistency_path, leaf_hash
 
 __all__ = [
+    "CHUNK_SIZE",
     "PAGE_SIZE",
     "CheckpointStream",
     "FetchError",
     "LogSource",
     "MemoryLogSource",
+    "Progress",
     "fetch_page",
     "sync_step",
 ]
 
 PAGE_SIZE: Final = 1000
 """The most entries asked for at once: the authority's ``/v1/entries`` limit."""
+
+CHUNK_SIZE: Final = 20_000
+"""Entries an advance verifies between two committed chunks (what a kill may cost)."""
+
+Progress = Callable[[int, int], None]
+"""Hears a sync's progress: (entries done, entries to do), counted from where this process
+took the advance up (a resumed one from its last committed chunk), so a rate is true."""
 
 
 class FetchError(DeplogError):
@@ -140,34 +150,63 @@ async def sync_step(
     note: bytes | None = None,
     *,
     page_size: int = PAGE_SIZE,
-    on_progress: Callable[[int, int], None] | None = None,
+    chunk_size: int = CHUNK_SIZE,
+    on_progress: Progress | None = None,
 ) -> Advanced | None:
     """One verified step of ``trusted`` to the source's latest checkpoint, or to ``note``.
 
     ``note`` is a checkpoint the caller already holds (one pushed to it). The
-    steps: the trust policy accepts the checkpoint and it does not go back; at
-    the trusted size it is only seen current again (``refresh``, and None is
-    returned); above it, the source's consistency proof must verify, then the
-    new entries are verified page by page (at most ``page_size`` leaves in
-    memory) and the advance commits only if they rebuild the checkpoint's
-    tree. ``on_progress(done, total)`` hears of each verified page (entries of
-    this step). Returns what the advance changed. Any refusal (a ``TrustError`` from
-    a check, a ``FetchError`` from the source) leaves the state where it was.
+    steps: an advance a kill interrupted is finished first (its stored target,
+    from its last committed chunk); then the trust policy accepts the
+    checkpoint and it does not go back; at the trusted size it is only seen
+    current again (``refresh``); above it, the source's consistency proof must
+    verify, then the new entries are verified page by page (at most
+    ``page_size`` leaves in memory), committed every ``chunk_size`` entries
+    once the source's consistency proof shows them part of the checkpoint's
+    tree, and the advance completes only if they rebuild that tree. Returns
+    what the step changed (None if nothing). ``on_progress(done, total)``
+    hears of each verified page (``Progress``: entries of the advance, from
+    where this call took it up). Any refusal (a ``TrustError`` from a check,
+    a ``FetchError`` from the source) leaves the trusted checkpoint where it
+    was.
     """
-    if page_size < 1:
-        raise ValueError("page_size must be at least 1")
+    if page_size < 1 or chunk_size < 1:
+        raise ValueError("page_size and chunk_size must be at least 1")
+    start_size = trusted.state.size
+    noticed: tuple[object, ...] = ()
+    resumed = trusted.resume()
+    if resumed is not None:
+        noticed = (await _run(source, resumed, page_size, chunk_size, on_progress)).noticed
     if note is None:
         note = await source.checkpoint()
     candidate = trusted.check_checkpoint(note)
     old, new = trusted.state.size, candidate.checkpoint.size
     if new == old and trusted.state.trusted is not None:
         trusted.refresh(candidate)
+    else:
+        trusted.check_consistency(candidate, await source.consistency(old, new))
+        step = await _run(source, trusted.advance(candidate), page_size, chunk_size, on_progress)
+        noticed += step.noticed
+    if trusted.state.size == start_size:
         return None
-    trusted.check_consistency(candidate, await source.consistency(old, new))
-    with trusted.advance(candidate) as session:
+    return trusted.advanced(start_size, trusted.state.size, noticed)
+
+
+async def _run(
+    source: LogSource,
+    session: AdvanceSession,
+    page_size: int,
+    chunk_size: int,
+    on_progress: Progress | None,
+) -> Advanced:
+    """Feed ``session`` its entries page by page, committing each proven chunk."""
+    first, new = session.next_index, session.checkpoint.size
+    with session:
         while session.next_index < new:
             start = session.next_index
             session.add(await fetch_page(source, start, min(new, start + page_size)))
+            if session.chunk_entries >= chunk_size and session.next_index < new:
+                session.commit_chunk(await source.consistency(session.next_index, new))
             if on_progress is not None:
-                on_progress(session.next_index - old, new - old)
+                on_progress(session.next_index - first, new - first)
         return session.finish()

@@ -1,16 +1,34 @@
-"""The follower's local state: one SQLite file, changed only by whole verified advances.
+"""The follower's local state: one SQLite file, changed only by verified steps.
 
 Holds the trusted checkpoint (its signed note, size, root and the tree's right
 edge), the publisher registry replayed from the log, and every notice folded
 so far, indexed by tool and by (publisher, sequence) for the uniqueness rule.
-An advance writes all of that in one transaction, committed only after the
-new entries verified against the new root, so after a crash or kill the file
-holds either the old trusted state or the new one, never a mix. The file's
-own integrity is assumed (it is local and ours); what came from the network
-is never trusted before verification.
+The file's own integrity is assumed (it is local and ours); what came from the
+network is never trusted before verification. The invariants:
 
-Memory is bounded: notices live in the file, and tool statuses are folded on
-demand from one tool's notices and cached in a bounded LRU.
+1. The ``trusted`` row is the processed-through checkpoint: every entry below
+   its size is verified and stored. Every read (``tool_status``,
+   ``notice_at``, the guard, reports) sees only notices below that size.
+2. A long advance commits in chunks. Its target checkpoint (already accepted
+   by the trust policy and proven consistent with the trusted one) is the
+   ``pending`` row, stored with the chunks: how many of the log's entries are
+   done, the tree edge and the registry after them. A chunk is committed only
+   after its entries passed the admission rules and a consistency proof showed
+   that the tree they rebuild is a prefix of the target's tree. Notices at or
+   above the trusted size exist only beside a ``pending`` row, and are invisible
+   to reads (rule 1).
+3. The trusted row moves to the target, and the ``pending`` row goes, in the
+   one transaction of the advance's last chunk, and only once all the
+   target's entries are done and rebuild its root. So a kill at any moment
+   leaves the old trusted state plus proven progress to resume from, never a
+   partly processed prefix that reads as "processed through" anything.
+
+Memory is bounded by ``status_budget`` (notices): tool statuses are folded on
+demand from one tool's stored notices and kept in an LRU whose folds hold at
+most that many notices in all; an advance of fewer notices than the budget
+extends the kept folds of the tools it touched, a larger one drops them. A
+tool with more notices than the whole budget is folded for each question and
+never kept (a bigger budget keeps it); SQLite does the holding.
 """
 
 from __future__ import annotations
@@ -20,12 +38,13 @@ import json
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.mapstore import StoredMap
 from deplog.client.model import canonical
 from deplog.client.model.notice import Notice
 from deplog.client.model.registry import PublisherRegistry
@@ -34,15 +53,38 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.proofs import EMPTY_ROOT, TreeFrontier
 
 __all__ = [
+    "DEFAULT_MEMORY_BUDGET_MIB",
+    "NOTICE_BYTES",
     "SCHEMA",
-    "STATUS_CACHE_TOOLS",
     "AdvanceWriter",
     "LocalState",
+    "Pending",
     "StateError",
     "TrustedCheckpoint",
+    "status_budget",
 ]
 
-STATUS_CACHE_TOOLS = 4096
+NOTICE_BYTES = 1500
+"""Resident bytes of one folded notice (parsed objects and index entries), as measured."""
+
+DEFAULT_MEMORY_BUDGET_MIB = 32
+"""The default bound on the folded statuses kept in memory."""
+
+
+def status_budget(memory_mib: float) -> int:
+    """The notices a status cache of ``memory_mib`` MiB may hold (at least one)."""
+    if memory_mib <= 0:
+        raise ValueError("the memory budget must be positive")
+    return max(1, int(memory_mib * 2**20) // NOTICE_BYTES)
+
+
+_PENDING_TABLE = """CREATE TABLE IF NOT EXISTS pending (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        note BLOB NOT NULL,
+        done INTEGER NOT NULL,
+        frontier TEXT NOT NULL,
+        registry TEXT NOT NULL
+    ) STRICT"""
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS trusted (
@@ -67,6 +109,7 @@ SCHEMA = (
         sequence INTEGER NOT NULL,
         PRIMARY KEY (publisher, sequence)
     ) STRICT, WITHOUT ROWID""",
+    _PENDING_TABLE,
 )
 
 
@@ -95,22 +138,29 @@ def _index_sequences(conn: sqlite3.Connection) -> None:
 
 
 def _fold_tool(
-    conn: sqlite3.Connection, tool_id: str, below: int | None = None
+    conn: sqlite3.Connection, tool_id: str, below: int
 ) -> tuple[StatusIndex, dict[int, float]]:
-    """Fold a tool's stored notices (those before index ``below``) in log order.
+    """Fold a tool's stored notices before index ``below`` in log order.
 
     Returns the status index and, per notice index, when it was processed.
     """
     index = StatusIndex()
     processed: dict[int, float] = {}
-    limit = (1 << 63) - 1 if below is None else below
     for idx, notice, processed_at in conn.execute(
         "SELECT idx, notice, processed_at FROM notices WHERE tool_id = ? AND idx < ? ORDER BY idx",
-        (tool_id, limit),
+        (tool_id, below),
     ):
         index.apply(idx, Notice.from_json(canonical.loads(bytes(notice))))
         processed[idx] = processed_at
     return index, processed
+
+
+def _encode_frontier(frontier: TreeFrontier) -> str:
+    return json.dumps([base64.b64encode(h).decode() for h in frontier.hashes])
+
+
+def _decode_frontier(size: int, text: str) -> TreeFrontier:
+    return TreeFrontier(size, [base64.b64decode(h) for h in json.loads(text)])
 
 
 class StateError(DeplogError):
@@ -132,13 +182,31 @@ class TrustedCheckpoint:
         return self.checkpoint.size
 
 
+@dataclass(frozen=True)
+class Pending:
+    """An advance interrupted between chunks (invariant 2): its target checkpoint note,
+    and the tree edge and registry after the first ``frontier.size`` entries."""
+
+    note: bytes
+    frontier: TreeFrontier
+    registry: PublisherRegistry
+
+
 class LocalState:
     """The persisted trusted state of one log; written only by ``client.trust``."""
 
-    def __init__(self, path: Path | str, origin: str | None) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        origin: str | None,
+        *,
+        memory_mib: float = DEFAULT_MEMORY_BUDGET_MIB,
+    ) -> None:
         """Open or create the state of the log ``origin``; ``None`` opens an existing
-        state file for whichever log it follows (read-only uses such as ``deplog status``)."""
+        state file for whichever log it follows (read-only uses such as ``deplog status``).
+        ``memory_mib`` bounds the folded statuses kept in memory."""
         self.path = Path(path)
+        self.status_budget = status_budget(memory_mib)
         if origin is None and not self.path.exists():
             raise StateError(ErrorCode.NO_STATE, "no follower state at that path")
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -146,6 +214,7 @@ class LocalState:
         self._conn.execute("PRAGMA synchronous = FULL")
         self._conn.execute("PRAGMA busy_timeout = 5000")
         _index_sequences(self._conn)
+        self._conn.execute(_PENDING_TABLE)  # state files written before chunked advances
         # Reads go through their own connection, which sees committed data only:
         # an advance in progress (its transaction is open across awaits on the
         # same thread) must never be visible to the guard or to reports.
@@ -153,7 +222,9 @@ class LocalState:
         self._reader.execute("PRAGMA query_only = 1")
         self._reader.execute("PRAGMA busy_timeout = 5000")
         self._lock = threading.RLock()
+        # tool -> (fold, processed times); the folds hold _cached notices in all.
         self._statuses: OrderedDict[str, tuple[StatusIndex, dict[int, float]]] = OrderedDict()
+        self._cached = 0
         if origin is None:
             row = self._conn.execute("SELECT origin FROM trusted").fetchone()
             if row is None:
@@ -180,8 +251,7 @@ class LocalState:
             raise StateError(
                 ErrorCode.STATE_FOR_ANOTHER_LOG, "the state file belongs to another log"
             )
-        hashes = [base64.b64decode(h) for h in json.loads(frontier)]
-        self.frontier = TreeFrontier(size, hashes)
+        self.frontier = _decode_frontier(size, frontier)
         if self.frontier.root() != bytes(root):
             raise StateError(ErrorCode.BAD_STATE, "stored frontier does not match the stored root")
         self.registry = PublisherRegistry.from_json(json.loads(registry))
@@ -201,31 +271,95 @@ class LocalState:
         return EMPTY_ROOT if self.trusted is None else self.trusted.checkpoint.root_hash
 
     def notice_at(self, index: int) -> Notice | None:
+        """The notice at ``index`` if it is one, below the trusted size (invariant 1)."""
+        if index >= self.size:
+            return None
         row = self._reader.execute("SELECT notice FROM notices WHERE idx = ?", (index,)).fetchone()
         return None if row is None else Notice.from_json(canonical.loads(bytes(row[0])))
 
     def tool_status(self, tool_id: str) -> tuple[StatusIndex, dict[int, float]]:
-        """The fold of one tool's notices, and when each notice was processed."""
+        """The fold of one tool's notices at the trusted size, and when each was processed."""
         with self._lock:
             cached = self._statuses.get(tool_id)
             if cached is not None:
                 self._statuses.move_to_end(tool_id)
                 return cached
-            folded = _fold_tool(self._reader, tool_id)
-            self._statuses[tool_id] = folded
-            if len(self._statuses) > STATUS_CACHE_TOOLS:
-                self._statuses.popitem(last=False)
+            folded = _fold_tool(self._reader, tool_id, self.size)
+            self._keep(tool_id, folded)
             return folded
 
     def tool_status_at(self, tool_id: str, size: int) -> StatusIndex:
         """The fold of one tool's notices in the first ``size`` entries (not cached)."""
         with self._lock:
-            return _fold_tool(self._reader, tool_id, below=size)[0]
+            return _fold_tool(self._reader, tool_id, min(size, self.size))[0]
+
+    def named_versions(self, tool_id: str, start: int, end: int) -> Iterator[str]:
+        """The exact versions named by the tool's notices in ``[start, end)``, or by the
+        notices those withdraw (for a ``StatusChange``)."""
+        with self._lock:
+            rows = self._reader.execute(
+                "SELECT notice FROM notices WHERE tool_id = ? AND idx >= ? AND idx < ? "
+                "ORDER BY idx",
+                (tool_id, start, min(end, self.size)),
+            ).fetchall()
+        for (data,) in rows:
+            notice = Notice.from_json(canonical.loads(bytes(data)))
+            if notice.action == "withdraw" and notice.withdraws is not None:
+                notice = self.notice_at(notice.withdraws) or notice
+            if notice.affected is not None:
+                yield from (version.text for version in notice.affected.versions)
+
+    def tools_between(self, start: int, end: int) -> list[str]:
+        """Every tool a stored notice in ``[start, end)`` is about, sorted."""
+        with self._lock:
+            rows = self._reader.execute(
+                "SELECT DISTINCT tool_id FROM notices WHERE idx >= ? AND idx < ? ORDER BY tool_id",
+                (start, min(end, self.size)),
+            ).fetchall()
+        return [str(tool_id) for (tool_id,) in rows]
+
+    def pending(self) -> Pending | None:
+        """The interrupted advance to resume (invariant 2), if there is one."""
+        row = self._conn.execute("SELECT note, done, frontier, registry FROM pending").fetchone()
+        if row is None:
+            return None
+        note, done, frontier, registry = row
+        if done < self.size:
+            raise StateError(ErrorCode.BAD_STATE, "pending progress is behind the trusted size")
+        return Pending(
+            bytes(note),
+            _decode_frontier(done, frontier),
+            PublisherRegistry.from_json(json.loads(registry)),
+        )
+
+    def discard_pending(self) -> None:
+        """Drop an interrupted advance, every entry it stored (none was ever read,
+        invariant 1) and the map its chunks advanced: for a target the trust policy no
+        longer accepts."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute(
+                    "DELETE FROM sequences WHERE (publisher, sequence) IN (SELECT "
+                    "json_extract(CAST(notice AS TEXT), '$.publisher'), "
+                    "json_extract(CAST(notice AS TEXT), '$.sequence') "
+                    "FROM notices WHERE idx >= ?)",
+                    (self.size,),
+                )
+                self._conn.execute("DELETE FROM notices WHERE idx >= ?", (self.size,))
+                self._conn.execute("DELETE FROM pending")
+                # The map advanced with the chunks and cannot be rewound: it goes too
+                # (``client.follow.mapcheck`` rule 5).
+                StoredMap.drop_unless_at(self._conn, self.size)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
 
     # -- the one write path ------------------------------------------------------
 
     def begin(self) -> AdvanceWriter:
-        """Open the transaction of one advance; nothing persists unless ``commit``."""
+        """Open the first transaction of one advance; it holds the state until ``end``."""
         self._lock.acquire()
         try:
             self._conn.execute("BEGIN IMMEDIATE")
@@ -234,29 +368,38 @@ class LocalState:
             raise
         return AdvanceWriter(self._conn)
 
-    def rollback(self, writer: AdvanceWriter) -> None:
+    def end(self, writer: AdvanceWriter) -> None:
+        """Roll back what the advance has not committed (chunks committed stay, rule 2)."""
         try:
-            self._conn.execute("ROLLBACK")
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
         finally:
             self._lock.release()
 
-    def commit(self, writer: AdvanceWriter) -> None:
-        """Make the advance durable, then let the in-memory view follow it."""
-        try:
-            self._conn.execute("COMMIT")
-            for tool_id, folded in writer.statuses.items():  # every tool the advance touched
-                self._statuses.pop(tool_id, None)
-                self._statuses[tool_id] = folded
-            while len(self._statuses) > STATUS_CACHE_TOOLS:
-                self._statuses.popitem(last=False)
-            if writer.after_commit is not None:
-                note, checkpoint, frontier, registry, verified_at = writer.after_commit
-                self.frontier, self.registry = frontier, registry
-                self.trusted = TrustedCheckpoint(note, checkpoint, verified_at)
-        finally:
-            self._lock.release()
+    def commit_chunk(
+        self,
+        writer: AdvanceWriter,
+        note: bytes,
+        frontier: TreeFrontier,
+        registry: PublisherRegistry,
+    ) -> None:
+        """Make a proven chunk durable as progress toward ``note`` (invariant 2), and go on
+        in a new transaction."""
+        writer.conn.execute(
+            "INSERT INTO pending (id, note, done, frontier, registry) VALUES (1, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET note = excluded.note, done = excluded.done, "
+            "frontier = excluded.frontier, registry = excluded.registry",
+            (
+                note,
+                frontier.size,
+                _encode_frontier(frontier),
+                json.dumps(registry.to_json(), sort_keys=True),
+            ),
+        )
+        self._conn.execute("COMMIT")
+        self._conn.execute("BEGIN IMMEDIATE")
 
-    def save_trusted(
+    def commit(
         self,
         writer: AdvanceWriter,
         note: bytes,
@@ -265,7 +408,10 @@ class LocalState:
         registry: PublisherRegistry,
         verified_at: datetime,
     ) -> None:
-        """Record the new trusted checkpoint inside the advance's transaction."""
+        """Move the trusted checkpoint to the completed advance's target (invariant 3),
+        then let the in-memory view follow it."""
+        old_size = self.size
+        writer.conn.execute("DELETE FROM pending")
         writer.conn.execute(
             "INSERT INTO trusted (id, origin, note, size, root, frontier, registry, verified_at) "
             "VALUES (1, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET note = excluded.note, "
@@ -276,12 +422,49 @@ class LocalState:
                 note,
                 checkpoint.size,
                 checkpoint.root_hash,
-                json.dumps([base64.b64encode(h).decode() for h in frontier.hashes]),
+                _encode_frontier(frontier),
                 json.dumps(registry.to_json(), sort_keys=True),
                 verified_at.timestamp(),
             ),
         )
-        writer.after_commit = (note, checkpoint, frontier, registry, verified_at)
+        touched = writer.conn.execute(
+            "SELECT tool_id, COUNT(*) FROM notices WHERE idx >= ? GROUP BY tool_id", (old_size,)
+        ).fetchall()
+        self._conn.execute("COMMIT")
+        self.frontier, self.registry = frontier, registry
+        self.trusted = TrustedCheckpoint(note, checkpoint, verified_at)
+        small = sum(count for _, count in touched) <= self.status_budget
+        for tool_id, _ in touched:
+            dropped = self._statuses.pop(tool_id, None)
+            if dropped is not None:
+                self._cached -= len(dropped[1])
+                if small:  # a few new notices: fold them into a copy, not all anew
+                    self._keep(tool_id, self._extend(dropped, tool_id, old_size))
+
+    def _extend(
+        self, folded: tuple[StatusIndex, dict[int, float]], tool_id: str, start: int
+    ) -> tuple[StatusIndex, dict[int, float]]:
+        """A copy of ``folded`` with the tool's stored notices from index ``start`` on."""
+        index, processed = folded[0].copy(), dict(folded[1])
+        for idx, notice, processed_at in self._reader.execute(
+            "SELECT idx, notice, processed_at FROM notices "
+            "WHERE tool_id = ? AND idx >= ? AND idx < ? ORDER BY idx",
+            (tool_id, start, self.size),
+        ):
+            index.apply(idx, Notice.from_json(canonical.loads(bytes(notice))))
+            processed[idx] = processed_at
+        return index, processed
+
+    def _keep(self, tool_id: str, folded: tuple[StatusIndex, dict[int, float]]) -> None:
+        """Cache a fold if it fits the budget, evicting the least recently used."""
+        notices = len(folded[1])
+        if notices > self.status_budget:
+            return
+        self._statuses[tool_id] = folded
+        self._cached += notices
+        while self._cached > self.status_budget:
+            _, (_, evicted) = self._statuses.popitem(last=False)
+            self._cached -= len(evicted)
 
     def touch(self, note: bytes, verified_at: datetime) -> None:
         """A sync found the trusted checkpoint again (perhaps with fresher cosignatures)."""
@@ -294,16 +477,14 @@ class LocalState:
         self.trusted = TrustedCheckpoint(note, self.trusted.checkpoint, verified_at)
 
 
+_SEQUENCES_PER_QUERY = 1000  # bound parameters per query, well under SQLite's limit
+
+
 class AdvanceWriter:
-    """Writes of one advance, inside its transaction."""
+    """Writes of one advance, inside its current chunk's transaction."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        # Each touched tool's fold after the advance, for the status cache.
-        self.statuses: dict[str, tuple[StatusIndex, dict[int, float]]] = {}
-        self.after_commit: (
-            tuple[bytes, Checkpoint, TreeFrontier, PublisherRegistry, datetime] | None
-        ) = None
 
     def add_notices(self, rows: Iterable[tuple[int, Notice]], processed_at: datetime) -> None:
         stamp = processed_at.timestamp()
@@ -317,12 +498,26 @@ class AdvanceWriter:
             [(n.publisher, n.sequence) for _, n in notices],
         )
 
-    def sequence_used(self, publisher: str, sequence: int) -> bool:
-        """Whether an already added notice has this publisher and sequence number."""
-        row = self.conn.execute(
-            "SELECT 1 FROM sequences WHERE publisher = ? AND sequence = ?", (publisher, sequence)
-        ).fetchone()
-        return row is not None
+    def sequences_used(self, pairs: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Those of the (publisher, sequence) ``pairs`` an already added notice has: one
+        primary-key search per publisher (a row-value ``IN`` would scan the table)."""
+        by_publisher: dict[str, list[int]] = {}
+        for publisher, sequence in pairs:
+            by_publisher.setdefault(publisher, []).append(sequence)
+        used: set[tuple[str, int]] = set()
+        for publisher, sequences in by_publisher.items():
+            for start in range(0, len(sequences), _SEQUENCES_PER_QUERY):
+                part = sequences[start : start + _SEQUENCES_PER_QUERY]
+                marks = ",".join("?" * len(part))
+                used.update(
+                    (publisher, int(sequence))
+                    for (sequence,) in self.conn.execute(
+                        "SELECT sequence FROM sequences "
+                        f"WHERE publisher = ? AND sequence IN ({marks})",
+                        [publisher, *part],
+                    )
+                )
+        return used
 
     def notice_at(self, index: int) -> Notice | None:
         row = self.conn.execute("SELECT notice FROM notices WHERE idx = ?", (index,)).fetchone()

@@ -34,13 +34,29 @@ Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
    ``deplog-map/v1`` root must be the root of the map folded from those
    entries (``client.follow.mapcheck``); a signed root that is not is proven
    misbehaviour (``MapMismatchError``, a ``ForkError``: evidence, stop).
-5. Only then is everything (checkpoint, tree edge, registry, notices) committed
-   in one transaction; any failure before rolls the whole advance back.
+5. Only then does the trusted checkpoint move (with the tree edge and
+   registry) to the new one. A long advance is committed in chunks on the
+   way: a chunk of entries that passed step 3 is made durable, as progress
+   toward the new checkpoint, only after a consistency proof from the tree
+   they rebuild to the new checkpoint's tree verifies (else
+   ``TreeMismatchError`` ``entries_root_mismatch``); the trusted checkpoint
+   stays where it was and nothing reads those entries until step 4 passed
+   for all of them (``client.follow.state`` invariants 1 to 3). The map's
+   rows advance in the same transactions, so a committed chunk holds the map
+   folded through its last entry. A refusal rolls back the chunk in progress,
+   its entries and map rows alike; the proven chunks before it stay.
+6. After a kill, ``resume`` continues the interrupted advance from its last
+   committed chunk, its stored target checked again by step 1, and its map
+   from the same entry; the same target, the same checks, the same end state
+   (map root included) as an advance never killed. A stored target that step
+   1 now refuses (the policy or key changed) is dropped with all its progress,
+   which nothing ever read.
 
 A ``watch`` (``EntryWatch``) sees every entry of step 3 once it verified,
 with the registry as of that entry, and may note something about it; what it
 noted is returned in ``Advanced.noticed`` only if the advance commits, so a
-watcher never reports an entry of a history that was refused.
+watcher never reports an entry of a history that was refused. (Entries of
+chunks committed before a kill were seen by the process that was killed.)
 
 Nothing here does network I/O: ``client.follower`` fetches, this module
 decides. Every refusal is a ``DeplogError`` with a stable ``code``; the ones
@@ -57,12 +73,12 @@ from pathlib import Path
 
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.mapcheck import FollowerMap
-from deplog.client.follow.state import AdvanceWriter, LocalState
+from deplog.client.follow.state import AdvanceWriter, LocalState, Pending, StateError
 from deplog.client.model.entries import Entry, NoticeEntry
 from deplog.client.model.notice import Notice
 from deplog.client.model.registry import PublisherRegistry
-from deplog.client.model.rules import EntryChecker
-from deplog.client.model.status import StatusChange, StatusIndex, status_change
+from deplog.client.model.rules import EntryChecker, decode_leaf
+from deplog.client.model.status import StatusChange
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.evidence import (
     CONFLICTING_ROOTS,
@@ -243,100 +259,143 @@ class TrustedState:
         """Steps 3 to 5, as a context manager fed with pages of entries in log order."""
         return AdvanceSession(self, candidate)
 
+    def resume(self) -> AdvanceSession | None:
+        """The advance a kill interrupted, to go on from its last committed chunk (step 6),
+        or None. Its target is checked by step 1 again before anything else; one the
+        trust policy no longer accepts is dropped with its progress (None)."""
+        pending = self.state.pending()
+        if pending is None:
+            return None
+        try:
+            candidate = self.check_checkpoint(pending.note)
+        except (ForkError, RollbackError, CheckpointRejectedError):
+            raise  # what the stored target proves stands
+        except DeplogError:  # a policy or key it no longer meets: start that advance over
+            self.state.discard_pending()
+            return None
+        if candidate.checkpoint.size < pending.frontier.size:
+            raise StateError(ErrorCode.BAD_STATE, "pending progress is past its target")
+        return AdvanceSession(self, candidate, pending)
+
+    def advanced(self, old_size: int, new_size: int, noticed: tuple[object, ...]) -> Advanced:
+        """What the trusted state's move from ``old_size`` to ``new_size`` changed; each
+        tool's statuses are folded from the state only when asked (``StatusChange``)."""
+        at = datetime.now(UTC)
+        changes = tuple(
+            StatusChange(tool_id, old_size, new_size, at, self.state)
+            for tool_id in self.state.tools_between(old_size, new_size)
+        )
+        return Advanced(old_size, new_size, changes, noticed)
+
 
 class AdvanceSession:
-    """One advance in progress: verified entries accumulate in an open transaction."""
+    """One advance in progress: verified entries staged in the state's open transaction,
+    committed chunk by chunk once each chunk is proven part of the target's tree."""
 
-    def __init__(self, trusted: TrustedState, candidate: Candidate) -> None:
+    def __init__(
+        self, trusted: TrustedState, candidate: Candidate, pending: Pending | None = None
+    ) -> None:
         self.trusted = trusted
         self.candidate = candidate
         self.checkpoint = candidate.checkpoint
         state = trusted.state
         self.old_size = state.size
-        self.next_index = state.size
-        self.frontier = state.frontier.copy()
-        self.registry = PublisherRegistry.from_json(state.registry.to_json())
+        if pending is None:
+            self.frontier = state.frontier.copy()
+            self.registry = PublisherRegistry.from_json(state.registry.to_json())
+        else:
+            self.frontier, self.registry = pending.frontier.copy(), pending.registry
+        self.next_index = self.frontier.size
+        self.chunk_start = self.next_index
         self._writer: AdvanceWriter | None = None
-        self._finished = False
-        self._before: dict[str, StatusIndex] = {}
-        self._after: dict[str, tuple[StatusIndex, dict[int, float]]] = {}
-        self._named: dict[str, set[str]] = {}
         self._noticed: list[object] = []
 
     def __enter__(self) -> AdvanceSession:
         self._writer = self.trusted.state.begin()
-        self._map = FollowerMap(self._writer.conn, self.old_size)
+        # Resumed or not, the map goes on from the entry the advance goes on from.
+        self._map = FollowerMap(self._writer.conn, self.next_index)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        """Commit only a finished advance; anything else (an error, or leaving
-        early) rolls the whole advance back."""
+        """Whatever ends the advance (finished, refused, or left early), what was not
+        committed is rolled back; committed chunks stay as progress to resume."""
         assert self._writer is not None
-        if exc_type is None and self._finished:
-            self.trusted.state.commit(self._writer)
-        else:
-            self.trusted.state.rollback(self._writer)
+        self.trusted.state.end(self._writer)
+
+    @property
+    def chunk_entries(self) -> int:
+        """Entries verified since the last committed chunk."""
+        return self.next_index - self.chunk_start
 
     def add(self, leaves: Sequence[bytes], now: datetime | None = None) -> None:
-        """Verify the next entries in log order (``client.model.rules``) and stage their effects."""
+        """Verify the next entries in log order (``client.model.rules``) and stage them."""
         writer = self._writer
         assert writer is not None, "use the session as a context manager"
         staged: dict[int, Notice] = {}
-        staged_sequences: set[tuple[str, int]] = set()
         stamp = (now or datetime.now(UTC)).timestamp()
+        # The page is decoded first, so that one query finds which of its notices'
+        # sequence numbers earlier entries used; rules are then checked in log order.
+        decoded = [decode_leaf(leaf) for leaf in leaves]
+        used = writer.sequences_used(
+            (item.envelope.notice.publisher, item.envelope.notice.sequence)
+            for item in decoded
+            if isinstance(item, NoticeEntry)
+        )
 
         def find_notice(index: int) -> Notice | None:
             return staged.get(index) or writer.notice_at(index)
 
         def sequence_used(publisher: str, sequence: int) -> bool:
-            return (publisher, sequence) in staged_sequences or writer.sequence_used(
-                publisher, sequence
-            )
+            return (publisher, sequence) in used
 
         checker = EntryChecker(self.registry, self.trusted.log_key, find_notice, sequence_used)
         start = self.next_index
-        for leaf in leaves:
+        folded: list[tuple[int, bytes, Notice]] = []  # the page's notices, for the map
+        for leaf, item in zip(leaves, decoded, strict=True):
             index = self.next_index
             if index >= self.checkpoint.size:
                 raise TreeMismatchError(ErrorCode.TOO_MANY_ENTRIES, index)
-            entry = checker.check(index, leaf)
+            entry = checker.check_decoded(index, item)
             if isinstance(entry, NoticeEntry):
                 notice = entry.envelope.notice
                 staged[index] = notice
-                staged_sequences.add((notice.publisher, notice.sequence))
-                self._fold(index, notice, stamp, find_notice)
-            watch = self.trusted.watch
-            if watch is not None and (noted := watch(index, entry, self.registry)) is not None:
-                self._noticed.append(noted)
-            self.frontier.append(leaf_hash(leaf))
+                used.add((notice.publisher, notice.sequence))
+            self._apply(index, entry)
+            hashed = leaf_hash(leaf)
+            if isinstance(entry, NoticeEntry):
+                folded.append((index, hashed, entry.envelope.notice))
+            self.frontier.append(hashed)
             self.next_index += 1
         writer.add_notices(staged.items(), datetime.fromtimestamp(stamp, UTC))
-        self._map.add(start, leaves)
+        self._map.add(start, self.next_index, folded)
 
-    def _fold(
-        self, index: int, notice: Notice, stamp: float, find_notice: Callable[[int], Notice | None]
-    ) -> None:
-        """Fold a verified notice into its tool's status, incrementally.
+    def _apply(self, index: int, entry: Entry) -> None:
+        """The one place a verified entry takes effect beyond the stored notices: the
+        trust state's watch sees it (with the registry as of it)."""
+        watch = self.trusted.watch
+        if watch is not None and (noted := watch(index, entry, self.registry)) is not None:
+            self._noticed.append(noted)
 
-        The first time the advance touches a tool, its status so far is taken
-        from the state (folded once, then cached there) and copied; the notices
-        of the advance are applied to the copy. ``finish`` compares the two for
-        precise invalidation, and the commit hands the copy to the state's
-        cache, so nothing is ever re-parsed from storage.
-        """
-        tool_id = notice.tool_id
-        if tool_id not in self._after:
-            before, processed = self.trusted.state.tool_status(tool_id)
-            self._before[tool_id] = before
-            self._after[tool_id] = (before.copy(), dict(processed))
-        after, processed_after = self._after[tool_id]
-        after.apply(index, notice)
-        processed_after[index] = stamp
-        target = notice
-        if notice.action == "withdraw" and notice.withdraws is not None:
-            target = find_notice(notice.withdraws) or notice
-        if target.affected is not None:
-            self._named.setdefault(tool_id, set()).update(v.text for v in target.affected.versions)
+    def commit_chunk(self, proof: ConsistencyProof) -> None:
+        """Persist the entries verified so far as progress toward the target (state
+        invariant 2), once ``proof`` shows the tree they rebuild is a prefix of the
+        target's tree; otherwise ``TreeMismatchError`` and the chunk is dropped."""
+        assert self._writer is not None
+        proof.check_sizes(self.next_index, self.checkpoint.size)
+        try:
+            verify_consistency(
+                self.next_index,
+                self.checkpoint.size,
+                self.frontier.root(),
+                self.checkpoint.root_hash,
+                proof.hashes,
+            )
+        except ProofError:
+            raise TreeMismatchError(ErrorCode.ENTRIES_ROOT_MISMATCH, None) from None
+        self.trusted.state.commit_chunk(
+            self._writer, self.candidate.note, self.frontier, self.registry
+        )
+        self.chunk_start = self.next_index
 
     def finish(self, now: datetime | None = None) -> Advanced:
         """Steps 4 and 5: the tree must be exactly the checkpoint's, then commit."""
@@ -350,7 +409,7 @@ class AdvanceSession:
                 message="the checkpoint's map root is not the fold of its entries",
                 evidence=self.trusted._evidence(self.candidate.note, None, MAP_MISMATCH),
             )
-        self.trusted.state.save_trusted(
+        self.trusted.state.commit(
             self._writer,
             self.candidate.note,
             self.checkpoint,
@@ -358,13 +417,4 @@ class AdvanceSession:
             self.registry,
             now or self.candidate.current_as_of(),
         )
-        at = datetime.now(UTC)
-        changes = tuple(
-            status_change(
-                tool_id, before, self._after[tool_id][0], sorted(self._named.get(tool_id, ())), at
-            )
-            for tool_id, before in sorted(self._before.items())
-        )
-        self._writer.statuses = dict(self._after)
-        self._finished = True
-        return Advanced(self.old_size, self.checkpoint.size, changes, tuple(self._noticed))
+        return self.trusted.advanced(self.old_size, self.checkpoint.size, tuple(self._noticed))

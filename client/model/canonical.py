@@ -6,6 +6,14 @@ other direction and is deliberately stricter than RFC 8259: it refuses every
 input whose meaning could differ between two JSON implementations
 (duplicate keys, lone surrogates, numbers that do not survive a round trip
 through an IEEE-754 double), plus floats, which deplog never uses.
+
+Checking that received bytes are canonical compares (``encodes_to``): the
+parsed value's encoding by the C JSON encoder against the bytes, never a
+second walk of the value in Python. The parser itself walks only what it
+must: the integer hook bounds every number as it is read, only a ``\\u``
+escape can spell a lone surrogate (strict UTF-8 decoding refuses the rest), so
+strings are walked only when the text holds one, and nesting is counted over
+containers alone, when the text has more brackets than the depth allowed.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import rfc8785
 
 from deplog.client.errors import ErrorCode, FormatError
 
-__all__ = ["MAX_SAFE_INTEGER", "JSONFormatError", "dumps", "loads"]
+__all__ = ["MAX_SAFE_INTEGER", "JSONFormatError", "dumps", "encodes_to", "loads", "loads_checked"]
 
 # RFC 8785 section 3.2.2.3 / I-JSON (RFC 7493 section 2.2): integers beyond
 # this magnitude are not exactly representable in every implementation.
@@ -44,13 +52,56 @@ def dumps(obj: object) -> bytes:
         # no floats (section 3.2.2.3); and Python escapes strings exactly as
         # section 3.2.2.2 does (\b \t \n \f \r, other controls as \u00xx).
         # The property tests compare this path with the rfc8785 package.
-        return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode(
-            "utf-8"
-        )
+        return _encode(obj)
     try:
         return rfc8785.dumps(obj)  # type: ignore[arg-type]
     except rfc8785.CanonicalizationError:
         raise JSONFormatError() from None
+
+
+def _encode(obj: object) -> bytes:
+    return _ENCODER.encode(obj).encode("utf-8")
+
+
+def encodes_to(value: object, data: bytes) -> bool:
+    """Whether ``data`` is exactly the canonical encoding of ``value``, a value ``loads``
+    returned for it.
+
+    ASCII bytes hold ASCII keys only, whose code-point order is RFC 8785's
+    UTF-16 order, so the C encoder's output is the canonical encoding and one
+    comparison decides; other bytes take the full ``dumps`` path.
+    """
+    if bytes(data).isascii():
+        return _encode(value) == data
+    return dumps(value) == data
+
+
+def loads_checked(data: bytes, *, max_depth: int = 16) -> tuple[object, bool]:
+    """Parse ``data`` that ought to be canonical: the value, and whether ``data`` is
+    exactly its canonical encoding. Refuses what ``loads`` refuses, with its codes.
+
+    Canonical bytes are parsed by the C parser alone: duplicate keys cannot hide
+    in them (the value would encode shorter), so the duplicate check runs only
+    on the strict path that bytes failing the comparison take.
+    """
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise JSONFormatError()
+    try:
+        text = bytes(data).decode("utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise JSONFormatError() from None
+    if "\\u" not in text and text.count("[") + text.count("{") <= max_depth:
+        try:
+            value = _CANONICAL_DECODER.decode(text)
+        except (ValueError, RecursionError):
+            value = _UNPARSED  # the strict path below says why
+        if value is not _UNPARSED and encodes_to(value, data):
+            return value, True
+    return loads(data, max_depth=max_depth), False
+
+
+_UNPARSED = object()
+_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 def loads(data: bytes, *, max_depth: int = 16) -> object:
@@ -80,8 +131,29 @@ def loads(data: bytes, *, max_depth: int = 16) -> object:
         raise
     except (ValueError, RecursionError):
         raise JSONFormatError() from None
-    _check_value(value, depth=0, max_depth=max_depth)
+    if "\\u" in text:  # only an escape can spell a lone surrogate
+        _check_value(value, depth=0, max_depth=max_depth)
+    elif text.count("[") + text.count("{") > max_depth:  # else too few to nest that deep
+        _check_depth(value, max_depth)
     return value
+
+
+def _check_depth(value: object, max_depth: int) -> None:
+    """Refuse nesting deeper than ``max_depth``, counted level by level over containers."""
+    level = [value]
+    depth = 0
+    while True:
+        containers = [item for item in level if isinstance(item, dict | list)]
+        if not containers:
+            return
+        depth += 1
+        if depth > max_depth:
+            raise JSONFormatError()
+        level = [
+            item
+            for container in containers
+            for item in (container.values() if isinstance(container, dict) else container)
+        ]
 
 
 class _DuplicateKeyError(JSONFormatError):
@@ -153,3 +225,9 @@ def _check_value(value: object, *, depth: int, max_depth: int | None) -> bool:
                 ascii_keys = _check_value(item, depth=depth + 1, max_depth=max_depth) and ascii_keys
         return ascii_keys
     raise JSONFormatError()
+
+
+# Built once: json.loads builds a decoder on every call that passes hooks.
+_CANONICAL_DECODER = json.JSONDecoder(
+    parse_float=_refuse_float, parse_int=_parse_safe_int, parse_constant=_refuse_constant
+)

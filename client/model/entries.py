@@ -65,6 +65,11 @@ MAX_ENTRY_BYTES: Final = 65535
 MAX_NAMESPACES: Final = 64
 MAX_KEYS: Final = 16
 
+# A canonical notice entry is these bytes, the notice, these, the signature object, then
+# its "type" member: RFC 8785 orders the members notice < signature < type.
+_NOTICE_OPEN: Final = b'{"notice":'
+_SIGNATURE_MEMBER: Final = b',"signature":'
+
 StatementAction = Literal["register", "add_key", "revoke_key", "revoke_publisher"]
 STATEMENT_ACTIONS: Final[tuple[str, ...]] = (
     "register",
@@ -221,9 +226,9 @@ def encode_entry(entry: Entry) -> bytes:
         envelope = entry.envelope
         signature = canonical.dumps(encode_signature(envelope.key_id, envelope.signature))
         return (
-            b'{"notice":'
+            _NOTICE_OPEN
             + envelope.notice.canonical_bytes()
-            + b',"signature":'
+            + _SIGNATURE_MEMBER
             + signature
             + b',"type":"notice"}'
         )
@@ -240,7 +245,7 @@ def decode_entry(leaf: bytes) -> Entry:
     """
     if len(leaf) > MAX_ENTRY_BYTES:
         raise EntryFormatError(ErrorCode.LEAF_TOO_LARGE)
-    value = canonical.loads(leaf)
+    value, is_canonical = canonical.loads_checked(leaf)
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         raise EntryFormatError()
     kind = value["type"]
@@ -258,6 +263,15 @@ def decode_entry(leaf: bytes) -> Entry:
         entry = PublisherEntry(statement, sig, key_id)
     else:
         raise EntryFormatError()
-    if encode_entry(entry) != bytes(leaf):
+    # Canonical means both: the leaf is the RFC 8785 encoding of its JSON value, and
+    # that value is the model's own form of the entry (compared as values, so the
+    # entry is never encoded again). Then the notice's canonical bytes, which its
+    # signature covers, are the leaf's slice between its first two members.
+    if not is_canonical or entry.to_json() != value:
         raise EntryFormatError(ErrorCode.NONCANONICAL_ENTRY)
+    if isinstance(entry, NoticeEntry):
+        data = bytes(leaf)
+        entry.envelope.notice.adopt_canonical_bytes(
+            data[len(_NOTICE_OPEN) : data.rindex(_SIGNATURE_MEMBER)]
+        )
     return entry

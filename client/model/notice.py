@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -76,6 +77,10 @@ __all__ = [
 # Leaves must fit tlog-tiles entry bundles (u16 lengths, see entries.py).
 MAX_ENVELOPE_BYTES: Final = 60 * 1024
 MAX_SAFE_INTEGER: Final = canonical.MAX_SAFE_INTEGER
+# A log repeats its tools, versions and times (releases, midnight dates, one
+# second's notices) across thousands of notices, and their parses are
+# immutable: they are memoized, each in a cache of this many strings.
+_PARSE_CACHE: Final = 4096
 MAX_MESSAGE_CHARS: Final = 500
 MAX_VERSIONS: Final = 256
 MAX_RANGES: Final = 32
@@ -250,7 +255,11 @@ def parse_namespace(value: object) -> str:
 
 def parse_tool_id(value: object) -> tuple[str, str]:
     """Split ``tool:<namespace>/<name>`` into (namespace, name); NoticeError ``bad_tool_id``."""
-    s = require_str(value)
+    return _parse_tool_id(require_str(value))
+
+
+@functools.lru_cache(maxsize=_PARSE_CACHE)
+def _parse_tool_id(s: str) -> tuple[str, str]:
     if not s.startswith("tool:") or s.count("/") != 1:
         raise NoticeError(ErrorCode.BAD_TOOL_ID)
     namespace, name = s[len("tool:") :].split("/")
@@ -271,12 +280,21 @@ def parse_publisher_id(value: object) -> str:
 
 def parse_version(value: object) -> Version:
     """Parse a SemVer string field; SemverError ``bad_version``."""
-    return Version.parse(require_str(value))
+    return _parse_version(require_str(value))
+
+
+@functools.lru_cache(maxsize=_PARSE_CACHE)
+def _parse_version(s: str) -> Version:
+    return Version.parse(s)
 
 
 def parse_timestamp(value: object) -> datetime:
     """Parse ``YYYY-MM-DDTHH:MM:SSZ`` (RFC 3339, UTC, whole seconds) to an aware datetime."""
-    s = require_str(value)
+    return _parse_timestamp(require_str(value))
+
+
+@functools.lru_cache(maxsize=_PARSE_CACHE)
+def _parse_timestamp(s: str) -> datetime:
     m = _TIMESTAMP_RE.fullmatch(s)
     if m is None:
         raise NoticeError(ErrorCode.BAD_TIMESTAMP)
@@ -285,6 +303,11 @@ def parse_timestamp(value: object) -> datetime:
         return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
     except ValueError:  # Feb 30, hour 24, leap second 60, year 0000, ...
         raise NoticeError(ErrorCode.BAD_TIMESTAMP) from None
+
+
+@functools.lru_cache(maxsize=_PARSE_CACHE)
+def _format_timestamp(moment: datetime) -> str:
+    return format_timestamp(moment)
 
 
 def parse_key_id(value: object) -> bytes:
@@ -593,8 +616,8 @@ class Notice:
             "tool_id": self.tool_id,
             "action": self.action,
             "reasons": list(self.reasons),
-            "effective_at": format_timestamp(self.effective_at),
-            "issued_at": format_timestamp(self.issued_at),
+            "effective_at": _format_timestamp(self.effective_at),
+            "issued_at": _format_timestamp(self.issued_at),
             "publisher": self.publisher,
             "sequence": self.sequence,
         }
@@ -609,7 +632,7 @@ class Notice:
         if self.replacement is not None:
             out["replacement"] = self.replacement.to_json()
         if self.sunset_at is not None:
-            out["sunset_at"] = format_timestamp(self.sunset_at)
+            out["sunset_at"] = _format_timestamp(self.sunset_at)
         if self.message is not None:
             out["message"] = self.message
         return out
@@ -623,10 +646,19 @@ class Notice:
             object.__setattr__(self, "_canonical", cached)
         return cached
 
+    def adopt_canonical_bytes(self, data: bytes) -> None:
+        """Take ``data`` as the notice's canonical bytes instead of encoding them again.
+
+        Only for bytes proven equal to them: ``decode_entry`` passes the slice of
+        a leaf it found canonical, whose notice re-encodes to that very value.
+        """
+        object.__setattr__(self, "_canonical", bytes(data))
+
     @property
     def namespace(self) -> str:
-        """The namespace part of ``tool_id`` (what a publisher must own)."""
-        return parse_tool_id(self.tool_id)[0]
+        """The namespace part of ``tool_id`` (what a publisher must own); ``from_json``
+        checked the form, so this only splits it."""
+        return self.tool_id[len("tool:") :].partition("/")[0]
 
     def affects(self, version: Version) -> bool:
         """True when this deprecate/revoke notice covers ``version`` (withdraws cover none)."""

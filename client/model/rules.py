@@ -42,6 +42,7 @@ __all__ = [
     "RuleViolation",
     "SequenceLookup",
     "TargetLookup",
+    "decode_leaf",
 ]
 
 TargetLookup = Callable[[int], NoticeRef | None]
@@ -70,6 +71,15 @@ class RuleViolation(VerificationError):
         self.cause = cause
 
 
+def decode_leaf(leaf: bytes) -> Entry | DeplogError:
+    """The entry of ``leaf``, or why it is none (rule 1), for a caller that decodes a page
+    of leaves before checking them in order."""
+    try:
+        return decode_entry(leaf)
+    except DeplogError as err:
+        return err
+
+
 class EntryChecker:
     """Applies the rules to entries in log order, advancing ``registry`` as it goes.
 
@@ -91,10 +101,13 @@ class EntryChecker:
 
     def check(self, index: int, leaf: bytes) -> Entry:
         """Check the entry at ``index``; on success its effects are in ``registry``."""
-        try:
-            entry = decode_entry(leaf)
-        except DeplogError as err:
-            raise RuleViolation(ErrorCode.BAD_LEAF, index, err.code) from None
+        return self.check_decoded(index, decode_leaf(leaf))
+
+    def check_decoded(self, index: int, decoded: Entry | DeplogError) -> Entry:
+        """``check`` for a leaf already decoded by ``decode_leaf`` (rule 1 on its error)."""
+        if isinstance(decoded, DeplogError):
+            raise RuleViolation(ErrorCode.BAD_LEAF, index, decoded.code)
+        entry = decoded
         if isinstance(entry, PublisherEntry):
             try:
                 self.registry.apply(index, entry, self.log_key)

@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from functools import cached_property
+from typing import Any, Final, Literal, Protocol
 
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.notice import (
@@ -35,11 +36,11 @@ from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
     "STATUSES",
+    "FoldSource",
     "StatusChange",
     "StatusError",
     "StatusIndex",
     "VersionStatus",
-    "status_change",
 ]
 
 Status = Literal["active", "deprecated", "sunset", "revoked"]
@@ -295,10 +296,26 @@ def _utc(now: datetime) -> datetime:
     return now.astimezone(UTC)
 
 
+class FoldSource(Protocol):
+    """Where a ``StatusChange`` folds its two sides from: the follower's stored notices."""
+
+    def tool_status_at(self, tool_id: str, size: int) -> StatusIndex:
+        """The fold of the tool's notices among the log's first ``size`` entries."""
+        ...
+
+    def named_versions(self, tool_id: str, start: int, end: int) -> Iterable[str]:
+        """The exact versions named by the tool's notices in ``[start, end)`` (for a
+        withdraw: by the notice it withdraws)."""
+        ...
+
+
 @dataclass(frozen=True)
 class StatusChange:
-    """How one tool's statuses differ between two folds (before and after an advance).
+    """How one tool's statuses differ between the log's first ``old_size`` and
+    ``new_size`` entries (before and after an advance).
 
+    Both folds are made from ``source`` when asked and never kept, so a change
+    costs no memory however many notices the advance or the tool holds.
     ``versions`` are the exact versions named by the new notices (or by the
     notices they withdraw) whose status differs at ``at``; versions covered
     only by ranges cannot be listed, so a cache asks ``changed(version)`` for
@@ -306,26 +323,40 @@ class StatusChange:
     """
 
     tool_id: str
-    before: StatusIndex
-    after: StatusIndex
-    versions: frozenset[str]
+    old_size: int
+    new_size: int
     at: datetime
+    source: FoldSource = field(repr=False, compare=False)
+
+    @property
+    def before(self) -> StatusIndex:
+        return self.source.tool_status_at(self.tool_id, self.old_size)
+
+    @property
+    def after(self) -> StatusIndex:
+        return self.source.tool_status_at(self.tool_id, self.new_size)
 
     def changed(self, version: str, now: datetime | None = None) -> bool:
         """Whether ``version``'s status (or the notices behind it) differs."""
+        return version in self.changed_among((version,), now)
+
+    def changed_among(self, versions: Iterable[str], now: datetime | None = None) -> set[str]:
+        """Those of ``versions`` whose status (or the notices behind it) differs; the two
+        folds are made once for all of them."""
         when = now or self.at
-        try:
-            old = self.before.lookup(self.tool_id, version, when).to_json()
-            new = self.after.lookup(self.tool_id, version, when).to_json()
-        except DeplogError:
-            return False
-        return bool(old != new)
+        before, after = self.before, self.after
+        out: set[str] = set()
+        for version in versions:
+            try:
+                old = before.lookup(self.tool_id, version, when).to_json()
+                new = after.lookup(self.tool_id, version, when).to_json()
+            except DeplogError:
+                continue
+            if old != new:
+                out.add(version)
+        return out
 
-
-def status_change(
-    tool_id: str, before: StatusIndex, after: StatusIndex, named: Iterable[str], at: datetime
-) -> StatusChange:
-    """A ``StatusChange`` whose ``versions`` are those of ``named`` that really changed."""
-    probe = StatusChange(tool_id, before, after, frozenset(), at)
-    versions = frozenset(v for v in named if probe.changed(v))
-    return StatusChange(tool_id, before, after, versions, at)
+    @cached_property
+    def versions(self) -> frozenset[str]:
+        named = self.source.named_versions(self.tool_id, self.old_size, self.new_size)
+        return frozenset(self.changed_among(dict.fromkeys(named)))
