@@ -22,7 +22,7 @@ import pytest
 
 from deplog.client.errors import ErrorCode
 from deplog.client.follow.reader import StateReader
-from deplog.client.follow.source import FetchError, MemoryLogSource, Progress, sync_step
+from deplog.client.follow.source import FetchError, MemoryLogSource, OnProgress, sync_step
 from deplog.client.follow.state import LocalState, status_budget
 from deplog.client.follow.trust import Advanced, MapMismatchError, TrustedState
 from deplog.client.mapstore import StoredMap
@@ -87,7 +87,7 @@ class Interrupted(MemoryLogSource):
 
 
 def sync(
-    trusted: TrustedState, source: MemoryLogSource, on_progress: Progress | None = None
+    trusted: TrustedState, source: MemoryLogSource, on_progress: OnProgress | None = None
 ) -> Advanced | None:
     return asyncio.run(sync_step(source, trusted, chunk_size=CHUNK, on_progress=on_progress))
 

@@ -54,7 +54,7 @@ from deplog.client.follow.source import (
     CheckpointStream,
     FetchError,
     LogSource,
-    Progress,
+    OnProgress,
     sync_step,
 )
 from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB, LocalState
@@ -202,17 +202,17 @@ class Follower:
             await self._owned.close()
         self.state.close()
 
-    async def sync(self, on_progress: Progress | None = None) -> SyncResult:
+    async def sync(self, on_progress: OnProgress | None = None) -> SyncResult:
         """One verified step to the log's latest checkpoint (``on_progress``: see sync_to)."""
         return await self.sync_to(await self.source.checkpoint(), on_progress)
 
-    async def sync_to(self, note: bytes, on_progress: Progress | None = None) -> SyncResult:
+    async def sync_to(self, note: bytes, on_progress: OnProgress | None = None) -> SyncResult:
         """One verified step to the checkpoint ``note`` (fetched, or pushed to us).
 
         Steps run one at a time (a push can arrive during a poll); listeners
         registered with ``add_listener`` hear about every advance.
         ``on_progress(done, total)`` hears of each verified page of entries
-        (``source.Progress``: counted from where this step took the advance up).
+        (``source.OnProgress``: counted from where this step took the advance up).
         """
         async with self._step:
             old_size = self.state.size
@@ -247,7 +247,7 @@ class Follower:
         return result
 
     async def _step_via(
-        self, source: LogSource, note: bytes | None, on_progress: Progress | None
+        self, source: LogSource, note: bytes | None, on_progress: OnProgress | None
     ) -> Advanced | None:
         """One ``sync_step`` over ``source`` with the follower's page and chunk sizes."""
         return await sync_step(
@@ -260,7 +260,7 @@ class Follower:
         )
 
     async def _sync_fallback(
-        self, fallback: LogSource, on_progress: Progress | None
+        self, fallback: LogSource, on_progress: OnProgress | None
     ) -> Advanced | None:
         try:
             return await self._step_via(fallback, None, on_progress)

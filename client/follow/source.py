@@ -45,7 +45,7 @@ __all__ = [
     "FetchError",
     "LogSource",
     "MemoryLogSource",
-    "Progress",
+    "OnProgress",
     "fetch_page",
     "sync_step",
 ]
@@ -56,7 +56,7 @@ PAGE_SIZE: Final = 1000
 CHUNK_SIZE: Final = 20_000
 """Entries an advance verifies between two committed chunks (what a kill may cost)."""
 
-Progress = Callable[[int, int], None]
+OnProgress = Callable[[int, int], None]
 """Hears a sync's progress: (entries done, entries to do), counted from where this process
 took the advance up (a resumed one from its last committed chunk), so a rate is true."""
 
@@ -151,7 +151,7 @@ async def sync_step(
     *,
     page_size: int = PAGE_SIZE,
     chunk_size: int = CHUNK_SIZE,
-    on_progress: Progress | None = None,
+    on_progress: OnProgress | None = None,
 ) -> Advanced | None:
     """One verified step of ``trusted`` to the source's latest checkpoint, or to ``note``.
 
@@ -165,7 +165,7 @@ async def sync_step(
     once the source's consistency proof shows them part of the checkpoint's
     tree, and the advance completes only if they rebuild that tree. Returns
     what the step changed (None if nothing). ``on_progress(done, total)``
-    hears of each verified page (``Progress``: entries of the advance, from
+    hears of each verified page (``OnProgress``: entries of the advance, from
     where this call took it up). Any refusal (a ``TrustError`` from a check,
     a ``FetchError`` from the source) leaves the trusted checkpoint where it
     was.
@@ -197,7 +197,7 @@ async def _run(
     session: AdvanceSession,
     page_size: int,
     chunk_size: int,
-    on_progress: Progress | None,
+    on_progress: OnProgress | None,
 ) -> Advanced:
     """Feed ``session`` its entries page by page, committing each proven chunk."""
     first, new = session.next_index, session.checkpoint.size
