@@ -8,6 +8,7 @@ same files.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -17,6 +18,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import aiohttp
 
 from deplog.authority.cli import main as authority_main
 from deplog.authority.witness.cli import main as witness_main
@@ -220,3 +223,18 @@ class WitnessProcess(ServiceProcess):
     def verifier(self) -> Verifier:
         stem = key_file_name(self.name)
         return Verifier.parse_cosigner((self.keys / f"{stem}.pub").read_text().strip())
+
+
+async def wait_for_push_subscribers(
+    http: aiohttp.ClientSession, url: str, count: int, timeout: float = 30.0
+) -> None:
+    """Waits until the authority at ``url`` streams checkpoints to ``count`` subscribers
+    (its ``deplog_push_subscribers`` gauge), so a test publishes only once push is up."""
+    wanted = f"deplog_push_subscribers {float(count)}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        async with http.get(url + "/metrics") as response:
+            if wanted in (await response.text()).splitlines():
+                return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"fewer than {count} push subscribers after {timeout} s")

@@ -3,9 +3,11 @@
 The server (``tests.integration.mcp_tool_server``) runs as its own process over
 stdio or streamable HTTP and lists tools stamped with deplog identities; the
 client follows the same authority with push. A revoke published to the
-authority must, within a second, drop the tool from the guarded listing,
-refuse the call without reaching the server, and reach the client as
-``notifications/tools/list_changed`` from the server.
+authority must, by push alone (both followers poll once an hour), drop the tool
+from the guarded listing, refuse the call without reaching the server, and reach
+the client as ``notifications/tools/list_changed`` from the server. How fast is a
+figure (bench/bench_propagation.py, bench/bench_mcp.py); ``PUSH_BOUND`` only
+catches a push that never came.
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ from deplog.client.mcp.compat import to_wire
 from deplog.client.mcp.session import GuardedClientSession
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
-from tests.integration.harness import ORIGIN, AuthorityProcess
+from tests.integration.harness import ORIGIN, AuthorityProcess, wait_for_push_subscribers
 
 JSON = {"Content-Type": "application/json"}
 README = Path(__file__).resolve().parents[2] / "README.md"
 NO_POLLING = 3600.0
+PUSH_BOUND = 10.0
 
 
 def free_port() -> int:
@@ -107,7 +110,7 @@ def names(result: Any) -> set[str]:
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
-async def test_a_revoked_tool_is_gone_refused_and_announced_within_a_second(
+async def test_a_revoked_tool_is_gone_refused_and_announced_by_push(
     transport: str,
     authority: AuthorityProcess,
     publisher: Signer,
@@ -130,17 +133,17 @@ async def test_a_revoked_tool_is_gone_refused_and_announced_within_a_second(
             assert names(listed) == {"search", "fetch", "echo"}
             served = to_wire(await session.call_tool("search", {"query": "q"}))
             assert not served.get("isError") and "results for q" in str(served["content"])
-            await asyncio.sleep(0.3)  # both followers subscribe to the push stream
+            await wait_for_push_subscribers(http, authority.url, 2)  # client's and server's
 
             acknowledged = await revoke(http, authority.url, publisher)
-            deadline = acknowledged + 1.0
+            deadline = acknowledged + PUSH_BOUND
             while time.monotonic() < deadline and (
                 "search" in names(await session.list_tools()) or not notifications.list_changed
             ):
                 await asyncio.sleep(0.01)
             gone = "search" not in names(await session.list_tools())
             assert (gone, bool(notifications.list_changed)) == (True, True)
-            assert time.monotonic() < deadline, "not gone and announced within a second"
+            assert time.monotonic() < deadline, "not gone and announced by push"
             assert names(await session.list_tools()) == {"fetch", "echo"}
             refused = to_wire(await session.call_tool("search", {"query": "q"}))
             assert time.monotonic() < deadline
@@ -151,7 +154,7 @@ async def test_a_revoked_tool_is_gone_refused_and_announced_within_a_second(
     assert (refusal["verdict"], refusal["reason"]) == ("refuse", "revoked")
     assert refusal["tool_id"] == "tool:org.acme/search" and refusal["checkpoint_size"] == 2
     assert "verdict refuse, reason revoked" in refused["content"][0]["text"]
-    assert notifications.list_changed[0] - acknowledged < 1.0
+    assert notifications.list_changed[0] - acknowledged < PUSH_BOUND
 
 
 async def test_the_server_stamps_the_digest_of_the_schema_it_lists(

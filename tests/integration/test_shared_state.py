@@ -3,7 +3,7 @@
 A real authority, a real ``deplog follow`` process keeping the state file
 current with push, and four worker processes each opening the guard
 read-only on that file: a published revoke reaches every worker's guard
-within a second, all at the same checkpoint.
+by push, all at the same checkpoint.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import aiohttp
 
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
-from tests.integration.harness import AuthorityProcess
+from tests.integration.harness import AuthorityProcess, wait_for_push_subscribers
 
 WORKERS = 4
+PUSH_BOUND = 10.0
 TOOL = "tool:org.acme/search"
 
 
@@ -30,7 +31,7 @@ def wait_for_line(process: subprocess.Popen[str], prefix: str) -> str:
     return line
 
 
-async def test_four_workers_refuse_a_revoke_within_a_second_of_its_publication(
+async def test_four_workers_refuse_a_revoke_pushed_to_the_host_follower(
     authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
     state = tmp_path / "host-state.db"
@@ -47,7 +48,7 @@ async def test_four_workers_refuse_a_revoke_within_a_second_of_its_publication(
             workers.append(subprocess.Popen([*worker, "1.0.0"], stdout=subprocess.PIPE, text=True))
         for worker in workers:
             assert wait_for_line(worker, "ready ") == "ready serve\n"
-        time.sleep(0.5)  # the follower's push subscription
+        await wait_for_push_subscribers(http, authority.url, 1)
         body = make_envelope(
             publisher, 1, action="revoke", reasons=["other"], affected={"versions": ["1.0.0"]}
         ).canonical_bytes()
@@ -67,4 +68,7 @@ async def test_four_workers_refuse_a_revoke_within_a_second_of_its_publication(
                 process.terminate()
                 process.wait(timeout=10)
     assert {size for _, _, size in refusals} == {"2"}
-    assert max(float(at) for _, at, _ in refusals) - published < 1.0
+    # The follower polls once an hour, so only push can have brought the revoke. How fast
+    # is a figure (bench/bench_propagation.py), not a timed test: this bound only catches
+    # a push that never came.
+    assert max(float(at) for _, at, _ in refusals) - published < PUSH_BOUND
