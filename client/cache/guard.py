@@ -17,6 +17,8 @@ Verdicts, in the order they are decided:
                                      digest, and the cached definition has another
   stale    ``cache_predates_notice`` the cached entry was fetched before the latest
                                      notice about this version was processed: refetch
+  stale    ``state_advancing``       the follower committed during each of
+                                     ``SNAPSHOT_ATTEMPTS`` reads: ask again
   warn     ``deprecated``            serve, and pass the deprecation on
   serve    ``active``                no notice in effect
 
@@ -55,6 +57,7 @@ from deplog.client.model.status import StatusIndex, VersionStatus
 __all__ = [
     "DEFAULT_FRESHNESS",
     "MEMO_ENTRIES",
+    "SNAPSHOT_ATTEMPTS",
     "Decision",
     "Guard",
     "GuardState",
@@ -64,6 +67,8 @@ __all__ = [
 
 DEFAULT_FRESHNESS = timedelta(minutes=5)
 MEMO_ENTRIES = 100_000
+SNAPSHOT_ATTEMPTS = 8
+"""Decisions tried before a state that changes under every read is reported stale."""
 
 
 class Verdict(StrEnum):
@@ -152,18 +157,36 @@ class Guard:
         """The verdict for serving a cached entry of ``tool_id`` at ``version``; with
         ``with_proof``, a decision made from a status carries the map proof behind it."""
         decision = self._decide(tool_id, version, cached_at, schema_digest)
-        trusted = self.state.trusted
-        if not with_proof or decision.status is None or trusted is None:
+        through = decision.processed_through
+        if not with_proof or decision.status is None or through is None:
             return decision
         if self._prover is None:
             self._prover = MapProver(self.state.path)
-        proof = self._prover.prove(trusted.note, trusted.size, tool_id)
+        proof = self._prover.prove(through.checkpoint.encode(), through.size, tool_id)
         return replace(decision, proof=proof)
 
     def _decide(
         self, tool_id: str, version: str, cached_at: datetime, schema_digest: str | None
     ) -> Decision:
-        trusted = self.state.trusted
+        """One snapshot: the trusted checkpoint and the tool's fold are two reads, and the
+        follower (another process, for a ``StateReader``) may commit between them. A
+        decision stands only if the checkpoint is the same object after the fold as
+        before it, so a verdict is never labelled with a checkpoint it was not made at."""
+        for _ in range(SNAPSHOT_ATTEMPTS):
+            trusted = self.state.trusted
+            decision = self._decide_at(trusted, tool_id, version, cached_at, schema_digest)
+            if self.state.trusted is trusted:
+                return decision
+        return Decision(Verdict.STALE, "state_advancing", tool_id, version, None)
+
+    def _decide_at(
+        self,
+        trusted: TrustedCheckpoint | None,
+        tool_id: str,
+        version: str,
+        cached_at: datetime,
+        schema_digest: str | None,
+    ) -> Decision:
         if trusted is None:
             return Decision(Verdict.UNKNOWN, "not_synced", tool_id, version, None)
         through = self._through(trusted)
