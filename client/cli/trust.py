@@ -44,6 +44,7 @@ __all__ = [
     "load_trust",
     "log_origin",
     "open_log",
+    "positive_seconds",
     "state_fault",
     "writing_state",
 ]
@@ -119,7 +120,7 @@ def log_origin(trust: Verifier | Policy) -> str:
     return trust.logs[0].verifier.name if trust.logs else "?"
 
 
-def _positive_seconds(text: str) -> float:
+def positive_seconds(text: str) -> float:
     """A positive, finite number of seconds (argparse type)."""
     try:
         value = float(text)
@@ -157,13 +158,13 @@ def add_follow_arguments(parser: argparse.ArgumentParser, default_state: str) ->
     )
     parser.add_argument(
         "--interval",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=30.0,
         help="seconds between polls (default: 30)",
     )
     parser.add_argument(
         "--timeout",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=DEFAULT_TIMEOUT,
         help=f"seconds one request to the authority may take (default: {DEFAULT_TIMEOUT:g})",
     )

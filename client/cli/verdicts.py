@@ -38,7 +38,7 @@ from typing import Any, Final
 
 from deplog.client.cache.guard import DEFAULT_FRESHNESS, Decision, Guard, Verdict
 from deplog.client.cli.messages import NO_STATE_YET, explain
-from deplog.client.cli.trust import state_fault
+from deplog.client.cli.trust import positive_seconds, state_fault
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.follow.state import LocalState, TrustedCheckpoint
 from deplog.client.model.notice import parse_timestamp
@@ -143,13 +143,7 @@ def warn_if_behind(url: str | None, state: LocalState) -> None:
 
 
 def _seconds(text: str) -> timedelta:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number of seconds")
-    return timedelta(seconds=value)
+    return timedelta(seconds=positive_seconds(text))
 
 
 def add_state_arguments(parser: argparse.ArgumentParser, default_state: str) -> None:
