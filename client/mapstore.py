@@ -14,13 +14,24 @@ witness in theirs. Rules:
 3. Rows are rewritten in place (``docs/fold-spec.md`` section 7): the tables
    hold the map at one size. Readers that prove a lookup read the size and the
    rows in one read transaction (``snapshot``), so a proof and its size agree.
+4. A writer may keep a ``MapCache``: a bounded copy of rows and records it read
+   or wrote on its own connection, so a batch reads its paths from memory. It is
+   filled on read and updated on write, inside the writer's open transaction, so
+   it holds exactly what that transaction sees. Whoever ends a transaction
+   without committing it (a rollback, a failed commit) calls ``forget()`` before
+   the next batch, and so does any writer that did not write the previous
+   committed transaction itself (another process moved the tables): the cache
+   never serves a row its tables do not hold. Readers keep no cache: the writer
+   changes their tables under them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from typing import Generic, TypeVar
 
 from deplog.client.errors import ErrorCode
 from deplog.client.model.entries import NoticeEntry, decode_entry
@@ -40,7 +51,10 @@ from deplog.client.model.vmap import (
 from deplog.client.tlog.proofs import leaf_hash as log_leaf_hash
 
 __all__ = [
+    "DEFAULT_CACHE_RECORD_BYTES",
+    "DEFAULT_CACHE_ROWS",
     "SCHEMA",
+    "MapCache",
     "SqliteNodeStore",
     "SqliteRecords",
     "StoredMap",
@@ -76,15 +90,83 @@ SCHEMA = (
 )
 
 
+DEFAULT_CACHE_ROWS = 1 << 16
+"""Inner rows (and, apart, leaf values) a writer's cache keeps: the top of the tree and
+the paths of recent batches, about 40 MB of Python objects at most."""
+DEFAULT_CACHE_RECORD_BYTES = 16 << 20
+"""Record bytes a writer's cache keeps: records grow with their tool's notices."""
+_IN_CHUNK = 500
+"""Ids per ``WHERE ... IN`` read, under every SQLite build's bound on parameters."""
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Lru(Generic[K, V]):
+    """Least recently used entries up to a total weight; the oldest go first."""
+
+    def __init__(self, capacity: int, weight: Callable[[V], int]) -> None:
+        self.capacity = capacity
+        self.weight = weight
+        self.total = 0
+        self.entries: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self.entries.get(key)
+        if value is not None:
+            self.entries.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.total -= self.weight(old)
+        self.entries[key] = value
+        self.total += self.weight(value)
+        while self.total > self.capacity:
+            _, evicted = self.entries.popitem(last=False)
+            self.total -= self.weight(evicted)
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.total = 0
+
+
+def _one(_: object) -> int:
+    return 1
+
+
+class MapCache:
+    """A writer's bounded copy of map rows and records (rule 4): inner rows and leaf
+    values by count, records by bytes, each least recently used first out."""
+
+    def __init__(
+        self,
+        max_rows: int = DEFAULT_CACHE_ROWS,
+        max_record_bytes: int = DEFAULT_CACHE_RECORD_BYTES,
+    ) -> None:
+        self.inners: _Lru[bytes, InnerNode] = _Lru(max_rows, _one)
+        self.leaves: _Lru[bytes, bytes] = _Lru(max_rows, _one)
+        self.records: _Lru[str, bytes] = _Lru(max_record_bytes, len)
+
+    def forget(self) -> None:
+        """Drop everything: the tables may hold other rows than the ones seen (rule 4)."""
+        self.inners.clear()
+        self.leaves.clear()
+        self.records.clear()
+
+
 class SqliteNodeStore:
     """The ``NodeStore`` of a ``PrefixTree`` over ``map_inner``/``map_leaf``/``map_state``.
 
     A missing row raises ``KeyError``, as the in-memory store does; its holder
-    reports that as altered storage.
+    reports that as altered storage. With a ``cache`` (writers only, rule 4), rows
+    come from memory when it holds them.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
+        self.cache = cache
 
     def root(self) -> ChildRef | None:
         """The root reference, None for the empty map (or no map yet)."""
@@ -97,6 +179,10 @@ class SqliteNodeStore:
 
     def inner(self, node: bytes) -> InnerNode:
         """The inner node row with this id."""
+        if self.cache is not None:
+            cached = self.cache.inners.get(node)
+            if cached is not None:
+                return cached
         row = self.conn.execute(
             "SELECT bit, left_id, left_bits, left_hash, right_id, right_bits, right_hash "
             "FROM map_inner WHERE id = ?",
@@ -106,14 +192,24 @@ class SqliteNodeStore:
             raise KeyError("map node missing")
         left = ChildRef(bytes(row[1]), int(row[2]), bytes(row[3]))
         right = ChildRef(bytes(row[4]), int(row[5]), bytes(row[6]))
-        return InnerNode(node, int(row[0]), left, right)
+        found = InnerNode(node, int(row[0]), left, right)
+        if self.cache is not None:
+            self.cache.inners.put(node, found)
+        return found
 
     def leaf_value(self, key: bytes) -> bytes:
         """The value of the leaf with this key."""
+        if self.cache is not None:
+            cached = self.cache.leaves.get(key)
+            if cached is not None:
+                return cached
         row = self.conn.execute("SELECT value FROM map_leaf WHERE key = ?", (key,)).fetchone()
         if row is None:
             raise KeyError("map leaf missing")
-        return bytes(row[0])
+        value = bytes(row[0])
+        if self.cache is not None:
+            self.cache.leaves.put(key, value)
+        return value
 
     def write(
         self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
@@ -130,6 +226,11 @@ class SqliteNodeStore:
         self.conn.execute(
             "UPDATE map_state SET root_id = ?, root_bits = ?, root_hash = ? WHERE id = 1", ref
         )
+        if self.cache is not None:  # after the writes: a failed one leaves it as it was
+            for node in inners:
+                self.cache.inners.put(node.id, node)
+            for key, value in leaves.items():
+                self.cache.leaves.put(key, value)
 
 
 def _columns(ref: ChildRef) -> tuple[bytes, int, bytes]:
@@ -140,20 +241,52 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
     """Tool id -> status record in ``map_record``; records are decoded strictly on read, so
     an altered row is ``malformed_map_record``, never a wrong proof."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
+        self.cache = cache
 
     def __getitem__(self, tool_id: str) -> StatusRecord:
         return StatusRecord.decode(self.raw(tool_id))
 
     def raw(self, tool_id: str) -> bytes:
         """The stored record bytes of a tool (KeyError if it is not in the map)."""
+        if self.cache is not None:
+            cached = self.cache.records.get(tool_id)
+            if cached is not None:
+                return cached
         row = self.conn.execute(
             "SELECT record FROM map_record WHERE tool_id = ?", (tool_id,)
         ).fetchone()
         if row is None:
             raise KeyError(tool_id)
-        return bytes(row[0])
+        record = bytes(row[0])
+        if self.cache is not None:
+            self.cache.records.put(tool_id, record)
+        return record
+
+    def get_many_raw(self, tool_ids: Sequence[str]) -> dict[str, bytes]:
+        """The stored record bytes of those of ``tool_ids`` in the map: the cache's, and
+        the rest read ``_IN_CHUNK`` at a time."""
+        found: dict[str, bytes] = {}
+        missing = []
+        for tool_id in tool_ids:
+            cached = None if self.cache is None else self.cache.records.get(tool_id)
+            if cached is None:
+                missing.append(tool_id)
+            else:
+                found[tool_id] = cached
+        for chunk in range(0, len(missing), _IN_CHUNK):
+            part = missing[chunk : chunk + _IN_CHUNK]
+            rows = self.conn.execute(
+                "SELECT tool_id, record FROM map_record WHERE tool_id IN "
+                f"({','.join('?' * len(part))})",
+                part,
+            ).fetchall()
+            for tool_id, record in rows:
+                found[str(tool_id)] = bytes(record)
+                if self.cache is not None:
+                    self.cache.records.put(str(tool_id), bytes(record))
+        return found
 
     def __setitem__(self, tool_id: str, record: StatusRecord) -> None:
         if record.tool_id != tool_id:
@@ -169,10 +302,16 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
 
     def put_raw(self, tool_id: str, record: bytes) -> None:
         """Store a record's canonical bytes as they are (the append path's records)."""
-        self.conn.execute(
-            "INSERT OR REPLACE INTO map_record (tool_id, record) VALUES (?, ?)",
-            (tool_id, record),
+        self.put_many_raw({tool_id: record})
+
+    def put_many_raw(self, records: Mapping[str, bytes]) -> None:
+        """``put_raw`` for many tools in one statement."""
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO map_record (tool_id, record) VALUES (?, ?)", records.items()
         )
+        if self.cache is not None:  # after the write: a failed one leaves it as it was
+            for tool_id, record in records.items():
+                self.cache.records.put(tool_id, record)
 
     def __delitem__(self, tool_id: str) -> None:
         raise TypeError("a tool never leaves the map")
@@ -189,12 +328,20 @@ class StoredMap(VerifiableMap):
     """A ``VerifiableMap`` whose rows and records live in SQLite on ``conn``.
 
     The caller owns transactions (rule 1): ``advance`` writes but never commits.
+    A writer passes a ``cache`` and calls ``forget`` as rule 4 says.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
-        self.stored = SqliteRecords(conn)
-        super().__init__(SqliteNodeStore(conn), self.stored)
+        self.cache = cache
+        self.stored = SqliteRecords(conn, cache)
+        super().__init__(SqliteNodeStore(conn, cache), self.stored)
+
+    def forget(self) -> None:
+        """Drop the cache (rule 4): after a transaction that did not commit, or one that
+        another writer committed. Without a cache, nothing to drop."""
+        if self.cache is not None:
+            self.cache.forget()
 
     def record_bytes(self, tool_id: str) -> bytes:
         """The record as stored: its verifiers decode it strictly, the store need not."""
@@ -256,12 +403,13 @@ class StoredMap(VerifiableMap):
             if not start <= index < end:
                 raise ValueError("a notice outside the entries folded")
             items.setdefault(notice.tool_id, []).append(record_item_bytes(index, leaf_hash, notice))
-        changes = {}
-        for tool_id, added in items.items():
-            record = extend_record_bytes(self.stored.get_raw(tool_id), tool_id, added)
-            self.stored.put_raw(tool_id, record)
-            changes[map_key(tool_id)] = value_hash(record)
-        root = self.tree.update(changes)
+        before = self.stored.get_many_raw(list(items))
+        records = {
+            tool_id: extend_record_bytes(before.get(tool_id), tool_id, added)
+            for tool_id, added in items.items()
+        }
+        self.stored.put_many_raw(records)
+        root = self.tree.update({map_key(t): value_hash(r) for t, r in records.items()})
         self.conn.execute("UPDATE map_state SET size = ? WHERE id = 1", (end,))
         return root
 
