@@ -91,7 +91,7 @@ SCHEMA = (
 
 
 DEFAULT_CACHE_ROWS = 1 << 16
-"""Inner rows (and, apart, leaf values) a writer's cache keeps: the top of the tree and
+"""Inner rows a writer's cache keeps: the top of the tree and
 the paths of recent batches, about 40 MB of Python objects at most."""
 DEFAULT_CACHE_RECORD_BYTES = 16 << 20
 """Record bytes a writer's cache keeps: records grow with their tool's notices."""
@@ -103,9 +103,10 @@ V = TypeVar("V")
 
 
 class _Lru(Generic[K, V]):
-    """Least recently used entries up to a total weight; the oldest go first."""
+    """Least recently used entries up to a total weight (``None``: each weighs one);
+    the oldest go first."""
 
-    def __init__(self, capacity: int, weight: Callable[[V], int]) -> None:
+    def __init__(self, capacity: int, weight: Callable[[V], int] | None = None) -> None:
         self.capacity = capacity
         self.weight = weight
         self.total = 0
@@ -118,41 +119,40 @@ class _Lru(Generic[K, V]):
         return value
 
     def put(self, key: K, value: V) -> None:
-        old = self.entries.pop(key, None)
-        if old is not None:
-            self.total -= self.weight(old)
-        self.entries[key] = value
-        self.total += self.weight(value)
+        entries, weight = self.entries, self.weight
+        if weight is None:
+            entries[key] = value
+            entries.move_to_end(key)
+            if len(entries) > self.capacity:
+                entries.popitem(last=False)
+            return
+        old = entries.pop(key, None)
+        self.total += weight(value) - (0 if old is None else weight(old))
+        entries[key] = value
         while self.total > self.capacity:
-            _, evicted = self.entries.popitem(last=False)
-            self.total -= self.weight(evicted)
+            self.total -= weight(entries.popitem(last=False)[1])
 
     def clear(self) -> None:
         self.entries.clear()
         self.total = 0
 
 
-def _one(_: object) -> int:
-    return 1
-
-
 class MapCache:
-    """A writer's bounded copy of map rows and records (rule 4): inner rows and leaf
-    values by count, records by bytes, each least recently used first out."""
+    """A writer's bounded copy of map rows and records (rule 4): inner rows by count,
+    records by bytes, each least recently used first out. Leaf values are not kept:
+    a batch never reads them (only proofs do, and readers keep no cache)."""
 
     def __init__(
         self,
         max_rows: int = DEFAULT_CACHE_ROWS,
         max_record_bytes: int = DEFAULT_CACHE_RECORD_BYTES,
     ) -> None:
-        self.inners: _Lru[bytes, InnerNode] = _Lru(max_rows, _one)
-        self.leaves: _Lru[bytes, bytes] = _Lru(max_rows, _one)
+        self.inners: _Lru[bytes, InnerNode] = _Lru(max_rows)
         self.records: _Lru[str, bytes] = _Lru(max_record_bytes, len)
 
     def forget(self) -> None:
         """Drop everything: the tables may hold other rows than the ones seen (rule 4)."""
         self.inners.clear()
-        self.leaves.clear()
         self.records.clear()
 
 
@@ -199,17 +199,10 @@ class SqliteNodeStore:
 
     def leaf_value(self, key: bytes) -> bytes:
         """The value of the leaf with this key."""
-        if self.cache is not None:
-            cached = self.cache.leaves.get(key)
-            if cached is not None:
-                return cached
         row = self.conn.execute("SELECT value FROM map_leaf WHERE key = ?", (key,)).fetchone()
         if row is None:
             raise KeyError("map leaf missing")
-        value = bytes(row[0])
-        if self.cache is not None:
-            self.cache.leaves.put(key, value)
-        return value
+        return bytes(row[0])
 
     def write(
         self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
@@ -217,7 +210,7 @@ class SqliteNodeStore:
         """Store a batch's rows and root in the caller's transaction."""
         self.conn.executemany(
             "INSERT OR REPLACE INTO map_inner VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(n.id, n.bit, *_columns(n.left), *_columns(n.right)) for n in inners],
+            [_row(n.id, n.bit, n.left, n.right) for n in inners],
         )
         self.conn.executemany(
             "INSERT OR REPLACE INTO map_leaf (key, value) VALUES (?, ?)", leaves.items()
@@ -227,14 +220,15 @@ class SqliteNodeStore:
             "UPDATE map_state SET root_id = ?, root_bits = ?, root_hash = ? WHERE id = 1", ref
         )
         if self.cache is not None:  # after the writes: a failed one leaves it as it was
+            put = self.cache.inners.put
             for node in inners:
-                self.cache.inners.put(node.id, node)
-            for key, value in leaves.items():
-                self.cache.leaves.put(key, value)
+                put(node.id, node)
 
 
-def _columns(ref: ChildRef) -> tuple[bytes, int, bytes]:
-    return ref.id, ref.bits, ref.hash
+def _row(
+    node: bytes, bit: int, left: ChildRef, right: ChildRef
+) -> tuple[bytes, int, bytes, int, bytes, bytes, int, bytes]:
+    return node, bit, left.id, left.bits, left.hash, right.id, right.bits, right.hash
 
 
 class SqliteRecords(MutableMapping[str, StatusRecord]):

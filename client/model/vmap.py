@@ -88,6 +88,8 @@ MAX_PATH: Final = KEY_BITS
 """Split bits strictly decrease from leaf to root, so no path has more than 256 steps."""
 
 _TAG_LEAF, _TAG_NODE, _TAG_EMPTY, _TAG_VALUE = b"\x10", b"\x11", b"\x12", b"\x13"
+_NODE_TAGS: Final = tuple(_TAG_NODE + bytes((bit,)) for bit in range(KEY_BITS))
+"""An inner node's hash input up to its children, by split bit."""
 EMPTY_ROOT: Final = hashlib.sha256(_TAG_EMPTY).digest()
 """The root of the map with no keys."""
 
@@ -157,8 +159,10 @@ def node_id(bit: int, key: bytes) -> bytes:
 
 def _prefix_int(ref: ChildRef) -> int:
     """The key bits above a child (all of them for a leaf) as a 256-bit integer."""
-    raw = ref.id if ref.bits == KEY_BITS else ref.id[1:]
-    return int.from_bytes(raw.ljust(32, b"\x00"), "big")
+    if ref.bits == KEY_BITS:
+        return int.from_bytes(ref.id, "big")
+    # An inner id is ``u8 bit`` and ``len - 1`` prefix bytes: shift them into place.
+    return int.from_bytes(ref.id[1:], "big") << (8 * (33 - len(ref.id)))
 
 
 # --- the status record ------------------------------------------------------------------
@@ -428,7 +432,11 @@ class KeyPath:
 
 
 class _Batch:
-    """One batch update: the sorted keys as integers, their values, the rows written."""
+    """One batch update: the sorted keys as integers, their values, the rows written.
+
+    The hot loop of every append: written for few Python operations per node (one
+    prefix integer per visited child, one divergence test for both ends of a range).
+    """
 
     def __init__(self, store: NodeStore, changes: Mapping[bytes, bytes]) -> None:
         self.store = store
@@ -440,7 +448,8 @@ class _Batch:
     def inner(self, bit: int, key: bytes, left: ChildRef, right: ChildRef) -> ChildRef:
         node = InnerNode(node_id(bit, key), bit, left, right)
         self.written.append(node)
-        return ChildRef(node.id, bit, node_hash(bit, left.hash, right.hash))
+        digest = hashlib.sha256(_NODE_TAGS[bit] + left.hash + right.hash).digest()
+        return ChildRef(node.id, bit, digest)
 
     def build(self, lo: int, hi: int) -> ChildRef:
         """A fresh subtree of keys ``[lo, hi)`` (non-empty): recursive partition."""
@@ -455,9 +464,14 @@ class _Batch:
     def merge(self, ref: ChildRef, lo: int, hi: int) -> ChildRef:
         """The subtree ``ref`` with keys ``[lo, hi)`` (non-empty) set in it."""
         prefix, bits = _prefix_int(ref), ref.bits
-        bit = min(_diverge(prefix, bits, self.ints[lo]), _diverge(prefix, bits, self.ints[hi - 1]))
-        if bit < bits:  # some keys leave this subtree above it: a new node at ``bit``
-            mid = bisect.bisect_left(self.ints, _split_point(prefix, bit), lo, hi)
+        shift = KEY_BITS - bits
+        ints = self.ints
+        # The first bit below ``bits`` where either end of the range leaves the prefix
+        # (the range is sorted, so no key between them leaves it higher).
+        differ = ((prefix ^ ints[lo]) | (prefix ^ ints[hi - 1])) >> shift
+        if differ:  # some keys leave this subtree above it: a new node at ``bit``
+            bit = bits - differ.bit_length()
+            mid = bisect.bisect_left(ints, _split_point(prefix, bit), lo, hi)
             key = prefix.to_bytes(32, "big")
             if (prefix >> (KEY_BITS - 1 - bit)) & 1:
                 left = self.build(lo, mid)
@@ -466,20 +480,14 @@ class _Batch:
                 left = self.merge(ref, lo, mid) if lo < mid else ref
                 right = self.build(mid, hi)
             return self.inner(bit, key, left, right)
-        if bits == KEY_BITS:  # the same key: a new value
+        if not shift:  # the same key: a new value
             return self.build(lo, hi)
         row = self.store.inner(ref.id)
-        mid = bisect.bisect_left(self.ints, _split_point(prefix, bits), lo, hi)
+        # An inner id's prefix has every bit from ``bits`` on zeroed (``node_id``).
+        mid = bisect.bisect_left(ints, prefix | (1 << (shift - 1)), lo, hi)
         left = self.merge(row.left, lo, mid) if lo < mid else row.left
         right = self.merge(row.right, mid, hi) if mid < hi else row.right
         return self.inner(bits, self.keys[lo], left, right)
-
-
-def _diverge(prefix: int, bits: int, key: int) -> int:
-    """The first bit below ``bits`` where ``key`` leaves ``prefix``, or ``bits``."""
-    shift = KEY_BITS - bits
-    differ = (prefix ^ key) >> shift
-    return bits - differ.bit_length() if differ else bits
 
 
 def _split_point(key: int, bit: int) -> int:

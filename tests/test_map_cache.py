@@ -1,0 +1,232 @@
+"""The writer's map cache never changes a root or a proof: the cached log agrees with an
+uncached reader and with a fold from scratch over random batches, across batches that
+fail mid-way (a quota hit, an aborting trigger) and restarts after them."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from deplog.authority.log import Log, StorageError
+from deplog.client.mapstore import MapCache, StoredMap
+from deplog.client.model.notice import Envelope
+from deplog.client.model.vmap import VerifiableMap, verify_map_proof
+from deplog.client.tlog.note import Signer
+from tests.builders import make_envelope, notice_leaf, register
+
+ORIGIN = "unit.deplog.example/log"
+
+
+@pytest.fixture
+def log_signer() -> Signer:
+    return Signer.generate(ORIGIN)
+
+
+@pytest.fixture
+def publisher() -> Signer:
+    return Signer.generate("acme")
+
+
+class Batches:
+    """Random batches of notices about a pool of tools, with fresh sequence numbers."""
+
+    def __init__(self, publisher: Signer, seed: int, tools: int = 60) -> None:
+        self.publisher = publisher
+        self.rng = random.Random(seed)
+        self.tools = [f"tool:org.acme/t{i}" for i in range(tools)]
+        self.sequence = 0
+
+    def next(self, largest: int = 40) -> list[Envelope]:
+        out = []
+        for _ in range(self.rng.randint(1, largest)):
+            self.sequence += 1
+            out.append(
+                make_envelope(self.publisher, self.sequence, tool=self.rng.choice(self.tools))
+            )
+        return out
+
+
+def reference(log: Log) -> VerifiableMap:
+    """The map of the log's committed prefix, folded from scratch in memory."""
+    folded = VerifiableMap()
+    folded.fold(enumerate(log.tree.leaf_data(0, log.tree.size)))
+    return folded
+
+
+def assert_agrees(log: Log, db_path: Path, tools: list[str]) -> None:
+    """The cached writer, an uncached reader of the same file and the reference fold give
+    one root and the same verifying proofs."""
+    expected = reference(log)
+    reader = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        uncached = StoredMap(reader)
+        assert log.map.root() == uncached.root() == expected.root()
+        for tool_id in [*tools, "tool:org.acme/never-named"]:
+            proof = uncached.prove(tool_id)
+            assert log.map.prove(tool_id) == proof == expected.prove(tool_id)
+            assert verify_map_proof(expected.root(), tool_id, proof) == (
+                expected.records.get(tool_id)
+            )
+    finally:
+        reader.close()
+
+
+def abort_folds_past(log: Log, size: int) -> None:
+    """A real hook: a temporary trigger that aborts the batch's last map statement (the
+    size update, after its rows, records and cache were written) past ``size``."""
+    log.conn.execute(
+        "CREATE TEMP TRIGGER abort_fold BEFORE UPDATE OF size ON map_state "
+        f"WHEN NEW.size > {size} BEGIN SELECT RAISE(ABORT, 'injected'); END"
+    )
+
+
+def test_a_cached_log_matches_an_uncached_reader_across_failed_batches(
+    tmp_path: Path, log_signer: Signer, publisher: Signer
+) -> None:
+    db_path = tmp_path / "log.db"
+    log = Log(db_path, log_signer, ORIGIN)
+    register(log, publisher)
+    batches = Batches(publisher, seed=11)
+    failures = 0
+    for round_ in range(24):
+        if round_ % 3 == 2:
+            size, root = log.map.size(), log.map.root()
+            if round_ % 2:
+                abort_folds_past(log, size or 0)
+            else:  # a quota hit: whichever write grows the file first fails
+                pages = int(log.conn.execute("PRAGMA page_count").fetchone()[0])
+                log.conn.execute(f"PRAGMA max_page_count = {pages}")
+            with pytest.raises(StorageError):
+                log.sequence(batches.next(largest=300))
+            failures += 1
+            log.conn.execute("DROP TRIGGER IF EXISTS temp.abort_fold")
+            log.conn.execute("PRAGMA max_page_count = 1073741823")
+            assert (log.map.size(), log.map.root()) == (size, root)
+            assert log.map.cache is not None and not log.map.cache.inners.entries
+        log.sequence(batches.next())
+        assert_agrees(log, db_path, batches.rng.sample(batches.tools, 8))
+    assert failures == 8
+    log.close()
+
+
+def test_the_aborting_hook_fails_the_batch_after_the_cache_took_its_rows(
+    tmp_path: Path, log_signer: Signer, publisher: Signer
+) -> None:
+    """The failure above is the one a stale cache would survive: the rows were cached
+    before the abort, and only ``forget`` on rollback removes them."""
+    log = Log(tmp_path / "log.db", log_signer, ORIGIN)
+    register(log, publisher)
+    batches = Batches(publisher, seed=5)
+    log.sequence(batches.next())
+    assert log.map.cache is not None
+    seen: list[int] = []
+    forget = log.map.forget
+
+    def counting_forget() -> None:
+        assert log.map.cache is not None
+        seen.append(len(log.map.cache.inners.entries))
+        forget()
+
+    log.map.forget = counting_forget  # type: ignore[method-assign]
+    abort_folds_past(log, log.map.size() or 0)
+    with pytest.raises(StorageError):
+        log.sequence(batches.next())
+    assert seen and seen[0] > 0
+    assert not log.map.cache.inners.entries and not log.map.cache.records.entries
+    log.close()
+
+
+def test_a_restart_after_a_failed_batch_matches_the_reference(
+    tmp_path: Path, log_signer: Signer, publisher: Signer
+) -> None:
+    db_path = tmp_path / "log.db"
+    log = Log(db_path, log_signer, ORIGIN)
+    register(log, publisher)
+    batches = Batches(publisher, seed=23)
+    for _ in range(4):
+        log.sequence(batches.next())
+    abort_folds_past(log, log.map.size() or 0)
+    with pytest.raises(StorageError):
+        log.sequence(batches.next())
+    log.close()
+    reopened = Log(db_path, log_signer, ORIGIN)
+    assert_agrees(reopened, db_path, batches.tools[:10])
+    for _ in range(3):
+        reopened.sequence(batches.next())
+    assert_agrees(reopened, db_path, batches.tools[:10])
+    reopened.close()
+
+
+def leaves(publisher: Signer, first: int, count: int, rng: random.Random) -> list[bytes]:
+    return [
+        notice_leaf(make_envelope(publisher, seq, tool=f"tool:org.acme/t{rng.randrange(500)}"))
+        for seq in range(first, first + count)
+    ]
+
+
+def test_a_cache_smaller_than_the_tree_evicts_without_changing_a_root(
+    tmp_path: Path, publisher: Signer
+) -> None:
+    conn = sqlite3.connect(tmp_path / "map.db", isolation_level=None)
+    StoredMap.create_schema(conn)
+    cache = MapCache(max_rows=16, max_record_bytes=4096)
+    small, memory = StoredMap(conn, cache), VerifiableMap()
+    rng = random.Random(3)
+    position = 0
+    for _ in range(12):
+        batch = leaves(publisher, position + 1, rng.randint(1, 60), rng)
+        conn.execute("BEGIN IMMEDIATE")
+        small.advance(position, batch)
+        conn.execute("COMMIT")
+        memory.fold(enumerate(batch, position))
+        position += len(batch)
+        assert small.root() == memory.root()
+        assert len(cache.inners.entries) <= 16
+        assert cache.records.total <= 4096
+        assert cache.records.total == sum(len(r) for r in cache.records.entries.values())
+    conn.close()
+
+
+def test_a_writer_that_forgets_after_another_writer_moved_the_map_folds_on_correctly(
+    tmp_path: Path, publisher: Signer
+) -> None:
+    """Two writers take turns on one file (what a shared backend does): each forgets its
+    cache before writing after the other."""
+    path = tmp_path / "map.db"
+    conns = [sqlite3.connect(path, isolation_level=None) for _ in range(2)]
+    StoredMap.create_schema(conns[0])
+    writers = [StoredMap(conn, MapCache()) for conn in conns]
+    memory = VerifiableMap()
+    rng = random.Random(8)
+    position = 0
+    for turn in range(10):
+        writer = writers[turn % 2]
+        writer.forget()
+        batch = leaves(publisher, position + 1, rng.randint(1, 40), rng)
+        writer.conn.execute("BEGIN IMMEDIATE")
+        writer.advance(position, batch)
+        writer.conn.execute("COMMIT")
+        memory.fold(enumerate(batch, position))
+        position += len(batch)
+        assert writers[0].root() == writers[1].root() == memory.root()
+    for conn in conns:
+        conn.close()
+
+
+def test_forget_empties_the_cache_and_a_map_without_one_has_nothing_to_forget(
+    tmp_path: Path, publisher: Signer
+) -> None:
+    conn = sqlite3.connect(tmp_path / "map.db", isolation_level=None)
+    StoredMap.create_schema(conn)
+    cache = MapCache()
+    cached = StoredMap(conn, cache)
+    cached.advance(0, leaves(publisher, 1, 30, random.Random(1)))
+    assert cache.inners.entries and cache.records.total > 0
+    cached.forget()
+    assert not cache.inners.entries and not cache.records.entries and cache.records.total == 0
+    StoredMap(conn).forget()
+    assert StoredMap(conn).root() == cached.root()
+    conn.close()
