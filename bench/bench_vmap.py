@@ -3,7 +3,7 @@ served over HTTP, and the append path with the map against without it.
 
 Run by hand (not in CI):
   python bench/bench_vmap.py [--sizes 10000 100000] [--sqlite-sizes 10000 100000 1000000]
-                             [--append 6000] [--served 2000]
+                             [--append 6000] [--rounds 3] [--served 2000]
 
 For each size N it builds an in-memory map of N random keys, then measures:
   * batch update of 1, 100 and 1000 changed keys (half updates of present keys, half
@@ -16,13 +16,16 @@ The baseline, in the same run, is a full rebuild of the same N keys.
 
 ``--sqlite-sizes``: the same batches against ``client/mapstore.py``'s tables in a
 WAL, synchronous=FULL file (the authority's settings), each batch one committed
-transaction: reads on the paths, rows written, the commit's fsync.
+transaction: reads on the paths, rows written, the commit's fsync; once as a reader's
+connection is set up (no row cache, SQLite's default page cache), once with the
+authority writer's ``MapCache`` and ``WRITER_CACHE_KIB`` page cache.
 
 ``--append N``: the authority's ``Log.sequence`` (admission, tree, map, checkpoint
 signature, one commit per batch of 256) over N pre-signed notices about N/2
 tools, with the map and, in the same run, with the map's fold replaced by a
 bare size update (``NoMapLog``, bench only): the ratio is the map's share of the
-append path.
+append path. ``--rounds`` alternating rounds; both the ratio of the best rates and the
+median of the rounds' ratios, by wall-clock and by process CPU time.
 
 ``--served K``: a real aiohttp authority (``build_app``) on 127.0.0.1 over the
 ``--append`` database answers K sequential ``GET /v1/tools/{id}/proof`` (binary,
@@ -51,9 +54,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import free_port, pct
 from deplog.authority.http.server import ServerConfig, build_app
-from deplog.authority.log import Log
+from deplog.authority.log import WRITER_CACHE_KIB, Log
 from deplog.authority.storage import store as log_store
-from deplog.client.mapstore import SqliteNodeStore, StoredMap
+from deplog.client.mapstore import MapCache, SqliteNodeStore, StoredMap
 from deplog.client.model.notice import Envelope, Notice
 from deplog.client.model.vmap import (
     ChildRef,
@@ -153,12 +156,15 @@ def run(size: int) -> None:
         )
 
 
-def run_sqlite(size: int, directory: Path) -> None:
-    """Batch updates against the SQLite node store, each batch one durable transaction."""
-    conn = log_store.connect(directory / f"map-{size}.db")
+def run_sqlite(size: int, directory: Path, writer: bool) -> None:
+    """Batch updates against the SQLite node store, each batch one durable transaction;
+    ``writer``: with the authority writer's row cache and page cache size."""
+    conn = log_store.connect(directory / f"map-{size}-{writer}.db")
+    if writer:
+        conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
     StoredMap.create_schema(conn)
     conn.execute("INSERT INTO map_state (id, size) VALUES (1, 0)")
-    store = SqliteNodeStore(conn)
+    store = SqliteNodeStore(conn, MapCache() if writer else None)
     tree = PrefixTree(store)
     keys = [os.urandom(32) for _ in range(size)]
     start = time.perf_counter()
@@ -167,7 +173,8 @@ def run_sqlite(size: int, directory: Path) -> None:
         tree.update({k: os.urandom(32) for k in keys[chunk : chunk + 100_000]})
         conn.execute("COMMIT")
     build = time.perf_counter() - start
-    print(f"SQLite N={size:>9,}  build {build:8.1f} s (chunks of 100k keys)")
+    kind = "writer caches" if writer else "no caches"
+    print(f"SQLite N={size:>9,} ({kind})  build {build:8.1f} s (chunks of 100k keys)")
     for changed in (1, 100, 1000):
         times = []
         for _ in range(5):
@@ -203,34 +210,44 @@ def _envelopes(publisher: Signer, count: int) -> list[Envelope]:
 
 def append_rate(
     cls: type[Log], path: Path, envelopes: list[Envelope], signer: Signer, publisher: Signer
-) -> float:
+) -> tuple[float, float]:
+    """Notices per second of wall time, and per second of this process's CPU time (which
+    other processes on a loaded machine disturb less; it leaves out fsync waits)."""
     log = cls(path, signer, signer.name)
     register(log, publisher)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for i in range(0, len(envelopes), 256):
         log.sequence(envelopes[i : i + 256])
-    elapsed = time.perf_counter() - start
+    elapsed, cpu_spent = time.perf_counter() - start, time.process_time() - cpu
     log.close()
-    return len(envelopes) / elapsed
+    return len(envelopes) / elapsed, len(envelopes) / cpu_spent
 
 
-def run_append(count: int, directory: Path) -> tuple[Path, Signer]:
-    """Notices/s with and without the map, same run, alternating, best of 3 each; returns a
+def run_append(count: int, directory: Path, rounds: int) -> tuple[Path, Signer]:
+    """Notices/s with and without the map, same run, alternating, ``rounds`` each: the
+    best of each and the median of the rounds' ratios, by wall and by CPU time; returns a
     database with the map, and its log key, for the proofs served."""
     signer, publisher = Signer.generate("bench.deplog.example/log"), Signer.generate("acme")
     envelopes = _envelopes(publisher, count)
-    rates: dict[str, list[float]] = {"with map": [], "without": []}
+    wall: dict[str, list[float]] = {"with map": [], "without": []}
+    cpu: dict[str, list[float]] = {"with map": [], "without": []}
     kept = directory / "append-0-with.db"
-    for round_ in range(3):
+    for round_ in range(rounds):
         for name, cls in (("with map", Log), ("without", NoMapLog)):
             path = directory / f"append-{round_}-{'with' if cls is Log else 'without'}.db"
-            rates[name].append(append_rate(cls, path, envelopes, signer, publisher))
-    best = {name: max(values) for name, values in rates.items()}
-    print(
-        f"append {count} notices, batches of 256: with map {best['with map']:,.0f}/s, "
-        f"without {best['without']:,.0f}/s, ratio {best['with map'] / best['without']:.3f}"
-        f" (best of 3 each; all: {rates})"
-    )
+            rate, cpu_rate = append_rate(cls, path, envelopes, signer, publisher)
+            wall[name].append(rate)
+            cpu[name].append(cpu_rate)
+    for clock, rates in (("wall", wall), ("CPU", cpu)):
+        best = {name: max(values) for name, values in rates.items()}
+        ratios = [a / b for a, b in zip(rates["with map"], rates["without"], strict=True)]
+        print(
+            f"append {count} notices, batches of 256, {clock} time: with map "
+            f"{best['with map']:,.0f}/s, without {best['without']:,.0f}/s (best of {rounds}), "
+            f"ratio of bests {best['with map'] / best['without']:.3f}, median ratio of "
+            f"rounds {statistics.median(ratios):.3f} (all: "
+            f"{', '.join(f'{r:.2f}' for r in ratios)})"
+        )
     return kept, signer
 
 
@@ -270,15 +287,17 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
     parser.add_argument("--sqlite-sizes", type=int, nargs="*", default=[])
     parser.add_argument("--append", type=int, default=0, help="notices for the append ratio")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating append rounds")
     parser.add_argument("--served", type=int, default=0, help="proof GETs (needs --append)")
     args = parser.parse_args()
     for size in args.sizes:
         run(size)
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sqlite_sizes:
-            run_sqlite(size, Path(tmp))
+            for writer in (False, True):
+                run_sqlite(size, Path(tmp), writer)
         if args.append:
-            db, signer = run_append(args.append, Path(tmp))
+            db, signer = run_append(args.append, Path(tmp), args.rounds)
             if args.served:
                 asyncio.run(_served(db, signer, args.served))
 
