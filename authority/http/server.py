@@ -43,7 +43,8 @@ of a failed publication until one succeeds, the refresh loop's included;
 Map proofs (``GET /v1/tools/{tool_id}/proof``) are made at the served checkpoint
 and nowhere else: the map's rows hold one size (the last committed batch's), so
 a proof read while that batch is not yet served waits for its publication, at
-most ``MAP_PROOF_WAIT`` seconds, then answers 503 ``map_not_published``.
+most ``map_proof_wait`` seconds (``--map-proof-wait``, counted by the
+``deplog_map_proofs_waiting`` gauge), then answers 503 ``map_not_published``.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ PARTIAL_TILE_CACHE = "public, max-age=60"
 the grace period), so caches drop it soon."""
 TILE_TYPE = "application/octet-stream"
 MAP_PROOF_WAIT = 5.0
-"""Seconds a map proof waits for the publication of the batch its map is at."""
+"""Seconds a map proof waits for the publication of the batch its map is at, by default
+(``--map-proof-wait``)."""
 MAP_PROOF_BINARY = "application/octet-stream"
 """The media type of the binary map proof (docs/fold-spec.md section 6)."""
 _PUBLICATION_FAILURES = (EmbeddedWitnessUnavailableError, QuorumUnavailableError)
@@ -176,6 +178,11 @@ class ServerConfig:
         "the tiles directory (publish it with nginx, rsync, a CDN)",
         parse=Path,
         note="<data>/tiles",
+    )
+    map_proof_wait: float = option(
+        MAP_PROOF_WAIT,
+        "seconds a map proof waits for the publication of the batch the map is at",
+        note="then 503 map_not_published",
     )
     partial_grace: float = option(
         DEFAULT_PARTIAL_GRACE,
@@ -251,6 +258,7 @@ class AuthorityState:
         self._next_serve = asyncio.Event()
         self.push = PushHub(config.max_subscribers)
         self.checkpoint_requests = 0
+        self.map_proofs_waiting = 0
         self.publication_failures: dict[str, int] = {}
         self._publication_failing: str | None = None
         self.address_limit = RateLimiter(config.address_rate, ErrorCode.RATE_LIMITED)
@@ -438,10 +446,10 @@ class AuthorityState:
 
         The map may be one batch ahead of the served checkpoint (committed, not yet
         published) or, by the time the read returns, one behind: read again after
-        the next publication, or at once, until both agree or ``MAP_PROOF_WAIT`` ends.
+        the next publication, or at once, until both agree or ``map_proof_wait`` ends.
         """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + MAP_PROOF_WAIT
+        deadline = loop.time() + self.config.map_proof_wait
         while True:
             served = self._next_serve
             size, proof = await self.read(lambda r: r.map_proof(tool_id))
@@ -451,8 +459,12 @@ class AuthorityState:
             if remaining <= 0:
                 raise MapNotPublishedError()
             if size > self.checkpoint.size:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(served.wait(), remaining)
+                self.map_proofs_waiting += 1
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(served.wait(), remaining)
+                finally:
+                    self.map_proofs_waiting -= 1
 
     async def consistency_proof(self, old: int, new: int) -> Sequence[bytes]:
         proof = await self.read(lambda r: r.consistency(old, new))
@@ -733,6 +745,11 @@ def build_app(
             "deplog_checkpoint_requests_total",
             "GET /checkpoint requests served (not in the request histograms: a hot path).",
             lambda: float(state.checkpoint_requests),
+        )
+        metrics.gauge(
+            "deplog_map_proofs_waiting",
+            "Map proof requests waiting for the publication of the batch the map is at.",
+            lambda: float(state.map_proofs_waiting),
         )
         metrics.gauge(
             "deplog_push_subscribers",
