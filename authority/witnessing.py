@@ -13,7 +13,11 @@ Publication: a new checkpoint is published (served by ``GET /checkpoint`` and
 put into receipts) with the embedded witness's cosignature, plus, when the
 operator sets a publication quorum of k, only after k external witnesses
 cosigned it; otherwise external cosignatures are gathered in the background
-and added to the served checkpoint as they arrive. A refresh loop re-submits
+and added to the served checkpoint as they arrive. A quorum witness may need
+the checkpoint's entries before it cosigns (``witness serve --verify-map``
+folds them): the server serves the entries of every checkpoint it asks
+witnesses to cosign, before publication (``http/server.py`` rule 4), since
+they are committed and signed; only their cosignatures are withheld. A refresh loop re-submits
 the current checkpoint to every witness on an interval, so the served
 cosignatures always carry recent timestamps: that is what lets a client bound
 staleness by witness time instead of trusting the log's word.

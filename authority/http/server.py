@@ -26,10 +26,19 @@ Publication (``AuthorityState``), one order in one place:
    file on the writer thread (after the tiles of every batch committed before it),
    and ``publish`` returns only once the file holds it: a receipt's checkpoint is
    in the directory by the time the receipt is sent.
-4. Until a publication succeeds after start, the served checkpoint is the one
+4. ``GET /v1/entries`` serves entries up to ``entries_size``: the largest
+   checkpoint this server signed and sent out for witnessing, served or not.
+   A map-verifying witness (``witness serve --verify-map``) must fold a
+   checkpoint's entries before it cosigns, so a publication quorum that
+   requires one would wait forever on entries served only under the published
+   checkpoint. Those entries are committed and immutable, and their checkpoint
+   is signed (one root per size): withholding a checkpoint is about its
+   cosignatures, never about its data. Proofs and the map stay at the served
+   checkpoint (they vouch for what is served).
+5. Until a publication succeeds after start, the served checkpoint is the one
    last saved under a quorum, or else the latest checkpoint with whatever lines
    the witnesses gave it; ``/healthz`` reports the missing embedded cosignature.
-5. Background work (re-cosigning, external witnessing rounds, the storage
+6. Background work (re-cosigning, external witnessing rounds, the storage
    audit) runs under one ``Supervisor``; ``stop`` runs every shutdown step even
    when one fails.
 
@@ -253,6 +262,7 @@ class AuthorityState:
         published = log.published
         assert published is not None  # Log always publishes on open
         self.checkpoint = published
+        self.entries_size = published.size
         self.note = published.note
         self.published_at = time.time()
         self._next_serve = asyncio.Event()
@@ -272,7 +282,7 @@ class AuthorityState:
         try:
             await self.publish(self.checkpoint, force=True)
         except _PUBLICATION_FAILURES:
-            # Serve what last met the quorum (rule 4); the refresh loop keeps trying.
+            # Serve what last met the quorum (rule 5); the refresh loop keeps trying.
             saved = await self.sequencer.call(self.sequencer.log.last_published)
             async with self._publishing:
                 if saved is not None and self.witnessing is not None:
@@ -319,7 +329,7 @@ class AuthorityState:
             self.corrupt = problem
 
     async def stop(self) -> None:
-        """Every step runs, in order, even when an earlier one failed (rule 5)."""
+        """Every step runs, in order, even when an earlier one failed (rule 6)."""
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("push streams", self.push.close),
             ("background tasks", self.supervisor.stop),
@@ -362,6 +372,8 @@ class AuthorityState:
     async def _witness(self, checkpoint: store.StoredCheckpoint) -> None:
         if self.witnessing is None:
             return
+        # Its entries are served from now on (rule 4): a map-verifying witness fetches them.
+        self.entries_size = max(self.entries_size, checkpoint.size)
         await self.witnessing.witness_new(checkpoint)
         if self.witnessing.quorum:
             note = self.witnessing.note_for(checkpoint)
@@ -608,8 +620,8 @@ async def _get_entries(request: web.Request) -> web.Response:
         raise RequestError(ErrorCode.OUT_OF_RANGE, "start must be below end")
     if end - start > state.config.max_entries:
         raise RequestError(ErrorCode.RANGE_TOO_LARGE, "too many entries in one request")
-    if end > state.checkpoint.size:
-        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "range goes past the published checkpoint")
+    if end > max(state.checkpoint.size, state.entries_size):
+        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "range goes past the signed checkpoints")
     leaves = await state.read(lambda r: r.entries(start, end))
     return web.json_response(
         {"start": start, "entries": [base64.b64encode(leaf).decode() for leaf in leaves]}

@@ -22,11 +22,13 @@ This is the one module of ``authority/witness`` that knows deplog entries
 3. A checkpoint without a line, or with a malformed or repeated one, is
    refused (``map_not_reproduced``): this witness vouches for the map, so it
    cannot cosign a checkpoint that commits to none.
-4. Entries that cannot be had (the log's API is down, or serves entries only
-   under its published checkpoint, which waits for the quorum's cosignatures)
-   are ``entries_unavailable`` (503): the log resubmits its served checkpoint on
-   its refresh interval, and the witness cosigns it then. A checkpoint below
-   the mirror's size is refused the same way (the mirror holds one size).
+4. Entries that cannot be had (the log's API is down, or not yet listening) are
+   ``entries_unavailable`` (503): the log resubmits its served checkpoint on its
+   refresh interval, and the witness cosigns it then. A deplog authority serves
+   the entries of every checkpoint it sent out for cosigning, published or not
+   (``authority/http/server.py`` rule 4), so this witness can be part of the
+   authority's publication quorum. A checkpoint below the mirror's size is
+   refused the same way (the mirror holds one size).
 """
 
 from __future__ import annotations
