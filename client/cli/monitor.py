@@ -21,8 +21,13 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from deplog.client.cli.audit import EXIT_NOT_PROVEN
-from deplog.client.cli.trust import add_follow_arguments, load_trust, log_origin, writing_state
+from deplog.client.cli.trust import (
+    add_follow_arguments,
+    fork_error,
+    load_trust,
+    log_origin,
+    writing_state,
+)
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.follow.follower import Follower, SyncResult
 from deplog.client.follow.monitor import (
@@ -112,12 +117,8 @@ def _follow(args: argparse.Namespace, trust: Verifier | Policy, monitor: Monitor
             asyncio.run(follow())
     except KeyboardInterrupt:
         return 130
-    except ForkError as err:
-        raise CLIError(f"fork detected; evidence saved to {err.evidence}") from None
-    except SuspectedForkError as err:
-        raise CLIError(
-            f"suspected_fork: not proven; unproven evidence: {err.evidence}", EXIT_NOT_PROVEN
-        ) from None
+    except (ForkError, SuspectedForkError) as err:
+        raise fork_error(err) from None
     return EXIT_EVENTS if found else 0
 
 
