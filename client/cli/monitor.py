@@ -23,9 +23,11 @@ from typing import Final
 
 from deplog.client.cli.trust import (
     add_follow_arguments,
+    add_tiles_argument,
     fork_error,
     load_trust,
     log_origin,
+    open_log,
     writing_state,
 )
 from deplog.client.errors import CLIError, DeplogError
@@ -39,6 +41,7 @@ from deplog.client.follow.monitor import (
 )
 from deplog.client.follow.trust import ForkError, SuspectedForkError
 from deplog.client.model.notice import parse_namespace
+from deplog.client.progress import Progress
 from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
@@ -97,12 +100,16 @@ def _follow(args: argparse.Namespace, trust: Verifier | Policy, monitor: Monitor
         found += _print_events(result)
 
     async def follow() -> None:
-        async with Follower(
-            args.url, trust, args.state, timeout=args.timeout, memory_mib=args.memory_budget
-        ) as follower:
+        async with (
+            open_log(args.url, args.tiles, args.timeout) as (source, fallback),
+            Follower(
+                source, trust, args.state, fallback=fallback, memory_mib=args.memory_budget
+            ) as follower,
+        ):
             follower.trust.watch = monitor
             follower.add_listener(report)
-            first = await follower.sync()
+            with Progress("verifying entries") as progress:
+                first = await follower.sync(progress.update)
             print(
                 f"monitoring {args.namespace} on {log_origin(trust)}: verified to size "
                 f"{first.new_size}",
@@ -147,5 +154,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="directory of the envelopes you published (deplog publish --out)",
     )
     add_follow_arguments(sp, DEFAULT_MONITOR_STATE)
+    add_tiles_argument(sp)
     sp.add_argument("--once", action="store_true", help="sync once, report, and exit")
     sp.set_defaults(func=_cmd_monitor)
