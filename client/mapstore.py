@@ -91,8 +91,8 @@ SCHEMA = (
 
 
 DEFAULT_CACHE_ROWS = 1 << 16
-"""Inner rows a writer's cache keeps: the top of the tree and
-the paths of recent batches, about 40 MB of Python objects at most."""
+"""Inner rows a writer's cache keeps: the top of the tree and the
+paths of recent batches (2^16 rows measured at about 25 MB of Python objects)."""
 DEFAULT_CACHE_RECORD_BYTES = 16 << 20
 """Record bytes a writer's cache keeps: records grow with their tool's notices."""
 _IN_CHUNK = 500
