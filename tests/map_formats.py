@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from deplog.client.mapstore import SqliteNodeStore
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry
+from deplog.client.model.notice import Notice
 from deplog.client.model.vmap import PrefixTree, map_key, value_hash
 from deplog.client.tlog.note import encode_base64
 from deplog.client.tlog.proofs import leaf_hash
 
-__all__ = ["write_first_draft_map"]
+__all__ = ["first_draft_record", "write_first_draft_map"]
 
 _FIRST_DRAFT_SCHEMA = (
     """CREATE TABLE map_inner (
@@ -32,25 +33,23 @@ _FIRST_DRAFT_SCHEMA = (
 )
 
 
+def first_draft_record(tool_id: str, notices: Sequence[tuple[int, bytes, Notice]]) -> bytes:
+    """The first draft's record of ``(index, RFC 9162 leaf hash, notice)`` items."""
+    items = [
+        {"index": index, "leaf_hash": encode_base64(digest), "notice": notice.to_json()}
+        for index, digest, notice in notices
+    ]
+    return canonical.dumps({"notices": items, "tool_id": tool_id, "type": "deplog.tool_status/v1"})
+
+
 def _first_draft_records(leaves: Sequence[bytes]) -> dict[str, bytes]:
-    items: dict[str, list[dict[str, object]]] = {}
+    items: dict[str, list[tuple[int, bytes, Notice]]] = {}
     for index, leaf in enumerate(leaves):
         entry = decode_entry(leaf)
         if isinstance(entry, NoticeEntry):
             notice = entry.envelope.notice
-            items.setdefault(notice.tool_id, []).append(
-                {
-                    "index": index,
-                    "leaf_hash": encode_base64(leaf_hash(leaf)),
-                    "notice": notice.to_json(),
-                }
-            )
-    return {
-        tool_id: canonical.dumps(
-            {"notices": notices, "tool_id": tool_id, "type": "deplog.tool_status/v1"}
-        )
-        for tool_id, notices in items.items()
-    }
+            items.setdefault(notice.tool_id, []).append((index, leaf_hash(leaf), notice))
+    return {tool_id: first_draft_record(tool_id, found) for tool_id, found in items.items()}
 
 
 def write_first_draft_map(conn: sqlite3.Connection, leaves: Sequence[bytes]) -> bytes:
