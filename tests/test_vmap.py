@@ -1163,3 +1163,15 @@ def test_splicing_refuses_bytes_that_are_not_a_record() -> None:
     assert rejected(lambda: extend_record_bytes(b"\x02" + first, [first])) == (
         ErrorCode.MALFORMED_MAP_RECORD
     )
+
+
+def test_the_record_item_vectors_decode_to_their_notices(vectors: dict[str, Any]) -> None:
+    *cases, whole = vectors["record_items"]
+    signed = [(case["index"], Notice.from_json(case["notice"])) for case in cases]
+    for (index, notice), case in zip(signed, cases, strict=True):
+        assert record_item_bytes(index, notice).hex() == case["item"]
+    record = StatusRecord.decode(bytes.fromhex(whole["record"]), TOOL)
+    assert record.notices == tuple(RecordNotice.of(i, n) for i, n in signed)
+    assert b"".join(bytes.fromhex(c["item"]) for c in cases) == bytes.fromhex(whole["record"])[1:]
+    value = StatusRecord.decode(b64(vectors["hashes"]["value"]["record"]), TOOL)
+    assert value.notices[0].index == 12345
