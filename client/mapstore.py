@@ -179,7 +179,7 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
             return None
 
     def put_raw(self, tool_id: str, record: bytes) -> None:
-        """Store a record's canonical bytes as they are (the append path's records)."""
+        """Store a record's bytes as they are (the append path's records)."""
         self.conn.execute(
             "INSERT OR REPLACE INTO map_record (tool_id, record) VALUES (?, ?)",
             (tool_id, record),

@@ -135,7 +135,7 @@ def map_key(tool_id: str) -> bytes:
 
 
 def value_hash(record: bytes) -> bytes:
-    """The leaf value committing to a record's canonical bytes."""
+    """The leaf value committing to a record's bytes."""
     return hashlib.sha256(_TAG_VALUE + record).digest()
 
 
@@ -1037,7 +1037,7 @@ class VerifiableMap:
         return root
 
     def record_bytes(self, tool_id: str) -> bytes:
-        """The canonical bytes of a present tool's record (a backend may hold them as is)."""
+        """The bytes of a present tool's record (a backend may hold them as is)."""
         return self.records[tool_id].encode()
 
     def prove(self, tool_id: str) -> MapProof:
