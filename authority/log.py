@@ -317,6 +317,8 @@ class Log:
         end = self.tree.size
         if start == end:
             return
+        if notices and len(notices) != end - start:
+            raise ValueError("a batch's notices are all of its entries")
         self.map.advance_notices(start, end, enumerate(notices, start))
 
     def _bring_up_map(self) -> None:
