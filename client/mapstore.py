@@ -14,7 +14,11 @@ witness in theirs. Rules:
 3. Rows are rewritten in place (``docs/fold-spec.md`` section 7): the tables
    hold the map at one size. Readers that prove a lookup read the size and the
    rows in one read transaction (``snapshot``), so a proof and its size agree.
-4. A writer may keep a ``MapCache``: a bounded copy of rows and records it read
+4. ``map_state.format`` names the record format of the rows (``STORE_FORMAT``).
+   Tables of another format (the JSON records of the spec's first draft have no
+   such column) are never read or extended: ``discard_other_format`` drops them
+   whole, so their holder folds the map again rather than mixing two formats.
+5. A writer may keep a ``MapCache``: a bounded copy of rows and records it read
    or wrote on its own connection, so a batch reads its paths from memory. It is
    filled on read and updated on write, inside the writer's open transaction, so
    it holds exactly what that transaction sees. Whoever ends a transaction
@@ -48,17 +52,22 @@ from deplog.client.model.vmap import (
     record_item_bytes,
     value_hash,
 )
-from deplog.client.tlog.proofs import leaf_hash as log_leaf_hash
 
 __all__ = [
     "DEFAULT_CACHE_RECORD_BYTES",
     "DEFAULT_CACHE_ROWS",
     "SCHEMA",
+    "STORE_FORMAT",
     "MapCache",
     "SqliteNodeStore",
     "SqliteRecords",
     "StoredMap",
 ]
+
+STORE_FORMAT = 2
+"""The record format of these tables: 2 is the compact binary record of
+``docs/fold-spec.md`` section 3; 1 (no ``format`` column) the first draft's JSON."""
+_TABLES = ("map_state", "map_inner", "map_leaf", "map_record")
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS map_inner (
@@ -79,9 +88,11 @@ SCHEMA = (
         tool_id TEXT PRIMARY KEY,
         record BLOB NOT NULL
     ) STRICT, WITHOUT ROWID""",
-    # One row: the log size folded in and the root reference (NULL id: the empty map).
+    # One row: the record format, the log size folded in and the root reference (NULL
+    # id: the empty map).
     """CREATE TABLE IF NOT EXISTS map_state (
         id INTEGER PRIMARY KEY CHECK (id = 1),
+        format INTEGER NOT NULL,
         size INTEGER NOT NULL,
         root_id BLOB,
         root_bits INTEGER,
@@ -138,7 +149,7 @@ class _Lru(Generic[K, V]):
 
 
 class MapCache:
-    """A writer's bounded copy of map rows and records (rule 4): inner rows by count,
+    """A writer's bounded copy of map rows and records (rule 5): inner rows by count,
     records by bytes, each least recently used first out. Leaf values are not kept:
     a batch never reads them (only proofs do, and readers keep no cache)."""
 
@@ -151,7 +162,7 @@ class MapCache:
         self.records: _Lru[str, bytes] = _Lru(max_record_bytes, len)
 
     def forget(self) -> None:
-        """Drop everything: the tables may hold other rows than the ones seen (rule 4)."""
+        """Drop everything: the tables may hold other rows than the ones seen (rule 5)."""
         self.inners.clear()
         self.records.clear()
 
@@ -160,7 +171,7 @@ class SqliteNodeStore:
     """The ``NodeStore`` of a ``PrefixTree`` over ``map_inner``/``map_leaf``/``map_state``.
 
     A missing row raises ``KeyError``, as the in-memory store does; its holder
-    reports that as altered storage. With a ``cache`` (writers only, rule 4), rows
+    reports that as altered storage. With a ``cache`` (writers only, rule 5), rows
     come from memory when it holds them.
     """
 
@@ -240,7 +251,7 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
         self.cache = cache
 
     def __getitem__(self, tool_id: str) -> StatusRecord:
-        return StatusRecord.decode(self.raw(tool_id))
+        return StatusRecord.decode(self.raw(tool_id), tool_id)
 
     def raw(self, tool_id: str) -> bytes:
         """The stored record bytes of a tool (KeyError if it is not in the map)."""
@@ -322,7 +333,7 @@ class StoredMap(VerifiableMap):
     """A ``VerifiableMap`` whose rows and records live in SQLite on ``conn``.
 
     The caller owns transactions (rule 1): ``advance`` writes but never commits.
-    A writer passes a ``cache`` and calls ``forget`` as rule 4 says.
+    A writer passes a ``cache`` and calls ``forget`` as rule 5 says.
     """
 
     def __init__(self, conn: sqlite3.Connection, cache: MapCache | None = None) -> None:
@@ -332,7 +343,7 @@ class StoredMap(VerifiableMap):
         super().__init__(SqliteNodeStore(conn, cache), self.stored)
 
     def forget(self) -> None:
-        """Drop the cache (rule 4): after a transaction that did not commit, or one that
+        """Drop the cache (rule 5): after a transaction that did not commit, or one that
         another writer committed. Without a cache, nothing to drop."""
         if self.cache is not None:
             self.cache.forget()
@@ -342,10 +353,30 @@ class StoredMap(VerifiableMap):
         return self.stored.raw(tool_id)
 
     @staticmethod
-    def create_schema(conn: sqlite3.Connection) -> None:
-        """Create the map's tables if missing; an existing map is never touched."""
+    def create_schema(conn: sqlite3.Connection) -> bool:
+        """Create the map's tables if missing; an existing map of this format is never
+        touched, one of another format is dropped first (rule 5). True if one was."""
+        discarded = StoredMap.discard_other_format(conn)
         for statement in SCHEMA:
             conn.execute(statement)
+        return discarded
+
+    @staticmethod
+    def discard_other_format(conn: sqlite3.Connection) -> bool:
+        """Drop the map's tables, all in one savepoint (so inside or outside the caller's
+        transaction), if they hold another record format; True if they did."""
+        columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(map_state)")}
+        if not columns:
+            return False
+        if "format" in columns:
+            row = conn.execute("SELECT format FROM map_state WHERE id = 1").fetchone()
+            if row is None or int(row[0]) == STORE_FORMAT:
+                return False
+        conn.execute("SAVEPOINT map_format")
+        for table in _TABLES:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.execute("RELEASE map_format")
+        return True
 
     @staticmethod
     def drop_unless_at(conn: sqlite3.Connection, size: int) -> None:
@@ -357,13 +388,21 @@ class StoredMap(VerifiableMap):
         ).fetchone()
         if tables is None or StoredMap(conn).size() in (None, size):
             return
-        for table in ("map_inner", "map_leaf", "map_record", "map_state"):
+        for table in _TABLES:
             conn.execute(f"DROP TABLE {table}")
 
     def size(self) -> int | None:
         """The log size folded in, None if this database has no map yet."""
         row = self.conn.execute("SELECT size FROM map_state WHERE id = 1").fetchone()
         return None if row is None else int(row[0])
+
+    def format(self) -> int:
+        """The record format of the rows (rule 5): 1 for tables without the column."""
+        try:
+            row = self.conn.execute("SELECT format FROM map_state WHERE id = 1").fetchone()
+        except sqlite3.OperationalError:  # the first draft's map_state has no such column
+            return 1
+        return STORE_FORMAT if row is None else int(row[0])
 
     def advance(self, start: int, entries: Iterable[bytes]) -> bytes:
         """Fold the admitted entries ``start, start+1, ...`` (leaf bytes, in log order) in one
@@ -374,32 +413,32 @@ class StoredMap(VerifiableMap):
         for index, leaf in enumerate(leaves, start):
             entry = decode_entry(leaf)
             if isinstance(entry, NoticeEntry):
-                notices.append((index, log_leaf_hash(leaf), entry.envelope.notice))
+                notices.append((index, entry.envelope.notice))
         return self.advance_notices(start, start + len(leaves), notices)
 
-    def advance_notices(
-        self, start: int, end: int, notices: Iterable[tuple[int, bytes, Notice]]
-    ) -> bytes:
+    def advance_notices(self, start: int, end: int, notices: Iterable[tuple[int, Notice]]) -> bytes:
         """``advance`` for a caller that holds the entries decoded: the notices among the
-        entries ``[start, end)`` as ``(index, RFC 9162 leaf hash, notice)``, in log order.
+        entries ``[start, end)`` as ``(index, notice)``, in log order.
 
-        Records grow by splicing canonical bytes (``extend_record_bytes``), never by
-        decoding and re-encoding them, so a batch costs its own notices, not the
-        records' sizes; the entries are admitted, so every record folds.
+        Records grow by appending items (``extend_record_bytes``), never by decoding
+        and re-encoding them, so a batch costs its own notices, not the records'
+        sizes; the entries are admitted, so every record folds.
         """
         size = self.size()
         if start != (size or 0) or end < start:
             raise ValueError("a map advances only from the size it has folded")
         if size is None:
-            self.conn.execute("INSERT INTO map_state (id, size) VALUES (1, 0)")
+            self.conn.execute(
+                "INSERT INTO map_state (id, format, size) VALUES (1, ?, 0)", (STORE_FORMAT,)
+            )
         items: dict[str, list[bytes]] = {}
-        for index, leaf_hash, notice in notices:
+        for index, notice in notices:
             if not start <= index < end:
                 raise ValueError("a notice outside the entries folded")
-            items.setdefault(notice.tool_id, []).append(record_item_bytes(index, leaf_hash, notice))
+            items.setdefault(notice.tool_id, []).append(record_item_bytes(index, notice))
         before = self.stored.get_many_raw(list(items))
         records = {
-            tool_id: extend_record_bytes(before.get(tool_id), tool_id, added)
+            tool_id: extend_record_bytes(before.get(tool_id), added)
             for tool_id, added in items.items()
         }
         self.stored.put_many_raw(records)
@@ -413,7 +452,7 @@ class StoredMap(VerifiableMap):
         KeyError if this database has no map yet."""
         with self.snapshot():
             size = self.size()
-            if size is None:
+            if size is None or self.format() != STORE_FORMAT:
                 raise KeyError("no map")
             return size, self.prove(tool_id)
 
