@@ -3,7 +3,9 @@ follower state fed by it. The values they hold are built by ``tests/builders.py`
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from deplog.client.follow.trust import TrustedState
 from deplog.client.model.notice import Envelope
 from deplog.client.tlog.note import Signer
 from tests.builders import ORIGIN, Clock, LocalLog, make_notice
+from tests.pgcluster import PgCluster, PostgresMissing
 
 
 @pytest.fixture(scope="session")
@@ -52,3 +55,47 @@ def trusted(tmp_path: Path, local: LocalLog) -> Iterator[TrustedState]:
     state = LocalState(tmp_path / "follower.db", ORIGIN)
     yield TrustedState(state, local.signer.verifier())
     state.close()
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """A throwaway PostgreSQL cluster for the session (tests/pgcluster.py). Without
+    PostgreSQL or psycopg the tests that need it skip loudly; under CI=true they fail."""
+    try:
+        cluster = PgCluster()
+    except PostgresMissing as err:
+        if os.environ.get("CI") == "true":
+            raise RuntimeError(f"{err}: CI must install it (.ci/run) and run these tests") from None
+        pytest.skip(f"POSTGRESQL IS MISSING: the PostgreSQL tests did not run ({err})")
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: PgCluster) -> str:
+    """A fresh, empty database on the session's cluster (its ``postgresql://`` URL)."""
+    if not pg_cluster.running:
+        pg_cluster.start()  # a previous test stopped it and failed before restarting
+    return pg_cluster.create_database()
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where a test's log lives: ``kind`` is "sqlite" or "postgresql", ``db`` the ``--db``
+    value (a SQLite file path or a PostgreSQL URL)."""
+
+    kind: str
+    db: str
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Parametrises a storage-level test over both backends, each with a fresh database."""
+    if request.param == "sqlite":
+        return Backend("sqlite", str(tmp_path / "log.db"))
+    return Backend("postgresql", request.getfixturevalue("pg_url"))
