@@ -142,6 +142,8 @@ class ServerConfig:
 
     db_path: Path
     origin: str
+    db_url: str | None = None
+    """A PostgreSQL database holding the log instead of ``db_path`` (``--db``)."""
     max_body: int = MAX_ENVELOPE_BYTES
     max_entries: int = MAX_ENTRIES_PER_REQUEST
     reader_threads: int = 2
@@ -184,6 +186,11 @@ class ServerConfig:
     )
     limits: SequencerLimits = field(default_factory=SequencerLimits)
     explorer: ExplorerConfig = field(default_factory=ExplorerConfig)
+
+    @property
+    def database(self) -> Path | str:
+        """The log's database: the PostgreSQL URL if there is one, else the SQLite file."""
+        return self.db_url if self.db_url is not None else self.db_path
 
     @property
     def tiles_path(self) -> Path | None:
@@ -285,11 +292,16 @@ class AuthorityState:
         """
         # Its own niced process (see storage/audit.py): rehashing a large log must
         # not take the interpreter lock from the request handlers, and it can be killed.
+        # A database URL travels in the environment, never in argv (its password).
+        target, env = str(self.config.db_path), None
+        if self.config.db_url is not None:
+            target, env = "-", {**os.environ, audit.DB_ENV: self.config.db_url}
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             audit.__name__,
-            str(self.config.db_path),
+            target,
+            env=env,
             stdout=asyncio.subprocess.PIPE,
             # Inherited: its progress lines reach the operator's stderr.
             stderr=None,
@@ -462,7 +474,7 @@ class AuthorityState:
     def _reader(self) -> LogReader:
         reader: LogReader | None = getattr(self._local, "reader", None)
         if reader is None:
-            reader = LogReader(self.config.db_path)
+            reader = LogReader(self.config.database)
             self._local.reader = reader
             with self._lock:
                 self._all_readers.append(reader)
@@ -679,7 +691,7 @@ async def _post_admin_publisher(request: web.Request) -> web.Response:
 
 def _open_log(config: ServerConfig, signer: Signer) -> tuple[Log, TilesDirectory | None]:
     """Open the log, then complete its tiles directory before anything is served."""
-    log = Log(config.db_path, signer, config.origin, max_bytes=config.max_db_bytes)
+    log = Log(config.database, signer, config.origin, max_bytes=config.max_db_bytes)
     if config.tiles_path is None:
         return log, None
     try:
