@@ -19,6 +19,7 @@ import pytest
 from deplog.authority.log import Log, StorageError
 from deplog.authority.sequencer import (
     OverloadedError,
+    Published,
     Receipted,
     Sequencer,
     SequencerLimits,
@@ -50,14 +51,14 @@ class Publication:
         self.entered = asyncio.Event()
         self.published: list[int] = []
 
-    async def __call__(self, checkpoint: StoredCheckpoint) -> bytes:
+    async def __call__(self, checkpoint: StoredCheckpoint) -> Published:
         self.entered.set()
         if self.hold is not None:
             await self.hold.wait()
         if self.failure is not None:
             raise self.failure
         self.published.append(checkpoint.size)
-        return checkpoint.note
+        return Published(checkpoint, checkpoint.note)
 
 
 @pytest.fixture
