@@ -1,4 +1,10 @@
-"""Fixtures: a real authority process with real keys and registered publishers."""
+"""Fixtures: a real authority process with real keys and registered publishers.
+
+The authority's log is in SQLite (``data/log.db``). A test or module marked
+``both_backends`` runs twice: on SQLite and on PostgreSQL, where the authority is
+``authority serve --db postgresql://...`` over a fresh database of the session's cluster,
+migrated by ``authority migrate`` (the ``authority_db`` fixture).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,27 @@ import pytest
 from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess
 
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``both_backends`` tests that start an authority run on each backend."""
+    if "authority_db" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "both_backends"
+    ):
+        metafunc.parametrize("authority_db", BACKENDS, indirect=True)
+
+
+@pytest.fixture
+def authority_db(request: pytest.FixtureRequest) -> str | None:
+    """The authority's ``--db``: None (SQLite in its data directory) unless the test is
+    marked ``both_backends`` and runs on PostgreSQL: then a fresh database's URL (the
+    harness migrates it with ``authority migrate`` before ``authority init``)."""
+    if getattr(request, "param", "sqlite") == "sqlite":
+        return None
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
 
 @pytest.fixture
 def publisher() -> Signer:
@@ -18,9 +45,11 @@ def publisher() -> Signer:
 
 
 @pytest.fixture
-def authority_files(tmp_path: Path, publisher: Signer) -> AuthorityProcess:
+def authority_files(
+    tmp_path: Path, publisher: Signer, authority_db: str | None
+) -> AuthorityProcess:
     """An initialized authority with publisher ``acme`` owning ``org.acme``."""
-    authority = AuthorityProcess(tmp_path / "authority")
+    authority = AuthorityProcess(tmp_path / "authority", db=authority_db)
     authority.init()
     authority.add_publisher(publisher, "org.acme")
     return authority
