@@ -448,7 +448,7 @@ class Log:
     def _bring_up_map(self) -> None:
         """Fold whatever the map lacks (all of a database from before the map) in one
         transaction; then check its root against the latest checkpoint's line."""
-        folded = self.map.size()
+        folded = None if self._map_at is None else self._map_at[0]  # read with the tree
         if folded is None or folded < self.tree.size:
             self._begin()
             try:

@@ -90,6 +90,7 @@ from deplog.authority.log import IntegrityError, Log, StorageError
 from deplog.authority.options import MEBIBYTES, option
 from deplog.authority.sequencer import Published, Sequencer, SequencerLimits
 from deplog.authority.storage import audit, store
+from deplog.authority.storage.database import open_database
 from deplog.authority.storage.reader import LogReader
 from deplog.authority.supervise import Supervisor
 from deplog.authority.tiles import DEFAULT_PARTIAL_GRACE, TilesDirectory, served_tile
@@ -273,6 +274,7 @@ class AuthorityState:
         self._local = threading.local()
         self._all_readers: list[LogReader] = []
         self._lock = threading.Lock()
+        self._db_errors = open_database(config.database).errors
         self._publishing = asyncio.Lock()
         published = log.published
         assert published is not None  # Log always publishes on open
@@ -639,9 +641,24 @@ class AuthorityState:
                 self._all_readers.append(reader)
         return reader
 
+    def _read(self, fn: Callable[[LogReader], Any]) -> Any:
+        """Reader thread: a database failure is 503 ``storage_unavailable``, and the
+        thread's reader is dropped, so the next read reconnects (a restarted server)."""
+        try:
+            return fn(self._reader())
+        except self._db_errors:
+            reader: LogReader | None = getattr(self._local, "reader", None)
+            if reader is not None:
+                self._local.reader = None
+                with self._lock:
+                    self._all_readers.remove(reader)
+                with contextlib.suppress(Exception):
+                    reader.close()
+            raise StorageError() from None
+
     async def read(self, fn: Callable[[LogReader], Any]) -> Any:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._readers, lambda: fn(self._reader()))
+        return await loop.run_in_executor(self._readers, self._read, fn)
 
     def close(self) -> None:
         self._readers.shutdown(wait=True)
