@@ -46,6 +46,7 @@ from deplog.authority.log import Log
 from deplog.authority.options import add_options, from_options, option
 from deplog.authority.sequencer import SequencerLimits
 from deplog.authority.storage.audit import audit_storage
+from deplog.authority.storage.database import is_postgres_url
 from deplog.authority.witnessing import (
     RemoteWitness,
     Witnessing,
@@ -175,10 +176,12 @@ def _open_instance(data: Path, keys: Path) -> Instance:
 
 
 def _witness_setup(
-    instance: Instance, keys: Path, options: WitnessingConfig
+    instance: Instance, keys: Path, options: WitnessingConfig, db_url: str | None = None
 ) -> Callable[[AuthorityState], Witnessing] | None:
     """The embedded witness plus every external witness in the config, as a factory the
-    server calls once its state exists (the proofs come from its reader threads)."""
+    server calls once its state exists (the proofs come from its reader threads). With a
+    shared PostgreSQL log the embedded witness's state is in that database, and requests
+    to every witness follow its progress there (``authority/cluster.py``)."""
     config = instance.config
     local = None
     if options.embedded:
@@ -188,6 +191,7 @@ def _witness_setup(
             config.embedded_witness_key,
             config.embedded_witness_name,
             instance.signer.verifier(),
+            database=db_url,
         )
     if local is None and not config.witnesses:
         return None
@@ -204,6 +208,7 @@ def _witness_setup(
             quorum=options.quorum,
             timeout=options.timeout,
             supervisor=state.supervisor,
+            shared=state.cluster,
         )
         witnessing.session = session
         return witnessing
@@ -273,7 +278,10 @@ def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -
     with exclusive_lock(args.data / LOCK_FILE) as owned:
         if not owned:
             raise CLIError(f"another authority is already serving {args.data}")
-        if serve.verify_on_start:
+        db_url = args.db if args.db is not None and is_postgres_url(args.db) else None
+        if args.db is not None and db_url is None:
+            raise CLIError("--db takes a postgresql:// URL (the SQLite log is <data>/log.db)")
+        if serve.verify_on_start and db_url is None:
             size, problem = _audit(instance.db_path) if instance.db_path.exists() else (0, None)
             if problem is not None:
                 raise StorageFault(CORRUPT, instance.db_path, f"{problem}, {size} leaves")
@@ -281,11 +289,14 @@ def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -
             ServerConfig,
             args,
             db_path=instance.db_path,
+            db_url=db_url,
             origin=instance.origin,
             limits=from_options(SequencerLimits, args),
             explorer=from_options(ExplorerConfig, args),
         )
-        witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args))
+        witnesses = _witness_setup(
+            instance, args.keys, from_options(WitnessingConfig, args), db_url
+        )
         asyncio.run(_serve(instance, sock, config, witnesses))
     return 0
 
@@ -493,6 +504,12 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("serve", help="serve the HTTP API (runs init on first start)")
     common(sp)
     sp.add_argument("--origin", help=f"log origin on first start (default: {DEFAULT_ORIGIN})")
+    sp.add_argument(
+        "--db",
+        help="a postgresql:// URL: serve the log in that database, which any number of "
+        "authority processes (same keys, each its own --data and port) share "
+        "(default: <data>/log.db)",
+    )
     for serve_config in SERVE_CONFIGS:
         add_options(sp, serve_config)
     sp.set_defaults(func=_cmd_serve)

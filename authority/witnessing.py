@@ -69,7 +69,7 @@ from deplog.authority.witness.server import SIZE_CONTENT_TYPE
 
 if TYPE_CHECKING:
     from deplog.authority.cluster import WitnessProgress
-from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.storage_faults import database_fault
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.cosignature import verify_cosignature
@@ -192,11 +192,14 @@ class LocalWitness:
 
 
 def open_embedded_witness(
-    path: Path, keys: Path, stem: str, name: str, log_key: Verifier
+    path: Path, keys: Path, stem: str, name: str, log_key: Verifier, database: str | None = None
 ) -> LocalWitness:
     """The embedded witness of a log: key ``<stem>.key`` (created on first use), state at
-    ``path``, trusting exactly this log's key."""
+    ``path`` (or, for a log on PostgreSQL, in its ``database``, shared by every process of
+    the log), trusting exactly this log's key."""
     signer, _ = load_or_create_signer(keys, stem, name, SIG_TYPE_COSIGNATURE_V1)
+    if database is not None:
+        return LocalWitness(Witness(_shared_state(database, log_key), signer))
     state = WitnessState(path)
     try:
         state.add_log(log_key.vkey(), int(time.time()))
@@ -204,6 +207,28 @@ def open_embedded_witness(
         state.close()
         raise database_fault(err, path) from None
     return LocalWitness(Witness(state, signer))
+
+
+def _shared_state(url: str, log_key: Verifier) -> WitnessState:
+    """The embedded witness's state in the log's PostgreSQL database, or a one-line error
+    naming the database (without its password)."""
+    from deplog.authority.storage.database import redact_url
+
+    try:
+        state = WitnessState.on_postgres(url)
+    except Exception as err:  # the driver's errors: psycopg is imported only for PostgreSQL
+        raise CLIError(
+            f"cannot open the embedded witness's state in {redact_url(url)}: "
+            f"{type(err).__name__}; check that the database runs and 'authority migrate' ran"
+        ) from None
+    try:
+        state.add_log(log_key.vkey(), int(time.time()))
+    except state.errors as err:
+        state.close()
+        raise CLIError(
+            f"cannot write the embedded witness's state in {redact_url(url)}: {type(err).__name__}"
+        ) from None
+    return state
 
 
 @dataclass

@@ -162,6 +162,9 @@ class ServerConfig:
 
     db_path: Path
     origin: str
+    db_url: str | None = None
+    """The PostgreSQL database of a log shared by many processes (rule 7); None: the SQLite
+    file ``db_path``."""
     max_body: int = MAX_ENVELOPE_BYTES
     max_entries: int = MAX_ENTRIES_PER_REQUEST
     reader_threads: int = 2
@@ -206,9 +209,15 @@ class ServerConfig:
     explorer: ExplorerConfig = field(default_factory=ExplorerConfig)
 
     @property
+    def database(self) -> str | Path:
+        """The log's database, as ``Log`` and ``LogReader`` take it."""
+        return self.db_url if self.db_url is not None else self.db_path
+
+    @property
     def tiles_path(self) -> Path | None:
-        """Where the tiles directory is, or None when tiles are off."""
-        if not self.tiles:
+        """Where the tiles directory is, or None when tiles are off or come from the
+        database (a shared PostgreSQL log, rule 7)."""
+        if not self.tiles or self.db_url is not None:
             return None
         return self.tiles_dir if self.tiles_dir is not None else self.db_path.parent / TILES_DIR
 
@@ -289,6 +298,8 @@ class AuthorityState:
         self._learn_now = asyncio.Event()
 
     async def start(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.prepare()
         try:
             await self.publish(self.checkpoint, force=True)
         except _PUBLICATION_FAILURES:
@@ -320,7 +331,7 @@ class AuthorityState:
             sys.executable,
             "-m",
             audit.__name__,
-            str(self.config.db_path),
+            str(self.config.database),
             stdout=asyncio.subprocess.PIPE,
             # Inherited: its progress lines reach the operator's stderr.
             stderr=None,
@@ -621,7 +632,7 @@ class AuthorityState:
     def _reader(self) -> LogReader:
         reader: LogReader | None = getattr(self._local, "reader", None)
         if reader is None:
-            reader = LogReader(self.config.db_path)
+            reader = LogReader(self.config.database)
             self._local.reader = reader
             with self._lock:
                 self._all_readers.append(reader)
@@ -861,7 +872,7 @@ async def _post_admin_publisher(request: web.Request) -> web.Response:
 
 def _open_log(config: ServerConfig, signer: Signer) -> tuple[Log, TilesDirectory | None]:
     """Open the log, then complete its tiles directory before anything is served."""
-    log = Log(config.db_path, signer, config.origin, max_bytes=config.max_db_bytes)
+    log = Log(config.database, signer, config.origin, max_bytes=config.max_db_bytes)
     if config.tiles_path is None:
         return log, None
     try:
@@ -887,7 +898,12 @@ def build_app(
     async def open_log(app: web.Application) -> None:
         loop = asyncio.get_running_loop()
         log, tiles = await loop.run_in_executor(None, lambda: _open_log(config, signer))
-        state = AuthorityState(config, log, witnessing, tiles)
+        cluster = None
+        if config.db_url is not None:
+            from deplog.authority.cluster import Cluster
+
+            cluster = Cluster(config.db_url)
+        state = AuthorityState(config, log, witnessing, tiles, cluster)
         await state.start()
         app[_STATE] = state
         sequencer = state.sequencer
@@ -931,6 +947,11 @@ def build_app(
             "Checkpoints not published (appends answered 503), by reason.",
             "reason",
             lambda: state.publication_failures,
+        )
+        metrics.counter(
+            "deplog_published_rejected_total",
+            "Published rows from the shared database not served: they did not verify.",
+            lambda: float(state.published_rejected),
         )
         metrics.labeled_counter(
             "deplog_background_failures_total",
