@@ -383,7 +383,7 @@ class AuthorityState:
                         await self._witness(checkpoint)
                         self._serve(checkpoint)
                     else:
-                        await self._publish_round(checkpoint)
+                        await self._publish_round(checkpoint, force)
                     if self._checkpoint_file is not None:
                         await asyncio.shield(self._checkpoint_file)
                 if self.checkpoint.size < checkpoint.size:
@@ -400,13 +400,15 @@ class AuthorityState:
                 self._publication_failing = None
             return Published(self.checkpoint, self.note)
 
-    async def _publish_round(self, checkpoint: store.StoredCheckpoint) -> None:
-        """Rule 7: one round under the cluster's lock; the caller holds ``_publishing``."""
+    async def _publish_round(self, checkpoint: store.StoredCheckpoint, force: bool) -> None:
+        """Rule 7: one round under the cluster's lock; the caller holds ``_publishing``.
+        ``force`` (at start) witnesses the latest checkpoint even if it is published."""
         assert self.cluster is not None
         try:
             async with self.cluster.round() as round_:
-                if round_.published is not None and round_.published[0] >= checkpoint.size:
-                    await self._learn(*round_.published)
+                row = round_.published
+                if not force and row is not None and row[0] >= checkpoint.size:
+                    await self._learn(*row)
                     if self.checkpoint.size >= checkpoint.size:
                         return
                 latest = await self._latest_signed()

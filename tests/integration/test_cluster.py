@@ -22,15 +22,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import psycopg
 import pytest
 
 from deplog.authority.cli import main as authority_main
 from deplog.authority.witness.core import WitnessState
-from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
+from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.cosignature import cosignatures
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import InclusionProof, leaf_hash
 from deplog.client.tlog.receipt import Receipt, verify_receipt
+from deplog.client.tlog.tiles import (
+    EntryTile,
+    HashTile,
+    decode_entry_bundle,
+    decode_hash_tile,
+)
 from tests.builders import make_envelope, notice_leaf
 from tests.conftest import migrated
 from tests.integration.harness import ORIGIN, AuthorityProcess, WitnessProcess
@@ -146,6 +153,63 @@ async def test_a_notice_posted_to_one_process_is_served_by_every_other_with_its_
         parsed = InclusionProof.from_json(proof)
         assert parsed.leaf_hash == leaf_hash(leaf)
         parsed.verify(checkpoint.root_hash)
+
+
+async def test_tiles_and_the_explorer_of_every_process_come_from_the_database(
+    cluster: list[ClusterAuthority], publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    """No tiles directory on PostgreSQL: each process reads a tile from the shared database,
+    for trees up to the checkpoint it serves, so a tile of A's entries is at C."""
+    a, _, c = cluster
+    envelopes = [make_envelope(publisher, seq) for seq in (1, 2, 3)]
+    for envelope in envelopes:
+        status, _ = await post(http, a.url, envelope.canonical_bytes())
+        assert status == 201
+    size = (await serving_at_least(http, c, 4)).size
+    async with http.get(f"{c.url}/v1/entries?start=0&end={size}") as response:
+        leaves = [base64.b64decode(e) for e in (await response.json())["entries"]]
+    bundle, hashes = EntryTile(0, size), HashTile(0, 0, size)
+    async with http.get(f"{c.url}/{bundle.path}") as response:
+        assert response.status == 200
+        assert decode_entry_bundle(bundle, await response.read()) == leaves
+    async with http.get(f"{c.url}/{hashes.path}") as response:
+        assert response.status == 200
+        assert decode_hash_tile(hashes, await response.read()) == [leaf_hash(x) for x in leaves]
+    assert notice_leaf(envelopes[-1]) in leaves
+    async with http.get(f"{c.url}/{EntryTile(0, size + 1).path}") as response:
+        assert response.status == 404  # a tree larger than the served one
+    async with http.get(c.url + "/") as response:
+        assert response.status == 200
+
+
+async def test_a_published_row_that_does_not_verify_is_never_served(
+    cluster: list[ClusterAuthority], publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    """The row is the database's word: a note there not signed by the log key (written by
+    whoever can write the database) is counted and refused by every process."""
+    status, _ = await post(http, cluster[0].url, make_envelope(publisher, 1).canonical_bytes())
+    assert status == 201
+    honest = await serving_at_least(http, cluster[2], 2)
+    forged = sign_checkpoint(Checkpoint(ORIGIN, honest.size, bytes(32)), Signer.generate(ORIGIN))
+    with psycopg.connect(cluster[0].db, autocommit=True) as conn:
+        conn.execute("UPDATE published SET note = %s WHERE id = 1", (forged,))
+        conn.execute("SELECT pg_notify('deplog_published', 'forged')")
+    for authority in cluster:
+        deadline = time.monotonic() + LEARN_BOUND
+        while _counter(await _metrics(http, authority), "deplog_published_rejected_total") < 1:
+            assert time.monotonic() < deadline, f"{authority.url} did not refuse the row"
+            await asyncio.sleep(0.05)
+        assert (await served(http, authority)).root_hash == honest.root_hash
+
+
+def _counter(exposition: str, name: str) -> float:
+    [value] = [line.split()[1] for line in exposition.splitlines() if line.startswith(name + " ")]
+    return float(value)
+
+
+async def _metrics(http: aiohttp.ClientSession, authority: ClusterAuthority) -> str:
+    async with http.get(authority.url + "/metrics") as response:
+        return await response.text()
 
 
 async def test_push_on_one_process_carries_a_checkpoint_another_process_published(
