@@ -135,10 +135,19 @@ class _Connection:
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[object, ...]]]:
         """A transaction on this connection; a failed or interrupted one closes it (rule 4),
-        any other exception only rolls it back."""
+        any other exception only rolls it back. A connection the server dropped since its
+        last use (a restart) fails at ``BEGIN`` and is made again, once."""
         try:
             conn = await self.get()
-            async with conn.transaction():
+            try:
+                transaction = conn.transaction()
+                await transaction.__aenter__()
+            except psycopg.OperationalError:
+                await self.close()
+                conn = await self.get()
+                transaction = conn.transaction()
+                await transaction.__aenter__()
+            async with _entered(transaction):
                 yield conn
         except (psycopg.Error, asyncio.CancelledError):
             await self.close()
@@ -239,6 +248,19 @@ class Cluster:
             raise psycopg.OperationalError("the listening connection ended")
         finally:
             await self._listener.close()
+
+
+@contextlib.asynccontextmanager
+async def _entered(
+    transaction: contextlib.AbstractAsyncContextManager[object],
+) -> AsyncIterator[None]:
+    """Leave an already entered transaction: commit, or roll back on an exception."""
+    try:
+        yield
+    except BaseException as err:
+        await transaction.__aexit__(type(err), err, err.__traceback__)
+        raise
+    await transaction.__aexit__(None, None, None)
 
 
 async def _published(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> tuple[int, bytes] | None:

@@ -49,11 +49,11 @@ from deplog.authority.storage.database import (
     Database,
     SqliteDatabase,
     open_database,
-    redact_url_in,
+    unavailable,
 )
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.dbapi import Connection
-from deplog.client.errors import CLIError, DeplogError, ErrorCode
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.mapstore import StoredMap
 from deplog.client.model.entries import (
     MAX_ENTRY_BYTES,
@@ -74,7 +74,6 @@ from deplog.client.tlog.receipt import format_receipt
 from deplog.client.tlog.timestamps import now_timestamp
 
 __all__ = [
-    "DATABASE_UNAVAILABLE_EXIT",
     "Admitted",
     "IntegrityError",
     "Log",
@@ -83,9 +82,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("deplog.authority")
-DATABASE_UNAVAILABLE_EXIT = 69
-"""Exit status when the PostgreSQL database cannot be reached at start (sysexits
-``EX_UNAVAILABLE``, as for a listen address)."""
 _MAP_REBUILD_CHUNK = 4096
 """Entries folded per batch when a database from before the map is brought up."""
 
@@ -209,13 +205,7 @@ class Log:
             yield
         except self.db.errors as err:
             self._close_quietly()
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise CLIError(
-                f"storage_unavailable: cannot use the database {self.db.describe()} "
-                f"({type(err).__name__}: {redact_url_in(reason, self.db)}): start it or "
-                "check --db, then start again",
-                DATABASE_UNAVAILABLE_EXIT,
-            ) from None
+            raise unavailable(self.db, err) from None
 
     def close(self) -> None:
         self.conn.close()
@@ -458,7 +448,7 @@ class Log:
     def _bring_up_map(self) -> None:
         """Fold whatever the map lacks (all of a database from before the map) in one
         transaction; then check its root against the latest checkpoint's line."""
-        folded = self.map.size()
+        folded = None if self._map_at is None else self._map_at[0]  # read with the tree
         if folded is None or folded < self.tree.size:
             self._begin()
             try:

@@ -69,7 +69,7 @@ from deplog.authority.witness.server import SIZE_CONTENT_TYPE
 
 if TYPE_CHECKING:
     from deplog.authority.cluster import WitnessProgress
-from deplog.client.errors import CLIError, DeplogError, ErrorCode
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.storage_faults import database_fault
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.cosignature import verify_cosignature
@@ -210,24 +210,17 @@ def open_embedded_witness(
 
 
 def _shared_state(url: str, log_key: Verifier) -> WitnessState:
-    """The embedded witness's state in the log's PostgreSQL database, or a one-line error
-    naming the database (without its password)."""
-    from deplog.authority.storage.database import redact_url
+    """The embedded witness's state in the log's PostgreSQL database; a database that
+    cannot be reached is the one line (exit 69) of any command on it."""
+    from deplog.authority.storage.database import open_database, reaching
 
-    try:
+    with reaching(open_database(url)):
         state = WitnessState.on_postgres(url)
-    except Exception as err:  # the driver's errors: psycopg is imported only for PostgreSQL
-        raise CLIError(
-            f"cannot open the embedded witness's state in {redact_url(url)}: "
-            f"{type(err).__name__}; check that the database runs and 'authority migrate' ran"
-        ) from None
-    try:
-        state.add_log(log_key.vkey(), int(time.time()))
-    except state.errors as err:
-        state.close()
-        raise CLIError(
-            f"cannot write the embedded witness's state in {redact_url(url)}: {type(err).__name__}"
-        ) from None
+        try:
+            state.add_log(log_key.vkey(), int(time.time()))
+        except BaseException:
+            state.close()
+            raise
     return state
 
 

@@ -33,6 +33,7 @@ from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.progress import Progress
 
 __all__ = [
+    "DB_ENV",
     "EXIT_CORRUPT",
     "EXIT_OK",
     "EXIT_UNREADABLE",
@@ -42,6 +43,8 @@ __all__ = [
     "main",
 ]
 
+DB_ENV = "DEPLOG_DB"
+"""Where the command reads a database URL given as ``-`` (a password stays out of argv)."""
 EXIT_OK = 0
 EXIT_CORRUPT = 1
 EXIT_UNREADABLE = 2

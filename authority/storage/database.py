@@ -21,26 +21,32 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from deplog.authority.storage import store
 from deplog.client.dbapi import Connection
+from deplog.client.errors import CLIError
 
 if TYPE_CHECKING:
     from deplog.authority.storage.postgres import PgConnection
 
 __all__ = [
+    "DATABASE_UNAVAILABLE_EXIT",
     "Database",
     "PostgresDatabase",
     "SqliteDatabase",
     "is_postgres_url",
     "open_database",
+    "reaching",
     "redact_url",
     "redact_url_in",
+    "unavailable",
 ]
 
 _SCHEMES = ("postgresql://", "postgres://")
@@ -72,6 +78,36 @@ def redact_url_in(text: str, db: Database) -> str:
         if password:
             return text.replace(password, "***")
     return text
+
+
+DATABASE_UNAVAILABLE_EXIT = 69
+"""Exit status when the database cannot be reached at start (sysexits ``EX_UNAVAILABLE``,
+as for a listen address)."""
+
+
+def unavailable(db: Database, err: BaseException) -> CLIError:
+    """The one line for a database that cannot be used at start: it names the database
+    (never its password), the driver's first line of evidence, and what to do."""
+    text = str(err).strip()
+    reason = text.splitlines()[0] if text else type(err).__name__
+    return CLIError(
+        f"storage_unavailable: cannot use the database {db.describe()} "
+        f"({type(err).__name__}: {redact_url_in(reason, db)}): start it or check --db, "
+        "then start again",
+        DATABASE_UNAVAILABLE_EXIT,
+    )
+
+
+@contextlib.contextmanager
+def reaching(db: Database) -> Iterator[None]:
+    """Inside this block, a PostgreSQL failure is :func:`unavailable`'s one line (exit 69);
+    SQLite's failures are left to ``storage_faults``, which classifies them by evidence."""
+    try:
+        yield
+    except Exception as err:
+        if db.kind == "postgresql" and isinstance(err, db.errors):
+            raise unavailable(db, err) from None
+        raise
 
 
 class Database(ABC):
@@ -170,8 +206,6 @@ def open_database(target: str | Path | Database) -> Database:
         try:
             return PostgresDatabase(str(target))
         except ImportError:
-            from deplog.client.errors import CLIError
-
             raise CLIError(
                 "PostgreSQL needs the psycopg driver: pip install 'deplog[postgres]'"
             ) from None

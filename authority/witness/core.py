@@ -56,6 +56,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from deplog.client.dbapi import Connection
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
@@ -511,12 +512,24 @@ class WitnessState:
         return verifier, True
 
     def log_verifier(self, origin: str) -> Verifier | None:
-        """The trusted key for ``origin``, or None if the origin is not configured."""
+        """The trusted key for ``origin``, or None if the origin is not configured.
+
+        The first read of a request: on PostgreSQL, a connection the server dropped
+        meanwhile (it restarted) is found broken here and made again, once, so a
+        request after an outage is answered rather than failed.
+        """
         with self._storage():
-            row = (
-                self._conn().execute("SELECT vkey FROM logs WHERE origin = ?", (origin,)).fetchone()
-            )
+            try:
+                row = self._vkey(origin)
+            except self.errors:
+                if not getattr(self._local.conn, "broken", False):
+                    raise
+                self._local.conn = None
+                row = self._vkey(origin)
         return None if row is None else Verifier.parse(row[0])
+
+    def _vkey(self, origin: str) -> Any:
+        return self._conn().execute("SELECT vkey FROM logs WHERE origin = ?", (origin,)).fetchone()
 
     def recorded(self, origin: str) -> RecordedCheckpoint | None:
         """The latest checkpoint cosigned for ``origin``, or None if there is none."""
