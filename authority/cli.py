@@ -189,10 +189,12 @@ def _open_instance(data: Path, keys: Path) -> Instance:
 
 
 def _witness_setup(
-    instance: Instance, keys: Path, options: WitnessingConfig
+    instance: Instance, keys: Path, options: WitnessingConfig, db_url: str | None = None
 ) -> Callable[[AuthorityState], Witnessing] | None:
     """The embedded witness plus every external witness in the config, as a factory the
-    server calls once its state exists (the proofs come from its reader threads)."""
+    server calls once its state exists (the proofs come from its reader threads). With a
+    shared PostgreSQL log the embedded witness's state is in that database, and requests
+    to every witness follow its progress there (``authority/cluster.py``)."""
     config = instance.config
     local = None
     if options.embedded:
@@ -202,6 +204,7 @@ def _witness_setup(
             config.embedded_witness_key,
             config.embedded_witness_name,
             instance.signer.verifier(),
+            database=db_url,
         )
     if local is None and not config.witnesses:
         return None
@@ -218,6 +221,7 @@ def _witness_setup(
             quorum=options.quorum,
             timeout=options.timeout,
             supervisor=state.supervisor,
+            shared=state.cluster,
         )
         witnessing.session = session
         return witnessing
@@ -380,7 +384,7 @@ def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -
             limits=from_options(SequencerLimits, args),
             explorer=from_options(ExplorerConfig, args),
         )
-        witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args))
+        witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args), url)
         asyncio.run(_serve(instance, sock, config, witnesses))
     return 0
 

@@ -42,6 +42,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 __all__ = [
     "PUBLISHED_CHANNEL",
@@ -68,7 +69,7 @@ SCHEMA = (
         size BIGINT NOT NULL CHECK (size >= 0)
     )""",
 )
-"""The table of rule 2 (created by ``authority migrate``)."""
+"""The table of rule 2 (``Cluster.prepare`` creates it if missing)."""
 
 
 @dataclass
@@ -121,7 +122,7 @@ class _Connection:
     async def get(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
         if self.conn is None or self.conn.closed:
             self.conn = await psycopg.AsyncConnection.connect(
-                self.cluster.conninfo, autocommit=self.autocommit, **self.cluster.settings
+                self.cluster.conninfo, autocommit=self.autocommit
             )
         return self.conn
 
@@ -134,31 +135,44 @@ class _Connection:
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[object, ...]]]:
         """A transaction on this connection; a failed or interrupted one closes it (rule 4),
-        any other exception only rolls it back."""
+        any other exception only rolls it back. A connection the server dropped since its
+        last use (a restart) fails at ``BEGIN`` and is made again, once."""
         try:
             conn = await self.get()
-            async with conn.transaction():
+            try:
+                transaction = conn.transaction()
+                await transaction.__aenter__()
+            except psycopg.OperationalError:
+                await self.close()
+                conn = await self.get()
+                transaction = conn.transaction()
+                await transaction.__aenter__()
+            async with _entered(transaction):
                 yield conn
         except (psycopg.Error, asyncio.CancelledError):
             await self.close()
             raise
 
 
-def session_settings(lock_timeout: float, idle_timeout: float) -> dict[str, object]:
-    """Connection keywords bounding every wait (rule 1) and finding a dead peer (keepalives)."""
+def conninfo_with_bounds(url: str, round_timeout: float) -> str:
+    """``url`` with session settings bounding every wait (rule 1) and keepalives that
+    notice a dead peer."""
+    milliseconds = int(round_timeout * 1000)
     options = (
-        f"-c lock_timeout={int(lock_timeout * 1000)} "
-        f"-c statement_timeout={int(lock_timeout * 1000) + 5000} "
-        f"-c idle_in_transaction_session_timeout={int(idle_timeout * 1000)}"
+        f"-c lock_timeout={milliseconds} "
+        f"-c statement_timeout={milliseconds + 5000} "
+        f"-c idle_in_transaction_session_timeout={milliseconds}"
     )
-    return {
-        "options": options,
-        "connect_timeout": 5,
-        "keepalives": 1,
-        "keepalives_idle": 5,
-        "keepalives_interval": 2,
-        "keepalives_count": 3,
-    }
+    return make_conninfo(
+        url,
+        options=options,
+        application_name="deplog-cluster",
+        connect_timeout=5,
+        keepalives=1,
+        keepalives_idle=5,
+        keepalives_interval=2,
+        keepalives_count=3,
+    )
 
 
 class Cluster:
@@ -174,13 +188,20 @@ class Cluster:
     def __init__(
         self, conninfo: str, *, poll_interval: float = 1.0, round_timeout: float = 30.0
     ) -> None:
-        self.conninfo = conninfo
+        self.conninfo = conninfo_with_bounds(conninfo, round_timeout)
         self.poll_interval = poll_interval
-        self.settings = session_settings(round_timeout, round_timeout)
         self._round = _Connection(self, autocommit=False)
         self._reads = _Connection(self, autocommit=True)
         self._witnesses: dict[str, _Connection] = {}
         self._listener = _Connection(self, autocommit=True)
+
+    async def prepare(self) -> None:
+        """Create this module's table if it is missing (under a lock: processes starting
+        together must not race on ``CREATE``)."""
+        async with self._round.transaction() as conn:
+            await conn.execute("SELECT pg_advisory_xact_lock(%s, 1)", (ROUND_LOCK,))
+            for statement in SCHEMA:
+                await conn.execute(statement)
 
     async def close(self) -> None:
         for conn in (self._round, self._reads, self._listener, *self._witnesses.values()):
@@ -227,6 +248,19 @@ class Cluster:
             raise psycopg.OperationalError("the listening connection ended")
         finally:
             await self._listener.close()
+
+
+@contextlib.asynccontextmanager
+async def _entered(
+    transaction: contextlib.AbstractAsyncContextManager[object],
+) -> AsyncIterator[None]:
+    """Leave an already entered transaction: commit, or roll back on an exception."""
+    try:
+        yield
+    except BaseException as err:
+        await transaction.__aexit__(type(err), err, err.__traceback__)
+        raise
+    await transaction.__aexit__(None, None, None)
 
 
 async def _published(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> tuple[int, bytes] | None:

@@ -192,11 +192,14 @@ class LocalWitness:
 
 
 def open_embedded_witness(
-    path: Path, keys: Path, stem: str, name: str, log_key: Verifier
+    path: Path, keys: Path, stem: str, name: str, log_key: Verifier, database: str | None = None
 ) -> LocalWitness:
     """The embedded witness of a log: key ``<stem>.key`` (created on first use), state at
-    ``path``, trusting exactly this log's key."""
+    ``path`` (or, for a log on PostgreSQL, in its ``database``, shared by every process of
+    the log), trusting exactly this log's key."""
     signer, _ = load_or_create_signer(keys, stem, name, SIG_TYPE_COSIGNATURE_V1)
+    if database is not None:
+        return LocalWitness(Witness(_shared_state(database, log_key), signer))
     state = WitnessState(path)
     try:
         state.add_log(log_key.vkey(), int(time.time()))
@@ -204,6 +207,21 @@ def open_embedded_witness(
         state.close()
         raise database_fault(err, path) from None
     return LocalWitness(Witness(state, signer))
+
+
+def _shared_state(url: str, log_key: Verifier) -> WitnessState:
+    """The embedded witness's state in the log's PostgreSQL database; a database that
+    cannot be reached is the one line (exit 69) of any command on it."""
+    from deplog.authority.storage.database import open_database, reaching
+
+    with reaching(open_database(url)):
+        state = WitnessState.on_postgres(url)
+        try:
+            state.add_log(log_key.vkey(), int(time.time()))
+        except BaseException:
+            state.close()
+            raise
+    return state
 
 
 @dataclass

@@ -215,8 +215,9 @@ class ServerConfig:
 
     @property
     def tiles_path(self) -> Path | None:
-        """Where the tiles directory is, or None when tiles are off."""
-        if not self.tiles:
+        """Where the tiles directory is, or None when tiles are off or come from the
+        database (a shared PostgreSQL log, rule 7)."""
+        if not self.tiles or self.db_url is not None:
             return None
         return self.tiles_dir if self.tiles_dir is not None else self.db_path.parent / TILES_DIR
 
@@ -298,6 +299,8 @@ class AuthorityState:
         self._learn_now = asyncio.Event()
 
     async def start(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.prepare()
         try:
             await self.publish(self.checkpoint, force=True)
         except _PUBLICATION_FAILURES:
@@ -386,7 +389,7 @@ class AuthorityState:
                         await self._witness(checkpoint)
                         self._serve(checkpoint)
                     else:
-                        await self._publish_round(checkpoint)
+                        await self._publish_round(checkpoint, force)
                     if self._checkpoint_file is not None:
                         await asyncio.shield(self._checkpoint_file)
                 if self.checkpoint.size < checkpoint.size:
@@ -403,13 +406,15 @@ class AuthorityState:
                 self._publication_failing = None
             return Published(self.checkpoint, self.note)
 
-    async def _publish_round(self, checkpoint: store.StoredCheckpoint) -> None:
-        """Rule 7: one round under the cluster's lock; the caller holds ``_publishing``."""
+    async def _publish_round(self, checkpoint: store.StoredCheckpoint, force: bool) -> None:
+        """Rule 7: one round under the cluster's lock; the caller holds ``_publishing``.
+        ``force`` (at start) witnesses the latest checkpoint even if it is published."""
         assert self.cluster is not None
         try:
             async with self.cluster.round() as round_:
-                if round_.published is not None and round_.published[0] >= checkpoint.size:
-                    await self._learn(*round_.published)
+                row = round_.published
+                if not force and row is not None and row[0] >= checkpoint.size:
+                    await self._learn(*row)
                     if self.checkpoint.size >= checkpoint.size:
                         return
                 latest = await self._latest_signed()
@@ -916,7 +921,12 @@ def build_app(
     async def open_log(app: web.Application) -> None:
         loop = asyncio.get_running_loop()
         log, tiles = await loop.run_in_executor(None, lambda: _open_log(config, signer))
-        state = AuthorityState(config, log, witnessing, tiles)
+        cluster = None
+        if config.db_url is not None:
+            from deplog.authority.cluster import Cluster
+
+            cluster = Cluster(config.db_url)
+        state = AuthorityState(config, log, witnessing, tiles, cluster)
         await state.start()
         app[_STATE] = state
         sequencer = state.sequencer
@@ -960,6 +970,11 @@ def build_app(
             "Checkpoints not published (appends answered 503), by reason.",
             "reason",
             lambda: state.publication_failures,
+        )
+        metrics.counter(
+            "deplog_published_rejected_total",
+            "Published rows from the shared database not served: they did not verify.",
+            lambda: float(state.published_rejected),
         )
         metrics.labeled_counter(
             "deplog_background_failures_total",
