@@ -137,10 +137,12 @@ class PgCluster:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(sql)  # type: ignore[arg-type]
 
-    def create_database(self) -> str:
-        """A fresh empty database; returns its URL."""
+    def create_database(self, template: str | None = None) -> str:
+        """A fresh empty database, or a copy of the database ``template`` (which nobody may
+        be connected to); returns its URL."""
         name = f"t{os.getpid()}_{next(self._names)}"
-        self.admin_execute(f'CREATE DATABASE "{name}"')
+        copy = "" if template is None else f' TEMPLATE "{template}"'
+        self.admin_execute(f'CREATE DATABASE "{name}"{copy}')
         return self.url(name)
 
     def destroy(self) -> None:

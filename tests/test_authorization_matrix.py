@@ -62,7 +62,7 @@ from tests.builders import (
     register_statement,
     sign_tree,
 )
-from tests.conftest import Backend, migrated
+from tests.conftest import Backend
 from tests.dbrows import table_rows
 from tests.pgcluster import PgCluster
 
@@ -199,7 +199,7 @@ class SharedHistory:
 
 
 @pytest.fixture(scope="module")
-def shared_histories(pg_cluster: PgCluster) -> dict[bool, SharedHistory]:
+def shared_histories(pg_cluster: PgCluster, pg_template: str) -> dict[bool, SharedHistory]:
     """On PostgreSQL a fresh database costs a few hundred milliseconds (CREATE DATABASE
     writes a copy of its template), 156 refused cells times four tests of them would
     cost minutes. A refusal changes nothing, and every test of a refused cell proves it
@@ -208,7 +208,7 @@ def shared_histories(pg_cluster: PgCluster) -> dict[bool, SharedHistory]:
     ``Log`` on it. Authorized cells append: each gets its own database."""
     histories = {}
     for revoked in (False, True):
-        url = migrated(pg_cluster.create_database())
+        url = pg_cluster.create_database(pg_template)
         log_signer, keys = Signer.generate(ORIGIN), _keys()
         _history(url, log_signer, keys, revoked).close()
         histories[revoked] = SharedHistory(url, log_signer, keys)
@@ -228,7 +228,7 @@ def world(
     if backend_kind == "sqlite":
         built = _build(tmp_path / "log.db", cell)
     elif expected_code(cell) is None:
-        built = _build(migrated(request.getfixturevalue("pg_url")), cell)
+        built = _build(request.getfixturevalue("pg_migrated_url"), cell)
     else:
         shared: SharedHistory = request.getfixturevalue("shared_histories")[
             cell.publisher == "revoked"
