@@ -53,7 +53,7 @@ from deplog.authority.storage.database import (
 )
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.dbapi import Connection
-from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.mapstore import StoredMap
 from deplog.client.model.entries import (
     MAX_ENTRY_BYTES,
@@ -185,7 +185,11 @@ class Log:
 
     def _open(self, max_bytes: int | None) -> None:
         self.conn = self.db.connect()
-        self.db.prepare(self.conn)
+        try:
+            self.db.prepare(self.conn)
+        except CLIError:  # a PostgreSQL schema that is not this software's
+            self._close_quietly()
+            raise
         if max_bytes is not None and isinstance(self.db, SqliteDatabase):
             store.limit_size(self.conn, max_bytes)  # type: ignore[arg-type]
         try:
@@ -249,6 +253,7 @@ class Log:
         checkpoint. Runs under the order lock or in a snapshot (``_snapshot``)."""
         self.tree = StoredHashTree(self.conn)
         self.map = StoredMap(self.conn)
+        # A map whose reads are cached drops them (another writer rewrote rows in place).
         forget = getattr(self.map, "forget", None)
         if callable(forget):
             forget()
