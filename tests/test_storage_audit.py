@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from deplog.authority.storage.audit import (
+    DB_ENV,
     EXIT_CORRUPT,
     EXIT_OK,
     EXIT_UNREADABLE,
@@ -39,9 +40,13 @@ COMMAND = [sys.executable, "-m", "deplog.authority.storage.audit"]
 
 
 def run_audit(db: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*COMMAND, str(db)], capture_output=True, text=True, timeout=60, check=False
-    )
+    """As the serving authority runs it: a path in argv, a PostgreSQL URL in the
+    environment (``-`` in argv, so a password is never in argv)."""
+    if is_postgres_url(str(db)):
+        argv, env = [*COMMAND, "-"], dict(os.environ, **{DB_ENV: str(db)})
+    else:
+        argv, env = [*COMMAND, str(db)], None
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=env)
 
 
 def niceness(pid: int) -> int:
