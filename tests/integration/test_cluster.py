@@ -29,7 +29,7 @@ from deplog.authority.cli import main as authority_main
 from deplog.authority.witness.core import WitnessState
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.cosignature import cosignatures
-from deplog.client.tlog.note import Signer
+from deplog.client.tlog.note import Signer, Verifier
 from deplog.client.tlog.proofs import InclusionProof, leaf_hash
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from deplog.client.tlog.tiles import (
@@ -202,6 +202,28 @@ async def test_a_published_row_that_does_not_verify_is_never_served(
         assert (await served(http, authority)).root_hash == honest.root_hash
 
 
+async def test_with_the_listening_connections_lost_every_process_still_learns_by_polling(
+    cluster: list[ClusterAuthority], publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    """The listeners' backends are terminated: each process counts the failure (and
+    restarts the listener), and meanwhile learns A's publication by polling."""
+    with psycopg.connect(cluster[0].db, autocommit=True) as conn:
+        ended = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE query = 'LISTEN deplog_published'"
+        ).fetchone()
+    assert ended == (3,)
+    status, body = await post(http, cluster[0].url, make_envelope(publisher, 1).canonical_bytes())
+    assert status == 201
+    for authority in cluster[1:]:
+        await serving_at_least(http, authority, Receipt.parse(body).index + 1)
+        failures = _counter(
+            await _metrics(http, authority),
+            'deplog_background_failures_total{task="published_listener"}',
+        )
+        assert failures >= 1
+
+
 def _counter(exposition: str, name: str) -> float:
     [value] = [line.split()[1] for line in exposition.splitlines() if line.startswith(name + " ")]
     return float(value)
@@ -269,7 +291,7 @@ async def test_receipts_from_every_process_verify_against_the_checkpoint_they_ca
     assert len(indexes) == len(envelopes)  # one leaf each, none twice
 
 
-def _embedded_witness(authority: ClusterAuthority):  # type: ignore[no-untyped-def]
+def _embedded_witness(authority: ClusterAuthority) -> Verifier:
     from deplog.authority.config import AuthorityConfig
     from deplog.client.tlog.keyfile import load_signer
     from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1
