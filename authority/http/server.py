@@ -295,6 +295,7 @@ class AuthorityState:
             self.witnessing.on_change = self._cosigned
         self.corrupt: str | None = None
         self.published_rejected = 0
+        self.poll_failures = 0
         self._rejected_size: int | None = None
         self._learn_now = asyncio.Event()
 
@@ -480,20 +481,40 @@ class AuthorityState:
         await self.cluster.listen(self._learn_now.set)
 
     async def _poll_published(self) -> None:
-        """Supervised: learn the published row when notified, and every poll interval."""
+        """Supervised: learn the published row when notified, and every poll interval.
+
+        A database failure does not end the loop (a supervisor's backoff would stretch
+        the interval): it is counted (``deplog_published_poll_failures_total``), logged
+        once until a poll succeeds again, and the next poll comes one interval later."""
         assert self.cluster is not None
+        failing = False
+        failures: tuple[type[Exception], ...] = (*self.cluster.errors, StorageError)
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._learn_now.wait(), self.cluster.poll_interval)
             self._learn_now.clear()
-            row = await self.cluster.published()
-            if row is None or row[0] < self.checkpoint.size:
+            try:
+                await self._poll_once()
+            except failures as err:
+                self.poll_failures += 1
+                if not failing:
+                    log.warning("reading the published checkpoint failed: %s", type(err).__name__)
+                    failing = True
                 continue
-            if row[0] == self.checkpoint.size and row[1] == self._learned_note:
-                continue
-            async with self._publishing:
-                await self._learn(*row)
-            self._learned_note = row[1]
+            if failing:
+                log.info("reading the published checkpoint works again")
+                failing = False
+
+    async def _poll_once(self) -> None:
+        assert self.cluster is not None
+        row = await self.cluster.published()
+        if row is None or row[0] < self.checkpoint.size:
+            return
+        if row[0] == self.checkpoint.size and row[1] == self._learned_note:
+            return
+        async with self._publishing:
+            await self._learn(*row)
+        self._learned_note = row[1]
 
     async def _share_lines(self) -> None:
         """Save the served checkpoint's fresh lines as the published row (rule 7), merged
@@ -975,6 +996,11 @@ def build_app(
             "deplog_published_rejected_total",
             "Published rows from the shared database not served: they did not verify.",
             lambda: float(state.published_rejected),
+        )
+        metrics.counter(
+            "deplog_published_poll_failures_total",
+            "Polls of the shared database's published checkpoint that failed.",
+            lambda: float(state.poll_failures),
         )
         metrics.labeled_counter(
             "deplog_background_failures_total",

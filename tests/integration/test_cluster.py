@@ -41,6 +41,7 @@ from deplog.client.tlog.tiles import (
 from tests.builders import make_envelope, notice_leaf
 from tests.conftest import migrated
 from tests.integration.harness import ORIGIN, AuthorityProcess, WitnessProcess
+from tests.pgcluster import PgCluster
 
 JSON = {"Content-Type": "application/json"}
 LEARN_BOUND = 5.0
@@ -222,6 +223,34 @@ async def test_with_the_listening_connections_lost_every_process_still_learns_by
             'deplog_background_failures_total{task="published_listener"}',
         )
         assert failures >= 1
+
+
+async def test_after_a_database_outage_every_process_learns_again_within_its_poll_interval(
+    cluster: list[ClusterAuthority],
+    publisher: Signer,
+    http: aiohttp.ClientSession,
+    pg_cluster: PgCluster,
+) -> None:
+    """Polls that fail while the database is down are counted, and do not stretch the
+    interval: once it is back, B and C serve what A publishes within LEARN_BOUND."""
+    await asyncio.to_thread(pg_cluster.stop)
+    try:
+        await asyncio.sleep(2.5)  # a few polls of every process fail
+    finally:
+        await asyncio.to_thread(pg_cluster.start)
+    deadline = time.monotonic() + 30
+    while True:  # A's first append after the restart may still meet a dropped connection
+        status, body = await post(
+            http, cluster[0].url, make_envelope(publisher, 1).canonical_bytes()
+        )
+        if status == 201:
+            break
+        assert status == 503 and time.monotonic() < deadline
+        await asyncio.sleep(0.2)
+    for authority in cluster[1:]:
+        await serving_at_least(http, authority, Receipt.parse(body).index + 1)
+        exposition = await _metrics(http, authority)
+        assert _counter(exposition, "deplog_published_poll_failures_total") >= 1
 
 
 def _counter(exposition: str, name: str) -> float:
