@@ -775,7 +775,7 @@ async def _get_tile(request: web.Request) -> web.StreamResponse:
     state = request.app[_STATE]
     root = state.config.tiles_path
     tile = parse_tile_path("tile/" + request.match_info["path"])
-    if state.cluster is not None:
+    if state.cluster is not None and state.config.tiles:
         return await _get_tile_from_database(state, tile)
     if root is None or not (path := root / tile.path).is_file():
         raise HTTPRequestError(ErrorCode.NOT_FOUND)
