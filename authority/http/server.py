@@ -107,7 +107,13 @@ from deplog.client.model.vmap import MapProof, MapProofDocument
 from deplog.client.storage_faults import StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer, parse_note
-from deplog.client.tlog.tiles import EntryTile, HashTile, parse_tile_path
+from deplog.client.tlog.tiles import (
+    TILE_HEIGHT,
+    TILE_WIDTH,
+    EntryTile,
+    HashTile,
+    parse_tile_path,
+)
 
 if TYPE_CHECKING:
     from deplog.authority.cluster import Cluster
@@ -787,7 +793,7 @@ def _tile_leaves(tile: EntryTile | HashTile) -> int:
     """The size of the smallest tree that has ``tile``."""
     if isinstance(tile, EntryTile):
         return tile.leaf_indices.stop
-    return (tile.index * 256 + tile.width) << (8 * tile.level)
+    return (tile.index * TILE_WIDTH + tile.width) << (TILE_HEIGHT * tile.level)
 
 
 async def _get_tile_from_database(
