@@ -26,6 +26,7 @@ import psycopg
 import pytest
 
 from deplog.authority.cli import main as authority_main
+from deplog.authority.cluster import ROUND_LOCK
 from deplog.authority.witness.core import WitnessState
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.cosignature import cosignatures
@@ -448,6 +449,25 @@ def external_witness(
     witness.stop()
 
 
+async def _round_lock_held(db: str) -> None:
+    """Returns once one backend has held the publication round's lock for half a second
+    (a round stalled on a witness, not a quick one), failing after 10 s."""
+    deadline = time.monotonic() + 10
+    with psycopg.connect(db, autocommit=True) as conn:
+        holders: list[object] = []
+        while True:
+            row = conn.execute(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND classid = %s::oid AND objid = 0",
+                (ROUND_LOCK,),
+            ).fetchone()
+            holders = [*holders, row[0]][-11:] if row is not None else []
+            if len(holders) == 11 and len(set(holders)) == 1:
+                return
+            assert time.monotonic() < deadline, "no round held the lock"
+            await asyncio.sleep(0.05)
+
+
 def witness_size(witness: WitnessProcess) -> int:
     state = WitnessState(witness.data / "witness.db")
     try:
@@ -481,7 +501,7 @@ async def test_a_process_killed_mid_round_never_shows_the_witness_a_rollback(
         in_round = asyncio.create_task(
             post(http, a.url, make_envelope(publisher, 2).canonical_bytes())
         )
-        await asyncio.sleep(1.0)  # A holds the round, waiting for the stopped witness
+        await _round_lock_held(a.db)  # A's round, waiting for the stopped witness
         assert not in_round.done()
         assert a.process is not None
         os.kill(a.process.pid, signal.SIGKILL)
