@@ -4,7 +4,10 @@ A thin layer over ``Log`` and the HTTP app. One process owns the database at a
 time: ``serve`` holds an exclusive lock on ``<data>/authority.lock``; the
 publisher commands append directly when no server runs, and otherwise go
 through the server's admin Unix socket (``<data>/admin.sock``, mode 0600), so
-the server's single writer stays the only writer.
+the server's single writer stays the only writer. With ``--db postgresql://...``
+the lock is per data directory: any number of ``serve`` processes, each with its
+own data directory and port, share one log in the database, which orders their
+writes (``authority/log.py``) and their publications (``authority/cluster.py``).
 """
 
 from __future__ import annotations

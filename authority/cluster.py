@@ -18,8 +18,10 @@ cosigned note) and the witnesses' progress. Rules:
    ``witness_progress``: the largest size of this log it cosigned, whichever
    process asked. After a cosignature the row only grows (``GREATEST``), so a
    process that starts after a failover never takes the witness's size for a
-   fork, and never offers it a smaller one. Lock order is round, then witness,
-   never the reverse, so the two locks cannot deadlock.
+   fork, and never offers it a smaller one. The row is a hint (the witness keeps
+   its own record and refuses a rollback itself), so its commit does not wait
+   for a flush: a row lost in a database crash costs an old-size conflict. Lock
+   order is round, then witness, never the reverse, so the locks cannot deadlock.
 3. Every process learns new published notes by ``LISTEN deplog_published``
    (``listen``), and polls the row every ``poll_interval`` seconds besides, so a
    lost notification or a broken listening connection delays learning by one
@@ -102,6 +104,8 @@ class WitnessProgress:
     size: int | None
 
     async def cosigned(self, size: int) -> None:
+        if self.size is not None and size <= self.size:
+            return  # a refresh, or a stale success: nothing to raise
         await self.conn.execute(
             "INSERT INTO witness_progress (witness, size) VALUES (%s, %s) "
             "ON CONFLICT (witness) DO UPDATE "
@@ -231,6 +235,10 @@ class Cluster:
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (WITNESS_LOCK, name)
             )
+            # The row is a hint, the witness enforces its own record: a commit lost in a
+            # database crash costs one old-size conflict later, never a rollback. So it
+            # does not wait for a flush (one fsync less per publication).
+            await conn.execute("SET LOCAL synchronous_commit = off")
             row = await (
                 await conn.execute("SELECT size FROM witness_progress WHERE witness = %s", (name,))
             ).fetchone()

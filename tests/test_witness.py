@@ -538,6 +538,31 @@ def test_adding_the_same_log_key_again_changes_nothing(
     assert (verifier.name, added) == (ORIGIN, False)
 
 
+def test_two_processes_adding_the_same_log_at_once_both_succeed_once_each(
+    open_state: Callable[[], WitnessState], log: MinimalLog
+) -> None:
+    """As the authority processes sharing one PostgreSQL log do when they start together."""
+    states = [open_state(), open_state()]
+    barrier = threading.Barrier(2)
+    added: list[bool] = []
+
+    def add(state: WitnessState) -> None:
+        barrier.wait(5)
+        added.append(state.add_log(log.vkey, NOW)[1])
+
+    threads = [threading.Thread(target=add, args=(state,)) for state in states]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert sorted(added) == [False, True]
+        assert [status.origin for status in states[0].logs()] == [ORIGIN]
+    finally:
+        for state in states:
+            state.close()
+
+
 def test_another_key_for_a_configured_origin_is_refused(
     witness: Witness, state: WitnessState
 ) -> None:

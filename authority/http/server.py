@@ -110,7 +110,13 @@ from deplog.client.model.vmap import MapProof, MapProofDocument
 from deplog.client.storage_faults import StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer, parse_note
-from deplog.client.tlog.tiles import EntryTile, HashTile, parse_tile_path
+from deplog.client.tlog.tiles import (
+    TILE_HEIGHT,
+    TILE_WIDTH,
+    EntryTile,
+    HashTile,
+    parse_tile_path,
+)
 
 if TYPE_CHECKING:
     from deplog.authority.cluster import Cluster
@@ -298,6 +304,7 @@ class AuthorityState:
             self.witnessing.on_change = self._cosigned
         self.corrupt: str | None = None
         self.published_rejected = 0
+        self.poll_failures = 0
         self._rejected_size: int | None = None
         self._learn_now = asyncio.Event()
 
@@ -483,20 +490,40 @@ class AuthorityState:
         await self.cluster.listen(self._learn_now.set)
 
     async def _poll_published(self) -> None:
-        """Supervised: learn the published row when notified, and every poll interval."""
+        """Supervised: learn the published row when notified, and every poll interval.
+
+        A database failure does not end the loop (a supervisor's backoff would stretch
+        the interval): it is counted (``deplog_published_poll_failures_total``), logged
+        once until a poll succeeds again, and the next poll comes one interval later."""
         assert self.cluster is not None
+        failing = False
+        failures: tuple[type[Exception], ...] = (*self.cluster.errors, StorageError)
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._learn_now.wait(), self.cluster.poll_interval)
             self._learn_now.clear()
-            row = await self.cluster.published()
-            if row is None or row[0] < self.checkpoint.size:
+            try:
+                await self._poll_once()
+            except failures as err:
+                self.poll_failures += 1
+                if not failing:
+                    log.warning("reading the published checkpoint failed: %s", type(err).__name__)
+                    failing = True
                 continue
-            if row[0] == self.checkpoint.size and row[1] == self._learned_note:
-                continue
-            async with self._publishing:
-                await self._learn(*row)
-            self._learned_note = row[1]
+            if failing:
+                log.info("reading the published checkpoint works again")
+                failing = False
+
+    async def _poll_once(self) -> None:
+        assert self.cluster is not None
+        row = await self.cluster.published()
+        if row is None or row[0] < self.checkpoint.size:
+            return
+        if row[0] == self.checkpoint.size and row[1] == self._learned_note:
+            return
+        async with self._publishing:
+            await self._learn(*row)
+        self._learned_note = row[1]
 
     async def _share_lines(self) -> None:
         """Save the served checkpoint's fresh lines as the published row (rule 7), merged
@@ -757,7 +784,7 @@ async def _get_tile(request: web.Request) -> web.StreamResponse:
     state = request.app[_STATE]
     root = state.config.tiles_path
     tile = parse_tile_path("tile/" + request.match_info["path"])
-    if state.cluster is not None:
+    if state.cluster is not None and state.config.tiles:
         return await _get_tile_from_database(request, state, tile)
     if root is None or not (path := root / tile.path).is_file():
         raise HTTPRequestError(ErrorCode.NOT_FOUND)
@@ -769,7 +796,7 @@ def _tile_leaves(tile: EntryTile | HashTile) -> int:
     """The size of the smallest tree that has ``tile``."""
     if isinstance(tile, EntryTile):
         return tile.leaf_indices.stop
-    return (tile.index * 256 + tile.width) << (8 * tile.level)
+    return (tile.index * TILE_WIDTH + tile.width) << (TILE_HEIGHT * tile.level)
 
 
 async def _get_tile_from_database(
@@ -986,6 +1013,11 @@ def build_app(
             "deplog_published_rejected_total",
             "Published rows from the shared database not served: they did not verify.",
             lambda: float(state.published_rejected),
+        )
+        metrics.counter(
+            "deplog_published_poll_failures_total",
+            "Polls of the shared database's published checkpoint that failed.",
+            lambda: float(state.poll_failures),
         )
         metrics.labeled_counter(
             "deplog_background_failures_total",

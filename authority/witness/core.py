@@ -497,19 +497,20 @@ class WitnessState:
             check_origin(origin)
         except CheckpointFormatError:
             raise LogConfigError(ErrorCode.BAD_ORIGIN, "an origin is one non-empty line") from None
+        # Insert unless present, then read what is there: on PostgreSQL several
+        # authority processes may add the log at once, and only one insert wins.
         with self._transaction(self._conn()) as conn:
-            row = conn.execute("SELECT vkey FROM logs WHERE origin = ?", (origin,)).fetchone()
-            if row is not None:
-                if row[0] != canonical:
-                    raise LogConfigError(
-                        ErrorCode.LOG_KEY_CONFLICT, "origin already has another key"
-                    )
-                return verifier, False
-            conn.execute(
-                "INSERT INTO logs (origin, vkey, added_at) VALUES (?, ?, ?)",
+            inserted = conn.execute(
+                "INSERT INTO logs (origin, vkey, added_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (origin) DO NOTHING RETURNING origin",
                 (origin, canonical, now),
-            )
-        return verifier, True
+            ).fetchall()
+            if inserted:
+                return verifier, True
+            row = conn.execute("SELECT vkey FROM logs WHERE origin = ?", (origin,)).fetchone()
+            if row[0] != canonical:
+                raise LogConfigError(ErrorCode.LOG_KEY_CONFLICT, "origin already has another key")
+        return verifier, False
 
     def log_verifier(self, origin: str) -> Verifier | None:
         """The trusted key for ``origin``, or None if the origin is not configured.

@@ -26,10 +26,11 @@ import psycopg
 import pytest
 
 from deplog.authority.cli import main as authority_main
+from deplog.authority.cluster import ROUND_LOCK
 from deplog.authority.witness.core import WitnessState
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.cosignature import cosignatures
-from deplog.client.tlog.note import Signer
+from deplog.client.tlog.note import Signer, Verifier
 from deplog.client.tlog.proofs import InclusionProof, leaf_hash
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from deplog.client.tlog.tiles import (
@@ -41,6 +42,7 @@ from deplog.client.tlog.tiles import (
 from tests.builders import make_envelope, notice_leaf
 from tests.conftest import migrated
 from tests.integration.harness import ORIGIN, AuthorityProcess, WitnessProcess
+from tests.pgcluster import PgCluster
 
 JSON = {"Content-Type": "application/json"}
 LEARN_BOUND = 5.0
@@ -202,6 +204,56 @@ async def test_a_published_row_that_does_not_verify_is_never_served(
         assert (await served(http, authority)).root_hash == honest.root_hash
 
 
+async def test_with_the_listening_connections_lost_every_process_still_learns_by_polling(
+    cluster: list[ClusterAuthority], publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    """The listeners' backends are terminated: each process counts the failure (and
+    restarts the listener), and meanwhile learns A's publication by polling."""
+    with psycopg.connect(cluster[0].db, autocommit=True) as conn:
+        ended = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE query = 'LISTEN deplog_published'"
+        ).fetchone()
+    assert ended == (3,)
+    status, body = await post(http, cluster[0].url, make_envelope(publisher, 1).canonical_bytes())
+    assert status == 201
+    for authority in cluster[1:]:
+        await serving_at_least(http, authority, Receipt.parse(body).index + 1)
+        failures = _counter(
+            await _metrics(http, authority),
+            'deplog_background_failures_total{task="published_listener"}',
+        )
+        assert failures >= 1
+
+
+async def test_after_a_database_outage_every_process_learns_again_within_its_poll_interval(
+    cluster: list[ClusterAuthority],
+    publisher: Signer,
+    http: aiohttp.ClientSession,
+    pg_cluster: PgCluster,
+) -> None:
+    """Polls that fail while the database is down are counted, and do not stretch the
+    interval: once it is back, B and C serve what A publishes within LEARN_BOUND."""
+    await asyncio.to_thread(pg_cluster.stop)
+    try:
+        await asyncio.sleep(2.5)  # a few polls of every process fail
+    finally:
+        await asyncio.to_thread(pg_cluster.start)
+    deadline = time.monotonic() + 30
+    while True:  # A's first append after the restart may still meet a dropped connection
+        status, body = await post(
+            http, cluster[0].url, make_envelope(publisher, 1).canonical_bytes()
+        )
+        if status == 201:
+            break
+        assert status == 503 and time.monotonic() < deadline
+        await asyncio.sleep(0.2)
+    for authority in cluster[1:]:
+        await serving_at_least(http, authority, Receipt.parse(body).index + 1)
+        exposition = await _metrics(http, authority)
+        assert _counter(exposition, "deplog_published_poll_failures_total") >= 1
+
+
 def _counter(exposition: str, name: str) -> float:
     [value] = [line.split()[1] for line in exposition.splitlines() if line.startswith(name + " ")]
     return float(value)
@@ -269,7 +321,7 @@ async def test_receipts_from_every_process_verify_against_the_checkpoint_they_ca
     assert len(indexes) == len(envelopes)  # one leaf each, none twice
 
 
-def _embedded_witness(authority: ClusterAuthority):  # type: ignore[no-untyped-def]
+def _embedded_witness(authority: ClusterAuthority) -> Verifier:
     from deplog.authority.config import AuthorityConfig
     from deplog.client.tlog.keyfile import load_signer
     from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1
@@ -397,6 +449,25 @@ def external_witness(
     witness.stop()
 
 
+async def _round_lock_held(db: str) -> None:
+    """Returns once one backend has held the publication round's lock for half a second
+    (a round stalled on a witness, not a quick one), failing after 10 s."""
+    deadline = time.monotonic() + 10
+    with psycopg.connect(db, autocommit=True) as conn:
+        holders: list[object] = []
+        while True:
+            row = conn.execute(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND classid = %s::oid AND objid = 0",
+                (ROUND_LOCK,),
+            ).fetchone()
+            holders = [*holders, row[0]][-11:] if row is not None else []
+            if len(holders) == 11 and len(set(holders)) == 1:
+                return
+            assert time.monotonic() < deadline, "no round held the lock"
+            await asyncio.sleep(0.05)
+
+
 def witness_size(witness: WitnessProcess) -> int:
     state = WitnessState(witness.data / "witness.db")
     try:
@@ -430,7 +501,7 @@ async def test_a_process_killed_mid_round_never_shows_the_witness_a_rollback(
         in_round = asyncio.create_task(
             post(http, a.url, make_envelope(publisher, 2).canonical_bytes())
         )
-        await asyncio.sleep(1.0)  # A holds the round, waiting for the stopped witness
+        await _round_lock_held(a.db)  # A's round, waiting for the stopped witness
         assert not in_round.done()
         assert a.process is not None
         os.kill(a.process.pid, signal.SIGKILL)
