@@ -133,7 +133,30 @@ def pg_template(pg_cluster: PgCluster) -> str:
     return url.rsplit("/", 1)[1]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked ``both_backends`` that uses ``authority_db`` runs on each backend."""
+    if "authority_db" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "both_backends"
+    ):
+        metafunc.parametrize("authority_db", BACKENDS, indirect=True)
+
+
+@pytest.fixture
+def authority_db(request: pytest.FixtureRequest) -> str | None:
+    """An authority's ``--db``: None (SQLite in its data directory) unless the test is
+    marked ``both_backends`` and runs on PostgreSQL: then a fresh, empty database's URL
+    (``authority migrate`` or ``migrated`` gives it the schema). For tests where only
+    some cases run on both backends; ``backend`` parametrizes every test that uses it."""
+    if getattr(request, "param", "sqlite") == "sqlite":
+        return None
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+@pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """Parametrises a storage-level test over both backends, each with a fresh database
     ready for a ``Log`` (on PostgreSQL: a copy of the migrated ``pg_template``)."""

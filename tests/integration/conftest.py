@@ -2,8 +2,8 @@
 
 The authority's log is in SQLite (``data/log.db``). A test or module marked
 ``both_backends`` runs twice: on SQLite and on PostgreSQL, where the authority is
-``authority serve --db postgresql://...`` over a fresh database of the session's cluster,
-migrated by ``authority migrate`` (the ``authority_db`` fixture).
+``authority serve --db postgresql://...`` over a fresh database of the session's cluster
+(``authority_db``, tests/conftest.py), migrated by ``authority migrate`` first.
 """
 
 from __future__ import annotations
@@ -16,27 +16,6 @@ import pytest
 
 from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess
-
-BACKENDS = ("sqlite", "postgresql")
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """``both_backends`` tests that start an authority run on each backend."""
-    if "authority_db" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
-        "both_backends"
-    ):
-        metafunc.parametrize("authority_db", BACKENDS, indirect=True)
-
-
-@pytest.fixture
-def authority_db(request: pytest.FixtureRequest) -> str | None:
-    """The authority's ``--db``: None (SQLite in its data directory) unless the test is
-    marked ``both_backends`` and runs on PostgreSQL: then a fresh database's URL (the
-    harness migrates it with ``authority migrate`` before ``authority init``)."""
-    if getattr(request, "param", "sqlite") == "sqlite":
-        return None
-    url: str = request.getfixturevalue("pg_url")
-    return url
 
 
 @pytest.fixture
