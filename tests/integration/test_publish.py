@@ -204,7 +204,8 @@ async def test_publisher_added_while_serving_is_served_by_the_running_authority(
     checkpoint covers it when the command returns; on PostgreSQL it appends through the
     database, and the server serves it once it learns it (NOTIFY or its poll)."""
     newcomer = Signer.generate("newcomer")
-    authority.add_publisher(newcomer, "org.newcomer")
+    # the command runs its own event loop (the admin socket's client): not on this one
+    await asyncio.to_thread(authority.add_publisher, newcomer, "org.newcomer")
     if authority.db is None:
         assert (await checkpoint(http, authority)).size == 2
     else:
