@@ -428,9 +428,10 @@ class InProcessLogSource:
 class LocalLog:
     """An authority ``Log`` with publisher ``acme`` owning ``org.acme``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, db: str | None = None) -> None:
+        """In ``directory``'s SQLite file, or in ``db`` (a migrated PostgreSQL URL)."""
         self.signer = Signer.generate(ORIGIN)
-        self.log = Log(directory / "authority.db", self.signer, ORIGIN)
+        self.log = Log(db or directory / "authority.db", self.signer, ORIGIN)
         self.publisher = Signer.generate("acme")
         self.register(self.publisher, "org.acme")
         self.sequence = 0

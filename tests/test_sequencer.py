@@ -1,7 +1,8 @@
 """The sequencer: batches share a commit, every submission gets its own answer, no caller hangs.
 
 ``authority.sequencer.Sequencer`` over a real ``Log`` in a temporary SQLite
-file (``tests.builders.LocalLog``), with real keys; every receipt is checked by the
+file or PostgreSQL database (every test runs on both, ``tests.builders.LocalLog``), with
+real keys; every receipt is checked by the
 client's verifier. Where a test needs several submissions in one batch it
 queues them before the sequencer starts (or while a batch is held in
 publication), so batching is deterministic rather than a matter of timing.
@@ -13,7 +14,9 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
 
+import psycopg
 import pytest
 
 from deplog.authority.log import Log, StorageError
@@ -24,7 +27,6 @@ from deplog.authority.sequencer import (
     SequencerLimits,
     ShuttingDownError,
 )
-from deplog.authority.storage import store
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.storage.tree import StoredHashTree
 from deplog.authority.witnessing import QuorumUnavailableError
@@ -34,6 +36,10 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import LocalLog, make_envelope, notice_leaf
+from tests.conftest import Backend
+
+CLOSED = (sqlite3.ProgrammingError, psycopg.OperationalError)
+"""What a closed connection raises on each backend."""
 
 
 class Publication:
@@ -58,6 +64,12 @@ class Publication:
             raise self.failure
         self.published.append(checkpoint.size)
         return checkpoint.note
+
+
+@pytest.fixture
+def local(tmp_path: Path, backend: Backend) -> LocalLog:
+    """``LocalLog`` on the backend under test."""
+    return LocalLog(tmp_path, backend.db)
 
 
 @pytest.fixture
@@ -111,7 +123,7 @@ def verified(receipted: Receipted, envelope: Envelope, log_signer: Signer) -> Ch
 
 def stored_size(log: Log) -> int:
     """The number of leaves committed to the log's file, read on a connection of its own."""
-    conn = store.connect(log.path, readonly=True)
+    conn = log.db.connect(readonly=True)
     try:
         return StoredHashTree(conn).size
     finally:
@@ -267,7 +279,7 @@ async def test_stop_sequences_every_queued_submission_before_closing_the_log(
     for answer, envelope in zip(answers, envelopes, strict=True):
         verified(answer, envelope, log_signer)
     assert publication.published == [2, 4]
-    with pytest.raises(sqlite3.ProgrammingError):  # closed once everything was answered
+    with pytest.raises(CLOSED):  # closed once everything was answered
         log.conn.execute("SELECT 1")
 
 
@@ -301,6 +313,6 @@ async def test_stop_of_an_idle_sequencer_closes_the_log_at_once_and_a_second_sto
 ) -> None:
     await sequencer.start()
     await asyncio.wait_for(sequencer.stop(), timeout=5)
-    with pytest.raises(sqlite3.ProgrammingError):
+    with pytest.raises(CLOSED):
         log.conn.execute("SELECT 1")
     await asyncio.wait_for(sequencer.stop(), timeout=5)
