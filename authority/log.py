@@ -31,7 +31,9 @@ Invariants:
     root, and every checkpoint carries exactly one ``deplog-map/v1`` line with the
     root of its own size. A database from before the map is brought up by one
     fold of its whole log at start-up (logged); its latest checkpoint, signed
-    without the line, keeps it (one body per size) until the next append.
+    without the line, keeps it (one body per size) until the next append. A map
+    in another record format (``client.mapstore`` rule 4) is dropped and folded
+    again the same way; the latest checkpoint keeps the old root (logged).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from deplog.authority.storage.database import (
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
-from deplog.client.mapstore import StoredMap
+from deplog.client.mapstore import STORE_FORMAT, StoredMap
 from deplog.client.model.entries import (
     MAX_ENTRY_BYTES,
     EntryFormatError,
@@ -477,16 +479,9 @@ class Log:
         end = self.tree.size
         if start == end:
             return
-        rows = []
-        if notices:
-            rows = self.conn.execute(
-                "SELECT hash FROM leaves WHERE idx >= ? ORDER BY idx", (start,)
-            ).fetchall()
-        folded = [
-            (start + i, bytes(row[0]), notice)
-            for i, (row, notice) in enumerate(zip(rows, notices, strict=True))
-        ]
-        self.map.advance_notices(start, end, folded)
+        if notices and len(notices) != end - start:
+            raise ValueError("a batch's notices are all of its entries")
+        self.map.advance_notices(start, end, enumerate(notices, start))
 
     def _bring_up_map(self) -> None:
         """Fold whatever the map lacks (all of a database from before the map) in one
@@ -516,10 +511,22 @@ class Log:
         if self.published is not None and self.published.size == self.tree.size:
             latest, _ = open_checkpoint(self.published.note, self.verifier)
             committed = map_root_of(latest.extensions)
-            if committed is not None and (self._map_at is None or committed != self._map_at[1]):
-                raise IntegrityError(
-                    ErrorCode.STORED_ROOT_MISMATCH, "the map root differs from the signed one"
+            if committed is None or (self._map_at is not None and committed == self._map_at[1]):
+                return
+            if folded is None:
+                # No map (of this record format: ``StoredMap.create_schema`` dropped one
+                # of another) under a checkpoint with a line: the map was folded again
+                # from the log, and the line is the old format's until the next append.
+                logger.warning(
+                    "the tool-status map was rebuilt in record format %d; the checkpoint "
+                    "of size %d keeps the old format's root until the next append",
+                    STORE_FORMAT,
+                    self.tree.size,
                 )
+                return
+            raise IntegrityError(
+                ErrorCode.STORED_ROOT_MISMATCH, "the map root differs from the signed one"
+            )
 
     def _notice_at(self, index: int | None) -> Notice | None:
         if index is None or not 0 <= index < self.tree.size:

@@ -9,7 +9,9 @@ For each size N it builds an in-memory map of N random keys, then measures:
   * batch update of 1, 100 and 1000 changed keys (half updates of present keys, half
     new keys): wall time and node hashes (rows written), median of 5 batches;
   * the binary proof size of 2000 random present keys with a one-notice record (the
-    path is the part that grows with N), mean / p50 / p99 / max;
+    path is the part that grows with N), mean / p50 / p99 / max, with the compact
+    record and, on the same paths, the spec's first-draft JSON record; and of 2000
+    random absent keys;
   * verification (``verify_status``: record decode, fold, path) of a present and an
     absent proof, p50 / p99 over 2000 calls.
 The baseline, in the same run, is a full rebuild of the same N keys.
@@ -53,7 +55,7 @@ from bench.common import free_port, pct
 from deplog.authority.http.server import ServerConfig, build_app
 from deplog.authority.log import Log
 from deplog.authority.storage import store as log_store
-from deplog.client.mapstore import SqliteNodeStore, StoredMap
+from deplog.client.mapstore import STORE_FORMAT, SqliteNodeStore, StoredMap
 from deplog.client.model.notice import Envelope, Notice
 from deplog.client.model.vmap import (
     ChildRef,
@@ -61,13 +63,13 @@ from deplog.client.model.vmap import (
     MapProof,
     MemoryNodeStore,
     PrefixTree,
-    RecordNotice,
     StatusRecord,
     map_key,
     verify_status,
 )
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register
+from tests.map_formats import first_draft_record
 
 TOOL = "tool:org.bench/search"
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
@@ -85,8 +87,8 @@ class CountingStore(MemoryNodeStore):
         super().write(root, inners, leaves)
 
 
-def one_notice_record() -> StatusRecord:
-    notice = Notice.from_json(
+def one_notice() -> Notice:
+    return Notice.from_json(
         {
             "tool_id": TOOL,
             "action": "deprecate",
@@ -99,7 +101,17 @@ def one_notice_record() -> StatusRecord:
             "sequence": 1,
         }
     )
-    return StatusRecord.build(TOOL, [RecordNotice(12345, b"\x00" * 32, notice)])
+
+
+def one_notice_record() -> StatusRecord:
+    """The one-notice record the proofs carry (docs/fold-spec.md section 3)."""
+    return StatusRecord.of(TOOL, [(12345, one_notice())])
+
+
+def first_draft_bytes() -> bytes:
+    """The same record in the spec's first draft (JSON, the notice as signed, its leaf
+    hash), for the sizes before the compact record, measured in the same run."""
+    return first_draft_record(TOOL, [(12345, b"\x00" * 32, one_notice())])
 
 
 def run(size: int) -> None:
@@ -127,15 +139,28 @@ def run(size: int) -> None:
             f"{statistics.median(hashes):,.0f} node hashes "
             f"({statistics.median(times) / rebuild:.2%} of a rebuild)"
         )
-    root, sizes = tree.root(), []
-    key = map_key(TOOL)
-    for probe in keys[:2000]:
-        path = tree.lookup(probe).steps
-        sizes.append(len(MapProof("present", path, record=record.encode()).to_binary()))
+    root, key = tree.root(), map_key(TOOL)
+    paths = [tree.lookup(probe).steps for probe in keys[:2000]]
+    for name, value in (("present", record.encode()), ("first draft", first_draft_bytes())):
+        sizes = [len(MapProof("present", path, record=value).to_binary()) for path in paths]
+        print(
+            f"  {name} proof bytes ({len(value)} B record): mean "
+            f"{statistics.mean(sizes):.0f}, p50 {pct(sizes, 50)}, p99 {pct(sizes, 99)}, "
+            f"max {max(sizes)}"
+        )
+    absent_sizes = []
+    for probe in (os.urandom(32) for _ in range(2000)):
+        found = tree.lookup(probe)
+        absent_sizes.append(
+            len(
+                MapProof(
+                    "absent", found.steps, alt_key=found.leaf_key, alt_value=found.leaf_value
+                ).to_binary()
+            )
+        )
     print(
-        f"  present proof bytes ({len(record.encode())} B record): mean "
-        f"{statistics.mean(sizes):.0f}, p50 {pct(sizes, 50)}, p99 {pct(sizes, 99)}, "
-        f"max {max(sizes)}"
+        f"  absent proof bytes: mean {statistics.mean(absent_sizes):.0f}, p50 "
+        f"{pct(absent_sizes, 50)}, p99 {pct(absent_sizes, 99)}, max {max(absent_sizes)}"
     )
     present = MapProof("present", tree.lookup(key).steps, record=record.encode())
     absent_tool = "tool:org.bench/absent"
@@ -157,7 +182,7 @@ def run_sqlite(size: int, directory: Path) -> None:
     """Batch updates against the SQLite node store, each batch one durable transaction."""
     conn = log_store.connect(directory / f"map-{size}.db")
     StoredMap.create_schema(conn)
-    conn.execute("INSERT INTO map_state (id, size) VALUES (1, 0)")
+    conn.execute("INSERT INTO map_state (id, format, size) VALUES (1, ?, 0)", (STORE_FORMAT,))
     store = SqliteNodeStore(conn)
     tree = PrefixTree(store)
     keys = [os.urandom(32) for _ in range(size)]

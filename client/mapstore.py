@@ -14,13 +14,18 @@ witness in theirs. Rules:
 3. Rows are rewritten in place (``docs/fold-spec.md`` section 7): the tables
    hold the map at one size. Readers that prove a lookup read the size and the
    rows in one read transaction (``snapshot``), so a proof and its size agree.
-4. The SQL is the common subset of SQLite and PostgreSQL (``client.dbapi``); the
-   DDL below is SQLite's, the authority keeps PostgreSQL's beside its own schema.
+4. ``map_state.format`` names the record format of the rows (``STORE_FORMAT``).
+   Tables of another format (the JSON records of the spec's first draft have no
+   such column) are never read or extended: ``discard_other_format`` drops them
+   whole, so their holder folds the map again rather than mixing two formats.
+5. The queries are the common subset of SQLite and PostgreSQL (``client.dbapi``);
+   the DDL here is SQLite's, the authority keeps PostgreSQL's beside its own schema.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 
 from deplog.client.dbapi import Connection
@@ -39,14 +44,19 @@ from deplog.client.model.vmap import (
     record_item_bytes,
     value_hash,
 )
-from deplog.client.tlog.proofs import leaf_hash as log_leaf_hash
 
 __all__ = [
     "SCHEMA",
+    "STORE_FORMAT",
     "SqliteNodeStore",
     "SqliteRecords",
     "StoredMap",
 ]
+
+STORE_FORMAT = 2
+"""The record format of these tables: 2 is the compact binary record of
+``docs/fold-spec.md`` section 3; 1 (no ``format`` column) the first draft's JSON."""
+_TABLES = ("map_state", "map_inner", "map_leaf", "map_record")
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS map_inner (
@@ -67,9 +77,11 @@ SCHEMA = (
         tool_id TEXT PRIMARY KEY,
         record BLOB NOT NULL
     ) STRICT, WITHOUT ROWID""",
-    # One row: the log size folded in and the root reference (NULL id: the empty map).
+    # One row: the record format, the log size folded in and the root reference (NULL
+    # id: the empty map).
     """CREATE TABLE IF NOT EXISTS map_state (
         id INTEGER PRIMARY KEY CHECK (id = 1),
+        format INTEGER NOT NULL,
         size INTEGER NOT NULL,
         root_id BLOB,
         root_bits INTEGER,
@@ -151,7 +163,7 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
         self.conn = conn
 
     def __getitem__(self, tool_id: str) -> StatusRecord:
-        return StatusRecord.decode(self.raw(tool_id))
+        return StatusRecord.decode(self.raw(tool_id), tool_id)
 
     def raw(self, tool_id: str) -> bytes:
         """The stored record bytes of a tool (KeyError if it is not in the map)."""
@@ -175,7 +187,7 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
             return None
 
     def put_raw(self, tool_id: str, record: bytes) -> None:
-        """Store a record's canonical bytes as they are (the append path's records)."""
+        """Store a record's bytes as they are (the append path's records)."""
         self.conn.execute(
             "INSERT INTO map_record (tool_id, record) VALUES (?, ?) "
             "ON CONFLICT (tool_id) DO UPDATE SET record = excluded.record",
@@ -209,10 +221,30 @@ class StoredMap(VerifiableMap):
         return self.stored.raw(tool_id)
 
     @staticmethod
-    def create_schema(conn: Connection) -> None:
-        """Create the map's tables if missing; an existing map is never touched."""
+    def create_schema(conn: sqlite3.Connection) -> bool:
+        """Create the map's tables if missing; an existing map of this format is never
+        touched, one of another format is dropped first (rule 4). True if one was."""
+        discarded = StoredMap.discard_other_format(conn)
         for statement in SCHEMA:
             conn.execute(statement)
+        return discarded
+
+    @staticmethod
+    def discard_other_format(conn: sqlite3.Connection) -> bool:
+        """Drop the map's tables, all in one savepoint (so inside or outside the caller's
+        transaction), if they hold another record format; True if they did."""
+        columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(map_state)")}
+        if not columns:
+            return False
+        if "format" in columns:
+            row = conn.execute("SELECT format FROM map_state WHERE id = 1").fetchone()
+            if row is None or int(row[0]) == STORE_FORMAT:
+                return False
+        conn.execute("SAVEPOINT map_format")
+        for table in _TABLES:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.execute("RELEASE map_format")
+        return True
 
     @staticmethod
     def drop_unless_at(conn: Connection, size: int) -> None:
@@ -224,13 +256,21 @@ class StoredMap(VerifiableMap):
         ).fetchone()
         if tables is None or StoredMap(conn).size() in (None, size):
             return
-        for table in ("map_inner", "map_leaf", "map_record", "map_state"):
+        for table in _TABLES:
             conn.execute(f"DROP TABLE {table}")
 
     def size(self) -> int | None:
         """The log size folded in, None if this database has no map yet."""
         row = self.conn.execute("SELECT size FROM map_state WHERE id = 1").fetchone()
         return None if row is None else int(row[0])
+
+    def format(self) -> int:
+        """The record format of the rows (rule 4): 1 for tables without the column."""
+        try:
+            row = self.conn.execute("SELECT format FROM map_state WHERE id = 1").fetchone()
+        except sqlite3.OperationalError:  # the first draft's map_state has no such column
+            return 1
+        return STORE_FORMAT if row is None else int(row[0])
 
     def advance(self, start: int, entries: Iterable[bytes]) -> bytes:
         """Fold the admitted entries ``start, start+1, ...`` (leaf bytes, in log order) in one
@@ -241,32 +281,32 @@ class StoredMap(VerifiableMap):
         for index, leaf in enumerate(leaves, start):
             entry = decode_entry(leaf)
             if isinstance(entry, NoticeEntry):
-                notices.append((index, log_leaf_hash(leaf), entry.envelope.notice))
+                notices.append((index, entry.envelope.notice))
         return self.advance_notices(start, start + len(leaves), notices)
 
-    def advance_notices(
-        self, start: int, end: int, notices: Iterable[tuple[int, bytes, Notice]]
-    ) -> bytes:
+    def advance_notices(self, start: int, end: int, notices: Iterable[tuple[int, Notice]]) -> bytes:
         """``advance`` for a caller that holds the entries decoded: the notices among the
-        entries ``[start, end)`` as ``(index, RFC 9162 leaf hash, notice)``, in log order.
+        entries ``[start, end)`` as ``(index, notice)``, in log order.
 
-        Records grow by splicing canonical bytes (``extend_record_bytes``), never by
-        decoding and re-encoding them, so a batch costs its own notices, not the
-        records' sizes; the entries are admitted, so every record folds.
+        Records grow by appending items (``extend_record_bytes``), never by decoding
+        and re-encoding them, so a batch costs its own notices, not the records'
+        sizes; the entries are admitted, so every record folds.
         """
         size = self.size()
         if start != (size or 0) or end < start:
             raise ValueError("a map advances only from the size it has folded")
         if size is None:
-            self.conn.execute("INSERT INTO map_state (id, size) VALUES (1, 0)")
+            self.conn.execute(
+                "INSERT INTO map_state (id, format, size) VALUES (1, ?, 0)", (STORE_FORMAT,)
+            )
         items: dict[str, list[bytes]] = {}
-        for index, leaf_hash, notice in notices:
+        for index, notice in notices:
             if not start <= index < end:
                 raise ValueError("a notice outside the entries folded")
-            items.setdefault(notice.tool_id, []).append(record_item_bytes(index, leaf_hash, notice))
+            items.setdefault(notice.tool_id, []).append(record_item_bytes(index, notice))
         changes = {}
         for tool_id, added in items.items():
-            record = extend_record_bytes(self.stored.get_raw(tool_id), tool_id, added)
+            record = extend_record_bytes(self.stored.get_raw(tool_id), added)
             self.stored.put_raw(tool_id, record)
             changes[map_key(tool_id)] = value_hash(record)
         root = self.tree.update(changes)
@@ -279,7 +319,7 @@ class StoredMap(VerifiableMap):
         KeyError if this database has no map yet."""
         with self.snapshot():
             size = self.size()
-            if size is None:
+            if size is None or self.format() != STORE_FORMAT:
                 raise KeyError("no map")
             return size, self.prove(tool_id)
 

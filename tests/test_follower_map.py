@@ -12,6 +12,7 @@ import pytest
 
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.follower import Follower, SyncFollower
+from deplog.client.follow.mapcheck import MapProver
 from deplog.client.follow.source import MemoryLogSource
 from deplog.client.follow.trust import MapMismatchError
 from deplog.client.mapstore import StoredMap
@@ -19,6 +20,7 @@ from deplog.client.model.vmap import MAP_LINE_KEYWORD, VerifiableMap, map_line, 
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.evidence import MAP_MISMATCH, read_evidence
 from tests.builders import LocalLog
+from tests.map_formats import write_first_draft_map
 
 
 def lying(local: LocalLog, line: str) -> MemoryLogSource:
@@ -114,3 +116,30 @@ def test_a_checkpoint_without_a_line_is_not_checked(local: LocalLog, tmp_path: P
     source = lying(local, "example.com/other-extension 1")
     with SyncFollower(source, local.signer.verifier(), tmp_path / "s.db") as follower:
         assert follower.sync().new_size == 2
+
+
+def test_a_state_files_map_of_another_record_format_is_dropped_never_extended(
+    local: LocalLog, tmp_path: Path
+) -> None:
+    """A state whose map holds the first draft's records: no proof is made from it, and the
+    next advance drops it (rule 5: a map can be folded only from entry 0) instead of
+    appending this format's items to those records."""
+    state = tmp_path / "s.db"
+    local.publish()
+    with SyncFollower(local.snapshot(), local.signer.verifier(), state) as follower:
+        assert follower.sync().advanced
+    published = local.log.published
+    assert published is not None
+    conn = sqlite3.connect(state)
+    write_first_draft_map(conn, local.log.tree.leaf_data(0, published.size))
+    conn.close()
+    prover = MapProver(state)
+    assert prover.prove(published.note, published.size, "tool:org.acme/search") is None
+    prover.close()
+    local.publish(tool_id="tool:org.acme/fetch")
+    with SyncFollower(local.snapshot(), local.signer.verifier(), state) as follower:
+        assert follower.sync().advanced
+    conn = sqlite3.connect(state)
+    tables = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+    assert not tables & {"map_state", "map_record", "map_inner", "map_leaf"}

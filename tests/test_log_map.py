@@ -12,13 +12,21 @@ import sqlite3
 import pytest
 
 from deplog.authority.log import Log, StorageError
+from deplog.client.mapstore import STORE_FORMAT
 from deplog.client.model.notice import Envelope
-from deplog.client.model.vmap import EMPTY_ROOT, VerifiableMap, map_line, require_map_root
+from deplog.client.model.vmap import (
+    EMPTY_ROOT,
+    VerifiableMap,
+    map_line,
+    require_map_root,
+    verify_map_proof,
+)
 from deplog.client.storage_faults import CORRUPT, StorageFault
-from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
+from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register
 from tests.conftest import Backend
+from tests.map_formats import write_first_draft_map
 
 ORIGIN = "unit.deplog.example/log"
 TOOLS = ("tool:org.acme/search", "tool:org.acme/fetch", "tool:org.acme/write")
@@ -186,3 +194,43 @@ def test_open_refuses_a_map_ahead_of_the_log(
         Log(db_path, log_signer, ORIGIN)
     assert refused.value.kind is CORRUPT
     assert refused.value.evidence.startswith("storage_corrupt: ")
+
+
+@sqlite_only  # no PostgreSQL database holds the first draft's map
+def test_a_map_of_another_record_format_is_folded_again_and_the_next_checkpoint_commits(
+    db_path: str,
+    log: Log,
+    log_signer: Signer,
+    publisher: Signer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A database whose map holds the first draft's records, under a checkpoint signed with
+    that map's root: the map is dropped and folded from the log, never extended; the
+    signed checkpoint stays (one body per size) until the next append commits the new root."""
+    log.sequence(batch(publisher, 1, 5))
+    log.close()
+    conn = sqlite3.connect(db_path)
+    size = int(conn.execute("SELECT max(size) FROM checkpoints").fetchone()[0])
+    leaves = [bytes(r[0]) for r in conn.execute("SELECT data FROM leaves ORDER BY idx")]
+    old_root = write_first_draft_map(conn, leaves[:size])
+    honest, _ = open_checkpoint(
+        bytes(conn.execute("SELECT note FROM checkpoints WHERE size = ?", (size,)).fetchone()[0]),
+        log_signer.verifier(),
+    )
+    old = Checkpoint(honest.origin, honest.size, honest.root_hash, (map_line(old_root),))
+    conn.execute(
+        "UPDATE checkpoints SET note = ? WHERE size = ?", (sign_checkpoint(old, log_signer), size)
+    )
+    conn.commit()
+    conn.close()
+    with caplog.at_level(logging.INFO, logger="deplog.authority"):
+        reopened = Log(db_path, log_signer, ORIGIN)
+    assert any("rebuilt in record format 2" in m for m in caplog.messages)
+    assert reopened.map.format() == STORE_FORMAT
+    assert (reopened.map.size(), reopened.map.root()) == (size, reference_root(reopened, size))
+    assert require_map_root(signed(reopened, log_signer)) == old_root  # until the next append
+    reopened.sequence(batch(publisher, 6, 1))
+    checkpoint = signed(reopened, log_signer)
+    assert require_map_root(checkpoint) == reference_root(reopened, size + 1)
+    record = verify_map_proof(require_map_root(checkpoint), TOOLS[0], reopened.map.prove(TOOLS[0]))
+    assert record is not None and record.notices

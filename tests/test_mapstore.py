@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from deplog.client.mapstore import SqliteNodeStore, StoredMap
+from deplog.client.mapstore import STORE_FORMAT, SqliteNodeStore, StoredMap
 from deplog.client.model.vmap import EMPTY_ROOT, PrefixTree, VerifiableMap, verify_map_proof
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, notice_leaf
+from tests.map_formats import write_first_draft_map
 from tests.vmap_reference import reference_root
 
 
@@ -45,7 +46,7 @@ def test_a_stored_tree_matches_the_reference_after_every_random_batch(
 ) -> None:
     rng = random.Random(7)
     tree = PrefixTree(SqliteNodeStore(conn))
-    conn.execute("INSERT INTO map_state (id, size) VALUES (1, 0)")
+    conn.execute("INSERT INTO map_state (id, format, size) VALUES (1, 2, 0)")
     items: dict[bytes, bytes] = {}
     for _ in range(30):
         known = list(items)
@@ -156,3 +157,23 @@ def test_a_tool_never_leaves_the_map(conn: sqlite3.Connection, publisher: Signer
     with pytest.raises(TypeError):
         del stored.records["tool:org.acme/t0"]
     assert list(stored.records) == ["tool:org.acme/t0"]
+
+
+def test_a_map_of_another_record_format_is_dropped_whole_and_this_formats_is_kept(
+    tmp_path: Path, publisher: Signer
+) -> None:
+    """Rule 4: the first draft's tables (JSON records, no format column) are never read or
+    extended; ``create_schema`` drops them in one go and the map folds again from 0."""
+    leaves = leaves_for(publisher, 6, 3)
+    conn = connect(tmp_path / "old.db")
+    old_root = write_first_draft_map(conn, leaves)
+    assert StoredMap(conn).format() == 1
+    with pytest.raises(KeyError):  # never proven from
+        StoredMap(conn).prove_at_size("tool:org.acme/t0")
+    assert StoredMap.create_schema(conn) is True
+    stored = StoredMap(conn)
+    assert (stored.size(), len(stored.records)) == (None, 0)
+    root = stored.advance(0, leaves)
+    assert root == VerifiableMap().fold(enumerate(leaves)) != old_root
+    assert (stored.format(), StoredMap.create_schema(conn)) == (STORE_FORMAT, False)
+    assert (stored.size(), stored.root()) == (6, root)

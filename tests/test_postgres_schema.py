@@ -3,12 +3,13 @@ log (real SQL against a real cluster; each refusal is the database's, not Python
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 
-from deplog.authority.log import Log
+from deplog.authority.log import Log, StorageError
 from deplog.authority.storage import schema_postgres
 from deplog.authority.storage.database import open_database, redact_url
 from deplog.client.errors import CLIError
@@ -141,3 +142,42 @@ def test_redact_url_drops_every_password() -> None:
         "postgresql://h/d?sslmode=require"
     )
     assert redact_url("postgresql://a@h/d") == "postgresql://a@h/d"
+
+
+def test_concurrent_migrations_are_serialized(pg_url: str) -> None:
+    db = open_database(pg_url)
+    outcomes: list[tuple[int, int]] = []
+
+    def migrate() -> None:
+        conn = db.connect()
+        try:
+            outcomes.append(schema_postgres.migrate(conn, db.describe()))
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=migrate) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(outcomes) == [(0, 1), (1, 1), (1, 1)]
+
+
+def test_a_writer_whose_connection_was_terminated_reconnects_on_its_next_batch(
+    pg_url: str,
+) -> None:
+    url = migrated(pg_url)
+    log = Log(url, Signer.generate(ORIGIN), ORIGIN)
+    publisher = Signer.generate("acme")
+    register(log, publisher)
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    with pytest.raises(StorageError):
+        log.sequence([make_envelope(publisher, 1)])
+    [result] = log.sequence([make_envelope(publisher, 1)])
+    assert result.index == 1 and result.checkpoint is not None
+    assert result.checkpoint.size == 2
+    log.close()

@@ -1,7 +1,8 @@
 """The sequencer: batches share a commit, every submission gets its own answer, no caller hangs.
 
 ``authority.sequencer.Sequencer`` over a real ``Log`` in a temporary SQLite
-file (``tests.builders.LocalLog``), with real keys; every receipt is checked by the
+file or PostgreSQL database (every test runs on both, ``tests.builders.LocalLog``), with
+real keys; every receipt is checked by the
 client's verifier. Where a test needs several submissions in one batch it
 queues them before the sequencer starts (or while a batch is held in
 publication), so batching is deterministic rather than a matter of timing.

@@ -11,7 +11,7 @@ import json
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -61,7 +61,7 @@ from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_chec
 from deplog.client.tlog.note import Signer, Verifier, decode_base64, encode_base64
 from deplog.client.tlog.proofs import leaf_hash as log_leaf_hash
 from deplog.client.tlog.proofs import node_hash as log_node_hash
-from tests.builders import TOOL, make_notice, revoke_json, semvers, withdraw_json
+from tests.builders import TOOL, make_notice, notices, revoke_json, semvers, withdraw_json
 from tests.vmap_reference import reference_lookup, reference_root
 from tests.vmap_vectors import VECTORS, accumulated_items, generate, vector_leaves
 
@@ -96,12 +96,8 @@ def shared_prefix_keys(base: bytes) -> list[bytes]:
     return [base, *(flip(base, bit) for bit in range(256))]
 
 
-def record_of(*notices: Notice, first_index: int = 1) -> StatusRecord:
-    items = [
-        RecordNotice(first_index + i, hashlib.sha256(bytes([i])).digest(), n)
-        for i, n in enumerate(notices)
-    ]
-    return StatusRecord.build(notices[0].tool_id, items)
+def record_of(*signed: Notice, first_index: int = 1) -> StatusRecord:
+    return StatusRecord.of(signed[0].tool_id, enumerate(signed, first_index))
 
 
 @pytest.fixture
@@ -395,22 +391,55 @@ def test_property_roots_match_the_reference_for_clustered_keys(
 def test_a_record_is_every_notice_in_log_order() -> None:
     deprecate, revoke = make_notice(), Notice.from_json(revoke_json(sequence=2))
     record = record_of(deprecate, revoke)
-    obj = canonical.loads(record.encode())
-    assert isinstance(obj, dict) and obj["type"] == "deplog.tool_status/v1"
-    assert [n["index"] for n in obj["notices"]] == [1, 2]
-    assert [n["notice"] for n in obj["notices"]] == [deprecate.to_json(), revoke.to_json()]
+    assert [item.index for item in record.notices] == [1, 2]
+    assert record.notices == (RecordNotice.of(1, deprecate), RecordNotice.of(2, revoke))
+    assert record.encode()[:1] == b"\x01"
+
+
+def test_a_record_keeps_what_the_fold_reads_and_not_the_rest() -> None:
+    """issued_at, publisher, sequence and message do not change a record's bytes."""
+    plain = record_of(make_notice())
+    chatty = record_of(
+        make_notice(
+            issued_at="2020-01-01T00:00:00Z",
+            publisher="someone-else",
+            sequence=77,
+            message="moved to the new search tool",
+        )
+    )
+    assert plain.encode() == chatty.encode()
+    assert record_of(make_notice(effective_at="2026-02-01T00:00:01Z")).encode() != plain.encode()
+
+
+def test_a_one_notice_record_is_small() -> None:
+    """The bench's one-notice record (two versions, one reason, a sunset): 45 bytes."""
+    assert len(record_of(make_notice()).encode()) == 45
 
 
 def test_a_record_decodes_to_itself() -> None:
     record = record_of(make_notice(), Notice.from_json(withdraw_json(1, sequence=2)))
-    assert StatusRecord.decode(record.encode()) == record
+    assert StatusRecord.decode(record.encode(), TOOL) == record
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=st.lists(notices(), min_size=1, max_size=6))
+def test_property_every_notice_shape_round_trips_through_a_record(
+    raw: list[dict[str, Any]],
+) -> None:
+    """Every optional field, range shape and time the notice schema allows survives."""
+    items = []
+    for index, obj in enumerate(raw):
+        if obj["action"] == "withdraw":
+            continue
+        items.append(RecordNotice.of(index, Notice.from_json({**obj, "tool_id": TOOL})))
+    if not items:
+        return
+    record = StatusRecord.build(TOOL, items)
+    assert StatusRecord.decode(record.encode(), TOOL) == record
 
 
 def test_a_record_refuses_notices_out_of_log_order() -> None:
-    items = [
-        RecordNotice(5, b"\x00" * 32, make_notice()),
-        RecordNotice(4, b"\x00" * 32, make_notice()),
-    ]
+    items = [RecordNotice.of(5, make_notice()), RecordNotice.of(4, make_notice())]
     with pytest.raises(StatusError):
         StatusRecord.build(TOOL, items)
 
@@ -418,11 +447,11 @@ def test_a_record_refuses_notices_out_of_log_order() -> None:
 def test_a_record_refuses_a_withdraw_without_its_target() -> None:
     withdraw = Notice.from_json(withdraw_json(0, sequence=2))
     with pytest.raises(StatusError):
-        StatusRecord.build(TOOL, [RecordNotice(1, b"\x00" * 32, withdraw)])
+        StatusRecord.build(TOOL, [RecordNotice.of(1, withdraw)])
 
 
 def test_a_record_refuses_another_tools_notice() -> None:
-    item = RecordNotice(1, b"\x00" * 32, make_notice(tool_id=OTHER_TOOL))
+    item = RecordNotice.of(1, make_notice(tool_id=OTHER_TOOL))
     assert rejected(lambda: StatusRecord.build(TOOL, [item])) == ErrorCode.MALFORMED_MAP_RECORD
 
 
@@ -430,80 +459,144 @@ def test_a_record_holds_at_least_one_notice() -> None:
     assert rejected(lambda: StatusRecord.build(TOOL, [])) == ErrorCode.MALFORMED_MAP_RECORD
 
 
-@pytest.mark.parametrize(
-    "edit",
-    [
-        "spaces",
-        "wrong type",
-        "extra member",
-        "missing notices",
-        "negative index",
-        "short leaf hash",
-        "bad notice",
-        "noncanonical notice",
-    ],
-)
+def _record_edits() -> dict[str, bytes]:
+    """Byte edits of records, each a case the decoder must refuse."""
+    good = record_of(make_notice()).encode()
+    revoke = record_of(Notice.from_json(revoke_json(sequence=1))).encode()
+    withdrawn = record_of(make_notice(), Notice.from_json(withdraw_json(1, sequence=2))).encode()
+    first = 1  # the first item starts after the format byte
+    reasons_at = first + 2 + 8 + 8
+    versions_at = reasons_at + 2 + 1  # one reason, no advisories
+    sunset_at = versions_at + 2 + 6 + 6 + 1
+
+    def at(data: bytes, offset: int, new: bytes) -> bytes:
+        return data[:offset] + new + data[offset + len(new) :]
+
+    big = (2**53).to_bytes(8, "big")
+    return {
+        "nothing": b"",
+        "format byte only": b"\x01",
+        "format 0": at(good, 0, b"\x00"),
+        "format 2": at(good, 0, b"\x02"),
+        "trailing byte": good + b"\x00",
+        "truncated": good[:-1],
+        "action 3": at(good, first, b"\x03"),
+        "unknown flag": at(good, first + 1, b"\x09"),
+        "index over 2^53-1": at(good, first + 2, big),
+        "time before year 1": at(good, first + 10, (-(2**62)).to_bytes(8, "big", signed=True)),
+        "no reasons": at(good, reasons_at, b"\x00"),
+        "reason code 8": at(good, reasons_at + 1, b"\x08"),
+        "no versions or ranges": good[:versions_at] + b"\x00\x00\x00" + good[sunset_at:],
+        "a version that is not semver": at(good, versions_at + 3, b"v"),
+        "a repeated version": at(good, versions_at + 2 + 6 + 1, b"1.0.0"),
+        "a non-ASCII version": at(good, versions_at + 3, b"\xff"),
+        "sunset before effective": at(good, sunset_at, b"\x00" * 8),
+        "a revoke with a sunset": at(revoke, first + 1, b"\x01") + b"\x00" * 8,
+        "a security revoke without advisories": at(
+            revoke, first + 1 + 1 + 16 + 2, b"\x00" + revoke[first + 1 + 1 + 16 + 2 + 15 :]
+        )[: len(revoke) - 14],
+        "a withdraw with flags": at(withdrawn, len(withdrawn) - 28, b"\x01"),  # 29-byte item
+        "a withdraw of a later index": withdrawn[:-8] + (9).to_bytes(8, "big"),
+        "a withdraw target over 2^53-1": withdrawn[:-8] + big,
+    }
+
+
+@pytest.mark.parametrize("edit", list(_record_edits()))
 def test_a_record_that_is_not_the_one_encoding_is_malformed(edit: str) -> None:
-    obj: Any = record_of(make_notice()).to_json()
-    item = obj["notices"][0]
-    if edit == "wrong type":
-        obj["type"] = "deplog.tool_status/v2"
-    elif edit == "extra member":
-        obj["status"] = "active"
-    elif edit == "missing notices":
-        del obj["notices"]
-    elif edit == "negative index":
-        item["index"] = -1
-    elif edit == "short leaf hash":
-        item["leaf_hash"] = "AAAA"
-    elif edit == "bad notice":
-        item["notice"]["action"] = "obliterate"
-    data = canonical.dumps(obj)
-    if edit == "spaces":
-        data = json.dumps(obj, sort_keys=True).encode()
-    elif edit == "noncanonical notice":  # a member order RFC 8785 would not produce
-        data = data.replace(b'{"index":1,"leaf_hash"', b'{"leaf_hash"', 1)
-        data = data.replace(b',"notice"', b',"index":1,"notice"', 1)
-    assert rejected(lambda: StatusRecord.decode(data)) == ErrorCode.MALFORMED_MAP_RECORD
+    data = _record_edits()[edit]
+    assert rejected(lambda: StatusRecord.decode(data, TOOL)) == ErrorCode.MALFORMED_MAP_RECORD
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    versions=st.lists(semvers, min_size=1, max_size=4),
-    moment=st.datetimes(min_value=datetime(2025, 1, 1), max_value=datetime(2027, 1, 1)),
-    withdraw_first=st.booleans(),
-)
-def test_property_a_decoded_record_evaluates_as_the_log_fold(
-    versions: list[str], moment: datetime, withdraw_first: bool
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=120), cut=st.integers(0, 60))
+def test_property_any_bytes_decode_to_a_record_or_malformed_map_record(
+    data: bytes, cut: int
 ) -> None:
-    """The record, sent as bytes and decoded, answers as the whole log's StatusIndex."""
-    log = [
-        make_notice(affected={"versions": ["1.0.0", "1.1.0"]}),
-        make_notice(tool_id=OTHER_TOOL, sequence=2),
-        Notice.from_json(
-            revoke_json(
-                sequence=3,
-                affected={
-                    "ranges": [
-                        {"type": "SEMVER", "events": [{"introduced": "0"}, {"fixed": "1.0.5"}]}
-                    ]
-                },
-            )
-        ),
-    ]
-    if withdraw_first:
-        log.append(
-            Notice.from_json(withdraw_json(0, sequence=4, effective_at="2026-04-01T00:00:00Z"))
-        )
+    """No input escapes as another error (or a traceback); accepted bytes re-encode."""
+    good = record_of(make_notice(), Notice.from_json(revoke_json(sequence=2))).encode()
+    for candidate in (data, good[:cut] + data, b"\x01" + data):
+        try:
+            record = StatusRecord.decode(candidate, TOOL)
+        except MapFormatError as err:
+            assert err.code == ErrorCode.MALFORMED_MAP_RECORD
+        else:
+            assert record.encode() == candidate
+
+
+@st.composite
+def tool_logs(draw: st.DrawFn) -> list[Notice]:
+    """Admitted-shaped logs over two tools and two publishers: deprecates and revokes with
+    versions, ranges and sunsets, and withdraws aimed at an earlier notice of the same tool
+    and publisher, at effective times around a few fixed instants."""
+    instants = [datetime(2026, 3, d, tzinfo=UTC) for d in (1, 10, 20)]
+    log: list[Notice] = []
+    for raw in draw(st.lists(notices(), min_size=1, max_size=8)):
+        tool = draw(st.sampled_from([TOOL, OTHER_TOOL]))
+        publisher = draw(st.sampled_from(["example", "other"]))
+        effective = draw(st.sampled_from(instants)) + timedelta(seconds=draw(st.integers(-1, 1)))
+        obj = {**raw, "tool_id": tool, "publisher": publisher, "sequence": len(log) + 1}
+        obj["effective_at"] = effective.strftime("%Y-%m-%dT%H:%M:%SZ")
+        if "sunset_at" in obj:
+            sunset = effective + timedelta(days=draw(st.integers(0, 15)))
+            obj["sunset_at"] = sunset.strftime("%Y-%m-%dT%H:%M:%SZ")
+        if obj["action"] == "withdraw":
+            targets = [
+                i
+                for i, n in enumerate(log)
+                if n.action != "withdraw" and n.tool_id == tool and n.publisher == publisher
+            ]
+            if not targets:
+                continue
+            obj["withdraws"] = draw(st.sampled_from(targets))
+        log.append(Notice.from_json(obj))
+    return log
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    log=tool_logs(),
+    extra_versions=st.lists(semvers, max_size=3),
+    offsets=st.lists(st.integers(-2 * 86400, 40 * 86400), min_size=1, max_size=4),
+)
+def test_property_a_proven_record_evaluates_as_the_full_log_fold(
+    log: list[Notice], extra_versions: list[str], offsets: list[int]
+) -> None:
+    """The guard's answer from the whole log (StatusIndex over the signed notices) equals
+    the answer from a compact record, sent as a binary proof and verified, for every
+    version any notice names, range bounds included, and random ones, at every instant
+    around the effective, sunset and withdraw times."""
     whole = StatusIndex()
     for index, notice in enumerate(log):
         whole.apply(index, notice)
-    mine = [RecordNotice(i, b"\x00" * 32, n) for i, n in enumerate(log) if n.tool_id == TOOL]
-    record = StatusRecord.decode(StatusRecord.build(TOOL, mine).encode())
-    now = moment.replace(tzinfo=UTC)
-    for version in versions:
-        got = evaluate(TOOL, record, version, now)
-        assert got == whole.lookup(TOOL, version, now)
+    tool_map = VerifiableMap()
+    tool_map.apply(
+        StatusRecord.of(tool, [(i, n) for i, n in enumerate(log) if n.tool_id == tool])
+        for tool in {n.tool_id for n in log}
+    )
+    versions = set(extra_versions)
+    for notice in log:
+        if notice.affected is not None:
+            versions.update(v.text for v in notice.affected.versions)
+            versions.update(
+                text for r in notice.affected.ranges for _, text in r.events if text != "0"
+            )
+    moments = {
+        t + timedelta(seconds=s)
+        for n in log
+        for t in (n.effective_at, n.sunset_at)
+        if t is not None
+        for s in (-1, 0, 1)
+    }
+    moments.update(datetime(2026, 3, 1, tzinfo=UTC) + timedelta(seconds=o) for o in offsets)
+    for tool in (TOOL, OTHER_TOOL):
+        proof = MapProof.from_binary(tool_map.prove(tool).to_binary())
+        record = verify_map_proof(tool_map.root(), tool, proof)
+        folded = StatusIndex() if record is None else record.status_index()
+        for now in sorted(moments):
+            assert folded.next_transition(tool, now) == whole.next_transition(tool, now)
+            for version in sorted(versions):
+                got = verify_status(tool_map.root(), tool, version, now, proof)
+                assert got == whole.lookup(tool, version, now)
 
 
 def test_an_absent_tool_is_active_in_every_version() -> None:
@@ -515,7 +608,6 @@ def test_fold_entries_skips_publisher_entries_and_appends_in_log_order() -> None
     records = fold_entries(enumerate(leaves), lambda _: None)
     search = records["tool:org.example/search"]
     assert [item.index for item in search.notices] == [1, 2, 4, 5]
-    assert search.notices[0].leaf_hash == log_leaf_hash(leaves[1])
 
 
 def test_fold_entries_extends_the_records_it_is_given() -> None:
@@ -798,8 +890,7 @@ def test_an_empty_proof_under_a_non_empty_root_is_rejected(tool_map: VerifiableM
 
 
 def test_a_noncanonical_record_is_rejected_even_when_the_root_commits_to_it() -> None:
-    record = record_of(make_notice())
-    loose = json.dumps(record.to_json(), sort_keys=True).encode()  # spaces after separators
+    loose = record_of(make_notice()).encode() + b"\x00"  # one trailing byte
     tree = PrefixTree()
     tree.update({map_key(TOOL): value_hash(loose)})
     proof = MapProof("present", tree.lookup(map_key(TOOL)).steps, record=loose)
@@ -808,13 +899,18 @@ def test_a_noncanonical_record_is_rejected_even_when_the_root_commits_to_it() ->
     )
 
 
-def test_a_record_about_another_tool_is_rejected_even_under_its_key() -> None:
-    """The authority commits OTHER_TOOL's record at TOOL's key: the record names the tool."""
-    record = record_of(make_notice(tool_id=OTHER_TOOL))
+def test_a_record_names_no_tool_its_key_binds_it() -> None:
+    """The same rules about two tools are the same bytes; the leaf's key says whose they
+    are, so a proof under TOOL's key holds for TOOL and for no other id."""
+    mine, theirs = record_of(make_notice()), record_of(make_notice(tool_id=OTHER_TOOL))
+    assert mine.encode() == theirs.encode()
     tree = PrefixTree()
-    tree.update({map_key(TOOL): record.value()})
-    proof = MapProof("present", (), record=record.encode())
-    assert rejected(lambda: verify_map_proof(tree.root(), TOOL, proof)) == ErrorCode.BAD_MAP_PROOF
+    tree.update({map_key(TOOL): mine.value()})
+    proof = MapProof("present", (), record=mine.encode())
+    assert verify_map_proof(tree.root(), TOOL, proof) == mine
+    assert rejected(lambda: verify_map_proof(tree.root(), OTHER_TOOL, proof)) == (
+        ErrorCode.BAD_MAP_PROOF
+    )
 
 
 def test_a_proof_checked_for_another_tool_is_rejected(tool_map: VerifiableMap) -> None:
@@ -1013,7 +1109,7 @@ def test_the_log_vector_map_roots_follow_from_its_leaves(vectors: dict[str, Any]
         records = fold_entries(enumerate(prefix), lambda _: None)
         items = {map_key(t): value_hash(r.encode()) for t, r in records.items()}
         assert b64(point["map_root"]) == reference_root(items)
-    assert {t: r.encode().decode() for t, r in records.items()} == log["records"]
+    assert {t: encode_base64(r.encode()) for t, r in records.items()} == log["records"]
 
 
 def test_the_log_vector_proofs_verify_to_its_evaluations(vectors: dict[str, Any]) -> None:
@@ -1048,25 +1144,34 @@ def test_the_accumulated_vector_holds_and_the_reference_agrees(vectors: dict[str
     assert root == b64(acc["last_root"])
 
 
-def test_spliced_record_bytes_are_the_records_canonical_encoding() -> None:
-    """The append path grows records by splicing bytes; they must be the one encoding."""
-    notices = [
+def test_spliced_record_bytes_are_the_records_encoding() -> None:
+    """The append path grows records by appending item bytes; they must be the one encoding."""
+    signed = [
         make_notice(),
         Notice.from_json(revoke_json(sequence=2)),
         Notice.from_json(withdraw_json(1, sequence=3)),
     ]
-    items = [
-        RecordNotice(i + 1, hashlib.sha256(bytes([i])).digest(), n) for i, n in enumerate(notices)
-    ]
-    raw = [record_item_bytes(item.index, item.leaf_hash, item.notice) for item in items]
-    grown = extend_record_bytes(extend_record_bytes(None, TOOL, raw[:1]), TOOL, raw[1:])
-    assert grown == StatusRecord.build(TOOL, items).encode()
-    assert StatusRecord.decode(grown).notices == tuple(items)
+    raw = [record_item_bytes(i + 1, n) for i, n in enumerate(signed)]
+    grown = extend_record_bytes(extend_record_bytes(None, raw[:1]), raw[1:])
+    record = StatusRecord.of(TOOL, enumerate(signed, 1))
+    assert grown == record.encode()
+    assert StatusRecord.decode(grown, TOOL) == record
 
 
-def test_splicing_refuses_a_record_of_another_tool() -> None:
-    first = record_item_bytes(1, b"\x00" * 32, make_notice())
-    record = extend_record_bytes(None, TOOL, [first])
-    assert rejected(lambda: extend_record_bytes(record, OTHER_TOOL, [first])) == (
+def test_splicing_refuses_bytes_that_are_not_a_record() -> None:
+    first = record_item_bytes(1, make_notice())
+    assert rejected(lambda: extend_record_bytes(b"\x02" + first, [first])) == (
         ErrorCode.MALFORMED_MAP_RECORD
     )
+
+
+def test_the_record_item_vectors_decode_to_their_notices(vectors: dict[str, Any]) -> None:
+    *cases, whole = vectors["record_items"]
+    signed = [(case["index"], Notice.from_json(case["notice"])) for case in cases]
+    for (index, notice), case in zip(signed, cases, strict=True):
+        assert record_item_bytes(index, notice).hex() == case["item"]
+    record = StatusRecord.decode(bytes.fromhex(whole["record"]), TOOL)
+    assert record.notices == tuple(RecordNotice.of(i, n) for i, n in signed)
+    assert b"".join(bytes.fromhex(c["item"]) for c in cases) == bytes.fromhex(whole["record"])[1:]
+    value = StatusRecord.decode(b64(vectors["hashes"]["value"]["record"]), TOOL)
+    assert value.notices[0].index == 12345

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_chec
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer
 from deplog.client.tlog.proofs import consistency_path, leaf_hash
 from tests.builders import LocalLog
+from tests.map_formats import write_first_draft_map
 
 MAP_WITNESS = "map.witness.example/w"
 
@@ -136,3 +138,31 @@ def test_entries_that_are_not_the_checkpoints_are_declined(
     with pytest.raises(DeplogError) as declined:
         witness.add_checkpoint(body(local, 0, latest(local)), 1000)
     assert declined.value.code == ErrorCode.MAP_NOT_REPRODUCED
+
+
+def test_a_mirror_of_another_record_format_is_dropped_and_mirrored_again(
+    tmp_path: Path, local: LocalLog, mirror: Mirror
+) -> None:
+    """The mirror's map holds the first draft's records: it goes at start with the tree
+    edge (one transaction), and the next checkpoint is mirrored from entry 0 and cosigned."""
+    state = WitnessState(tmp_path / "witness.db")
+    state.add_log(local.signer.verifier().vkey(), 0)
+    witness = Witness(state, Signer.generate(MAP_WITNESS, SIG_TYPE_COSIGNATURE_V1))
+    verifier = MapVerifier(tmp_path / "map.db", mirror)
+    witness.statement = verifier.check
+    local.publish()
+    assert witness.add_checkpoint(body(local, 0, latest(local)), 1000)
+    verifier.close()
+    conn = sqlite3.connect(tmp_path / "map.db")
+    write_first_draft_map(conn, local.log.tree.leaf_data(0, local.log.tree.size))
+    conn.close()
+    verifier = MapVerifier(tmp_path / "map.db", mirror)
+    witness.statement = verifier.check
+    assert verifier.conn.execute("SELECT count(*) FROM mirror_frontier").fetchone()[0] == 0
+    assert verifier.map.size() is None
+    size = local.log.tree.size
+    local.publish(tool_id="tool:org.acme/fetch")
+    assert witness.add_checkpoint(body(local, size, latest(local)), 1001)
+    assert verifier.map.size() == local.log.tree.size
+    verifier.close()
+    state.close()

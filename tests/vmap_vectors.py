@@ -26,12 +26,14 @@ from deplog.client.model.vmap import (
     EMPTY_ROOT,
     MapProofDocument,
     PrefixTree,
+    StatusRecord,
     VerifiableMap,
     evaluate,
     leaf_hash,
     map_key,
     map_line,
     node_hash,
+    record_item_bytes,
     value_hash,
 )
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
@@ -51,6 +53,23 @@ VECTORS = Path(__file__).resolve().parent / "vectors" / "vmap-v1.json"
 ACCUMULATED_STEPS = 1000
 ORIGIN = "vectors.deplog.example/log"
 _PUBLISHER = "example"
+
+
+_RECORD = bytes.fromhex(
+    "01"  # the record format
+    "00"  # deprecate
+    "01"  # flags: sunset_at
+    "0000000000003039"  # log index 12345
+    "0000000069ab6a80"  # effective_at 2026-03-07T00:00:00Z
+    "0100"  # one reason: superseded
+    "00"  # no advisories
+    "0001"
+    "05"
+    "312e302e30"  # one version: 1.0.0
+    "00"  # no ranges
+    "000000006a1b7a00"  # sunset_at 2026-05-31T00:00:00Z
+)
+"""A one-notice record spelled out field by field (docs/fold-spec.md section 3)."""
 
 
 def _b64(raw: bytes) -> str:
@@ -266,11 +285,77 @@ def _log_case() -> dict[str, Any]:
         "log_key": log_key.verifier().vkey(),
         "leaves": [_b64(leaf) for leaf in leaves],
         "map_roots": sizes,
-        "records": {t: r.encode().decode("utf-8") for t, r in sorted(vmap.records.items())},
+        "records": {t: _b64(r.encode()) for t, r in sorted(vmap.records.items())},
         "checkpoint": note.decode("utf-8"),
         "evaluations": evaluations,
         "proofs": proofs,
     }
+
+
+def _record_items() -> list[dict[str, Any]]:
+    """Signed notices (every optional field the fold reads, and the fields it drops) with
+    their log index and the bytes of their record item, and of a record of them all."""
+    base = {
+        "tool_id": "tool:org.example/search",
+        "issued_at": "2026-01-15T09:30:00Z",
+        "publisher": _PUBLISHER,
+        "message": "dropped from the record",
+    }
+    cases = [
+        {
+            **base,
+            "action": "deprecate",
+            "affected": {
+                "versions": ["1.0.0", "1.1.0-rc.1+build.7"],
+                "ranges": [
+                    {
+                        "type": "SEMVER",
+                        "events": [
+                            {"introduced": "0"},
+                            {"fixed": "0.9.0"},
+                            {"introduced": "2.0.0"},
+                        ],
+                    }
+                ],
+            },
+            "reasons": ["superseded", "end_of_life"],
+            "advisories": ["CVE-2026-0001", "GHSA-2345-6789-cfgh"],
+            "replacement": {"tool_id": "tool:org.example/search2", "version": "2.0.0"},
+            "schema_digest": "sha256:" + "ab" * 32,
+            "effective_at": "2026-02-01T00:00:00Z",
+            "sunset_at": "2026-06-01T00:00:00Z",
+            "sequence": 1,
+        },
+        {
+            **base,
+            "action": "revoke",
+            "affected": {
+                "ranges": [
+                    {
+                        "type": "SEMVER",
+                        "events": [{"introduced": "1.0.0"}, {"last_affected": "1.0.7"}],
+                    }
+                ]
+            },
+            "reasons": ["security"],
+            "advisories": ["CVE-2026-1234"],
+            "effective_at": "1969-12-31T23:59:59Z",
+            "sequence": 2,
+        },
+        {
+            **base,
+            "action": "withdraw",
+            "withdraws": 7,
+            "reasons": ["other"],
+            "effective_at": "2026-03-01T00:00:00Z",
+            "sequence": 3,
+        },
+    ]
+    items = [(7 + i, Notice.from_json(obj)) for i, obj in enumerate(cases)]
+    record = StatusRecord.of("tool:org.example/search", items)
+    return [
+        {"index": i, "notice": n.to_json(), "item": record_item_bytes(i, n).hex()} for i, n in items
+    ] + [{"record": record.encode().hex()}]
 
 
 def _status(obj: dict[str, Any]) -> dict[str, Any]:
@@ -288,7 +373,7 @@ def generate() -> dict[str, Any]:
         "generator": "python -m tests.vmap_vectors",
         "hashes": {
             "empty_root": _b64(EMPTY_ROOT),
-            "value": {"record": "e30=", "hash": _b64(value_hash(b"{}"))},
+            "value": {"record": _b64(_RECORD), "hash": _b64(value_hash(_RECORD))},
             "leaf": {"key": _b64(k), "value": _b64(v), "hash": _b64(leaf_hash(k, v))},
             "node": {
                 "bit": 17,
@@ -308,6 +393,7 @@ def generate() -> dict[str, Any]:
             _tree_case("sixteen keys", plain, [*plain[:4], _key("probe"), _key("probe 2")]),
             _tree_case("shared prefixes", shaped, [*shaped, _key("probe")]),
         ],
+        "record_items": _record_items(),
         "log": _log_case(),
         "lines": {
             "valid": [map_line(_key("root"))],

@@ -58,7 +58,7 @@ TABLES = (
     ),
     ("map_leaf", ("key", "value"), "key"),
     ("map_record", ("tool_id", "record"), "tool_id"),
-    ("map_state", ("id", "size", "root_id", "root_bits", "root_hash"), "id"),
+    ("map_state", ("id", "format", "size", "root_id", "root_bits", "root_hash"), "id"),
     # After the leaves (and, on PostgreSQL, after the head moved): a checkpoint may only
     # name a committed size.
     ("checkpoints", ("size", "root", "note", "signed_at"), "size"),

@@ -116,6 +116,7 @@ _V1 = (
     )""",
     """CREATE TABLE map_state (
         id integer PRIMARY KEY CHECK (id = 1),
+        format integer NOT NULL,
         size bigint NOT NULL,
         root_id bytea,
         root_bits integer,

@@ -27,6 +27,9 @@ This is the one module of ``authority/witness`` that knows deplog entries
    are ``entries_unavailable`` (503): the log resubmits its served checkpoint on
    its refresh interval, and the witness cosigns it then. A checkpoint below
    the mirror's size is refused the same way (the mirror holds one size).
+5. A mirror whose map is in another record format (``client.mapstore`` rule 4)
+   is dropped whole at start, map and tree edge in one transaction, and
+   mirrored again from entry 0.
 """
 
 from __future__ import annotations
@@ -104,8 +107,11 @@ class MapVerifier:
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode = WAL")
         self.conn.execute("PRAGMA synchronous = FULL")
-        StoredMap.create_schema(self.conn)
+        self.conn.execute("BEGIN IMMEDIATE")
         self.conn.execute(_FRONTIER_SCHEMA)
+        if StoredMap.create_schema(self.conn):  # a map of another record format went:
+            self.conn.execute("DELETE FROM mirror_frontier")  # mirror again from entry 0
+        self.conn.execute("COMMIT")
         self.map = StoredMap(self.conn)
 
     def close(self) -> None:

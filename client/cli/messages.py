@@ -112,7 +112,7 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     _E.INDEX_NOT_INCREASING: "notices were folded into a tool's status out of log order",
     _E.UNKNOWN_WITHDRAW_TARGET: "a withdraw was folded into a tool's status before its target",
     _E.MALFORMED_MAP_PROOF: "not a deplog-map/v1 proof",
-    _E.MALFORMED_MAP_RECORD: "a tool-status map record is not canonical or does not fold",
+    _E.MALFORMED_MAP_RECORD: "a tool-status map record is not its one encoding or does not fold",
     _E.MALFORMED_MAP_LINE: "a checkpoint's deplog-map/v1 line is malformed or repeated",
     _E.MISSING_MAP_LINE: "the checkpoint has no deplog-map/v1 line",
     _E.BAD_MAP_PROOF: "the map proof does not lead to the map root, or is about another tool",

@@ -20,7 +20,9 @@ Rules:
    without the map, or the last size an authority signed before its upgrade).
 5. The map can only be recomputed from entry 0: a state file that followed the
    log before it kept a map has none, and is never checked (``checking`` is
-   false); a fresh state keeps one from its first advance. Dropping an
+   false); a fresh state keeps one from its first advance. A map in another
+   record format (``client.mapstore`` rule 4) is dropped at the next advance
+   and counts as none; ``MapProver`` never proves from one. Dropping an
    interrupted advance's progress (``LocalState.discard_pending``) drops the
    map too, since its rows hold that progress: a state still at size 0 then
    folds it again from entry 0, any other keeps none.
@@ -51,6 +53,7 @@ class FollowerMap:
     def __init__(self, conn: sqlite3.Connection, start: int) -> None:
         """The map of the state on ``conn`` for an advance that goes on from entry ``start``
         (the trusted size, or a resumed advance's last committed chunk)."""
+        StoredMap.discard_other_format(conn)  # rule 5: another format's map cannot go on
         has_map = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'map_state'"
         ).fetchone()
@@ -66,9 +69,9 @@ class FollowerMap:
         """Whether this state keeps a map to check checkpoints against."""
         return self.map is not None
 
-    def add(self, start: int, end: int, notices: Sequence[tuple[int, bytes, Notice]]) -> None:
+    def add(self, start: int, end: int, notices: Sequence[tuple[int, Notice]]) -> None:
         """Fold the verified entries ``[start, end)`` into the map: their notices as
-        ``(index, leaf hash, notice)``, in log order (decoded once, by the trust state)."""
+        ``(index, notice)``, in log order (decoded once, by the trust state)."""
         if self.map is not None:
             self.map.advance_notices(start, end, notices)
 

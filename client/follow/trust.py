@@ -350,7 +350,7 @@ class AdvanceSession:
 
         checker = EntryChecker(self.registry, self.trusted.log_key, find_notice, sequence_used)
         start = self.next_index
-        folded: list[tuple[int, bytes, Notice]] = []  # the page's notices, for the map
+        folded: list[tuple[int, Notice]] = []  # the page's notices, for the map
         for leaf, item in zip(leaves, decoded, strict=True):
             index = self.next_index
             if index >= self.checkpoint.size:
@@ -361,10 +361,9 @@ class AdvanceSession:
                 staged[index] = notice
                 used.add((notice.publisher, notice.sequence))
             self._apply(index, entry)
-            hashed = leaf_hash(leaf)
             if isinstance(entry, NoticeEntry):
-                folded.append((index, hashed, entry.envelope.notice))
-            self.frontier.append(hashed)
+                folded.append((index, entry.envelope.notice))
+            self.frontier.append(leaf_hash(leaf))
             self.next_index += 1
         writer.add_notices(staged.items(), datetime.fromtimestamp(stamp, UTC))
         self._map.add(start, self.next_index, folded)

@@ -59,9 +59,11 @@ __all__ = [
     "Replacement",
     "VersionRange",
     "encode_signature",
+    "parse_advisories",
     "parse_key_id",
     "parse_namespace",
     "parse_publisher_id",
+    "parse_reasons",
     "parse_schema_digest",
     "parse_signature",
     "parse_signature_object",
@@ -308,6 +310,24 @@ def _parse_timestamp(s: str) -> datetime:
 @functools.lru_cache(maxsize=_PARSE_CACHE)
 def _format_timestamp(moment: datetime) -> str:
     return format_timestamp(moment)
+
+
+def parse_reasons(value: object) -> tuple[str, ...]:
+    """A non-empty list of distinct reason codes (``bad_reason``, ``duplicate_value``)."""
+    reasons = tuple(require_str(r) for r in require_list(value, max_items=len(REASONS)))
+    if any(r not in REASONS for r in reasons):
+        raise NoticeError(ErrorCode.BAD_REASON)
+    require_unique(reasons)
+    return reasons
+
+
+def parse_advisories(value: object) -> tuple[str, ...]:
+    """A non-empty list of distinct CVE or GHSA ids (``bad_advisory``, ``duplicate_value``)."""
+    advisories = tuple(require_str(a) for a in require_list(value, max_items=MAX_ADVISORIES))
+    if any(_ADVISORY_RE.fullmatch(a) is None for a in advisories):
+        raise NoticeError(ErrorCode.BAD_ADVISORY)
+    require_unique(advisories)
+    return advisories
 
 
 def parse_key_id(value: object) -> bytes:
@@ -561,19 +581,8 @@ class Notice:
         if "schema_digest" in o:
             schema_digest = parse_schema_digest(o["schema_digest"])
 
-        raw_reasons = require_list(o["reasons"], max_items=len(REASONS))
-        reasons = tuple(require_str(r) for r in raw_reasons)
-        if any(r not in REASONS for r in reasons):
-            raise NoticeError(ErrorCode.BAD_REASON)
-        require_unique(reasons)
-
-        advisories: tuple[str, ...] = ()
-        if "advisories" in o:
-            raw_adv = require_list(o["advisories"], max_items=MAX_ADVISORIES)
-            advisories = tuple(require_str(a) for a in raw_adv)
-            if any(_ADVISORY_RE.fullmatch(a) is None for a in advisories):
-                raise NoticeError(ErrorCode.BAD_ADVISORY)
-            require_unique(advisories)
+        reasons = parse_reasons(o["reasons"])
+        advisories = parse_advisories(o["advisories"]) if "advisories" in o else ()
         if action == "revoke" and "security" in reasons and not advisories:
             raise NoticeError(ErrorCode.ADVISORY_REQUIRED)
 

@@ -14,6 +14,9 @@ the time of the question:
   change nothing.
 
 Everything is keyed by ``tool_id``: a lookup costs O(notices about that tool).
+The fold reads only the fields of ``FoldNotice``: a signed ``Notice`` has them,
+and so does an item of a map record (``client.model.vmap.RecordNotice``), which
+keeps nothing else, so a map proof's record and the full log fold the same way.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any, Final, Literal, Protocol
 
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.notice import (
-    Notice,
+    Affected,
     Replacement,
     parse_tool_id,
     parse_version,
@@ -36,6 +39,7 @@ from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
     "STATUSES",
+    "FoldNotice",
     "FoldSource",
     "StatusChange",
     "StatusError",
@@ -102,13 +106,43 @@ def _ts(dt: datetime | None) -> str | None:
     return None if dt is None else format_timestamp(dt)
 
 
+class FoldNotice(Protocol):
+    """What the fold reads of a notice. ``publisher`` is None for a map record's item:
+    records drop it, since admission already tied every withdraw to its target's
+    publisher (``client.model.rules``)."""
+
+    @property
+    def tool_id(self) -> str: ...
+    @property
+    def action(self) -> str: ...
+    @property
+    def publisher(self) -> str | None: ...
+    @property
+    def affected(self) -> Affected | None: ...
+    @property
+    def withdraws(self) -> int | None: ...
+    @property
+    def effective_at(self) -> datetime: ...
+    @property
+    def sunset_at(self) -> datetime | None: ...
+    @property
+    def reasons(self) -> tuple[str, ...]: ...
+    @property
+    def advisories(self) -> tuple[str, ...]: ...
+    @property
+    def replacement(self) -> Replacement | None: ...
+    @property
+    def schema_digest(self) -> str | None: ...
+    def affects(self, version: Version) -> bool: ...
+
+
 @dataclass
 class _Tool:
     # Deprecate/revoke notices by log index (dicts keep insertion = log order).
-    notices: dict[int, Notice] = field(default_factory=dict)
+    notices: dict[int, FoldNotice] = field(default_factory=dict)
     # Target index -> [(withdraw index, withdraw effective_at)].
     withdrawals: dict[int, list[tuple[int, datetime]]] = field(default_factory=dict)
-    withdraws: dict[int, Notice] = field(default_factory=dict)
+    withdraws: dict[int, FoldNotice] = field(default_factory=dict)
     last_index: int = -1
 
 
@@ -134,7 +168,7 @@ class StatusIndex:
         }
         return twin
 
-    def apply(self, index: int, notice: Notice) -> None:
+    def apply(self, index: int, notice: FoldNotice) -> None:
         """Fold in the notice at log ``index``; indexes must strictly increase."""
         if index <= self._last_index:
             raise StatusError(ErrorCode.INDEX_NOT_INCREASING)
@@ -186,7 +220,7 @@ class StatusIndex:
         tool = self._tools.get(tool_id)
         if tool is None:
             return VersionStatus(tool_id, v.text, "active")
-        applying: list[tuple[int, Notice]] = []
+        applying: list[tuple[int, FoldNotice]] = []
         pending: set[int] = set()
         withdrawn: list[tuple[int, int]] = []
         for idx, n in tool.notices.items():

@@ -4,8 +4,9 @@ The normative text is ``docs/fold-spec.md``; this module is its executable form.
 Rules it keeps:
 
 1. The map is a function of the log prefix: key ``SHA-256(tool_id)``, value the
-   canonical status record of every notice naming the tool, in log order. The
-   record is built and evaluated through ``StatusIndex``, the one fold.
+   compact status record of every notice naming the tool, in log order: each
+   notice's log index and the fields the fold reads, in one binary encoding.
+   The record is built and evaluated through ``StatusIndex``, the one fold.
 2. The tree's shape is a function of the key set: an inner node exists for a
    prefix iff keys exist under both of its extensions, so no batch order or
    partition changes the root.
@@ -14,8 +15,8 @@ Rules it keeps:
 4. A batch update reads and rehashes only the nodes on the changed keys' paths,
    one hash per node, then hands every written row to the store at once, so a
    storage backend commits a batch (and its root) in one transaction.
-5. Parsers are strict and total: one encoding per proof, no trailing bytes,
-   every bad input a stable code and no value in the message.
+5. Parsers are strict and total: one encoding per proof and per record, no
+   trailing bytes, every bad input a stable code and no value in the message.
 """
 
 from __future__ import annotations
@@ -25,24 +26,32 @@ import hashlib
 import struct
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, Protocol
 
 from deplog.client.errors import DeplogError, ErrorCode, FormatError, VerificationError
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry
-from deplog.client.model.notice import Notice, parse_tool_id
-from deplog.client.model.status import StatusIndex, VersionStatus
+from deplog.client.model.notice import (
+    Affected,
+    Notice,
+    Replacement,
+    parse_advisories,
+    parse_reasons,
+    parse_schema_digest,
+    parse_tool_id,
+)
+from deplog.client.model.semver import Version
+from deplog.client.model.status import FoldNotice, StatusIndex, VersionStatus
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import decode_base64, encode_base64, parse_note
-from deplog.client.tlog.proofs import leaf_hash as log_leaf_hash
 
 __all__ = [
     "EMPTY_ROOT",
     "KEY_BITS",
     "MAP_LINE_KEYWORD",
     "PROOF_TYPE",
-    "RECORD_TYPE",
+    "RECORD_FORMAT",
     "ChildRef",
     "InnerNode",
     "KeyPath",
@@ -80,7 +89,6 @@ __all__ = [
 
 KEY_BITS: Final = 256
 """Keys are SHA-256 digests; a child reference with ``bits == KEY_BITS`` is a leaf."""
-RECORD_TYPE: Final = "deplog.tool_status/v1"
 PROOF_TYPE: Final = "deplog.map_proof/v1"
 MAP_LINE_KEYWORD: Final = "deplog-map/v1"
 BINARY_VERSION: Final = 1
@@ -127,7 +135,7 @@ def map_key(tool_id: str) -> bytes:
 
 
 def value_hash(record: bytes) -> bytes:
-    """The leaf value committing to a record's canonical bytes."""
+    """The leaf value committing to a record's bytes."""
     return hashlib.sha256(_TAG_VALUE + record).digest()
 
 
@@ -163,22 +171,184 @@ def _prefix_int(ref: ChildRef) -> int:
 
 # --- the status record ------------------------------------------------------------------
 
+RECORD_FORMAT: Final = 1
+"""The first byte of every record (``docs/fold-spec.md`` section 3)."""
+_ACTION_CODES: Final[tuple[str, ...]] = ("deprecate", "revoke", "withdraw")
+_REASON_CODES: Final[tuple[str, ...]] = (
+    "superseded",
+    "end_of_life",
+    "security",
+    "critical_bug",
+    "schema_change",
+    "moved",
+    "policy",
+    "other",
+)
+_EVENT_CODES: Final[tuple[str, ...]] = ("introduced", "fixed", "last_affected")
+_HAS_SUNSET, _HAS_REPLACEMENT, _HAS_DIGEST = 0x01, 0x02, 0x04
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 @dataclass(frozen=True)
 class RecordNotice:
-    """One notice in a record: its log index, its RFC 9162 leaf hash, the notice itself."""
+    """One notice as a record keeps it: its log index and what the fold reads (a
+    ``FoldNotice``), nothing else. Anyone holding the signed entry at ``index`` checks
+    it with ``RecordNotice.of(index, notice) == item``."""
 
+    tool_id: str
     index: int
-    leaf_hash: bytes
-    notice: Notice
+    action: str
+    effective_at: datetime
+    reasons: tuple[str, ...]
+    advisories: tuple[str, ...] = ()
+    affected: Affected | None = None
+    withdraws: int | None = None
+    sunset_at: datetime | None = None
+    replacement: Replacement | None = None
+    schema_digest: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """``{"index", "leaf_hash", "notice"}``."""
-        return {
-            "index": self.index,
-            "leaf_hash": encode_base64(self.leaf_hash),
-            "notice": self.notice.to_json(),
-        }
+    @classmethod
+    def of(cls, index: int, notice: Notice) -> RecordNotice:
+        """The record item of the signed ``notice`` at log ``index``."""
+        return cls(
+            notice.tool_id,
+            index,
+            notice.action,
+            notice.effective_at,
+            notice.reasons,
+            notice.advisories,
+            notice.affected,
+            notice.withdraws,
+            notice.sunset_at,
+            notice.replacement,
+            notice.schema_digest,
+        )
+
+    @property
+    def publisher(self) -> None:
+        """Records keep no publisher (``FoldNotice``)."""
+        return None
+
+    def affects(self, version: Version) -> bool:
+        """As ``Notice.affects``."""
+        return self.affected is not None and self.affected.contains(version)
+
+    def encode(self) -> bytes:
+        """This item's bytes in a record."""
+        return _item_bytes(self.index, self)
+
+
+def _item_bytes(index: int, n: FoldNotice) -> bytes:
+    """``u8 action ‖ u8 flags ‖ u64 index ‖ i64 effective_at ‖ reasons ‖ advisories ‖
+    (u64 target | versions ‖ ranges) ‖ [i64 sunset_at] ‖ [replacement] ‖ [digest]``."""
+    flags = (
+        (_HAS_SUNSET if n.sunset_at is not None else 0)
+        | (_HAS_REPLACEMENT if n.replacement is not None else 0)
+        | (_HAS_DIGEST if n.schema_digest is not None else 0)
+    )
+    out = bytearray((_ACTION_CODES.index(n.action), flags))
+    out += struct.pack(">Qq", index, _seconds(n.effective_at))
+    out.append(len(n.reasons))
+    out += bytes(_REASON_CODES.index(r) for r in n.reasons)
+    out.append(len(n.advisories))
+    for advisory in n.advisories:
+        out += _str8(advisory)
+    if n.withdraws is not None:
+        out += struct.pack(">Q", n.withdraws)
+    else:
+        assert n.affected is not None  # a deprecate or revoke always carries it
+        out += struct.pack(">H", len(n.affected.versions))
+        for version in n.affected.versions:
+            out += _str8(version.text)
+        out.append(len(n.affected.ranges))
+        for rng in n.affected.ranges:
+            out.append(len(rng.events))
+            for kind, text in rng.events:
+                out += bytes((_EVENT_CODES.index(kind),)) + _str8(text)
+    if n.sunset_at is not None:
+        out += struct.pack(">q", _seconds(n.sunset_at))
+    if n.replacement is not None:
+        tool = n.replacement.tool_id.encode("ascii")
+        out += struct.pack(">H", len(tool)) + tool + _str8(n.replacement.version.text)
+    if n.schema_digest is not None:
+        out += bytes.fromhex(n.schema_digest.removeprefix("sha256:"))
+    return bytes(out)
+
+
+def _seconds(moment: datetime) -> int:
+    return (moment - _EPOCH) // timedelta(seconds=1)
+
+
+def _str8(text: str) -> bytes:
+    raw = text.encode("ascii")
+    return bytes((len(raw),)) + raw
+
+
+def _read_item(reader: _Reader, tool_id: str) -> RecordNotice:
+    """One item, checked as the notice schema checks the fields it keeps (NoticeError,
+    SemverError, ValueError, OverflowError on a bad one: the caller maps them)."""
+    code, flags = reader.u8(), reader.u8()
+    if code >= len(_ACTION_CODES) or flags & ~(_HAS_SUNSET | _HAS_REPLACEMENT | _HAS_DIGEST):
+        raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+    action = _ACTION_CODES[code]
+    index, effective_at = reader.u64(), _moment(reader.i64())
+    raw_reasons = [reader.u8() for _ in range(reader.u8())]
+    if any(r >= len(_REASON_CODES) for r in raw_reasons):
+        raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+    reasons = parse_reasons([_REASON_CODES[r] for r in raw_reasons])
+    count = reader.u8()
+    advisories = parse_advisories([reader.str8() for _ in range(count)]) if count else ()
+    affected: Affected | None = None
+    withdraws: int | None = None
+    if action == "withdraw":
+        withdraws = reader.u64()
+        if flags or withdraws > canonical.MAX_SAFE_INTEGER:
+            raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+    else:
+        obj: dict[str, Any] = {}
+        if versions := [reader.str8() for _ in range(reader.u16())]:
+            obj["versions"] = versions
+        ranges = []
+        for _ in range(reader.u8()):
+            events = []
+            for _ in range(reader.u8()):
+                kind = reader.u8()
+                if kind >= len(_EVENT_CODES):
+                    raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+                events.append({_EVENT_CODES[kind]: reader.str8()})
+            ranges.append({"type": "SEMVER", "events": events})
+        if ranges:
+            obj["ranges"] = ranges
+        affected = Affected.from_json(obj)
+    sunset_at = _moment(reader.i64()) if flags & _HAS_SUNSET else None
+    if sunset_at is not None and (action == "revoke" or sunset_at < effective_at):
+        raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+    replacement = None
+    if flags & _HAS_REPLACEMENT:
+        tool = reader.take(reader.u16()).decode("ascii")
+        replacement = Replacement.from_json({"tool_id": tool, "version": reader.str8()})
+    digest = parse_schema_digest("sha256:" + reader.take(32).hex()) if flags & _HAS_DIGEST else None
+    if action == "revoke" and "security" in reasons and not advisories:
+        raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+    if index > canonical.MAX_SAFE_INTEGER:
+        raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+    return RecordNotice(
+        tool_id,
+        index,
+        action,
+        effective_at,
+        reasons,
+        advisories,
+        affected,
+        withdraws,
+        sunset_at,
+        replacement,
+        digest,
+    )
+
+
+def _moment(seconds: int) -> datetime:
+    return _EPOCH + timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True)
@@ -187,7 +357,8 @@ class StatusRecord:
 
     Holds rules, not an evaluated status (effective and sunset times depend on
     the clock). Build it with ``build``/``extended``/``decode``, which run the
-    notices through ``StatusIndex``, so a record always folds.
+    items through ``StatusIndex``, so a record always folds. The tool id is not
+    in the bytes: the leaf binds the record to the key ``SHA-256(tool_id)``.
     """
 
     tool_id: str
@@ -199,10 +370,15 @@ class StatusRecord:
         MapFormatError ``malformed_map_record`` if one names another tool or none is given."""
         parse_tool_id(tool_id)
         record = cls(tool_id, tuple(notices))
-        if not record.notices or any(n.notice.tool_id != tool_id for n in record.notices):
+        if not record.notices or any(n.tool_id != tool_id for n in record.notices):
             raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
         record.status_index()
         return record
+
+    @classmethod
+    def of(cls, tool_id: str, notices: Iterable[tuple[int, Notice]]) -> StatusRecord:
+        """The record of signed notices ``(log index, notice)`` about ``tool_id``."""
+        return cls.build(tool_id, (RecordNotice.of(i, n) for i, n in notices))
 
     def extended(self, item: RecordNotice) -> StatusRecord:
         """This record with one more notice (a later log index)."""
@@ -212,22 +388,14 @@ class StatusRecord:
         """The fold of this record's notices (raises StatusError if they do not fold)."""
         index = StatusIndex()
         for item in self.notices:
-            index.apply(item.index, item.notice)
+            index.apply(item.index, item)
         return index
 
-    def to_json(self) -> dict[str, Any]:
-        """The record object, as the spec's section 3 defines it."""
-        return {
-            "type": RECORD_TYPE,
-            "tool_id": self.tool_id,
-            "notices": [item.to_json() for item in self.notices],
-        }
-
     def encode(self) -> bytes:
-        """The record's RFC 8785 bytes (what the value hash covers)."""
+        """The record's bytes (what the value hash covers): ``u8 1`` and the items."""
         cached: bytes | None = self.__dict__.get("_encoded")
         if cached is None:
-            cached = canonical.dumps(self.to_json())
+            cached = bytes((RECORD_FORMAT,)) + b"".join(item.encode() for item in self.notices)
             object.__setattr__(self, "_encoded", cached)
         return cached
 
@@ -236,65 +404,44 @@ class StatusRecord:
         return value_hash(self.encode())
 
     @classmethod
-    def decode(cls, data: bytes) -> StatusRecord:
-        """Parse record bytes strictly: canonical, closed schema, right ``type``, notices
-        that round-trip and fold. Anything else is ``malformed_map_record``."""
+    def decode(cls, data: bytes, tool_id: str) -> StatusRecord:
+        """Parse the record of ``tool_id`` strictly: the format byte, items whose fields
+        pass the notice schema's checks and fold, and the one encoding of them.
+        Anything else is ``malformed_map_record``."""
+        data = bytes(data)
+        reader = _Reader(data, ErrorCode.MALFORMED_MAP_RECORD)
         try:
-            obj = canonical.loads(data)
-            record = cls._from_json(obj)
-        except DeplogError:
+            if reader.u8() != RECORD_FORMAT:
+                raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+            items = []
+            while not reader.done():
+                items.append(_read_item(reader, tool_id))
+            record = cls.build(tool_id, items)
+        except (DeplogError, ValueError, OverflowError):
             raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD) from None
-        if record.encode() != bytes(data):
+        if record.encode() != data:
             raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
         return record
 
-    @classmethod
-    def _from_json(cls, obj: object) -> StatusRecord:
-        if not isinstance(obj, dict) or set(obj) != {"type", "tool_id", "notices"}:
-            raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
-        if obj["type"] != RECORD_TYPE or not isinstance(obj["notices"], list):
-            raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
-        items = []
-        for raw in obj["notices"]:
-            if not isinstance(raw, dict) or set(raw) != {"index", "leaf_hash", "notice"}:
-                raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
-            index, hash_text = raw["index"], raw["leaf_hash"]
-            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-                raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
-            digest = decode_base64(hash_text) if isinstance(hash_text, str) else None
-            if digest is None or len(digest) != 32:
-                raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
-            items.append(RecordNotice(index, digest, Notice.from_json(raw["notice"])))
-        tool_id = obj["tool_id"]
-        if not isinstance(tool_id, str):
-            raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
-        return cls.build(tool_id, items)
+
+def record_item_bytes(index: int, notice: Notice) -> bytes:
+    """The record item of the signed ``notice`` at log ``index``, encoded straight from
+    the notice (``RecordNotice.of(index, notice).encode()``)."""
+    return _item_bytes(index, notice)
 
 
-def record_item_bytes(index: int, leaf_hash: bytes, notice: Notice) -> bytes:
-    """One record item's canonical bytes, spliced around the notice's own RFC 8785 bytes:
-    the members sort ``index < leaf_hash < notice``, and an integer and a base64 string
-    need no escaping, so this is ``canonical.dumps(RecordNotice(...).to_json())``."""
-    return b'{"index":%d,"leaf_hash":"%s","notice":%s}' % (
-        index,
-        encode_base64(leaf_hash).encode("ascii"),
-        notice.canonical_bytes(),
-    )
-
-
-def extend_record_bytes(record: bytes | None, tool_id: str, items: Sequence[bytes]) -> bytes:
-    """The canonical bytes of ``record`` (None: no record yet) with ``items`` appended, without
-    decoding it: the record's members sort ``notices < tool_id < type``, so its bytes end in
-    a suffix that names only the tool. For admitted entries (no fold check here); the
-    result equals ``StatusRecord.build(...).encode()`` (tests/test_vmap.py checks)."""
+def extend_record_bytes(record: bytes | None, items: Sequence[bytes]) -> bytes:
+    """The bytes of ``record`` (None: no record yet) with ``items`` appended: a record is
+    its format byte and its items, so appending never decodes it. For admitted entries
+    (no fold check here); the result equals ``StatusRecord.build(...).encode()``
+    (tests/test_vmap.py checks)."""
     if not items:
         raise ValueError("a record grows by at least one notice")
-    suffix = b'],"tool_id":%s,"type":"%s"}' % (canonical.dumps(tool_id), RECORD_TYPE.encode())
     if record is None:
-        return b'{"notices":[' + b",".join(items) + suffix
-    if not record.endswith(suffix):
+        record = bytes((RECORD_FORMAT,))
+    elif record[:1] != bytes((RECORD_FORMAT,)):
         raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
-    return record[: -len(suffix)] + b"," + b",".join(items) + suffix
+    return record + b"".join(items)
 
 
 def evaluate(
@@ -323,7 +470,7 @@ def fold_entries(
         if not isinstance(entry, NoticeEntry):
             continue
         notice = entry.envelope.notice
-        item = RecordNotice(index, log_leaf_hash(leaf), notice)
+        item = RecordNotice.of(index, notice)
         before = changed[notice.tool_id] if notice.tool_id in changed else find(notice.tool_id)
         changed[notice.tool_id] = (
             StatusRecord.build(notice.tool_id, (item,)) if before is None else before.extended(item)
@@ -662,14 +809,14 @@ _DOCUMENT_MEMBERS: Final = frozenset({"type", "checkpoint", "tool_id"})
 
 
 class _Reader:
-    """Bounds-checked reads over proof bytes; running out is ``malformed_map_proof``."""
+    """Bounds-checked big-endian reads; running out is ``code`` (a proof's by default)."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data, self.at = data, 0
+    def __init__(self, data: bytes, code: ErrorCode = ErrorCode.MALFORMED_MAP_PROOF) -> None:
+        self.data, self.at, self.code = data, 0, code
 
     def take(self, n: int) -> bytes:
         if self.at + n > len(self.data):
-            raise MapFormatError()
+            raise MapFormatError(self.code)
         self.at += n
         return self.data[self.at - n : self.at]
 
@@ -682,9 +829,22 @@ class _Reader:
     def u32(self) -> int:
         return int.from_bytes(self.take(4), "big")
 
+    def u64(self) -> int:
+        return int.from_bytes(self.take(8), "big")
+
+    def i64(self) -> int:
+        return int.from_bytes(self.take(8), "big", signed=True)
+
+    def str8(self) -> str:
+        """``u8 len`` and that many ASCII bytes (UnicodeDecodeError, a ValueError, if not)."""
+        return self.take(self.u8()).decode("ascii")
+
+    def done(self) -> bool:
+        return self.at == len(self.data)
+
     def end(self) -> None:
-        if self.at != len(self.data):
-            raise MapFormatError()
+        if not self.done():
+            raise MapFormatError(self.code)
 
 
 def _b64(value: object, size: int | None = None) -> bytes:
@@ -698,18 +858,17 @@ def verify_map_proof(root: bytes, tool_id: str, proof: MapProof) -> StatusRecord
     """Check ``proof`` for ``tool_id`` under the map ``root``; the tool's record, or None
     when the proof shows it absent (or the map empty).
 
-    MapFormatError ``malformed_map_record`` for a record that is not canonical;
-    MapProofError ``bad_map_proof`` for anything that does not lead to ``root``,
-    a record about another tool, or an absent proof whose leaf is the key itself.
+    MapFormatError ``malformed_map_record`` for a record that is not the one encoding;
+    MapProofError ``bad_map_proof`` for anything that does not lead to ``root`` (a
+    record of another tool sits under another key), or an absent proof whose leaf is
+    the key itself.
     """
     key = map_key(tool_id)
     record: StatusRecord | None = None
     if proof.result == "present":
         if proof.record is None:
             raise MapFormatError()
-        record = StatusRecord.decode(proof.record)
-        if record.tool_id != tool_id:
-            raise MapProofError()
+        record = StatusRecord.decode(proof.record, tool_id)
         path = KeyPath(key, value_hash(proof.record), proof.path)
     elif proof.result == "absent":
         if proof.alt_key is None or proof.alt_value is None:
@@ -878,7 +1037,7 @@ class VerifiableMap:
         return root
 
     def record_bytes(self, tool_id: str) -> bytes:
-        """The canonical bytes of a present tool's record (a backend may hold them as is)."""
+        """The bytes of a present tool's record (a backend may hold them as is)."""
         return self.records[tool_id].encode()
 
     def prove(self, tool_id: str) -> MapProof:

@@ -1,0 +1,155 @@
+"""Append throughput over HTTP with the tool-status map, against the same authority without it.
+
+Run by hand (not in CI):
+    python bench/bench_map_append.py [--tools-before 10000] [--requests 3000] [--rounds 3]
+
+What a publisher sees: real ``authority serve`` processes on 127.0.0.1, 50 publishers
+posting pre-signed notices (closed loop, each sequentially), receipts returned after the
+embedded witness cosigned. The baseline is the same authority with the map's fold
+replaced by a bare size update (``bench/nomap_authority.py``, bench only: its
+checkpoints carry the empty map's root), so the ratio is the map's share of the whole
+append path, HTTP and signatures included. ``bench/bench_vmap.py --append`` gives the
+map's share of ``Log.sequence`` alone (no HTTP, no signature checks), the tighter figure.
+
+Both logs are first filled offline with ``--tools-before`` notices about as many tools (so
+the map has that many keys, and its paths their depth), then each round starts both
+authorities on fresh copies, map first and baseline second, then the other order in the
+next round. Reported: notices/s of each, the median of the rounds' ratios and the ratio
+of bests, and the CPU seconds the server process spent per notice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import shutil
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_append import load
+from bench.nomap_authority import NoMapLog
+from deplog.authority.log import Log
+from deplog.client.tlog.keyfile import load_signer
+from deplog.client.tlog.note import Signer
+from tests.builders import make_envelope, register
+from tests.integration.harness import ORIGIN, AuthorityProcess
+
+PUBLISHERS = 50
+LAUNCHER = Path(__file__).resolve().parent / "nomap_authority.py"
+
+
+@dataclass
+class NoMapAuthority(AuthorityProcess):
+    """``authority serve`` through the bench-only launcher without the map's fold."""
+
+    def command(self) -> list[str]:
+        return [sys.executable, str(LAUNCHER), *super().command()[3:]]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a live process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])
+    return ticks / 100.0
+
+
+def prefill(template: Path, cls: type[Log], tools: int, signers: Sequence[Signer]) -> None:
+    """An initialized authority whose log holds ``tools`` notices about ``tools`` tools."""
+    authority = AuthorityProcess(template)
+    with contextlib.redirect_stdout(io.StringIO()):
+        authority.init()
+        for signer in signers:
+            authority.add_publisher(signer, f"org.{signer.name}")
+    if tools == 0:
+        return
+    stem = ORIGIN.replace("/", "_")
+    log_key = load_signer(authority.keys, stem)
+    log = cls(authority.data / "log.db", log_key, ORIGIN)
+    filler = Signer.generate("filler")
+    register(log, filler)
+    envelopes = [make_envelope(filler, i + 1, tool=f"tool:org.filler/t{i}") for i in range(tools)]
+    for i in range(0, tools, 512):
+        log.sequence(envelopes[i : i + 512])
+    log.close()
+
+
+def bodies_for(signers: Sequence[Signer], per: int, first: int) -> list[list[bytes]]:
+    """Each publisher's notices, sequentially numbered from ``first``, about 4 tools each."""
+    return [
+        [
+            make_envelope(
+                s, first + k, tool=f"tool:org.{s.name}/t{(first + k) % 4}"
+            ).canonical_bytes()
+            for k in range(per)
+        ]
+        for s in signers
+    ]
+
+
+def run_once(process: AuthorityProcess, bodies: list[list[bytes]]) -> tuple[float, float]:
+    """Notices/s and server CPU ms per notice of one authority under the load."""
+    process.start()
+    try:
+        assert process.process is not None
+        before = cpu_seconds(process.process.pid)
+        seconds, _ = asyncio.run(load(process.url, bodies))
+        spent = cpu_seconds(process.process.pid) - before
+    finally:
+        process.stop()
+    total = sum(len(b) for b in bodies)
+    return total / seconds, 1000 * spent / total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tools-before", type=int, default=10_000)
+    parser.add_argument("--requests", type=int, default=3000, help="notices per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    signers = [Signer.generate(f"bench{i}") for i in range(PUBLISHERS)]
+    per = max(1, args.requests // PUBLISHERS)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        templates = {"with map": root / "with", "without": root / "without"}
+        prefill(templates["with map"], Log, args.tools_before, signers)
+        prefill(templates["without"], NoMapLog, args.tools_before, signers)
+        rates: dict[str, list[float]] = {name: [] for name in templates}
+        cpu: dict[str, list[float]] = {name: [] for name in templates}
+        for round_ in range(args.rounds):
+            bodies = bodies_for(signers, per, 1)
+            order = list(templates) if round_ % 2 == 0 else list(reversed(templates))
+            for name in order:
+                copy = root / f"round{round_}-{name.replace(' ', '-')}"
+                shutil.copytree(templates[name], copy)
+                cls = AuthorityProcess if name == "with map" else NoMapAuthority
+                rate, ms = run_once(cls(copy), bodies)
+                rates[name].append(rate)
+                cpu[name].append(ms)
+                print(
+                    f"round {round_ + 1} {name:>8}: {rate:7.0f} notices/s, "
+                    f"server CPU {ms:.2f} ms/notice",
+                    flush=True,
+                )
+        ratios = [a / b for a, b in zip(rates["with map"], rates["without"], strict=True)]
+        cpu_ratios = [b / a for a, b in zip(cpu["with map"], cpu["without"], strict=True)]
+        print(
+            f"{args.tools_before} tools before, {per * PUBLISHERS} notices per round from "
+            f"{PUBLISHERS} publishers, {args.rounds} rounds: with map best "
+            f"{max(rates['with map']):.0f}/s, without best {max(rates['without']):.0f}/s; "
+            f"throughput ratio median {statistics.median(ratios):.3f} "
+            f"(all {', '.join(f'{r:.2f}' for r in ratios)}), ratio of bests "
+            f"{max(rates['with map']) / max(rates['without']):.3f}; server CPU per notice "
+            f"ratio (without / with) median {statistics.median(cpu_ratios):.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
