@@ -61,14 +61,14 @@ import contextlib
 import itertools
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
-from deplog.authority.log import Log
-from deplog.client.errors import DeplogError
+from deplog.authority.log import IntegrityError, Log
+from deplog.client.dbapi import Connection
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.files import write_atomic
 from deplog.client.storage_faults import CORRUPT, FaultKind, StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
@@ -94,6 +94,7 @@ __all__ = [
     "Tile",
     "TilesDirectory",
     "partial_tiles",
+    "served_tile",
     "tile_bytes",
 ]
 
@@ -132,7 +133,7 @@ def partial_tiles(size: int) -> list[Tile]:
     return out
 
 
-def tile_bytes(conn: sqlite3.Connection, tile: Tile) -> bytes:
+def tile_bytes(conn: Connection, tile: Tile) -> bytes:
     """The bytes of ``tile`` from the log's database: 256 rows at most (rule 3).
 
     Level 0 holds the leaf hashes; level L the stored hashes of the perfect subtrees
@@ -205,6 +206,15 @@ def _make_public_directories(directory: Path) -> None:
 
 class _DatabaseAlteredError(Exception):
     """The database cannot give a committed tree's tile: its storage was altered."""
+
+
+def served_tile(conn: Connection, tile: Tile) -> bytes:
+    """``tile_bytes`` for a request (tiles served from the database, with PostgreSQL):
+    stored data that fails its own check is the reader's ``IntegrityError``."""
+    try:
+        return tile_bytes(conn, tile)
+    except _DatabaseAlteredError as err:
+        raise IntegrityError(ErrorCode.STORAGE_CORRUPT, str(err)) from None
 
 
 class TilesDirectory:

@@ -1,4 +1,4 @@
-"""The tool-status map (``deplog-map/v1``) in SQLite tables beside the log it folds.
+"""The tool-status map (``deplog-map/v1``) in SQL tables beside the log it folds.
 
 One module for every holder of a map: the authority keeps it in its log
 database, a follower in its state database, the auditor and a map-verifying
@@ -27,6 +27,8 @@ witness in theirs. Rules:
    committed transaction itself (another process moved the tables): the cache
    never serves a row its tables do not hold. Readers keep no cache: the writer
    changes their tables under them.
+6. The queries are the common subset of SQLite and PostgreSQL (``client.dbapi``);
+   the DDL here is SQLite's, the authority keeps PostgreSQL's beside its own schema.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Generic, TypeVar
 
+from deplog.client.dbapi import Connection
 from deplog.client.errors import ErrorCode
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.notice import Notice
@@ -175,7 +178,7 @@ class SqliteNodeStore:
     come from memory when it holds them.
     """
 
-    def __init__(self, conn: sqlite3.Connection, cache: MapCache | None = None) -> None:
+    def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
         self.cache = cache
 
@@ -220,11 +223,16 @@ class SqliteNodeStore:
     ) -> None:
         """Store a batch's rows and root in the caller's transaction."""
         self.conn.executemany(
-            "INSERT OR REPLACE INTO map_inner VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO map_inner VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
+            "SET bit = excluded.bit, left_id = excluded.left_id, left_bits = excluded.left_bits, "
+            "left_hash = excluded.left_hash, right_id = excluded.right_id, "
+            "right_bits = excluded.right_bits, right_hash = excluded.right_hash",
             [_row(n.id, n.bit, n.left, n.right) for n in inners],
         )
         self.conn.executemany(
-            "INSERT OR REPLACE INTO map_leaf (key, value) VALUES (?, ?)", leaves.items()
+            "INSERT INTO map_leaf (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            leaves.items(),
         )
         ref = (None, None, None) if root is None else (root.id, root.bits, root.hash)
         self.conn.execute(
@@ -246,7 +254,7 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
     """Tool id -> status record in ``map_record``; records are decoded strictly on read, so
     an altered row is ``malformed_map_record``, never a wrong proof."""
 
-    def __init__(self, conn: sqlite3.Connection, cache: MapCache | None = None) -> None:
+    def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
         self.cache = cache
 
@@ -312,7 +320,9 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
     def put_many_raw(self, records: Mapping[str, bytes]) -> None:
         """``put_raw`` for many tools in one statement."""
         self.conn.executemany(
-            "INSERT OR REPLACE INTO map_record (tool_id, record) VALUES (?, ?)", records.items()
+            "INSERT INTO map_record (tool_id, record) VALUES (?, ?) "
+            "ON CONFLICT (tool_id) DO UPDATE SET record = excluded.record",
+            records.items(),
         )
         if self.cache is not None:  # after the write: a failed one leaves it as it was
             for tool_id, record in records.items():
@@ -336,7 +346,7 @@ class StoredMap(VerifiableMap):
     A writer passes a ``cache`` and calls ``forget`` as rule 5 says.
     """
 
-    def __init__(self, conn: sqlite3.Connection, cache: MapCache | None = None) -> None:
+    def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
         self.cache = cache
         self.stored = SqliteRecords(conn, cache)
@@ -355,7 +365,7 @@ class StoredMap(VerifiableMap):
     @staticmethod
     def create_schema(conn: sqlite3.Connection) -> bool:
         """Create the map's tables if missing; an existing map of this format is never
-        touched, one of another format is dropped first (rule 5). True if one was."""
+        touched, one of another format is dropped first (rule 4). True if one was."""
         discarded = StoredMap.discard_other_format(conn)
         for statement in SCHEMA:
             conn.execute(statement)
@@ -379,7 +389,7 @@ class StoredMap(VerifiableMap):
         return True
 
     @staticmethod
-    def drop_unless_at(conn: sqlite3.Connection, size: int) -> None:
+    def drop_unless_at(conn: Connection, size: int) -> None:
         """Remove the map's tables (in the caller's transaction) unless the map is at
         ``size``: for a holder whose map went past the size it keeps, which cannot be
         rewound (rows are rewritten in place)."""
@@ -397,7 +407,7 @@ class StoredMap(VerifiableMap):
         return None if row is None else int(row[0])
 
     def format(self) -> int:
-        """The record format of the rows (rule 5): 1 for tables without the column."""
+        """The record format of the rows (rule 4): 1 for tables without the column."""
         try:
             row = self.conn.execute("SELECT format FROM map_state WHERE id = 1").fetchone()
         except sqlite3.OperationalError:  # the first draft's map_state has no such column

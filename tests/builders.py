@@ -428,9 +428,13 @@ class InProcessLogSource:
 class LocalLog:
     """An authority ``Log`` with publisher ``acme`` owning ``org.acme``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, db: str | None = None) -> None:
+        """The log in ``directory/authority.db``, or in ``db`` (a migrated PostgreSQL URL)."""
         self.signer = Signer.generate(ORIGIN)
-        self.log = Log(directory / "authority.db", self.signer, ORIGIN)
+        self.db = db if db is not None else str(directory / "authority.db")
+        self.log = Log(
+            self.db if db is not None else directory / "authority.db", self.signer, ORIGIN
+        )
         self.publisher = Signer.generate("acme")
         self.register(self.publisher, "org.acme")
         self.sequence = 0

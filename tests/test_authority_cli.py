@@ -28,9 +28,13 @@ class Authority:
     data: Path
     keys: Path
     capsys: pytest.CaptureFixture[str]
+    db: str | None = None
+    """``--db`` (a PostgreSQL URL), given to the commands that read or write the log."""
 
     def run(self, *args: str) -> tuple[int, str, str]:
         where = ["--data", str(self.data), "--keys", str(self.keys)]
+        if self.db is not None and args[0] in ("init", "check", "publisher"):
+            where += ["--db", self.db]
         status = authority_main([*args, *where])
         out, err = self.capsys.readouterr()
         return status, out, err
@@ -38,10 +42,31 @@ class Authority:
     def config(self) -> AuthorityConfig:
         return AuthorityConfig.load(self.data / CONFIG_FILE)
 
+    @property
+    def log_name(self) -> str:
+        """How the commands name the log's database."""
+        return self.db if self.db is not None else str(self.data / "log.db")
+
 
 @pytest.fixture
 def authority(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Authority:
     files = Authority(tmp_path / "data", tmp_path / "keys", capsys)
+    assert files.run("init", "--origin", "cli.deplog.example/log")[0] == 0
+    return files
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def log_authority(
+    request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> Authority:
+    """``authority`` on both backends: on PostgreSQL ``authority migrate`` then ``init``
+    with ``--db`` on a fresh database (the publisher and check commands' subject is the
+    log)."""
+    db: str | None = None
+    if request.param == "postgresql":
+        db = request.getfixturevalue("pg_url")
+        assert authority_main(["migrate", "--db", db]) == 0
+    files = Authority(tmp_path / "data", tmp_path / "keys", capsys, db)
     assert files.run("init", "--origin", "cli.deplog.example/log")[0] == 0
     return files
 
@@ -98,7 +123,8 @@ def test_witness_remove_of_an_unknown_witness_changes_nothing(authority: Authori
     assert (authority.data / CONFIG_FILE).read_bytes() == before
 
 
-def test_publisher_list_prints_text_and_json_with_the_api_shape(authority: Authority) -> None:
+def test_publisher_list_prints_text_and_json_with_the_api_shape(log_authority: Authority) -> None:
+    authority = log_authority
     assert "no publishers registered" in authority.run("publisher", "list")[1]
     vkey = PUBLISHER.verifier().vkey()
     register = ("publisher", "add", "acme", "--namespace", "org.acme", "--key", vkey)
@@ -160,8 +186,9 @@ def test_list_logs_json_has_the_documented_shape(
 
 
 def test_check_shows_its_progress_on_stderr_and_its_result_on_stdout(
-    authority: Authority,
+    log_authority: Authority,
 ) -> None:
+    authority = log_authority
     status, out, err = authority.run("check")
     assert status == 0 and out.startswith("ok: 0 leaves")
     vkey = PUBLISHER.verifier().vkey()
@@ -169,8 +196,8 @@ def test_check_shows_its_progress_on_stderr_and_its_result_on_stdout(
     status, out, err = authority.run("check")
     assert status == 0 and out.startswith("ok: 1 leaves")
     lines = err.splitlines()
-    assert lines[0].startswith(f"checking {authority.data / 'log.db'}: 0/1 leaves (")
-    assert lines[-1].startswith(f"checking {authority.data / 'log.db'}: 1/1 leaves (")
+    assert lines[0].startswith(f"checking {authority.log_name}: 0/1 leaves (")
+    assert lines[-1].startswith(f"checking {authority.log_name}: 1/1 leaves (")
 
 
 def test_a_publisher_change_while_the_server_cannot_be_reached_says_so(
@@ -189,7 +216,8 @@ def test_a_publisher_change_while_the_server_cannot_be_reached_says_so(
     )
 
 
-def test_publisher_changes_and_check_print_their_json_shapes(authority: Authority) -> None:
+def test_publisher_changes_and_check_print_their_json_shapes(log_authority: Authority) -> None:
+    authority = log_authority
     vkey = PUBLISHER.verifier().vkey()
     register = ("publisher", "add", "acme", "--namespace", "org.acme", "--key", vkey)
     status, out, _ = authority.run(*register, "--json")

@@ -1,7 +1,8 @@
 """Invariant 3 as a table: only authorized publisher x namespace x key x action cells append.
 
-Every cell runs against its own real ``authority.log.Log`` in a temporary
-SQLite file, built by the real code from this history:
+Every cell runs against a real ``authority.log.Log`` on both backends, a
+temporary SQLite file and a PostgreSQL database, built by the real code from
+this history:
 
     0  register acme   namespaces org.acme, keys active, revoked, rotated_out
     1  register beta   namespace org.beta, key beta
@@ -23,10 +24,12 @@ registered.
 registry: authorized iff the publisher is active AND the key is an active key
 of that publisher AND the namespace is its own; otherwise the first failing
 condition names the code, in the order the authority checks them. Each cell is
-then checked three ways: the log's verdict, that a refusal leaves size and
-root unchanged (and an admission adds exactly one leaf), and that the offline
-replay reaches the same verdict when a malicious log signs a checkpoint over
-the refused entry anyway.
+then checked three ways: the log's verdict, that a refusal leaves size, root,
+the latest checkpoint's bytes and every stored row unchanged (and an admission
+adds exactly one leaf), and that the offline replay reaches the same verdict
+when a malicious log signs a checkpoint over the refused entry anyway. On
+PostgreSQL the refused cells of one history share a database (see
+``shared_histories``); each SQLite cell and each admitted cell has its own.
 
 The sequence rule (unique per publisher, any order) has its own small table at
 the end, checked by the authority, a follower and the offline replay alike.
@@ -59,6 +62,9 @@ from tests.builders import (
     register_statement,
     sign_tree,
 )
+from tests.conftest import Backend
+from tests.dbrows import table_rows
+from tests.pgcluster import PgCluster
 
 ORIGIN = "matrix.deplog.example/log"
 WITHDRAW_TARGET = 2
@@ -123,9 +129,10 @@ refused_cells = pytest.mark.parametrize("cell", REFUSED, ids=_ids(REFUSED))
 
 @dataclass
 class World:
-    """A cell's log, its signer, and the notice the cell submits."""
+    """A cell's log (and where its rows are), its signer, and the notice the cell submits."""
 
     log: Log
+    db: str
     log_signer: Signer
     envelope: Envelope
 
@@ -137,13 +144,20 @@ class World:
         return self.log.tree.size, self.log.tree.current_root(), self.log.publish().size
 
 
-def _build(directory: Path, cell: Cell) -> World:
-    log_signer = Signer.generate(ORIGIN)
+Keys = dict[str, Signer]
+
+
+def _keys() -> Keys:
     keys = {name: Signer.generate(f"acme-{name}") for name in ("active", "revoked", "rotated_out")}
     keys["rotated_in"] = Signer.generate("acme-rotated_in")
     keys["other_publishers"] = Signer.generate("beta")
     keys["unknown"] = Signer.generate("acme-stray")
-    log = Log(directory / "log.db", log_signer, ORIGIN)
+    return keys
+
+
+def _history(db: Path | str, log_signer: Signer, keys: Keys, publisher_revoked: bool) -> Log:
+    """The history of the module docstring, written by the real ``Log`` into ``db``."""
+    log = Log(db, log_signer, ORIGIN)
     acme_keys = (keys["active"], keys["revoked"], keys["rotated_out"])
     log.append_publisher(register_statement("acme", ("org.acme",), acme_keys))
     log.append_publisher(register_statement("beta", ("org.beta",), (keys["other_publishers"],)))
@@ -152,22 +166,75 @@ def _build(directory: Path, cell: Cell) -> World:
     log.append_publisher(publisher_statement("revoke_key", "acme", (keys["revoked"],)))
     log.append_publisher(publisher_statement("add_key", "acme", (keys["rotated_in"],)))
     log.append_publisher(publisher_statement("revoke_key", "acme", (keys["rotated_out"],)))
-    if cell.publisher == "revoked":
+    if publisher_revoked:
         log.append_publisher(publisher_statement("revoke_publisher", "acme"))
     log.publish()
-    envelope = make_envelope(
+    return log
+
+
+def _envelope(keys: Keys, cell: Cell) -> Envelope:
+    return make_envelope(
         keys[cell.key],
         2,
         publisher="ghost" if cell.publisher == "unknown" else "acme",
         tool=f"tool:{_NAMESPACE[cell.namespace]}/search",
         **_ACTION_FIELDS[cell.action],
     )
-    return World(log, log_signer, envelope)
+
+
+def _build(db: Path | str, cell: Cell) -> World:
+    """``cell``'s own log, in a fresh database ``db``."""
+    log_signer, keys = Signer.generate(ORIGIN), _keys()
+    log = _history(db, log_signer, keys, cell.publisher == "revoked")
+    return World(log, str(db), log_signer, _envelope(keys, cell))
+
+
+@dataclass(frozen=True)
+class SharedHistory:
+    """One history, written once into a PostgreSQL database that refused cells share."""
+
+    url: str
+    log_signer: Signer
+    keys: Keys
+
+
+@pytest.fixture(scope="module")
+def shared_histories(pg_cluster: PgCluster, pg_template: str) -> dict[bool, SharedHistory]:
+    """On PostgreSQL a fresh database costs a few hundred milliseconds (CREATE DATABASE
+    writes a copy of its template), 156 refused cells times four tests of them would
+    cost minutes. A refusal changes nothing, and every test of a refused cell proves it
+    (``test_refusal_changes_nothing_stored`` compares every row), so refused cells share
+    one database per history (publisher revoked or not), each test opening its own
+    ``Log`` on it. Authorized cells append: each gets its own database."""
+    histories = {}
+    for revoked in (False, True):
+        url = pg_cluster.create_database(pg_template)
+        log_signer, keys = Signer.generate(ORIGIN), _keys()
+        _history(url, log_signer, keys, revoked).close()
+        histories[revoked] = SharedHistory(url, log_signer, keys)
+    return histories
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """Every cell runs on both backends."""
+    return str(request.param)
 
 
 @pytest.fixture
-def world(tmp_path: Path, cell: Cell) -> Iterator[World]:
-    built = _build(tmp_path, cell)
+def world(
+    request: pytest.FixtureRequest, tmp_path: Path, cell: Cell, backend_kind: str
+) -> Iterator[World]:
+    if backend_kind == "sqlite":
+        built = _build(tmp_path / "log.db", cell)
+    elif expected_code(cell) is None:
+        built = _build(request.getfixturevalue("pg_migrated_url"), cell)
+    else:
+        shared: SharedHistory = request.getfixturevalue("shared_histories")[
+            cell.publisher == "revoked"
+        ]
+        log = Log(shared.url, shared.log_signer, ORIGIN)
+        built = World(log, shared.url, shared.log_signer, _envelope(shared.keys, cell))
     try:
         yield built
     finally:
@@ -203,6 +270,14 @@ def test_refusal_leaves_size_and_root_unchanged(world: World, cell: Cell) -> Non
     before = world.state()
     world.log.admit_notices([world.envelope])
     assert world.state() == before
+
+
+@refused_cells
+def test_refusal_changes_nothing_stored(world: World, cell: Cell) -> None:
+    """The hidden state: the latest checkpoint's bytes and every row of every table."""
+    before = (world.log.publish().note, table_rows(world.db))
+    world.log.admit_notices([world.envelope])
+    assert (world.log.publish().note, table_rows(world.db)) == before
 
 
 @authorized_cells
@@ -263,16 +338,17 @@ sequence_cases = pytest.mark.parametrize("case", list(SEQUENCE_CASES), ids=list(
 @dataclass
 class SequenceWorld:
     log: Log
+    db: str
     log_signer: Signer
     logged: Envelope
     envelope: Envelope
 
 
 @pytest.fixture
-def sequence_world(tmp_path: Path, case: str) -> Iterator[SequenceWorld]:
+def sequence_world(backend: Backend, case: str) -> Iterator[SequenceWorld]:
     log_signer = Signer.generate(ORIGIN)
     signers = {"acme": Signer.generate("acme"), "beta": Signer.generate("beta")}
-    log = Log(tmp_path / "log.db", log_signer, ORIGIN)
+    log = Log(backend.db, log_signer, ORIGIN)
     for name, signer in signers.items():
         log.append_publisher(register_statement(name, (f"org.{name}",), (signer,)))
 
@@ -289,7 +365,7 @@ def sequence_world(tmp_path: Path, case: str) -> Iterator[SequenceWorld]:
     assert log.admit_notices([logged]) == [Admitted(2, created=True)]
     log.publish()
     try:
-        yield SequenceWorld(log, log_signer, logged, envelope(SEQUENCE_CASES[case]))
+        yield SequenceWorld(log, backend.db, log_signer, logged, envelope(SEQUENCE_CASES[case]))
     finally:
         log.close()
 
@@ -332,13 +408,16 @@ def test_authority_applies_the_sequence_rule(sequence_world: SequenceWorld, case
     """A used number is refused, except the identical envelope: the idempotent answer
     with the original index, and no new leaf."""
     world = sequence_world
-    size = world.log.tree.size
+    size, rows = world.log.tree.size, table_rows(world.db)
     [result] = world.log.admit_notices([world.envelope])
     if case == "identical_envelope":
         assert (result, world.log.tree.size) == (Admitted(2, created=False), size)
+        assert table_rows(world.db) == rows
         return
     assert _outcome(result) == SEQUENCE_CASES[case].verdict
     assert world.log.tree.size == size + (1 if isinstance(result, Admitted) else 0)
+    if not isinstance(result, Admitted):
+        assert table_rows(world.db) == rows
 
 
 @sequence_cases

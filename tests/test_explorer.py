@@ -1,7 +1,9 @@
 """The explorer over plain HTTP: every page from the real app, without JavaScript.
 
-The app is the authority's own (``build_app``) on a real SQLite log, with
-notices posted through ``POST /v1/notices``; the HTML is read with the
+The app is the authority's own (``build_app``) on a real log, with notices posted
+through ``POST /v1/notices``; the tests of what the pages read from the log (checkpoint,
+tools, notices, search, publishers, what does not exist) run on SQLite and on
+PostgreSQL, those of headers, markup and assets on SQLite; the HTML is read with the
 standard library's parser, so "inert" means "no such element", not "no such
 substring".
 """
@@ -23,6 +25,7 @@ from deplog.authority.http.server import ServerConfig, build_admin_app, build_ap
 from deplog.client.model import canonical
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register_statement
+from tests.conftest import migrated
 from tests.explorer_seed import HOSTILE_MESSAGE, Seeded, seed
 
 JSON_TYPE = {"Content-Type": "application/json"}
@@ -79,9 +82,11 @@ class Site:
         return int(response.headers["Deplog-Index"])
 
 
-async def _site(tmp_path: Path, **config: object) -> AsyncIterator[Site]:
+async def _site(tmp_path: Path, db_url: str | None = None, **config: object) -> AsyncIterator[Site]:
     log_key = Signer.generate("explorer.test/log")
-    server_config = replace(ServerConfig(tmp_path / "log.db", log_key.name), **config)
+    server_config = replace(
+        ServerConfig(tmp_path / "log.db", log_key.name), db_url=db_url, **config
+    )
     app = build_app(server_config, log_key)
     client: TestClient[object, object] = TestClient(TestServer(app))
     await client.start_server()
@@ -102,8 +107,9 @@ async def _site(tmp_path: Path, **config: object) -> AsyncIterator[Site]:
 
 
 @pytest.fixture
-async def site(tmp_path: Path) -> AsyncIterator[Site]:
-    async for s in _site(tmp_path):
+async def site(tmp_path: Path, authority_db: str | None) -> AsyncIterator[Site]:
+    """The seeded site; on PostgreSQL for the tests marked ``both_backends``."""
+    async for s in _site(tmp_path, None if authority_db is None else migrated(authority_db)):
         yield s
 
 
@@ -131,6 +137,7 @@ async def test_pages_carry_no_inline_script_or_style(site: Site, path: str) -> N
         assert not any(name.startswith("on") for name in attrs), (tag, attrs)
 
 
+@pytest.mark.both_backends
 async def test_home_shows_the_checkpoint_and_the_latest_entries(site: Site) -> None:
     page, _ = await site.get("/")
     text = page.all_text
@@ -142,6 +149,7 @@ async def test_home_shows_the_checkpoint_and_the_latest_entries(site: Site) -> N
     assert any(t == "polyline" for t, _ in page.tags)
 
 
+@pytest.mark.both_backends
 async def test_tool_page_shows_status_dates_replacement_and_its_notices(site: Site) -> None:
     page, _ = await site.get("/tools/tool:org.acme/search")
     text = page.all_text
@@ -155,11 +163,13 @@ async def test_tool_page_shows_status_dates_replacement_and_its_notices(site: Si
     assert f"/notices/{site.seeded.deprecated}" in page.links()
 
 
+@pytest.mark.both_backends
 async def test_tool_page_marks_a_revoked_version_with_its_advisory(site: Site) -> None:
     page, _ = await site.get("/tools/tool:org.acme/fetch")
     assert "revoked" in page.all_text and "CVE-2026-1234" in page.all_text
 
 
+@pytest.mark.both_backends
 async def test_tool_page_names_the_withdraw_behind_a_withdrawn_notice(site: Site) -> None:
     page, _ = await site.get("/tools/tool:org.acme/legacy")
     text = page.all_text
@@ -167,6 +177,7 @@ async def test_tool_page_names_the_withdraw_behind_a_withdrawn_notice(site: Site
     assert f"/notices/{site.seeded.withdraw}" in page.links()
 
 
+@pytest.mark.both_backends
 async def test_notice_page_decodes_the_notice_and_names_its_signing_key(site: Site) -> None:
     page, _ = await site.get(f"/notices/{site.seeded.revoked}")
     text = page.all_text
@@ -179,6 +190,7 @@ async def test_notice_page_decodes_the_notice_and_names_its_signing_key(site: Si
     assert log_key["value"] == site.log_key.verifier().vkey()
 
 
+@pytest.mark.both_backends
 async def test_notice_page_of_a_registry_change_shows_the_statement(site: Site) -> None:
     page, _ = await site.get("/notices/0")
     assert "Registry change: register publisher" in page.all_text
@@ -195,6 +207,7 @@ async def test_markup_in_a_notice_message_renders_as_text(site: Site) -> None:
     assert HOSTILE_MESSAGE in " ".join(page.text)
 
 
+@pytest.mark.both_backends
 async def test_search_matches_any_part_of_a_tool_id_or_namespace(site: Site) -> None:
     page, _ = await site.get("/search?q=ACME/SE")
     assert "/tools/tool%3Aorg.acme/search" in page.links()
@@ -204,6 +217,7 @@ async def test_search_matches_any_part_of_a_tool_id_or_namespace(site: Site) -> 
     assert len(tools) == 4
 
 
+@pytest.mark.both_backends
 async def test_search_by_a_namespace_prefix_lists_exactly_its_tools(site: Site) -> None:
     page, _ = await site.get("/search?q=tool:org.acme/")
     tools = sorted(link for link in page.links() if link.startswith("/tools/"))
@@ -218,12 +232,14 @@ async def test_search_by_a_namespace_prefix_lists_exactly_its_tools(site: Site) 
     assert not [link for link in page.links() if link.startswith("/tools/")]
 
 
+@pytest.mark.both_backends
 async def test_search_finds_a_publisher_and_links_its_namespaces(site: Site) -> None:
     page, _ = await site.get("/search?q=acm")
     assert "/publishers#publisher-acme" in page.links()
     assert "/search?q=tool%3Aorg.acme/" in page.links()
 
 
+@pytest.mark.both_backends
 async def test_search_results_are_paged(site: Site) -> None:
     for n in range(30):
         await site.post_notice(
@@ -242,6 +258,7 @@ async def test_search_results_are_paged(site: Site) -> None:
     assert not any("page=3" in link for link in second.links())
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize(
     "path",
     [
@@ -267,6 +284,7 @@ async def test_a_malformed_tool_id_is_refused_with_its_code_and_not_echoed(site:
     assert "not-a-tool" not in page.all_text and "i" not in [t for t, _ in page.tags]
 
 
+@pytest.mark.both_backends
 async def test_publishers_page_lists_keys_with_their_registry_indexes(site: Site) -> None:
     page, _ = await site.get("/publishers")
     assert "publisher-acme" in page.ids()
@@ -292,6 +310,7 @@ async def test_assets_named_by_digest_are_cached_for_a_year(site: Site) -> None:
         assert stale.headers["Cache-Control"] == "public, max-age=300"
 
 
+@pytest.mark.both_backends
 async def test_a_new_checkpoint_is_shown_at_once_despite_the_render_cache(site: Site) -> None:
     before, _ = await site.get("/")
     index = await site.post_notice(

@@ -1,7 +1,8 @@
 """The sequencer: batches share a commit, every submission gets its own answer, no caller hangs.
 
 ``authority.sequencer.Sequencer`` over a real ``Log`` in a temporary SQLite
-file (``tests.builders.LocalLog``), with real keys; every receipt is checked by the
+file or PostgreSQL database (every test runs on both, ``tests.builders.LocalLog``), with
+real keys; every receipt is checked by the
 client's verifier. Where a test needs several submissions in one batch it
 queues them before the sequencer starts (or while a batch is held in
 publication), so batching is deterministic rather than a matter of timing.
@@ -13,18 +14,20 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
 
+import psycopg
 import pytest
 
 from deplog.authority.log import Log, StorageError
 from deplog.authority.sequencer import (
     OverloadedError,
+    Published,
     Receipted,
     Sequencer,
     SequencerLimits,
     ShuttingDownError,
 )
-from deplog.authority.storage import store
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.storage.tree import StoredHashTree
 from deplog.authority.witnessing import QuorumUnavailableError
@@ -34,6 +37,10 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import LocalLog, make_envelope, notice_leaf
+from tests.conftest import Backend
+
+CLOSED = (sqlite3.ProgrammingError, psycopg.OperationalError)
+"""What using a closed connection raises, on SQLite and on PostgreSQL."""
 
 
 class Publication:
@@ -50,14 +57,20 @@ class Publication:
         self.entered = asyncio.Event()
         self.published: list[int] = []
 
-    async def __call__(self, checkpoint: StoredCheckpoint) -> bytes:
+    async def __call__(self, checkpoint: StoredCheckpoint) -> Published:
         self.entered.set()
         if self.hold is not None:
             await self.hold.wait()
         if self.failure is not None:
             raise self.failure
         self.published.append(checkpoint.size)
-        return checkpoint.note
+        return Published(checkpoint, checkpoint.note)
+
+
+@pytest.fixture
+def local(tmp_path: Path, backend: Backend) -> LocalLog:
+    """Every test runs on both backends: the log in SQLite, or in PostgreSQL."""
+    return LocalLog(tmp_path, None if backend.kind == "sqlite" else backend.db)
 
 
 @pytest.fixture
@@ -110,8 +123,8 @@ def verified(receipted: Receipted, envelope: Envelope, log_signer: Signer) -> Ch
 
 
 def stored_size(log: Log) -> int:
-    """The number of leaves committed to the log's file, read on a connection of its own."""
-    conn = store.connect(log.path, readonly=True)
+    """The number of leaves committed to the log's database, read on a connection of its own."""
+    conn = log.db.connect(readonly=True)
     try:
         return StoredHashTree(conn).size
     finally:
@@ -158,6 +171,31 @@ async def test_a_refused_envelope_gets_its_error_and_the_rest_of_its_batch_is_re
 
 
 # -- publication --------------------------------------------------------------------------
+
+
+async def test_receipts_prove_into_the_published_checkpoint_when_it_is_larger_than_the_batch(
+    log: Log, publisher: Signer, log_signer: Signer
+) -> None:
+    """As when another process on the same database published a larger checkpoint first: the
+    batch's receipts carry that one, and their proofs lead into it."""
+    later = make_envelope(publisher, 9)
+
+    async def publish_larger(checkpoint: StoredCheckpoint) -> Published:
+        assert checkpoint.size == 3
+        await sequencer.call(log.sequence, [later])  # the next entry, committed and signed
+        assert log.published is not None and log.published.size == 4
+        return Published(log.published, log.published.note)
+
+    sequencer = Sequencer(log, publish=publish_larger)
+    envelopes = [make_envelope(publisher, seq) for seq in (1, 2)]
+    callers = await queued(sequencer, envelopes)
+    await sequencer.start()
+    try:
+        answers = await asyncio.gather(*callers)
+    finally:
+        await sequencer.stop()
+    for answer, envelope in zip(answers, envelopes, strict=True):
+        assert verified(answer, envelope, log_signer).size == 4
 
 
 async def test_a_publish_failure_fails_every_submission_of_its_batch(
@@ -267,7 +305,7 @@ async def test_stop_sequences_every_queued_submission_before_closing_the_log(
     for answer, envelope in zip(answers, envelopes, strict=True):
         verified(answer, envelope, log_signer)
     assert publication.published == [2, 4]
-    with pytest.raises(sqlite3.ProgrammingError):  # closed once everything was answered
+    with pytest.raises(CLOSED):  # closed once everything was answered
         log.conn.execute("SELECT 1")
 
 
@@ -301,6 +339,6 @@ async def test_stop_of_an_idle_sequencer_closes_the_log_at_once_and_a_second_sto
 ) -> None:
     await sequencer.start()
     await asyncio.wait_for(sequencer.stop(), timeout=5)
-    with pytest.raises(sqlite3.ProgrammingError):
+    with pytest.raises(CLOSED):
         log.conn.execute("SELECT 1")
     await asyncio.wait_for(sequencer.stop(), timeout=5)

@@ -2,6 +2,7 @@
 
 Its contract: one JSON line, exit 0 for storage exactly as appended, 1 naming the
 first problem, 2 when the file cannot be audited at all; the file is never changed.
+The findings run on both backends (a SQLite file and a PostgreSQL database).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from deplog.authority.storage.audit import (
+    DB_ENV,
     EXIT_CORRUPT,
     EXIT_OK,
     EXIT_UNREADABLE,
@@ -26,7 +28,10 @@ from deplog.authority.storage.audit import (
     audit_storage,
     lower_priority,
 )
+from deplog.authority.storage.database import is_postgres_url
 from tests.builders import LocalLog
+from tests.conftest import Backend
+from tests.dbrows import table_rows
 
 NOTICES = 20  # with the registration, 21 leaves: subtree hashes up to level 4
 
@@ -34,10 +39,14 @@ NOTICES = 20  # with the registration, 21 leaves: subtree hashes up to level 4
 COMMAND = [sys.executable, "-m", "deplog.authority.storage.audit"]
 
 
-def run_audit(db: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*COMMAND, str(db)], capture_output=True, text=True, timeout=60, check=False
-    )
+def run_audit(db: str | Path) -> subprocess.CompletedProcess[str]:
+    """As the serving authority runs it: a path in argv, a PostgreSQL URL in the
+    environment (``-`` in argv, so a password is never in argv)."""
+    if is_postgres_url(str(db)):
+        argv, env = [*COMMAND, "-"], dict(os.environ, **{DB_ENV: str(db)})
+    else:
+        argv, env = [*COMMAND, str(db)], None
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=env)
 
 
 def niceness(pid: int) -> int:
@@ -47,16 +56,39 @@ def niceness(pid: int) -> int:
 
 
 @pytest.fixture
-def db(local: LocalLog) -> Path:
+def local(tmp_path: Path, backend: Backend) -> LocalLog:
+    """The audit runs on both backends: a SQLite file, or a PostgreSQL database."""
+    return LocalLog(tmp_path, None if backend.kind == "sqlite" else backend.db)
+
+
+@pytest.fixture
+def db(local: LocalLog) -> str:
     """A closed authority database: a registration and ``NOTICES`` notices."""
     for _ in range(NOTICES):
         local.publish()
     local.log.close()
-    return local.log.path
+    return local.db
 
 
-def tamper(db: Path, *statements: str) -> None:
-    """Change stored rows behind the log's back (its append-only triggers dropped first)."""
+_ON_POSTGRES = {
+    "x'00'": "'\\x00'::bytea",
+    "zeroblob(32)": "decode(repeat('00', 32), 'hex')",
+}
+
+
+def tamper(db: str, *statements: str) -> None:
+    """Change stored rows behind the log's back (its append-only triggers set aside first)."""
+    if is_postgres_url(db):
+        import psycopg
+
+        with psycopg.connect(db) as pg:
+            pg.execute("ALTER TABLE leaves DISABLE TRIGGER USER")
+            pg.execute("ALTER TABLE nodes DISABLE TRIGGER USER")
+            for statement in statements:
+                for sqlite_form, postgres_form in _ON_POSTGRES.items():
+                    statement = statement.replace(sqlite_form, postgres_form)
+                pg.execute(statement.encode())
+        return
     conn = sqlite3.connect(db)
     for trigger in (
         "leaves_append_only_update",
@@ -75,15 +107,20 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_a_log_as_appended_passes_and_is_left_unchanged(db: Path) -> None:
-    before = digest(db)
+def stored(db: str) -> object:
+    """The database's state: the file's digest (SQLite), every row (PostgreSQL)."""
+    return table_rows(db) if is_postgres_url(db) else digest(Path(db))
+
+
+def test_a_log_as_appended_passes_and_is_left_unchanged(db: str) -> None:
+    before = stored(db)
     done = run_audit(db)
     assert done.returncode == EXIT_OK, done.stderr
     assert json.loads(done.stdout) == {"size": NOTICES + 1, "problem": None}
-    assert digest(db) == before
+    assert stored(db) == before
 
 
-def test_an_altered_leaf_is_named_by_its_index(db: Path) -> None:
+def test_an_altered_leaf_is_named_by_its_index(db: str) -> None:
     tamper(db, "UPDATE leaves SET data = x'00' WHERE idx = 13")
     done = run_audit(db)
     assert done.returncode == EXIT_CORRUPT
@@ -93,21 +130,21 @@ def test_an_altered_leaf_is_named_by_its_index(db: Path) -> None:
     }
 
 
-def test_an_altered_subtree_hash_is_named_by_its_leaves_and_level(db: Path) -> None:
+def test_an_altered_subtree_hash_is_named_by_its_leaves_and_level(db: str) -> None:
     tamper(db, "UPDATE nodes SET hash = zeroblob(32) WHERE level = 2 AND idx = 1")
     done = run_audit(db)
     assert done.returncode == EXIT_CORRUPT
     assert json.loads(done.stdout)["problem"] == "subtree hash over leaves 4.. (level 2) is wrong"
 
 
-def test_a_missing_leaf_is_named(db: Path) -> None:
+def test_a_missing_leaf_is_named(db: str) -> None:
     tamper(db, "DELETE FROM leaves WHERE idx = 7")
     done = run_audit(db)
     assert done.returncode == EXIT_CORRUPT
     assert json.loads(done.stdout)["problem"] == "leaf 7 is missing"
 
 
-def test_a_hole_in_the_right_edge_is_a_finding_not_a_crash(db: Path) -> None:
+def test_a_hole_in_the_right_edge_is_a_finding_not_a_crash(db: str) -> None:
     # 21 leaves: the right edge is the level-4 subtree over leaves 0..15, then 16..19, then 20.
     tamper(db, "DELETE FROM nodes WHERE level = 4 AND idx = 0")
     assert audit_storage(db) == (

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import nacl.signing
@@ -160,14 +160,20 @@ def witness_key() -> Signer:
     return Signer.generate(WITNESS_NAME, SIG_TYPE_COSIGNATURE_V1)
 
 
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "witness.db"
+@pytest.fixture(params=["sqlite", "postgresql"])
+def open_state(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], WitnessState]:
+    """Opens the witness's state: a SQLite file, or the ``embedded_witness`` schema of a
+    fresh PostgreSQL database (the embedded witness of a log on PostgreSQL); the same
+    rules hold on both, so every test here runs on both."""
+    if request.param == "sqlite":
+        return lambda: WitnessState(tmp_path / "witness.db")
+    url: str = request.getfixturevalue("pg_url")
+    return lambda: WitnessState.on_postgres(url)
 
 
 @pytest.fixture
-def state(db_path: Path) -> Iterator[WitnessState]:
-    state = WitnessState(db_path)
+def state(open_state: Callable[[], WitnessState]) -> Iterator[WitnessState]:
+    state = open_state()
     yield state
     state.close()
 
@@ -292,10 +298,13 @@ def test_empty_tree_checkpoint_is_cosigned(
 
 
 def test_record_survives_reopening_the_database(
-    witnessed: Witness, log: MinimalLog, db_path: Path, witness_key: Signer
+    witnessed: Witness,
+    log: MinimalLog,
+    open_state: Callable[[], WitnessState],
+    witness_key: Signer,
 ) -> None:
     witnessed.state.close()
-    reopened = WitnessState(db_path)
+    reopened = open_state()
     try:
         assert stored(reopened) == (5, log.root(5))
         assert size_conflict(Witness(reopened, witness_key), log.request(0, 3)) == 5
@@ -527,6 +536,31 @@ def test_adding_the_same_log_key_again_changes_nothing(
 ) -> None:
     verifier, added = state.add_log(log.vkey, NOW)
     assert (verifier.name, added) == (ORIGIN, False)
+
+
+def test_two_processes_adding_the_same_log_at_once_both_succeed_once_each(
+    open_state: Callable[[], WitnessState], log: MinimalLog
+) -> None:
+    """As the authority processes sharing one PostgreSQL log do when they start together."""
+    states = [open_state(), open_state()]
+    barrier = threading.Barrier(2)
+    added: list[bool] = []
+
+    def add(state: WitnessState) -> None:
+        barrier.wait(5)
+        added.append(state.add_log(log.vkey, NOW)[1])
+
+    threads = [threading.Thread(target=add, args=(state,)) for state in states]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert sorted(added) == [False, True]
+        assert [status.origin for status in states[0].logs()] == [ORIGIN]
+    finally:
+        for state in states:
+            state.close()
 
 
 def test_another_key_for_a_configured_origin_is_refused(

@@ -16,6 +16,7 @@ from typing import Any
 
 from deplog.authority.log import IntegrityError
 from deplog.authority.storage import store
+from deplog.authority.storage.database import Database, open_database
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.errors import DeplogError
 from deplog.client.mapstore import StoredMap
@@ -40,15 +41,23 @@ MAX_SEARCH_ROWS = 200
 
 
 class LogReader:
-    """Proofs and entries over a read-only connection to the log database."""
+    """Proofs and entries over a read-only connection to the log database (SQLite or
+    PostgreSQL: the queries are their common subset)."""
 
-    def __init__(self, path: Path) -> None:
-        self.conn = store.connect(path, readonly=True)
+    def __init__(self, db: Database | Path | str) -> None:
+        self.conn = open_database(db).connect(readonly=True)
         self.tree = StoredHashTree(self.conn)
         self.map = StoredMap(self.conn)
 
     def close(self) -> None:
         self.conn.close()
+
+    def latest_checkpoint(self) -> store.StoredCheckpoint | None:
+        """The largest signed checkpoint stored (by any process sharing the database)."""
+        return store.latest_checkpoint(self.conn)
+
+    def checkpoint_at(self, size: int) -> store.StoredCheckpoint | None:
+        return store.checkpoint_at(self.conn, size)
 
     def inclusion(self, index: int, size: int) -> InclusionProof:
         self.tree.pin(size)

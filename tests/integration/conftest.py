@@ -1,4 +1,10 @@
-"""Fixtures: a real authority process with real keys and registered publishers."""
+"""Fixtures: a real authority process with real keys and registered publishers.
+
+The authority's log is in SQLite (``data/log.db``). A test or module marked
+``both_backends`` runs twice: on SQLite and on PostgreSQL, where the authority is
+``authority serve --db postgresql://...`` over a fresh database of the session's cluster
+(``authority_db``, tests/conftest.py), migrated by ``authority migrate`` first.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +24,11 @@ def publisher() -> Signer:
 
 
 @pytest.fixture
-def authority_files(tmp_path: Path, publisher: Signer) -> AuthorityProcess:
+def authority_files(
+    tmp_path: Path, publisher: Signer, authority_db: str | None
+) -> AuthorityProcess:
     """An initialized authority with publisher ``acme`` owning ``org.acme``."""
-    authority = AuthorityProcess(tmp_path / "authority")
+    authority = AuthorityProcess(tmp_path / "authority", db=authority_db)
     authority.init()
     authority.add_publisher(publisher, "org.acme")
     return authority

@@ -23,11 +23,14 @@ import aiohttp
 
 from deplog.authority.cli import main as authority_main
 from deplog.authority.witness.cli import main as witness_main
+from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.keyfile import key_file_name
 from deplog.client.tlog.note import Signer, Verifier
 
 ORIGIN = "test.deplog.example/log"
 STARTUP_TIMEOUT = 30.0
+_DB_COMMANDS = frozenset({"init", "serve", "check", "publisher"})
+"""The ``authority`` commands that take ``--db`` (the others read only files)."""
 
 
 @dataclass
@@ -129,7 +132,20 @@ class ServiceProcess:
 
 @dataclass
 class AuthorityProcess(ServiceProcess):
-    """An authority: ``authority serve`` over its data and keys directories."""
+    """An authority: ``authority serve`` over its data and keys directories, its log in
+    ``data/log.db`` (SQLite) or, with ``db``, in that PostgreSQL database."""
+
+    db: str | None = None
+    """``--db``: a ``postgresql://`` URL holding the log; ``init`` migrates it first with
+    ``authority migrate``, and every command that reads or writes the log is given it."""
+
+    def _db_args(self) -> list[str]:
+        return [] if self.db is None else ["--db", self.db]
+
+    @property
+    def db_target(self) -> str:
+        """Where the log's rows are: the PostgreSQL URL, or the SQLite file's path."""
+        return self.db if self.db is not None else str(self.data / "log.db")
 
     def command(self) -> list[str]:
         return [
@@ -141,12 +157,24 @@ class AuthorityProcess(ServiceProcess):
             str(self.data),
             "--keys",
             str(self.keys),
+            *self._db_args(),
         ]
 
     def init(self) -> None:
+        if self.db is not None:
+            assert authority_main(["migrate", "--db", self.db]) == 0
         assert (
             authority_main(
-                ["init", "--data", str(self.data), "--keys", str(self.keys), "--origin", ORIGIN]
+                [
+                    "init",
+                    "--data",
+                    str(self.data),
+                    "--keys",
+                    str(self.keys),
+                    "--origin",
+                    ORIGIN,
+                    *self._db_args(),
+                ]
             )
             == 0
         )
@@ -170,6 +198,7 @@ class AuthorityProcess(ServiceProcess):
                 namespace,
                 "--key",
                 publisher.verifier().vkey(),
+                *self._db_args(),
             ]
         )
         assert code == 0
@@ -185,6 +214,7 @@ class AuthorityProcess(ServiceProcess):
                 str(self.data),
                 "--keys",
                 str(self.keys),
+                *(self._db_args() if args[0] in _DB_COMMANDS else []),
             ],
             capture_output=True,
             text=True,
@@ -238,3 +268,21 @@ async def wait_for_push_subscribers(
                 return
         await asyncio.sleep(0.02)
     raise AssertionError(f"fewer than {count} push subscribers after {timeout} s")
+
+
+async def wait_for_checkpoint(
+    http: aiohttp.ClientSession, authority: AuthorityProcess, size: int, timeout: float = 30.0
+) -> bytes:
+    """The served checkpoint once it covers ``size`` entries. An admin command on
+    PostgreSQL appends through the database, not through the server: the server serves
+    the new checkpoint once it learns it (NOTIFY, or its poll), shortly after the command
+    returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        async with http.get(authority.url + "/checkpoint") as response:
+            body = await response.read()
+        if open_checkpoint(body, authority.log_verifier)[0].size >= size:
+            return body
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the served checkpoint did not reach size {size} in {timeout} s")
+        await asyncio.sleep(0.05)

@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.integration.harness import AuthorityProcess
+
+pytestmark = pytest.mark.both_backends  # SQLite, and serve --db postgresql://
 
 
 def deplog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

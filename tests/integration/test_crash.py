@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer, Verifier
@@ -35,6 +36,7 @@ KILLS = 3
 PUBLISHERS = 4
 
 
+@pytest.mark.both_backends
 async def test_authority_killed_under_load_loses_nothing_and_forks_nothing(
     authority_files: AuthorityProcess, http: aiohttp.ClientSession
 ) -> None:

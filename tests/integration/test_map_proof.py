@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import aiohttp
+import pytest
 
 from deplog.client import verify_tool_status
 from deplog.client.model.vmap import MapProof, MapProofDocument, require_map_root
@@ -13,6 +14,8 @@ from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess
+
+pytestmark = pytest.mark.both_backends  # SQLite, and serve --db postgresql://
 
 JSON = {"Content-Type": "application/json"}
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

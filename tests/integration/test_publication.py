@@ -78,6 +78,7 @@ async def healthz(http: aiohttp.ClientSession, url: str) -> tuple[int, dict[str,
         return response.status, await response.json()
 
 
+@pytest.mark.both_backends
 async def test_every_served_and_pushed_checkpoint_carries_the_embedded_cosignature_for_its_size(
     authority_files: AuthorityProcess, publishers: list[Signer], http: aiohttp.ClientSession
 ) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import base64
 
 import aiohttp
+import pytest
 
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
@@ -20,8 +21,11 @@ from deplog.client.tlog.proofs import (
 )
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf
-from tests.integration.harness import AuthorityProcess
+from tests.dbrows import table_rows
+from tests.integration.harness import AuthorityProcess, wait_for_checkpoint
 from tests.scrape import names, sample
+
+pytestmark = pytest.mark.both_backends  # SQLite, and serve --db postgresql://
 
 JSON = {"Content-Type": "application/json"}
 
@@ -193,13 +197,45 @@ async def test_metrics_include_the_process_and_runtime_collectors(
     assert "python_gc_collections_total" in scraped
 
 
-def test_publisher_added_while_serving_goes_through_the_admin_socket(
-    authority: AuthorityProcess,
+async def test_publisher_added_while_serving_is_served_by_the_running_authority(
+    authority: AuthorityProcess, http: aiohttp.ClientSession
 ) -> None:
+    """On SQLite the command appends through the server's admin socket, so the served
+    checkpoint covers it when the command returns; on PostgreSQL it appends through the
+    database, and the server serves it once it learns it (NOTIFY or its poll)."""
     newcomer = Signer.generate("newcomer")
-    authority.add_publisher(newcomer, "org.newcomer")
-    import urllib.request
+    # the command runs its own event loop (the admin socket's client): not on this one
+    await asyncio.to_thread(authority.add_publisher, newcomer, "org.newcomer")
+    if authority.db is None:
+        assert (await checkpoint(http, authority)).size == 2
+    else:
+        await wait_for_checkpoint(http, authority, 2)
+    async with http.get(authority.url + "/v1/publishers") as response:
+        assert "newcomer" in str(await response.json())
 
-    with urllib.request.urlopen(authority.url + "/checkpoint", timeout=10) as response:
-        cp, _ = open_checkpoint(response.read(), authority.log_verifier)
-    assert cp.size == 2
+
+async def test_a_notice_acknowledged_before_a_sigkill_is_replayed_idempotently_after_restart(
+    authority_files: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    """The publisher never saw the 201 (say): it resubmits the same envelope to the
+    restarted authority and gets the original index with 200, and nothing is stored twice."""
+    envelope = make_envelope(publisher, 1)
+    body = envelope.canonical_bytes()
+    authority_files.start()
+    status, first = await post(http, authority_files.url, body)
+    assert status == 201
+    authority_files.kill()
+    authority_files.start()
+    try:
+        served = await checkpoint(http, authority_files)
+        rows = table_rows(authority_files.db_target)
+        again_status, again = await post(http, authority_files.url, body)
+        assert again_status == 200
+        assert Receipt.parse(again).index == Receipt.parse(first).index
+        verify_receipt(Receipt.parse(again), notice_leaf(envelope), authority_files.log_verifier)
+        after = await checkpoint(http, authority_files)
+        assert (after.size, after.root_hash) == (served.size, served.root_hash)
+        assert served.size == 2  # acme's registration and the notice, once
+        assert table_rows(authority_files.db_target) == rows
+    finally:
+        authority_files.stop()

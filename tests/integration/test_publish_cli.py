@@ -136,6 +136,7 @@ def workdir(tmp_path: Path, publisher: Signer) -> Path:
 # --- the envelope is saved before the POST; resubmitting gets the original receipt ------------
 
 
+@pytest.mark.both_backends
 def test_an_unreachable_authority_leaves_the_envelope_and_the_command_to_resubmit_it(
     authority_files: AuthorityProcess, workdir: Path
 ) -> None:
@@ -166,6 +167,7 @@ def test_an_unreachable_authority_leaves_the_envelope_and_the_command_to_resubmi
         authority_files.stop()
 
 
+@pytest.mark.both_backends
 def test_a_notice_logged_while_the_witness_quorum_was_down_is_receipted_once_on_resubmit(
     tmp_path: Path, authority_files: AuthorityProcess, workdir: Path
 ) -> None:

@@ -50,6 +50,7 @@ async def refused_by(guard: Guard, version: str, deadline: float) -> float:
     raise AssertionError("the follower never refused the revoked version")
 
 
+@pytest.mark.both_backends
 async def test_a_pushed_revocation_is_refused_within_a_second_without_polling(
     authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:

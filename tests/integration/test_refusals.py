@@ -1,4 +1,8 @@
-"""Every refusal has a stable code, echoes nothing, and leaves the log unchanged."""
+"""Every refusal has a stable code, echoes nothing, and leaves the log unchanged: the
+served checkpoint byte-identical and every row of the database as it was.
+
+Each test runs on both backends: SQLite and ``authority serve --db postgresql://...``.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,10 @@ import pytest
 from deplog.client.model.notice import Envelope
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
-from tests.integration.harness import AuthorityProcess
+from tests.dbrows import table_rows
+from tests.integration.harness import AuthorityProcess, wait_for_checkpoint
+
+pytestmark = pytest.mark.both_backends
 
 JSON = {"Content-Type": "application/json"}
 Post = Callable[[bytes], Awaitable[tuple[int, dict[str, str]]]]
@@ -22,15 +29,17 @@ Post = Callable[[bytes], Awaitable[tuple[int, dict[str, str]]]]
 async def unchanged(
     authority: AuthorityProcess, http: aiohttp.ClientSession
 ) -> AsyncIterator[None]:
-    """Asserts after the test that the published checkpoint is byte-identical."""
+    """Asserts after the test that the published checkpoint is byte-identical and that no
+    row of the log's database changed."""
 
     async def fetch() -> bytes:
         async with http.get(authority.url + "/checkpoint") as response:
             return await response.read()
 
-    before = await fetch()
+    before, rows = await fetch(), table_rows(authority.db_target)
     yield
     assert await fetch() == before
+    assert table_rows(authority.db_target) == rows
 
 
 @pytest.fixture
@@ -124,24 +133,30 @@ async def test_revoked_key_is_refused_with_403(
         "publisher", "revoke-key", "acme", "--key", publisher.verifier().vkey()
     )
     assert result.returncode == 0, result.stderr
-    async with http.get(authority.url + "/checkpoint") as response:
-        before = await response.read()
+    before = await wait_for_checkpoint(http, authority, 2)
+    rows = table_rows(authority.db_target)
     assert await post(make_envelope(publisher, 1).canonical_bytes()) == (
         403,
         {"error": "key_revoked"},
     )
     async with http.get(authority.url + "/checkpoint") as response:
         assert await response.read() == before
+    assert table_rows(authority.db_target) == rows
 
 
 async def test_revoked_publisher_is_refused_with_403(
-    authority: AuthorityProcess, post: Post, publisher: Signer
+    authority: AuthorityProcess, post: Post, publisher: Signer, http: aiohttp.ClientSession
 ) -> None:
     assert authority.run_cli("publisher", "revoke", "acme").returncode == 0
+    before = await wait_for_checkpoint(http, authority, 2)
+    rows = table_rows(authority.db_target)
     assert await post(make_envelope(publisher, 1).canonical_bytes()) == (
         403,
         {"error": "publisher_revoked"},
     )
+    async with http.get(authority.url + "/checkpoint") as response:
+        assert await response.read() == before
+    assert table_rows(authority.db_target) == rows
 
 
 async def test_reused_sequence_with_other_content_is_refused_with_409(

@@ -117,6 +117,7 @@ def cosigners(note: bytes, witnesses: list[Verifier]) -> set[str]:
     return {c.name for c in cosignatures(note, witnesses)}
 
 
+@pytest.mark.both_backends
 async def test_served_checkpoints_carry_every_witness_cosignature(
     witnessed: AuthorityProcess,
     witnesses: list[WitnessProcess],
@@ -197,6 +198,7 @@ async def test_a_policy_quorum_the_log_cannot_meet_is_refused(
         assert follower.state.trusted is None
 
 
+@pytest.mark.both_backends
 async def test_publication_quorum_withholds_receipts_until_witnesses_cosign(
     authority_files: AuthorityProcess,
     witnesses: list[WitnessProcess],

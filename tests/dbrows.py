@@ -1,0 +1,60 @@
+"""Every row of every table of a log's database: the evidence that a refusal changed nothing.
+
+A checkpoint that stays byte-identical says the signed state did not move; it does not say
+that no registry row, index row or half-written leaf was left behind. ``table_rows`` reads
+the database itself, on either backend, so a test can compare before and after. On SQLite
+a file hash would also see page reuse and WAL checkpoints, which are not changes of the
+log; rows are what the log is, so both backends are compared the same way.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+__all__ = ["Rows", "table_rows"]
+
+Rows = dict[str, list[tuple[object, ...]]]
+"""Table name -> its rows, in a stable order (rows sorted by their ``repr``)."""
+
+
+def table_rows(db: str | Path) -> Rows:
+    """Every row of every table of ``db`` (a SQLite path or a ``postgresql://`` URL)."""
+    if isinstance(db, str) and db.startswith(("postgresql://", "postgres://")):
+        return _postgres_rows(db)
+    return _sqlite_rows(Path(db))
+
+
+def _sorted(rows: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
+    return sorted((tuple(row) for row in rows), key=repr)
+
+
+def _sqlite_rows(path: Path) -> Rows:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        names = [
+            str(name)
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            )
+        ]
+        return {name: _sorted(conn.execute(f'SELECT * FROM "{name}"').fetchall()) for name in names}
+    finally:
+        conn.close()
+
+
+def _postgres_rows(url: str) -> Rows:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        names = [
+            str(name)
+            for (name,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = 'public' AND table_type = 'BASE TABLE' ORDER BY table_name"
+            )
+        ]
+        return {
+            name: _sorted(conn.execute(f'SELECT * FROM "{name}"'.encode()).fetchall())
+            for name in names
+        }
