@@ -42,6 +42,7 @@ __all__ = [
     "TILES_OFF",
     "add_follow_arguments",
     "add_tiles_argument",
+    "fork_error",
     "load_trust",
     "log_origin",
     "open_log",
