@@ -158,7 +158,7 @@ class _Connection:
             raise
 
 
-def conninfo_with_bounds(url: str, round_timeout: float) -> str:
+def _conninfo_with_bounds(url: str, round_timeout: float) -> str:
     """``url`` with session settings bounding every wait (rule 1) and keepalives that
     notice a dead peer."""
     milliseconds = int(round_timeout * 1000)
@@ -192,7 +192,7 @@ class Cluster:
     def __init__(
         self, conninfo: str, *, poll_interval: float = 1.0, round_timeout: float = 30.0
     ) -> None:
-        self.conninfo = conninfo_with_bounds(conninfo, round_timeout)
+        self.conninfo = _conninfo_with_bounds(conninfo, round_timeout)
         self.poll_interval = poll_interval
         self._round = _Connection(self, autocommit=False)
         self._reads = _Connection(self, autocommit=True)

@@ -217,9 +217,10 @@ def _shared_state(url: str, log_key: Verifier) -> WitnessState:
     """The embedded witness's state in the log's PostgreSQL database; a database that
     cannot be reached is the one line (exit 69) of any command on it."""
     from deplog.authority.storage.database import open_database, reaching
+    from deplog.authority.storage.witness_postgres import open_witness_state
 
     with reaching(open_database(url)):
-        state = WitnessState.on_postgres(url)
+        state = open_witness_state(url)
         try:
             state.add_log(log_key.vkey(), int(time.time()))
         except BaseException:

@@ -167,8 +167,10 @@ def open_state(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], W
     rules hold on both, so every test here runs on both."""
     if request.param == "sqlite":
         return lambda: WitnessState(tmp_path / "witness.db")
+    from deplog.authority.storage.witness_postgres import open_witness_state
+
     url: str = request.getfixturevalue("pg_url")
-    return lambda: WitnessState.on_postgres(url)
+    return lambda: open_witness_state(url)
 
 
 @pytest.fixture

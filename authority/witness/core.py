@@ -53,7 +53,7 @@ import hashlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,48 +143,6 @@ CREATE TABLE IF NOT EXISTS evidence (
     digest BLOB NOT NULL UNIQUE
 ) STRICT;
 """
-
-
-POSTGRES_SCHEMA = "embedded_witness"
-"""The PostgreSQL schema of the embedded witness's state, beside the log's tables."""
-POSTGRES_DDL = (
-    f"CREATE SCHEMA IF NOT EXISTS {POSTGRES_SCHEMA}",
-    f"""CREATE TABLE IF NOT EXISTS {POSTGRES_SCHEMA}.logs (
-        origin TEXT PRIMARY KEY,
-        vkey TEXT NOT NULL,
-        added_at BIGINT NOT NULL
-    )""",
-    f"""CREATE TABLE IF NOT EXISTS {POSTGRES_SCHEMA}.checkpoints (
-        origin TEXT PRIMARY KEY REFERENCES {POSTGRES_SCHEMA}.logs(origin),
-        size BIGINT NOT NULL CHECK (size >= 0),
-        root BYTEA NOT NULL CHECK (length(root) = 32),
-        updated_at BIGINT NOT NULL
-    )""",
-    f"""CREATE TABLE IF NOT EXISTS {POSTGRES_SCHEMA}.evidence (
-        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        origin TEXT NOT NULL REFERENCES {POSTGRES_SCHEMA}.logs(origin),
-        reason TEXT NOT NULL,
-        received_at BIGINT NOT NULL,
-        body BYTEA NOT NULL,
-        digest BYTEA NOT NULL UNIQUE
-    )""",
-    # The record never moves back, whatever SQL reaches the table (the swap never does).
-    f"""CREATE OR REPLACE FUNCTION {POSTGRES_SCHEMA}.no_rollback() RETURNS trigger
-        LANGUAGE plpgsql AS $$
-        BEGIN
-            IF TG_OP = 'DELETE' THEN
-                RAISE EXCEPTION 'a witness record is never deleted';
-            END IF;
-            IF NEW.size < OLD.size OR NEW.updated_at < OLD.updated_at THEN
-                RAISE EXCEPTION 'a witness record never moves back';
-            END IF;
-            RETURN NEW;
-        END $$""",
-    f"""CREATE OR REPLACE TRIGGER no_rollback BEFORE UPDATE OR DELETE
-        ON {POSTGRES_SCHEMA}.checkpoints
-        FOR EACH ROW EXECUTE FUNCTION {POSTGRES_SCHEMA}.no_rollback()""",
-)
-"""The embedded witness's tables on PostgreSQL (the SQLite ones are ``_SCHEMA``)."""
 
 
 class WitnessError(DeplogError):
@@ -365,13 +323,13 @@ def parse_logs_file(text: str) -> list[Verifier]:
 class WitnessState:
     """The witness's database: trusted logs, the record per origin, evidence.
 
-    A SQLite file, or (``on_postgres``, the embedded witness of a log on
-    PostgreSQL) the schema ``embedded_witness`` of the log's database, with the
-    same SQL. Each thread gets its own connection, so concurrent requests really
-    are concurrent at the database and only the compare-and-swap orders them. A
-    database error on the request path is :class:`StorageUnavailableError`
-    (503); ``failing`` names it until a swap succeeds again, and a run of them
-    is logged once, as one line (``/healthz`` reports it).
+    A SQLite file, or (``over``: the embedded witness of a log on PostgreSQL)
+    another database, with the same SQL. Each thread gets its own connection, so
+    concurrent requests really are concurrent at the database and only the
+    compare-and-swap orders them. A database error on the request path is
+    :class:`StorageUnavailableError` (503); ``failing`` names it until a swap
+    succeeds again, and a run of them is logged once, as one line (``/healthz``
+    reports it).
     """
 
     def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
@@ -391,31 +349,31 @@ class WitnessState:
             conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
 
     @classmethod
-    def on_postgres(cls, url: str) -> WitnessState:
-        """The state in the ``embedded_witness`` schema of the PostgreSQL database ``url``
-        (created if missing, under a lock, so processes starting together agree)."""
-        import psycopg
-
-        from deplog.authority.storage import postgres
-
-        def connect() -> Connection:
-            conn = postgres.connect(url, application="deplog-embedded-witness")
-            conn.execute(f"SET search_path = {POSTGRES_SCHEMA}")
-            return conn
-
+    def over(
+        cls,
+        connect: Callable[[], Connection],
+        *,
+        name: str,
+        begin: str,
+        errors: tuple[type[Exception], ...],
+        schema: Sequence[str],
+    ) -> WitnessState:
+        """The state over connections from ``connect`` to another database than a SQLite
+        file (``name`` for messages, ``begin`` its write transaction's first statement,
+        ``errors`` what its driver raises), creating it with the ``schema`` statements;
+        the embedded witness of a log on PostgreSQL (``storage/witness_postgres.py``)."""
         state = cls.__new__(cls)
-        state.path = Path(POSTGRES_SCHEMA)
+        state.path = Path(name)
         state._local = threading.local()
         state._lock = threading.Lock()
         state._connections = []
         state._connect = connect
-        state._begin = "BEGIN"
-        state.errors = (psycopg.Error,)
+        state._begin = begin
+        state.errors = errors
         state.failing = None
         try:
             with state._transaction(state._conn()) as conn:
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (POSTGRES_SCHEMA,))
-                for statement in POSTGRES_DDL:
+                for statement in schema:
                     conn.execute(statement)
         except BaseException:
             state.close()
