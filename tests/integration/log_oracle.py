@@ -180,7 +180,11 @@ def first_violation(
 
     roots: dict[int, tuple[bytes, str]] = {final.size: (final.root_hash, "the final checkpoint")}
     checkpoints: list[Checkpoint] = []
+    opened: set[bytes] = set()
     for seen in observations.seen:
+        if seen.note in opened:
+            continue
+        opened.add(seen.note)
         try:
             checkpoint, _ = open_checkpoint(seen.note, log_verifier)
         except DeplogError as error:

@@ -27,9 +27,10 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from random import Random
 from typing import Any
 
 import aiohttp
@@ -202,17 +203,16 @@ def _local_port_inodes() -> dict[int, str]:
     return ports
 
 
-def sequencer_holder(conn: Any, front_ends: FrontEnds) -> int | None:
-    """The index of the front-end whose transaction holds the sequencer row lock now, or
-    None (nobody holds it, or the holder is not one of ours). ``conn`` is a psycopg
-    connection in autocommit mode."""
+def sequencer_holder(conn: Any, pids: Sequence[int | None]) -> int | None:
+    """The position in ``pids`` of the process whose transaction holds the sequencer row
+    lock now, or None (nobody holds it, or the holder is not one of ``pids``). ``conn`` is
+    a psycopg connection in autocommit mode; the processes connect over TCP."""
     ports = [row[0] for row in conn.execute(HOLDER_QUERY).fetchall() if row[0] is not None]
     if not ports:
         return None
     by_port = _local_port_inodes()
     wanted = {by_port[p] for p in ports if p in by_port}
-    for n, process in enumerate(front_ends.processes):
-        pid = process.pid
+    for n, pid in enumerate(pids):
         if pid is not None and wanted & _socket_inodes(pid):
             return n
     return None
@@ -367,9 +367,9 @@ async def kill_loop(
         await asyncio.to_thread(front_ends.restart, n)
 
     for _ in range(config.kills):
-        await asyncio.sleep(rng.uniform(*config.interval))
         while len(front_ends.running()) < min(2, len(front_ends.processes)):
             await asyncio.sleep(0.05)
+        await asyncio.sleep(rng.uniform(*config.interval))
         victim: int | None = None
         if holder is not None and rng.random() < config.sequencer_share:
             deadline = time.monotonic() + 2.0
@@ -394,9 +394,24 @@ async def run_campaign(
     config: CampaignConfig,
     holder: Callable[[], int | None] | None = None,
 ) -> tuple[Load, bytes, list[bytes]]:
-    """Publish from every signer while ``kill_loop`` runs; then publish once more (so the
-    final checkpoint covers every committed leaf) and read the final log back."""
+    """``run_under_load`` with ``kill_loop`` as the scenario."""
     rng = random.Random(config.seed)
+
+    async def kills(load: Load) -> None:
+        await kill_loop(front_ends, config, load, rng, holder)
+
+    return await run_under_load(front_ends, signers, kills)
+
+
+async def run_under_load(
+    front_ends: FrontEnds,
+    signers: Sequence[Signer],
+    scenario: Callable[[Load], Awaitable[None]],
+) -> tuple[Load, bytes, list[bytes]]:
+    """Publish from every signer and watch every front-end while ``scenario`` runs; then
+    publish once more (so the final checkpoint covers every committed leaf, a killed
+    batch's included), wait until every front-end serves at least every size a client
+    saw, and read the final log back. Returns the load, the final note and its leaves."""
     load = Load()
     stop = asyncio.Event()
     connector = aiohttp.TCPConnector(limit=0)
@@ -412,27 +427,28 @@ async def run_campaign(
             tasks.append(asyncio.create_task(poll_checkpoints(http, url, n, load, stop)))
             tasks.append(asyncio.create_task(follow_push(http, url, n, load, stop)))
         try:
-            await kill_loop(front_ends, config, load, rng, holder)
+            await scenario(load)
         finally:
             stop.set()
             await asyncio.wait(tasks, timeout=90)
             for task in tasks:
                 task.cancel()
-        # The last notice: its checkpoint covers every leaf any killed batch committed.
-        done = Load()
-        last = asyncio.Event()
-        await publish(http, lambda: urls, signers[0], [10**9], done, last, rng)
-        load.observations.acks.extend(done.observations.acks)
-        load.observations.seen.extend(done.observations.seen)
-        largest = max(
-            open_checkpoint(seen.note, front_ends.log_verifier)[0].size
-            for seen in load.observations.seen
-        )
+        await publish(http, lambda: urls, signers[0], [10**9], load, asyncio.Event(), Random())
+        largest = max(_sizes(load.observations.seen, front_ends.log_verifier), default=0)
         for n, url in enumerate(urls):
             if not await serves_at_least(http, url, largest, front_ends.log_verifier):
                 load.unexpected.append(f"front{n} never served size {largest}")
         note, leaves = await final_log(http, urls[0], front_ends.log_verifier)
     return load, note, leaves
+
+
+def _sizes(seen: Sequence[Seen], log_verifier: Verifier) -> list[int]:
+    """The sizes of the seen checkpoints that verify (the oracle judges the others)."""
+    sizes = []
+    for one in seen:
+        with contextlib.suppress(DeplogError):
+            sizes.append(open_checkpoint(one.note, log_verifier)[0].size)
+    return sizes
 
 
 async def serves_at_least(
