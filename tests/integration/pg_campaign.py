@@ -423,16 +423,18 @@ async def run_under_load(
             )
             for k, s in enumerate(signers)
         ]
+        watchers = []
         for n, url in enumerate(urls):
-            tasks.append(asyncio.create_task(poll_checkpoints(http, url, n, load, stop)))
-            tasks.append(asyncio.create_task(follow_push(http, url, n, load, stop)))
+            watchers.append(asyncio.create_task(poll_checkpoints(http, url, n, load, stop)))
+            watchers.append(asyncio.create_task(follow_push(http, url, n, load, stop)))
         try:
             await scenario(load)
         finally:
             stop.set()
             await asyncio.wait(tasks, timeout=90)
-            for task in tasks:
+            for task in [*tasks, *watchers]:
                 task.cancel()
+            await asyncio.gather(*tasks, *watchers, return_exceptions=True)
         await publish(http, lambda: urls, signers[0], [10**9], load, asyncio.Event(), Random())
         largest = max(_sizes(load.observations.seen, front_ends.log_verifier), default=0)
         for n, url in enumerate(urls):
