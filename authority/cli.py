@@ -45,7 +45,15 @@ from deplog.authority.http.server import (
 from deplog.authority.log import Log
 from deplog.authority.options import add_options, from_options, option
 from deplog.authority.sequencer import SequencerLimits
+from deplog.authority.storage import schema_postgres
 from deplog.authority.storage.audit import audit_storage
+from deplog.authority.storage.database import (
+    Database,
+    SqliteDatabase,
+    is_postgres_url,
+    open_database,
+    reaching,
+)
 from deplog.authority.witnessing import (
     RemoteWitness,
     Witnessing,
@@ -114,6 +122,8 @@ class Instance:
     data: Path
     config: AuthorityConfig
     signer: Signer
+    db_url: str | None = None
+    """``--db``: a PostgreSQL database holding the log instead of ``<data>/log.db``."""
 
     @property
     def origin(self) -> str:
@@ -122,6 +132,10 @@ class Instance:
     @property
     def db_path(self) -> Path:
         return self.data / DB_FILE
+
+    @property
+    def database(self) -> Database:
+        return open_database(self.db_url if self.db_url is not None else self.db_path)
 
 
 def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
@@ -240,24 +254,63 @@ async def _serve(
         socket_path.unlink()
 
 
-def _audit(db_path: Path) -> tuple[int, str | None]:
+def _audit(db: Database) -> tuple[int, str | None]:
     """The full storage audit (proof of corruption when it finds a problem), its progress
-    on stderr; a database it cannot read is a classified fault."""
-    if not db_path.exists():
-        raise CLIError(f"{db_path} does not exist: run 'authority init' first")
+    on stderr; a database it cannot read is a classified fault (SQLite) or one line naming
+    it (PostgreSQL, exit 69)."""
+    if isinstance(db, SqliteDatabase) and not db.path.exists():
+        raise CLIError(f"{db.path} does not exist: run 'authority init' first")
     try:
-        with Progress(f"checking {db_path}", unit="leaves") as shown:
-            return audit_storage(db_path, shown.update)
+        with reaching(db), Progress(f"checking {db.describe()}", unit="leaves") as shown:
+            return audit_storage(db, shown.update)
     except sqlite3.Error as err:
-        raise database_fault(err, db_path) from None
+        assert isinstance(db, SqliteDatabase)
+        raise database_fault(err, db.path) from None
+
+
+def _db_url(args: argparse.Namespace) -> str | None:
+    """``--db``: a PostgreSQL URL, or None for the SQLite file in the data directory. A
+    path is accepted too (a SQLite file elsewhere is not supported: use --data)."""
+    db: str | None = getattr(args, "db", None)
+    if db is None:
+        return None
+    if not is_postgres_url(db):
+        raise CLIError(
+            "--db must be a postgresql:// URL (the SQLite log lives in --data as log.db)"
+        )
+    return db
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
-    instance = init(args.data, args.keys, args.origin, sys.stdout)
+    instance = replace(init(args.data, args.keys, args.origin, sys.stdout), db_url=_db_url(args))
     with exclusive_lock(args.data / LOCK_FILE) as owned:
         if not owned:
             raise CLIError(f"an authority is serving {args.data}; it is initialized")
-        Log(instance.db_path, instance.signer, instance.origin).close()
+        Log(instance.database, instance.signer, instance.origin).close()
+    return 0
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    """Create or upgrade the PostgreSQL schema (idempotent)."""
+    url = _db_url(args)
+    if url is None:
+        raise CLIError(
+            "authority migrate needs --db postgresql://...: a SQLite log's tables are "
+            "created when it opens"
+        )
+    db = open_database(url)
+    with reaching(db):
+        conn = db.connect()
+        try:
+            before, after = schema_postgres.migrate(conn, db.describe())
+        finally:
+            conn.close()
+    if args.json:
+        print(json.dumps({"database": db.describe(), "before": before, "after": after}))
+    elif before == after:
+        print(f"{db.describe()}: schema version {after} is current; nothing changed")
+    else:
+        print(f"{db.describe()}: schema version {before} -> {after}")
     return 0
 
 
@@ -269,18 +322,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -> int:
     """Everything ``serve`` does once its port is bound: init, lock, check, serve."""
-    instance = init(args.data, args.keys, args.origin, sys.stdout)
+    url = _db_url(args)
+    instance = replace(init(args.data, args.keys, args.origin, sys.stdout), db_url=url)
     with exclusive_lock(args.data / LOCK_FILE) as owned:
         if not owned:
             raise CLIError(f"another authority is already serving {args.data}")
         if serve.verify_on_start:
-            size, problem = _audit(instance.db_path) if instance.db_path.exists() else (0, None)
+            db = instance.database
+            fresh = isinstance(db, SqliteDatabase) and not db.path.exists()
+            size, problem = (0, None) if fresh else _audit(db)
             if problem is not None:
-                raise StorageFault(CORRUPT, instance.db_path, f"{problem}, {size} leaves")
+                raise StorageFault(CORRUPT, db.describe(), f"{problem}, {size} leaves")
         config = from_options(
             ServerConfig,
             args,
             db_path=instance.db_path,
+            db_url=url,
             origin=instance.origin,
             limits=from_options(SequencerLimits, args),
             explorer=from_options(ExplorerConfig, args),
@@ -328,10 +385,12 @@ async def _admin_post(socket_path: Path, statement: PublisherStatement) -> int:
 
 
 def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -> int:
-    instance = _open_instance(args.data, args.keys)
+    instance = replace(_open_instance(args.data, args.keys), db_url=_db_url(args))
     with exclusive_lock(args.data / LOCK_FILE) as owned:
-        if owned:
-            log = Log(instance.db_path, instance.signer, instance.origin)
+        # On PostgreSQL the database orders every writer: append directly even while
+        # servers run (their next batch sees the change).
+        if owned or instance.db_url is not None:
+            log = Log(instance.database, instance.signer, instance.origin)
             try:
                 index = log.append_publisher(statement)
                 log.publish()
@@ -356,8 +415,10 @@ def _cmd_publisher_change(action: str) -> object:
 def _cmd_publisher_list(args: argparse.Namespace) -> int:
     from deplog.authority.storage.reader import LogReader
 
-    instance = _open_instance(args.data, args.keys)
-    reader = LogReader(instance.db_path)
+    instance = replace(_open_instance(args.data, args.keys), db_url=_db_url(args))
+    db = instance.database
+    with reaching(db):
+        reader = LogReader(db)
     try:
         publishers = reader.publishers()
     finally:
@@ -376,13 +437,16 @@ def _cmd_publisher_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    instance = _open_instance(args.data, args.keys)
-    size, problem = _audit(instance.db_path)
+    instance = replace(_open_instance(args.data, args.keys), db_url=_db_url(args))
+    db = instance.database
+    size, problem = _audit(db)
     if problem is not None:
-        raise StorageFault(CORRUPT, instance.db_path, f"{problem}, {size} leaves")
+        raise StorageFault(CORRUPT, db.describe(), f"{problem}, {size} leaves")
     with exclusive_lock(args.data / LOCK_FILE) as owned:
-        if owned:
-            Log(instance.db_path, instance.signer, instance.origin).close()
+        # Opening the log checks the latest checkpoint against the tree (on PostgreSQL
+        # whatever else runs: the database orders writers).
+        if owned or instance.db_url is not None:
+            Log(db, instance.signer, instance.origin).close()
     if args.json:
         print(json.dumps({"size": size, "problem": None}))
     else:
@@ -482,23 +546,40 @@ def parser() -> argparse.ArgumentParser:
             "--keys", type=Path, default=Path("keys"), help="key directory (default: ./keys)"
         )
 
+    def db_flag(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--db",
+            metavar="URL",
+            help="a postgresql:// database holding the log (default: <data>/log.db, SQLite)",
+        )
+
     def json_flag(sp: argparse.ArgumentParser, shape: str) -> None:
         sp.add_argument("--json", action="store_true", help=f"print JSON ({shape}) instead of text")
 
     sp = sub.add_parser("init", help="create the log key, config and database")
     common(sp)
     sp.add_argument("--origin", help=f"log origin and key name (default: {DEFAULT_ORIGIN})")
+    db_flag(sp)
     sp.set_defaults(func=_cmd_init)
+
+    sp = sub.add_parser("migrate", help="create or upgrade the schema of a PostgreSQL --db")
+    sp.add_argument(
+        "--db", metavar="URL", required=True, help="the postgresql:// database to migrate"
+    )
+    json_flag(sp, '{"database", "before", "after"}')
+    sp.set_defaults(func=_cmd_migrate)
 
     sp = sub.add_parser("serve", help="serve the HTTP API (runs init on first start)")
     common(sp)
     sp.add_argument("--origin", help=f"log origin on first start (default: {DEFAULT_ORIGIN})")
+    db_flag(sp)
     for serve_config in SERVE_CONFIGS:
         add_options(sp, serve_config)
     sp.set_defaults(func=_cmd_serve)
 
     sp = sub.add_parser("check", help="rehash every leaf and check the latest checkpoint")
     common(sp)
+    db_flag(sp)
     json_flag(sp, '{"size", "problem": null}; a problem exits 65')
     sp.set_defaults(func=_cmd_check)
 
@@ -536,6 +617,7 @@ def parser() -> argparse.ArgumentParser:
     key_help = "publisher verifier key name+id+base64 (repeatable)"
     sp = psub.add_parser("add", help="register a publisher with namespaces and keys")
     common(sp)
+    db_flag(sp)
     sp.add_argument("publisher", help=publisher_help)
     sp.add_argument(
         "--namespace",
@@ -548,23 +630,27 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=_cmd_publisher_change("register"))
     sp = psub.add_parser("add-key", help="authorize another key of a publisher")
     common(sp)
+    db_flag(sp)
     sp.add_argument("publisher", help=publisher_help)
     sp.add_argument("--key", action="append", required=True, help=key_help)
     json_flag(sp, change_shape)
     sp.set_defaults(func=_cmd_publisher_change("add_key"))
     sp = psub.add_parser("revoke-key", help="revoke keys of a publisher")
     common(sp)
+    db_flag(sp)
     sp.add_argument("publisher", help=publisher_help)
     sp.add_argument("--key", action="append", required=True, help=key_help)
     json_flag(sp, change_shape)
     sp.set_defaults(func=_cmd_publisher_change("revoke_key"))
     sp = psub.add_parser("revoke", help="revoke a publisher and all its keys")
     common(sp)
+    db_flag(sp)
     sp.add_argument("publisher", help=publisher_help)
     json_flag(sp, change_shape)
     sp.set_defaults(func=_cmd_publisher_change("revoke_publisher"))
     sp = psub.add_parser("list", help="list publishers (from the local database)")
     common(sp)
+    db_flag(sp)
     json_flag(sp, '{"publishers": [...]}, the shape of GET /v1/publishers')
     sp.set_defaults(func=_cmd_publisher_list)
     return p

@@ -1,7 +1,10 @@
 """The log: admission of entries, durable appends and signed checkpoints.
 
-``Log`` is the single writer. It is not thread-safe and is confined to one
+``Log`` is a process's only writer. It is not thread-safe and is confined to one
 thread (the sequencer's); every method does blocking storage and signing work.
+On SQLite it is the log's single writer; on PostgreSQL any number of ``Log``
+objects, in any number of processes, append to one log in one order, decided by
+the database (``storage/schema_postgres.py``: the ``log_head`` row lock).
 
 Invariants:
   * An entry is admitted only after its signature, its publisher's
@@ -15,6 +18,14 @@ Invariants:
   * Every checkpoint is persisted before anyone can see it.
   * The publisher registry snapshot is saved in the same transaction as the
     publisher entry that changed it, so it always reflects the whole log.
+  * Every write transaction starts in the log's order (``Database.begin_write``); a
+    ``Log`` whose in-memory state (tree edge, registry, map, latest checkpoint) is not
+    at the committed size reloads it under the lock before checking anything, so
+    another process's appends and registry changes are seen by the next batch. A
+    failed or lost transaction leaves the state stale: the next write reconnects if
+    needed and reloads.
+  * A checkpoint is signed after the commit, inserted unless its size has one, and
+    read back: the stored root for a size is the only one ever served.
   * The tool-status map (``client.mapstore``) is folded in the same transaction
     as the entries it folds (``_fold_map``), so every committed size has its map
     root, and every checkpoint carries exactly one ``deplog-map/v1`` line with the
@@ -29,13 +40,19 @@ import contextlib
 import hashlib
 import json
 import logging
-import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from deplog.authority.storage import store
+from deplog.authority.storage.database import (
+    Database,
+    SqliteDatabase,
+    open_database,
+    unavailable,
+)
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
+from deplog.client.dbapi import Connection
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.mapstore import StoredMap
 from deplog.client.model.entries import (
@@ -126,59 +143,120 @@ class Log:
     """The authority's log: the only code that writes to the database."""
 
     def __init__(
-        self, path: Path, signer: Signer, origin: str, *, max_bytes: int | None = None
+        self,
+        db: Database | Path | str,
+        signer: Signer,
+        origin: str,
+        *,
+        max_bytes: int | None = None,
     ) -> None:
-        """Open (creating if needed) and check the log; ``max_bytes`` caps the database
+        """Open and check the log in ``db`` (a SQLite path, created if needed, or a
+        PostgreSQL database made by ``authority migrate``); ``max_bytes`` caps a SQLite
         file, so a quota is reached as a clean refusal rather than a full disk."""
         if signer.name != origin:
             raise ValueError("the log key's name must be the log origin")
-        self.path = path
+        self.db = open_database(db)
+        self.path: Path | str = (
+            self.db.path if isinstance(self.db, SqliteDatabase) else self.db.describe()
+        )
         self.signer = signer
         self.verifier = signer.verifier()
         self.origin = origin
-        with opening_database(path, self._close_quietly):
-            self.conn = store.connect(path)
-            store.create_schema(self.conn)
-            if max_bytes is not None:
-                store.limit_size(self.conn, max_bytes)
-            try:
-                self.tree = StoredHashTree(self.conn)
-                self.map = StoredMap(self.conn)
-                self.registry = self._load_registry()
+        self._stale = False
+        self._map_at: tuple[int, bytes] | None = None
+        self._registry_size = -1
+        if isinstance(self.db, SqliteDatabase):
+            with opening_database(self.db.path, self._close_quietly):
+                self._open(max_bytes)
+        else:
+            with self._opening_postgres():
+                self._open(None)
+
+    def _open(self, max_bytes: int | None) -> None:
+        self.conn = self.db.connect()
+        self.db.prepare(self.conn)
+        if max_bytes is not None and isinstance(self.db, SqliteDatabase):
+            store.limit_size(self.conn, max_bytes)  # type: ignore[arg-type]
+        try:
+            with self._snapshot():
+                self._reload()
                 self.published = self._check_stored_checkpoint()
-                self._bring_up_map()
-                if self.published is None or self.published.size < self.tree.size:
-                    self.published = self._sign_checkpoint()
-            except TreeCorruptError:
-                self._close_quietly()
-                raise StorageFault(CORRUPT, path, "stored subtree hashes are missing") from None
-            except IntegrityError as err:
-                self._close_quietly()
-                raise StorageFault(CORRUPT, path, f"{err.code}: {err}") from None
-            except StorageError as err:
-                # Storing the first checkpoint failed; SQLite's own error is the
-                # context, and opening_database classifies that.
-                if isinstance(err.__context__, sqlite3.Error):
-                    raise err.__context__ from None
-                raise
+            self._bring_up_map()
+            if self.published is None or self.published.size < self.tree.size:
+                self.published = self._sign_checkpoint()
+        except TreeCorruptError:
+            self._close_quietly()
+            raise StorageFault(CORRUPT, self.path, "stored subtree hashes are missing") from None
+        except IntegrityError as err:
+            self._close_quietly()
+            raise StorageFault(CORRUPT, self.path, f"{err.code}: {err}") from None
+        except StorageError as err:
+            # Storing the first checkpoint failed; the database's own error is the
+            # context, and opening_database classifies that.
+            if isinstance(err.__context__, self.db.errors):
+                raise err.__context__ from None
+            raise
+
+    @contextlib.contextmanager
+    def _opening_postgres(self) -> Iterator[None]:
+        """A PostgreSQL database that cannot be reached at start: one line naming it
+        (never its password) and what to do, exit 69 as for a listen address."""
+        try:
+            yield
+        except self.db.errors as err:
+            self._close_quietly()
+            raise unavailable(self.db, err) from None
 
     def close(self) -> None:
         self.conn.close()
 
     def _close_quietly(self) -> None:
         """Close the connection if a failed open got as far as making one."""
-        conn: sqlite3.Connection | None = getattr(self, "conn", None)
+        conn: Connection | None = getattr(self, "conn", None)
         if conn is not None:
-            with contextlib.suppress(sqlite3.Error):
+            with contextlib.suppress(Exception):
                 conn.close()
 
-    # -- startup -------------------------------------------------------------
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """Reads outside a write transaction that must agree with each other: one
+        repeatable-read transaction on PostgreSQL (other writers commit meanwhile); on
+        SQLite this process is the only writer, so plain reads agree already."""
+        if self.db.kind == "sqlite" or self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            yield
+        finally:
+            if not self.db.broken(self.conn) and self.conn.in_transaction:
+                self.conn.execute("COMMIT")
 
-    def _load_registry(self) -> PublisherRegistry:
+    def _reload(self) -> None:
+        """Rebuild the in-memory state from committed data: the tree's right edge (O(log n)
+        reads), the map's view, the registry only if its snapshot moved, the latest
+        checkpoint. Runs under the order lock or in a snapshot (``_snapshot``)."""
+        self.tree = StoredHashTree(self.conn)
+        self.map = StoredMap(self.conn)
+        forget = getattr(self.map, "forget", None)
+        if callable(forget):
+            forget()
         snapshot = store.registry_snapshot(self.conn)
-        if snapshot is None:
-            return PublisherRegistry()
-        return PublisherRegistry.from_json(json.loads(snapshot[1]))
+        size = -1 if snapshot is None else snapshot[0]
+        if size != self._registry_size or not hasattr(self, "registry"):
+            self.registry = (
+                PublisherRegistry()
+                if snapshot is None
+                else PublisherRegistry.from_json(json.loads(snapshot[1]))
+            )
+            self._registry_size = size
+        folded = self.map.size()
+        self._map_at = None if folded is None else (folded, self.map.root())
+        if hasattr(self, "published"):
+            self.published = store.latest_checkpoint(self.conn)
+        self._stale = False
+
+    # -- startup -------------------------------------------------------------
 
     def _check_stored_checkpoint(self) -> store.StoredCheckpoint | None:
         """Refuse to run if storage no longer matches the latest signed checkpoint.
@@ -231,26 +309,66 @@ class Log:
     # -- writes ---------------------------------------------------------------
 
     def _begin(self) -> None:
+        """Start a write transaction in the log's order (``Database.begin_write``). On
+        PostgreSQL another process may have appended since this one last wrote: the state
+        is then reloaded, under the lock, before anything is checked against it."""
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error:
+            if self._stale and self.db.broken(self.conn):
+                self._close_quietly()
+                self.conn = self.db.connect()
+            head = self.db.begin_write(self.conn)
+            if self._stale or (head is not None and head != self.tree.size):
+                self._reload()
+        except self.db.errors:
+            self._rollback()
             raise StorageError() from None
+
+    def _begin_unordered(self) -> None:
+        """A write transaction that needs no place in the log's order (a checkpoint row
+        over committed leaves, the published note): only SQLite's one-writer lock."""
+        try:
+            if self._stale:
+                self._refresh()
+            if self.db.kind == "sqlite":
+                self.db.begin_write(self.conn)
+            else:
+                self.conn.execute("BEGIN")
+        except self.db.errors:
+            self._rollback()
+            raise StorageError() from None
+
+    def _refresh(self) -> None:
+        """Reconnect if the connection was lost, and reload the state (after a failure)."""
+        if self.db.broken(self.conn):
+            self._close_quietly()
+            self.conn = self.db.connect()
+        with self._snapshot():
+            self._reload()
 
     def _commit(self) -> None:
         try:
             self.conn.execute("COMMIT")
-        except sqlite3.Error:
+        except self.db.errors:
             self._rollback()
             raise StorageError() from None
 
     def _rollback(self) -> None:
-        """Undo the open transaction and forget in-memory state it had advanced."""
-        try:
-            if self.conn.in_transaction:
+        """Undo the open transaction and forget in-memory state it had advanced. A lost
+        connection leaves the state stale: the next write reconnects and reloads."""
+        self._stale = True
+        with contextlib.suppress(*self.db.errors):
+            if not self.db.broken(self.conn) and self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
-        finally:
-            self.tree = StoredHashTree(self.conn)
-            self.registry = self._load_registry()
+            if not self.db.broken(self.conn):
+                with self._snapshot():
+                    self._reload()
+
+    def _end_write(self) -> None:
+        """Record, before committing, what the transaction leaves: the head (PostgreSQL)
+        and the map root at the new size, for the checkpoint signed after the commit."""
+        if self.db.kind == "postgresql":
+            store.set_head(self.conn, self.tree.size)
+        self._map_at = (self.tree.size, self.map.root())
 
     def admit_notices(self, envelopes: Sequence[Envelope]) -> list[Admitted | DeplogError]:
         """Append every admissible envelope in one transaction (one fsync).
@@ -275,7 +393,8 @@ class Log:
                 if admitted.created:
                     fresh.append(envelope.notice)
             self._fold_map(start, fresh)
-        except (sqlite3.Error, TreeCorruptError, KeyError):
+            self._end_write()
+        except (*self.db.errors, TreeCorruptError, KeyError):  # type: ignore[misc]
             self._rollback()
             raise StorageError() from None
         except BaseException:
@@ -329,20 +448,22 @@ class Log:
     def _bring_up_map(self) -> None:
         """Fold whatever the map lacks (all of a database from before the map) in one
         transaction; then check its root against the latest checkpoint's line."""
-        folded = self.map.size()
+        folded = None if self._map_at is None else self._map_at[0]  # read with the tree
         if folded is None or folded < self.tree.size:
-            missing = self.tree.size - (folded or 0)
-            if missing:
-                logger.info("building the tool-status map over %d log entries", missing)
             self._begin()
             try:
+                folded = self.map.size()
                 position = folded or 0
+                missing = self.tree.size - position
+                if missing:
+                    logger.info("building the tool-status map over %d log entries", missing)
                 while True:
                     end = min(position + _MAP_REBUILD_CHUNK, self.tree.size)
                     self.map.advance(position, self.tree.leaf_data(position, end))
                     position = end
                     if position == self.tree.size:
                         break
+                self._end_write()
             except BaseException:
                 self._rollback()
                 raise
@@ -352,7 +473,7 @@ class Log:
         if self.published is not None and self.published.size == self.tree.size:
             latest, _ = open_checkpoint(self.published.note, self.verifier)
             committed = map_root_of(latest.extensions)
-            if committed is not None and committed != self.map.root():
+            if committed is not None and (self._map_at is None or committed != self._map_at[1]):
                 raise IntegrityError(
                     ErrorCode.STORED_ROOT_MISMATCH, "the map root differs from the signed one"
                 )
@@ -376,24 +497,35 @@ class Log:
             store.save_registry_snapshot(
                 self.conn, self.tree.size, json.dumps(registry.to_json(), sort_keys=True)
             )
+            self._end_write()
         except DeplogError:
             self._rollback()
             raise
-        except (sqlite3.Error, TreeCorruptError, KeyError):
+        except (*self.db.errors, TreeCorruptError, KeyError):  # type: ignore[misc]
             self._rollback()
             raise StorageError() from None
         self._commit()
         self.registry = registry
+        self._registry_size = self.tree.size
         return index
 
     def publish(self) -> store.StoredCheckpoint:
         """Sign and persist a checkpoint of every committed leaf, unless one exists."""
+        if self._stale:
+            try:
+                self._refresh()
+            except self.db.errors:
+                raise StorageError() from None
         if self.published is not None and self.published.size == self.tree.size:
             return self.published
         self.published = self._sign_checkpoint()
         return self.published
 
     def _sign_checkpoint(self) -> store.StoredCheckpoint:
+        """Sign the tree this writer committed last. Ed25519 is deterministic and the
+        body has no time, so every process signing a size signs the same bytes; the row
+        is inserted unless one exists and read back, and a different root for the size
+        is refused, never served."""
         size, root = self.tree.size, self.tree.current_root()
         existing = store.checkpoint_at(self.conn, size)
         if existing is not None:
@@ -402,25 +534,34 @@ class Log:
                     ErrorCode.STORED_ROOT_MISMATCH, f"a different root is signed for {size}"
                 )
             return existing
-        if self.map.size() != size:
+        if self._map_at is None or self._map_at[0] != size:
+            # Leaves appended by other means than this class's writes: read the map.
+            with self._snapshot():
+                folded = self.map.size()
+                self._map_at = None if folded is None else (folded, self.map.root())
+        if self._map_at is None or self._map_at[0] != size:
             raise IntegrityError(ErrorCode.STORAGE_CORRUPT, "the map is not at the log's size")
-        extensions = (map_line(self.map.root()),)
+        extensions = (map_line(self._map_at[1]),)
         note = sign_checkpoint(Checkpoint(self.origin, size, root, extensions), self.signer)
-        self._begin()
+        self._begin_unordered()
         try:
-            store.insert_checkpoint(self.conn, size, root, note, now_timestamp())
-        except sqlite3.Error:
+            stored = store.insert_checkpoint_once(self.conn, size, root, note, now_timestamp())
+        except self.db.errors:
             self._rollback()
             raise StorageError() from None
         self._commit()
-        return store.StoredCheckpoint(size, root, note)
+        if stored.root != root:
+            raise IntegrityError(
+                ErrorCode.STORED_ROOT_MISMATCH, f"a different root is signed for {size}"
+            )
+        return stored
 
     def save_published(self, checkpoint: store.StoredCheckpoint, note: bytes) -> None:
         """Remember a checkpoint published under a witness quorum (never a smaller one)."""
-        self._begin()
+        self._begin_unordered()
         try:
             store.save_published_note(self.conn, checkpoint.size, note)
-        except sqlite3.Error:
+        except self.db.errors:
             self._rollback()
             raise StorageError() from None
         self._commit()

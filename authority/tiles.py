@@ -61,13 +61,13 @@ import contextlib
 import itertools
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
 from deplog.authority.log import Log
+from deplog.client.dbapi import Connection
 from deplog.client.errors import DeplogError
 from deplog.client.files import write_atomic
 from deplog.client.storage_faults import CORRUPT, FaultKind, StorageFault
@@ -132,7 +132,7 @@ def partial_tiles(size: int) -> list[Tile]:
     return out
 
 
-def tile_bytes(conn: sqlite3.Connection, tile: Tile) -> bytes:
+def tile_bytes(conn: Connection, tile: Tile) -> bytes:
     """The bytes of ``tile`` from the log's database: 256 rows at most (rule 3).
 
     Level 0 holds the leaf hashes; level L the stored hashes of the perfect subtrees

@@ -1,4 +1,4 @@
-"""The tool-status map (``deplog-map/v1``) in SQLite tables beside the log it folds.
+"""The tool-status map (``deplog-map/v1``) in SQL tables beside the log it folds.
 
 One module for every holder of a map: the authority keeps it in its log
 database, a follower in its state database, the auditor and a map-verifying
@@ -14,14 +14,16 @@ witness in theirs. Rules:
 3. Rows are rewritten in place (``docs/fold-spec.md`` section 7): the tables
    hold the map at one size. Readers that prove a lookup read the size and the
    rows in one read transaction (``snapshot``), so a proof and its size agree.
+4. The SQL is the common subset of SQLite and PostgreSQL (``client.dbapi``); the
+   DDL below is SQLite's, the authority keeps PostgreSQL's beside its own schema.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 
+from deplog.client.dbapi import Connection
 from deplog.client.errors import ErrorCode
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.notice import Notice
@@ -83,7 +85,7 @@ class SqliteNodeStore:
     reports that as altered storage.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
 
     def root(self) -> ChildRef | None:
@@ -120,11 +122,16 @@ class SqliteNodeStore:
     ) -> None:
         """Store a batch's rows and root in the caller's transaction."""
         self.conn.executemany(
-            "INSERT OR REPLACE INTO map_inner VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO map_inner VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
+            "SET bit = excluded.bit, left_id = excluded.left_id, left_bits = excluded.left_bits, "
+            "left_hash = excluded.left_hash, right_id = excluded.right_id, "
+            "right_bits = excluded.right_bits, right_hash = excluded.right_hash",
             [(n.id, n.bit, *_columns(n.left), *_columns(n.right)) for n in inners],
         )
         self.conn.executemany(
-            "INSERT OR REPLACE INTO map_leaf (key, value) VALUES (?, ?)", leaves.items()
+            "INSERT INTO map_leaf (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            leaves.items(),
         )
         ref = (None, None, None) if root is None else (root.id, root.bits, root.hash)
         self.conn.execute(
@@ -140,7 +147,7 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
     """Tool id -> status record in ``map_record``; records are decoded strictly on read, so
     an altered row is ``malformed_map_record``, never a wrong proof."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
 
     def __getitem__(self, tool_id: str) -> StatusRecord:
@@ -170,7 +177,8 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
     def put_raw(self, tool_id: str, record: bytes) -> None:
         """Store a record's canonical bytes as they are (the append path's records)."""
         self.conn.execute(
-            "INSERT OR REPLACE INTO map_record (tool_id, record) VALUES (?, ?)",
+            "INSERT INTO map_record (tool_id, record) VALUES (?, ?) "
+            "ON CONFLICT (tool_id) DO UPDATE SET record = excluded.record",
             (tool_id, record),
         )
 
@@ -191,7 +199,7 @@ class StoredMap(VerifiableMap):
     The caller owns transactions (rule 1): ``advance`` writes but never commits.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.stored = SqliteRecords(conn)
         super().__init__(SqliteNodeStore(conn), self.stored)
@@ -201,13 +209,13 @@ class StoredMap(VerifiableMap):
         return self.stored.raw(tool_id)
 
     @staticmethod
-    def create_schema(conn: sqlite3.Connection) -> None:
+    def create_schema(conn: Connection) -> None:
         """Create the map's tables if missing; an existing map is never touched."""
         for statement in SCHEMA:
             conn.execute(statement)
 
     @staticmethod
-    def drop_unless_at(conn: sqlite3.Connection, size: int) -> None:
+    def drop_unless_at(conn: Connection, size: int) -> None:
         """Remove the map's tables (in the caller's transaction) unless the map is at
         ``size``: for a holder whose map went past the size it keeps, which cannot be
         rewound (rows are rewritten in place)."""

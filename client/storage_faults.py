@@ -113,7 +113,7 @@ class StorageFault(CLIError):
     ``code`` is the kind's stable name, the message's first word.
     """
 
-    def __init__(self, kind: FaultKind, path: Path, evidence: str) -> None:
+    def __init__(self, kind: FaultKind, path: Path | str, evidence: str) -> None:
         self.kind = kind
         self.path = path
         self.evidence = evidence

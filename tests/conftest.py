@@ -93,9 +93,24 @@ class Backend:
     db: str
 
 
+def migrated(url: str) -> str:
+    """``url``'s database with the log's schema (what ``authority migrate`` does)."""
+    from deplog.authority.storage import schema_postgres
+    from deplog.authority.storage.database import open_database
+
+    db = open_database(url)
+    conn = db.connect()
+    try:
+        schema_postgres.migrate(conn, db.describe())
+    finally:
+        conn.close()
+    return url
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """Parametrises a storage-level test over both backends, each with a fresh database."""
+    """Parametrises a storage-level test over both backends, each with a fresh database
+    ready for a ``Log`` (on PostgreSQL: migrated)."""
     if request.param == "sqlite":
         return Backend("sqlite", str(tmp_path / "log.db"))
-    return Backend("postgresql", request.getfixturevalue("pg_url"))
+    return Backend("postgresql", migrated(request.getfixturevalue("pg_url")))

@@ -13,13 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from deplog.client.cli import main as deplog_main_module
+from deplog.client.cli import monitor as monitorcli
+from deplog.client.cli.audit import EXIT_NOT_PROVEN
 from deplog.client.cli.main import main as deplog_main
 from deplog.client.cli.main import parser
 from deplog.client.cli.messages import NO_STATE_YET, SENTENCES, explain
+from deplog.client.cli.trust import fork_error
 from deplog.client.cli.verdicts import EXIT_REFUSE, EXIT_STALE, EXIT_UNKNOWN
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.state import LocalState
-from deplog.client.follow.trust import TrustedState
+from deplog.client.follow.trust import ForkError, SuspectedForkError, TrustedState
 from deplog.client.storage_faults import file_fault
 from tests.builders import ORIGIN, LocalLog
 
@@ -303,3 +307,23 @@ def test_version_is_the_packages(capsys: pytest.CaptureFixture[str]) -> None:
         deplog_main(["--version"])
     assert stopped.value.code == 0
     assert capsys.readouterr().out == f"deplog {importlib.metadata.version('deplog')}\n"
+
+
+def test_follow_and_monitor_word_a_suspected_fork_alike_and_exit_not_proven(
+    tmp_path: Path,
+) -> None:
+    evidence = tmp_path / "suspected.evidence"
+    error = fork_error(SuspectedForkError("proof fails", evidence))
+    assert error.exit_status == EXIT_NOT_PROVEN
+    assert str(error).startswith("suspected_fork: ")
+    assert "not proven" in str(error) and str(evidence) in str(error)
+    assert "fork_error" in vars(monitorcli) and "fork_error" in vars(deplog_main_module)
+
+
+def test_a_proven_fork_names_its_evidence_with_the_default_failure_status(
+    tmp_path: Path,
+) -> None:
+    evidence = tmp_path / "fork.evidence"
+    error = fork_error(ForkError("two roots", evidence))
+    assert error.exit_status == 1
+    assert str(error) == f"fork detected; evidence saved to {evidence}"

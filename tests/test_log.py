@@ -1,10 +1,13 @@
-"""The log: admission rules, durable checkpoints, and refusing to run on altered storage."""
+"""The log: admission rules, durable checkpoints, and refusing to run on altered storage.
+
+Every test runs on both backends (the ``backend`` fixture): SQLite and PostgreSQL.
+"""
 
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 
+import psycopg
 import pytest
 
 from deplog.authority.log import Log, StorageError
@@ -14,6 +17,7 @@ from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf, register
+from tests.conftest import Backend
 
 ORIGIN = "unit.deplog.example/log"
 
@@ -24,8 +28,22 @@ def log_signer() -> Signer:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "log.db"
+def db_path(backend: Backend) -> str:
+    return backend.db
+
+
+def alter(backend: Backend, sqlite_sql: str, postgres_sql: str) -> None:
+    """Change stored data behind the log's back, the append-only triggers set aside."""
+    if backend.kind == "sqlite":
+        conn = sqlite3.connect(backend.db)
+        for statement in sqlite_sql.split(";"):
+            conn.execute(statement)
+        conn.commit()
+        conn.close()
+        return
+    with psycopg.connect(backend.db, autocommit=True) as pg:
+        for statement in postgres_sql.split(";"):
+            pg.execute(statement.encode())
 
 
 @pytest.fixture
@@ -34,14 +52,14 @@ def publisher() -> Signer:
 
 
 @pytest.fixture
-def log(db_path: Path, log_signer: Signer, publisher: Signer) -> Log:
+def log(db_path: str, log_signer: Signer, publisher: Signer) -> Log:
     opened = Log(db_path, log_signer, ORIGIN)
     register(opened, publisher)
     opened.publish()
     return opened
 
 
-def test_a_new_log_publishes_a_signed_empty_checkpoint(db_path: Path, log_signer: Signer) -> None:
+def test_a_new_log_publishes_a_signed_empty_checkpoint(db_path: str, log_signer: Signer) -> None:
     log = Log(db_path, log_signer, ORIGIN)
     assert log.published is not None
     checkpoint, _ = open_checkpoint(log.published.note, log_signer.verifier())
@@ -81,7 +99,7 @@ def test_duplicate_in_one_batch_is_logged_once(log: Log, publisher: Signer) -> N
 
 
 def test_checkpoints_and_leaves_survive_reopening(
-    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+    db_path: str, log: Log, log_signer: Signer, publisher: Signer
 ) -> None:
     log.sequence([make_envelope(publisher, 1)])
     published = log.published
@@ -94,7 +112,7 @@ def test_checkpoints_and_leaves_survive_reopening(
 
 
 def test_leaves_committed_without_a_checkpoint_are_covered_on_open(
-    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+    db_path: str, log: Log, log_signer: Signer, publisher: Signer
 ) -> None:
     """A crash between the leaves' commit and the checkpoint's loses nothing."""
     log.admit_notices([make_envelope(publisher, 1)])
@@ -106,20 +124,22 @@ def test_leaves_committed_without_a_checkpoint_are_covered_on_open(
 
 def test_a_second_root_for_a_signed_size_is_refused_by_storage(log: Log) -> None:
     assert log.published is not None
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):
         store.insert_checkpoint(log.conn, log.published.size, b"\x00" * 32, b"x", "now")
 
 
 def test_open_refuses_a_tree_whose_root_no_longer_matches(
-    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+    backend: Backend, db_path: str, log: Log, log_signer: Signer, publisher: Signer
 ) -> None:
     log.sequence([make_envelope(publisher, seq) for seq in range(1, 4)])
     log.close()
-    conn = sqlite3.connect(db_path)
-    conn.execute("DROP TRIGGER nodes_append_only_update")
-    conn.execute("UPDATE nodes SET hash = zeroblob(32) WHERE level = 2 AND idx = 0")
-    conn.commit()
-    conn.close()
+    alter(
+        backend,
+        "DROP TRIGGER nodes_append_only_update;"
+        "UPDATE nodes SET hash = zeroblob(32) WHERE level = 2 AND idx = 0",
+        "ALTER TABLE nodes DISABLE TRIGGER USER;"
+        "UPDATE nodes SET hash = decode(repeat('00', 32), 'hex') WHERE level = 2 AND idx = 0",
+    )
     with pytest.raises(StorageFault) as refused:
         Log(db_path, log_signer, ORIGIN)
     assert refused.value.kind is CORRUPT
@@ -127,15 +147,16 @@ def test_open_refuses_a_tree_whose_root_no_longer_matches(
 
 
 def test_open_refuses_a_truncated_tree(
-    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+    backend: Backend, db_path: str, log: Log, log_signer: Signer, publisher: Signer
 ) -> None:
     log.sequence([make_envelope(publisher, 1)])
     log.close()
-    conn = sqlite3.connect(db_path)
-    conn.execute("DROP TRIGGER leaves_append_only_delete")
-    conn.execute("DELETE FROM leaves WHERE idx = 1")
-    conn.commit()
-    conn.close()
+    alter(
+        backend,
+        "DROP TRIGGER leaves_append_only_delete; DELETE FROM leaves WHERE idx = 1",
+        "ALTER TABLE leaves DISABLE TRIGGER USER; ALTER TABLE log_head DISABLE TRIGGER USER;"
+        "DELETE FROM leaves WHERE idx = 1; UPDATE log_head SET size = 1",
+    )
     with pytest.raises(StorageFault) as refused:
         Log(db_path, log_signer, ORIGIN)
     assert refused.value.kind is CORRUPT
@@ -143,7 +164,7 @@ def test_open_refuses_a_truncated_tree(
 
 
 def test_open_refuses_checkpoints_signed_by_another_key(
-    db_path: Path, log: Log, publisher: Signer
+    db_path: str, log: Log, publisher: Signer
 ) -> None:
     log.close()
     with pytest.raises(StorageFault) as refused:
@@ -152,12 +173,22 @@ def test_open_refuses_checkpoints_signed_by_another_key(
     assert refused.value.evidence.startswith("checkpoint_invalid: ")
 
 
-def test_storage_failure_rolls_back_the_whole_batch(log: Log, publisher: Signer) -> None:
+def test_storage_failure_rolls_back_the_whole_batch(
+    backend: Backend, log: Log, publisher: Signer
+) -> None:
     size, published = log.tree.size, log.published
-    # The database may not grow by a page any more: a full disk.
-    log.conn.execute("PRAGMA max_page_count = 1")
+    if backend.kind == "sqlite":
+        # The database may not grow by a page any more: a full disk.
+        log.conn.execute("PRAGMA max_page_count = 1")
+    else:
+        # The hundredth insert of the batch fails in the database.
+        log.conn.execute("ALTER TABLE notices ADD CONSTRAINT fail CHECK (sequence < 100)")
     with pytest.raises(StorageError):
         log.sequence([make_envelope(publisher, seq) for seq in range(1, 201)])
     assert log.tree.size == size and log.published == published
-    log.conn.execute("PRAGMA max_page_count = 1073741823")
+    if backend.kind == "sqlite":
+        log.conn.execute("PRAGMA max_page_count = 1073741823")
+    else:
+        log.conn.execute("ALTER TABLE notices DROP CONSTRAINT fail")
+        assert log.conn.execute("SELECT size FROM log_head").fetchone() == (size,)
     assert log.sequence([make_envelope(publisher, 1)])[0].index == size

@@ -141,8 +141,9 @@ SERVE_OPTIONS = {
     for config in authority_cli.SERVE_CONFIGS
     for config_field, spec, flag in options_of(config)
 }
-INSTANCE_FLAGS = {"-h", "--help", "--data", "--keys", "--origin"}
-"""What every authority command takes: where the data and keys are, the origin on first start."""
+INSTANCE_FLAGS = {"-h", "--help", "--data", "--keys", "--origin", "--db"}
+"""What every authority command takes: where the data, keys and log database are, the origin
+on first start."""
 
 
 def test_every_authority_serve_flag_maps_to_a_config_field() -> None:

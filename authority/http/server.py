@@ -76,6 +76,7 @@ from deplog.authority.log import IntegrityError, Log, StorageError
 from deplog.authority.options import MEBIBYTES, option
 from deplog.authority.sequencer import Sequencer, SequencerLimits
 from deplog.authority.storage import audit, store
+from deplog.authority.storage.database import open_database
 from deplog.authority.storage.reader import LogReader
 from deplog.authority.supervise import Supervisor
 from deplog.authority.tiles import DEFAULT_PARTIAL_GRACE, TilesDirectory
@@ -142,6 +143,8 @@ class ServerConfig:
 
     db_path: Path
     origin: str
+    db_url: str | None = None
+    """A PostgreSQL database holding the log instead of ``db_path`` (``--db``)."""
     max_body: int = MAX_ENVELOPE_BYTES
     max_entries: int = MAX_ENTRIES_PER_REQUEST
     reader_threads: int = 2
@@ -184,6 +187,11 @@ class ServerConfig:
     )
     limits: SequencerLimits = field(default_factory=SequencerLimits)
     explorer: ExplorerConfig = field(default_factory=ExplorerConfig)
+
+    @property
+    def database(self) -> Path | str:
+        """The log's database: the PostgreSQL URL if there is one, else the SQLite file."""
+        return self.db_url if self.db_url is not None else self.db_path
 
     @property
     def tiles_path(self) -> Path | None:
@@ -242,6 +250,7 @@ class AuthorityState:
         self._local = threading.local()
         self._all_readers: list[LogReader] = []
         self._lock = threading.Lock()
+        self._db_errors = open_database(config.database).errors
         self._publishing = asyncio.Lock()
         published = log.published
         assert published is not None  # Log always publishes on open
@@ -285,11 +294,16 @@ class AuthorityState:
         """
         # Its own niced process (see storage/audit.py): rehashing a large log must
         # not take the interpreter lock from the request handlers, and it can be killed.
+        # A database URL travels in the environment, never in argv (its password).
+        target, env = str(self.config.db_path), None
+        if self.config.db_url is not None:
+            target, env = "-", {**os.environ, audit.DB_ENV: self.config.db_url}
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             audit.__name__,
-            str(self.config.db_path),
+            target,
+            env=env,
             stdout=asyncio.subprocess.PIPE,
             # Inherited: its progress lines reach the operator's stderr.
             stderr=None,
@@ -462,15 +476,30 @@ class AuthorityState:
     def _reader(self) -> LogReader:
         reader: LogReader | None = getattr(self._local, "reader", None)
         if reader is None:
-            reader = LogReader(self.config.db_path)
+            reader = LogReader(self.config.database)
             self._local.reader = reader
             with self._lock:
                 self._all_readers.append(reader)
         return reader
 
+    def _read(self, fn: Callable[[LogReader], Any]) -> Any:
+        """Reader thread: a database failure is 503 ``storage_unavailable``, and the
+        thread's reader is dropped, so the next read reconnects (a restarted server)."""
+        try:
+            return fn(self._reader())
+        except self._db_errors:
+            reader: LogReader | None = getattr(self._local, "reader", None)
+            if reader is not None:
+                self._local.reader = None
+                with self._lock:
+                    self._all_readers.remove(reader)
+                with contextlib.suppress(Exception):
+                    reader.close()
+            raise StorageError() from None
+
     async def read(self, fn: Callable[[LogReader], Any]) -> Any:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._readers, lambda: fn(self._reader()))
+        return await loop.run_in_executor(self._readers, self._read, fn)
 
     def close(self) -> None:
         self._readers.shutdown(wait=True)
@@ -679,7 +708,7 @@ async def _post_admin_publisher(request: web.Request) -> web.Response:
 
 def _open_log(config: ServerConfig, signer: Signer) -> tuple[Log, TilesDirectory | None]:
     """Open the log, then complete its tiles directory before anything is served."""
-    log = Log(config.db_path, signer, config.origin, max_bytes=config.max_db_bytes)
+    log = Log(config.database, signer, config.origin, max_bytes=config.max_db_bytes)
     if config.tiles_path is None:
         return log, None
     try:

@@ -24,16 +24,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from deplog.authority.storage import store
+from deplog.authority.storage.database import Database, is_postgres_url, open_database
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.progress import Progress
 
 __all__ = [
+    "DB_ENV",
     "EXIT_CORRUPT",
     "EXIT_OK",
     "EXIT_UNREADABLE",
@@ -43,6 +43,8 @@ __all__ = [
     "main",
 ]
 
+DB_ENV = "DEPLOG_DB"
+"""Where the command reads a database URL given as ``-`` (a password stays out of argv)."""
 EXIT_OK = 0
 EXIT_CORRUPT = 1
 EXIT_UNREADABLE = 2
@@ -51,14 +53,14 @@ NICENESS = 10
 
 
 def audit_storage(
-    path: Path, progress: Callable[[int, int], None] | None = None
+    path: Database | Path | str, progress: Callable[[int, int], None] | None = None
 ) -> tuple[int, str | None]:
     """Rehash every leaf and subtree of a database: (size, first problem or None).
 
-    ``progress`` hears (leaves done, size) as the rehash goes. Raises
-    ``sqlite3.Error`` when the file cannot be read as a log database.
+    ``progress`` hears (leaves done, size) as the rehash goes. Raises the database's
+    error (``sqlite3.Error``, ``psycopg.Error``) when it cannot be read as a log database.
     """
-    conn = store.connect(path, readonly=True)
+    conn = open_database(path).connect(readonly=True)
     try:
         try:
             tree = StoredHashTree(conn)
@@ -89,14 +91,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m deplog.authority.storage.audit",
         description="Rehash every stored leaf and subtree hash of an authority database.",
     )
-    parser.add_argument("db", type=Path, help="the log database (data/log.db)")
+    parser.add_argument("db", help="the log database (data/log.db, or a postgresql:// URL)")
     args = parser.parse_args(argv)
     lower_priority(0, os.getppid())
+    db = open_database(args.db if is_postgres_url(args.db) else Path(args.db))
     try:
-        with Progress(f"storage audit of {args.db}", unit="leaves") as shown:
-            size, problem = audit_storage(args.db, shown.update)
-    except sqlite3.Error as err:
-        print(f"cannot audit {args.db}: {type(err).__name__}", file=sys.stderr)
+        with Progress(f"storage audit of {db.describe()}", unit="leaves") as shown:
+            size, problem = audit_storage(db, shown.update)
+    except db.errors as err:
+        print(f"cannot audit {db.describe()}: {type(err).__name__}", file=sys.stderr)
         return EXIT_UNREADABLE
     print(json.dumps({"size": size, "problem": problem}), flush=True)
     return EXIT_OK if problem is None else EXIT_CORRUPT

@@ -16,6 +16,7 @@ from typing import Any
 
 from deplog.authority.log import IntegrityError
 from deplog.authority.storage import store
+from deplog.authority.storage.database import Database, open_database
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.errors import DeplogError
 from deplog.client.mapstore import StoredMap
@@ -40,10 +41,11 @@ MAX_SEARCH_ROWS = 200
 
 
 class LogReader:
-    """Proofs and entries over a read-only connection to the log database."""
+    """Proofs and entries over a read-only connection to the log database (SQLite or
+    PostgreSQL: the queries are their common subset)."""
 
-    def __init__(self, path: Path) -> None:
-        self.conn = store.connect(path, readonly=True)
+    def __init__(self, db: Database | Path | str) -> None:
+        self.conn = open_database(db).connect(readonly=True)
         self.tree = StoredHashTree(self.conn)
         self.map = StoredMap(self.conn)
 

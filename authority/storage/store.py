@@ -1,9 +1,10 @@
-"""The authority's SQLite database: the tree, signed checkpoints and lookup indexes.
+"""The authority's database: the tree, signed checkpoints and lookup indexes.
 
-One file, WAL mode, ``synchronous=FULL``: a commit returns only after the WAL
-is on disk, so a transaction that committed survives a kill or a power cut.
-Only the sequencer thread writes; readers use their own connections and see
-committed snapshots.
+On SQLite (the default): one file, WAL mode, ``synchronous=FULL``: a commit returns
+only after the WAL is on disk, so a transaction that committed survives a kill or a
+power cut. Only the sequencer thread writes; readers use their own connections and see
+committed snapshots. The queries here are the common subset of SQLite and PostgreSQL
+(``client.dbapi``); the DDL below is SQLite's, PostgreSQL's is ``schema_postgres``.
 
 Tables besides the tree's (see ``tree.py``):
   * ``checkpoints``: every checkpoint the authority signed, keyed by size, so a
@@ -29,6 +30,7 @@ from pathlib import Path
 import sqlite_utils
 
 from deplog.authority.storage.tree import StoredHashTree
+from deplog.client.dbapi import Connection
 from deplog.client.mapstore import StoredMap
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "connect",
     "create_schema",
     "insert_checkpoint",
+    "insert_checkpoint_once",
     "insert_notice",
     "latest_checkpoint",
     "limit_size",
@@ -46,6 +49,7 @@ __all__ = [
     "registry_snapshot",
     "save_published_note",
     "save_registry_snapshot",
+    "set_head",
     "tool_entry_indexes",
 ]
 
@@ -81,7 +85,7 @@ def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
 
 
 def create_schema(conn: sqlite3.Connection) -> None:
-    """Create every table that is missing; existing data is never touched."""
+    """Create every table that is missing (SQLite); existing data is never touched."""
     StoredHashTree.create_schema(conn)
     StoredMap.create_schema(conn)
     db = _database(conn)
@@ -130,14 +134,14 @@ class StoredCheckpoint:
     note: bytes
 
 
-def latest_checkpoint(conn: sqlite3.Connection) -> StoredCheckpoint | None:
+def latest_checkpoint(conn: Connection) -> StoredCheckpoint | None:
     row = conn.execute(
         "SELECT size, root, note FROM checkpoints ORDER BY size DESC LIMIT 1"
     ).fetchone()
     return None if row is None else StoredCheckpoint(row[0], bytes(row[1]), bytes(row[2]))
 
 
-def checkpoint_at(conn: sqlite3.Connection, size: int) -> StoredCheckpoint | None:
+def checkpoint_at(conn: Connection, size: int) -> StoredCheckpoint | None:
     row = conn.execute(
         "SELECT size, root, note FROM checkpoints WHERE size = ?", (size,)
     ).fetchone()
@@ -145,7 +149,7 @@ def checkpoint_at(conn: sqlite3.Connection, size: int) -> StoredCheckpoint | Non
 
 
 def insert_checkpoint(
-    conn: sqlite3.Connection, size: int, root: bytes, note: bytes, signed_at: str
+    conn: Connection, size: int, root: bytes, note: bytes, signed_at: str
 ) -> None:
     conn.execute(
         "INSERT INTO checkpoints (size, root, note, signed_at) VALUES (?, ?, ?, ?)",
@@ -153,9 +157,7 @@ def insert_checkpoint(
     )
 
 
-def notice_by_sequence(
-    conn: sqlite3.Connection, publisher: str, sequence: int
-) -> tuple[int, bytes] | None:
+def notice_by_sequence(conn: Connection, publisher: str, sequence: int) -> tuple[int, bytes] | None:
     row = conn.execute(
         "SELECT idx, digest FROM notices WHERE publisher = ? AND sequence = ?",
         (publisher, sequence),
@@ -164,7 +166,7 @@ def notice_by_sequence(
 
 
 def insert_notice(
-    conn: sqlite3.Connection, publisher: str, sequence: int, idx: int, digest: bytes, tool_id: str
+    conn: Connection, publisher: str, sequence: int, idx: int, digest: bytes, tool_id: str
 ) -> None:
     conn.execute(
         "INSERT INTO notices (publisher, sequence, idx, digest) VALUES (?, ?, ?, ?)",
@@ -173,7 +175,7 @@ def insert_notice(
     conn.execute("INSERT INTO tool_entries (tool_id, idx) VALUES (?, ?)", (tool_id, idx))
 
 
-def tool_entry_indexes(conn: sqlite3.Connection, tool_id: str, size: int, limit: int) -> list[int]:
+def tool_entry_indexes(conn: Connection, tool_id: str, size: int, limit: int) -> list[int]:
     rows = conn.execute(
         "SELECT idx FROM tool_entries WHERE tool_id = ? AND idx < ? ORDER BY idx LIMIT ?",
         (tool_id, size, limit),
@@ -181,13 +183,13 @@ def tool_entry_indexes(conn: sqlite3.Connection, tool_id: str, size: int, limit:
     return [int(r[0]) for r in rows]
 
 
-def published_note(conn: sqlite3.Connection) -> tuple[int, bytes] | None:
+def published_note(conn: Connection) -> tuple[int, bytes] | None:
     """The last checkpoint published under a witness quorum, with its cosignatures."""
     row = conn.execute("SELECT size, note FROM published WHERE id = 1").fetchone()
     return None if row is None else (int(row[0]), bytes(row[1]))
 
 
-def save_published_note(conn: sqlite3.Connection, size: int, note: bytes) -> None:
+def save_published_note(conn: Connection, size: int, note: bytes) -> None:
     """Replace the published note, never by one of a smaller size.
 
     Plain SQL: the upsert is guarded, which sqlite-utils' ``upsert`` cannot express."""
@@ -199,11 +201,34 @@ def save_published_note(conn: sqlite3.Connection, size: int, note: bytes) -> Non
     )
 
 
-def registry_snapshot(conn: sqlite3.Connection) -> tuple[int, str] | None:
+def registry_snapshot(conn: Connection) -> tuple[int, str] | None:
     row = conn.execute("SELECT size, state FROM registry WHERE id = 1").fetchone()
     return None if row is None else (int(row[0]), str(row[1]))
 
 
-def save_registry_snapshot(conn: sqlite3.Connection, size: int, state: str) -> None:
+def save_registry_snapshot(conn: Connection, size: int, state: str) -> None:
     """Replace the snapshot, inside the caller's transaction (rare: publisher changes only)."""
-    _database(conn).table("registry").upsert({"id": 1, "size": size, "state": state}, pk="id")
+    conn.execute(
+        "INSERT INTO registry (id, size, state) VALUES (1, ?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET size = excluded.size, state = excluded.state",
+        (size, state),
+    )
+
+
+def set_head(conn: Connection, size: int) -> None:
+    """Move ``log_head`` (PostgreSQL only) to the size the transaction commits."""
+    conn.execute("UPDATE log_head SET size = ? WHERE id = 1", (size,))
+
+
+def insert_checkpoint_once(
+    conn: Connection, size: int, root: bytes, note: bytes, signed_at: str
+) -> StoredCheckpoint:
+    """Insert a checkpoint unless one of that size exists; the one stored (the only one)."""
+    conn.execute(
+        "INSERT INTO checkpoints (size, root, note, signed_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (size) DO NOTHING",
+        (size, root, note, signed_at),
+    )
+    stored = checkpoint_at(conn, size)
+    assert stored is not None
+    return stored

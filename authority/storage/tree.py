@@ -32,6 +32,7 @@ from importlib import metadata
 
 from pymerkle import BaseMerkleTree
 
+from deplog.client.dbapi import Connection
 from deplog.client.tlog.proofs import TreeFrontier, leaf_hash, node_hash
 
 __all__ = [
@@ -87,7 +88,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
     nothing, so a batch of appends is one commit.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
         # pymerkle's LRU subroot cache is bypassed: every subroot is one read.
         super().__init__("sha256", capacity=0)
@@ -221,9 +222,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         expected = 0
         report = progress or _ignore
         report(0, self.size)
-        for idx, data, digest in self.conn.execute(
-            "SELECT idx, data, hash FROM leaves WHERE idx < ? ORDER BY idx", (self.size,)
-        ):
+        for idx, data, digest in self._leaf_rows(self.size):
             if idx != expected:
                 return f"leaf {expected} is missing"
             if leaf_hash(bytes(data)) != bytes(digest):
@@ -243,6 +242,22 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
             return f"leaf {expected} is missing"
         report(expected, self.size)
         return None
+
+    def _leaf_rows(self, size: int) -> Iterator[tuple[int, bytes, bytes]]:
+        """Every leaf row below ``size`` in index order, read :data:`AUDIT_PROGRESS_STEP`
+        rows at a time, so memory stays bounded whatever the driver buffers."""
+        start = 0
+        while start < size:
+            end = min(start + AUDIT_PROGRESS_STEP, size)
+            rows = self.conn.execute(
+                "SELECT idx, data, hash FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
+                (start, end),
+            ).fetchall()
+            for idx, data, digest in rows:
+                yield int(idx), bytes(data), bytes(digest)
+            if len(rows) < end - start:
+                return
+            start = end
 
     # -- RFC 9162 proofs ---------------------------------------------------
 

@@ -27,6 +27,7 @@ from deplog.client.cli.messages import explain
 from deplog.client.cli.trust import (
     add_follow_arguments,
     add_tiles_argument,
+    fork_error,
     load_trust,
     log_origin,
     open_log,
@@ -152,16 +153,8 @@ def _cmd_follow(args: argparse.Namespace) -> int:
             asyncio.run(follow())
     except KeyboardInterrupt:
         return 130
-    except ForkError as err:
-        raise CLIError(f"fork detected; evidence saved to {err.evidence}") from None
-    except SuspectedForkError as err:
-        raise CLIError(
-            f"suspected_fork: the consistency proof served between two signed checkpoints "
-            f"fails; not proven (the log never signs proofs, the network path may have "
-            f"corrupted it); the state did not advance; run again to retry; unproven "
-            f"evidence: {err.evidence}",
-            auditcli.EXIT_NOT_PROVEN,
-        ) from None
+    except (ForkError, SuspectedForkError) as err:
+        raise fork_error(err) from None
     return 0
 
 

@@ -21,8 +21,15 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from deplog.client.cli.audit import EXIT_NOT_PROVEN
-from deplog.client.cli.trust import add_follow_arguments, load_trust, log_origin, writing_state
+from deplog.client.cli.trust import (
+    add_follow_arguments,
+    add_tiles_argument,
+    fork_error,
+    load_trust,
+    log_origin,
+    open_log,
+    writing_state,
+)
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.follow.follower import Follower, SyncResult
 from deplog.client.follow.monitor import (
@@ -34,6 +41,7 @@ from deplog.client.follow.monitor import (
 )
 from deplog.client.follow.trust import ForkError, SuspectedForkError
 from deplog.client.model.notice import parse_namespace
+from deplog.client.progress import Progress
 from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
@@ -92,12 +100,16 @@ def _follow(args: argparse.Namespace, trust: Verifier | Policy, monitor: Monitor
         found += _print_events(result)
 
     async def follow() -> None:
-        async with Follower(
-            args.url, trust, args.state, timeout=args.timeout, memory_mib=args.memory_budget
-        ) as follower:
+        async with (
+            open_log(args.url, args.tiles, args.timeout) as (source, fallback),
+            Follower(
+                source, trust, args.state, fallback=fallback, memory_mib=args.memory_budget
+            ) as follower,
+        ):
             follower.trust.watch = monitor
             follower.add_listener(report)
-            first = await follower.sync()
+            with Progress("verifying entries") as progress:
+                first = await follower.sync(progress.update)
             print(
                 f"monitoring {args.namespace} on {log_origin(trust)}: verified to size "
                 f"{first.new_size}",
@@ -112,12 +124,8 @@ def _follow(args: argparse.Namespace, trust: Verifier | Policy, monitor: Monitor
             asyncio.run(follow())
     except KeyboardInterrupt:
         return 130
-    except ForkError as err:
-        raise CLIError(f"fork detected; evidence saved to {err.evidence}") from None
-    except SuspectedForkError as err:
-        raise CLIError(
-            f"suspected_fork: not proven; unproven evidence: {err.evidence}", EXIT_NOT_PROVEN
-        ) from None
+    except (ForkError, SuspectedForkError) as err:
+        raise fork_error(err) from None
     return EXIT_EVENTS if found else 0
 
 
@@ -146,5 +154,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="directory of the envelopes you published (deplog publish --out)",
     )
     add_follow_arguments(sp, DEFAULT_MONITOR_STATE)
+    add_tiles_argument(sp)
     sp.add_argument("--once", action="store_true", help="sync once, report, and exit")
     sp.set_defaults(func=_cmd_monitor)

@@ -26,12 +26,13 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
-from deplog.client.cli.audit import read_bounded, read_log_key
+from deplog.client.cli.audit import EXIT_NOT_PROVEN, read_bounded, read_log_key
 from deplog.client.errors import CLIError
 from deplog.client.follow.http import DEFAULT_TIMEOUT, HttpLogSource
 from deplog.client.follow.source import LogSource
 from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB
 from deplog.client.follow.tiles import TilesLogSource, publishes_tiles
+from deplog.client.follow.trust import ForkError, SuspectedForkError
 from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault, database_files
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy
@@ -97,6 +98,21 @@ def writing_state(path: Path) -> Iterator[None]:
         if isinstance(err, sqlite3.Error):
             raise state_fault(err, path) from None
         raise
+
+
+def fork_error(err: ForkError | SuspectedForkError) -> CLIError:
+    """The one wording of a fork for every command that follows the log (follow, monitor):
+    a proven fork names its evidence; a suspected one says why it is not proven and that
+    the state did not advance (exit ``EXIT_NOT_PROVEN``)."""
+    if isinstance(err, ForkError):
+        return CLIError(f"fork detected; evidence saved to {err.evidence}")
+    return CLIError(
+        f"suspected_fork: the consistency proof served between two signed checkpoints "
+        f"fails; not proven (the log never signs proofs, the network path may have "
+        f"corrupted it); the state did not advance; run again to retry; unproven "
+        f"evidence: {err.evidence}",
+        EXIT_NOT_PROVEN,
+    )
 
 
 def _holds_checkpoint(path: Path) -> bool:

@@ -23,7 +23,7 @@ from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess
 
 Events = list[dict[str, Any]]
-MonitorOnce = Callable[[], tuple[int, Events]]
+MonitorOnce = Callable[..., tuple[int, Events]]
 
 
 @pytest.fixture
@@ -62,9 +62,9 @@ def monitor_once(
         "--once",
     ]
 
-    def run() -> tuple[int, Events]:
+    def run(*extra: str) -> tuple[int, Events]:
         capsys.readouterr()
-        status = deplog_main(argv)
+        status = deplog_main([*argv, *extra])
         captured = capsys.readouterr()
         assert "Traceback" not in captured.err
         return status, [json.loads(line) for line in captured.out.splitlines()]
@@ -153,3 +153,17 @@ def test_a_journal_file_that_is_not_an_envelope_stops_the_monitor_with_one_line(
     assert status == 1
     err = capsys.readouterr().err
     assert "bad_journal" in err and "acme-1.envelope.json" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("tiles", ["off", "url"])
+def test_the_monitor_reads_the_log_through_tiles_or_the_json_api_alike(
+    authority: AuthorityProcess,
+    monitored: MonitorOnce,
+    publisher: Signer,
+    tiles: str,
+) -> None:
+    """``--tiles`` as for ``deplog follow``: the events do not depend on the source."""
+    post(authority, publisher, 5)
+    status, [event] = monitored("--tiles", authority.url if tiles == "url" else "off")
+    assert status == EXIT_EVENTS
+    assert (event["event"], event["index"], event["checkpoint_size"]) == ("notice", 1, 2)

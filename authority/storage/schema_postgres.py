@@ -1,0 +1,269 @@
+"""The log's schema on PostgreSQL: tables, append-only triggers, the order row, versions.
+
+The tables are the SQLite store's (``store``, ``tree``, ``client.mapstore``) with
+PostgreSQL types (``bytea``, ``bigint``, text in ``"C"`` collation so ordering is byte
+order, as in SQLite). ``authority migrate --db URL`` creates or upgrades it: one
+transaction, serialized by an advisory lock, idempotent; ``schema_version`` holds the
+version, and a server refuses a database that is not at :data:`CURRENT_VERSION`.
+
+What the database itself enforces (not only ``Log``):
+  1. ``leaves``, ``nodes``, ``checkpoints``, ``notices`` and ``tool_entries`` are
+     append-only: UPDATE, DELETE and TRUNCATE raise.
+  2. Leaf indices are contiguous: a leaf must be the next index after the largest one.
+  3. ``log_head`` (one row) holds the committed log size: it only grows, always equals
+     the number of leaves, and a transaction that adds leaves must move it (checked at
+     commit by a deferred constraint trigger), so the head and the leaves never disagree.
+  4. One root per size: ``checkpoints.size`` is the primary key, and a checkpoint cannot
+     be of a size the log has not committed.
+  5. ``published`` (the served, cosigned note) never moves to a smaller size.
+
+The order (why a row lock): every write transaction starts with ``SELECT size FROM
+log_head WHERE id = 1 FOR UPDATE``. The lock belongs to the transaction that does the
+writes, so it cannot outlive its connection: a killed writer's transaction aborts and
+the lock is free at once; a writer that lost its connection cannot commit anything, so
+there is nothing to fence. A lease row with fencing tokens would need a clock, an expiry
+to tune and a token check on every write that a bug could forget; a session advisory lock
+outlives the transactions under it, so a writer could keep the lock after a failed commit
+and its holder is not tied to the rows it writes. The row lock is the write itself.
+"""
+
+from __future__ import annotations
+
+from deplog.client.dbapi import Connection
+from deplog.client.errors import CLIError
+
+__all__ = [
+    "CURRENT_VERSION",
+    "EXIT_CONFIG",
+    "MIGRATIONS",
+    "migrate",
+    "require_current",
+    "schema_version",
+]
+
+CURRENT_VERSION = 1
+EXIT_CONFIG = 78
+"""Exit status of a database without the current schema (sysexits ``EX_CONFIG``)."""
+_MIGRATE_LOCK = 0x6465706C6F67  # "deplog": serializes concurrent migrations
+
+_V1 = (
+    """CREATE TABLE schema_version (
+        id integer PRIMARY KEY CHECK (id = 1),
+        version integer NOT NULL
+    )""",
+    """CREATE TABLE leaves (
+        idx bigint PRIMARY KEY CHECK (idx >= 0),
+        data bytea NOT NULL,
+        hash bytea NOT NULL
+    )""",
+    """CREATE TABLE nodes (
+        level integer NOT NULL,
+        idx bigint NOT NULL,
+        hash bytea NOT NULL,
+        PRIMARY KEY (level, idx)
+    )""",
+    """CREATE TABLE log_head (
+        id integer PRIMARY KEY CHECK (id = 1),
+        size bigint NOT NULL CHECK (size >= 0)
+    )""",
+    "INSERT INTO log_head (id, size) VALUES (1, 0)",
+    """CREATE TABLE checkpoints (
+        size bigint PRIMARY KEY,
+        root bytea NOT NULL,
+        note bytea NOT NULL,
+        signed_at text NOT NULL
+    )""",
+    """CREATE TABLE notices (
+        publisher text COLLATE "C" NOT NULL,
+        sequence bigint NOT NULL,
+        idx bigint NOT NULL,
+        digest bytea NOT NULL,
+        PRIMARY KEY (publisher, sequence)
+    )""",
+    """CREATE TABLE tool_entries (
+        tool_id text COLLATE "C" NOT NULL,
+        idx bigint NOT NULL,
+        PRIMARY KEY (tool_id, idx)
+    )""",
+    """CREATE TABLE published (
+        id integer PRIMARY KEY,
+        size bigint NOT NULL,
+        note bytea NOT NULL
+    )""",
+    """CREATE TABLE registry (
+        id integer PRIMARY KEY,
+        size bigint NOT NULL,
+        state text NOT NULL
+    )""",
+    # The tool-status map (client/mapstore.py's tables).
+    """CREATE TABLE map_inner (
+        id bytea PRIMARY KEY,
+        bit integer NOT NULL,
+        left_id bytea NOT NULL,
+        left_bits integer NOT NULL,
+        left_hash bytea NOT NULL,
+        right_id bytea NOT NULL,
+        right_bits integer NOT NULL,
+        right_hash bytea NOT NULL
+    )""",
+    """CREATE TABLE map_leaf (
+        key bytea PRIMARY KEY,
+        value bytea NOT NULL
+    )""",
+    """CREATE TABLE map_record (
+        tool_id text COLLATE "C" PRIMARY KEY,
+        record bytea NOT NULL
+    )""",
+    """CREATE TABLE map_state (
+        id integer PRIMARY KEY CHECK (id = 1),
+        size bigint NOT NULL,
+        root_id bytea,
+        root_bits integer,
+        root_hash bytea
+    )""",
+    # SQLite's instr(), so the reader's search runs unchanged.
+    """CREATE OR REPLACE FUNCTION instr(haystack text, needle text) RETURNS integer
+        LANGUAGE sql IMMUTABLE STRICT AS 'SELECT strpos(haystack, needle)'""",
+    # Rule 1.
+    """CREATE FUNCTION deplog_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION '% is append-only', TG_TABLE_NAME USING ERRCODE = 'restrict_violation';
+    END $$""",
+    *(
+        statement
+        for table in ("leaves", "nodes", "checkpoints", "notices", "tool_entries")
+        for statement in (
+            f"""CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table}
+                FOR EACH ROW EXECUTE FUNCTION deplog_append_only()""",
+            f"""CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table}
+                FOR EACH STATEMENT EXECUTE FUNCTION deplog_append_only()""",
+        )
+    ),
+    # Rule 2.
+    """CREATE FUNCTION deplog_leaf_next() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        expected bigint;
+    BEGIN
+        SELECT coalesce(max(idx) + 1, 0) INTO expected FROM leaves;
+        IF NEW.idx <> expected THEN
+            RAISE EXCEPTION 'leaf % is not the next index %', NEW.idx, expected
+                USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN NEW;
+    END $$""",
+    """CREATE TRIGGER leaves_contiguous BEFORE INSERT ON leaves
+        FOR EACH ROW EXECUTE FUNCTION deplog_leaf_next()""",
+    # Rule 3.
+    """CREATE FUNCTION deplog_head_moves() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        leaves bigint;
+    BEGIN
+        IF TG_OP <> 'UPDATE' THEN
+            RAISE EXCEPTION 'log_head is one row that only moves forward'
+                USING ERRCODE = 'restrict_violation';
+        END IF;
+        SELECT coalesce(max(idx) + 1, 0) INTO leaves FROM leaves;
+        IF NEW.id <> OLD.id OR NEW.size < OLD.size OR NEW.size <> leaves THEN
+            RAISE EXCEPTION 'log_head size % is not the % committed leaves', NEW.size, leaves
+                USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN NEW;
+    END $$""",
+    """CREATE TRIGGER log_head_moves BEFORE UPDATE OR DELETE ON log_head
+        FOR EACH ROW EXECUTE FUNCTION deplog_head_moves()""",
+    """CREATE TRIGGER log_head_no_truncate BEFORE TRUNCATE ON log_head
+        FOR EACH STATEMENT EXECUTE FUNCTION deplog_append_only()""",
+    """CREATE FUNCTION deplog_leaf_under_head() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.idx >= (SELECT size FROM log_head WHERE id = 1) THEN
+            RAISE EXCEPTION 'leaf % committed without moving log_head', NEW.idx
+                USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN NULL;
+    END $$""",
+    """CREATE CONSTRAINT TRIGGER leaves_under_head AFTER INSERT ON leaves
+        DEFERRABLE INITIALLY DEFERRED
+        FOR EACH ROW EXECUTE FUNCTION deplog_leaf_under_head()""",
+    # Rule 4.
+    """CREATE FUNCTION deplog_checkpoint_committed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.size > (SELECT size FROM log_head WHERE id = 1) THEN
+            RAISE EXCEPTION 'checkpoint of size % beyond the committed log', NEW.size
+                USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN NEW;
+    END $$""",
+    """CREATE TRIGGER checkpoints_committed BEFORE INSERT ON checkpoints
+        FOR EACH ROW EXECUTE FUNCTION deplog_checkpoint_committed()""",
+    # Rule 5.
+    """CREATE FUNCTION deplog_published_forward() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP <> 'UPDATE' OR NEW.size < OLD.size THEN
+            RAISE EXCEPTION 'the published checkpoint never moves back'
+                USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN NEW;
+    END $$""",
+    """CREATE TRIGGER published_forward BEFORE UPDATE OR DELETE ON published
+        FOR EACH ROW EXECUTE FUNCTION deplog_published_forward()""",
+    """CREATE TRIGGER published_no_truncate BEFORE TRUNCATE ON published
+        FOR EACH STATEMENT EXECUTE FUNCTION deplog_append_only()""",
+    "INSERT INTO schema_version (id, version) VALUES (1, 1)",
+)
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1}
+"""Version -> the statements that bring the schema from version - 1 to it."""
+
+
+def schema_version(conn: Connection) -> int:
+    """The schema's version, 0 for a database without one."""
+    row = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
+    if not row[0]:
+        return 0
+    found = conn.execute("SELECT version FROM schema_version WHERE id = 1").fetchone()
+    return 0 if found is None else int(found[0])
+
+
+def migrate(conn: Connection, name: str) -> tuple[int, int]:
+    """Bring the schema to :data:`CURRENT_VERSION` in one transaction: (before, after).
+
+    Idempotent (a current schema is left as it is); a schema newer than this software
+    is refused, unchanged."""
+    conn.execute("BEGIN")
+    try:
+        conn.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATE_LOCK,))
+        before = schema_version(conn)
+        if before > CURRENT_VERSION:
+            raise CLIError(
+                f"{name} has schema version {before}, newer than this authority's "
+                f"{CURRENT_VERSION}: upgrade deplog; nothing was changed",
+                EXIT_CONFIG,
+            )
+        for version in range(before + 1, CURRENT_VERSION + 1):
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+            conn.execute("UPDATE schema_version SET version = ? WHERE id = 1", (version,))
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return before, CURRENT_VERSION
+
+
+def require_current(conn: Connection, name: str) -> None:
+    """Refuse (exit 78) a database whose schema is not this software's."""
+    version = schema_version(conn)
+    if version == CURRENT_VERSION:
+        return
+    if version == 0:
+        problem = "has no deplog schema"
+    elif version < CURRENT_VERSION:
+        problem = f"has schema version {version}, this authority needs {CURRENT_VERSION}"
+    else:
+        raise CLIError(
+            f"{name} has schema version {version}, newer than this authority's "
+            f"{CURRENT_VERSION}: upgrade deplog",
+            EXIT_CONFIG,
+        )
+    raise CLIError(f"{name} {problem}: run 'authority migrate --db URL' first", EXIT_CONFIG)

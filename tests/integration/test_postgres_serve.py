@@ -1,0 +1,155 @@
+"""``authority serve --db postgresql://...``: a real authority process on a real cluster.
+
+Migrate (idempotent, ``--json``), serve, publish with receipts that verify, check; a
+database without the schema, or one that cannot be reached, refuses to start with one
+line naming it (never its password) and its exit status; while serving, a stopped
+database is 503 ``storage_unavailable`` and the service comes back by itself when the
+database does, with nothing acknowledged lost.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from deplog.authority.cli import main as authority_main
+from deplog.client.tlog.note import Signer
+from deplog.client.tlog.receipt import Receipt, verify_receipt
+from tests.builders import make_envelope, notice_leaf
+from tests.integration.harness import ORIGIN, AuthorityProcess
+from tests.pgcluster import PgCluster
+
+JSON = {"Content-Type": "application/json"}
+
+
+def authority_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "deplog.authority.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def with_password(url: str) -> str:
+    """The same database, named with a password (trust authentication ignores it)."""
+    return url.replace("postgres@", "postgres:s3cr3t-pw@")
+
+
+@pytest.fixture
+def pg_authority(tmp_path: Path, pg_url: str, publisher: Signer) -> AuthorityProcess:
+    """An initialized authority whose log is in a migrated PostgreSQL database."""
+    url = with_password(pg_url)
+    assert authority_cli("migrate", "--db", url).returncode == 0
+    authority = AuthorityProcess(tmp_path / "authority", extra_args=["--db", url])
+    files = ["--data", str(authority.data), "--keys", str(authority.keys)]
+    assert authority_main(["init", *files, "--origin", ORIGIN, "--db", url]) == 0
+    add = ["publisher", "add", publisher.name, *files, "--db", url, "--namespace", "org.acme"]
+    assert authority_main([*add, "--key", publisher.verifier().vkey()]) == 0
+    return authority
+
+
+def test_migrate_creates_then_finds_the_schema_current(pg_url: str) -> None:
+    url = with_password(pg_url)
+    first = authority_cli("migrate", "--db", url, "--json")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout) == {"database": pg_url, "before": 0, "after": 1}
+    again = authority_cli("migrate", "--db", url)
+    assert again.returncode == 0
+    assert "schema version 1 is current; nothing changed" in again.stdout
+    assert "s3cr3t-pw" not in first.stdout + first.stderr + again.stdout + again.stderr
+
+
+def test_serve_refuses_a_database_without_the_schema(tmp_path: Path, pg_url: str) -> None:
+    done = authority_cli(
+        "serve", "--data", str(tmp_path / "d"), "--keys", str(tmp_path / "k"), "--port", "0",
+        "--db", with_password(pg_url),
+    )  # fmt: skip
+    assert done.returncode == 78
+    [line] = done.stderr.strip().splitlines()
+    assert "run 'authority migrate --db URL' first" in line and pg_url in line
+    assert "s3cr3t-pw" not in done.stdout + done.stderr
+
+
+def test_serve_on_an_unreachable_database_is_one_line_exit_69(tmp_path: Path) -> None:
+    url = "postgresql://deplog:s3cr3t-pw@127.0.0.1:9/log"
+    done = authority_cli(
+        "serve", "--data", str(tmp_path / "d"), "--keys", str(tmp_path / "k"), "--port", "0",
+        "--db", url,
+    )  # fmt: skip
+    assert done.returncode == 69
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("authority: storage_unavailable: cannot use the database ")
+    assert "postgresql://deplog@127.0.0.1:9/log" in line and "start it or check --db" in line
+    assert "s3cr3t-pw" not in done.stdout + done.stderr
+
+
+async def test_serve_publishes_receipts_that_verify_and_check_passes(
+    pg_authority: AuthorityProcess, publisher: Signer
+) -> None:
+    pg_authority.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            for sequence in (1, 2, 3):
+                envelope = make_envelope(publisher, sequence)
+                async with http.post(
+                    pg_authority.url + "/v1/notices", data=envelope.canonical_bytes(), headers=JSON
+                ) as response:
+                    assert response.status == 201
+                    receipt = Receipt.parse(await response.read())
+                verify_receipt(receipt, notice_leaf(envelope), pg_authority.log_verifier)
+                assert receipt.index == sequence  # the publisher's registration is 0
+            async with http.get(pg_authority.url + "/v1/entries?start=0&end=4") as response:
+                assert response.status == 200
+                assert len((await response.json())["entries"]) == 4
+    finally:
+        assert pg_authority.stop() == 0
+    url = pg_authority.extra_args[1]
+    files = ["--data", str(pg_authority.data), "--keys", str(pg_authority.keys)]
+    check = authority_cli("check", *files, "--db", url, "--json")
+    assert check.returncode == 0, check.stderr
+    assert json.loads(check.stdout) == {"size": 4, "problem": None}
+
+
+async def test_a_stopped_database_is_503_and_service_resumes_by_itself(
+    pg_authority: AuthorityProcess, publisher: Signer, pg_cluster: PgCluster
+) -> None:
+    pg_authority.start()
+    acknowledged = []
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+
+            async def post(sequence: int) -> int:
+                body = make_envelope(publisher, sequence).canonical_bytes()
+                async with http.post(
+                    pg_authority.url + "/v1/notices", data=body, headers=JSON
+                ) as response:
+                    if response.status == 201:
+                        acknowledged.append(Receipt.parse(await response.read()).index)
+                    else:
+                        assert (await response.json())["error"] == "storage_unavailable"
+                    return response.status
+
+            assert await post(1) == 201
+            pg_cluster.stop()
+            try:
+                assert await post(2) == 503
+                async with http.get(pg_authority.url + "/v1/entries?start=0&end=1") as response:
+                    assert response.status == 503
+            finally:
+                pg_cluster.start()
+            deadline = time.monotonic() + 30
+            while await post(3) != 201:
+                assert time.monotonic() < deadline, "appends did not resume"
+            async with http.get(pg_authority.url + "/v1/entries?start=0&end=3") as response:
+                assert response.status == 200
+    finally:
+        assert pg_authority.stop() == 0
+    assert acknowledged == [1, 2]

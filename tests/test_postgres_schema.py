@@ -1,0 +1,143 @@
+"""The log's PostgreSQL schema: the database itself refuses what would fork or rewrite the
+log (real SQL against a real cluster; each refusal is the database's, not Python's)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from deplog.authority.log import Log
+from deplog.authority.storage import schema_postgres
+from deplog.authority.storage.database import open_database, redact_url
+from deplog.client.errors import CLIError
+from deplog.client.tlog.note import Signer
+from tests.builders import make_envelope, register
+from tests.conftest import migrated
+
+ORIGIN = "pg.deplog.example/log"
+
+
+@pytest.fixture
+def url(pg_url: str) -> Iterator[str]:
+    """A migrated database holding a log of 3 entries (a publisher and 2 notices), signed."""
+    migrated(pg_url)
+    signer = Signer.generate(ORIGIN)
+    publisher = Signer.generate("acme")
+    log = Log(pg_url, signer, ORIGIN)
+    register(log, publisher)
+    log.sequence([make_envelope(publisher, 1), make_envelope(publisher, 2)])
+    log.close()
+    yield pg_url
+
+
+def refused(url: str, sql: str) -> psycopg.Error:
+    """Run ``sql`` in its own transaction; it must fail, and change nothing."""
+    with psycopg.connect(url) as conn:
+        before = conn.execute("SELECT size FROM log_head").fetchone()
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute(sql.encode())
+        conn.rollback()
+        assert conn.execute("SELECT size FROM log_head").fetchone() == before
+    return caught.value
+
+
+@pytest.mark.parametrize("table", ["leaves", "nodes", "checkpoints", "notices", "tool_entries"])
+def test_stored_rows_cannot_be_updated_deleted_or_truncated(url: str, table: str) -> None:
+    column = {"leaves": "data", "nodes": "hash", "checkpoints": "note"}.get(table, "idx")
+    value = "'\\x00'::bytea" if column != "idx" else "idx + 1"
+    for sql in (
+        f"UPDATE {table} SET {column} = {value}",
+        f"DELETE FROM {table}",
+        f"TRUNCATE {table} CASCADE",
+    ):
+        err = refused(url, sql)
+        assert "append-only" in str(err)
+
+
+def test_a_leaf_must_be_the_next_index(url: str) -> None:
+    err = refused(url, "INSERT INTO leaves VALUES (7, '\\x00', '\\x00')")
+    assert "not the next index" in str(err)
+    err = refused(url, "INSERT INTO leaves VALUES (1, '\\x00', '\\x00')")
+    assert isinstance(err, psycopg.errors.IntegrityError)
+
+
+def test_leaves_cannot_commit_without_moving_the_head(url: str) -> None:
+    with psycopg.connect(url) as conn:
+        conn.execute(b"INSERT INTO leaves VALUES (3, '\\x00', '\\x00')")
+        with pytest.raises(psycopg.errors.CheckViolation, match="without moving log_head"):
+            conn.commit()
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM leaves").fetchone() == (3,)
+
+
+def test_the_head_is_the_number_of_leaves_and_never_moves_back(url: str) -> None:
+    assert "committed leaves" in str(refused(url, "UPDATE log_head SET size = 2"))
+    assert "committed leaves" in str(refused(url, "UPDATE log_head SET size = 4"))
+    assert "only moves forward" in str(refused(url, "DELETE FROM log_head"))
+    with psycopg.connect(url) as conn:
+        conn.execute(b"INSERT INTO leaves VALUES (3, '\\x00', '\\x00')")
+        conn.execute("UPDATE log_head SET size = 4")
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT size FROM log_head").fetchone() == (4,)
+
+
+def test_a_second_root_for_a_size_is_refused(url: str) -> None:
+    err = refused(url, "INSERT INTO checkpoints VALUES (3, '\\x00', '\\x00', 'now')")
+    assert isinstance(err, psycopg.errors.UniqueViolation)
+
+
+def test_no_checkpoint_for_a_size_the_log_has_not_committed(url: str) -> None:
+    err = refused(url, "INSERT INTO checkpoints VALUES (4, '\\x00', '\\x00', 'now')")
+    assert "beyond the committed log" in str(err)
+
+
+def test_the_published_note_never_moves_to_a_smaller_size(url: str) -> None:
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO published VALUES (1, 3, '\\x00')")
+    assert "never moves back" in str(refused(url, "UPDATE published SET size = 2"))
+    assert "never moves back" in str(refused(url, "DELETE FROM published"))
+
+
+def test_migrate_is_idempotent_and_refuses_a_newer_schema(pg_url: str) -> None:
+    db = open_database(pg_url)
+    conn = db.connect()
+    try:
+        assert schema_postgres.migrate(conn, db.describe()) == (0, 1)
+        assert schema_postgres.migrate(conn, db.describe()) == (1, 1)
+        conn.execute("UPDATE schema_version SET version = 99")
+        with pytest.raises(CLIError) as newer:
+            schema_postgres.migrate(conn, db.describe())
+        assert newer.value.exit_status == 78
+        assert "newer than this authority's" in newer.value.message
+        assert schema_postgres.schema_version(conn) == 99
+    finally:
+        conn.close()
+
+
+def test_a_log_refuses_a_database_without_the_schema(pg_cluster: object, pg_url: str) -> None:
+    password_url = pg_url.replace("postgres@", "postgres:hunter2@")
+    with pytest.raises(CLIError) as caught:
+        Log(password_url, Signer.generate(ORIGIN), ORIGIN)
+    assert caught.value.exit_status == 78
+    assert "authority migrate" in caught.value.message
+    assert "hunter2" not in caught.value.message
+    assert redact_url(password_url) in caught.value.message
+
+
+def test_an_unreachable_database_is_one_line_exit_69_without_the_password() -> None:
+    with pytest.raises(CLIError) as caught:
+        Log("postgresql://u:hunter2@127.0.0.1:9/nowhere", Signer.generate(ORIGIN), ORIGIN)
+    assert caught.value.exit_status == 69
+    message = caught.value.message
+    assert "\n" not in message and "hunter2" not in message
+    assert "postgresql://u@127.0.0.1:9/nowhere" in message
+
+
+def test_redact_url_drops_every_password() -> None:
+    assert redact_url("postgresql://a:b@h:1/d") == "postgresql://a@h:1/d"
+    assert redact_url("postgresql://h/d?password=x&sslmode=require") == (
+        "postgresql://h/d?sslmode=require"
+    )
+    assert redact_url("postgresql://a@h/d") == "postgresql://a@h/d"
