@@ -304,9 +304,9 @@ def main() -> None:
             for count in args.front_ends:
                 db = cluster.create_database()
                 root = tmp / f"pg{count}"
-                with contextlib.redirect_stdout(io.StringIO()):
-                    setup_database(root, db, signers)
                 front_ends = FrontEnds(root, db, count)
+                with contextlib.redirect_stdout(io.StringIO()):
+                    setup_database(front_ends, signers)
                 front_ends.start()
                 try:
                     with psycopg.connect(db, autocommit=True) as conn:
@@ -336,9 +336,9 @@ def failover(root: Path, cluster: PgCluster, signers: list[Signer], kills: int, 
     import psycopg
 
     db = cluster.create_database()
-    with contextlib.redirect_stdout(io.StringIO()):
-        setup_database(root, db, signers)
     front_ends = FrontEnds(root, db, 3)
+    with contextlib.redirect_stdout(io.StringIO()):
+        setup_database(front_ends, signers)
     front_ends.start()
     config = CampaignConfig(kills=kills, publishers=len(signers), seed=seed)
     with psycopg.connect(db, autocommit=True) as conn:

@@ -62,9 +62,9 @@ async def campaign(
 
     db = cluster.create_database()
     signers = [Signer.generate(f"fo{n}") for n in range(config.publishers)]
-    with contextlib.redirect_stdout(io.StringIO()):
-        setup_database(tmp, db, signers)
     front_ends = FrontEnds(tmp, db, front_end_count)
+    with contextlib.redirect_stdout(io.StringIO()):
+        setup_database(front_ends, signers)
     front_ends.start()
     started = time.monotonic()
     with psycopg.connect(db, autocommit=True) as conn:

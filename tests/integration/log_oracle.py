@@ -166,7 +166,10 @@ def first_violation(
         except DeplogError as error:
             return f"rule 3 (acknowledged): the receipt for {key} does not verify: {error.code}"
         if key not in where:
-            return f"rule 3 (acknowledged): {key} got a {ack.status} and is not in the final log"
+            return (
+                f"rule 3 (acknowledged): {key} got a {ack.status} (index {receipt.index}) "
+                f"and is not in the final log of size {final.size}"
+            )
         if where[key] != receipt.index or leaves[receipt.index] != leaf:
             return (
                 f"rule 3 (acknowledged): {key} has receipt index {receipt.index}, "

@@ -87,13 +87,17 @@ def setup_sqlite(front_ends: FrontEnds, publishers: Sequence[Signer]) -> None:
         only.add_publisher(signer, f"org.{signer.name}")
 
 
-def setup_database(root: Path, db: str, publishers: Sequence[Signer]) -> None:
-    """Create the schema, the log key and the publishers in ``db`` (the operator's
-    ``authority migrate`` / ``init`` / ``publisher add``, run once for the cluster)."""
-    keys, data = root / "keys", root / "setup"
-    common = ["--data", str(data), "--keys", str(keys), "--db", db]
-    assert authority_main(["migrate", "--db", db]) == 0
-    assert authority_main(["init", *common, "--origin", ORIGIN]) == 0
+def setup_database(front_ends: FrontEnds, publishers: Sequence[Signer]) -> None:
+    """What the operator runs once: ``authority migrate`` on the database, ``authority
+    init`` for every front-end's data directory (one log key, in the shared keys
+    directory), and ``publisher add`` for each publisher."""
+    assert authority_main(["migrate", "--db", front_ends.db]) == 0
+    for process in front_ends.processes:
+        process.root.mkdir(parents=True, exist_ok=True)
+        common = ["--data", str(process.data), "--keys", str(process.keys), "--db", process.db]
+        assert authority_main(["init", *common, "--origin", ORIGIN]) == 0
+    first = front_ends.processes[0]
+    common = ["--data", str(first.data), "--keys", str(first.keys), "--db", first.db]
     for signer in publishers:
         code = authority_main(
             [
@@ -437,10 +441,13 @@ async def run_under_load(
             await asyncio.gather(*tasks, *watchers, return_exceptions=True)
         await publish(http, lambda: urls, signers[0], [10**9], load, asyncio.Event(), Random())
         largest = max(_sizes(load.observations.seen, front_ends.log_verifier), default=0)
+        behind = []
         for n, url in enumerate(urls):
             if not await serves_at_least(http, url, largest, front_ends.log_verifier):
                 load.unexpected.append(f"front{n} never served size {largest}")
-        note, leaves = await final_log(http, urls[0], front_ends.log_verifier)
+                behind.append(n)
+        ahead = [n for n in range(len(urls)) if n not in behind] or [0]
+        note, leaves = await final_log(http, urls[ahead[0]], front_ends.log_verifier)
     return load, note, leaves
 
 

@@ -88,7 +88,8 @@ def test_an_acknowledged_notice_missing_from_the_final_log_breaks_rule_3() -> No
     lost = LEAVES[:5] + LEAVES[6:]  # a history where notice 6 was rolled back
     observations = Observations(acks=[ack(LEAVES, 5, 6)])
     assert judge(observations, lost) == (
-        "rule 3 (acknowledged): ('acme', 6) got a 201 and is not in the final log"
+        "rule 3 (acknowledged): ('acme', 6) got a 201 (index 5) and is not in the final log "
+        "of size 7"
     )
 
 

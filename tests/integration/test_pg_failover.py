@@ -60,9 +60,9 @@ def signers() -> list[Signer]:
 @pytest.fixture
 def front_ends(tmp_path: Path, pg_url: str, signers: list[Signer]) -> Iterator[FrontEnds]:
     """Three front-ends over one fresh database with the publishers registered."""
-    with contextlib.redirect_stdout(io.StringIO()):
-        setup_database(tmp_path, pg_url, signers)
     cluster = FrontEnds(tmp_path, pg_url, 3)
+    with contextlib.redirect_stdout(io.StringIO()):
+        setup_database(cluster, signers)
     cluster.start()
     yield cluster
     cluster.stop()
@@ -72,7 +72,7 @@ def test_the_sequencer_lock_holder_is_found_in_pg_locks(tmp_path: Path, pg_url: 
     """The campaign's aim: a process holding ``log_head`` FOR UPDATE over TCP is named,
     one waiting behind it is not, and the waiter is named once the holder dies."""
     with contextlib.redirect_stdout(io.StringIO()):
-        setup_database(tmp_path, pg_url, [])
+        setup_database(FrontEnds(tmp_path, pg_url, 1), [])
     import psycopg
 
     hold = (
@@ -123,14 +123,18 @@ async def test_front_ends_killed_under_load_lose_nothing_and_never_fork(
 
         load, note, leaves = await run_campaign(front_ends, signers, config, holder)
     observations = load.observations
+    gaps = [gap for gap in resume_gaps(observations) if gap is not None]
+    print(
+        f"{len(observations.kills)} kills ({sum(1 for k in observations.kills if k.sequencer)} "
+        f"of the sequencer's holder); failover max {max(gaps, default=0):.2f} s; "
+        f"restarts max {max(front_ends.restarts, default=0):.2f} s; {dict(load.outcomes)}"
+    )
     verdict = first_violation(observations, note, leaves, front_ends.log_verifier, RESUME_BOUND)
     assert verdict is None, verdict
     assert load.unexpected == []
     assert len(observations.kills) == 15
     assert any(kill.sequencer for kill in observations.kills), "no kill hit the sequencer"
     assert len(observations.acks) >= 100 and len(leaves) >= len(observations.acks)
-    gaps = [gap for gap in resume_gaps(observations) if gap is not None]
-    print(f"failover max {max(gaps):.2f} s over {len(gaps)} kills; {load.outcomes}")
 
 
 async def test_a_database_outage_is_503_storage_unavailable_and_appends_resume(
@@ -140,9 +144,9 @@ async def test_a_database_outage_is_503_storage_unavailable_and_appends_resume(
     cluster = PgCluster()
     try:
         db = cluster.create_database()
-        with contextlib.redirect_stdout(io.StringIO()):
-            setup_database(tmp_path, db, signers)
         front_ends = FrontEnds(tmp_path, db, 2)
+        with contextlib.redirect_stdout(io.StringIO()):
+            setup_database(front_ends, signers)
         front_ends.start()
         window: dict[str, float] = {}
 
