@@ -48,6 +48,8 @@ from tests.integration.log_oracle import Ack, Kill, Observations, Seen
 JSON = {"Content-Type": "application/json"}
 REQUEST_TIMEOUT = 20.0
 """Seconds one POST may take before the publisher counts it as failed and retries."""
+RESTART_BOUND = 120.0
+"""Seconds a campaign waits for killed front-ends to be back before it gives up."""
 RETRY_PAUSE = (0.01, 0.05)
 """Seconds a publisher waits before retrying (uniform in this range)."""
 
@@ -371,7 +373,13 @@ async def kill_loop(
         await asyncio.to_thread(front_ends.restart, n)
 
     for _ in range(config.kills):
+        deadline = time.monotonic() + RESTART_BOUND
         while len(front_ends.running()) < min(2, len(front_ends.processes)):
+            for task in restarts:
+                if task.done() and task.exception() is not None:
+                    raise AssertionError(f"a restart failed: {task.exception()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"fewer than 2 front-ends up for {RESTART_BOUND} s")
             await asyncio.sleep(0.05)
         await asyncio.sleep(rng.uniform(*config.interval))
         victim: int | None = None
