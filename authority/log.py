@@ -135,6 +135,17 @@ class Sequenced:
         return format_receipt(self.index, self.proof, cosigned_note)
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """An envelope's checks done before the write lock: its leaf and digest, and the
+    refusal if any (``malformed``: final whatever the registry)."""
+
+    leaf: bytes
+    digest: bytes
+    refused: DeplogError | None
+    malformed: bool
+
+
 def _notice_digest(leaf: bytes) -> bytes:
     return hashlib.sha256(leaf).digest()
 
@@ -377,15 +388,22 @@ class Log:
         of the batch; a refused envelope is skipped and the others go on. If
         storage fails, the transaction rolls back and ``StorageError`` is
         raised: then none of them is in the log.
+
+        The expensive checks (entry encoding, signatures, authorization) run before the
+        write transaction, against the registry as this writer last saw it; under the
+        lock they run again only if another writer changed the registry meanwhile.
         """
+        prepared = [self._prepare(envelope) for envelope in envelopes]
+        seen = self._registry_size
         self._begin()
+        recheck = self._registry_size != seen
         results: list[Admitted | DeplogError] = []
         start = self.tree.size
         fresh: list[Notice] = []
         try:
-            for envelope in envelopes:
+            for envelope, ready in zip(envelopes, prepared, strict=True):
                 try:
-                    admitted = self._admit_notice(envelope)
+                    admitted = self._admit_notice(envelope, ready, recheck)
                 except DeplogError as err:
                     results.append(err)
                     continue
@@ -403,26 +421,46 @@ class Log:
         self._commit()
         return results
 
-    def _admit_notice(self, envelope: Envelope) -> Admitted:
-        notice = envelope.notice
+    def _prepare(self, envelope: Envelope) -> _Prepared:
+        """Outside the lock: the leaf, its digest, and the authorization verdict against
+        this writer's registry (None: authorized)."""
         leaf = encode_entry(NoticeEntry(envelope))
         if len(leaf) > MAX_ENTRY_BYTES:
-            raise EntryFormatError(
-                ErrorCode.LEAF_TOO_LARGE, "the entry would not fit a tlog-tiles bundle"
+            return _Prepared(
+                leaf,
+                b"",
+                EntryFormatError(
+                    ErrorCode.LEAF_TOO_LARGE, "the entry would not fit a tlog-tiles bundle"
+                ),
+                True,
             )
-        digest = _notice_digest(leaf)
+        refused: DeplogError | None = None
+        try:
+            self.registry.authorize(envelope)
+        except DeplogError as err:
+            refused = err
+        return _Prepared(leaf, _notice_digest(leaf), refused, False)
+
+    def _admit_notice(self, envelope: Envelope, ready: _Prepared, recheck: bool) -> Admitted:
+        notice = envelope.notice
+        if ready.malformed:
+            assert ready.refused is not None
+            raise ready.refused
         existing = store.notice_by_sequence(self.conn, notice.publisher, notice.sequence)
-        if existing is not None and existing[1] == digest:
+        if existing is not None and existing[1] == ready.digest:
             return Admitted(existing[0], created=False)
-        self.registry.authorize(envelope)
+        if recheck:
+            self.registry.authorize(envelope)
+        elif ready.refused is not None:
+            raise ready.refused
         if existing is not None:
             raise ConflictError(ErrorCode.SEQUENCE_REUSED, "sequence number already used")
         if notice.action == "withdraw":
             self.registry.check_withdraw(notice, self._notice_at(notice.withdraws))
         index = self.tree.size
-        self.tree.append_entry(leaf)
+        self.tree.append_entry(ready.leaf)
         store.insert_notice(
-            self.conn, notice.publisher, notice.sequence, index, digest, notice.tool_id
+            self.conn, notice.publisher, notice.sequence, index, ready.digest, notice.tool_id
         )
         return Admitted(index, created=True)
 

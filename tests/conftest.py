@@ -4,6 +4,7 @@ follower state fed by it. The values they hold are built by ``tests/builders.py`
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,22 @@ class Backend:
 
     kind: str
     db: str
+
+    def alter(self, sqlite_sql: str, postgres_sql: str | None = None) -> None:
+        """Change stored data behind the log's back: ``;``-separated statements, in one
+        transaction, as the database's owner (triggers may be dropped or disabled first)."""
+        if self.kind == "sqlite":
+            conn = sqlite3.connect(self.db)
+            for statement in sqlite_sql.split(";"):
+                conn.execute(statement)
+            conn.commit()
+            conn.close()
+            return
+        import psycopg
+
+        with psycopg.connect(self.db) as pg:
+            for statement in (postgres_sql or sqlite_sql).split(";"):
+                pg.execute(statement.encode())
 
 
 def migrated(url: str) -> str:

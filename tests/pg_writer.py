@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     if command == "hold":
         log._begin()
         for envelope in envelopes:
-            log._admit_notice(envelope)
+            log._admit_notice(envelope, log._prepare(envelope), False)
         print("holding", flush=True)
         time.sleep(600)
         return 1

@@ -59,6 +59,7 @@ from tests.builders import (
     register_statement,
     sign_tree,
 )
+from tests.conftest import migrated
 
 ORIGIN = "matrix.deplog.example/log"
 WITHDRAW_TARGET = 2
@@ -137,13 +138,15 @@ class World:
         return self.log.tree.size, self.log.tree.current_root(), self.log.publish().size
 
 
-def _build(directory: Path, cell: Cell) -> World:
+def _build(directory: Path | str, cell: Cell) -> World:
+    """``cell``'s log in a SQLite file under ``directory``, or in a PostgreSQL URL."""
     log_signer = Signer.generate(ORIGIN)
     keys = {name: Signer.generate(f"acme-{name}") for name in ("active", "revoked", "rotated_out")}
     keys["rotated_in"] = Signer.generate("acme-rotated_in")
     keys["other_publishers"] = Signer.generate("beta")
     keys["unknown"] = Signer.generate("acme-stray")
-    log = Log(directory / "log.db", log_signer, ORIGIN)
+    db = directory if isinstance(directory, str) else directory / "log.db"
+    log = Log(db, log_signer, ORIGIN)
     acme_keys = (keys["active"], keys["revoked"], keys["rotated_out"])
     log.append_publisher(register_statement("acme", ("org.acme",), acme_keys))
     log.append_publisher(register_statement("beta", ("org.beta",), (keys["other_publishers"],)))
@@ -230,6 +233,28 @@ def test_replay_accepts_the_admitted_entry(world: World, cell: Cell) -> None:
     world.log.admit_notices([world.envelope])
     report = replay(world.leaves(), world.log.publish().note, world.log_signer.verifier())
     assert report.notices.get(cell.action, 0) == (2 if cell.action == "deprecate" else 1)
+
+
+# On PostgreSQL: every authorized cell, and one cell of each refusal, with the hidden state
+# (size, root, the latest checkpoint's bytes) unchanged by a refusal.
+_FIRST_OF_EACH_REFUSAL = list({expected_code(cell): cell for cell in reversed(REFUSED)}.values())
+POSTGRES_CELLS = AUTHORIZED + _FIRST_OF_EACH_REFUSAL
+
+
+@pytest.mark.parametrize("cell", POSTGRES_CELLS, ids=_ids(POSTGRES_CELLS))
+def test_verdict_and_hidden_state_on_postgresql(pg_url: str, cell: Cell) -> None:
+    world = _build(migrated(pg_url), cell)
+    try:
+        before = (*world.state(), world.log.publish().note)
+        [result] = world.log.admit_notices([world.envelope])
+        assert _outcome(result) == (expected_code(cell) or "admitted")
+        after = (*world.state(), world.log.publish().note)
+        if expected_code(cell) is None:
+            assert after[0::2][:2] == (before[0] + 1, before[0] + 1)
+        else:
+            assert after == before
+    finally:
+        world.log.close()
 
 
 # --- the sequence rule, three ways: the authority, the follower, the offline replay ----------

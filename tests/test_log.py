@@ -32,20 +32,6 @@ def db_path(backend: Backend) -> str:
     return backend.db
 
 
-def alter(backend: Backend, sqlite_sql: str, postgres_sql: str) -> None:
-    """Change stored data behind the log's back, the append-only triggers set aside."""
-    if backend.kind == "sqlite":
-        conn = sqlite3.connect(backend.db)
-        for statement in sqlite_sql.split(";"):
-            conn.execute(statement)
-        conn.commit()
-        conn.close()
-        return
-    with psycopg.connect(backend.db, autocommit=True) as pg:
-        for statement in postgres_sql.split(";"):
-            pg.execute(statement.encode())
-
-
 @pytest.fixture
 def publisher() -> Signer:
     return Signer.generate("acme")
@@ -133,8 +119,7 @@ def test_open_refuses_a_tree_whose_root_no_longer_matches(
 ) -> None:
     log.sequence([make_envelope(publisher, seq) for seq in range(1, 4)])
     log.close()
-    alter(
-        backend,
+    backend.alter(
         "DROP TRIGGER nodes_append_only_update;"
         "UPDATE nodes SET hash = zeroblob(32) WHERE level = 2 AND idx = 0",
         "ALTER TABLE nodes DISABLE TRIGGER USER;"
@@ -151,8 +136,7 @@ def test_open_refuses_a_truncated_tree(
 ) -> None:
     log.sequence([make_envelope(publisher, 1)])
     log.close()
-    alter(
-        backend,
+    backend.alter(
         "DROP TRIGGER leaves_append_only_delete; DELETE FROM leaves WHERE idx = 1",
         "ALTER TABLE leaves DISABLE TRIGGER USER; ALTER TABLE log_head DISABLE TRIGGER USER;"
         "DELETE FROM leaves WHERE idx = 1; UPDATE log_head SET size = 1",

@@ -1,11 +1,13 @@
 """The log keeps the tool-status map: folded in each batch's transaction, committed to by
-exactly one line in every checkpoint it signs, brought up once on a database without it."""
+exactly one line in every checkpoint it signs, brought up once on a database without it.
+
+Runs on both backends (``backend``), but for what only SQLite has (a database from before
+the map, a size quota)."""
 
 from __future__ import annotations
 
 import logging
 import sqlite3
-from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,7 @@ from deplog.client.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register
+from tests.conftest import Backend
 
 ORIGIN = "unit.deplog.example/log"
 TOOLS = ("tool:org.acme/search", "tool:org.acme/fetch", "tool:org.acme/write")
@@ -27,8 +30,12 @@ def log_signer() -> Signer:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "log.db"
+def db_path(backend: Backend) -> str:
+    return backend.db
+
+
+# What only SQLite has: a database from before the map, a page quota.
+sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
 
 @pytest.fixture
@@ -37,7 +44,7 @@ def publisher() -> Signer:
 
 
 @pytest.fixture
-def log(db_path: Path, log_signer: Signer, publisher: Signer) -> Log:
+def log(db_path: str, log_signer: Signer, publisher: Signer) -> Log:
     opened = Log(db_path, log_signer, ORIGIN)
     register(opened, publisher)
     opened.publish()
@@ -62,7 +69,7 @@ def reference_root(log: Log, size: int) -> bytes:
     return VerifiableMap().fold(enumerate(log.tree.leaf_data(0, size)))
 
 
-def test_a_new_logs_checkpoint_commits_to_the_empty_map(db_path: Path, log_signer: Signer) -> None:
+def test_a_new_logs_checkpoint_commits_to_the_empty_map(db_path: str, log_signer: Signer) -> None:
     checkpoint = signed(Log(db_path, log_signer, ORIGIN), log_signer)
     assert checkpoint.extensions == (map_line(EMPTY_ROOT),)
 
@@ -90,7 +97,7 @@ def test_a_publisher_entry_advances_the_map_without_changing_its_root(
 
 
 def test_the_map_reopens_at_the_size_and_root_it_was_committed_at(
-    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+    db_path: str, log: Log, log_signer: Signer, publisher: Signer
 ) -> None:
     log.sequence(batch(publisher, 1, 5))
     root = log.map.root()
@@ -100,7 +107,7 @@ def test_the_map_reopens_at_the_size_and_root_it_was_committed_at(
 
 
 def test_leaves_committed_without_a_checkpoint_bring_their_map_along(
-    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+    db_path: str, log: Log, log_signer: Signer, publisher: Signer
 ) -> None:
     """A crash between the batch's commit and its checkpoint: the map is already there."""
     log.admit_notices(batch(publisher, 1, 3))
@@ -111,6 +118,7 @@ def test_leaves_committed_without_a_checkpoint_bring_their_map_along(
     assert require_map_root(checkpoint) == reference_root(reopened, 4)
 
 
+@sqlite_only
 def test_a_failed_batch_leaves_the_map_at_the_last_committed_size(
     log: Log, publisher: Signer
 ) -> None:
@@ -125,7 +133,7 @@ def test_a_failed_batch_leaves_the_map_at_the_last_committed_size(
     assert log.map.root() == reference_root(log, 4)
 
 
-def drop_map(db_path: Path) -> None:
+def drop_map(db_path: str) -> None:
     """Make the database one from before the map: its tables gone."""
     conn = sqlite3.connect(db_path)
     for table in ("map_inner", "map_leaf", "map_record", "map_state"):
@@ -134,8 +142,9 @@ def drop_map(db_path: Path) -> None:
     conn.close()
 
 
+@sqlite_only
 def test_a_database_from_before_the_map_is_brought_up_once_at_start(
-    db_path: Path,
+    db_path: str,
     log: Log,
     log_signer: Signer,
     publisher: Signer,
@@ -153,14 +162,14 @@ def test_a_database_from_before_the_map_is_brought_up_once_at_start(
 
 
 def test_open_refuses_a_map_root_altered_on_disk(
-    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+    backend: Backend, db_path: str, log: Log, log_signer: Signer, publisher: Signer
 ) -> None:
     log.sequence(batch(publisher, 1, 3))
     log.close()
-    conn = sqlite3.connect(db_path)
-    conn.execute("UPDATE map_state SET root_hash = zeroblob(32)")
-    conn.commit()
-    conn.close()
+    backend.alter(
+        "UPDATE map_state SET root_hash = zeroblob(32)",
+        "UPDATE map_state SET root_hash = decode(repeat('00', 32), 'hex')",
+    )
     with pytest.raises(StorageFault) as refused:
         Log(db_path, log_signer, ORIGIN)
     assert refused.value.kind is CORRUPT
@@ -168,14 +177,11 @@ def test_open_refuses_a_map_root_altered_on_disk(
 
 
 def test_open_refuses_a_map_ahead_of_the_log(
-    db_path: Path, log: Log, log_signer: Signer, publisher: Signer
+    backend: Backend, db_path: str, log: Log, log_signer: Signer, publisher: Signer
 ) -> None:
     log.sequence(batch(publisher, 1, 3))
     log.close()
-    conn = sqlite3.connect(db_path)
-    conn.execute("UPDATE map_state SET size = size + 1")
-    conn.commit()
-    conn.close()
+    backend.alter("UPDATE map_state SET size = size + 1")
     with pytest.raises(StorageFault) as refused:
         Log(db_path, log_signer, ORIGIN)
     assert refused.value.kind is CORRUPT

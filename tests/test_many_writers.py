@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from deplog.authority.log import Log
+from deplog.authority.storage.postgres import SESSION
 from deplog.authority.storage.reader import LogReader
 from deplog.client.errors import ErrorCode
 from deplog.client.tlog.checkpoint import open_checkpoint
@@ -236,3 +237,28 @@ def test_a_writer_killed_mid_transaction_leaves_no_trace_and_frees_the_order_at_
     assert size == 3
     print(f"order freed {freed * 1000:.1f} ms after SIGKILL of its holder")
     assert freed < 5.0  # a bound on a hang, not a speed figure (bench/ measures speed)
+
+
+def test_a_stopped_writer_loses_the_order_after_the_idle_transaction_timeout(
+    url: str, log_signer: Signer
+) -> None:
+    """A writer frozen mid-transaction (SIGSTOP: alive, connected, silent) holds the order
+    only until ``idle_in_transaction_session_timeout``, within the waiter's lock timeout."""
+    [key, other_key] = publishers(url, log_signer, 2)
+    holder = spawn("hold", url, log_signer.skey(), key.skey(), "1", "5")
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "holding"
+    os.kill(holder.pid, signal.SIGSTOP)
+    try:
+        waiter = Log(url, log_signer, ORIGIN)
+        started = time.monotonic()
+        [result] = waiter.sequence([make_envelope(other_key, 1)])
+        waited = time.monotonic() - started
+        waiter.close()
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+    assert result.index == 2
+    idle = float(SESSION["idle_in_transaction_session_timeout"].rstrip("s"))
+    assert idle - 1 < waited < float(SESSION["lock_timeout"].rstrip("s"))
+    assert assert_one_valid_log(url, log_signer, []) == 3

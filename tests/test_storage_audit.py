@@ -16,9 +16,12 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from deplog.authority.log import Log
 from deplog.authority.storage.audit import (
+    DB_ENV,
     EXIT_CORRUPT,
     EXIT_OK,
     EXIT_UNREADABLE,
@@ -26,7 +29,9 @@ from deplog.authority.storage.audit import (
     audit_storage,
     lower_priority,
 )
-from tests.builders import LocalLog
+from deplog.client.tlog.note import Signer
+from tests.builders import LocalLog, make_envelope, register
+from tests.conftest import migrated
 
 NOTICES = 20  # with the registration, 21 leaves: subtree hashes up to level 4
 
@@ -165,3 +170,44 @@ def test_a_server_lowers_its_audit_childs_priority_once_and_for_all() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+# On PostgreSQL: the URL travels in the environment (its password never in argv).
+
+
+@pytest.fixture
+def pg_db(pg_url: str) -> str:
+    """A migrated PostgreSQL database with the same log as ``db``."""
+    url = migrated(pg_url)
+    signer, publisher = Signer.generate("audit.deplog.example/log"), Signer.generate("acme")
+    log = Log(url, signer, signer.name)
+    register(log, publisher)
+    log.sequence([make_envelope(publisher, s) for s in range(1, NOTICES + 1)])
+    log.close()
+    return url
+
+
+def run_audit_pg(url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*COMMAND, "-"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=dict(os.environ, **{DB_ENV: url}),
+    )
+
+
+def test_a_postgresql_log_is_audited_from_a_url_in_the_environment(pg_db: str) -> None:
+    done = run_audit_pg(pg_db)
+    assert done.returncode == EXIT_OK, done.stderr
+    assert json.loads(done.stdout) == {"size": NOTICES + 1, "problem": None}
+
+
+def test_an_altered_postgresql_leaf_is_named_by_its_index(pg_db: str) -> None:
+    with psycopg.connect(pg_db) as conn:
+        conn.execute("ALTER TABLE leaves DISABLE TRIGGER USER")
+        conn.execute("UPDATE leaves SET data = '\\x00' WHERE idx = 13")
+    done = run_audit_pg(pg_db)
+    assert done.returncode == EXIT_CORRUPT
+    assert json.loads(done.stdout)["problem"] == "leaf 13 does not match its stored hash"

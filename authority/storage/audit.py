@@ -11,6 +11,8 @@ Rules:
   * The database is opened read-only: an audit never changes what it checks.
   * The result is the leaf count and the first problem found, or None; the
     problem names positions only (a leaf index, a subtree level), never data.
+  * A PostgreSQL database is named ``-`` on the command line and its URL is read from
+    ``$DEPLOG_DB``, so its password never appears in a process listing.
   * The command shows its progress on stderr (``client/progress.py``: a bar on a
     terminal, a plain line every 10 s otherwise; a serving authority passes its
     own stderr on, so the operator sees it), prints one JSON line
@@ -91,10 +93,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m deplog.authority.storage.audit",
         description="Rehash every stored leaf and subtree hash of an authority database.",
     )
-    parser.add_argument("db", help="the log database (data/log.db, or a postgresql:// URL)")
+    parser.add_argument(
+        "db",
+        help=f"the log database (data/log.db), or - for the PostgreSQL URL in ${DB_ENV}",
+    )
     args = parser.parse_args(argv)
     lower_priority(0, os.getppid())
-    db = open_database(args.db if is_postgres_url(args.db) else Path(args.db))
+    target = os.environ.get(DB_ENV, "") if args.db == "-" else args.db
+    db = open_database(target if is_postgres_url(target) else Path(target))
     try:
         with Progress(f"storage audit of {db.describe()}", unit="leaves") as shown:
             size, problem = audit_storage(db, shown.update)

@@ -35,7 +35,7 @@ CONNECT_TIMEOUT_S = 5
 SESSION = {
     "lock_timeout": "10s",
     "statement_timeout": "30s",
-    "idle_in_transaction_session_timeout": "15s",
+    "idle_in_transaction_session_timeout": "5s",
 }
 """Session settings of every connection (rule 4). A writer waits at most ``lock_timeout``
 for the log's order (another writer's batch takes milliseconds), and a process that stops

@@ -1,0 +1,273 @@
+"""``authority copy --from DB --to DB``: a log moved between SQLite and PostgreSQL, its
+bytes and signatures unchanged.
+
+Rules:
+  1. The source is read in one snapshot (a read transaction), so a copy of a log that is
+     being served is the log at one moment; nothing is written to it.
+  2. The target must hold no log: a SQLite file that does not exist (or has no leaves), or
+     a migrated PostgreSQL database with no leaves. Everything is written in one
+     transaction, so a failed copy leaves the target as it was (a SQLite file it created
+     is removed).
+  3. Every row of every table is copied as stored: leaves, subtree hashes, checkpoints
+     (their notes byte for byte), the notice and tool indexes, the registry snapshot, the
+     published note and the tool-status map. Rows are read :data:`CHUNK` at a time.
+  4. The copy is verified before it is reported done: each table's rows digest the same
+     on both sides, every leaf and subtree hash is recomputed (the storage audit), every
+     checkpoint's note is signed by the log key and names the tree's own root at its size,
+     and the map's root is the latest checkpoint's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from deplog.authority.storage import schema_postgres, store
+from deplog.authority.storage.audit import audit_storage
+from deplog.authority.storage.database import (
+    Database,
+    PostgresDatabase,
+    SqliteDatabase,
+    reaching,
+)
+from deplog.authority.storage.tree import StoredHashTree
+from deplog.client.dbapi import Connection
+from deplog.client.errors import CLIError, DeplogError
+from deplog.client.model.vmap import map_root_of
+from deplog.client.tlog.checkpoint import open_checkpoint
+from deplog.client.tlog.note import Verifier
+
+__all__ = ["CHUNK", "TABLES", "CopyReport", "copy_log"]
+
+CHUNK = 2048
+"""Rows read and written at a time."""
+
+TABLES = (
+    ("leaves", ("idx", "data", "hash"), "idx"),
+    ("nodes", ("level", "idx", "hash"), "level, idx"),
+    ("notices", ("publisher", "sequence", "idx", "digest"), "publisher, sequence"),
+    ("tool_entries", ("tool_id", "idx"), "tool_id, idx"),
+    ("registry", ("id", "size", "state"), "id"),
+    (
+        "map_inner",
+        ("id", "bit", "left_id", "left_bits", "left_hash", "right_id", "right_bits", "right_hash"),
+        "id",
+    ),
+    ("map_leaf", ("key", "value"), "key"),
+    ("map_record", ("tool_id", "record"), "tool_id"),
+    ("map_state", ("id", "size", "root_id", "root_bits", "root_hash"), "id"),
+    # After the leaves (and, on PostgreSQL, after the head moved): a checkpoint may only
+    # name a committed size.
+    ("checkpoints", ("size", "root", "note", "signed_at"), "size"),
+    ("published", ("id", "size", "note"), "id"),
+)
+"""Every table of a log, in the order they are written, with their columns and key."""
+_BEFORE_HEAD = 9
+"""The tables written before ``log_head`` moves (PostgreSQL)."""
+
+
+@dataclass(frozen=True)
+class CopyReport:
+    """What was copied: the log's size, its latest checkpoint's size, rows per table."""
+
+    size: int
+    checkpoint: int
+    rows: dict[str, int]
+
+
+def _rows(conn: Connection, table: str, columns: tuple[str, ...], key: str) -> Iterator[tuple]:  # type: ignore[type-arg]
+    offset = 0
+    while True:
+        chunk = conn.execute(
+            f"SELECT {', '.join(columns)} FROM {table} ORDER BY {key} LIMIT ? OFFSET ?",
+            (CHUNK, offset),
+        ).fetchall()
+        yield from (tuple(row) for row in chunk)
+        if len(chunk) < CHUNK:
+            return
+        offset += CHUNK
+
+
+def _digest_row(digest: hashlib._Hash, row: tuple) -> None:  # type: ignore[type-arg]
+    for value in row:
+        if value is None:
+            digest.update(b"N")
+        elif isinstance(value, bytes | memoryview):
+            raw = bytes(value)
+            digest.update(b"B%d:" % len(raw) + raw)
+        elif isinstance(value, int):
+            digest.update(b"I%d;" % value)
+        else:
+            text = str(value).encode()
+            digest.update(b"S%d:" % len(text) + text)
+
+
+def _table_digest(conn: Connection, table: str, columns: tuple[str, ...], key: str) -> str:
+    digest = hashlib.sha256()
+    for row in _rows(conn, table, columns, key):
+        _digest_row(digest, row)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _read_snapshot(db: Database, conn: Connection) -> Iterator[None]:
+    """Rule 1: one read transaction over the whole source."""
+    conn.execute("BEGIN" if db.kind == "sqlite" else "BEGIN ISOLATION LEVEL REPEATABLE READ")
+    try:
+        yield
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
+def _require_source(db: Database, conn: Connection) -> None:
+    if isinstance(db, SqliteDatabase):
+        if not db.path.exists():
+            raise CLIError(f"{db.path} does not exist: nothing to copy")
+        found = conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+            "('leaves', 'checkpoints', 'map_state')"
+        ).fetchone()[0]
+        if found != 3:
+            raise CLIError(
+                f"{db.path} is not a log of this version: start the authority on it once "
+                "(it brings the log up to date), then copy"
+            )
+    else:
+        schema_postgres.require_current(conn, db.describe())
+
+
+def _open_target(db: Database) -> Connection:
+    """Rule 2: a connection to an empty target, schema in place."""
+    conn = db.connect()
+    try:
+        if isinstance(db, SqliteDatabase):
+            store.create_schema(conn)  # type: ignore[arg-type]
+        else:
+            schema_postgres.require_current(conn, db.describe())
+        if (
+            conn.execute("SELECT count(*) FROM leaves").fetchone()[0]
+            or conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
+        ):
+            raise CLIError(
+                f"{db.describe()} already holds a log: copy only into an empty database; "
+                "nothing was changed"
+            )
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def copy_log(
+    source: Database,
+    target: Database,
+    verifier: Verifier,
+    progress: Callable[[str], None] = lambda _: None,
+) -> CopyReport:
+    """Copy the log in ``source`` into the empty ``target`` and verify it (rules 1-4)."""
+    if source.describe() == target.describe():
+        raise CLIError("--from and --to are the same database")
+    created = isinstance(target, SqliteDatabase) and not target.path.exists()
+    try:
+        return _copy(source, target, verifier, progress)
+    except BaseException:
+        if created:
+            assert isinstance(target, SqliteDatabase)
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    Path(f"{target.path}{suffix}").unlink()
+        raise
+
+
+def _copy(
+    source: Database, target: Database, verifier: Verifier, progress: Callable[[str], None]
+) -> CopyReport:
+    if isinstance(source, SqliteDatabase) and not source.path.exists():
+        raise CLIError(f"{source.path} does not exist: nothing to copy")
+    with reaching(source):
+        src = source.connect(readonly=True)
+    try:
+        with reaching(target):
+            dst = _open_target(target)
+        try:
+            _require_source(source, src)
+            digests: dict[str, str] = {}
+            rows: dict[str, int] = {}
+            with _read_snapshot(source, src):
+                size = int(src.execute("SELECT count(*) FROM leaves").fetchone()[0])
+                target.begin_write(dst)
+                try:
+                    for number, (table, columns, key) in enumerate(TABLES):
+                        if number == _BEFORE_HEAD and isinstance(target, PostgresDatabase):
+                            store.set_head(dst, size)
+                        digest, count = hashlib.sha256(), 0
+                        insert = (
+                            f"INSERT INTO {table} ({', '.join(columns)}) "
+                            f"VALUES ({', '.join('?' for _ in columns)})"
+                        )
+                        batch: list[tuple] = []  # type: ignore[type-arg]
+                        for row in _rows(src, table, columns, key):
+                            _digest_row(digest, row)
+                            batch.append(row)
+                            count += 1
+                            if len(batch) == CHUNK:
+                                dst.executemany(insert, batch)
+                                batch = []
+                        dst.executemany(insert, batch)
+                        digests[table], rows[table] = digest.hexdigest(), count
+                        progress(f"{table}: {count} rows")
+                except BaseException:
+                    if dst.in_transaction:
+                        dst.execute("ROLLBACK")
+                    raise
+                dst.execute("COMMIT")
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    progress("verifying the copy")
+    checkpoint = _verify(target, verifier, digests, size)
+    return CopyReport(size, checkpoint, rows)
+
+
+def _verify(target: Database, verifier: Verifier, digests: dict[str, str], size: int) -> int:
+    """Rule 4; the latest checkpoint's size."""
+    conn = target.connect(readonly=True)
+    try:
+        for table, columns, key in TABLES:
+            if _table_digest(conn, table, columns, key) != digests[table]:
+                raise CLIError(f"the copy's {table} differ from the source's: copy again")
+        audited, problem = audit_storage(target)
+        if problem is not None or audited != size:
+            raise CLIError(f"the copy fails the storage audit ({problem}): copy again")
+        tree = StoredHashTree(conn)
+        latest = 0
+        map_root = None
+        for checkpoint_size, root, note in conn.execute(
+            "SELECT size, root, note FROM checkpoints ORDER BY size"
+        ).fetchall():
+            try:
+                checkpoint, _ = open_checkpoint(bytes(note), verifier)
+            except DeplogError as err:
+                raise CLIError(
+                    f"checkpoint {checkpoint_size} of the copy does not verify with the log "
+                    f"key ({err.code}): is this the log's data directory (--keys)?"
+                ) from None
+            if (checkpoint.size, checkpoint.root_hash) != (checkpoint_size, bytes(root)):
+                raise CLIError(f"checkpoint {checkpoint_size} of the copy disagrees with its note")
+            if checkpoint_size and tree.root_at(int(checkpoint_size)) != bytes(root):
+                raise CLIError(f"the copy's tree has another root at size {checkpoint_size}")
+            latest, map_root = int(checkpoint_size), map_root_of(checkpoint.extensions)
+        state = conn.execute("SELECT size, root_hash FROM map_state WHERE id = 1").fetchone()
+        if map_root is not None and state is not None and int(state[0]) == latest:
+            from deplog.client.mapstore import StoredMap
+
+            if StoredMap(conn).root() != map_root:
+                raise CLIError("the copy's map root differs from its latest checkpoint's")
+        return latest
+    finally:
+        conn.close()
