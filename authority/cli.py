@@ -4,7 +4,10 @@ A thin layer over ``Log`` and the HTTP app. One process owns the database at a
 time: ``serve`` holds an exclusive lock on ``<data>/authority.lock``; the
 publisher commands append directly when no server runs, and otherwise go
 through the server's admin Unix socket (``<data>/admin.sock``, mode 0600), so
-the server's single writer stays the only writer.
+the server's single writer stays the only writer. With ``--db postgresql://...``
+the lock is per data directory: any number of ``serve`` processes, each with its
+own data directory and port, share one log in the database, which orders their
+writes (``authority/log.py``) and their publications (``authority/cluster.py``).
 """
 
 from __future__ import annotations
@@ -189,10 +192,12 @@ def _open_instance(data: Path, keys: Path) -> Instance:
 
 
 def _witness_setup(
-    instance: Instance, keys: Path, options: WitnessingConfig
+    instance: Instance, keys: Path, options: WitnessingConfig, db_url: str | None = None
 ) -> Callable[[AuthorityState], Witnessing] | None:
     """The embedded witness plus every external witness in the config, as a factory the
-    server calls once its state exists (the proofs come from its reader threads)."""
+    server calls once its state exists (the proofs come from its reader threads). With a
+    shared PostgreSQL log the embedded witness's state is in that database, and requests
+    to every witness follow its progress there (``authority/cluster.py``)."""
     config = instance.config
     local = None
     if options.embedded:
@@ -202,6 +207,7 @@ def _witness_setup(
             config.embedded_witness_key,
             config.embedded_witness_name,
             instance.signer.verifier(),
+            database=db_url,
         )
     if local is None and not config.witnesses:
         return None
@@ -218,6 +224,7 @@ def _witness_setup(
             quorum=options.quorum,
             timeout=options.timeout,
             supervisor=state.supervisor,
+            shared=state.cluster,
         )
         witnessing.session = session
         return witnessing
@@ -380,7 +387,7 @@ def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -
             limits=from_options(SequencerLimits, args),
             explorer=from_options(ExplorerConfig, args),
         )
-        witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args))
+        witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args), url)
         asyncio.run(_serve(instance, sock, config, witnesses))
     return 0
 

@@ -9,7 +9,11 @@ each commit among many (measured in bench/bench_append.py: the default of no
 delay gave both lower latency and higher throughput than 5 ms).
 
 A submission's future resolves only after its batch is committed and the
-checkpoint that includes it is signed and stored, so a 201 is durable. With a
+checkpoint that includes it is signed and stored, so a 201 is durable. Its
+receipt proves the entry into the checkpoint actually published (``Published``),
+which is the batch's own or, when other processes share the log (PostgreSQL),
+a larger one that includes it: then ``prove`` makes the inclusion proofs at
+that size from the database. With a
 tiles directory, the batch's tiles are written on the writer thread right after
 the commit, while ``publish`` gathers cosignatures; the tiles directory's
 checkpoint file is written on the same thread after them, so it never names a
@@ -30,12 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from deplog.authority.log import Log, StorageError
+from deplog.authority.log import Log, Sequenced, StorageError
 from deplog.authority.options import MILLISECONDS, option
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.tiles import TilesDirectory
@@ -46,7 +51,9 @@ from deplog.client.storage_faults import StorageFault
 
 __all__ = [
     "OverloadedError",
+    "Prove",
     "Publish",
+    "Published",
     "Receipted",
     "Sequencer",
     "SequencerLimits",
@@ -94,14 +101,26 @@ class Receipted:
     receipt: bytes
 
 
-Publish = Callable[[StoredCheckpoint], Awaitable[bytes]]
-"""Publishes a checkpoint (witnessing it first) and returns the note receipts carry."""
+@dataclass(frozen=True)
+class Published:
+    """The checkpoint a publication made visible (at least the size it was asked to
+    publish) and its note as published, cosignatures included: what receipts carry."""
+
+    checkpoint: StoredCheckpoint
+    note: bytes
+
+
+Publish = Callable[[StoredCheckpoint], Awaitable[Published]]
+"""Publishes a checkpoint, or a larger one including it (witnessing it first)."""
+
+Prove = Callable[[Sequence[int], int], Awaitable[list[tuple[bytes, ...]]]]
+"""The inclusion proofs of leaves ``indexes`` in the tree of the given size."""
 
 _Submission = tuple[Envelope, asyncio.Future[Receipted]]
 
 
-async def _publish_unwitnessed(checkpoint: StoredCheckpoint) -> bytes:
-    return checkpoint.note
+async def _publish_unwitnessed(checkpoint: StoredCheckpoint) -> Published:
+    return Published(checkpoint, checkpoint.note)
 
 
 class Sequencer:
@@ -119,11 +138,13 @@ class Sequencer:
         limits: SequencerLimits | None = None,
         publish: Publish | None = None,
         tiles: TilesDirectory | None = None,
+        prove: Prove | None = None,
     ) -> None:
         self.log = log
         self.tiles = tiles
         self.limits = limits or SequencerLimits()
         self.publish = publish or _publish_unwitnessed
+        self.prove = prove or self._prove_on_writer
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sequencer")
         # ``None`` is stop's marker: everything queued before it is still sequenced.
         self._queue: asyncio.Queue[_Submission | None] = asyncio.Queue(self.limits.max_pending)
@@ -187,17 +208,28 @@ class Sequencer:
             await self._publish_with_tiles(checkpoint)
             return index
 
-    async def _publish_with_tiles(self, checkpoint: StoredCheckpoint) -> bytes:
+    async def _publish_with_tiles(self, checkpoint: StoredCheckpoint) -> Published:
         """Publish ``checkpoint`` while its tiles are written; both must succeed."""
         tiles = self.schedule(self._write_tiles)  # queued before any checkpoint file write
-        note, written = await asyncio.gather(
+        published, written = await asyncio.gather(
             self.publish(checkpoint), tiles, return_exceptions=True
         )
-        for outcome in (written, note):
+        for outcome in (written, published):
             if isinstance(outcome, BaseException):
                 raise outcome
-        assert isinstance(note, bytes)
-        return note
+        assert isinstance(published, Published)
+        if published.checkpoint.size < checkpoint.size:
+            raise AssertionError("a publication served less than it was asked to publish")
+        return published
+
+    async def _prove_on_writer(self, indexes: Sequence[int], size: int) -> list[tuple[bytes, ...]]:
+        """Proofs from the log's own tree: enough while this process is the only writer."""
+
+        def prove() -> list[tuple[bytes, ...]]:
+            with self.log.tree.memoized():
+                return [tuple(self.log.tree.inclusion_proof(i, size)) for i in indexes]
+
+        return await self.call(prove)
 
     def _write_tiles(self) -> None:
         """A tiles directory that cannot be written fails the batch: nothing is published."""
@@ -234,7 +266,8 @@ class Sequencer:
                 results = await self.call(self.log.sequence, [envelope for envelope, _ in batch])
                 checkpoint = self.log.published
                 assert checkpoint is not None
-                note = await self._publish_with_tiles(checkpoint)
+                published = await self._publish_with_tiles(checkpoint)
+                results = await self._prove_into(results, published.checkpoint)
         except DeplogError as err:
             self.failing = err.code
             _fail(futures, err)
@@ -254,7 +287,25 @@ class Sequencer:
                 future.set_exception(result.error)
             else:
                 assert result.index is not None
-                future.set_result(Receipted(result.index, result.created, result.receipt(note)))
+                receipt = result.receipt(published.note)
+                future.set_result(Receipted(result.index, result.created, receipt))
+
+    async def _prove_into(
+        self, results: list[Sequenced], checkpoint: StoredCheckpoint
+    ) -> list[Sequenced]:
+        """The batch's results with their proofs into ``checkpoint`` (the published one)."""
+        moved = [
+            i
+            for i, r in enumerate(results)
+            if r.index is not None and r.checkpoint is not None and r.checkpoint != checkpoint
+        ]
+        if not moved:
+            return results
+        proofs = await self.prove([results[i].index or 0 for i in moved], checkpoint.size)
+        out = list(results)
+        for i, proof in zip(moved, proofs, strict=True):
+            out[i] = dataclasses.replace(results[i], proof=proof, checkpoint=checkpoint)
+        return out
 
 
 def _fail(futures: list[asyncio.Future[Receipted]], error: DeplogError) -> None:

@@ -66,9 +66,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
-from deplog.authority.log import Log
+from deplog.authority.log import IntegrityError, Log
 from deplog.client.dbapi import Connection
-from deplog.client.errors import DeplogError
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.files import write_atomic
 from deplog.client.storage_faults import CORRUPT, FaultKind, StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
@@ -94,6 +94,7 @@ __all__ = [
     "Tile",
     "TilesDirectory",
     "partial_tiles",
+    "served_tile",
     "tile_bytes",
 ]
 
@@ -205,6 +206,15 @@ def _make_public_directories(directory: Path) -> None:
 
 class _DatabaseAlteredError(Exception):
     """The database cannot give a committed tree's tile: its storage was altered."""
+
+
+def served_tile(conn: Connection, tile: Tile) -> bytes:
+    """``tile_bytes`` for a request (tiles served from the database, with PostgreSQL):
+    stored data that fails its own check is the reader's ``IntegrityError``."""
+    try:
+        return tile_bytes(conn, tile)
+    except _DatabaseAlteredError as err:
+        raise IntegrityError(ErrorCode.STORAGE_CORRUPT, str(err)) from None
 
 
 class TilesDirectory:

@@ -38,19 +38,25 @@ Rules:
 5. A witness already holding a larger size from this log is not asked to
    cosign a smaller one (a superseded round, not a failure); a witness claiming
    a size this log never gave it is reported as a possible fork.
+6. With ``shared`` (many processes on one PostgreSQL log, ``authority/
+   cluster.py`` rule 2), each request to a witness also holds that witness's
+   database lock and starts from the size the log's processes together got it
+   to cosign, which it then advances: "this log" in rule 5 is every process,
+   and requests to one witness are serialized across all of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 
@@ -60,6 +66,9 @@ from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.supervise import Supervisor
 from deplog.authority.witness.core import SizeConflictError, Witness, WitnessState
 from deplog.authority.witness.server import SIZE_CONTENT_TYPE
+
+if TYPE_CHECKING:
+    from deplog.authority.cluster import WitnessProgress
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.storage_faults import database_fault
 from deplog.client.tlog.checkpoint import Checkpoint
@@ -82,6 +91,7 @@ __all__ = [
     "ProofSource",
     "QuorumUnavailableError",
     "RemoteWitness",
+    "SharedProgress",
     "WitnessAnswerError",
     "WitnessTrack",
     "Witnessing",
@@ -119,6 +129,14 @@ class EmbeddedWitnessUnavailableError(DeplogError):
 
     code = ErrorCode.EMBEDDED_WITNESS_UNAVAILABLE
     retry_after = 2
+
+
+class SharedProgress(Protocol):
+    """Rule 6: the database's lock and progress row per witness (``cluster.Cluster``)."""
+
+    errors: tuple[type[Exception], ...]
+
+    def witness(self, name: str) -> contextlib.AbstractAsyncContextManager[WitnessProgress]: ...
 
 
 class Cosigner(Protocol):
@@ -174,11 +192,14 @@ class LocalWitness:
 
 
 def open_embedded_witness(
-    path: Path, keys: Path, stem: str, name: str, log_key: Verifier
+    path: Path, keys: Path, stem: str, name: str, log_key: Verifier, database: str | None = None
 ) -> LocalWitness:
     """The embedded witness of a log: key ``<stem>.key`` (created on first use), state at
-    ``path``, trusting exactly this log's key."""
+    ``path`` (or, for a log on PostgreSQL, in its ``database``, shared by every process of
+    the log), trusting exactly this log's key."""
     signer, _ = load_or_create_signer(keys, stem, name, SIG_TYPE_COSIGNATURE_V1)
+    if database is not None:
+        return LocalWitness(Witness(_shared_state(database, log_key), signer))
     state = WitnessState(path)
     try:
         state.add_log(log_key.vkey(), int(time.time()))
@@ -186,6 +207,21 @@ def open_embedded_witness(
         state.close()
         raise database_fault(err, path) from None
     return LocalWitness(Witness(state, signer))
+
+
+def _shared_state(url: str, log_key: Verifier) -> WitnessState:
+    """The embedded witness's state in the log's PostgreSQL database; a database that
+    cannot be reached is the one line (exit 69) of any command on it."""
+    from deplog.authority.storage.database import open_database, reaching
+
+    with reaching(open_database(url)):
+        state = WitnessState.on_postgres(url)
+        try:
+            state.add_log(log_key.vkey(), int(time.time()))
+        except BaseException:
+            state.close()
+            raise
+    return state
 
 
 @dataclass
@@ -241,6 +277,7 @@ class Witnessing:
         quorum: int,
         timeout: float,
         supervisor: Supervisor | None = None,
+        shared: SharedProgress | None = None,
     ) -> None:
         externals = [w for w in witnesses if w.external]
         if not 0 <= quorum <= len(externals):
@@ -250,6 +287,16 @@ class Witnessing:
         self.quorum = quorum
         self.timeout = timeout
         self.supervisor = supervisor or Supervisor()
+        self.shared = shared
+        self._failures: tuple[type[Exception], ...] = (
+            TimeoutError,
+            aiohttp.ClientError,
+            OSError,
+            DeplogError,
+            sqlite3.Error,
+            *(() if shared is None else shared.errors),
+        )
+        """What a failed round raises (rule 4): a failure of the round, never of the caller."""
         self.on_change: Callable[[int], None] | None = None
         """Called with the size a witness just cosigned."""
         self.session: aiohttp.ClientSession | None = None
@@ -267,8 +314,10 @@ class Witnessing:
         """Ask one witness to cosign; True if it did (its line is kept for that size)."""
         async with witness.lock:
             try:
-                done = await asyncio.wait_for(self._cosign(witness, checkpoint), self.timeout)
-            except (TimeoutError, aiohttp.ClientError, OSError, DeplogError, sqlite3.Error) as err:
+                done = await asyncio.wait_for(
+                    self._cosign_shared(witness, checkpoint), self.timeout
+                )
+            except self._failures as err:
                 reason = type(err).__name__
                 if isinstance(err, DeplogError):  # messages are value-free: safe to log
                     reason = err.code if str(err) == err.code else f"{err.code} ({err})"
@@ -284,6 +333,20 @@ class Witnessing:
         if witness.failing != reason:
             log.warning("witness %s cannot cosign: %s", witness.name, reason)
             witness.failing = reason
+
+    async def _cosign_shared(self, witness: WitnessTrack, checkpoint: StoredCheckpoint) -> bool:
+        """``_cosign``, under the witness's database lock and from its shared progress when
+        processes share the log (rule 6)."""
+        if self.shared is None:
+            return await self._cosign(witness, checkpoint)
+        async with self.shared.witness(witness.name) as progress:
+            if progress.size is not None:
+                witness.size = max(witness.size or 0, progress.size)
+                witness.cosigned_size = max(witness.cosigned_size or 0, progress.size)
+            done = await self._cosign(witness, checkpoint)
+            if done:
+                await progress.cosigned(checkpoint.size)
+            return done
 
     async def _cosign(self, witness: WitnessTrack, checkpoint: StoredCheckpoint) -> bool:
         for _ in range(2):  # a size conflict teaches us the witness's size; retry once from there
@@ -312,7 +375,10 @@ class Witnessing:
         return False
 
     def _keep(self, size: int, witness: WitnessTrack, line: NoteSignature, at: float) -> None:
-        self._lines.setdefault(size, {})[witness.name] = (line, at)
+        """Keep ``line`` unless a line of the same witness for ``size`` is newer."""
+        kept = self._lines.setdefault(size, {})
+        if witness.name not in kept or kept[witness.name][1] <= at:
+            kept[witness.name] = (line, at)
 
     def _accept(
         self, witness: WitnessTrack, checkpoint: StoredCheckpoint, body: bytes

@@ -19,6 +19,7 @@ import pytest
 from deplog.authority.log import Log, StorageError
 from deplog.authority.sequencer import (
     OverloadedError,
+    Published,
     Receipted,
     Sequencer,
     SequencerLimits,
@@ -50,14 +51,14 @@ class Publication:
         self.entered = asyncio.Event()
         self.published: list[int] = []
 
-    async def __call__(self, checkpoint: StoredCheckpoint) -> bytes:
+    async def __call__(self, checkpoint: StoredCheckpoint) -> Published:
         self.entered.set()
         if self.hold is not None:
             await self.hold.wait()
         if self.failure is not None:
             raise self.failure
         self.published.append(checkpoint.size)
-        return checkpoint.note
+        return Published(checkpoint, checkpoint.note)
 
 
 @pytest.fixture
@@ -158,6 +159,31 @@ async def test_a_refused_envelope_gets_its_error_and_the_rest_of_its_batch_is_re
 
 
 # -- publication --------------------------------------------------------------------------
+
+
+async def test_receipts_prove_into_the_published_checkpoint_when_it_is_larger_than_the_batch(
+    log: Log, publisher: Signer, log_signer: Signer
+) -> None:
+    """As when another process on the same database published a larger checkpoint first: the
+    batch's receipts carry that one, and their proofs lead into it."""
+    later = make_envelope(publisher, 9)
+
+    async def publish_larger(checkpoint: StoredCheckpoint) -> Published:
+        assert checkpoint.size == 3
+        await sequencer.call(log.sequence, [later])  # the next entry, committed and signed
+        assert log.published is not None and log.published.size == 4
+        return Published(log.published, log.published.note)
+
+    sequencer = Sequencer(log, publish=publish_larger)
+    envelopes = [make_envelope(publisher, seq) for seq in (1, 2)]
+    callers = await queued(sequencer, envelopes)
+    await sequencer.start()
+    try:
+        answers = await asyncio.gather(*callers)
+    finally:
+        await sequencer.stop()
+    for answer, envelope in zip(answers, envelopes, strict=True):
+        assert verified(answer, envelope, log_signer).size == 4
 
 
 async def test_a_publish_failure_fails_every_submission_of_its_batch(

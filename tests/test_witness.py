@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import nacl.signing
@@ -160,14 +160,20 @@ def witness_key() -> Signer:
     return Signer.generate(WITNESS_NAME, SIG_TYPE_COSIGNATURE_V1)
 
 
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "witness.db"
+@pytest.fixture(params=["sqlite", "postgresql"])
+def open_state(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], WitnessState]:
+    """Opens the witness's state: a SQLite file, or the ``embedded_witness`` schema of a
+    fresh PostgreSQL database (the embedded witness of a log on PostgreSQL); the same
+    rules hold on both, so every test here runs on both."""
+    if request.param == "sqlite":
+        return lambda: WitnessState(tmp_path / "witness.db")
+    url: str = request.getfixturevalue("pg_url")
+    return lambda: WitnessState.on_postgres(url)
 
 
 @pytest.fixture
-def state(db_path: Path) -> Iterator[WitnessState]:
-    state = WitnessState(db_path)
+def state(open_state: Callable[[], WitnessState]) -> Iterator[WitnessState]:
+    state = open_state()
     yield state
     state.close()
 
@@ -292,10 +298,13 @@ def test_empty_tree_checkpoint_is_cosigned(
 
 
 def test_record_survives_reopening_the_database(
-    witnessed: Witness, log: MinimalLog, db_path: Path, witness_key: Signer
+    witnessed: Witness,
+    log: MinimalLog,
+    open_state: Callable[[], WitnessState],
+    witness_key: Signer,
 ) -> None:
     witnessed.state.close()
-    reopened = WitnessState(db_path)
+    reopened = open_state()
     try:
         assert stored(reopened) == (5, log.root(5))
         assert size_conflict(Witness(reopened, witness_key), log.request(0, 3)) == 5

@@ -32,6 +32,20 @@ Publication (``AuthorityState``), one order in one place:
 5. Background work (re-cosigning, external witnessing rounds, the storage
    audit) runs under one ``Supervisor``; ``stop`` runs every shutdown step even
    when one fails.
+6. ``publish`` returns the checkpoint actually served (``Published``), at least
+   the size it was asked to publish, and receipts prove into it.
+7. With a ``Cluster`` (many processes on one PostgreSQL log, ``authority/
+   cluster.py``), publishing is a round: under the round lock, a ``published``
+   row that already covers the checkpoint is learned; otherwise the latest
+   signed checkpoint of the database (which may hold other processes' entries)
+   is witnessed, saved as the row, notified, and served once committed. Every
+   process learns rows from the others (``learn``: notification, or polling
+   every ``Cluster.poll_interval``), and serves one only after its log signature
+   and its witnesses' lines verify; a row that does not is logged, counted
+   (``deplog_published_rejected_total``) and never served. The refresh loop
+   shares the fresh lines it gathered through the row too, so every process
+   serves recent cosignatures. Tiles are served from the database, at sizes up
+   to the served checkpoint's, and no tiles directory is written.
 
 ``/healthz``: 200 ``ok``; 503 ``degraded`` with ``reasons`` (stable codes:
 ``storage_unavailable`` while appends fail and none succeeded since; the code
@@ -62,7 +76,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import hdrs, web
 
@@ -74,12 +88,12 @@ from deplog.authority.http.plumbing import METRICS, HTTPRequestError, errors_and
 from deplog.authority.http.push import PushHub
 from deplog.authority.log import IntegrityError, Log, StorageError
 from deplog.authority.options import MEBIBYTES, option
-from deplog.authority.sequencer import Sequencer, SequencerLimits
+from deplog.authority.sequencer import Published, Sequencer, SequencerLimits
 from deplog.authority.storage import audit, store
 from deplog.authority.storage.database import open_database
 from deplog.authority.storage.reader import LogReader
 from deplog.authority.supervise import Supervisor
-from deplog.authority.tiles import DEFAULT_PARTIAL_GRACE, TilesDirectory
+from deplog.authority.tiles import DEFAULT_PARTIAL_GRACE, TilesDirectory, served_tile
 from deplog.authority.witnessing import (
     EmbeddedWitnessUnavailableError,
     QuorumUnavailableError,
@@ -91,8 +105,12 @@ from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
 from deplog.client.model.vmap import MapProof, MapProofDocument
 from deplog.client.storage_faults import StorageFault
-from deplog.client.tlog.note import Signer
-from deplog.client.tlog.tiles import parse_tile_path
+from deplog.client.tlog.checkpoint import open_checkpoint
+from deplog.client.tlog.note import Signer, parse_note
+from deplog.client.tlog.tiles import EntryTile, HashTile, parse_tile_path
+
+if TYPE_CHECKING:
+    from deplog.authority.cluster import Cluster
 
 __all__ = [
     "FULL_TILE_CACHE",
@@ -133,8 +151,10 @@ MAP_PROOF_WAIT = 5.0
 """Seconds a map proof waits for the publication of the batch its map is at."""
 MAP_PROOF_BINARY = "application/octet-stream"
 """The media type of the binary map proof (docs/fold-spec.md section 6)."""
-_PUBLICATION_FAILURES = (EmbeddedWitnessUnavailableError, QuorumUnavailableError)
-_PUBLICATION_CODES = frozenset(error.code for error in _PUBLICATION_FAILURES)
+_PUBLICATION_FAILURES = (EmbeddedWitnessUnavailableError, QuorumUnavailableError, StorageError)
+_PUBLICATION_CODES = frozenset(
+    error.code for error in (EmbeddedWitnessUnavailableError, QuorumUnavailableError)
+)
 
 
 @dataclass(frozen=True)
@@ -195,8 +215,9 @@ class ServerConfig:
 
     @property
     def tiles_path(self) -> Path | None:
-        """Where the tiles directory is, or None when tiles are off."""
-        if not self.tiles:
+        """Where the tiles directory is, or None when tiles are off or come from the
+        database (a shared PostgreSQL log, rule 7)."""
+        if not self.tiles or self.db_url is not None:
             return None
         return self.tiles_dir if self.tiles_dir is not None else self.db_path.parent / TILES_DIR
 
@@ -239,10 +260,14 @@ class AuthorityState:
         log: Log,
         witnessing: Callable[[AuthorityState], Witnessing] | None = None,
         tiles: TilesDirectory | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         self.config = config
+        self.cluster = cluster
         self.supervisor = Supervisor()
-        self.sequencer = Sequencer(log, config.limits, publish=self.publish, tiles=tiles)
+        self.sequencer = Sequencer(
+            log, config.limits, publish=self.publish, tiles=tiles, prove=self._prove
+        )
         self._checkpoint_file: asyncio.Future[None] | None = None
         self._readers = concurrent.futures.ThreadPoolExecutor(
             config.reader_threads, thread_name_prefix="reader"
@@ -258,6 +283,7 @@ class AuthorityState:
         self.note = published.note
         self.published_at = time.time()
         self._next_serve = asyncio.Event()
+        self._learned_note: bytes | None = None
         self.push = PushHub(config.max_subscribers)
         self.checkpoint_requests = 0
         self.publication_failures: dict[str, int] = {}
@@ -268,8 +294,14 @@ class AuthorityState:
         if self.witnessing is not None:
             self.witnessing.on_change = self._cosigned
         self.corrupt: str | None = None
+        self.published_rejected = 0
+        self.poll_failures = 0
+        self._rejected_size: int | None = None
+        self._learn_now = asyncio.Event()
 
     async def start(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.prepare()
         try:
             await self.publish(self.checkpoint, force=True)
         except _PUBLICATION_FAILURES:
@@ -281,6 +313,9 @@ class AuthorityState:
                     self.checkpoint = saved[0]
                 self._render()
         await self.sequencer.start()
+        if self.cluster is not None:
+            self.supervisor.spawn("published_listener", self._listen_published)
+            self.supervisor.spawn("published_poll", self._poll_published)
         if self.witnessing is not None and self.config.refresh_interval > 0:
             self.supervisor.spawn("cosignature_refresh", self._refresh_cosignatures)
         self.supervisor.spawn("storage_audit", self._audit_storage)
@@ -334,6 +369,8 @@ class AuthorityState:
         ]
         if self.witnessing is not None:
             steps.append(("witnesses", self.witnessing.stop))
+        if self.cluster is not None:
+            steps.append(("cluster connections", self.cluster.close))
         steps.append(("readers", self.close))
         for name, step in steps:
             try:
@@ -343,27 +380,170 @@ class AuthorityState:
             except Exception as err:
                 log.error("stopping the %s failed: %s", name, type(err).__name__)
 
-    async def publish(self, checkpoint: store.StoredCheckpoint, force: bool = False) -> bytes:
-        """Witness a larger checkpoint and serve it; returns the note of ``checkpoint`` for
-        receipts (rule 3)."""
+    async def publish(self, checkpoint: store.StoredCheckpoint, force: bool = False) -> Published:
+        """Witness a larger checkpoint and serve it; returns the served checkpoint and note,
+        at least ``checkpoint``'s size, for receipts (rules 3, 6 and 7)."""
         async with self._publishing:
             try:
                 if checkpoint.size > self.checkpoint.size or force:
-                    await self._witness(checkpoint)
-                    self._serve(checkpoint)
+                    if self.cluster is None:
+                        await self._witness(checkpoint)
+                        self._serve(checkpoint)
+                    else:
+                        await self._publish_round(checkpoint, force)
                     if self._checkpoint_file is not None:
                         await asyncio.shield(self._checkpoint_file)
-                if self.witnessing is None:
-                    return checkpoint.note
-                if not self.witnessing.cosigned_by_embedded(checkpoint.size):
+                if self.checkpoint.size < checkpoint.size:
+                    raise StorageError()  # a round that could not read what it published
+                if self.witnessing is not None and not self.witnessing.cosigned_by_embedded(
+                    self.checkpoint.size
+                ):
                     raise EmbeddedWitnessUnavailableError()
             except _PUBLICATION_FAILURES as err:
                 self._publication_failed(err.code, checkpoint.size)
                 raise
             if self._publication_failing is not None:
-                log.info("publication resumed at size %d", checkpoint.size)
+                log.info("publication resumed at size %d", self.checkpoint.size)
                 self._publication_failing = None
-            return self.witnessing.note_for(checkpoint)
+            return Published(self.checkpoint, self.note)
+
+    async def _publish_round(self, checkpoint: store.StoredCheckpoint, force: bool) -> None:
+        """Rule 7: one round under the cluster's lock; the caller holds ``_publishing``.
+        ``force`` (at start) witnesses the latest checkpoint even if it is published."""
+        assert self.cluster is not None
+        try:
+            async with self.cluster.round() as round_:
+                row = round_.published
+                if not force and row is not None and row[0] >= checkpoint.size:
+                    await self._learn(*row)
+                    if self.checkpoint.size >= checkpoint.size:
+                        return
+                latest = await self._latest_signed()
+                if latest is None or latest.size < checkpoint.size:
+                    raise StorageError()
+                note = latest.note
+                if self.witnessing is not None:
+                    await self.witnessing.witness_new(latest)
+                    note = self.witnessing.note_for(latest)
+                await round_.save(latest.size, note)
+        except self.cluster.errors as err:
+            log.warning("publication round failed: %s", type(err).__name__)
+            raise StorageError() from None
+        self._serve(latest)
+
+    async def _latest_signed(self) -> store.StoredCheckpoint | None:
+        """The database's latest checkpoint, once its log signature verified (another
+        process may have signed it)."""
+        latest: store.StoredCheckpoint | None = await self.read(lambda r: r.latest_checkpoint())
+        if latest is not None:
+            self._verified(latest)
+        return latest
+
+    def _verified(self, stored: store.StoredCheckpoint) -> None:
+        """Raise ``IntegrityError`` unless ``stored`` is signed by this log's key as stored."""
+        try:
+            checkpoint, _ = open_checkpoint(stored.note, self.sequencer.log.verifier)
+        except DeplogError:
+            raise IntegrityError(
+                ErrorCode.CHECKPOINT_INVALID, "a stored checkpoint is not signed by the log key"
+            ) from None
+        if (checkpoint.size, checkpoint.root_hash) != (stored.size, stored.root):
+            raise IntegrityError(ErrorCode.CHECKPOINT_INVALID, "a checkpoint row disagrees")
+
+    async def _learn(self, size: int, note: bytes) -> None:
+        """Serve a ``published`` row from the database if it is not behind the served
+        checkpoint and verifies (rule 7); the caller holds ``_publishing``."""
+        if size < self.checkpoint.size:
+            return
+        stored = await self.read(lambda r: r.checkpoint_at(size))
+        try:
+            if stored is None:
+                raise IntegrityError(ErrorCode.CHECKPOINT_INVALID, "no checkpoint row")
+            self._verified(stored)
+            if parse_note(note)[0] != parse_note(stored.note)[0]:
+                raise IntegrityError(ErrorCode.CHECKPOINT_INVALID, "another checkpoint text")
+            if self.witnessing is not None:
+                self.witnessing.remember(stored, note)
+        except DeplogError as err:
+            self.published_rejected += 1
+            if self._rejected_size != size:
+                log.error("published checkpoint %d not served: %s (%s)", size, err.code, err)
+                self._rejected_size = size
+            return
+        if size > self.checkpoint.size:
+            self._serve(stored)
+        else:
+            self._render()  # the same size with fresher lines
+
+    async def _listen_published(self) -> None:
+        """Supervised: wake the poller on every notification of a new published row."""
+        assert self.cluster is not None
+        await self.cluster.listen(self._learn_now.set)
+
+    async def _poll_published(self) -> None:
+        """Supervised: learn the published row when notified, and every poll interval.
+
+        A database failure does not end the loop (a supervisor's backoff would stretch
+        the interval): it is counted (``deplog_published_poll_failures_total``), logged
+        once until a poll succeeds again, and the next poll comes one interval later."""
+        assert self.cluster is not None
+        failing = False
+        failures: tuple[type[Exception], ...] = (*self.cluster.errors, StorageError)
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._learn_now.wait(), self.cluster.poll_interval)
+            self._learn_now.clear()
+            try:
+                await self._poll_once()
+            except failures as err:
+                self.poll_failures += 1
+                if not failing:
+                    log.warning("reading the published checkpoint failed: %s", type(err).__name__)
+                    failing = True
+                continue
+            if failing:
+                log.info("reading the published checkpoint works again")
+                failing = False
+
+    async def _poll_once(self) -> None:
+        assert self.cluster is not None
+        row = await self.cluster.published()
+        if row is None or row[0] < self.checkpoint.size:
+            return
+        if row[0] == self.checkpoint.size and row[1] == self._learned_note:
+            return
+        async with self._publishing:
+            await self._learn(*row)
+        self._learned_note = row[1]
+
+    async def _share_lines(self) -> None:
+        """Save the served checkpoint's fresh lines as the published row (rule 7), merged
+        with the row's own, unless the row has moved past it (then learn it)."""
+        assert self.cluster is not None and self.witnessing is not None
+        async with self._publishing:
+            try:
+                async with self.cluster.round() as round_:
+                    row = round_.published
+                    if row is not None and row[0] > self.checkpoint.size:
+                        await self._learn(*row)
+                        return
+                    if row is not None and row[0] == self.checkpoint.size:
+                        with contextlib.suppress(DeplogError):
+                            self.witnessing.remember(self.checkpoint, row[1])
+                    if self.witnessing.cosigned_by_embedded(self.checkpoint.size):
+                        await round_.save(
+                            self.checkpoint.size, self.witnessing.note_for(self.checkpoint)
+                        )
+            except self.cluster.errors as err:
+                log.warning("sharing cosignatures failed: %s", type(err).__name__)
+                return
+            self._render()
+
+    async def _prove(self, indexes: Sequence[int], size: int) -> list[tuple[bytes, ...]]:
+        """Inclusion proofs at ``size`` from the database (it may be past this process's
+        own appends)."""
+        proofs = await self.read(lambda r: [r.inclusion(i, size).hashes for i in indexes])
+        return [tuple(p) for p in proofs]
 
     async def _witness(self, checkpoint: store.StoredCheckpoint) -> None:
         if self.witnessing is None:
@@ -423,12 +603,17 @@ class AuthorityState:
         assert self.witnessing is not None
         while True:
             await asyncio.sleep(self.config.refresh_interval)
-            latest = self.sequencer.log.published
+            if self.cluster is None:
+                latest = self.sequencer.log.published
+            else:  # the database's latest, whichever process signed it
+                latest = await self._latest_signed()
             if latest is not None and latest.size > self.checkpoint.size:
                 with contextlib.suppress(*_PUBLICATION_FAILURES):  # withheld: try again later
                     await self.publish(latest)
                 continue
             await self.witnessing.cosign_all(self.checkpoint, self.witnessing.witnesses)
+            if self.cluster is not None:
+                await self._share_lines()
 
     def health(self, now: float) -> list[str]:
         """Why the server is degraded, as stable codes; empty when it is ok."""
@@ -587,12 +772,35 @@ async def _get_tile(request: web.Request) -> web.StreamResponse:
     The path is parsed to a tile and the file named by its one canonical path, so
     no request names anything else in or outside the directory.
     """
-    root = request.app[_STATE].config.tiles_path
+    state = request.app[_STATE]
+    root = state.config.tiles_path
     tile = parse_tile_path("tile/" + request.match_info["path"])
+    if state.cluster is not None:
+        return await _get_tile_from_database(state, tile)
     if root is None or not (path := root / tile.path).is_file():
         raise HTTPRequestError(ErrorCode.NOT_FOUND)
     cache = PARTIAL_TILE_CACHE if tile.partial else FULL_TILE_CACHE
     return web.FileResponse(path, headers={hdrs.CACHE_CONTROL: cache, hdrs.CONTENT_TYPE: TILE_TYPE})
+
+
+def _tile_leaves(tile: EntryTile | HashTile) -> int:
+    """The size of the smallest tree that has ``tile``."""
+    if isinstance(tile, EntryTile):
+        return tile.leaf_indices.stop
+    return (tile.index * 256 + tile.width) << (8 * tile.level)
+
+
+async def _get_tile_from_database(
+    state: AuthorityState, tile: EntryTile | HashTile
+) -> web.Response:
+    """Rule 7: a tile of a tree no larger than the served one, read from the database."""
+    if _tile_leaves(tile) > state.checkpoint.size:
+        raise HTTPRequestError(ErrorCode.NOT_FOUND)
+    body = await state.read(lambda r: served_tile(r.conn, tile))
+    cache = PARTIAL_TILE_CACHE if tile.partial else FULL_TILE_CACHE
+    return web.Response(
+        body=body, headers={hdrs.CACHE_CONTROL: cache, hdrs.CONTENT_TYPE: TILE_TYPE}
+    )
 
 
 async def _get_inclusion(request: web.Request) -> web.Response:
@@ -734,7 +942,12 @@ def build_app(
     async def open_log(app: web.Application) -> None:
         loop = asyncio.get_running_loop()
         log, tiles = await loop.run_in_executor(None, lambda: _open_log(config, signer))
-        state = AuthorityState(config, log, witnessing, tiles)
+        cluster = None
+        if config.db_url is not None:
+            from deplog.authority.cluster import Cluster
+
+            cluster = Cluster(config.db_url)
+        state = AuthorityState(config, log, witnessing, tiles, cluster)
         await state.start()
         app[_STATE] = state
         sequencer = state.sequencer
@@ -778,6 +991,16 @@ def build_app(
             "Checkpoints not published (appends answered 503), by reason.",
             "reason",
             lambda: state.publication_failures,
+        )
+        metrics.counter(
+            "deplog_published_rejected_total",
+            "Published rows from the shared database not served: they did not verify.",
+            lambda: float(state.published_rejected),
+        )
+        metrics.counter(
+            "deplog_published_poll_failures_total",
+            "Polls of the shared database's published checkpoint that failed.",
+            lambda: float(state.poll_failures),
         )
         metrics.labeled_counter(
             "deplog_background_failures_total",

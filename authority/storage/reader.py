@@ -52,6 +52,13 @@ class LogReader:
     def close(self) -> None:
         self.conn.close()
 
+    def latest_checkpoint(self) -> store.StoredCheckpoint | None:
+        """The largest signed checkpoint stored (by any process sharing the database)."""
+        return store.latest_checkpoint(self.conn)
+
+    def checkpoint_at(self, size: int) -> store.StoredCheckpoint | None:
+        return store.checkpoint_at(self.conn, size)
+
     def inclusion(self, index: int, size: int) -> InclusionProof:
         self.tree.pin(size)
         try:

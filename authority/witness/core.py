@@ -10,7 +10,10 @@ moves backwards, so the rules are:
 * The record only changes through :meth:`WitnessState.compare_and_swap`, an
   ``UPDATE ... WHERE origin = ? AND size = ? AND root = ?`` (or, for a log
   never cosigned, an ``INSERT`` guarded by the primary key) in one SQLite
-  transaction (WAL, ``synchronous=FULL``). The checks read the record without
+  transaction (WAL, ``synchronous=FULL``; or, for the embedded witness of a log on
+  PostgreSQL, one PostgreSQL transaction in the log's database, where every
+  authority process shares the record and a trigger besides refuses any update
+  that lowers a size). The checks read the record without
   a lock; if another request changed it in between, the swap matches no row
   and the request gets ``old_size_mismatch`` with the new size. A race can
   therefore never roll the witness back (tlog-witness, "add-checkpoint", the
@@ -53,7 +56,9 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from deplog.client.dbapi import Connection
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 from deplog.client.storage_faults import opening_database
 from deplog.client.tlog.checkpoint import (
@@ -138,6 +143,48 @@ CREATE TABLE IF NOT EXISTS evidence (
     digest BLOB NOT NULL UNIQUE
 ) STRICT;
 """
+
+
+POSTGRES_SCHEMA = "embedded_witness"
+"""The PostgreSQL schema of the embedded witness's state, beside the log's tables."""
+POSTGRES_DDL = (
+    f"CREATE SCHEMA IF NOT EXISTS {POSTGRES_SCHEMA}",
+    f"""CREATE TABLE IF NOT EXISTS {POSTGRES_SCHEMA}.logs (
+        origin TEXT PRIMARY KEY,
+        vkey TEXT NOT NULL,
+        added_at BIGINT NOT NULL
+    )""",
+    f"""CREATE TABLE IF NOT EXISTS {POSTGRES_SCHEMA}.checkpoints (
+        origin TEXT PRIMARY KEY REFERENCES {POSTGRES_SCHEMA}.logs(origin),
+        size BIGINT NOT NULL CHECK (size >= 0),
+        root BYTEA NOT NULL CHECK (length(root) = 32),
+        updated_at BIGINT NOT NULL
+    )""",
+    f"""CREATE TABLE IF NOT EXISTS {POSTGRES_SCHEMA}.evidence (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        origin TEXT NOT NULL REFERENCES {POSTGRES_SCHEMA}.logs(origin),
+        reason TEXT NOT NULL,
+        received_at BIGINT NOT NULL,
+        body BYTEA NOT NULL,
+        digest BYTEA NOT NULL UNIQUE
+    )""",
+    # The record never moves back, whatever SQL reaches the table (the swap never does).
+    f"""CREATE OR REPLACE FUNCTION {POSTGRES_SCHEMA}.no_rollback() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF TG_OP = 'DELETE' THEN
+                RAISE EXCEPTION 'a witness record is never deleted';
+            END IF;
+            IF NEW.size < OLD.size OR NEW.updated_at < OLD.updated_at THEN
+                RAISE EXCEPTION 'a witness record never moves back';
+            END IF;
+            RETURN NEW;
+        END $$""",
+    f"""CREATE OR REPLACE TRIGGER no_rollback BEFORE UPDATE OR DELETE
+        ON {POSTGRES_SCHEMA}.checkpoints
+        FOR EACH ROW EXECUTE FUNCTION {POSTGRES_SCHEMA}.no_rollback()""",
+)
+"""The embedded witness's tables on PostgreSQL (the SQLite ones are ``_SCHEMA``)."""
 
 
 class WitnessError(DeplogError):
@@ -316,10 +363,12 @@ def parse_logs_file(text: str) -> list[Verifier]:
 
 
 class WitnessState:
-    """The witness's SQLite database: trusted logs, the record per origin, evidence.
+    """The witness's database: trusted logs, the record per origin, evidence.
 
-    Each thread gets its own connection, so concurrent requests really are
-    concurrent at the database and only the compare-and-swap orders them. A
+    A SQLite file, or (``on_postgres``, the embedded witness of a log on
+    PostgreSQL) the schema ``embedded_witness`` of the log's database, with the
+    same SQL. Each thread gets its own connection, so concurrent requests really
+    are concurrent at the database and only the compare-and-swap orders them. A
     database error on the request path is :class:`StorageUnavailableError`
     (503); ``failing`` names it until a swap succeeds again, and a run of them
     is logged once, as one line (``/healthz`` reports it).
@@ -330,39 +379,82 @@ class WitnessState:
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: list[Connection] = []
+        self._connect: Callable[[], Connection] = self._connect_sqlite
+        self._begin = "BEGIN IMMEDIATE"
+        self.errors: tuple[type[Exception], ...] = (sqlite3.Error,)
         self.failing: str | None = None
         with opening_database(path, self.close):
             conn = self._conn()
             conn.execute("PRAGMA journal_mode=WAL")
+            assert isinstance(conn, sqlite3.Connection)
             conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
 
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+    @classmethod
+    def on_postgres(cls, url: str) -> WitnessState:
+        """The state in the ``embedded_witness`` schema of the PostgreSQL database ``url``
+        (created if missing, under a lock, so processes starting together agree)."""
+        import psycopg
+
+        from deplog.authority.storage import postgres
+
+        def connect() -> Connection:
+            conn = postgres.connect(url, application="deplog-embedded-witness")
+            conn.execute(f"SET search_path = {POSTGRES_SCHEMA}")
+            return conn
+
+        state = cls.__new__(cls)
+        state.path = Path(POSTGRES_SCHEMA)
+        state._local = threading.local()
+        state._lock = threading.Lock()
+        state._connections = []
+        state._connect = connect
+        state._begin = "BEGIN"
+        state.errors = (psycopg.Error,)
+        state.failing = None
+        try:
+            with state._transaction(state._conn()) as conn:
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (POSTGRES_SCHEMA,))
+                for statement in POSTGRES_DDL:
+                    conn.execute(statement)
+        except BaseException:
+            state.close()
+            raise
+        return state
+
+    def _connect_sqlite(self) -> Connection:
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self._busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
+
+    def _conn(self) -> Connection:
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and getattr(conn, "broken", False):
+            self._local.conn = conn = None  # PostgreSQL: a lost connection is made again
         if conn is None:
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self._busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA foreign_keys=ON")
+            conn = self._connect()
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
         return conn
 
-    @staticmethod
     @contextlib.contextmanager
-    def _transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-        """A write transaction: the write lock is taken up front, so it cannot deadlock."""
-        conn.execute("BEGIN IMMEDIATE")
+    def _transaction(self, conn: Connection) -> Iterator[Connection]:
+        """A write transaction: on SQLite the write lock is taken up front, so it cannot
+        deadlock; on PostgreSQL the swap's row lock orders concurrent writers."""
+        conn.execute(self._begin)
         try:
             yield conn
         except BaseException:
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                with contextlib.suppress(*self.errors):
+                    conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
 
@@ -371,7 +463,7 @@ class WitnessState:
         """Database errors as :class:`StorageUnavailableError`, noted in ``failing``."""
         try:
             yield
-        except sqlite3.Error as err:
+        except self.errors as err:
             if self.failing != type(err).__name__:
                 log.error("witness database error: %s: %s", type(err).__name__, err)
                 self.failing = type(err).__name__
@@ -420,12 +512,24 @@ class WitnessState:
         return verifier, True
 
     def log_verifier(self, origin: str) -> Verifier | None:
-        """The trusted key for ``origin``, or None if the origin is not configured."""
+        """The trusted key for ``origin``, or None if the origin is not configured.
+
+        The first read of a request: on PostgreSQL, a connection the server dropped
+        meanwhile (it restarted) is found broken here and made again, once, so a
+        request after an outage is answered rather than failed.
+        """
         with self._storage():
-            row = (
-                self._conn().execute("SELECT vkey FROM logs WHERE origin = ?", (origin,)).fetchone()
-            )
+            try:
+                row = self._vkey(origin)
+            except self.errors:
+                if not getattr(self._local.conn, "broken", False):
+                    raise
+                self._local.conn = None
+                row = self._vkey(origin)
         return None if row is None else Verifier.parse(row[0])
+
+    def _vkey(self, origin: str) -> Any:
+        return self._conn().execute("SELECT vkey FROM logs WHERE origin = ?", (origin,)).fetchone()
 
     def recorded(self, origin: str) -> RecordedCheckpoint | None:
         """The latest checkpoint cosigned for ``origin``, or None if there is none."""
@@ -433,7 +537,7 @@ class WitnessState:
             return self._recorded(self._conn(), origin)
 
     @staticmethod
-    def _recorded(conn: sqlite3.Connection, origin: str) -> RecordedCheckpoint | None:
+    def _recorded(conn: Connection, origin: str) -> RecordedCheckpoint | None:
         row = conn.execute(
             "SELECT size, root, updated_at FROM checkpoints WHERE origin = ?", (origin,)
         ).fetchone()
@@ -477,23 +581,20 @@ class WitnessState:
     def _swap(
         self, origin: str, expected: RecordedCheckpoint | None, size: int, root: bytes, now: int
     ) -> int:
+        # SQL both databases speak: no INSERT OR IGNORE, no two-argument max().
         with self._transaction(self._conn()) as conn:
             if expected is None:
-                try:
-                    conn.execute(
-                        "INSERT INTO checkpoints (origin, size, root, updated_at) "
-                        "VALUES (?, ?, ?, ?)",
-                        (origin, size, root, now),
-                    )
-                    return now
-                except sqlite3.IntegrityError:
-                    rows = []
+                rows = conn.execute(
+                    "INSERT INTO checkpoints (origin, size, root, updated_at) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (origin) DO NOTHING RETURNING updated_at",
+                    (origin, size, root, now),
+                ).fetchall()
             else:
                 rows = conn.execute(
                     "UPDATE checkpoints SET size = ?, root = ?, "
-                    "updated_at = max(updated_at, ?) "
+                    "updated_at = CASE WHEN updated_at > ? THEN updated_at ELSE ? END "
                     "WHERE origin = ? AND size = ? AND root = ? RETURNING updated_at",
-                    (size, root, now, origin, expected.size, expected.root),
+                    (size, root, now, now, origin, expected.size, expected.root),
                 ).fetchall()
             if len(rows) == 1:
                 timestamp: int = rows[0][0]
@@ -510,8 +611,8 @@ class WitnessState:
         try:
             with self._transaction(self._conn()) as conn:
                 conn.execute(
-                    "INSERT OR IGNORE INTO evidence (origin, reason, received_at, body, digest) "
-                    "VALUES (?, ?, ?, ?, ?)",
+                    "INSERT INTO evidence (origin, reason, received_at, body, digest) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                     (origin, reason, now, body, digest),
                 )
                 conn.execute(
@@ -519,7 +620,7 @@ class WitnessState:
                     "(SELECT id FROM evidence WHERE origin = ? ORDER BY id DESC LIMIT ?)",
                     (origin, origin, MAX_EVIDENCE_PER_LOG),
                 )
-        except sqlite3.Error as err:
+        except self.errors as err:
             log.warning("witness database error while keeping evidence: %s", type(err).__name__)
 
     def evidence(self, origin: str) -> list[Evidence]:

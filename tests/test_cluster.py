@@ -1,0 +1,172 @@
+"""``authority.cluster``: what processes sharing one PostgreSQL log agree on, rule by rule.
+
+Each ``Cluster`` here stands for one authority process (its own connections) on a
+real, migrated database of the session's throwaway cluster; no mocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+
+from deplog.authority.cluster import PUBLISHED_CHANNEL, Cluster
+from tests.conftest import migrated
+
+SETTLE = 0.3
+"""Seconds after which a task that could proceed would have."""
+
+
+@pytest.fixture
+def db(pg_url: str) -> str:
+    return migrated(pg_url)
+
+
+@pytest.fixture
+async def processes(db: str) -> AsyncIterator[tuple[Cluster, Cluster]]:
+    first, second = Cluster(db, round_timeout=10), Cluster(db, round_timeout=10)
+    await first.prepare()
+    await second.prepare()
+    yield first, second
+    await first.close()
+    await second.close()
+
+
+async def test_rounds_of_two_processes_never_overlap_and_the_second_sees_the_first_row(
+    processes: tuple[Cluster, Cluster],
+) -> None:
+    first, second = processes
+    seen: list[tuple[int, bytes] | None] = []
+
+    async def second_round() -> None:
+        async with second.round() as round_:
+            seen.append(round_.published)
+
+    async with first.round() as round_:
+        assert round_.published is None
+        waiting = asyncio.create_task(second_round())
+        await asyncio.sleep(SETTLE)
+        assert not waiting.done()  # the lock is the first process's until it commits
+        await round_.save(5, b"note of 5\n")
+    await asyncio.wait_for(waiting, 10)
+    assert seen == [(5, b"note of 5\n")]
+
+
+async def test_a_saved_row_never_moves_to_a_smaller_size(
+    processes: tuple[Cluster, Cluster],
+) -> None:
+    first, second = processes
+    async with first.round() as round_:
+        await round_.save(7, b"seven\n")
+    async with second.round() as round_:
+        await round_.save(6, b"six\n")  # a late round: silently not applied
+    assert await first.published() == (7, b"seven\n")
+
+
+async def test_a_killed_process_round_frees_the_lock_at_once(
+    processes: tuple[Cluster, Cluster], db: str
+) -> None:
+    first, second = processes
+    entered = asyncio.Event()
+    hold = asyncio.Event()
+
+    async def stuck_round() -> None:
+        async with first.round() as round_:
+            await round_.save(3, b"three\n")  # never committed
+            entered.set()
+            await hold.wait()
+
+    stuck = asyncio.create_task(stuck_round())
+    await asyncio.wait_for(entered.wait(), 10)
+    with psycopg.connect(db, autocommit=True) as admin:  # the process dies: its backend goes
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE state = 'idle in transaction' AND application_name = 'deplog-cluster'"
+        )
+    async with asyncio.timeout(5):
+        async with second.round() as round_:
+            assert round_.published is None  # the dead round's row was never committed
+    hold.set()
+    with pytest.raises(psycopg.Error):
+        await stuck
+
+
+async def test_witness_progress_is_shared_and_only_grows(
+    processes: tuple[Cluster, Cluster],
+) -> None:
+    first, second = processes
+    async with first.witness("w1") as progress:
+        assert progress.size is None
+        await progress.cosigned(10)
+    async with second.witness("w1") as progress:
+        assert progress.size == 10  # what another process got it to cosign
+        await progress.cosigned(4)  # a stale success never lowers it
+    async with first.witness("w1") as progress:
+        assert progress.size == 10
+    async with first.witness("w2") as progress:
+        assert progress.size is None  # per witness
+
+
+async def test_requests_to_one_witness_are_serialized_across_processes(
+    processes: tuple[Cluster, Cluster],
+) -> None:
+    first, second = processes
+    order: list[str] = []
+
+    async def second_request() -> None:
+        async with second.witness("w1") as progress:
+            order.append(f"second from {progress.size}")
+
+    async with first.witness("w1") as progress:
+        waiting = asyncio.create_task(second_request())
+        await asyncio.sleep(SETTLE)
+        order.append("first")
+        await progress.cosigned(8)
+    await asyncio.wait_for(waiting, 10)
+    assert order == ["first", "second from 8"]
+
+
+async def test_a_saved_row_wakes_every_listening_process(
+    processes: tuple[Cluster, Cluster],
+) -> None:
+    first, second = processes
+    woken = asyncio.Event()
+    calls = 0
+
+    def wake() -> None:
+        nonlocal calls
+        calls += 1
+        if calls > 1:  # the first call is the one made on connecting
+            woken.set()
+
+    listening = asyncio.create_task(second.listen(wake))
+    try:
+        while calls == 0:
+            await asyncio.sleep(0.01)
+        async with first.round() as round_:
+            await round_.save(2, b"two\n")
+        await asyncio.wait_for(woken.wait(), 5)
+    finally:
+        listening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await listening
+
+
+async def test_a_lost_listening_connection_ends_listen_with_an_error(
+    processes: tuple[Cluster, Cluster], db: str
+) -> None:
+    """``listen`` never returns quietly: the supervisor must see the failure, count it and
+    restart it (the server's polling covers the gap)."""
+    _, second = processes
+    connected = asyncio.Event()
+    listening = asyncio.create_task(second.listen(connected.set))
+    await asyncio.wait_for(connected.wait(), 10)
+    with psycopg.connect(db, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE query = 'LISTEN {PUBLISHED_CHANNEL}'"
+        )
+    with pytest.raises(psycopg.OperationalError):
+        await asyncio.wait_for(listening, 10)
