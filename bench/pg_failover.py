@@ -91,8 +91,10 @@ async def campaign(
     print(f"restarts: p50 {median(restarts):.2f} s, max {max(restarts):.2f} s")
     for line in load.unexpected[:10]:
         print("UNEXPECTED:", line)
+    tracebacks = front_ends.outputs().count("Traceback")
+    print(f"tracebacks in the front-ends' output: {tracebacks}")
     print("oracle:", verdict or "no violation (rules 1-6)")
-    return 1 if verdict or load.unexpected else 0
+    return 1 if verdict or load.unexpected or tracebacks else 0
 
 
 def main() -> None:

@@ -135,6 +135,7 @@ async def test_front_ends_killed_under_load_lose_nothing_and_never_fork(
     assert len(observations.kills) == 15
     assert any(kill.sequencer for kill in observations.kills), "no kill hit the sequencer"
     assert len(observations.acks) >= 100 and len(leaves) >= len(observations.acks)
+    assert "Traceback" not in front_ends.outputs()
 
 
 async def test_a_database_outage_is_503_storage_unavailable_and_appends_resume(
