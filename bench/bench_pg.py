@@ -54,7 +54,7 @@ from bench.common import start_minimal_server
 from bench.pg_failover import failover_figures
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
-from tests.integration.log_oracle import first_violation, resume_gaps
+from tests.integration.log_oracle import first_violation
 from tests.integration.pg_campaign import (
     CampaignConfig,
     FrontEnds,
@@ -357,7 +357,7 @@ def failover(root: Path, cluster: PgCluster, signers: list[Signer], kills: int, 
         f"\nfailover: 3 front-ends, {len(signers)} publishers, {len(observations.kills)} kills "
         f"({on_holder} of the sequencer's holder); {len(observations.acks)} acknowledged"
     )
-    print(failover_figures(resume_gaps(observations)))
+    print(failover_figures(observations))
     print(
         "oracle:", verdict or "no violation (rules 1-5)", "; unexpected:", load_seen.unexpected[:3]
     )
