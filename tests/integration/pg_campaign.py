@@ -14,6 +14,10 @@ hand (bench/pg_failover.py, bench/bench_pg.py). The pieces:
   ``pg_locks`` and ``pg_stat_activity`` (the backend's client port, mapped to the process
   that owns that socket), so a campaign kills the sequencer on purpose, not only by chance.
 
+* ``run_under_load``: all of the above around a scenario (``kill_loop`` for the failover
+  campaign, a database outage for the outage test), then one last notice so the final
+  checkpoint covers every committed leaf, then the final log.
+
 What the clients saw goes into ``log_oracle.Observations``; ``log_oracle.first_violation``
 judges it against the final log read back with ``final_log``.
 """
