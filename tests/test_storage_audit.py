@@ -189,6 +189,17 @@ def test_the_audit_runs_at_low_priority_and_dies_when_killed(tmp_path: Path) -> 
     assert out == b""
 
 
+def test_an_audit_whose_server_died_ends_quietly(db: Path) -> None:
+    """SIGKILLed, the serving authority leaves its audit child a closed pipe: the child's
+    result has nowhere to go, and no traceback goes to the log the two share."""
+    child = subprocess.Popen([*COMMAND, str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()
+    stderr = child.stderr.read().decode()
+    assert child.wait(timeout=60) == EXIT_OK
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+
+
 def test_a_server_lowers_its_audit_childs_priority_once_and_for_all() -> None:
     """The server lowers it right after spawning (so the child's imports are niced too);
     the child lowering it again relative to the same parent changes nothing."""

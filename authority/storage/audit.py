@@ -107,7 +107,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except db.errors as err:
         print(f"cannot audit {db.describe()}: {type(err).__name__}", file=sys.stderr)
         return EXIT_UNREADABLE
-    print(json.dumps({"size": size, "problem": problem}), flush=True)
+    try:
+        print(json.dumps({"size": size, "problem": problem}), flush=True)
+    except BrokenPipeError:
+        # The server that asked was killed meanwhile: nobody is left to tell, and no
+        # traceback goes to the log it shared with us.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK if problem is None else EXIT_CORRUPT
 
 
