@@ -9,7 +9,8 @@ with the final one, appends resumed after every kill within a bound).
   whose transaction holds the sequencer row, found in ``pg_locks``), each restarted.
   bench/pg_failover.py runs the long one (>= 50 kills) by hand.
 * The outage: the cluster stopped with ``pg_ctl stop -m immediate`` under load and started
-  again: every answer in between is 503 ``storage_unavailable``, no process dies or prints a
+  again: every answer in between is 503 ``storage_unavailable`` (or, for a notice committed
+  just before the stop, ``embedded_witness_unavailable``), no process dies or prints a
   traceback, nothing acknowledged is lost, and appends resume by themselves.
 
 PostgreSQL comes from the ``pg_cluster`` fixture: missing, these tests skip loudly, and
@@ -177,7 +178,15 @@ async def test_a_database_outage_is_503_storage_unavailable_and_appends_resume(
     assert load.unexpected == []
     resumed = min(t for t, o in load.timeline if o == "201" and t > window["started"])
     during = {o for t, o in load.timeline if window["stopped"] + 0.5 < t < resumed}
-    assert during <= {"503 storage_unavailable", "200", "201"}, during
+    # A notice committed just before the stop can still be waiting for its cosignature,
+    # which the embedded witness (its record in the same database) cannot give: that
+    # append fails closed with its own code, the notice already durable (README).
+    assert during <= {
+        "503 storage_unavailable",
+        "503 embedded_witness_unavailable",
+        "200",
+        "201",
+    }, during
     refused = [t for t, o in load.timeline if o == "503 storage_unavailable"]
     assert len(refused) >= 20
     assert resumed - window["started"] < RECOVERY_BOUND
