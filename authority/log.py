@@ -420,15 +420,30 @@ class Log:
         start = self.tree.size
         fresh: list[Notice] = []
         try:
-            for envelope, ready in zip(envelopes, prepared, strict=True):
-                try:
-                    admitted = self._admit_notice(envelope, ready, recheck)
-                except DeplogError as err:
-                    results.append(err)
-                    continue
-                results.append(admitted)
-                if admitted.created:
-                    fresh.append(envelope.notice)
+            logged = store.notices_by_sequence(
+                self.conn,
+                [
+                    (envelope.notice.publisher, envelope.notice.sequence)
+                    for envelope, ready in zip(envelopes, prepared, strict=True)
+                    if not ready.malformed
+                ],
+            )
+            rows: list[store.NoticeRow] = []
+            with self.tree.deferred():
+                for envelope, ready in zip(envelopes, prepared, strict=True):
+                    try:
+                        admitted = self._admit_notice(envelope, ready, recheck, logged)
+                    except DeplogError as err:
+                        results.append(err)
+                        continue
+                    results.append(admitted)
+                    if admitted.created:
+                        notice = envelope.notice
+                        fresh.append(notice)
+                        rows.append(
+                            (notice.publisher, notice.sequence, admitted.index, ready.digest)
+                        )
+            store.insert_notices(self.conn, rows, [notice.tool_id for notice in fresh])
             self._fold_map(start, fresh)
             self._end_write()
         except (*self.db.errors, TreeCorruptError, KeyError):  # type: ignore[misc]
@@ -460,12 +475,21 @@ class Log:
             refused = err
         return _Prepared(leaf, _notice_digest(leaf), refused, False)
 
-    def _admit_notice(self, envelope: Envelope, ready: _Prepared, recheck: bool) -> Admitted:
+    def _admit_notice(
+        self,
+        envelope: Envelope,
+        ready: _Prepared,
+        recheck: bool,
+        logged: dict[tuple[str, int], tuple[int, bytes]],
+    ) -> Admitted:
+        """Append the leaf (its ``notices`` row is the caller's). ``logged``: the batch's
+        (publisher, sequence) pairs in the log, read under the lock; a notice admitted
+        here is added, for the rest of the batch."""
         notice = envelope.notice
         if ready.malformed:
             assert ready.refused is not None
             raise ready.refused
-        existing = store.notice_by_sequence(self.conn, notice.publisher, notice.sequence)
+        existing = logged.get((notice.publisher, notice.sequence))
         if existing is not None and existing[1] == ready.digest:
             return Admitted(existing[0], created=False)
         if recheck:
@@ -478,9 +502,7 @@ class Log:
             self.registry.check_withdraw(notice, self._notice_at(notice.withdraws))
         index = self.tree.size
         self.tree.append_entry(ready.leaf)
-        store.insert_notice(
-            self.conn, notice.publisher, notice.sequence, index, ready.digest, notice.tool_id
-        )
+        logged[(notice.publisher, notice.sequence)] = (index, ready.digest)
         return Admitted(index, created=True)
 
     def _fold_map(self, start: int, notices: Sequence[Notice]) -> None:
@@ -589,18 +611,22 @@ class Log:
         is inserted unless one exists and read back, and a different root for the size
         is refused, never served."""
         size, root = self.tree.size, self.tree.current_root()
-        existing = store.checkpoint_at(self.conn, size)
+        try:
+            existing = store.checkpoint_at(self.conn, size)
+            if existing is None and (self._map_at is None or self._map_at[0] != size):
+                # Leaves appended by other means than this class's writes: read the map.
+                with self._snapshot():
+                    folded = self.map.size()
+                    self._map_at = None if folded is None else (folded, self.map.root())
+        except self.db.errors:
+            self._rollback()
+            raise StorageError() from None
         if existing is not None:
             if existing.root != root:
                 raise IntegrityError(
                     ErrorCode.STORED_ROOT_MISMATCH, f"a different root is signed for {size}"
                 )
             return existing
-        if self._map_at is None or self._map_at[0] != size:
-            # Leaves appended by other means than this class's writes: read the map.
-            with self._snapshot():
-                folded = self.map.size()
-                self._map_at = None if folded is None else (folded, self.map.root())
         if self._map_at is None or self._map_at[0] != size:
             raise IntegrityError(ErrorCode.STORAGE_CORRUPT, "the map is not at the log's size")
         extensions = (map_line(self._map_at[1]),)
@@ -645,11 +671,15 @@ class Log:
         admitted = self.admit_notices(envelopes)
         checkpoint = self.publish()
         out: list[Sequenced] = []
-        with self.tree.memoized():
-            for result in admitted:
-                if isinstance(result, DeplogError):
-                    out.append(Sequenced(None, False, (), None, result))
-                else:
-                    proof = self.proof(result.index, checkpoint)
-                    out.append(Sequenced(result.index, result.created, proof, checkpoint, None))
+        try:
+            with self.tree.memoized():
+                for result in admitted:
+                    if isinstance(result, DeplogError):
+                        out.append(Sequenced(None, False, (), None, result))
+                    else:
+                        proof = self.proof(result.index, checkpoint)
+                        out.append(Sequenced(result.index, result.created, proof, checkpoint, None))
+        except (*self.db.errors, TreeCorruptError):  # type: ignore[misc]
+            self._rollback()
+            raise StorageError() from None
         return out

@@ -272,8 +272,11 @@ class Sequencer:
             self.failing = err.code
             _fail(futures, err)
             return
-        except Exception:  # a bug, not bad input: fail the batch, keep serving
-            log.exception("sequencing failed")
+        except Exception as err:  # fail the batch, keep serving
+            if isinstance(err, self.log.db.errors):  # a read outside the log's own handling
+                log.error("sequencing failed: the database raised %s", type(err).__name__)
+            else:  # a bug, not bad input
+                log.exception("sequencing failed")
             self.failing = StorageError.code
             _fail(futures, StorageError())
             return

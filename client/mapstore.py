@@ -211,6 +211,39 @@ class SqliteNodeStore:
             self.cache.inners.put(node, found)
         return found
 
+    def cached(self, node: bytes) -> bool:
+        """True when the writer's cache holds the row."""
+        return self.cache is not None and self.cache.inners.get(node) is not None
+
+    def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
+        """The inner node rows with these ids, in their order: those the cache lacks in
+        one query per 500 ids."""
+        found: dict[bytes, InnerNode] = {}
+        missing = []
+        for node in nodes:
+            cached = None if self.cache is None else self.cache.inners.get(node)
+            if cached is None:
+                missing.append(node)
+            else:
+                found[node] = cached
+        for start in range(0, len(missing), _IN_CHUNK):
+            chunk = missing[start : start + _IN_CHUNK]
+            rows = self.conn.execute(
+                "SELECT id, bit, left_id, left_bits, left_hash, right_id, right_bits, "
+                f"right_hash FROM map_inner WHERE id IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            for row in rows:
+                left = ChildRef(bytes(row[2]), int(row[3]), bytes(row[4]))
+                right = ChildRef(bytes(row[5]), int(row[6]), bytes(row[7]))
+                read = InnerNode(bytes(row[0]), int(row[1]), left, right)
+                found[read.id] = read
+                if self.cache is not None:
+                    self.cache.inners.put(read.id, read)
+        if len(found) != len(set(nodes)):
+            raise KeyError("map node missing")
+        return [found[node] for node in nodes]
+
     def leaf_value(self, key: bytes) -> bytes:
         """The value of the leaf with this key."""
         row = self.conn.execute("SELECT value FROM map_leaf WHERE key = ?", (key,)).fetchone()

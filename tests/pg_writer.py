@@ -42,8 +42,9 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "hold":
         log._begin()
+        logged: dict[tuple[str, int], tuple[int, bytes]] = {}  # fresh sequence numbers
         for envelope in envelopes:
-            log._admit_notice(envelope, log._prepare(envelope), False)
+            log._admit_notice(envelope, log._prepare(envelope), False, logged)
         print("holding", flush=True)
         time.sleep(600)
         return 1

@@ -59,6 +59,23 @@ def test_a_stored_tree_matches_the_reference_after_every_random_batch(
         assert (path.leaf_key, path.leaf_value) == (key, items[key])
 
 
+def test_a_row_missing_on_a_changed_path_is_a_key_error(conn: sqlite3.Connection) -> None:
+    """Read ahead (``inner_many``) or one by one, an altered store is never a wrong root."""
+    rng = random.Random(8)
+    store = SqliteNodeStore(conn)
+    tree = PrefixTree(store)
+    conn.execute("INSERT INTO map_state (id, format, size) VALUES (1, 2, 0)")
+    items = {rng.randbytes(32): rng.randbytes(32) for _ in range(64)}
+    tree.update(items)
+    root = store.root()
+    assert root is not None
+    conn.execute("DELETE FROM map_inner WHERE id = ?", (root.id,))
+    with pytest.raises(KeyError):
+        store.inner_many([root.id])
+    with pytest.raises(KeyError):
+        tree.update({next(iter(items)): rng.randbytes(32)})
+
+
 def test_a_stored_map_folds_to_the_in_memory_maps_root_and_proves_the_same(
     conn: sqlite3.Connection, publisher: Signer
 ) -> None:

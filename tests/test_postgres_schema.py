@@ -4,13 +4,14 @@ log (real SQL against a real cluster; each refusal is the database's, not Python
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 
 from deplog.authority.log import Log, StorageError
-from deplog.authority.storage import schema_postgres
+from deplog.authority.storage import postgres, schema_postgres, store
 from deplog.authority.storage.database import open_database, redact_url
 from deplog.client.errors import CLIError
 from deplog.client.tlog.note import Signer
@@ -170,14 +171,65 @@ def test_a_writer_whose_connection_was_terminated_reconnects_on_its_next_batch(
     log = Log(url, Signer.generate(ORIGIN), ORIGIN)
     publisher = Signer.generate("acme")
     register(log, publisher)
-    with psycopg.connect(url, autocommit=True) as admin:
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
+    _terminate_writers(url)
     with pytest.raises(StorageError):
         log.sequence([make_envelope(publisher, 1)])
     [result] = log.sequence([make_envelope(publisher, 1)])
     assert result.index == 1 and result.checkpoint is not None
     assert result.checkpoint.size == 2
     log.close()
+
+
+def _terminate_writers(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
+def test_a_connection_lost_between_commit_and_signing_is_a_storage_error_then_recovers(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch committed, the checkpoint is not signed yet: 503, never a raw driver
+    error (the sequencer would log it as a bug); the resubmission finds the notice."""
+    url = migrated(pg_url)
+    log = Log(url, Signer.generate(ORIGIN), ORIGIN)
+    publisher = Signer.generate("acme")
+    register(log, publisher)
+    read_checkpoint = store.checkpoint_at
+
+    def lose_the_connection_first(conn: object, size: int) -> object:
+        monkeypatch.setattr(store, "checkpoint_at", read_checkpoint)
+        _terminate_writers(url)
+        return read_checkpoint(conn, size)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "checkpoint_at", lose_the_connection_first)
+    with pytest.raises(StorageError):
+        log.sequence([make_envelope(publisher, 1)])
+    [result] = log.sequence([make_envelope(publisher, 1)])
+    assert (result.index, result.created) == (1, False)
+    assert result.checkpoint is not None and result.checkpoint.size == 2
+    log.close()
+
+
+@pytest.mark.parametrize("last", ["execute", "executemany"])
+def test_a_transaction_left_idle_after_any_statement_ends_at_the_idle_timeout(
+    pg_url: str, last: str
+) -> None:
+    """Rule 5 of authority/storage/postgres.py: a writer frozen after a pipelined
+    ``executemany`` loses its transaction (and the log's order) like after any other."""
+    conn = postgres.connect(pg_url)
+    try:
+        conn.execute("SET idle_in_transaction_session_timeout = '1s'")
+        conn.execute("CREATE TABLE frozen (a integer)")
+        conn.execute("BEGIN")
+        if last == "execute":
+            conn.execute("INSERT INTO frozen VALUES (?)", (1,))
+        else:
+            conn.executemany("INSERT INTO frozen VALUES (?)", [(1,), (2,)])
+        time.sleep(2)
+        with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+            conn.execute("SELECT 1")
+    finally:
+        conn.close()

@@ -137,11 +137,40 @@ def test_verify_leaves_names_first_altered_leaf(conn: sqlite3.Connection) -> Non
 
 
 def test_missing_subtree_hash_is_reported_as_corruption(conn: sqlite3.Connection) -> None:
-    tree = grow(conn, 8)
+    grow(conn, 8)
     conn.execute("DROP TRIGGER nodes_append_only_delete")
     conn.execute("DELETE FROM nodes WHERE level = 2 AND idx = 0")
     with pytest.raises(TreeCorruptError):
-        tree.root_at(5)
+        StoredHashTree(conn).root_at(5)
+
+
+def test_proofs_of_the_last_batch_read_nothing(conn: sqlite3.Connection) -> None:
+    """The writer proves a batch's leaves from the hashes it wrote and its frontier: on
+    PostgreSQL every read would be a round trip while the batch holds the log's order."""
+    grow(conn, 1000)
+    tree = StoredHashTree(conn)  # reopened: only the frontier is known
+    for i in range(1000, 1032):
+        tree.append_entry(leaf(i))
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    with tree.memoized():
+        proofs = [tree.inclusion_proof(i, 1032) for i in range(1000, 1032)]
+    conn.set_trace_callback(None)
+    assert statements == []
+    hashes = [leaf_hash(leaf(i)) for i in range(1032)]
+    assert proofs == [inclusion_path(hashes, i, 1032) for i in range(1000, 1032)]
+
+
+def test_proofs_stay_exact_when_the_known_hashes_overflow(
+    conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tree_module, "KNOWN_HASHES", 8)
+    tree = grow(conn, 64)
+    assert len(tree.known) <= 8
+    hashes = [leaf_hash(leaf(i)) for i in range(64)]
+    for size in (1, 13, 32, 63, 64):
+        for index in range(size):
+            assert tree.inclusion_proof(index, size) == inclusion_path(hashes, index, size)
 
 
 def test_audit_passes_on_an_untouched_tree(conn: sqlite3.Connection) -> None:

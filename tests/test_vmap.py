@@ -264,10 +264,19 @@ class CountingStore(MemoryNodeStore):
         super().__init__()
         self.reads = 0
         self.written = 0
+        self.queries = 0
+        """``inner`` calls and ``inner_many`` calls: one query each in a database."""
 
     def inner(self, node: bytes) -> InnerNode:
         self.reads += 1
         return super().inner(node)
+
+    def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
+        self.queries += 1
+        return [super(CountingStore, self).inner(node) for node in nodes]
+
+    def cached(self, node: bytes) -> bool:
+        return False  # as a database without a cache
 
     def write(
         self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
@@ -287,7 +296,26 @@ def test_a_one_key_update_reads_and_rewrites_only_its_path(
     depth = len(tree.lookup(key).steps)
     store.reads = 0
     tree.update({key: b"\x01" * 32})
-    assert store.reads == depth and store.written == depth
+    assert store.queries and store.reads == 0  # the path was read ahead, not row by row
+    assert store.written == depth
+
+
+def test_a_batch_reads_its_paths_with_one_query_per_depth(
+    big_tree: tuple[PrefixTree, Items],
+) -> None:
+    """On PostgreSQL a query is a round trip under the log's lock: a batch of changed
+    keys reads the rows on their paths depth by depth, never one by one."""
+    _, items = big_tree
+    store = CountingStore()
+    tree = PrefixTree(store)
+    tree.update(items)
+    changes = dict(random_items(random.Random(7), 50))
+    changes.update({key: b"\x02" * 32 for key in list(items)[:50]})
+    store.queries = store.reads = 0
+    tree.update(changes)
+    reads, queries = store.reads, store.queries
+    deepest = max(len(tree.lookup(key).steps) for key in changes)
+    assert reads == 0 and 0 < queries <= deepest
 
 
 def test_a_new_key_adds_one_node_above_its_path(big_tree: tuple[PrefixTree, Items]) -> None:

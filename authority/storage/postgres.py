@@ -15,6 +15,11 @@ Rules:
   4. Every wait is bounded by session settings made on connect (:data:`SESSION`): a
      statement, a lock wait and an idle open transaction each end with an error instead
      of holding the log's order forever; TCP keepalives notice a dead peer.
+  5. ``executemany`` (psycopg pipelines it: one round trip for all rows) ends with one
+     plain statement. A pipeline's last message is a flush after its sync, and the
+     server re-arms ``idle_in_transaction_session_timeout`` only when it answers ready
+     for a query (seen with psycopg 3.3 on PostgreSQL 15): without it, a process frozen
+     just after an ``executemany`` would hold the log's order forever.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ class PgConnection:
             return
         with self.raw.cursor() as cursor:
             cursor.executemany(translate(sql), rows)
+        self.raw.execute("SELECT 1")  # rule 5
 
     @property
     def in_transaction(self) -> bool:

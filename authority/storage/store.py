@@ -24,6 +24,7 @@ Tables besides the tree's (see ``tree.py``):
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,16 +36,17 @@ from deplog.client.mapstore import StoredMap
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
+    "NoticeRow",
     "StoredCheckpoint",
     "checkpoint_at",
     "connect",
     "create_schema",
     "insert_checkpoint",
     "insert_checkpoint_once",
-    "insert_notice",
+    "insert_notices",
     "latest_checkpoint",
     "limit_size",
-    "notice_by_sequence",
+    "notices_by_sequence",
     "published_note",
     "registry_snapshot",
     "save_published_note",
@@ -157,22 +159,43 @@ def insert_checkpoint(
     )
 
 
-def notice_by_sequence(conn: Connection, publisher: str, sequence: int) -> tuple[int, bytes] | None:
-    row = conn.execute(
-        "SELECT idx, digest FROM notices WHERE publisher = ? AND sequence = ?",
-        (publisher, sequence),
-    ).fetchone()
-    return None if row is None else (row[0], bytes(row[1]))
+NOTICE_LOOKUP_CHUNK = 128
+"""(publisher, sequence) pairs per statement of ``notices_by_sequence``."""
 
 
-def insert_notice(
-    conn: Connection, publisher: str, sequence: int, idx: int, digest: bytes, tool_id: str
-) -> None:
-    conn.execute(
-        "INSERT INTO notices (publisher, sequence, idx, digest) VALUES (?, ?, ?, ?)",
-        (publisher, sequence, idx, digest),
+def notices_by_sequence(
+    conn: Connection, keys: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], tuple[int, bytes]]:
+    """The logged notices among ``keys`` (publisher, sequence): their index and digest.
+    One statement per chunk, not one per key: on PostgreSQL each is a round trip."""
+    found: dict[tuple[str, int], tuple[int, bytes]] = {}
+    unique = list(dict.fromkeys(keys))
+    for start in range(0, len(unique), NOTICE_LOOKUP_CHUNK):
+        chunk = unique[start : start + NOTICE_LOOKUP_CHUNK]
+        where = " OR ".join(["(publisher = ? AND sequence = ?)"] * len(chunk))
+        rows = conn.execute(
+            f"SELECT publisher, sequence, idx, digest FROM notices WHERE {where}",
+            [value for key in chunk for value in key],
+        ).fetchall()
+        for publisher, sequence, idx, digest in rows:
+            found[(str(publisher), int(sequence))] = (int(idx), bytes(digest))
+    return found
+
+
+NoticeRow = tuple[str, int, int, bytes]
+"""A ``notices`` row: publisher, sequence, leaf index, digest."""
+
+
+def insert_notices(conn: Connection, rows: Sequence[NoticeRow], tool_ids: Sequence[str]) -> None:
+    """The index rows of a batch's notices (``tool_ids`` in the same order): one
+    statement per table."""
+    conn.executemany(
+        "INSERT INTO notices (publisher, sequence, idx, digest) VALUES (?, ?, ?, ?)", rows
     )
-    conn.execute("INSERT INTO tool_entries (tool_id, idx) VALUES (?, ?)", (tool_id, idx))
+    conn.executemany(
+        "INSERT INTO tool_entries (tool_id, idx) VALUES (?, ?)",
+        [(tool_id, row[2]) for tool_id, row in zip(tool_ids, rows, strict=True)],
+    )
 
 
 def tool_entry_indexes(conn: Connection, tool_id: str, size: int, limit: int) -> list[int]:

@@ -26,6 +26,7 @@ hashing, no reads; a root or proof at any size O(log n) indexed reads.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
@@ -37,6 +38,7 @@ from deplog.client.tlog.proofs import TreeFrontier, leaf_hash, node_hash
 
 __all__ = [
     "AUDIT_PROGRESS_STEP",
+    "KNOWN_HASHES",
     "SCHEMA",
     "StoredHashTree",
     "TreeCorruptError",
@@ -44,6 +46,8 @@ __all__ = [
 
 AUDIT_PROGRESS_STEP = 4096
 """Leaves between two progress reports of :meth:`StoredHashTree.audit`."""
+KNOWN_HASHES = 1 << 16
+"""Hashes a tree instance keeps of those it wrote or loaded (about 6 MiB at most)."""
 
 
 def _ignore(done: int, total: int) -> None:
@@ -84,17 +88,22 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
     One instance per SQLite connection. The writer instance appends; reader
     instances are opened on their own connections and pinned to a published
     size with ``pin``, so they never see a leaf that no checkpoint covers.
-    Transactions are the caller's: ``append_entry`` writes rows but commits
-    nothing, so a batch of appends is one commit.
+    Transactions are the caller's: ``append_entry`` writes rows (queued inside
+    ``deferred``) but commits nothing, so a batch of appends is one commit.
     """
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        # pymerkle's LRU subroot cache is bypassed: every subroot is one read.
+        # pymerkle's LRU subroot cache is bypassed: every subroot is a read, or a hash
+        # this instance wrote or loaded (``known``).
         super().__init__("sha256", capacity=0)
         row = conn.execute("SELECT max(idx) FROM leaves").fetchone()
         self.size: int = 0 if row[0] is None else row[0] + 1
         self.memo: dict[tuple[int, int], bytes] | None = None
+        self.known: dict[tuple[int, int], bytes] = {}
+        self._deferring = False
+        self._leaf_rows_due: list[tuple[int, bytes, bytes]] = []
+        self._node_rows_due: list[tuple[int, int, bytes]] = []
         self.frontier = self._load_frontier(self.size)
 
     @staticmethod
@@ -109,19 +118,45 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
 
     def _store_leaf(self, data: bytes, digest: bytes) -> int:
         index = self.frontier.size
-        self.conn.execute(
-            "INSERT INTO leaves (idx, data, hash) VALUES (?, ?, ?)", (index, data, digest)
-        )
-        self.conn.executemany(
-            "INSERT INTO nodes (level, idx, hash) VALUES (?, ?, ?)", self.frontier.append(digest)
-        )
+        completed = self.frontier.append(digest)
+        self._leaf_rows_due.append((index, data, digest))
+        self._node_rows_due.extend(completed)
+        if not self._deferring:
+            self.flush()
         self.size = self.frontier.size
+        self._know(0, index, digest)
+        for level, idx, node in completed:
+            self._know(level, idx, node)
         return self.size  # pymerkle counts leaves from one
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Queue the rows of the appends made inside, and write them on leaving, one
+        statement per table: a batch is two round trips to PostgreSQL, not two per leaf.
+        A read inside writes the queue first; an exception drops it (the caller rolls
+        the transaction back and reloads the tree)."""
+        self._deferring = True
+        try:
+            yield
+            self.flush()
+        finally:
+            self._deferring = False
+            self._leaf_rows_due, self._node_rows_due = [], []
+
+    def flush(self) -> None:
+        """Write the queued leaf and node rows (in the caller's transaction)."""
+        leaves, nodes = self._leaf_rows_due, self._node_rows_due
+        self._leaf_rows_due, self._node_rows_due = [], []
+        if leaves:
+            self.conn.executemany("INSERT INTO leaves (idx, data, hash) VALUES (?, ?, ?)", leaves)
+        if nodes:
+            self.conn.executemany("INSERT INTO nodes (level, idx, hash) VALUES (?, ?, ?)", nodes)
 
     def _get_leaf(self, index: int) -> bytes:
         return self._subroot(0, index - 1)
 
     def _get_leaves(self, offset: int, width: int) -> list[bytes]:
+        self.flush()
         rows = self.conn.execute(
             "SELECT hash FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
             (offset, offset + width),
@@ -141,7 +176,20 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
 
     # -- our own reads -----------------------------------------------------
 
+    def _know(self, level: int, index: int, digest: bytes) -> None:
+        """Keep a hash this instance wrote or loaded: the receipts of a batch prove its
+        leaves with them (siblings in the batch, the frontier's subtrees), without a read.
+        The writer's rollback replaces the instance (``Log._reload``), so nothing kept
+        outlives its transaction; past ``KNOWN_HASHES`` the oldest half is dropped."""
+        if len(self.known) >= KNOWN_HASHES:
+            for key in list(itertools.islice(self.known, KNOWN_HASHES // 2)):
+                del self.known[key]
+        self.known[(level, index)] = digest
+
     def _subroot(self, level: int, index: int) -> bytes:
+        known = self.known.get((level, index))
+        if known is not None:
+            return known
         if self.memo is not None:
             cached = self.memo.get((level, index))
             if cached is None:
@@ -162,6 +210,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
             self.memo = None
 
     def _read_subroot(self, level: int, index: int) -> bytes:
+        self.flush()
         if level == 0:
             row = self.conn.execute("SELECT hash FROM leaves WHERE idx = ?", (index,)).fetchone()
         else:
@@ -176,7 +225,9 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         hashes, end = [], 0
         for level in reversed(range(size.bit_length())):
             if size >> level & 1:
-                hashes.append(self._subroot(level, end >> level))
+                digest = self._subroot(level, end >> level)
+                self._know(level, end >> level, digest)
+                hashes.append(digest)
                 end += 1 << level
         return TreeFrontier(size, hashes)
 
@@ -192,6 +243,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         return bytes(self.get_root(size))
 
     def leaf_data(self, start: int, end: int) -> list[bytes]:
+        self.flush()
         rows = self.conn.execute(
             "SELECT data FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx", (start, end)
         ).fetchall()
@@ -199,6 +251,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
 
     def verify_leaves(self, start: int, end: int) -> int | None:
         """First index in [start, end) whose stored hash is not the hash of its data."""
+        self.flush()
         cursor = self.conn.execute(
             "SELECT idx, data, hash FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
             (start, end),

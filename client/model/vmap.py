@@ -521,6 +521,16 @@ class NodeStore(Protocol):
         """The inner node row with this id."""
         ...
 
+    def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
+        """The inner node rows with these ids, in their order (a batch reads the rows of
+        one depth at once: one query, not one per row)."""
+        ...
+
+    def cached(self, node: bytes) -> bool:
+        """True when reading this inner row costs no query (a batch whose root row is
+        in memory does not read ahead: its paths mostly are too)."""
+        ...
+
     def leaf_value(self, key: bytes) -> bytes:
         """The value of the leaf with this key."""
         ...
@@ -547,6 +557,14 @@ class MemoryNodeStore:
     def inner(self, node: bytes) -> InnerNode:
         """The inner node row with this id."""
         return self._inners[node]
+
+    def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
+        """The inner node rows with these ids, in their order."""
+        return [self.inner(node) for node in nodes]
+
+    def cached(self, node: bytes) -> bool:
+        """Every row is in memory."""
+        return True
 
     def leaf_value(self, key: bytes) -> bytes:
         """The value of the leaf with this key."""
@@ -591,6 +609,8 @@ class _Batch:
         self.ints = [int.from_bytes(k, "big") for k in self.keys]
         self.changes = changes
         self.written: list[InnerNode] = []
+        self.rows: dict[bytes, InnerNode] = {}
+        """The stored rows ``merge`` descends through, read ahead by ``read_paths``."""
 
     def inner(self, bit: int, key: bytes, left: ChildRef, right: ChildRef) -> ChildRef:
         node = InnerNode(node_id(bit, key), bit, left, right)
@@ -629,12 +649,53 @@ class _Batch:
             return self.inner(bit, key, left, right)
         if not shift:  # the same key: a new value
             return self.build(lo, hi)
-        row = self.store.inner(ref.id)
+        row = self.rows.get(ref.id) or self.store.inner(ref.id)
         # An inner id's prefix has every bit from ``bits`` on zeroed (``node_id``).
         mid = bisect.bisect_left(ints, prefix | (1 << (shift - 1)), lo, hi)
         left = self.merge(row.left, lo, mid) if lo < mid else row.left
         right = self.merge(row.right, mid, hi) if mid < hi else row.right
         return self.inner(bits, self.keys[lo], left, right)
+
+    def read_paths(self, root: ChildRef) -> None:
+        """Read the stored rows ``merge(root, 0, len(keys))`` descends through, one depth
+        at a time: one ``inner_many`` per depth instead of one ``inner`` per row."""
+        ints = self.ints
+        depth = [(root, 0, len(ints))]
+        while depth:
+            reads = [
+                (ref, *span) for ref, lo, hi in depth if (span := self._read_span(ref, lo, hi))
+            ]
+            if not reads:
+                return
+            rows = self.store.inner_many([ref.id for ref, _, _ in reads])
+            depth = []
+            for (ref, lo, hi), row in zip(reads, rows, strict=True):
+                self.rows[ref.id] = row
+                shift = KEY_BITS - ref.bits
+                mid = bisect.bisect_left(ints, _prefix_int(ref) | (1 << (shift - 1)), lo, hi)
+                if lo < mid:
+                    depth.append((row.left, lo, mid))
+                if mid < hi:
+                    depth.append((row.right, mid, hi))
+
+    def _read_span(self, ref: ChildRef, lo: int, hi: int) -> tuple[int, int] | None:
+        """The keys ``[lo, hi)`` with which ``merge`` reads ``ref``'s row, or None when it
+        does not (``ref`` is a leaf, or the keys all fall beside it)."""
+        ints = self.ints
+        prefix, bits = _prefix_int(ref), ref.bits
+        shift = KEY_BITS - bits
+        if not shift:
+            return None
+        while differ := ((prefix ^ ints[lo]) | (prefix ^ ints[hi - 1])) >> shift:
+            bit = bits - differ.bit_length()
+            mid = bisect.bisect_left(ints, _split_point(prefix, bit), lo, hi)
+            if (prefix >> (KEY_BITS - 1 - bit)) & 1:  # ``ref`` is the right child
+                lo = mid
+            else:
+                hi = mid
+            if lo >= hi:
+                return None
+        return lo, hi
 
 
 def _split_point(key: int, bit: int) -> int:
@@ -667,6 +728,8 @@ class PrefixTree:
         batch = _Batch(self.store, changes)
         old = self.store.root()
         count = len(batch.keys)
+        if old is not None and not self.store.cached(old.id):
+            batch.read_paths(old)
         new = batch.build(0, count) if old is None else batch.merge(old, 0, count)
         self.store.write(new, batch.written, dict(changes))
         return new.hash

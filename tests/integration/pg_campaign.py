@@ -131,7 +131,7 @@ class FrontEnds:
                 root / f"front{n}",
                 extra_args=list(extra_args),
                 name=f"front{n}",
-                db=db,
+                db=db or None,  # "": the front-end's own SQLite log
                 shared_keys=root / "keys",
             )
             for n in range(count)
