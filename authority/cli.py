@@ -438,11 +438,22 @@ def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -
             log = Log(instance.database, instance.signer, instance.origin)
             try:
                 index = log.append_publisher(statement)
-                log.publish()
+                checkpoint = log.publish()
+                if instance.db_url is not None:  # the servers publish it now, not at a refresh
+                    _announce_signed(log, checkpoint.size)
                 return index
             finally:
                 log.close()
     return asyncio.run(_admin_post(args.data / ADMIN_SOCKET, statement))
+
+
+def _announce_signed(log: Log, size: int) -> None:
+    """Best effort: the statement is appended and signed already; without the
+    notification the servers publish it at their next refresh."""
+    from deplog.authority.cluster import announce_signed
+
+    with contextlib.suppress(*log.db.errors):
+        announce_signed(log.conn, size)
 
 
 def _cmd_publisher_change(action: str) -> object:

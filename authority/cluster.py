@@ -26,7 +26,10 @@ cosigned note) and the witnesses' progress. Rules:
    (``listen``), and polls the row every ``poll_interval`` seconds besides, so a
    lost notification or a broken listening connection delays learning by one
    interval at most. A learned note is served only after its log signature
-   checks out (``AuthorityState.learn``): the row is the database's word.
+   checks out (``AuthorityState.learn``): the row is the database's word. A
+   checkpoint signed by a writer that runs no rounds (an admin command) is
+   announced on ``deplog_signed`` (``announce_signed``): every process then
+   publishes the latest signed checkpoint, and rule 1 makes one round do it.
 4. Database failures are ``psycopg.Error``; a connection that failed is closed
    and opened again on next use (the next round, the next request).
 
@@ -46,19 +49,26 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from deplog.client.dbapi import Connection
+
 __all__ = [
     "PUBLISHED_CHANNEL",
     "ROUND_LOCK",
     "SCHEMA",
+    "SIGNED_CHANNEL",
     "WITNESS_LOCK",
     "Cluster",
     "Round",
     "WitnessProgress",
+    "announce_signed",
 ]
 
 log = logging.getLogger("deplog.cluster")
 
 PUBLISHED_CHANNEL = "deplog_published"
+SIGNED_CHANNEL = "deplog_signed"
+"""Notified by a writer that is no server (``authority publisher ...``) when it signed a
+checkpoint that no round will publish otherwise (rule 3)."""
 ROUND_LOCK = 0x64706C67  # "dplg": the first key of every advisory lock of this module
 """The advisory lock key (first half) of publication rounds."""
 WITNESS_LOCK = ROUND_LOCK + 1
@@ -244,15 +254,20 @@ class Cluster:
             ).fetchone()
             yield WitnessProgress(conn, name, None if row is None else int(str(row[0])))
 
-    async def listen(self, wake: Callable[[], None]) -> None:
-        """Call ``wake`` on every ``NOTIFY deplog_published``, and once connected (a
-        notification may have been missed meanwhile); returns only by failing (rule 3)."""
+    async def listen(
+        self, published: Callable[[], None], signed: Callable[[], None] = lambda: None
+    ) -> None:
+        """Call ``published`` on every ``NOTIFY deplog_published`` and ``signed`` on every
+        ``NOTIFY deplog_signed``, and both once connected (a notification may have been
+        missed meanwhile); returns only by failing (rule 3)."""
+        wake = {PUBLISHED_CHANNEL: published, SIGNED_CHANNEL: signed}
         try:
             conn = await self._listener.get()
-            await conn.execute(f"LISTEN {PUBLISHED_CHANNEL}")
-            wake()
-            async for _ in conn.notifies():
-                wake()
+            await conn.execute(f"LISTEN {PUBLISHED_CHANNEL}; LISTEN {SIGNED_CHANNEL}")
+            for callback in wake.values():
+                callback()
+            async for notify in conn.notifies():
+                wake[notify.channel]()
             raise psycopg.OperationalError("the listening connection ended")
         finally:
             await self._listener.close()
@@ -279,3 +294,8 @@ async def _published(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> tuple
     size, note = row
     assert isinstance(size, int) and isinstance(note, bytes)
     return size, note
+
+
+def announce_signed(conn: Connection, size: int) -> None:
+    """Tell every serving process that checkpoint ``size`` is signed (rule 3)."""
+    conn.execute("SELECT pg_notify(?, ?)", (SIGNED_CHANNEL, str(size)))

@@ -166,7 +166,7 @@ async def test_a_lost_listening_connection_ends_listen_with_an_error(
     with psycopg.connect(db, autocommit=True) as admin:
         admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            f"WHERE query = 'LISTEN {PUBLISHED_CHANNEL}'"
+            f"WHERE query LIKE 'LISTEN {PUBLISHED_CHANNEL};%'"
         )
     with pytest.raises(psycopg.OperationalError):
         await asyncio.wait_for(listening, 10)

@@ -325,6 +325,7 @@ class AuthorityState:
         self.poll_failures = 0
         self._rejected_size: int | None = None
         self._learn_now = asyncio.Event()
+        self._signed_elsewhere = asyncio.Event()
 
     async def start(self) -> None:
         if self.cluster is not None:
@@ -505,7 +506,11 @@ class AuthorityState:
     async def _listen_published(self) -> None:
         """Supervised: wake the poller on every notification of a new published row."""
         assert self.cluster is not None
-        await self.cluster.listen(self._learn_now.set)
+        await self.cluster.listen(self._learn_now.set, self._signed_elsewhere_now)
+
+    def _signed_elsewhere_now(self) -> None:
+        self._signed_elsewhere.set()
+        self._learn_now.set()
 
     async def _poll_published(self) -> None:
         """Supervised: learn the published row when notified, and every poll interval.
@@ -522,6 +527,9 @@ class AuthorityState:
             self._learn_now.clear()
             try:
                 await self._poll_once()
+                if self._signed_elsewhere.is_set():
+                    self._signed_elsewhere.clear()
+                    await self._publish_signed_elsewhere()
             except failures as err:
                 self.poll_failures += 1
                 if not failing:
@@ -531,6 +539,14 @@ class AuthorityState:
             if failing:
                 log.info("reading the published checkpoint works again")
                 failing = False
+
+    async def _publish_signed_elsewhere(self) -> None:
+        """An admin command signed a checkpoint no round publishes: publish it now rather
+        than at the next refresh (every process tries; one round does it, rule 1)."""
+        latest = await self._latest_signed()
+        if latest is not None and latest.size > self.checkpoint.size:
+            with contextlib.suppress(*_PUBLICATION_FAILURES):  # withheld: the refresh retries
+                await self.publish(latest)
 
     async def _poll_once(self) -> None:
         assert self.cluster is not None

@@ -213,6 +213,20 @@ async def test_a_published_row_that_does_not_verify_is_never_served(
             authority.stop()
 
 
+async def test_a_statement_appended_by_the_command_line_is_served_by_every_process_at_once(
+    cluster_files: list[ClusterAuthority], publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    """No refresh comes (its interval is an hour): the command's ``NOTIFY deplog_signed``
+    is what makes the processes publish the checkpoint over its statement."""
+    try:
+        start_all(cluster_files, publisher, "--witness-refresh", "3600")
+        for authority in cluster_files:
+            assert (await serving_at_least(http, authority, 1)).size == 1
+    finally:
+        for authority in cluster_files:
+            authority.stop()
+
+
 async def test_with_the_listening_connections_lost_every_process_still_learns_by_polling(
     cluster: list[ClusterAuthority], publisher: Signer, http: aiohttp.ClientSession
 ) -> None:
@@ -221,7 +235,7 @@ async def test_with_the_listening_connections_lost_every_process_still_learns_by
     with psycopg.connect(cluster[0].db, autocommit=True) as conn:
         ended = conn.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE query = 'LISTEN deplog_published'"
+            "WHERE query LIKE 'LISTEN deplog_published;%'"
         ).fetchone()
     assert ended == (3,)
     status, body = await post(http, cluster[0].url, make_envelope(publisher, 1).canonical_bytes())

@@ -202,7 +202,7 @@ async def test_publisher_added_while_serving_is_served_by_the_running_authority(
 ) -> None:
     """On SQLite the command appends through the server's admin socket, so the served
     checkpoint covers it when the command returns; on PostgreSQL it appends through the
-    database, and the server serves it once it learns it (NOTIFY or its poll)."""
+    database, and its NOTIFY deplog_signed makes the server publish it at once."""
     newcomer = Signer.generate("newcomer")
     # the command runs its own event loop (the admin socket's client): not on this one
     await asyncio.to_thread(authority.add_publisher, newcomer, "org.newcomer")
