@@ -131,10 +131,16 @@ async def test_a_stopped_database_is_503_and_service_resumes_by_itself(
                 async with http.post(
                     pg_authority.url + "/v1/notices", data=body, headers=JSON
                 ) as response:
-                    if response.status == 201:
+                    if response.status in (200, 201):
                         acknowledged.append(Receipt.parse(await response.read()).index)
                     else:
-                        assert (await response.json())["error"] == "storage_unavailable"
+                        # A notice committed as the database came back may find the
+                        # embedded witness's connection not yet renewed: it fails closed
+                        # with its own code, and the resubmission gets its receipt (200).
+                        assert (await response.json())["error"] in (
+                            "storage_unavailable",
+                            "embedded_witness_unavailable",
+                        )
                     return response.status
 
             assert await post(1) == 201
@@ -146,7 +152,7 @@ async def test_a_stopped_database_is_503_and_service_resumes_by_itself(
             finally:
                 pg_cluster.start()
             deadline = time.monotonic() + 30
-            while await post(3) != 201:
+            while await post(3) not in (200, 201):
                 assert time.monotonic() < deadline, "appends did not resume"
             async with http.get(pg_authority.url + "/v1/entries?start=0&end=3") as response:
                 assert response.status == 200
