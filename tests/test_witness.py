@@ -12,6 +12,7 @@ the code whose status (``authority.http.status``) is the one tlog-witness gives.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import hashlib
 import threading
 from collections.abc import Callable, Iterator
@@ -602,3 +603,41 @@ def test_logs_file_reads_log_lines_and_skips_client_policy_lines(log: MinimalLog
 def test_logs_file_with_an_unknown_line_is_refused(log: MinimalLog) -> None:
     with pytest.raises(LogConfigError):
         parse_logs_file(f"lgo {log.vkey}\n")
+
+
+def test_every_thread_answers_after_postgresql_dropped_its_connections(
+    pg_url: str, witness_key: Signer, log: MinimalLog
+) -> None:
+    """The embedded witness of a log on PostgreSQL: each request thread's connection is
+    found lost only when next used (the database restarted meanwhile); that use makes
+    it again, for a request's reads and for a swap alike, instead of answering 503."""
+    import psycopg
+
+    from deplog.authority.storage.witness_postgres import open_witness_state
+
+    state = open_witness_state(pg_url)
+    try:
+        state.add_log(log.vkey, NOW)
+        witness = Witness(state, witness_key)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            warmed = threading.Barrier(4)
+
+            def warm() -> None:  # each of the pool's threads opens its connection
+                stored(state)
+                warmed.wait(10)
+
+            for future in [pool.submit(warm) for _ in range(4)]:
+                future.result(10)
+            expected = state.recorded(ORIGIN)
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            state.compare_and_swap(ORIGIN, expected, 3, log.root(3), NOW)  # BEGIN first
+            requests = [pool.submit(witness.add_checkpoint, log.request(3, 5), NOW)]
+            requests += [pool.submit(stored, state) for _ in range(3)]
+            assert [type(r.result(10)).__name__ for r in requests] == ["bytes"] + ["tuple"] * 3
+        assert stored(state) == (5, log.root(5))
+    finally:
+        state.close()

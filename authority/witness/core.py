@@ -56,7 +56,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from deplog.client.dbapi import Connection
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
@@ -108,6 +108,7 @@ __all__ = [
     "parse_logs_file",
 ]
 
+_T = TypeVar("_T")
 log = logging.getLogger("deplog.witness")
 
 MAX_BODY_SIZE = 1 << 20
@@ -372,7 +373,7 @@ class WitnessState:
         state.errors = errors
         state.failing = None
         try:
-            with state._transaction(state._conn()) as conn:
+            with state._transaction() as conn:
                 for statement in schema:
                     conn.execute(statement)
         except BaseException:
@@ -394,7 +395,8 @@ class WitnessState:
     def _conn(self) -> Connection:
         conn: Connection | None = getattr(self._local, "conn", None)
         if conn is not None and getattr(conn, "broken", False):
-            self._local.conn = conn = None  # PostgreSQL: a lost connection is made again
+            self._drop(conn)  # PostgreSQL: a lost connection is made again
+            conn = None
         if conn is None:
             conn = self._connect()
             self._local.conn = conn
@@ -402,11 +404,38 @@ class WitnessState:
                 self._connections.append(conn)
         return conn
 
+    def _drop(self, conn: Connection) -> None:
+        self._local.conn = None
+        with self._lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
+        with contextlib.suppress(Exception):
+            conn.close()
+
+    def _first(self, run: Callable[[Connection], _T]) -> _T:
+        """``run`` (a read, or ``BEGIN``: nothing that changes state) on this thread's
+        connection, and once more on a new one if it finds that connection lost. Each
+        thread's connection to PostgreSQL is found lost only when used after the database
+        restarted: a request after an outage is answered rather than failed."""
+        conn = self._conn()
+        try:
+            return run(conn)
+        except self.errors:
+            if not getattr(conn, "broken", False):
+                raise
+            self._drop(conn)
+            return run(self._conn())
+
     @contextlib.contextmanager
-    def _transaction(self, conn: Connection) -> Iterator[Connection]:
+    def _transaction(self) -> Iterator[Connection]:
         """A write transaction: on SQLite the write lock is taken up front, so it cannot
         deadlock; on PostgreSQL the swap's row lock orders concurrent writers."""
-        conn.execute(self._begin)
+
+        def begin(conn: Connection) -> Connection:
+            conn.execute(self._begin)
+            return conn
+
+        conn = self._first(begin)
         try:
             yield conn
         except BaseException:
@@ -457,7 +486,7 @@ class WitnessState:
             raise LogConfigError(ErrorCode.BAD_ORIGIN, "an origin is one non-empty line") from None
         # Insert unless present, then read what is there: on PostgreSQL several
         # authority processes may add the log at once, and only one insert wins.
-        with self._transaction(self._conn()) as conn:
+        with self._transaction() as conn:
             inserted = conn.execute(
                 "INSERT INTO logs (origin, vkey, added_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (origin) DO NOTHING RETURNING origin",
@@ -473,27 +502,20 @@ class WitnessState:
     def log_verifier(self, origin: str) -> Verifier | None:
         """The trusted key for ``origin``, or None if the origin is not configured.
 
-        The first read of a request: on PostgreSQL, a connection the server dropped
-        meanwhile (it restarted) is found broken here and made again, once, so a
-        request after an outage is answered rather than failed.
+        The first read of a request (``_first``).
         """
         with self._storage():
-            try:
-                row = self._vkey(origin)
-            except self.errors:
-                if not getattr(self._local.conn, "broken", False):
-                    raise
-                self._local.conn = None
-                row = self._vkey(origin)
+            row = self._first(
+                lambda conn: conn.execute(
+                    "SELECT vkey FROM logs WHERE origin = ?", (origin,)
+                ).fetchone()
+            )
         return None if row is None else Verifier.parse(row[0])
-
-    def _vkey(self, origin: str) -> Any:
-        return self._conn().execute("SELECT vkey FROM logs WHERE origin = ?", (origin,)).fetchone()
 
     def recorded(self, origin: str) -> RecordedCheckpoint | None:
         """The latest checkpoint cosigned for ``origin``, or None if there is none."""
         with self._storage():
-            return self._recorded(self._conn(), origin)
+            return self._first(lambda conn: self._recorded(conn, origin))
 
     @staticmethod
     def _recorded(conn: Connection, origin: str) -> RecordedCheckpoint | None:
@@ -541,7 +563,7 @@ class WitnessState:
         self, origin: str, expected: RecordedCheckpoint | None, size: int, root: bytes, now: int
     ) -> int:
         # SQL both databases speak: no INSERT OR IGNORE, no two-argument max().
-        with self._transaction(self._conn()) as conn:
+        with self._transaction() as conn:
             if expected is None:
                 rows = conn.execute(
                     "INSERT INTO checkpoints (origin, size, root, updated_at) "
@@ -568,7 +590,7 @@ class WitnessState:
         """
         digest = hashlib.sha256(body).digest()
         try:
-            with self._transaction(self._conn()) as conn:
+            with self._transaction() as conn:
                 conn.execute(
                     "INSERT INTO evidence (origin, reason, received_at, body, digest) "
                     "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
