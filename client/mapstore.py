@@ -37,7 +37,7 @@ import contextlib
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from deplog.client.dbapi import Connection
 from deplog.client.errors import ErrorCode
@@ -218,28 +218,20 @@ class SqliteNodeStore:
     def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
         """The inner node rows with these ids, in their order: those the cache lacks in
         one query per 500 ids."""
-        found: dict[bytes, InnerNode] = {}
-        missing = []
-        for node in nodes:
-            cached = None if self.cache is None else self.cache.inners.get(node)
-            if cached is None:
-                missing.append(node)
-            else:
-                found[node] = cached
-        for start in range(0, len(missing), _IN_CHUNK):
-            chunk = missing[start : start + _IN_CHUNK]
-            rows = self.conn.execute(
-                "SELECT id, bit, left_id, left_bits, left_hash, right_id, right_bits, "
-                f"right_hash FROM map_inner WHERE id IN ({', '.join('?' * len(chunk))})",
-                chunk,
-            ).fetchall()
-            for row in rows:
-                left = ChildRef(bytes(row[2]), int(row[3]), bytes(row[4]))
-                right = ChildRef(bytes(row[5]), int(row[6]), bytes(row[7]))
-                read = InnerNode(bytes(row[0]), int(row[1]), left, right)
-                found[read.id] = read
-                if self.cache is not None:
-                    self.cache.inners.put(read.id, read)
+        found, missing = _cached_and_missing(
+            None if self.cache is None else self.cache.inners, nodes
+        )
+        select = (
+            "SELECT id, bit, left_id, left_bits, left_hash, right_id, right_bits, right_hash "
+            "FROM map_inner WHERE id IN"
+        )
+        for row in _rows_in(self.conn, select, missing):
+            left = ChildRef(bytes(row[2]), int(row[3]), bytes(row[4]))
+            right = ChildRef(bytes(row[5]), int(row[6]), bytes(row[7]))
+            read = InnerNode(bytes(row[0]), int(row[1]), left, right)
+            found[read.id] = read
+            if self.cache is not None:
+                self.cache.inners.put(read.id, read)
         if len(found) != len(set(nodes)):
             raise KeyError("map node missing")
         return [found[node] for node in nodes]
@@ -275,6 +267,26 @@ class SqliteNodeStore:
             put = self.cache.inners.put
             for node in inners:
                 put(node.id, node)
+
+
+def _cached_and_missing(cache: _Lru[K, V] | None, keys: Iterable[K]) -> tuple[dict[K, V], list[K]]:
+    """What ``cache`` holds of ``keys``, and the keys it lacks, in their order."""
+    found: dict[K, V] = {}
+    missing: list[K] = []
+    for key in keys:
+        cached = None if cache is None else cache.get(key)
+        if cached is None:
+            missing.append(key)
+        else:
+            found[key] = cached
+    return found, missing
+
+
+def _rows_in(conn: Connection, select: str, keys: Sequence[object]) -> Iterator[Any]:
+    """The rows of ``select`` (ending ``IN``) over ``keys``, ``_IN_CHUNK`` keys a query."""
+    for start in range(0, len(keys), _IN_CHUNK):
+        chunk = keys[start : start + _IN_CHUNK]
+        yield from conn.execute(f"{select} ({', '.join('?' * len(chunk))})", chunk).fetchall()
 
 
 def _row(
@@ -313,25 +325,14 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
     def get_many_raw(self, tool_ids: Sequence[str]) -> dict[str, bytes]:
         """The stored record bytes of those of ``tool_ids`` in the map: the cache's, and
         the rest read ``_IN_CHUNK`` at a time."""
-        found: dict[str, bytes] = {}
-        missing = []
-        for tool_id in tool_ids:
-            cached = None if self.cache is None else self.cache.records.get(tool_id)
-            if cached is None:
-                missing.append(tool_id)
-            else:
-                found[tool_id] = cached
-        for chunk in range(0, len(missing), _IN_CHUNK):
-            part = missing[chunk : chunk + _IN_CHUNK]
-            rows = self.conn.execute(
-                "SELECT tool_id, record FROM map_record WHERE tool_id IN "
-                f"({','.join('?' * len(part))})",
-                part,
-            ).fetchall()
-            for tool_id, record in rows:
-                found[str(tool_id)] = bytes(record)
-                if self.cache is not None:
-                    self.cache.records.put(str(tool_id), bytes(record))
+        found, missing = _cached_and_missing(
+            None if self.cache is None else self.cache.records, tool_ids
+        )
+        select = "SELECT tool_id, record FROM map_record WHERE tool_id IN"
+        for tool_id, record in _rows_in(self.conn, select, missing):
+            found[str(tool_id)] = bytes(record)
+            if self.cache is not None:
+                self.cache.records.put(str(tool_id), bytes(record))
         return found
 
     def __setitem__(self, tool_id: str, record: StatusRecord) -> None:
