@@ -47,7 +47,7 @@ __all__ = [
 AUDIT_PROGRESS_STEP = 4096
 """Leaves between two progress reports of :meth:`StoredHashTree.audit`."""
 KNOWN_HASHES = 1 << 16
-"""Hashes a tree instance keeps of those it wrote or loaded (about 6 MiB at most)."""
+"""Hashes a tree instance keeps of those it wrote or loaded (about 12 MiB at most)."""
 
 
 def _ignore(done: int, total: int) -> None:
