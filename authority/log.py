@@ -441,9 +441,15 @@ class Log:
                         notice = envelope.notice
                         fresh.append(notice)
                         rows.append(
-                            (notice.publisher, notice.sequence, admitted.index, ready.digest)
+                            (
+                                notice.publisher,
+                                notice.sequence,
+                                admitted.index,
+                                ready.digest,
+                                notice.tool_id,
+                            )
                         )
-            store.insert_notices(self.conn, rows, [notice.tool_id for notice in fresh])
+            store.insert_notices(self.conn, rows)
             self._fold_map(start, fresh)
             self._end_write()
         except (*self.db.errors, TreeCorruptError, KeyError):  # type: ignore[misc]

@@ -182,19 +182,18 @@ def notices_by_sequence(
     return found
 
 
-NoticeRow = tuple[str, int, int, bytes]
-"""A ``notices`` row: publisher, sequence, leaf index, digest."""
+NoticeRow = tuple[str, int, int, bytes, str]
+"""A logged notice's index rows: publisher, sequence, leaf index, digest, tool id."""
 
 
-def insert_notices(conn: Connection, rows: Sequence[NoticeRow], tool_ids: Sequence[str]) -> None:
-    """The index rows of a batch's notices (``tool_ids`` in the same order): one
-    statement per table."""
+def insert_notices(conn: Connection, rows: Sequence[NoticeRow]) -> None:
+    """The index rows of a batch's notices: one statement per table."""
     conn.executemany(
-        "INSERT INTO notices (publisher, sequence, idx, digest) VALUES (?, ?, ?, ?)", rows
+        "INSERT INTO notices (publisher, sequence, idx, digest) VALUES (?, ?, ?, ?)",
+        [row[:4] for row in rows],
     )
     conn.executemany(
-        "INSERT INTO tool_entries (tool_id, idx) VALUES (?, ?)",
-        [(tool_id, row[2]) for tool_id, row in zip(tool_ids, rows, strict=True)],
+        "INSERT INTO tool_entries (tool_id, idx) VALUES (?, ?)", [(row[4], row[2]) for row in rows]
     )
 
 
