@@ -79,7 +79,8 @@ class Seen:
 @dataclass(frozen=True)
 class Kill:
     """A SIGKILL sent to front-end ``process``; ``sequencer`` says whether it held the
-    sequencer lock at that moment (``None``: not looked up)."""
+    sequencer lock on the last look before the signal, one query earlier (``None``: not
+    looked up)."""
 
     at: float
     process: int

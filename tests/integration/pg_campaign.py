@@ -387,17 +387,20 @@ async def kill_loop(
             await asyncio.sleep(0.05)
         await asyncio.sleep(rng.uniform(*config.interval))
         victim: int | None = None
+        held: bool | None = None
         if holder is not None and rng.random() < config.sequencer_share:
+            # Signal the holder as soon as it is seen: a batch holds the row for about
+            # 10 ms, so another look before the signal would mostly see it released.
             deadline = time.monotonic() + 2.0
             while victim is None and time.monotonic() < deadline:
                 found = await asyncio.to_thread(holder)
                 if found is not None and found in front_ends.running():
-                    victim = found
+                    victim, held = found, True
                 else:
                     await asyncio.sleep(0.002)
         if victim is None:
             victim = rng.choice(front_ends.running())
-        held = None if holder is None else await asyncio.to_thread(holder) == victim
+            held = None if holder is None else await asyncio.to_thread(holder) == victim
         front_ends.kill(victim)
         load.observations.kills.append(Kill(time.monotonic(), victim, held))
         restarts.append(asyncio.create_task(restart_later(victim)))
