@@ -14,10 +14,11 @@ witness in theirs. Rules:
 3. Rows are rewritten in place (``docs/fold-spec.md`` section 7): the tables
    hold the map at one size. Readers that prove a lookup read the size and the
    rows in one read transaction (``snapshot``), so a proof and its size agree.
-4. ``map_state.format`` names the record format of the rows (``STORE_FORMAT``).
-   Tables of another format (the JSON records of the spec's first draft have no
-   such column) are never read or extended: ``discard_other_format`` drops them
-   whole, so their holder folds the map again rather than mixing two formats.
+4. ``map_state.format`` names the layout and record format of the rows
+   (``STORE_FORMAT``). Tables of another format (the JSON records of the spec's
+   first draft have no such column) are never read or extended:
+   ``discard_other_format`` drops them whole, so their holder folds the map again
+   rather than mixing two formats.
 5. A writer may keep a ``MapCache``: a bounded copy of rows and records it read
    or wrote on its own connection, so a batch reads its paths from memory. It is
    filled on read and updated on write, inside the writer's open transaction, so
@@ -29,6 +30,12 @@ witness in theirs. Rules:
    changes their tables under them.
 6. The queries are the common subset of SQLite and PostgreSQL (``client.dbapi``);
    the DDL here is SQLite's, the authority keeps PostgreSQL's beside its own schema.
+7. Inner nodes are stored in groups, one row each: the nodes splitting on bits
+   ``4g .. 4g+3`` under one ``4g``-bit prefix (at most 15), keyed by the id the
+   node at bit ``4g`` would have (``group_id``). A leaf's value is kept with its
+   parent (the root leaf's in ``map_state``), so there is no leaf table. A batch
+   rewrites about a quarter as many rows as it changes nodes: a commit's cost is
+   its dirty pages, and one-node rows spread a batch over about four times as many.
 """
 
 from __future__ import annotations
@@ -37,13 +44,14 @@ import contextlib
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from deplog.client.dbapi import Connection
 from deplog.client.errors import ErrorCode
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.notice import Notice
 from deplog.client.model.vmap import (
+    KEY_BITS,
     ChildRef,
     InnerNode,
     MapFormatError,
@@ -51,66 +59,67 @@ from deplog.client.model.vmap import (
     StatusRecord,
     VerifiableMap,
     extend_record_bytes,
+    leaf_hash,
     map_key,
     record_item_bytes,
     value_hash,
 )
 
 __all__ = [
+    "DEFAULT_CACHE_GROUPS",
     "DEFAULT_CACHE_RECORD_BYTES",
-    "DEFAULT_CACHE_ROWS",
     "SCHEMA",
     "STORE_FORMAT",
     "MapCache",
     "SqliteNodeStore",
     "SqliteRecords",
     "StoredMap",
+    "group_id",
 ]
 
-STORE_FORMAT = 2
-"""The record format of these tables: 2 is the compact binary record of
-``docs/fold-spec.md`` section 3; 1 (no ``format`` column) the first draft's JSON."""
-_TABLES = ("map_state", "map_inner", "map_leaf", "map_record")
+STORE_FORMAT = 3
+"""The layout of these tables: 3 stores inner nodes in groups (rule 7) with the compact
+binary records of ``docs/fold-spec.md`` section 3; 2 had one row per inner node and a
+leaf table; 1 (no ``format`` column) held the first draft's JSON records."""
+_TABLES = ("map_state", "map_group", "map_record")
+_OLD_TABLES = ("map_inner", "map_leaf")
+"""Format 2's tables, dropped with the rest of a map of another format (rule 4)."""
 
 SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS map_inner (
+    # One row per group of inner nodes (rule 7): ``nodes`` is their ``_encode_group``. A
+    # rowid table: its rows (up to about 1.1 KB) are too large for a WITHOUT ROWID
+    # table's pages, where a batch's upserts measured about twice as slow.
+    """CREATE TABLE IF NOT EXISTS map_group (
         id BLOB PRIMARY KEY,
-        bit INTEGER NOT NULL,
-        left_id BLOB NOT NULL,
-        left_bits INTEGER NOT NULL,
-        left_hash BLOB NOT NULL,
-        right_id BLOB NOT NULL,
-        right_bits INTEGER NOT NULL,
-        right_hash BLOB NOT NULL
-    ) STRICT, WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS map_leaf (
-        key BLOB PRIMARY KEY,
-        value BLOB NOT NULL
-    ) STRICT, WITHOUT ROWID""",
+        nodes BLOB NOT NULL
+    ) STRICT""",
     """CREATE TABLE IF NOT EXISTS map_record (
         tool_id TEXT PRIMARY KEY,
         record BLOB NOT NULL
     ) STRICT, WITHOUT ROWID""",
     # One row: the record format, the log size folded in and the root reference (NULL
-    # id: the empty map).
+    # id: the empty map; ``root_value`` is the leaf's value when the root is a leaf).
     """CREATE TABLE IF NOT EXISTS map_state (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         format INTEGER NOT NULL,
         size INTEGER NOT NULL,
         root_id BLOB,
         root_bits INTEGER,
-        root_hash BLOB
+        root_hash BLOB,
+        root_value BLOB
     ) STRICT""",
 )
 
 
-DEFAULT_CACHE_ROWS = 1 << 16
-"""Inner rows a writer's cache keeps: the top of the tree and the
-paths of recent batches (2^16 rows measured at about 25 MB of Python objects)."""
+DEFAULT_CACHE_GROUPS = 1 << 14
+"""Groups of inner nodes a writer's cache keeps (up to 15 nodes each): the top of the tree
+and the paths of recent batches."""
 DEFAULT_CACHE_RECORD_BYTES = 16 << 20
 """Record bytes a writer's cache keeps: records grow with their tool's notices."""
 _IN_CHUNK = 500
 """Ids per ``WHERE ... IN`` read, under every SQLite build's bound on parameters."""
+GROUP_BITS = 4
+"""Split bits per group (rule 7): a group holds at most 2^4 - 1 inner nodes."""
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -151,31 +160,130 @@ class _Lru(Generic[K, V]):
         self.total = 0
 
 
+_Row = tuple[InnerNode, bytes | None, bytes | None, bytes]
+"""An inner node as its group keeps it: the node, the values of its children that are
+leaves, and its encoding (``_encode_entry``), so a group is re-encoded by a join."""
+_Group = dict[bytes, _Row]
+"""A decoded group: node id -> row. Never changed once cached: a write replaces it."""
+
+
+def group_id(node: bytes) -> bytes:
+    """The id of the group (rule 7) of the inner node with id ``node``: the ``node_id`` of
+    the group's top split bit over the node's prefix."""
+    bit = node[0]
+    top = bit - bit % GROUP_BITS
+    if top == bit:
+        return node
+    prefix = node[1 : 1 + (top + 7) // 8]
+    if top % 8:  # GROUP_BITS divides 8: the last byte keeps its high half
+        return bytes((top,)) + prefix[:-1] + bytes((prefix[-1] & 0xF0,))
+    return bytes((top,)) + prefix
+
+
+_CHILD_BITS: Final = tuple(bytes(((bits - 1) & 0xFF,)) for bits in range(KEY_BITS + 1))
+"""A child's first byte by its split bit: ``bits - 1``, so a leaf's 256 is 0xFF."""
+
+
+def _encode_entry(node: InnerNode, lv: bytes | None, rv: bytes | None) -> _Row:
+    """A node's row: its id, then each child as ``u8 bits-1``, the child's id after its
+    first byte (a leaf's key), and its hash (a leaf's value, given: rule 7)."""
+    left, right = node.left, node.right
+    entry = b"".join(
+        (
+            node.id,
+            _CHILD_BITS[left.bits],
+            left.id if lv is not None else left.id[1:],
+            left.hash if lv is None else lv,
+            _CHILD_BITS[right.bits],
+            right.id if rv is not None else right.id[1:],
+            right.hash if rv is None else rv,
+        )
+    )
+    return node, lv, rv, entry
+
+
+def _encode_group(group: _Group) -> bytes:
+    """The group's entries in id order."""
+    return b"".join([group[node][3] for node in sorted(group)])
+
+
+def _decode_child(blob: bytes, at: int) -> tuple[ChildRef, bytes | None, int]:
+    bits = blob[at] + 1
+    if bits == KEY_BITS:
+        key, value, end = blob[at + 1 : at + 33], blob[at + 33 : at + 65], at + 65
+        if len(value) != 32:
+            raise KeyError("map group malformed")
+        return ChildRef(key, bits, leaf_hash(key, value)), value, end
+    cut = at + 1 + (bits + 7) // 8
+    digest, end = blob[cut : cut + 32], cut + 32
+    if len(digest) != 32:
+        raise KeyError("map group malformed")
+    return ChildRef(bytes((bits,)) + blob[at + 1 : cut], bits, digest), None, end
+
+
+def _decode_entry(blob: bytes, at: int) -> tuple[_Row, int]:
+    bit = blob[at]
+    end = at + 1 + (bit + 7) // 8
+    node = blob[at:end]
+    left, lv, end = _decode_child(blob, end)
+    right, rv, end = _decode_child(blob, end)
+    return (InnerNode(node, bit, left, right), lv, rv, blob[at:end]), end
+
+
+def _decode_group(blob: bytes) -> _Group:
+    """``_encode_group``'s inverse; KeyError for bytes it did not write (altered storage)."""
+    group: _Group = {}
+    at = 0
+    try:
+        while at < len(blob):
+            row, at = _decode_entry(blob, at)
+            group[row[0].id] = row
+    except IndexError:
+        raise KeyError("map group malformed") from None
+    return group
+
+
+def _find_in_group(blob: bytes, node: bytes) -> _Row:
+    """The row of ``node`` in an encoded group, decoding only it (a reader's one lookup)."""
+    at = 0
+    try:
+        while at < len(blob):
+            size = 1 + (blob[at] + 7) // 8
+            if blob[at : at + size] == node:
+                return _decode_entry(blob, at)[0]
+            at += size
+            for _ in range(2):  # skip both children
+                bits = blob[at] + 1
+                at += 65 if bits == KEY_BITS else 33 + (bits + 7) // 8
+    except IndexError:
+        pass
+    raise KeyError("map node missing")
+
+
 class MapCache:
-    """A writer's bounded copy of map rows and records (rule 5): inner rows by count,
-    records by bytes, each least recently used first out. Leaf values are not kept:
-    a batch never reads them (only proofs do, and readers keep no cache)."""
+    """A writer's bounded copy of map rows and records (rule 5): groups of inner nodes by
+    count, records by bytes, each least recently used first out."""
 
     def __init__(
         self,
-        max_rows: int = DEFAULT_CACHE_ROWS,
+        max_groups: int = DEFAULT_CACHE_GROUPS,
         max_record_bytes: int = DEFAULT_CACHE_RECORD_BYTES,
     ) -> None:
-        self.inners: _Lru[bytes, InnerNode] = _Lru(max_rows)
+        self.groups: _Lru[bytes, _Group] = _Lru(max_groups)
         self.records: _Lru[str, bytes] = _Lru(max_record_bytes, len)
 
     def forget(self) -> None:
         """Drop everything: the tables may hold other rows than the ones seen (rule 5)."""
-        self.inners.clear()
+        self.groups.clear()
         self.records.clear()
 
 
 class SqliteNodeStore:
-    """The ``NodeStore`` of a ``PrefixTree`` over ``map_inner``/``map_leaf``/``map_state``.
+    """The ``NodeStore`` of a ``PrefixTree`` over ``map_group``/``map_state``.
 
-    A missing row raises ``KeyError``, as the in-memory store does; its holder
-    reports that as altered storage. With a ``cache`` (writers only, rule 5), rows
-    come from memory when it holds them.
+    A missing or unreadable row raises ``KeyError``, as the in-memory store does; its
+    holder reports that as altered storage. With a ``cache`` (writers only, rule 5),
+    groups come from memory when it holds them.
     """
 
     def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
@@ -191,82 +299,156 @@ class SqliteNodeStore:
             return None
         return ChildRef(bytes(row[0]), int(row[1]), bytes(row[2]))
 
-    def inner(self, node: bytes) -> InnerNode:
-        """The inner node row with this id."""
-        if self.cache is not None:
-            cached = self.cache.inners.get(node)
-            if cached is not None:
-                return cached
-        row = self.conn.execute(
-            "SELECT bit, left_id, left_bits, left_hash, right_id, right_bits, right_hash "
-            "FROM map_inner WHERE id = ?",
-            (node,),
-        ).fetchone()
-        if row is None:
+    def _row(self, node: bytes) -> _Row:
+        if self.cache is None:  # a reader: decode only the node asked for
+            row = self.conn.execute(
+                "SELECT nodes FROM map_group WHERE id = ?", (group_id(node),)
+            ).fetchone()
+            if row is None:
+                raise KeyError("map node missing")
+            return _find_in_group(bytes(row[0]), node)
+        gid = group_id(node)
+        group = self.cache.groups.get(gid) or self._groups([gid]).get(gid)
+        if group is None or node not in group:
             raise KeyError("map node missing")
-        left = ChildRef(bytes(row[1]), int(row[2]), bytes(row[3]))
-        right = ChildRef(bytes(row[4]), int(row[5]), bytes(row[6]))
-        found = InnerNode(node, int(row[0]), left, right)
-        if self.cache is not None:
-            self.cache.inners.put(node, found)
+        return group[node]
+
+    def _groups(self, ids: Sequence[bytes]) -> dict[bytes, _Group]:
+        """The stored groups of ``ids`` (those that exist), the cache's first; the rest in
+        one query per 500 ids, decoded and cached."""
+        found, missing = _cached_and_missing(None if self.cache is None else self.cache.groups, ids)
+        for gid, blob in _rows_in(
+            self.conn, "SELECT id, nodes FROM map_group WHERE id IN", missing
+        ):
+            group = _decode_group(bytes(blob))
+            found[bytes(gid)] = group
+            if self.cache is not None:
+                self.cache.groups.put(bytes(gid), group)
         return found
 
+    def inner(self, node: bytes) -> InnerNode:
+        """The inner node with this id."""
+        return self._row(node)[0]
+
     def cached(self, node: bytes) -> bool:
-        """True when the writer's cache holds the row."""
-        return self.cache is not None and self.cache.inners.get(node) is not None
+        """True when the writer's cache holds the node's group."""
+        if self.cache is None:
+            return False
+        group = self.cache.groups.get(group_id(node))
+        return group is not None and node in group
 
     def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
-        """The inner node rows with these ids, in their order: those the cache lacks in
-        one query per 500 ids."""
-        found, missing = _cached_and_missing(
-            None if self.cache is None else self.cache.inners, nodes
-        )
-        select = (
-            "SELECT id, bit, left_id, left_bits, left_hash, right_id, right_bits, right_hash "
-            "FROM map_inner WHERE id IN"
-        )
-        for row in _rows_in(self.conn, select, missing):
-            left = ChildRef(bytes(row[2]), int(row[3]), bytes(row[4]))
-            right = ChildRef(bytes(row[5]), int(row[6]), bytes(row[7]))
-            read = InnerNode(bytes(row[0]), int(row[1]), left, right)
-            found[read.id] = read
-            if self.cache is not None:
-                self.cache.inners.put(read.id, read)
-        if len(found) != len(set(nodes)):
-            raise KeyError("map node missing")
-        return [found[node] for node in nodes]
+        """The inner nodes with these ids, in their order: the groups the cache lacks in
+        one query per 500."""
+        ids = [group_id(node) for node in nodes]
+        groups = self._groups(list(dict.fromkeys(ids)))
+        try:
+            return [groups[gid][node][0] for gid, node in zip(ids, nodes, strict=True)]
+        except KeyError:
+            raise KeyError("map node missing") from None
 
-    def leaf_value(self, key: bytes) -> bytes:
-        """The value of the leaf with this key."""
-        row = self.conn.execute("SELECT value FROM map_leaf WHERE key = ?", (key,)).fetchone()
-        if row is None:
+    def leaf_value(self, key: bytes, parent: bytes | None) -> bytes:
+        """The value of the leaf with this key, kept in its parent's row (rule 7)."""
+        if parent is None:
+            row = self.conn.execute(
+                "SELECT root_id, root_value FROM map_state WHERE id = 1"
+            ).fetchone()
+            if row is None or row[1] is None or bytes(row[0]) != key:
+                raise KeyError("map leaf missing")
+            return bytes(row[1])
+        node, lv, rv, _ = self._row(parent)
+        value = lv if node.left.id == key else rv if node.right.id == key else None
+        if value is None:
             raise KeyError("map leaf missing")
-        return bytes(row[0])
+        return value
 
     def write(
         self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
     ) -> None:
-        """Store a batch's rows and root in the caller's transaction."""
+        """Store a batch's nodes and root in the caller's transaction: each group a node
+        of the batch is in is rewritten whole, with the values of its leaf children."""
+        touched: dict[bytes, list[InnerNode]] = {}
+        for node in inners:
+            gid = group_id(node.id)
+            if gid in touched:
+                touched[gid].append(node)
+            else:
+                touched[gid] = [node]
+        before = self._groups(list(touched))
+        values = _LeafValues(self.conn, leaves, before)
+        after: dict[bytes, _Group] = {}
+        for gid, nodes in touched.items():
+            kept = before.get(gid)
+            group = {} if kept is None else kept.copy()
+            for node in nodes:
+                old = group.get(node.id)
+                lv = values.of(node.left, old) if node.left.bits == KEY_BITS else None
+                rv = values.of(node.right, old) if node.right.bits == KEY_BITS else None
+                group[node.id] = _encode_entry(node, lv, rv)
+            after[gid] = group
         self.conn.executemany(
-            "INSERT INTO map_inner VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
-            "SET bit = excluded.bit, left_id = excluded.left_id, left_bits = excluded.left_bits, "
-            "left_hash = excluded.left_hash, right_id = excluded.right_id, "
-            "right_bits = excluded.right_bits, right_hash = excluded.right_hash",
-            [_row(n.id, n.bit, n.left, n.right) for n in inners],
+            "INSERT INTO map_group (id, nodes) VALUES (?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET nodes = excluded.nodes",
+            [(gid, _encode_group(group)) for gid, group in after.items()],
         )
-        self.conn.executemany(
-            "INSERT INTO map_leaf (key, value) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            leaves.items(),
-        )
-        ref = (None, None, None) if root is None else (root.id, root.bits, root.hash)
+        ref: tuple[bytes | int | None, ...] = (None, None, None, None)
+        if root is not None:
+            value = leaves[root.id] if root.bits == KEY_BITS else None  # one key: just set
+            ref = (root.id, root.bits, root.hash, value)
         self.conn.execute(
-            "UPDATE map_state SET root_id = ?, root_bits = ?, root_hash = ? WHERE id = 1", ref
+            "UPDATE map_state SET root_id = ?, root_bits = ?, root_hash = ?, root_value = ? "
+            "WHERE id = 1",
+            ref,
         )
         if self.cache is not None:  # after the writes: a failed one leaves it as it was
-            put = self.cache.inners.put
-            for node in inners:
-                put(node.id, node)
+            for gid, group in after.items():
+                self.cache.groups.put(gid, group)
+
+
+class _LeafValues:
+    """The value of each leaf child a batch's nodes point at: the batch's own, else the one
+    its previous parent kept. That parent is in the batch too (its child changed), so its
+    group is among the ones read before the write, or the leaf was the root."""
+
+    def __init__(
+        self, conn: Connection, changed: Mapping[bytes, bytes], groups: Mapping[bytes, _Group]
+    ) -> None:
+        self.conn = conn
+        self.changed = changed
+        self.groups = groups
+        self.kept: dict[bytes, bytes] | None = None
+
+    def of(self, ref: ChildRef, old: _Row | None) -> bytes:
+        """The value of the leaf ``ref``; ``old`` is its new parent's row before."""
+        value = self.changed.get(ref.id)
+        if value is None and old is not None:  # mostly: the same parent as before
+            value = (
+                old[1]
+                if old[0].left.id == ref.id
+                else old[2]
+                if old[0].right.id == ref.id
+                else None
+            )
+        if value is None:
+            if self.kept is None:
+                self.kept = self._kept()
+            value = self.kept.get(ref.id)
+        if value is None:
+            raise KeyError("map leaf missing")
+        return value
+
+    def _kept(self) -> dict[bytes, bytes]:
+        kept: dict[bytes, bytes] = {}
+        for group in self.groups.values():
+            for node, lv, rv, _ in group.values():
+                if lv is not None:
+                    kept[node.left.id] = lv
+                if rv is not None:
+                    kept[node.right.id] = rv
+        row = self.conn.execute("SELECT root_id, root_value FROM map_state WHERE id = 1").fetchone()
+        if row is not None and row[1] is not None:
+            kept[bytes(row[0])] = bytes(row[1])
+        return kept
 
 
 def _cached_and_missing(cache: _Lru[K, V] | None, keys: Iterable[K]) -> tuple[dict[K, V], list[K]]:
@@ -287,12 +469,6 @@ def _rows_in(conn: Connection, select: str, keys: Sequence[object]) -> Iterator[
     for start in range(0, len(keys), _IN_CHUNK):
         chunk = keys[start : start + _IN_CHUNK]
         yield from conn.execute(f"{select} ({', '.join('?' * len(chunk))})", chunk).fetchall()
-
-
-def _row(
-    node: bytes, bit: int, left: ChildRef, right: ChildRef
-) -> tuple[bytes, int, bytes, int, bytes, bytes, int, bytes]:
-    return node, bit, left.id, left.bits, left.hash, right.id, right.bits, right.hash
 
 
 class SqliteRecords(MutableMapping[str, StatusRecord]):
@@ -417,7 +593,7 @@ class StoredMap(VerifiableMap):
             if row is None or int(row[0]) == STORE_FORMAT:
                 return False
         conn.execute("SAVEPOINT map_format")
-        for table in _TABLES:
+        for table in (*_TABLES, *_OLD_TABLES):
             conn.execute(f"DROP TABLE IF EXISTS {table}")
         conn.execute("RELEASE map_format")
         return True

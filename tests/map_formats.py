@@ -1,23 +1,30 @@
-"""A map in the first draft's record format (RFC 8785 JSON records that carry each notice
-as signed, and no ``map_state.format`` column), for the tests that check every holder of
-a map drops such a map and folds again rather than mixing two formats."""
+"""Maps in earlier formats, for the tests that check every holder of a map drops such a
+map and folds again rather than mixing two formats: the first draft's (RFC 8785 JSON
+records that carry each notice as signed, and no ``map_state.format`` column) and format
+2's (the compact records, one row per inner node and a leaf table)."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
 
-from deplog.client.mapstore import SqliteNodeStore
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.notice import Notice
-from deplog.client.model.vmap import PrefixTree, map_key, value_hash
+from deplog.client.model.vmap import (
+    ChildRef,
+    MemoryNodeStore,
+    PrefixTree,
+    VerifiableMap,
+    map_key,
+    value_hash,
+)
 from deplog.client.tlog.note import encode_base64
 from deplog.client.tlog.proofs import leaf_hash
 
-__all__ = ["first_draft_record", "write_first_draft_map"]
+__all__ = ["first_draft_record", "write_first_draft_map", "write_format_two_map"]
 
-_FIRST_DRAFT_SCHEMA = (
+_NODE_TABLES = (
     """CREATE TABLE map_inner (
         id BLOB PRIMARY KEY, bit INTEGER NOT NULL,
         left_id BLOB NOT NULL, left_bits INTEGER NOT NULL, left_hash BLOB NOT NULL,
@@ -26,11 +33,22 @@ _FIRST_DRAFT_SCHEMA = (
     "CREATE TABLE map_leaf (key BLOB PRIMARY KEY, value BLOB NOT NULL) STRICT, WITHOUT ROWID",
     """CREATE TABLE map_record (tool_id TEXT PRIMARY KEY, record BLOB NOT NULL)
         STRICT, WITHOUT ROWID""",
+)
+_FIRST_DRAFT_SCHEMA = (
+    *_NODE_TABLES,
     """CREATE TABLE map_state (
         id INTEGER PRIMARY KEY CHECK (id = 1), size INTEGER NOT NULL,
         root_id BLOB, root_bits INTEGER, root_hash BLOB
     ) STRICT""",
 )
+_FORMAT_TWO_SCHEMA = (
+    *_NODE_TABLES,
+    """CREATE TABLE map_state (
+        id INTEGER PRIMARY KEY CHECK (id = 1), format INTEGER NOT NULL, size INTEGER NOT NULL,
+        root_id BLOB, root_bits INTEGER, root_hash BLOB
+    ) STRICT""",
+)
+_OLD_TABLES = ("map_group", "map_inner", "map_leaf", "map_record", "map_state")
 
 
 def first_draft_record(tool_id: str, notices: Sequence[tuple[int, bytes, Notice]]) -> bytes:
@@ -52,18 +70,60 @@ def _first_draft_records(leaves: Sequence[bytes]) -> dict[str, bytes]:
     return {tool_id: first_draft_record(tool_id, found) for tool_id, found in items.items()}
 
 
+def _write_old_map(
+    conn: sqlite3.Connection, schema: Sequence[str], records: dict[str, bytes]
+) -> ChildRef:
+    """Replace the map tables on ``conn`` by ``schema``'s with one row per inner node and
+    a leaf table (map_state left to the caller); the root reference."""
+    for table in _OLD_TABLES:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    for statement in schema:
+        conn.execute(statement)
+    store = MemoryNodeStore()
+    root = PrefixTree(store).update({map_key(t): value_hash(r) for t, r in records.items()})
+    conn.executemany(
+        "INSERT INTO map_inner VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                n.id,
+                n.bit,
+                n.left.id,
+                n.left.bits,
+                n.left.hash,
+                n.right.id,
+                n.right.bits,
+                n.right.hash,
+            )
+            for n in store._inners.values()
+        ],
+    )
+    conn.executemany("INSERT INTO map_leaf VALUES (?, ?)", store._leaves.items())
+    conn.executemany("INSERT INTO map_record VALUES (?, ?)", records.items())
+    ref = store.root()
+    assert ref is not None and ref.hash == root
+    return ref
+
+
 def write_first_draft_map(conn: sqlite3.Connection, leaves: Sequence[bytes]) -> bytes:
     """Replace the map tables on ``conn`` by the first draft's map of ``leaves`` (the log's
     first ``len(leaves)`` entries), committed; its root."""
-    for table in ("map_inner", "map_leaf", "map_record", "map_state"):
-        conn.execute(f"DROP TABLE IF EXISTS {table}")
-    for statement in _FIRST_DRAFT_SCHEMA:
-        conn.execute(statement)
-    conn.execute("INSERT INTO map_state (id, size) VALUES (1, ?)", (len(leaves),))
-    records = _first_draft_records(leaves)
-    conn.executemany("INSERT INTO map_record VALUES (?, ?)", records.items())
-    root = PrefixTree(SqliteNodeStore(conn)).update(
-        {map_key(t): value_hash(record) for t, record in records.items()}
+    ref = _write_old_map(conn, _FIRST_DRAFT_SCHEMA, _first_draft_records(leaves))
+    conn.execute(
+        "INSERT INTO map_state VALUES (1, ?, ?, ?, ?)", (len(leaves), ref.id, ref.bits, ref.hash)
     )
     conn.commit()
-    return root
+    return ref.hash
+
+
+def write_format_two_map(conn: sqlite3.Connection, leaves: Sequence[bytes]) -> bytes:
+    """Replace the map tables on ``conn`` by format 2's map of ``leaves``, committed; its
+    root (the same as this format's: only the layout of the inner nodes differs)."""
+    folded = VerifiableMap()
+    folded.fold(enumerate(leaves))
+    records = {tool_id: record.encode() for tool_id, record in folded.records.items()}
+    ref = _write_old_map(conn, _FORMAT_TWO_SCHEMA, records)
+    conn.execute(
+        "INSERT INTO map_state VALUES (1, 2, ?, ?, ?, ?)", (len(leaves), ref.id, ref.bits, ref.hash)
+    )
+    conn.commit()
+    return ref.hash

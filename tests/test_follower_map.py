@@ -142,4 +142,4 @@ def test_a_state_files_map_of_another_record_format_is_dropped_never_extended(
     conn = sqlite3.connect(state)
     tables = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master")}
     conn.close()
-    assert not tables & {"map_state", "map_record", "map_inner", "map_leaf"}
+    assert not tables & {"map_state", "map_record", "map_group", "map_inner", "map_leaf"}

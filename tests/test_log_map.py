@@ -26,7 +26,7 @@ from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_chec
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register
 from tests.conftest import Backend
-from tests.map_formats import write_first_draft_map
+from tests.map_formats import write_first_draft_map, write_format_two_map
 
 ORIGIN = "unit.deplog.example/log"
 TOOLS = ("tool:org.acme/search", "tool:org.acme/fetch", "tool:org.acme/write")
@@ -144,7 +144,7 @@ def test_a_failed_batch_leaves_the_map_at_the_last_committed_size(
 def drop_map(db_path: str) -> None:
     """Make the database one from before the map: its tables gone."""
     conn = sqlite3.connect(db_path)
-    for table in ("map_inner", "map_leaf", "map_record", "map_state"):
+    for table in ("map_group", "map_record", "map_state"):
         conn.execute(f"DROP TABLE {table}")
     conn.commit()
     conn.close()
@@ -196,6 +196,28 @@ def test_open_refuses_a_map_ahead_of_the_log(
     assert refused.value.evidence.startswith("storage_corrupt: ")
 
 
+@sqlite_only
+def test_a_format_two_map_is_laid_out_again_under_the_same_signed_root(
+    db_path: str, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    """A database from before grouped nodes (format 2): the map is folded again from the
+    log at start, to the root its latest checkpoint already carries, and appends go on."""
+    log.sequence(batch(publisher, 1, 5))
+    size, root = log.map.size(), log.map.root()
+    log.close()
+    conn = sqlite3.connect(db_path)
+    leaves = [bytes(r[0]) for r in conn.execute("SELECT data FROM leaves ORDER BY idx")]
+    assert write_format_two_map(conn, leaves) == root
+    conn.close()
+    reopened = Log(db_path, log_signer, ORIGIN)
+    assert reopened.map.format() == STORE_FORMAT
+    assert (reopened.map.size(), reopened.map.root()) == (size, root)
+    assert require_map_root(signed(reopened, log_signer)) == root
+    reopened.sequence(batch(publisher, 6, 2))
+    assert reopened.map.root() == reference_root(reopened, reopened.tree.size)
+    reopened.close()
+
+
 @sqlite_only  # no PostgreSQL database holds the first draft's map
 def test_a_map_of_another_record_format_is_folded_again_and_the_next_checkpoint_commits(
     db_path: str,
@@ -225,7 +247,7 @@ def test_a_map_of_another_record_format_is_folded_again_and_the_next_checkpoint_
     conn.close()
     with caplog.at_level(logging.INFO, logger="deplog.authority"):
         reopened = Log(db_path, log_signer, ORIGIN)
-    assert any("rebuilt in record format 2" in m for m in caplog.messages)
+    assert any(f"rebuilt in record format {STORE_FORMAT}" in m for m in caplog.messages)
     assert reopened.map.format() == STORE_FORMAT
     assert (reopened.map.size(), reopened.map.root()) == (size, reference_root(reopened, size))
     assert require_map_root(signed(reopened, log_signer)) == old_root  # until the next append

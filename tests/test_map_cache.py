@@ -105,7 +105,7 @@ def test_a_cached_log_matches_an_uncached_reader_across_failed_batches(
             log.conn.execute("DROP TRIGGER IF EXISTS temp.abort_fold")
             log.conn.execute("PRAGMA max_page_count = 1073741823")
             assert (log.map.size(), log.map.root()) == (size, root)
-            assert log.map.cache is not None and not log.map.cache.inners.entries
+            assert log.map.cache is not None and not log.map.cache.groups.entries
         log.sequence(batches.next())
         assert_agrees(log, db_path, batches.rng.sample(batches.tools, 8))
     assert failures == 8
@@ -127,7 +127,7 @@ def test_the_aborting_hook_fails_the_batch_after_the_cache_took_its_rows(
 
     def counting_forget() -> None:
         assert log.map.cache is not None
-        seen.append(len(log.map.cache.inners.entries))
+        seen.append(len(log.map.cache.groups.entries))
         forget()
 
     log.map.forget = counting_forget  # type: ignore[method-assign]
@@ -135,7 +135,7 @@ def test_the_aborting_hook_fails_the_batch_after_the_cache_took_its_rows(
     with pytest.raises(StorageError):
         log.sequence(batches.next())
     assert seen and seen[0] > 0
-    assert not log.map.cache.inners.entries and not log.map.cache.records.entries
+    assert not log.map.cache.groups.entries and not log.map.cache.records.entries
     log.close()
 
 
@@ -172,7 +172,7 @@ def test_a_cache_smaller_than_the_tree_evicts_without_changing_a_root(
 ) -> None:
     conn = sqlite3.connect(tmp_path / "map.db", isolation_level=None)
     StoredMap.create_schema(conn)
-    cache = MapCache(max_rows=16, max_record_bytes=4096)
+    cache = MapCache(max_groups=16, max_record_bytes=4096)
     small, memory = StoredMap(conn, cache), VerifiableMap()
     rng = random.Random(3)
     position = 0
@@ -184,7 +184,7 @@ def test_a_cache_smaller_than_the_tree_evicts_without_changing_a_root(
         memory.fold(enumerate(batch, position))
         position += len(batch)
         assert small.root() == memory.root()
-        assert len(cache.inners.entries) <= 16
+        assert len(cache.groups.entries) <= 16
         assert cache.records.total <= 4096
         assert cache.records.total == sum(len(r) for r in cache.records.entries.values())
     conn.close()
@@ -224,9 +224,9 @@ def test_forget_empties_the_cache_and_a_map_without_one_has_nothing_to_forget(
     cache = MapCache()
     cached = StoredMap(conn, cache)
     cached.advance(0, leaves(publisher, 1, 30, random.Random(1)))
-    assert cache.inners.entries and cache.records.total > 0
+    assert cache.groups.entries and cache.records.total > 0
     cached.forget()
-    assert not cache.inners.entries and not cache.records.entries and cache.records.total == 0
+    assert not cache.groups.entries and not cache.records.entries and cache.records.total == 0
     StoredMap(conn).forget()
     assert StoredMap(conn).root() == cached.root()
     conn.close()

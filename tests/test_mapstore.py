@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import random
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from deplog.client.mapstore import STORE_FORMAT, SqliteNodeStore, StoredMap
-from deplog.client.model.vmap import EMPTY_ROOT, PrefixTree, VerifiableMap, verify_map_proof
+from deplog.client.mapstore import STORE_FORMAT, MapCache, SqliteNodeStore, StoredMap, group_id
+from deplog.client.model.vmap import (
+    EMPTY_ROOT,
+    InnerNode,
+    PrefixTree,
+    VerifiableMap,
+    verify_map_proof,
+)
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, notice_leaf
-from tests.map_formats import write_first_draft_map
+from tests.map_formats import write_first_draft_map, write_format_two_map
 from tests.vmap_reference import reference_root
 
 
@@ -41,22 +48,57 @@ def leaves_for(publisher: Signer, count: int, tools: int) -> list[bytes]:
     ]
 
 
+def start_map(conn: sqlite3.Connection) -> None:
+    conn.execute("INSERT INTO map_state (id, format, size) VALUES (1, ?, 0)", (STORE_FORMAT,))
+
+
+@pytest.mark.parametrize("cache", [None, MapCache(max_groups=8)], ids=["reader", "writer"])
 def test_a_stored_tree_matches_the_reference_after_every_random_batch(
-    conn: sqlite3.Connection,
+    conn: sqlite3.Connection, cache: MapCache | None
 ) -> None:
+    """Roots after every batch, and lookups of present and absent keys (the leaf each
+    reaches and its value, kept in its parent's group) equal the in-memory tree's."""
     rng = random.Random(7)
-    tree = PrefixTree(SqliteNodeStore(conn))
-    conn.execute("INSERT INTO map_state (id, format, size) VALUES (1, 2, 0)")
+    tree, memory = PrefixTree(SqliteNodeStore(conn, cache)), PrefixTree()
+    reader = PrefixTree(SqliteNodeStore(conn))
+    start_map(conn)
     items: dict[bytes, bytes] = {}
-    for _ in range(30):
+    for round_ in range(30):
         known = list(items)
         batch = {rng.randbytes(32): rng.randbytes(32) for _ in range(rng.randint(1, 60))}
         batch.update({k: rng.randbytes(32) for k in rng.sample(known, min(len(known), 10))})
+        if round_ == 0:
+            batch = dict(list(batch.items())[:1])  # a one-key map: its root is a leaf
         items.update(batch)
-        assert tree.update(batch) == reference_root(items)
-    for key in rng.sample(list(items), 20):
-        path = tree.lookup(key)
-        assert (path.leaf_key, path.leaf_value) == (key, items[key])
+        assert tree.update(batch) == memory.update(batch) == reference_root(items)
+        for key in [*rng.sample(list(items), min(len(items), 5)), rng.randbytes(32)]:
+            assert reader.lookup(key) == tree.lookup(key) == memory.lookup(key)
+
+
+def test_groups_hold_at_most_fifteen_nodes_of_four_split_bits_under_one_prefix(
+    conn: sqlite3.Connection,
+) -> None:
+    rng = random.Random(9)
+    store = SqliteNodeStore(conn)
+    start_map(conn)
+    PrefixTree(store).update({rng.randbytes(32): rng.randbytes(32) for _ in range(3000)})
+    groups: dict[bytes, list[InnerNode]] = {}
+    todo = [store.root()]
+    while todo:
+        ref = todo.pop()
+        assert ref is not None
+        if ref.bits < 256:
+            node = store.inner(ref.id)
+            groups.setdefault(group_id(node.id), []).append(node)
+            todo += [node.left, node.right]
+    stored = {bytes(row[0]) for row in conn.execute("SELECT id FROM map_group")}
+    assert stored == set(groups)
+    for gid, nodes in groups.items():
+        top = gid[0]
+        assert top % 4 == 0 and all(top <= node.bit < top + 4 for node in nodes)
+        assert all(node.id[1:].startswith(gid[1:-1]) for node in nodes)
+    sizes = [len(nodes) for nodes in groups.values()]
+    assert max(sizes) == 15 and min(sizes) == 1  # full groups at the top, lone nodes below
 
 
 def test_a_row_missing_on_a_changed_path_is_a_key_error(conn: sqlite3.Connection) -> None:
@@ -64,16 +106,37 @@ def test_a_row_missing_on_a_changed_path_is_a_key_error(conn: sqlite3.Connection
     rng = random.Random(8)
     store = SqliteNodeStore(conn)
     tree = PrefixTree(store)
-    conn.execute("INSERT INTO map_state (id, format, size) VALUES (1, 2, 0)")
+    start_map(conn)
     items = {rng.randbytes(32): rng.randbytes(32) for _ in range(64)}
     tree.update(items)
     root = store.root()
     assert root is not None
-    conn.execute("DELETE FROM map_inner WHERE id = ?", (root.id,))
+    conn.execute("DELETE FROM map_group WHERE id = ?", (group_id(root.id),))
     with pytest.raises(KeyError):
         store.inner_many([root.id])
     with pytest.raises(KeyError):
         tree.update({next(iter(items)): rng.randbytes(32)})
+
+
+@pytest.mark.parametrize("cut", [1, 20, 64])
+def test_a_truncated_group_row_is_a_key_error_for_readers_and_writers(
+    conn: sqlite3.Connection, cut: int
+) -> None:
+    rng = random.Random(10)
+    start_map(conn)
+    items = {rng.randbytes(32): rng.randbytes(32) for _ in range(64)}
+    PrefixTree(SqliteNodeStore(conn)).update(items)
+    root = SqliteNodeStore(conn).root()
+    assert root is not None
+    conn.execute(
+        "UPDATE map_group SET nodes = substr(nodes, 1, length(nodes) - ?) WHERE id = ?",
+        (cut, group_id(root.id)),
+    )
+    with pytest.raises(KeyError):
+        for key in items:  # some path ends in the altered row's last node
+            PrefixTree(SqliteNodeStore(conn)).lookup(key)
+    with pytest.raises(KeyError):
+        PrefixTree(SqliteNodeStore(conn, MapCache())).update({rng.randbytes(32): b"v" * 32})
 
 
 def test_a_stored_map_folds_to_the_in_memory_maps_root_and_proves_the_same(
@@ -176,21 +239,31 @@ def test_a_tool_never_leaves_the_map(conn: sqlite3.Connection, publisher: Signer
     assert list(stored.records) == ["tool:org.acme/t0"]
 
 
-def test_a_map_of_another_record_format_is_dropped_whole_and_this_formats_is_kept(
-    tmp_path: Path, publisher: Signer
+@pytest.mark.parametrize(
+    ("write_old", "old_format"), [(write_first_draft_map, 1), (write_format_two_map, 2)]
+)
+def test_a_map_of_another_format_is_dropped_whole_and_this_formats_is_kept(
+    tmp_path: Path,
+    publisher: Signer,
+    write_old: Callable[[sqlite3.Connection, list[bytes]], bytes],
+    old_format: int,
 ) -> None:
-    """Rule 4: the first draft's tables (JSON records, no format column) are never read or
-    extended; ``create_schema`` drops them in one go and the map folds again from 0."""
+    """Rule 4: the first draft's tables (JSON records, no format column) and format 2's
+    (one row per inner node) are never read or extended; ``create_schema`` drops them in
+    one go and the map folds again from 0 (to format 2's root: only the layout moved)."""
     leaves = leaves_for(publisher, 6, 3)
     conn = connect(tmp_path / "old.db")
-    old_root = write_first_draft_map(conn, leaves)
-    assert StoredMap(conn).format() == 1
+    old_root = write_old(conn, leaves)
+    assert StoredMap(conn).format() == old_format
     with pytest.raises(KeyError):  # never proven from
         StoredMap(conn).prove_at_size("tool:org.acme/t0")
     assert StoredMap.create_schema(conn) is True
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert not tables & {"map_inner", "map_leaf"}
     stored = StoredMap(conn)
     assert (stored.size(), len(stored.records)) == (None, 0)
     root = stored.advance(0, leaves)
-    assert root == VerifiableMap().fold(enumerate(leaves)) != old_root
+    assert root == VerifiableMap().fold(enumerate(leaves))
+    assert (root == old_root) is (old_format == 2)
     assert (stored.format(), StoredMap.create_schema(conn)) == (STORE_FORMAT, False)
     assert (stored.size(), stored.root()) == (6, root)

@@ -106,8 +106,9 @@ def test_migrate_is_idempotent_and_refuses_a_newer_schema(pg_url: str) -> None:
     db = open_database(pg_url)
     conn = db.connect()
     try:
-        assert schema_postgres.migrate(conn, db.describe()) == (0, 1)
-        assert schema_postgres.migrate(conn, db.describe()) == (1, 1)
+        current = schema_postgres.CURRENT_VERSION
+        assert schema_postgres.migrate(conn, db.describe()) == (0, current)
+        assert schema_postgres.migrate(conn, db.describe()) == (current, current)
         conn.execute("UPDATE schema_version SET version = 99")
         with pytest.raises(CLIError) as newer:
             schema_postgres.migrate(conn, db.describe())
@@ -116,6 +117,43 @@ def test_migrate_is_idempotent_and_refuses_a_newer_schema(pg_url: str) -> None:
         assert schema_postgres.schema_version(conn) == 99
     finally:
         conn.close()
+
+
+def test_version_two_lays_the_map_out_again_under_the_same_signed_root(pg_url: str) -> None:
+    """A version 1 database (format 2's map: one row per inner node, a leaf table) migrates
+    to version 2, whose authority folds the map again from the log at start: the root the
+    latest checkpoint's line carries (start-up refuses any other), and appends go on."""
+    signer, publisher = Signer.generate(ORIGIN), Signer.generate("acme")
+    log = Log(migrated(pg_url), signer, ORIGIN)
+    register(log, publisher)
+    log.sequence([make_envelope(publisher, 1), make_envelope(publisher, 2)])
+    signed_root = log.map.root()
+    log.close()
+    v1_map_tables = ("map_inner", "map_leaf", "map_record", "map_state")
+    with psycopg.connect(pg_url) as conn:  # back to version 1's map tables, format 2 rows
+        for table in ("map_group", "map_record", "map_state"):
+            conn.execute(f"DROP TABLE {table}".encode())
+        for statement in schema_postgres.MIGRATIONS[1]:
+            if any(f"CREATE TABLE {table} " in statement for table in v1_map_tables):
+                conn.execute(statement.encode())
+        conn.execute("INSERT INTO map_state VALUES (1, 2, 3, NULL, NULL, NULL)")
+        conn.execute("INSERT INTO map_leaf VALUES ('\\x00', '\\x00')")
+        conn.execute("UPDATE schema_version SET version = 1")
+    with pytest.raises(CLIError, match="authority migrate"):
+        Log(pg_url, signer, ORIGIN)
+    db = open_database(pg_url)
+    conn = db.connect()
+    try:
+        assert schema_postgres.migrate(conn, db.describe()) == (1, 2)
+        tables = {str(r[0]) for r in conn.execute("SELECT tablename FROM pg_tables").fetchall()}
+    finally:
+        conn.close()
+    assert "map_group" in tables and not tables & {"map_inner", "map_leaf"}
+    log = Log(pg_url, signer, ORIGIN)
+    assert (log.map.size(), log.map.root()) == (3, signed_root)
+    log.sequence([make_envelope(publisher, 3)])
+    assert log.map.size() == 4 and log.map.root() != signed_root
+    log.close()
 
 
 def test_a_log_refuses_a_database_without_the_schema(pg_cluster: object, pg_url: str) -> None:
@@ -161,7 +199,8 @@ def test_concurrent_migrations_are_serialized(pg_url: str) -> None:
         thread.start()
     for thread in threads:
         thread.join(60)
-    assert sorted(outcomes) == [(0, 1), (1, 1), (1, 1)]
+    current = schema_postgres.CURRENT_VERSION
+    assert sorted(outcomes) == [(0, current), (current, current), (current, current)]
 
 
 def test_a_writer_whose_connection_was_terminated_reconnects_on_its_next_batch(

@@ -36,6 +36,7 @@ from deplog.authority.storage.database import (
 from deplog.authority.storage.tree import StoredHashTree
 from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError, DeplogError
+from deplog.client.mapstore import STORE_FORMAT, StoredMap
 from deplog.client.model.vmap import map_root_of
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Verifier
@@ -51,21 +52,20 @@ TABLES = (
     ("notices", ("publisher", "sequence", "idx", "digest"), "publisher, sequence"),
     ("tool_entries", ("tool_id", "idx"), "tool_id, idx"),
     ("registry", ("id", "size", "state"), "id"),
+    ("map_group", ("id", "nodes"), "id"),
+    ("map_record", ("tool_id", "record"), "tool_id"),
     (
-        "map_inner",
-        ("id", "bit", "left_id", "left_bits", "left_hash", "right_id", "right_bits", "right_hash"),
+        "map_state",
+        ("id", "format", "size", "root_id", "root_bits", "root_hash", "root_value"),
         "id",
     ),
-    ("map_leaf", ("key", "value"), "key"),
-    ("map_record", ("tool_id", "record"), "tool_id"),
-    ("map_state", ("id", "format", "size", "root_id", "root_bits", "root_hash"), "id"),
     # After the leaves (and, on PostgreSQL, after the head moved): a checkpoint may only
     # name a committed size.
     ("checkpoints", ("size", "root", "note", "signed_at"), "size"),
     ("published", ("id", "size", "note"), "id"),
 )
 """Every table of a log, in the order they are written, with their columns and key."""
-_BEFORE_HEAD = 9
+_BEFORE_HEAD = [table for table, _, _ in TABLES].index("checkpoints")
 """The tables written before ``log_head`` moves (PostgreSQL)."""
 
 
@@ -131,7 +131,7 @@ def _require_source(db: Database, conn: Connection) -> None:
             "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
             "('leaves', 'checkpoints', 'map_state')"
         ).fetchone()[0]
-        if found != 3:
+        if found != 3 or StoredMap(conn).format() != STORE_FORMAT:
             raise CLIError(
                 f"{db.path} is not a log of this version: start the authority on it once "
                 "(it brings the log up to date), then copy"
@@ -263,11 +263,9 @@ def _verify(target: Database, verifier: Verifier, digests: dict[str, str], size:
                 raise CLIError(f"the copy's tree has another root at size {checkpoint_size}")
             latest, map_root = int(checkpoint_size), map_root_of(checkpoint.extensions)
         state = conn.execute("SELECT size, root_hash FROM map_state WHERE id = 1").fetchone()
-        if map_root is not None and state is not None and int(state[0]) == latest:
-            from deplog.client.mapstore import StoredMap
-
-            if StoredMap(conn).root() != map_root:
-                raise CLIError("the copy's map root differs from its latest checkpoint's")
+        at_latest = map_root is not None and state is not None and int(state[0]) == latest
+        if at_latest and StoredMap(conn).root() != map_root:
+            raise CLIError("the copy's map root differs from its latest checkpoint's")
         return latest
     finally:
         conn.close()

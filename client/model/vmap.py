@@ -27,7 +27,7 @@ import struct
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, NamedTuple, Protocol
 
 from deplog.client.errors import DeplogError, ErrorCode, FormatError, VerificationError
 from deplog.client.model import canonical
@@ -485,18 +485,17 @@ def fold_entries(
 # --- the tree and its storage seam ------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ChildRef:
+class ChildRef(NamedTuple):
     """A child as its parent row holds it: ``id`` (an inner node's id, a leaf's key),
-    ``bits`` (its split bit, ``KEY_BITS`` for a leaf) and its hash."""
+    ``bits`` (its split bit, ``KEY_BITS`` for a leaf) and its hash. (Named tuples, as
+    ``InnerNode``: a batch makes two per node, at half a frozen dataclass's cost.)"""
 
     id: bytes
     bits: int
     hash: bytes
 
 
-@dataclass(frozen=True)
-class InnerNode:
+class InnerNode(NamedTuple):
     """One inner node row: its id, split bit, and both children."""
 
     id: bytes
@@ -531,8 +530,9 @@ class NodeStore(Protocol):
         in memory does not read ahead: its paths mostly are too)."""
         ...
 
-    def leaf_value(self, key: bytes) -> bytes:
-        """The value of the leaf with this key."""
+    def leaf_value(self, key: bytes, parent: bytes | None) -> bytes:
+        """The value of the leaf with this key, a child of the inner node ``parent`` (None
+        when the leaf is the root): a store may keep leaf values with their parents' rows."""
         ...
 
     def write(
@@ -566,7 +566,7 @@ class MemoryNodeStore:
         """Every row is in memory."""
         return True
 
-    def leaf_value(self, key: bytes) -> bytes:
+    def leaf_value(self, key: bytes, parent: bytes | None) -> bytes:
         """The value of the leaf with this key."""
         return self._leaves[key]
 
@@ -612,11 +612,10 @@ class _Batch:
         self.rows: dict[bytes, InnerNode] = {}
         """The stored rows ``merge`` descends through, read ahead by ``read_paths``."""
 
-    def inner(self, bit: int, key: bytes, left: ChildRef, right: ChildRef) -> ChildRef:
-        node = InnerNode(node_id(bit, key), bit, left, right)
-        self.written.append(node)
+    def inner(self, node: bytes, bit: int, left: ChildRef, right: ChildRef) -> ChildRef:
+        self.written.append(InnerNode(node, bit, left, right))
         digest = hashlib.sha256(_NODE_TAGS[bit] + left.hash + right.hash).digest()
-        return ChildRef(node.id, bit, digest)
+        return ChildRef(node, bit, digest)
 
     def build(self, lo: int, hi: int) -> ChildRef:
         """A fresh subtree of keys ``[lo, hi)`` (non-empty): recursive partition."""
@@ -626,7 +625,8 @@ class _Batch:
         first, last = self.ints[lo], self.ints[hi - 1]
         bit = KEY_BITS - (first ^ last).bit_length()
         mid = bisect.bisect_left(self.ints, _split_point(first, bit), lo, hi)
-        return self.inner(bit, self.keys[lo], self.build(lo, mid), self.build(mid, hi))
+        left, right = self.build(lo, mid), self.build(mid, hi)
+        return self.inner(node_id(bit, self.keys[lo]), bit, left, right)
 
     def merge(self, ref: ChildRef, lo: int, hi: int) -> ChildRef:
         """The subtree ``ref`` with keys ``[lo, hi)`` (non-empty) set in it."""
@@ -646,7 +646,7 @@ class _Batch:
             else:
                 left = self.merge(ref, lo, mid) if lo < mid else ref
                 right = self.build(mid, hi)
-            return self.inner(bit, key, left, right)
+            return self.inner(node_id(bit, key), bit, left, right)
         if not shift:  # the same key: a new value
             return self.build(lo, hi)
         row = self.rows.get(ref.id) or self.store.inner(ref.id)
@@ -654,7 +654,7 @@ class _Batch:
         mid = bisect.bisect_left(ints, prefix | (1 << (shift - 1)), lo, hi)
         left = self.merge(row.left, lo, mid) if lo < mid else row.left
         right = self.merge(row.right, mid, hi) if mid < hi else row.right
-        return self.inner(bits, self.keys[lo], left, right)
+        return self.inner(ref.id, bits, left, right)  # rewritten in place: the same id
 
     def read_paths(self, root: ChildRef) -> None:
         """Read the stored rows ``merge(root, 0, len(keys))`` descends through, one depth
@@ -741,8 +741,10 @@ class PrefixTree:
         if ref is None:
             return KeyPath(None, None, ())
         steps: list[PathStep] = []
+        parent = None
         while ref.bits != KEY_BITS:
-            row = self.store.inner(ref.id)
+            parent = ref.id
+            row = self.store.inner(parent)
             if bit_of(key, row.bit):
                 steps.append(PathStep(row.bit, row.left.hash))
                 ref = row.right
@@ -750,7 +752,7 @@ class PrefixTree:
                 steps.append(PathStep(row.bit, row.right.hash))
                 ref = row.left
         steps.reverse()
-        return KeyPath(ref.id, self.store.leaf_value(ref.id), tuple(steps))
+        return KeyPath(ref.id, self.store.leaf_value(ref.id, parent), tuple(steps))
 
 
 def root_from_path(key: bytes, path: KeyPath) -> bytes:

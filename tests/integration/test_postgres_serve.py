@@ -19,6 +19,7 @@ import aiohttp
 import pytest
 
 from deplog.authority.cli import main as authority_main
+from deplog.authority.storage import schema_postgres
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf
@@ -60,10 +61,11 @@ def test_migrate_creates_then_finds_the_schema_current(pg_url: str) -> None:
     url = with_password(pg_url)
     first = authority_cli("migrate", "--db", url, "--json")
     assert first.returncode == 0, first.stderr
-    assert json.loads(first.stdout) == {"database": pg_url, "before": 0, "after": 1}
+    current = schema_postgres.CURRENT_VERSION
+    assert json.loads(first.stdout) == {"database": pg_url, "before": 0, "after": current}
     again = authority_cli("migrate", "--db", url)
     assert again.returncode == 0
-    assert "schema version 1 is current; nothing changed" in again.stdout
+    assert f"schema version {current} is current; nothing changed" in again.stdout
     assert "s3cr3t-pw" not in first.stdout + first.stderr + again.stdout + again.stderr
 
 
