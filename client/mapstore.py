@@ -289,6 +289,18 @@ class SqliteNodeStore:
     def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
         self.cache = cache
+        self._read: dict[bytes, bytes] | None = None
+        """Group rows read in the current ``reading()`` block: one read transaction."""
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """For a reader inside one read transaction: each group row is read once (a
+        path crosses up to four nodes of a group), then forgotten at the block's end."""
+        self._read = {}
+        try:
+            yield
+        finally:
+            self._read = None
 
     def root(self) -> ChildRef | None:
         """The root reference, None for the empty map (or no map yet)."""
@@ -300,14 +312,19 @@ class SqliteNodeStore:
         return ChildRef(bytes(row[0]), int(row[1]), bytes(row[2]))
 
     def _row(self, node: bytes) -> _Row:
-        if self.cache is None:  # a reader: decode only the node asked for
-            row = self.conn.execute(
-                "SELECT nodes FROM map_group WHERE id = ?", (group_id(node),)
-            ).fetchone()
-            if row is None:
-                raise KeyError("map node missing")
-            return _find_in_group(bytes(row[0]), node)
         gid = group_id(node)
+        if self.cache is None:  # a reader: decode only the node asked for
+            blob = None if self._read is None else self._read.get(gid)
+            if blob is None:
+                row = self.conn.execute(
+                    "SELECT nodes FROM map_group WHERE id = ?", (gid,)
+                ).fetchone()
+                if row is None:
+                    raise KeyError("map node missing")
+                blob = bytes(row[0])
+                if self._read is not None:
+                    self._read[gid] = blob
+            return _find_in_group(blob, node)
         group = self.cache.groups.get(gid) or self._groups([gid]).get(gid)
         if group is None or node not in group:
             raise KeyError("map node missing")
@@ -560,7 +577,8 @@ class StoredMap(VerifiableMap):
         self.conn = conn
         self.cache = cache
         self.stored = SqliteRecords(conn, cache)
-        super().__init__(SqliteNodeStore(conn, cache), self.stored)
+        self.nodes = SqliteNodeStore(conn, cache)
+        super().__init__(self.nodes, self.stored)
 
     def forget(self) -> None:
         """Drop the cache (rule 5): after a transaction that did not commit, or one that
@@ -681,6 +699,7 @@ class StoredMap(VerifiableMap):
         """A read transaction: every read inside sees one committed state."""
         self.conn.execute("BEGIN")
         try:
-            yield
+            with self.nodes.reading():
+                yield
         finally:
             self.conn.execute("COMMIT")

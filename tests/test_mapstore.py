@@ -3,12 +3,15 @@ written only in the caller's transaction and advanced only from the size folded.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deplog.client.mapstore import STORE_FORMAT, MapCache, SqliteNodeStore, StoredMap, group_id
 from deplog.client.model.vmap import (
@@ -16,6 +19,9 @@ from deplog.client.model.vmap import (
     InnerNode,
     PrefixTree,
     VerifiableMap,
+    bit_of,
+    map_key,
+    root_from_path,
     verify_map_proof,
 )
 from deplog.client.tlog.note import Signer
@@ -99,6 +105,63 @@ def test_groups_hold_at_most_fifteen_nodes_of_four_split_bits_under_one_prefix(
         assert all(node.id[1:].startswith(gid[1:-1]) for node in nodes)
     sizes = [len(nodes) for nodes in groups.values()]
     assert max(sizes) == 15 and min(sizes) == 1  # full groups at the top, lone nodes below
+
+
+def test_keys_sharing_every_prefix_length_are_stored_and_proven_like_the_reference(
+    conn: sqlite3.Connection,
+) -> None:
+    """Nodes at every split bit 0..255 (so in every group, the deepest under a 252-bit
+    prefix, and leaf children at every depth), set one key a batch, deepest first: each
+    batch inserts a node above a stored leaf, whose value moves to a new parent's group."""
+    base = hashlib.sha256(b"grouped base").digest()
+    flipped = [
+        (int.from_bytes(base, "big") ^ (1 << (255 - bit))).to_bytes(32, "big") for bit in range(256)
+    ]
+    items = {key: hashlib.sha256(key).digest() for key in [base, *flipped]}
+    start_map(conn)
+    writer, reader = (
+        PrefixTree(SqliteNodeStore(conn, MapCache())),
+        PrefixTree(SqliteNodeStore(conn)),
+    )
+    writer.update({base: items[base]})
+    for key in reversed(flipped):
+        writer.update({key: items[key]})
+    assert writer.root() == reference_root(items)
+    path = reader.lookup(base)
+    assert [step.bit for step in path.steps] == list(range(255, -1, -1))
+    for key in items:
+        assert reader.lookup(key) == writer.lookup(key)
+        assert root_from_path(key, reader.lookup(key)) == writer.root()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    prefix=st.integers(0, 255),
+    tails=st.lists(st.binary(min_size=32, max_size=32), min_size=1, max_size=40, unique=True),
+    batches=st.integers(1, 6),
+)
+def test_property_clustered_keys_in_batches_match_the_in_memory_tree(
+    tmp_path_factory: pytest.TempPathFactory, prefix: int, tails: list[bytes], batches: int
+) -> None:
+    """Keys forced to share their first ``prefix`` bits, in ``batches`` batches, through a
+    writer with a cache of two groups (so it reads and evicts), proven by a reader."""
+    conn = connect(tmp_path_factory.mktemp("clustered") / "map.db")
+    head = int.from_bytes(hashlib.sha256(b"cluster").digest(), "big")
+    mask = (1 << 256) - (1 << (256 - prefix)) if prefix else 0
+    keys = sorted(
+        {((head & mask) | (int.from_bytes(t, "big") & ~mask)).to_bytes(32, "big") for t in tails}
+    )
+    start_map(conn)
+    writer = PrefixTree(SqliteNodeStore(conn, MapCache(max_groups=2)))
+    memory, reader = PrefixTree(), PrefixTree(SqliteNodeStore(conn))
+    for part in range(batches):
+        # This part's keys, and the first key again: a present leaf gets a new value.
+        chosen = [*keys[part::batches], keys[0]]
+        batch = {key: hashlib.sha256(key + bytes((part,))).digest() for key in chosen}
+        assert writer.update(batch) == memory.update(batch)
+    for key in keys:
+        assert reader.lookup(key) == memory.lookup(key)
+    conn.close()
 
 
 def test_a_row_missing_on_a_changed_path_is_a_key_error(conn: sqlite3.Connection) -> None:
@@ -224,6 +287,33 @@ def test_a_snapshot_proof_carries_the_size_it_was_read_at(
     size, proof = stored.prove_at_size("tool:org.acme/t1")
     assert size == 5
     assert verify_map_proof(stored.root(), "tool:org.acme/t1", proof) is not None
+
+
+def test_a_snapshot_proof_reads_each_group_on_its_path_once(
+    conn: sqlite3.Connection, publisher: Signer
+) -> None:
+    stored = StoredMap(conn)
+    stored.advance(0, leaves_for(publisher, 400, 400))
+    path = stored.tree.lookup(map_key("tool:org.acme/t7"))
+    reads: list[str] = []
+    conn.set_trace_callback(reads.append)
+    _, proof = stored.prove_at_size("tool:org.acme/t7")
+    conn.set_trace_callback(None)
+    group_reads = [sql for sql in reads if "FROM map_group" in sql]
+    groups = {group_id(node) for node in _path_node_ids(stored)}
+    assert len(proof.path) == len(path.steps) > 4
+    assert len(group_reads) == len(groups) < len(path.steps)
+
+
+def _path_node_ids(stored: StoredMap) -> list[bytes]:
+    """The ids of the inner nodes from the root to the leaf ``tool:org.acme/t7`` reaches."""
+    key, ids = map_key("tool:org.acme/t7"), []
+    ref = stored.nodes.root()
+    while ref is not None and ref.bits < 256:
+        ids.append(ref.id)
+        node = stored.nodes.inner(ref.id)
+        ref = node.right if bit_of(key, node.bit) else node.left
+    return ids
 
 
 def test_a_database_without_a_map_cannot_prove(conn: sqlite3.Connection) -> None:
