@@ -626,8 +626,8 @@ class StoredMap(VerifiableMap):
         ).fetchone()
         if tables is None or StoredMap(conn).size() in (None, size):
             return
-        for table in _TABLES:
-            conn.execute(f"DROP TABLE {table}")
+        for table in (*_TABLES, *_OLD_TABLES):  # whichever format's tables they are
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
 
     def size(self) -> int | None:
         """The log size folded in, None if this database has no map yet."""

@@ -316,6 +316,24 @@ def _path_node_ids(stored: StoredMap) -> list[bytes]:
     return ids
 
 
+@pytest.mark.parametrize("layout", ["this format", "format 2"])
+def test_a_map_past_the_size_kept_is_dropped_whatever_its_format(
+    conn: sqlite3.Connection, publisher: Signer, layout: str
+) -> None:
+    """``drop_unless_at``: a follower's map that went past the size it keeps goes whole,
+    also when an older deplog wrote it; a map at that size stays."""
+    leaves = leaves_for(publisher, 6, 3)
+    if layout == "format 2":
+        write_format_two_map(conn, leaves)
+    else:
+        StoredMap(conn).advance(0, leaves)
+    StoredMap.drop_unless_at(conn, 6)
+    assert StoredMap(conn).size() == 6
+    StoredMap.drop_unless_at(conn, 4)
+    tables = {str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert not {name for name in tables if name.startswith("map_")}
+
+
 def test_a_database_without_a_map_cannot_prove(conn: sqlite3.Connection) -> None:
     with pytest.raises(KeyError):
         StoredMap(conn).prove_at_size("tool:org.acme/t1")
