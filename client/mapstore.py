@@ -35,7 +35,7 @@ witness in theirs. Rules:
    node at bit ``4g`` would have (``group_id``). A leaf's value is kept with its
    parent (the root leaf's in ``map_state``), so there is no leaf table. A batch
    rewrites about a quarter as many rows as it changes nodes: a commit's cost is
-   its dirty pages, and one-node rows spread a batch over about four times as many.
+   its dirty pages, and one-node rows spread a batch over more than twice as many.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ from deplog.client.model.vmap import (
 )
 
 __all__ = [
-    "DEFAULT_CACHE_GROUPS",
+    "DEFAULT_CACHE_NODES",
     "DEFAULT_CACHE_RECORD_BYTES",
     "SCHEMA",
     "STORE_FORMAT",
@@ -111,9 +111,9 @@ SCHEMA = (
 )
 
 
-DEFAULT_CACHE_GROUPS = 1 << 14
-"""Groups of inner nodes a writer's cache keeps (up to 15 nodes each): the top of the tree
-and the paths of recent batches."""
+DEFAULT_CACHE_NODES = 1 << 15
+"""Inner nodes a writer's cache keeps, in whole groups: the top of the tree and the
+paths of recent batches (measured at about 820 bytes a node: about 27 MB)."""
 DEFAULT_CACHE_RECORD_BYTES = 16 << 20
 """Record bytes a writer's cache keeps: records grow with their tool's notices."""
 _IN_CHUNK = 500
@@ -261,15 +261,15 @@ def _find_in_group(blob: bytes, node: bytes) -> _Row:
 
 
 class MapCache:
-    """A writer's bounded copy of map rows and records (rule 5): groups of inner nodes by
-    count, records by bytes, each least recently used first out."""
+    """A writer's bounded copy of map rows and records (rule 5): groups by their number of
+    inner nodes, records by bytes, each least recently used first out."""
 
     def __init__(
         self,
-        max_groups: int = DEFAULT_CACHE_GROUPS,
+        max_nodes: int = DEFAULT_CACHE_NODES,
         max_record_bytes: int = DEFAULT_CACHE_RECORD_BYTES,
     ) -> None:
-        self.groups: _Lru[bytes, _Group] = _Lru(max_groups)
+        self.groups: _Lru[bytes, _Group] = _Lru(max_nodes, len)
         self.records: _Lru[str, bytes] = _Lru(max_record_bytes, len)
 
     def forget(self) -> None:

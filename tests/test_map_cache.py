@@ -172,7 +172,7 @@ def test_a_cache_smaller_than_the_tree_evicts_without_changing_a_root(
 ) -> None:
     conn = sqlite3.connect(tmp_path / "map.db", isolation_level=None)
     StoredMap.create_schema(conn)
-    cache = MapCache(max_groups=16, max_record_bytes=4096)
+    cache = MapCache(max_nodes=16, max_record_bytes=4096)
     small, memory = StoredMap(conn, cache), VerifiableMap()
     rng = random.Random(3)
     position = 0
@@ -184,7 +184,8 @@ def test_a_cache_smaller_than_the_tree_evicts_without_changing_a_root(
         memory.fold(enumerate(batch, position))
         position += len(batch)
         assert small.root() == memory.root()
-        assert len(cache.groups.entries) <= 16
+        assert cache.groups.total <= 16
+        assert cache.groups.total == sum(len(group) for group in cache.groups.entries.values())
         assert cache.records.total <= 4096
         assert cache.records.total == sum(len(r) for r in cache.records.entries.values())
     conn.close()
