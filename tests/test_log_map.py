@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from pathlib import Path
 
 import pytest
 
 from deplog.authority.log import Log, StorageError
+from deplog.authority.storage.copy import copy_log
+from deplog.authority.storage.database import open_database
+from deplog.client.errors import CLIError
 from deplog.client.mapstore import STORE_FORMAT
 from deplog.client.model.notice import Envelope
 from deplog.client.model.vmap import (
@@ -216,6 +220,26 @@ def test_a_format_two_map_is_laid_out_again_under_the_same_signed_root(
     reopened.sequence(batch(publisher, 6, 2))
     assert reopened.map.root() == reference_root(reopened, reopened.tree.size)
     reopened.close()
+
+
+@sqlite_only
+def test_a_format_two_log_is_copied_only_once_a_start_laid_its_map_out_again(
+    db_path: str, log: Log, log_signer: Signer, publisher: Signer, tmp_path: Path
+) -> None:
+    """``authority copy`` reads a source's tables as they are: a format 2 map is refused,
+    nothing written, until the authority has started on it once."""
+    log.sequence(batch(publisher, 1, 3))
+    log.close()
+    conn = sqlite3.connect(db_path)
+    write_format_two_map(conn, [bytes(r[0]) for r in conn.execute("SELECT data FROM leaves")])
+    conn.close()
+    target = tmp_path / "copy.db"
+    with pytest.raises(CLIError, match="start the authority on it once"):
+        copy_log(open_database(db_path), open_database(target), log_signer.verifier())
+    assert not target.exists()
+    Log(db_path, log_signer, ORIGIN).close()
+    report = copy_log(open_database(db_path), open_database(target), log_signer.verifier())
+    assert report.size == 4 and report.rows["map_group"] > 0
 
 
 @sqlite_only  # no PostgreSQL database holds the first draft's map
