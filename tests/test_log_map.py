@@ -202,7 +202,11 @@ def test_open_refuses_a_map_ahead_of_the_log(
 
 @sqlite_only
 def test_a_format_two_map_is_laid_out_again_under_the_same_signed_root(
-    db_path: str, log: Log, log_signer: Signer, publisher: Signer
+    db_path: str,
+    log: Log,
+    log_signer: Signer,
+    publisher: Signer,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A database from before grouped nodes (format 2): the map is folded again from the
     log at start, to the root its latest checkpoint already carries, and appends go on."""
@@ -213,7 +217,10 @@ def test_a_format_two_map_is_laid_out_again_under_the_same_signed_root(
     leaves = [bytes(r[0]) for r in conn.execute("SELECT data FROM leaves ORDER BY idx")]
     assert write_format_two_map(conn, leaves) == root
     conn.close()
-    reopened = Log(db_path, log_signer, ORIGIN)
+    with caplog.at_level(logging.INFO, logger="deplog.authority"):
+        reopened = Log(db_path, log_signer, ORIGIN)
+    assert any("dropped a tool-status map of another store format" in m for m in caplog.messages)
+    assert any(f"building the tool-status map over {size}" in m for m in caplog.messages)
     assert reopened.map.format() == STORE_FORMAT
     assert (reopened.map.size(), reopened.map.root()) == (size, root)
     assert require_map_root(signed(reopened, log_signer)) == root

@@ -23,6 +23,7 @@ Tables besides the tree's (see ``tree.py``):
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ import sqlite_utils
 
 from deplog.authority.storage.tree import StoredHashTree
 from deplog.client.dbapi import Connection
-from deplog.client.mapstore import StoredMap
+from deplog.client.mapstore import STORE_FORMAT, StoredMap
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -89,7 +90,12 @@ def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
 def create_schema(conn: sqlite3.Connection) -> None:
     """Create every table that is missing (SQLite); existing data is never touched."""
     StoredHashTree.create_schema(conn)
-    StoredMap.create_schema(conn)
+    if StoredMap.create_schema(conn):
+        logging.getLogger("deplog.authority").info(
+            "dropped a tool-status map of another store format: it is folded again "
+            "from the log in format %d",
+            STORE_FORMAT,
+        )
     db = _database(conn)
     db.table("checkpoints").create(
         {"size": int, "root": bytes, "note": bytes, "signed_at": str},
