@@ -214,7 +214,7 @@ _V1 = (
 
 _V2 = (
     # The map's inner nodes in groups with their leaves' values (client/mapstore.py, rule 7,
-    # record format 3). Its rows go: the authority folds the map again from the log at
+    # store format 3). Its rows go: the authority folds the map again from the log at
     # start-up, to the same root (only the layout moved), so every line stays true.
     "DROP TABLE map_inner",
     "DROP TABLE map_leaf",
