@@ -27,7 +27,9 @@ witness in theirs. Rules:
    the next batch, and so does any writer that did not write the previous
    committed transaction itself (another process moved the tables): the cache
    never serves a row its tables do not hold. Readers keep no cache: the writer
-   changes their tables under them.
+   changes their tables under them. A holder that folds without a cache (a
+   follower, a map-verifying witness) keeps one for a single ``advance``, inside
+   its transaction, and drops it when the advance returns or fails.
 6. The queries are the common subset of SQLite and PostgreSQL (``client.dbapi``);
    the DDL here is SQLite's, the authority keeps PostgreSQL's beside its own schema.
 7. Inner nodes are stored in groups, one row each: the nodes splitting on bits
@@ -680,7 +682,16 @@ class StoredMap(VerifiableMap):
             for tool_id, added in items.items()
         }
         self.stored.put_many_raw(records)
-        root = self.tree.update({map_key(t): value_hash(r) for t, r in records.items()})
+        changes = {map_key(t): value_hash(r) for t, r in records.items()}
+        if self.cache is not None:
+            root = self.tree.update(changes)
+        else:  # without a cache (rule 5), the groups read for this batch only: the
+            # path reads and the write would otherwise decode each group twice
+            self.nodes.cache = MapCache()
+            try:
+                root = self.tree.update(changes)
+            finally:
+                self.nodes.cache = None
         self.conn.execute("UPDATE map_state SET size = ? WHERE id = 1", (end,))
         return root
 

@@ -219,6 +219,21 @@ def test_a_stored_map_folds_to_the_in_memory_maps_root_and_proves_the_same(
         )
 
 
+def test_a_holder_without_a_cache_keeps_a_batchs_groups_for_that_batch_only(
+    conn: sqlite3.Connection, publisher: Signer
+) -> None:
+    """A follower's or a witness's map (rule 5: no cache across transactions) keeps the
+    groups it reads for one batch, and nothing after it, whether the batch folded or
+    failed."""
+    stored = StoredMap(conn)
+    stored.advance(0, leaves_for(publisher, 30, 30))
+    assert stored.nodes.cache is None
+    conn.execute("DELETE FROM map_group WHERE id = ?", (group_id(stored.nodes.root().id),))  # type: ignore[union-attr]
+    with pytest.raises(KeyError):
+        stored.advance(30, leaves_for(publisher, 31, 31)[30:])
+    assert stored.nodes.cache is None
+
+
 def test_a_withdraw_lands_in_its_targets_record(
     conn: sqlite3.Connection, publisher: Signer
 ) -> None:
