@@ -602,16 +602,29 @@ class StoredMap(VerifiableMap):
         return discarded
 
     @staticmethod
-    def discard_other_format(conn: sqlite3.Connection) -> bool:
-        """Drop the map's tables, all in one savepoint (so inside or outside the caller's
-        transaction), if they hold another record format; True if they did."""
+    def other_format(conn: sqlite3.Connection) -> bool:
+        """True if this database holds map tables of another format (rule 4): told by the
+        tables' columns, so also before their first row (an older ``authority init``
+        creates them empty), and by ``map_state.format`` once there is one."""
         columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(map_state)")}
         if not columns:
+            placeholders = ", ".join("?" * len(_OLD_TABLES))
+            found = conn.execute(
+                f"SELECT 1 FROM sqlite_master WHERE type = 'table' AND name IN ({placeholders})",
+                _OLD_TABLES,
+            ).fetchone()
+            return found is not None
+        if "root_value" not in columns:  # format 2's map_state, or the first draft's
+            return True
+        row = conn.execute("SELECT format FROM map_state WHERE id = 1").fetchone()
+        return row is not None and int(row[0]) != STORE_FORMAT
+
+    @staticmethod
+    def discard_other_format(conn: sqlite3.Connection) -> bool:
+        """Drop the map's tables, all in one savepoint (so inside or outside the caller's
+        transaction), if they are of another format; True if they were."""
+        if not StoredMap.other_format(conn):
             return False
-        if "format" in columns:
-            row = conn.execute("SELECT format FROM map_state WHERE id = 1").fetchone()
-            if row is None or int(row[0]) == STORE_FORMAT:
-                return False
         conn.execute("SAVEPOINT map_format")
         for table in (*_TABLES, *_OLD_TABLES):
             conn.execute(f"DROP TABLE IF EXISTS {table}")

@@ -22,7 +22,12 @@ from deplog.client.model.vmap import (
 from deplog.client.tlog.note import encode_base64
 from deplog.client.tlog.proofs import leaf_hash
 
-__all__ = ["first_draft_record", "write_first_draft_map", "write_format_two_map"]
+__all__ = [
+    "first_draft_record",
+    "write_first_draft_map",
+    "write_format_two_map",
+    "write_format_two_tables",
+]
 
 _NODE_TABLES = (
     """CREATE TABLE map_inner (
@@ -127,3 +132,13 @@ def write_format_two_map(conn: sqlite3.Connection, leaves: Sequence[bytes]) -> b
     )
     conn.commit()
     return ref.hash
+
+
+def write_format_two_tables(conn: sqlite3.Connection) -> None:
+    """Replace the map tables on ``conn`` by format 2's, empty (what an older ``authority
+    init`` left: ``map_state`` gets its row at the first fold), committed."""
+    for table in _OLD_TABLES:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    for statement in _FORMAT_TWO_SCHEMA:
+        conn.execute(statement)
+    conn.commit()

@@ -4,6 +4,7 @@ and the sentences that say what to do when they refuse."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from deplog.authority.witness.cli import main as witness_main
 from deplog.client.files import exclusive_lock
 from deplog.client.tlog.cosignature import cosigner
 from deplog.client.tlog.note import Signer
+from tests.map_formats import write_format_two_tables
 
 WITNESS_A = cosigner(Signer.generate("a.witness.example")).verifier().vkey()
 PUBLISHER = Signer.generate("acme-key")
@@ -224,3 +226,27 @@ def test_publisher_changes_and_check_print_their_json_shapes(log_authority: Auth
     assert (status, json.loads(out)) == (0, {"publisher": "acme", "action": "register", "index": 0})
     status, out, _ = authority.run("check", "--json")
     assert (status, json.loads(out)) == (0, {"size": 1, "problem": None})
+
+
+def test_copy_into_a_directory_that_does_not_exist_is_one_line_and_writes_nothing(
+    authority: Authority, tmp_path: Path
+) -> None:
+    target = tmp_path / "no" / "such" / "copy.db"
+    status, _, err = authority.run("copy", "--from", authority.log_name, "--to", str(target))
+    assert status != 0 and "Traceback" not in err
+    assert err.strip().count("\n") == 0 and str(target.parent) in err
+    assert not (tmp_path / "no").exists()
+
+
+def test_copy_of_a_log_whose_map_is_of_an_older_format_is_one_line(
+    authority: Authority, tmp_path: Path
+) -> None:
+    conn = sqlite3.connect(authority.data / "log.db")
+    write_format_two_tables(conn)  # an older deplog's empty map tables
+    conn.close()
+    status, _, err = authority.run(
+        "copy", "--from", authority.log_name, "--to", str(tmp_path / "copy.db")
+    )
+    assert status != 0 and "Traceback" not in err
+    assert "start the authority on it once" in err and err.strip().count("\n") == 0
+    assert not (tmp_path / "copy.db").exists()

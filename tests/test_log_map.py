@@ -30,7 +30,11 @@ from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_chec
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register
 from tests.conftest import Backend
-from tests.map_formats import write_first_draft_map, write_format_two_map
+from tests.map_formats import (
+    write_first_draft_map,
+    write_format_two_map,
+    write_format_two_tables,
+)
 
 ORIGIN = "unit.deplog.example/log"
 TOOLS = ("tool:org.acme/search", "tool:org.acme/fetch", "tool:org.acme/write")
@@ -225,6 +229,22 @@ def test_a_format_two_map_is_laid_out_again_under_the_same_signed_root(
     assert (reopened.map.size(), reopened.map.root()) == (size, root)
     assert require_map_root(signed(reopened, log_signer)) == root
     reopened.sequence(batch(publisher, 6, 2))
+    assert reopened.map.root() == reference_root(reopened, reopened.tree.size)
+    reopened.close()
+
+
+@sqlite_only
+def test_a_log_whose_format_two_tables_never_got_a_row_folds_and_appends(
+    db_path: str, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    """What an older ``authority init`` leaves before its first start: empty format 2
+    tables. The start drops them, folds the log, and appends go on."""
+    log.close()
+    conn = sqlite3.connect(db_path)
+    write_format_two_tables(conn)
+    conn.close()
+    reopened = Log(db_path, log_signer, ORIGIN)
+    reopened.sequence(batch(publisher, 1, 2))
     assert reopened.map.root() == reference_root(reopened, reopened.tree.size)
     reopened.close()
 

@@ -26,7 +26,11 @@ from deplog.client.model.vmap import (
 )
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, notice_leaf
-from tests.map_formats import write_first_draft_map, write_format_two_map
+from tests.map_formats import (
+    write_first_draft_map,
+    write_format_two_map,
+    write_format_two_tables,
+)
 from tests.vmap_reference import reference_root
 
 
@@ -329,6 +333,20 @@ def _path_node_ids(stored: StoredMap) -> list[bytes]:
         node = stored.nodes.inner(ref.id)
         ref = node.right if bit_of(key, node.bit) else node.left
     return ids
+
+
+def test_format_two_tables_without_a_row_yet_are_another_format(
+    conn: sqlite3.Connection, publisher: Signer
+) -> None:
+    """Told by the columns, not only by ``map_state.format``: an older ``authority init``
+    leaves the tables empty, and this format's writes need its own columns."""
+    write_format_two_tables(conn)
+    assert StoredMap.other_format(conn) is True
+    assert StoredMap.create_schema(conn) is True
+    assert StoredMap.other_format(conn) is False
+    stored = StoredMap(conn)
+    assert stored.advance(0, leaves_for(publisher, 1, 1)) != EMPTY_ROOT
+    assert StoredMap.create_schema(conn) is False
 
 
 @pytest.mark.parametrize("layout", ["this format", "format 2"])

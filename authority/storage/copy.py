@@ -36,7 +36,7 @@ from deplog.authority.storage.database import (
 from deplog.authority.storage.tree import StoredHashTree
 from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError, DeplogError
-from deplog.client.mapstore import STORE_FORMAT, StoredMap
+from deplog.client.mapstore import StoredMap
 from deplog.client.model.vmap import map_root_of
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Verifier
@@ -131,7 +131,7 @@ def _require_source(db: Database, conn: Connection) -> None:
             "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
             "('leaves', 'checkpoints', 'map_state')"
         ).fetchone()[0]
-        if found != 3 or StoredMap(conn).format() != STORE_FORMAT:
+        if found != 3 or StoredMap.other_format(conn):  # type: ignore[arg-type]
             raise CLIError(
                 f"{db.path} is not a log of this version: start the authority on it once "
                 "(it brings the log up to date), then copy"
@@ -188,6 +188,8 @@ def _copy(
 ) -> CopyReport:
     if isinstance(source, SqliteDatabase) and not source.path.exists():
         raise CLIError(f"{source.path} does not exist: nothing to copy")
+    if isinstance(target, SqliteDatabase) and not target.path.parent.is_dir():
+        raise CLIError(f"{target.path.parent} is not a directory: create it, then copy")
     with reaching(source):
         src = source.connect(readonly=True)
     try:
