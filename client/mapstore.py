@@ -27,9 +27,9 @@ witness in theirs. Rules:
    the next batch, and so does any writer that did not write the previous
    committed transaction itself (another process moved the tables): the cache
    never serves a row its tables do not hold. Readers keep no cache: the writer
-   changes their tables under them. A holder that folds without a cache (a
-   follower, a map-verifying witness) keeps one for a single ``advance``, inside
-   its transaction, and drops it when the advance returns or fails.
+   changes their tables under them. A holder without a cache (a follower, a
+   map-verifying witness, a reader) keeps one for a single ``advance`` or a single
+   read transaction (``scoped_cache``), and drops it when that returns or fails.
 6. The queries are the common subset of SQLite and PostgreSQL (``client.dbapi``);
    the DDL here is SQLite's, the authority keeps PostgreSQL's beside its own schema.
 7. Inner nodes are stored in groups, one row each: the nodes splitting on bits
@@ -291,18 +291,21 @@ class SqliteNodeStore:
     def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
         self.cache = cache
-        self._read: dict[bytes, bytes] | None = None
-        """Group rows read in the current ``reading()`` block: one read transaction."""
 
     @contextlib.contextmanager
-    def reading(self) -> Iterator[None]:
-        """For a reader inside one read transaction: each group row is read once (a
-        path crosses up to four nodes of a group), then forgotten at the block's end."""
-        self._read = {}
+    def scoped_cache(self) -> Iterator[None]:
+        """For a holder without a cache, inside one transaction (rule 5): the groups read
+        in the block are kept until it ends, so a proof's path (up to four nodes a group)
+        and a fold's path reads and write read each group once. A writer's own cache is
+        left as it is."""
+        if self.cache is not None:
+            yield
+            return
+        self.cache = MapCache()
         try:
             yield
         finally:
-            self._read = None
+            self.cache = None
 
     def root(self) -> ChildRef | None:
         """The root reference, None for the empty map (or no map yet)."""
@@ -316,17 +319,10 @@ class SqliteNodeStore:
     def _row(self, node: bytes) -> _Row:
         gid = group_id(node)
         if self.cache is None:  # a reader: decode only the node asked for
-            blob = None if self._read is None else self._read.get(gid)
-            if blob is None:
-                row = self.conn.execute(
-                    "SELECT nodes FROM map_group WHERE id = ?", (gid,)
-                ).fetchone()
-                if row is None:
-                    raise KeyError("map node missing")
-                blob = bytes(row[0])
-                if self._read is not None:
-                    self._read[gid] = blob
-            return _find_in_group(blob, node)
+            row = self.conn.execute("SELECT nodes FROM map_group WHERE id = ?", (gid,)).fetchone()
+            if row is None:
+                raise KeyError("map node missing")
+            return _find_in_group(bytes(row[0]), node)
         group = self.cache.groups.get(gid) or self._groups([gid]).get(gid)
         if group is None or node not in group:
             raise KeyError("map node missing")
@@ -695,16 +691,8 @@ class StoredMap(VerifiableMap):
             for tool_id, added in items.items()
         }
         self.stored.put_many_raw(records)
-        changes = {map_key(t): value_hash(r) for t, r in records.items()}
-        if self.cache is not None:
-            root = self.tree.update(changes)
-        else:  # without a cache (rule 5), the groups read for this batch only: the
-            # path reads and the write would otherwise decode each group twice
-            self.nodes.cache = MapCache()
-            try:
-                root = self.tree.update(changes)
-            finally:
-                self.nodes.cache = None
+        with self.nodes.scoped_cache():  # without one, path reads and write decode twice
+            root = self.tree.update({map_key(t): value_hash(r) for t, r in records.items()})
         self.conn.execute("UPDATE map_state SET size = ? WHERE id = 1", (end,))
         return root
 
@@ -723,7 +711,7 @@ class StoredMap(VerifiableMap):
         """A read transaction: every read inside sees one committed state."""
         self.conn.execute("BEGIN")
         try:
-            with self.nodes.reading():
+            with self.nodes.scoped_cache():
                 yield
         finally:
             self.conn.execute("COMMIT")
