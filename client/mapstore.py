@@ -22,14 +22,16 @@ witness in theirs. Rules:
 5. A writer may keep a ``MapCache``: a bounded copy of rows and records it read
    or wrote on its own connection, so a batch reads its paths from memory. It is
    filled on read and updated on write, inside the writer's open transaction, so
-   it holds exactly what that transaction sees. Whoever ends a transaction
-   without committing it (a rollback, a failed commit) calls ``forget()`` before
-   the next batch, and so does any writer that did not write the previous
-   committed transaction itself (another process moved the tables): the cache
-   never serves a row its tables do not hold. Readers keep no cache: the writer
-   changes their tables under them. A holder without a cache (a follower, a
-   map-verifying witness, a reader) keeps one for a single ``advance`` or a single
-   read transaction (``scoped_cache``), and drops it when that returns or fails.
+   it holds exactly what that transaction sees; every cached group's nodes are
+   indexed by id (``MapCache.inners``, ``MapCache.where``), so a batch walks its
+   paths in one dict. Whoever ends a transaction without committing it (a
+   rollback, a failed commit) calls ``forget()`` before the next batch, and so
+   does any writer that did not write the previous committed transaction itself
+   (another process moved the tables): the cache never serves a row its tables do
+   not hold. Readers keep no cache: the writer changes their tables under them. A
+   holder without a cache (a follower, a map-verifying witness, a reader) keeps one
+   for a single ``advance`` or a single read transaction (``scoped_cache``), and
+   drops it when that returns or fails.
 6. The queries are the common subset of SQLite and PostgreSQL (``client.dbapi``);
    the DDL here is SQLite's, the authority keeps PostgreSQL's beside its own schema.
 7. Inner nodes are stored in groups, one row each: the nodes splitting on bits
@@ -38,6 +40,8 @@ witness in theirs. Rules:
    parent (the root leaf's in ``map_state``), so there is no leaf table. A batch
    rewrites about a quarter as many rows as it changes nodes: a commit's cost is
    its dirty pages, and one-node rows spread a batch over more than twice as many.
+   A batch writes its rows in a few multi-row upserts (``client.dbapi.insert_rows``),
+   not a statement per row.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, Final, Generic, TypeVar
 
-from deplog.client.dbapi import Connection
+from deplog.client.dbapi import Connection, insert_rows
 from deplog.client.errors import ErrorCode
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.notice import Notice
@@ -131,9 +135,15 @@ class _Lru(Generic[K, V]):
     """Least recently used entries up to a total weight (``None``: each weighs one);
     the oldest go first."""
 
-    def __init__(self, capacity: int, weight: Callable[[V], int] | None = None) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        weight: Callable[[V], int] | None = None,
+        evicted: Callable[[V], None] | None = None,
+    ) -> None:
         self.capacity = capacity
         self.weight = weight
+        self.evicted = evicted
         self.total = 0
         self.entries: OrderedDict[K, V] = OrderedDict()
 
@@ -155,7 +165,10 @@ class _Lru(Generic[K, V]):
         self.total += weight(value) - (0 if old is None else weight(old))
         entries[key] = value
         while self.total > self.capacity:
-            self.total -= weight(entries.popitem(last=False)[1])
+            gone = entries.popitem(last=False)[1]
+            self.total -= weight(gone)
+            if self.evicted is not None:
+                self.evicted(gone)
 
     def clear(self) -> None:
         self.entries.clear()
@@ -186,27 +199,10 @@ _CHILD_BITS: Final = tuple(bytes(((bits - 1) & 0xFF,)) for bits in range(KEY_BIT
 """A child's first byte by its split bit: ``bits - 1``, so a leaf's 256 is 0xFF."""
 
 
-def _encode_entry(node: InnerNode, lv: bytes | None, rv: bytes | None) -> _Row:
-    """A node's row: its id, then each child as ``u8 bits-1``, the child's id after its
-    first byte (a leaf's key), and its hash (a leaf's value, given: rule 7)."""
-    left, right = node.left, node.right
-    entry = b"".join(
-        (
-            node.id,
-            _CHILD_BITS[left.bits],
-            left.id if lv is not None else left.id[1:],
-            left.hash if lv is None else lv,
-            _CHILD_BITS[right.bits],
-            right.id if rv is not None else right.id[1:],
-            right.hash if rv is None else rv,
-        )
-    )
-    return node, lv, rv, entry
-
-
 def _encode_group(group: _Group) -> bytes:
-    """The group's entries in id order."""
-    return b"".join([group[node][3] for node in sorted(group)])
+    """The group's entries in the order they joined it (the stored order, then a batch's
+    new nodes): decoding needs no order, and keeping it spares sorting every group."""
+    return b"".join([row[3] for row in group.values()])
 
 
 def _decode_child(blob: bytes, at: int) -> tuple[ChildRef, bytes | None, int]:
@@ -271,13 +267,50 @@ class MapCache:
         max_nodes: int = DEFAULT_CACHE_NODES,
         max_record_bytes: int = DEFAULT_CACHE_RECORD_BYTES,
     ) -> None:
-        self.groups: _Lru[bytes, _Group] = _Lru(max_nodes, len)
+        self.groups: _Lru[bytes, _Group] = _Lru(max_nodes, len, self._evicted)
         self.records: _Lru[str, bytes] = _Lru(max_record_bytes, len)
+        self.where: dict[bytes, bytes] = {}
+        """Node id -> group id of every node in a cached group, so a batch's write files
+        its rows without recomputing ``group_id``."""
+        self.inners: dict[bytes, InnerNode] = {}
+        """Node id -> node of every node in a cached group: a batch walks its paths in
+        this one dict (``SqliteNodeStore.held``). Groups are kept in the order they were
+        loaded or written, not read: a batch rewrites every row it reads, so its paths
+        are the most recent all the same."""
+
+    def put_group(self, gid: bytes, group: _Group) -> None:
+        """Cache ``group``, read from the table."""
+        self.put_groups({gid: group}, {})
+
+    def put_groups(
+        self, groups: Mapping[bytes, _Group], written: Mapping[bytes, list[InnerNode]]
+    ) -> None:
+        """Cache ``groups`` (a batch's, each replacing the cached one with its id);
+        ``written`` are, by group, the nodes the batch wrote (groups only ever gain
+        nodes). A group not cached (any more) has all its nodes added."""
+        where, inners, cached = self.where, self.inners, self.groups.entries
+        for gid, group in groups.items():  # one at a time: a put may evict the next one
+            if gid in cached:
+                for node in written[gid]:
+                    where[node.id] = gid
+                    inners[node.id] = node
+            else:
+                for nid, row in group.items():
+                    where[nid] = gid
+                    inners[nid] = row[0]
+            self.groups.put(gid, group)
+
+    def _evicted(self, group: _Group) -> None:
+        where, inners = self.where, self.inners
+        for node in group:
+            del where[node], inners[node]
 
     def forget(self) -> None:
         """Drop everything: the tables may hold other rows than the ones seen (rule 5)."""
         self.groups.clear()
         self.records.clear()
+        self.where.clear()
+        self.inners.clear()
 
 
 class SqliteNodeStore:
@@ -317,13 +350,18 @@ class SqliteNodeStore:
         return ChildRef(bytes(row[0]), int(row[1]), bytes(row[2]))
 
     def _row(self, node: bytes) -> _Row:
+        cache = self.cache
+        if cache is not None:
+            known = cache.where.get(node)
+            if known is not None:
+                return cache.groups.entries[known][node]
         gid = group_id(node)
-        if self.cache is None:  # a reader: decode only the node asked for
+        if cache is None:  # a reader: decode only the node asked for
             row = self.conn.execute("SELECT nodes FROM map_group WHERE id = ?", (gid,)).fetchone()
             if row is None:
                 raise KeyError("map node missing")
             return _find_in_group(bytes(row[0]), node)
-        group = self.cache.groups.get(gid) or self._groups([gid]).get(gid)
+        group = self._groups([gid]).get(gid)
         if group is None or node not in group:
             raise KeyError("map node missing")
         return group[node]
@@ -331,26 +369,31 @@ class SqliteNodeStore:
     def _groups(self, ids: Sequence[bytes]) -> dict[bytes, _Group]:
         """The stored groups of ``ids`` (those that exist), the cache's first; the rest in
         one query per 500 ids, decoded and cached."""
-        found, missing = _cached_and_missing(None if self.cache is None else self.cache.groups, ids)
+        found: dict[bytes, _Group] = {}
+        missing = []
+        cached = {} if self.cache is None else self.cache.groups.entries
+        for gid in ids:  # recency is not moved: a batch's write will (``MapCache.where``)
+            group = cached.get(gid)
+            if group is None:
+                missing.append(gid)
+            else:
+                found[gid] = group
         for gid, blob in _rows_in(
             self.conn, "SELECT id, nodes FROM map_group WHERE id IN", missing
         ):
             group = _decode_group(bytes(blob))
             found[bytes(gid)] = group
             if self.cache is not None:
-                self.cache.groups.put(bytes(gid), group)
+                self.cache.put_group(bytes(gid), group)
         return found
 
     def inner(self, node: bytes) -> InnerNode:
         """The inner node with this id."""
         return self._row(node)[0]
 
-    def cached(self, node: bytes) -> bool:
-        """True when the writer's cache holds the node's group."""
-        if self.cache is None:
-            return False
-        group = self.cache.groups.get(group_id(node))
-        return group is not None and node in group
+    def held(self) -> Mapping[bytes, InnerNode]:
+        """The nodes of the groups the cache holds (none without one)."""
+        return {} if self.cache is None else self.cache.inners
 
     def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
         """The inner nodes with these ids, in their order: the groups the cache lacks in
@@ -383,12 +426,14 @@ class SqliteNodeStore:
         """Store a batch's nodes and root in the caller's transaction: each group a node
         of the batch is in is rewritten whole, with the values of its leaf children."""
         touched: dict[bytes, list[InnerNode]] = {}
+        where = {} if self.cache is None else self.cache.where
         for node in inners:
-            gid = group_id(node.id)
-            if gid in touched:
-                touched[gid].append(node)
-            else:
+            gid = where.get(node.id) or group_id(node.id)
+            nodes = touched.get(gid)
+            if nodes is None:
                 touched[gid] = [node]
+            else:
+                nodes.append(node)
         before = self._groups(list(touched))
         values = _LeafValues(self.conn, leaves, before)
         after: dict[bytes, _Group] = {}
@@ -396,15 +441,33 @@ class SqliteNodeStore:
             kept = before.get(gid)
             group = {} if kept is None else kept.copy()
             for node in nodes:
-                old = group.get(node.id)
-                lv = values.of(node.left, old) if node.left.bits == KEY_BITS else None
-                rv = values.of(node.right, old) if node.right.bits == KEY_BITS else None
-                group[node.id] = _encode_entry(node, lv, rv)
+                # The row (``_decode_entry``'s inverse): the node's id, then each child as
+                # ``u8 bits-1``, its id after the first byte (a leaf's whole key), and its
+                # hash (a leaf's value instead: rule 7).
+                nid, _, left, right = node
+                lv = rv = None
+                if left.bits == KEY_BITS:
+                    lv = values.of(left, group.get(nid))
+                if right.bits == KEY_BITS:
+                    rv = values.of(right, group.get(nid))
+                entry = b"".join(
+                    (
+                        nid,
+                        _CHILD_BITS[left.bits],
+                        left.id[1:] if lv is None else left.id,
+                        left.hash if lv is None else lv,
+                        _CHILD_BITS[right.bits],
+                        right.id[1:] if rv is None else right.id,
+                        right.hash if rv is None else rv,
+                    )
+                )
+                group[nid] = (node, lv, rv, entry)
             after[gid] = group
-        self.conn.executemany(
-            "INSERT INTO map_group (id, nodes) VALUES (?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET nodes = excluded.nodes",
+        insert_rows(
+            self.conn,
+            "INSERT INTO map_group (id, nodes)",
             [(gid, _encode_group(group)) for gid, group in after.items()],
+            "ON CONFLICT (id) DO UPDATE SET nodes = excluded.nodes",
         )
         ref: tuple[bytes | int | None, ...] = (None, None, None, None)
         if root is not None:
@@ -416,8 +479,7 @@ class SqliteNodeStore:
             ref,
         )
         if self.cache is not None:  # after the writes: a failed one leaves it as it was
-            for gid, group in after.items():
-                self.cache.groups.put(gid, group)
+            self.cache.put_groups(after, touched)
 
 
 class _LeafValues:
@@ -544,10 +606,11 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
 
     def put_many_raw(self, records: Mapping[str, bytes]) -> None:
         """``put_raw`` for many tools in one statement."""
-        self.conn.executemany(
-            "INSERT INTO map_record (tool_id, record) VALUES (?, ?) "
+        insert_rows(
+            self.conn,
+            "INSERT INTO map_record (tool_id, record)",
+            list(records.items()),
             "ON CONFLICT (tool_id) DO UPDATE SET record = excluded.record",
-            records.items(),
         )
         if self.cache is not None:  # after the write: a failed one leaves it as it was
             for tool_id, record in records.items():
@@ -691,8 +754,10 @@ class StoredMap(VerifiableMap):
             for tool_id, added in items.items()
         }
         self.stored.put_many_raw(records)
+        changes = {map_key(t): value_hash(r) for t, r in records.items()}
+        present = {map_key(t) for t in before}  # a tool with a record is in the tree
         with self.nodes.scoped_cache():  # without one, path reads and write decode twice
-            root = self.tree.update({map_key(t): value_hash(r) for t, r in records.items()})
+            root = self.tree.update(changes, present)
         self.conn.execute("UPDATE map_state SET size = ? WHERE id = 1", (end,))
         return root
 

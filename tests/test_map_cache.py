@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from deplog.authority.log import Log, StorageError
-from deplog.client.mapstore import MapCache, StoredMap
+from deplog.client.mapstore import MapCache, StoredMap, group_id
 from deplog.client.model.notice import Envelope
 from deplog.client.model.vmap import VerifiableMap, verify_map_proof
 from deplog.client.tlog.note import Signer
@@ -188,6 +188,37 @@ def test_a_cache_smaller_than_the_tree_evicts_without_changing_a_root(
         assert cache.groups.total == sum(len(group) for group in cache.groups.entries.values())
         assert cache.records.total <= 4096
         assert cache.records.total == sum(len(r) for r in cache.records.entries.values())
+        assert_indexes_match_the_cached_groups(cache)
+    conn.close()
+
+
+def assert_indexes_match_the_cached_groups(cache: MapCache) -> None:
+    """``where`` and ``inners`` name exactly the nodes of the cached groups, each with its
+    own group and its cached row: nothing evicted is left in them, nothing cached lacks."""
+    groups = cache.groups.entries.items()
+    nodes = {node: (gid, row[0]) for gid, group in groups for node, row in group.items()}
+    assert cache.where == {node: gid for node, (gid, _) in nodes.items()}
+    assert cache.inners == {node: inner for node, (_, inner) in nodes.items()}
+    assert all(group_id(node) == gid for node, gid in cache.where.items())
+
+
+@pytest.mark.parametrize("max_nodes", [15, 40, 1 << 15])
+def test_the_node_indexes_follow_every_put_and_eviction(
+    tmp_path: Path, publisher: Signer, max_nodes: int
+) -> None:
+    conn = sqlite3.connect(tmp_path / "map.db", isolation_level=None)
+    StoredMap.create_schema(conn)
+    cache = MapCache(max_nodes=max_nodes)
+    writer, rng, position = StoredMap(conn, cache), random.Random(max_nodes), 0
+    for _ in range(10):
+        batch = leaves(publisher, position + 1, rng.randint(1, 40), rng)
+        conn.execute("BEGIN IMMEDIATE")
+        writer.advance(position, batch)
+        conn.execute("COMMIT")
+        position += len(batch)
+        assert_indexes_match_the_cached_groups(cache)
+    cache.forget()
+    assert not cache.where and not cache.inners and not cache.groups.entries
     conn.close()
 
 

@@ -177,6 +177,22 @@ def test_roots_match_the_reference_after_every_random_batch(seed: int) -> None:
         assert tree.root() == reference_root(items)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_wrong_presence_hint_never_changes_the_root(seed: int) -> None:
+    """``present`` only makes walks cheaper: new keys said present, present keys not said,
+    and keys outside the batch all give the reference root."""
+    rng = random.Random(seed)
+    tree, items = PrefixTree(), Items()
+    for _ in range(12):
+        batch = random_items(rng, rng.choice([1, 3, 9]))
+        for key in rng.sample(sorted(items), min(len(items), rng.randint(0, 4))):
+            batch[key] = rng.randbytes(32)
+        hint = {key for key in batch if rng.random() < 0.5} | set(random_items(rng, 2))
+        tree.update(batch, hint)
+        items.update(batch)
+        assert tree.root() == reference_root(items)
+
+
 def test_roots_match_the_reference_up_to_ten_thousand_keys() -> None:
     rng = random.Random(10_000)
     tree, items = PrefixTree(), Items()
@@ -275,8 +291,8 @@ class CountingStore(MemoryNodeStore):
         self.queries += 1
         return [super(CountingStore, self).inner(node) for node in nodes]
 
-    def cached(self, node: bytes) -> bool:
-        return False  # as a database without a cache
+    def held(self) -> Mapping[bytes, InnerNode]:
+        return {}  # as a database without a cache
 
     def write(
         self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]

@@ -32,7 +32,7 @@ from pathlib import Path
 import sqlite_utils
 
 from deplog.authority.storage.tree import StoredHashTree
-from deplog.client.dbapi import Connection
+from deplog.client.dbapi import Connection, insert_rows
 from deplog.client.mapstore import STORE_FORMAT, StoredMap
 
 __all__ = [
@@ -193,14 +193,11 @@ NoticeRow = tuple[str, int, int, bytes, str]
 
 
 def insert_notices(conn: Connection, rows: Sequence[NoticeRow]) -> None:
-    """The index rows of a batch's notices: one statement per table."""
-    conn.executemany(
-        "INSERT INTO notices (publisher, sequence, idx, digest) VALUES (?, ?, ?, ?)",
-        [row[:4] for row in rows],
+    """The index rows of a batch's notices: few statements per table (``insert_rows``)."""
+    insert_rows(
+        conn, "INSERT INTO notices (publisher, sequence, idx, digest)", [r[:4] for r in rows]
     )
-    conn.executemany(
-        "INSERT INTO tool_entries (tool_id, idx) VALUES (?, ?)", [(row[4], row[2]) for row in rows]
-    )
+    insert_rows(conn, "INSERT INTO tool_entries (tool_id, idx)", [(r[4], r[2]) for r in rows])
 
 
 def tool_entry_indexes(conn: Connection, tool_id: str, size: int, limit: int) -> list[int]:

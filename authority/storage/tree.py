@@ -33,7 +33,7 @@ from importlib import metadata
 
 from pymerkle import BaseMerkleTree
 
-from deplog.client.dbapi import Connection
+from deplog.client.dbapi import Connection, insert_rows
 from deplog.client.tlog.proofs import TreeFrontier, leaf_hash, node_hash
 
 __all__ = [
@@ -147,10 +147,8 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         """Write the queued leaf and node rows (in the caller's transaction)."""
         leaves, nodes = self._leaf_rows_due, self._node_rows_due
         self._leaf_rows_due, self._node_rows_due = [], []
-        if leaves:
-            self.conn.executemany("INSERT INTO leaves (idx, data, hash) VALUES (?, ?, ?)", leaves)
-        if nodes:
-            self.conn.executemany("INSERT INTO nodes (level, idx, hash) VALUES (?, ?, ?)", nodes)
+        insert_rows(self.conn, "INSERT INTO leaves (idx, data, hash)", leaves)
+        insert_rows(self.conn, "INSERT INTO nodes (level, idx, hash)", nodes)
 
     def _get_leaf(self, index: int) -> bytes:
         return self._subroot(0, index - 1)

@@ -22,9 +22,10 @@ Rules it keeps:
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import struct
-from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, NamedTuple, Protocol
@@ -525,9 +526,9 @@ class NodeStore(Protocol):
         one depth at once: one query, not one per row)."""
         ...
 
-    def cached(self, node: bytes) -> bool:
-        """True when reading this inner row costs no query (a batch whose root row is
-        in memory does not read ahead: its paths mostly are too)."""
+    def held(self) -> Mapping[bytes, InnerNode]:
+        """The inner rows in memory, by id: reading one costs no query (a batch whose
+        root row is among them does not read ahead: its paths mostly are too)."""
         ...
 
     def leaf_value(self, key: bytes, parent: bytes | None) -> bytes:
@@ -562,9 +563,9 @@ class MemoryNodeStore:
         """The inner node rows with these ids, in their order."""
         return [self.inner(node) for node in nodes]
 
-    def cached(self, node: bytes) -> bool:
+    def held(self) -> Mapping[bytes, InnerNode]:
         """Every row is in memory."""
-        return True
+        return self._inners
 
     def leaf_value(self, key: bytes, parent: bytes | None) -> bytes:
         """The value of the leaf with this key."""
@@ -596,32 +597,47 @@ class KeyPath:
     steps: tuple[PathStep, ...]
 
 
+_new_ref: Final = functools.partial(tuple.__new__, ChildRef)
+"""``ChildRef`` from a tuple without the named tuple's Python-level ``__new__``."""
+_new_inner: Final = functools.partial(tuple.__new__, InnerNode)
+
+
 class _Batch:
     """One batch update: the sorted keys as integers, their values, the rows written.
 
     The hot loop of every append: written for few Python operations per node (one
-    prefix integer per visited child, one divergence test for both ends of a range).
+    prefix integer per visited child, one divergence test for both ends of a range,
+    and a loop without recursion once a range is down to one key, as most are below
+    the top levels).
     """
 
-    def __init__(self, store: NodeStore, changes: Mapping[bytes, bytes]) -> None:
+    def __init__(
+        self, store: NodeStore, changes: Mapping[bytes, bytes], present: Container[bytes] = ()
+    ) -> None:
         self.store = store
+        self.present = present
         self.keys = sorted(changes)
         self.ints = [int.from_bytes(k, "big") for k in self.keys]
         self.changes = changes
         self.written: list[InnerNode] = []
+        self.held = store.held()
         self.rows: dict[bytes, InnerNode] = {}
         """The stored rows ``merge`` descends through, read ahead by ``read_paths``."""
 
+    def row(self, node: bytes) -> InnerNode:
+        """The stored row ``node``: in memory, read ahead, or read now."""
+        return self.held.get(node) or self.rows.get(node) or self.store.inner(node)
+
     def inner(self, node: bytes, bit: int, left: ChildRef, right: ChildRef) -> ChildRef:
-        self.written.append(InnerNode(node, bit, left, right))
+        self.written.append(_new_inner((node, bit, left, right)))
         digest = hashlib.sha256(_NODE_TAGS[bit] + left.hash + right.hash).digest()
-        return ChildRef(node, bit, digest)
+        return _new_ref((node, bit, digest))
 
     def build(self, lo: int, hi: int) -> ChildRef:
         """A fresh subtree of keys ``[lo, hi)`` (non-empty): recursive partition."""
         if hi - lo == 1:
             key = self.keys[lo]
-            return ChildRef(key, KEY_BITS, leaf_hash(key, self.changes[key]))
+            return _new_ref((key, KEY_BITS, leaf_hash(key, self.changes[key])))
         first, last = self.ints[lo], self.ints[hi - 1]
         bit = KEY_BITS - (first ^ last).bit_length()
         mid = bisect.bisect_left(self.ints, _split_point(first, bit), lo, hi)
@@ -630,6 +646,8 @@ class _Batch:
 
     def merge(self, ref: ChildRef, lo: int, hi: int) -> ChildRef:
         """The subtree ``ref`` with keys ``[lo, hi)`` (non-empty) set in it."""
+        if hi - lo == 1:
+            return self.merge_one(ref, lo)
         prefix, bits = _prefix_int(ref), ref.bits
         shift = KEY_BITS - bits
         ints = self.ints
@@ -649,12 +667,61 @@ class _Batch:
             return self.inner(node_id(bit, key), bit, left, right)
         if not shift:  # the same key: a new value
             return self.build(lo, hi)
-        row = self.rows.get(ref.id) or self.store.inner(ref.id)
+        row = self.row(ref.id)
         # An inner id's prefix has every bit from ``bits`` on zeroed (``node_id``).
         mid = bisect.bisect_left(ints, prefix | (1 << (shift - 1)), lo, hi)
         left = self.merge(row.left, lo, mid) if lo < mid else row.left
         right = self.merge(row.right, mid, hi) if mid < hi else row.right
         return self.inner(ref.id, bits, left, right)  # rewritten in place: the same id
+
+    def merge_one(self, ref: ChildRef, at: int) -> ChildRef:
+        """``merge(ref, at, at + 1)``: walk down to where the key leaves the stored paths,
+        then rehash back up, each row on the way rewritten in place.
+
+        A key the caller said is present (a tool's next notice, the common case) is
+        walked to by its bits alone; the walk tests each prefix, to find where the key
+        branches off, only for the others, or if the leaf reached is another key's
+        (the caller was wrong: altered storage)."""
+        key = self.ints[at]
+        held, read = self.held, self.row
+        path: list[tuple[InnerNode, int]] = []
+        top = ref
+        if self.keys[at] in self.present:
+            while ref.bits != KEY_BITS:
+                row = held.get(ref.id) or read(ref.id)
+                right = (key >> (KEY_BITS - 1 - ref.bits)) & 1
+                path.append((row, right))
+                ref = row.right if right else row.left
+        if ref.bits == KEY_BITS and ref.id == self.keys[at]:  # present: a new value
+            child = self.build(at, at + 1)
+        else:
+            path.clear()
+            ref = top
+            while True:
+                bits = ref.bits
+                shift = KEY_BITS - bits
+                differ = (_prefix_int(ref) ^ key) >> shift
+                if differ:  # the key leaves ``ref``'s prefix above it: a new node
+                    bit = bits - differ.bit_length()
+                    leaf = self.build(at, at + 1)
+                    pair = (ref, leaf) if (key >> (KEY_BITS - 1 - bit)) & 1 else (leaf, ref)
+                    child = self.inner(node_id(bit, self.keys[at]), bit, *pair)
+                    break
+                if not shift:  # present after all: a new value
+                    child = self.build(at, at + 1)
+                    break
+                row = held.get(ref.id) or read(ref.id)
+                right = (key >> (shift - 1)) & 1
+                path.append((row, right))
+                ref = row.right if right else row.left
+        written = self.written
+        for row, right in reversed(path):
+            left, right_ref = (row.left, child) if right else (child, row.right)
+            bit = row.bit
+            written.append(_new_inner((row.id, bit, left, right_ref)))
+            digest = hashlib.sha256(_NODE_TAGS[bit] + left.hash + right_ref.hash).digest()
+            child = _new_ref((row.id, bit, digest))
+        return child
 
     def read_paths(self, root: ChildRef) -> None:
         """Read the stored rows ``merge(root, 0, len(keys))`` descends through, one depth
@@ -715,20 +782,22 @@ class PrefixTree:
         ref = self.store.root()
         return EMPTY_ROOT if ref is None else ref.hash
 
-    def update(self, changes: Mapping[bytes, bytes]) -> bytes:
+    def update(self, changes: Mapping[bytes, bytes], present: Container[bytes] = ()) -> bytes:
         """Set every ``key -> value`` of ``changes`` in one batch; returns the new root.
 
         Reads and rehashes only the nodes on the changed keys' paths (one hash per
-        node), then writes them with the new root in one ``store.write``.
+        node), then writes them with the new root in one ``store.write``. ``present``
+        names keys the caller knows are in the tree already: a hint that makes their
+        walks cheaper, never trusted for the result.
         """
         if any(len(k) != 32 or len(v) != 32 for k, v in changes.items()):
             raise ValueError("keys and values are 32 bytes")
         if not changes:
             return self.root()
-        batch = _Batch(self.store, changes)
+        batch = _Batch(self.store, changes, present)
         old = self.store.root()
         count = len(batch.keys)
-        if old is not None and not self.store.cached(old.id):
+        if old is not None and old.id not in batch.held:
             batch.read_paths(old)
         new = batch.build(0, count) if old is None else batch.merge(old, 0, count)
         self.store.write(new, batch.written, dict(changes))
