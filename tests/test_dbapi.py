@@ -19,6 +19,18 @@ def conn() -> Iterator[sqlite3.Connection]:
     conn.close()
 
 
+@pytest.fixture
+def statements(conn: sqlite3.Connection) -> list[str]:
+    """Every statement ``conn`` runs from here on, its values bound in."""
+    ran: list[str] = []
+    conn.set_trace_callback(ran.append)
+    return ran
+
+
+def rows_each(statements: list[str]) -> list[int]:
+    return [s.count("), (") + 1 for s in statements]
+
+
 def table(conn: sqlite3.Connection, name: str, width: int) -> None:
     columns = ", ".join(f"c{i} BLOB" for i in range(1, width))
     conn.execute(f"CREATE TABLE {name} (k INTEGER PRIMARY KEY{', ' if columns else ''}{columns})")
@@ -46,23 +58,21 @@ def test_the_rows_are_those_executemany_writes(width: int, count: int, seed: byt
 
 
 def test_a_batch_takes_one_statement_per_binary_digit_of_its_count(
-    conn: sqlite3.Connection,
+    conn: sqlite3.Connection, statements: list[str]
 ) -> None:
     table(conn, "t", 2)
-    statements: list[str] = []
-    conn.set_trace_callback(statements.append)
+    statements.clear()
     insert_rows(conn, head("t", 2), [(k, b"v") for k in range(0b101101)])
-    assert [s.count("), (") + 1 for s in statements] == [32, 8, 4, 1]  # the values, bound
+    assert rows_each(statements) == [32, 8, 4, 1]
 
 
 def test_no_statement_binds_more_parameters_than_the_oldest_sqlite_allows(
-    conn: sqlite3.Connection,
+    conn: sqlite3.Connection, statements: list[str]
 ) -> None:
     table(conn, "t", 4)
-    statements: list[str] = []
-    conn.set_trace_callback(statements.append)
+    statements.clear()
     insert_rows(conn, head("t", 4), [(k, b"a", b"b", b"c") for k in range(1000)])
-    assert max((s.count("), (") + 1) * 4 for s in statements) <= MAX_PARAMETERS
+    assert max(rows_each(statements)) * 4 <= MAX_PARAMETERS
     assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 1000
 
 
@@ -78,8 +88,6 @@ def test_the_tail_makes_it_an_upsert(conn: sqlite3.Connection) -> None:
     assert rows_of(conn, "t") == [(1, b"old"), (2, b"new"), (3, b"new")]
 
 
-def test_no_rows_run_no_statement(conn: sqlite3.Connection) -> None:
-    statements: list[str] = []
-    conn.set_trace_callback(statements.append)
+def test_no_rows_run_no_statement(conn: sqlite3.Connection, statements: list[str]) -> None:
     insert_rows(conn, "INSERT INTO missing (k)", [])
     assert statements == []
