@@ -43,8 +43,8 @@ MAX_PARAMETERS: Final = 999
 
 
 def insert_rows(conn: Connection, head: str, rows: Sequence[Sequence[Any]], tail: str = "") -> None:
-    """``conn.executemany(f"{head} VALUES (?, ...) {tail}", rows)`` in as few statements as
-    the rows' count has binary digits: one statement of 2^k rows per digit.
+    """``conn.executemany(f"{head} VALUES (?, ...) {tail}", rows)`` in few statements: one
+    of 2^k rows per binary digit of the rows' count, none over ``MAX_PARAMETERS``.
 
     Python's sqlite3 releases the GIL around every step of a statement and takes it
     back after: ``executemany`` steps once per row, and a thread that must take the GIL

@@ -177,7 +177,7 @@ class _Lru(Generic[K, V]):
 
 _Row = tuple[InnerNode, bytes | None, bytes | None, bytes]
 """An inner node as its group keeps it: the node, the values of its children that are
-leaves, and its encoding (``_encode_entry``), so a group is re-encoded by a join."""
+leaves, and its encoding (``SqliteNodeStore.write``), so a group is re-encoded by a join."""
 _Group = dict[bytes, _Row]
 """A decoded group: node id -> row. Never changed once cached: a write replaces it."""
 
