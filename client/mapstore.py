@@ -369,15 +369,9 @@ class SqliteNodeStore:
     def _groups(self, ids: Sequence[bytes]) -> dict[bytes, _Group]:
         """The stored groups of ``ids`` (those that exist), the cache's first; the rest in
         one query per 500 ids, decoded and cached."""
-        found: dict[bytes, _Group] = {}
-        missing = []
-        cached = {} if self.cache is None else self.cache.groups.entries
-        for gid in ids:  # recency is not moved: a batch's write will (``MapCache.where``)
-            group = cached.get(gid)
-            if group is None:
-                missing.append(gid)
-            else:
-                found[gid] = group
+        found, missing = _cached_and_missing(  # recency is not moved: a batch's write will
+            None if self.cache is None else self.cache.groups.entries.get, ids
+        )
         for gid, blob in _rows_in(
             self.conn, "SELECT id, nodes FROM map_group WHERE id IN", missing
         ):
@@ -528,12 +522,15 @@ class _LeafValues:
         return kept
 
 
-def _cached_and_missing(cache: _Lru[K, V] | None, keys: Iterable[K]) -> tuple[dict[K, V], list[K]]:
-    """What ``cache`` holds of ``keys``, and the keys it lacks, in their order."""
+def _cached_and_missing(
+    get: Callable[[K], V | None] | None, keys: Iterable[K]
+) -> tuple[dict[K, V], list[K]]:
+    """What a cache's ``get`` (None: no cache) finds of ``keys``, and the keys it lacks, in
+    their order."""
     found: dict[K, V] = {}
     missing: list[K] = []
     for key in keys:
-        cached = None if cache is None else cache.get(key)
+        cached = None if get is None else get(key)
         if cached is None:
             missing.append(key)
         else:
@@ -579,7 +576,7 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
         """The stored record bytes of those of ``tool_ids`` in the map: the cache's, and
         the rest read ``_IN_CHUNK`` at a time."""
         found, missing = _cached_and_missing(
-            None if self.cache is None else self.cache.records, tool_ids
+            None if self.cache is None else self.cache.records.get, tool_ids
         )
         select = "SELECT tool_id, record FROM map_record WHERE tool_id IN"
         for tool_id, record in _rows_in(self.conn, select, missing):
@@ -754,8 +751,9 @@ class StoredMap(VerifiableMap):
             for tool_id, added in items.items()
         }
         self.stored.put_many_raw(records)
-        changes = {map_key(t): value_hash(r) for t, r in records.items()}
-        present = {map_key(t) for t in before}  # a tool with a record is in the tree
+        keys = {t: map_key(t) for t in records}
+        changes = {keys[t]: value_hash(r) for t, r in records.items()}
+        present = {keys[t] for t in before}  # a tool with a record is in the tree
         with self.nodes.scoped_cache():  # without one, path reads and write decode twice
             root = self.tree.update(changes, present)
         self.conn.execute("UPDATE map_state SET size = ? WHERE id = 1", (end,))
