@@ -2,6 +2,7 @@
 
 Run by hand (not in CI):
     python bench/bench_map_append.py [--tools-before 10000] [--requests 3000] [--rounds 3]
+        [--publishers 50] [--wait-instead US_PER_NOTICE,US_PER_BATCH]
 
 What a publisher sees: real ``authority serve`` processes on 127.0.0.1, 50 publishers
 posting pre-signed notices (closed loop, each sequentially), receipts returned after the
@@ -16,6 +17,10 @@ the map has that many keys, and its paths their depth), then each round starts b
 authorities on fresh copies, map first and baseline second, then the other order in the
 next round. Reported: notices/s of each, the median of the rounds' ratios and the ratio
 of bests, and the CPU seconds the server process spent per notice.
+
+``--wait-instead US_PER_NOTICE,US_PER_BATCH`` replaces the authority with the map by the
+baseline sleeping that long where the fold ran: what the fold would cost if it took no
+CPU in the server but still sat on the batch's cycle (as in a helper process).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import io
+import os
 import shutil
 import statistics
 import sys
@@ -50,8 +56,20 @@ LAUNCHER = Path(__file__).resolve().parent / "nomap_authority.py"
 class NoMapAuthority(AuthorityProcess):
     """``authority serve`` through the bench-only launcher without the map's fold."""
 
+    wait: str | None = None
+    """``DEPLOG_BENCH_FOLD_WAIT`` for the launcher: a sleep where the fold ran."""
+
     def command(self) -> list[str]:
         return [sys.executable, str(LAUNCHER), *super().command()[3:]]
+
+    def start(self, port: int = 0) -> str:
+        if self.wait is None:
+            return super().start(port)
+        os.environ["DEPLOG_BENCH_FOLD_WAIT"] = self.wait
+        try:
+            return super().start(port)
+        finally:
+            del os.environ["DEPLOG_BENCH_FOLD_WAIT"]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -113,13 +131,22 @@ def main() -> None:
     parser.add_argument("--tools-before", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=3000, help="notices per round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--wait-instead",
+        metavar="US_PER_NOTICE,US_PER_BATCH",
+        help="in place of the map, the baseline sleeping this long where the fold ran",
+    )
+    parser.add_argument("--publishers", type=int, default=PUBLISHERS)
     args = parser.parse_args()
-    signers = [Signer.generate(f"bench{i}") for i in range(PUBLISHERS)]
-    per = max(1, args.requests // PUBLISHERS)
+    signers = [Signer.generate(f"bench{i}") for i in range(args.publishers)]
+    per = max(1, args.requests // args.publishers)
+    tried = "with wait" if args.wait_instead else "with map"
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        templates = {"with map": root / "with", "without": root / "without"}
-        prefill(templates["with map"], Log, args.tools_before, signers)
+        templates = {tried: root / "tried", "without": root / "without"}
+        prefill(
+            templates[tried], NoMapLog if args.wait_instead else Log, args.tools_before, signers
+        )
         prefill(templates["without"], NoMapLog, args.tools_before, signers)
         rates: dict[str, list[float]] = {name: [] for name in templates}
         cpu: dict[str, list[float]] = {name: [] for name in templates}
@@ -129,25 +156,30 @@ def main() -> None:
             for name in order:
                 copy = root / f"round{round_}-{name.replace(' ', '-')}"
                 shutil.copytree(templates[name], copy)
-                cls = AuthorityProcess if name == "with map" else NoMapAuthority
-                rate, ms = run_once(cls(copy), bodies)
+                if name == "without":
+                    process: AuthorityProcess = NoMapAuthority(copy)
+                elif args.wait_instead:
+                    process = NoMapAuthority(copy, wait=args.wait_instead)
+                else:
+                    process = AuthorityProcess(copy)
+                rate, ms = run_once(process, bodies)
                 rates[name].append(rate)
                 cpu[name].append(ms)
                 print(
-                    f"round {round_ + 1} {name:>8}: {rate:7.0f} notices/s, "
+                    f"round {round_ + 1} {name:>9}: {rate:7.0f} notices/s, "
                     f"server CPU {ms:.2f} ms/notice",
                     flush=True,
                 )
-        ratios = [a / b for a, b in zip(rates["with map"], rates["without"], strict=True)]
-        cpu_ratios = [b / a for a, b in zip(cpu["with map"], cpu["without"], strict=True)]
+        ratios = [a / b for a, b in zip(rates[tried], rates["without"], strict=True)]
+        cpu_ratios = [b / a for a, b in zip(cpu[tried], cpu["without"], strict=True)]
         print(
-            f"{args.tools_before} tools before, {per * PUBLISHERS} notices per round from "
-            f"{PUBLISHERS} publishers, {args.rounds} rounds: with map best "
-            f"{max(rates['with map']):.0f}/s, without best {max(rates['without']):.0f}/s; "
+            f"{args.tools_before} tools before, {per * args.publishers} notices per round "
+            f"from {args.publishers} publishers, {args.rounds} rounds: {tried} best "
+            f"{max(rates[tried]):.0f}/s, without best {max(rates['without']):.0f}/s; "
             f"throughput ratio median {statistics.median(ratios):.3f} "
             f"(all {', '.join(f'{r:.2f}' for r in ratios)}), ratio of bests "
-            f"{max(rates['with map']) / max(rates['without']):.3f}; server CPU per notice "
-            f"ratio (without / with) median {statistics.median(cpu_ratios):.3f}"
+            f"{max(rates[tried]) / max(rates['without']):.3f}; server CPU per notice "
+            f"ratio (without / {tried[5:]}) median {statistics.median(cpu_ratios):.3f}"
         )
 
 
