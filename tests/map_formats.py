@@ -85,7 +85,8 @@ def _write_old_map(
     for statement in schema:
         conn.execute(statement)
     store = MemoryNodeStore()
-    root = PrefixTree(store).update({map_key(t): value_hash(r) for t, r in records.items()})
+    leaves = {map_key(t): value_hash(r) for t, r in records.items()}
+    root = PrefixTree(store).update(leaves)
     conn.executemany(
         "INSERT INTO map_inner VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         [
@@ -99,10 +100,10 @@ def _write_old_map(
                 n.right.bits,
                 n.right.hash,
             )
-            for n in store._inners.values()
+            for n in store.held().values()
         ],
     )
-    conn.executemany("INSERT INTO map_leaf VALUES (?, ?)", store._leaves.items())
+    conn.executemany("INSERT INTO map_leaf VALUES (?, ?)", leaves.items())
     conn.executemany("INSERT INTO map_record VALUES (?, ?)", records.items())
     ref = store.root()
     assert ref is not None and ref.hash == root
