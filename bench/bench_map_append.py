@@ -5,8 +5,8 @@ Run by hand (not in CI):
         [--publishers 50] [--wait-instead US_PER_NOTICE,US_PER_BATCH]
 
 What a publisher sees: real ``authority serve`` processes on 127.0.0.1, 50 publishers
-(``--publishers``) posting pre-signed notices (closed loop, each sequentially), receipts returned after the
-embedded witness cosigned. The baseline is the same authority with the map's fold
+(``--publishers``) posting pre-signed notices (closed loop, each sequentially), receipts
+returned after the embedded witness cosigned. The baseline is the same authority with the map's fold
 replaced by a bare size update (``bench/nomap_authority.py``, bench only: its
 checkpoints carry the empty map's root), so the ratio is the map's share of the whole
 append path, HTTP and signatures included. ``bench/bench_vmap.py --append`` gives the
