@@ -28,7 +28,9 @@ signature, one commit per batch of 256) over N pre-signed notices about N/2
 tools, with the map and, in the same run, with the map's fold replaced by a
 bare size update (``NoMapLog``, bench only): the ratio is the map's share of the
 append path. ``--rounds`` alternating rounds; both the ratio of the best rates and the
-median of the rounds' ratios, by wall-clock and by process CPU time.
+median of the rounds' ratios, by wall-clock and by process CPU time, and the bytes written
+per notice (``/proc/self/io``: WAL frames and checkpoints, so the pages each commit
+dirtied), which a noisy machine does not disturb.
 
 ``--served K``: a real aiohttp authority (``build_app``) on 127.0.0.1 over the
 ``--append`` database answers K sequential ``GET /v1/tools/{id}/proof`` (binary,
@@ -242,19 +244,31 @@ def _envelopes(publisher: Signer, count: int) -> list[Envelope]:
     ]
 
 
+def bytes_written() -> int:
+    """Bytes this process has passed to ``write`` so far (Linux ``/proc/self/io``): the
+    log's WAL frames and checkpoints, the measure of the pages a commit dirtied."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("wchar:"):
+            return int(line.split()[1])
+    raise RuntimeError("no wchar in /proc/self/io")
+
+
 def append_rate(
     cls: type[Log], path: Path, envelopes: list[Envelope], signer: Signer, publisher: Signer
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """Notices per second of wall time, and per second of this process's CPU time (which
-    other processes on a loaded machine disturb less; it leaves out fsync waits)."""
+    other processes on a loaded machine disturb less; it leaves out fsync waits), and the
+    bytes written per notice."""
     log = cls(path, signer, signer.name)
     register(log, publisher)
+    written = bytes_written()
     start, cpu = time.perf_counter(), time.process_time()
     for i in range(0, len(envelopes), 256):
         log.sequence(envelopes[i : i + 256])
     elapsed, cpu_spent = time.perf_counter() - start, time.process_time() - cpu
+    written = bytes_written() - written
     log.close()
-    return len(envelopes) / elapsed, len(envelopes) / cpu_spent
+    return len(envelopes) / elapsed, len(envelopes) / cpu_spent, written / len(envelopes)
 
 
 def run_append(count: int, directory: Path, rounds: int) -> tuple[Path, Signer]:
@@ -265,13 +279,15 @@ def run_append(count: int, directory: Path, rounds: int) -> tuple[Path, Signer]:
     envelopes = _envelopes(publisher, count)
     wall: dict[str, list[float]] = {"with map": [], "without": []}
     cpu: dict[str, list[float]] = {"with map": [], "without": []}
+    written: dict[str, list[float]] = {"with map": [], "without": []}
     kept = directory / "append-0-with.db"
     for round_ in range(rounds):
         for name, cls in (("with map", Log), ("without", NoMapLog)):
             path = directory / f"append-{round_}-{'with' if cls is Log else 'without'}.db"
-            rate, cpu_rate = append_rate(cls, path, envelopes, signer, publisher)
+            rate, cpu_rate, per_notice = append_rate(cls, path, envelopes, signer, publisher)
             wall[name].append(rate)
             cpu[name].append(cpu_rate)
+            written[name].append(per_notice)
     for clock, rates in (("wall", wall), ("CPU", cpu)):
         best = {name: max(values) for name, values in rates.items()}
         ratios = [a / b for a, b in zip(rates["with map"], rates["without"], strict=True)]
@@ -282,6 +298,11 @@ def run_append(count: int, directory: Path, rounds: int) -> tuple[Path, Signer]:
             f"rounds {statistics.median(ratios):.3f} (all: "
             f"{', '.join(f'{r:.2f}' for r in ratios)})"
         )
+    with_map, without = (statistics.median(written[name]) for name in ("with map", "without"))
+    print(
+        f"append {count} notices: bytes written per notice (median of {rounds}) with map "
+        f"{with_map:,.0f}, without {without:,.0f} ({with_map / without:.2f}x)"
+    )
     return kept, signer
 
 
