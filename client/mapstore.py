@@ -751,11 +751,9 @@ class StoredMap(VerifiableMap):
             for tool_id, added in items.items()
         }
         self.stored.put_many_raw(records)
-        keys = {t: map_key(t) for t in records}
-        changes = {keys[t]: value_hash(r) for t, r in records.items()}
-        present = {keys[t] for t in before}  # a tool with a record is in the tree
+        changes = {map_key(t): value_hash(r) for t, r in records.items()}
         with self.nodes.scoped_cache():  # without one, path reads and write decode twice
-            root = self.tree.update(changes, present)
+            root = self.tree.update(changes)
         self.conn.execute("UPDATE map_state SET size = ? WHERE id = 1", (end,))
         return root
 

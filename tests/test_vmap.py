@@ -177,20 +177,36 @@ def test_roots_match_the_reference_after_every_random_batch(seed: int) -> None:
         assert tree.root() == reference_root(items)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_a_wrong_presence_hint_never_changes_the_root(seed: int) -> None:
-    """``present`` only makes walks cheaper: new keys said present, present keys not said,
-    and keys outside the batch all give the reference root."""
+def near(rng: random.Random, key: bytes) -> bytes:
+    """A key sharing a random number of leading bits with ``key`` (0 to 255), then parting."""
+    shared = rng.randrange(256)
+    flipped = int.from_bytes(key, "big") ^ (1 << (255 - shared))
+    low = rng.getrandbits(255 - shared) if shared < 255 else 0
+    value = (flipped >> (255 - shared) << (255 - shared)) | low
+    return value.to_bytes(32, "big")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_keys_parting_from_a_stored_one_at_any_bit_give_the_reference_root(seed: int) -> None:
+    """A key alone in its range walks its bits to a leaf and parts from it where they
+    first differ: inside a compressed edge at any depth, above the root, or beside the
+    leaf. New keys made to share 0 to 255 leading bits with stored ones, one a batch and
+    several, and updates of stored ones, all give the reference root."""
     rng = random.Random(seed)
     tree, items = PrefixTree(), Items()
-    for _ in range(12):
-        batch = random_items(rng, rng.choice([1, 3, 9]))
-        for key in rng.sample(sorted(items), min(len(items), rng.randint(0, 4))):
-            batch[key] = rng.randbytes(32)
-        hint = {key for key in batch if rng.random() < 0.5} | set(random_items(rng, 2))
-        tree.update(batch, hint)
+    tree.update(first := random_items(rng, 40))
+    items.update(first)
+    for round_ in range(60):
+        stored = sorted(items)
+        batch = {near(rng, rng.choice(stored)): rng.randbytes(32)}
+        if round_ % 3:
+            batch.update({near(rng, rng.choice(stored)): rng.randbytes(32) for _ in range(3)})
+            batch[rng.choice(stored)] = rng.randbytes(32)
+        assert tree.update(batch) == reference_root(items | batch)
         items.update(batch)
-        assert tree.root() == reference_root(items)
+        for key in rng.sample(sorted(items), 3):
+            path = tree.lookup(key)
+            assert path.leaf_key == key and root_from_path(key, path) == tree.root()
 
 
 def test_roots_match_the_reference_up_to_ten_thousand_keys() -> None:

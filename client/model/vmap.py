@@ -25,7 +25,7 @@ import bisect
 import functools
 import hashlib
 import struct
-from collections.abc import Callable, Container, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, NamedTuple, Protocol
@@ -190,6 +190,11 @@ _REASON_CODES: Final[tuple[str, ...]] = (
     "other",
 )
 _EVENT_CODES: Final[tuple[str, ...]] = ("introduced", "fixed", "last_affected")
+_ACTION_BYTE: Final = {action: i for i, action in enumerate(_ACTION_CODES)}
+_REASON_BYTE: Final = {reason: i for i, reason in enumerate(_REASON_CODES)}
+_EVENT_BYTE: Final = {kind: bytes((i,)) for i, kind in enumerate(_EVENT_CODES)}
+_ITEM_HEAD: Final = struct.Struct(">BBQqB")
+"""An item's fixed start: action, flags, index, effective_at and the reasons' count."""
 _HAS_SUNSET, _HAS_REPLACEMENT, _HAS_DIGEST = 0x01, 0x02, 0x04
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -251,10 +256,12 @@ def _item_bytes(index: int, n: FoldNotice) -> bytes:
         | (_HAS_REPLACEMENT if n.replacement is not None else 0)
         | (_HAS_DIGEST if n.schema_digest is not None else 0)
     )
-    out = bytearray((_ACTION_CODES.index(n.action), flags))
-    out += struct.pack(">Qq", index, _seconds(n.effective_at))
-    out.append(len(n.reasons))
-    out += bytes(_REASON_CODES.index(r) for r in n.reasons)
+    out = bytearray(
+        _ITEM_HEAD.pack(
+            _ACTION_BYTE[n.action], flags, index, _seconds(n.effective_at), len(n.reasons)
+        )
+    )
+    out += bytes([_REASON_BYTE[r] for r in n.reasons])
     out.append(len(n.advisories))
     for advisory in n.advisories:
         out += _str8(advisory)
@@ -269,7 +276,7 @@ def _item_bytes(index: int, n: FoldNotice) -> bytes:
         for rng in n.affected.ranges:
             out.append(len(rng.events))
             for kind, text in rng.events:
-                out += bytes((_EVENT_CODES.index(kind),)) + _str8(text)
+                out += _EVENT_BYTE[kind] + _str8(text)
     if n.sunset_at is not None:
         out += struct.pack(">q", _seconds(n.sunset_at))
     if n.replacement is not None:
@@ -611,11 +618,8 @@ class _Batch:
     the top levels).
     """
 
-    def __init__(
-        self, store: NodeStore, changes: Mapping[bytes, bytes], present: Container[bytes] = ()
-    ) -> None:
+    def __init__(self, store: NodeStore, changes: Mapping[bytes, bytes]) -> None:
         self.store = store
-        self.present = present
         self.keys = sorted(changes)
         self.ints = [int.from_bytes(k, "big") for k in self.keys]
         self.changes = changes
@@ -675,52 +679,47 @@ class _Batch:
         return self.inner(ref.id, bits, left, right)  # rewritten in place: the same id
 
     def merge_one(self, ref: ChildRef, at: int) -> ChildRef:
-        """``merge(ref, at, at + 1)``: walk down to where the key leaves the stored paths,
-        then rehash back up, each row on the way rewritten in place.
+        """``merge(ref, at, at + 1)``: walk the key's bits down to the leaf they reach, then
+        rehash back up, each row on the way rewritten in place.
 
-        A key the caller said is present (a tool's next notice, the common case) is
-        walked to by its bits alone; the walk tests each prefix, to find where the key
-        branches off, only for the others, or if the leaf reached is another key's
-        (the caller was wrong: altered storage)."""
-        key = self.ints[at]
+        The leaf reached is the key's own (a new value), or another key's: every key under
+        ``ref`` that shares the most leading bits with the new key lies on this walk, so
+        the new node goes where they part (bit ``split``), above the first row on the walk
+        that splits below it. One walk by bit tests, no prefix comparison per row."""
+        key, own = self.ints[at], self.keys[at]
         held, read = self.held, self.row
-        path: list[tuple[InnerNode, int]] = []
-        top = ref
-        if self.keys[at] in self.present:
-            while ref.bits != KEY_BITS:
-                row = held.get(ref.id) or read(ref.id)
-                right = (key >> (KEY_BITS - 1 - ref.bits)) & 1
-                path.append((row, right))
-                ref = row.right if right else row.left
-        if ref.bits == KEY_BITS and ref.id == self.keys[at]:  # present: a new value
-            child = self.build(at, at + 1)
-        else:
-            path.clear()
-            ref = top
-            while True:
-                bits = ref.bits
-                shift = KEY_BITS - bits
-                differ = (_prefix_int(ref) ^ key) >> shift
-                if differ:  # the key leaves ``ref``'s prefix above it: a new node
-                    bit = bits - differ.bit_length()
-                    leaf = self.build(at, at + 1)
-                    pair = (ref, leaf) if (key >> (KEY_BITS - 1 - bit)) & 1 else (leaf, ref)
-                    child = self.inner(node_id(bit, self.keys[at]), bit, *pair)
-                    break
-                if not shift:  # present after all: a new value
-                    child = self.build(at, at + 1)
-                    break
-                row = held.get(ref.id) or read(ref.id)
-                right = (key >> (shift - 1)) & 1
-                path.append((row, right))
-                ref = row.right if right else row.left
-        written = self.written
-        for row, right in reversed(path):
-            left, right_ref = (row.left, child) if right else (child, row.right)
-            bit = row.bit
-            written.append(_new_inner((row.id, bit, left, right_ref)))
-            digest = hashlib.sha256(_NODE_TAGS[bit] + left.hash + right_ref.hash).digest()
-            child = _new_ref((row.id, bit, digest))
+        path: list[InnerNode] = []  # the rows walked through, the side taken at each,
+        sides: list[int] = []  # and the child followed there
+        refs: list[ChildRef] = [ref]
+        # Tuple indexes, not names, on the hot loops: ``ref[1]`` is its bits, a row's
+        # ``[2]``/``[3]`` its left and right child (``ChildRef``, ``InnerNode``).
+        while ref[1] != KEY_BITS:
+            row = held.get(ref[0]) or read(ref[0])
+            right = (key >> (KEY_BITS - 1 - ref[1])) & 1
+            path.append(row)
+            sides.append(right)
+            ref = row[3] if right else row[2]
+            refs.append(ref)
+        child = self.build(at, at + 1)
+        if ref[0] != own:  # another key's leaf: part from it at the first bit they differ
+            split = KEY_BITS - (key ^ int.from_bytes(ref[0], "big")).bit_length()
+            cut = 0  # the first row on the walk splitting below ``split`` (bits increase)
+            while cut < len(path) and path[cut][1] < split:
+                cut += 1
+            below = refs[cut]
+            pair = (below, child) if (key >> (KEY_BITS - 1 - split)) & 1 else (child, below)
+            child = self.inner(node_id(split, own), split, *pair)
+            del path[cut:], sides[cut:]
+        append, new_inner, new_ref = self.written.append, _new_inner, _new_ref
+        sha256, tags = hashlib.sha256, _NODE_TAGS
+        for i in range(len(path) - 1, -1, -1):
+            nid, bit, left, right_ref = path[i]
+            if sides[i]:
+                right_ref = child
+            else:
+                left = child
+            append(new_inner((nid, bit, left, right_ref)))
+            child = new_ref((nid, bit, sha256(tags[bit] + left[2] + right_ref[2]).digest()))
         return child
 
     def read_paths(self, root: ChildRef) -> None:
@@ -738,6 +737,10 @@ class _Batch:
             depth = []
             for (ref, lo, hi), row in zip(reads, rows, strict=True):
                 self.rows[ref.id] = row
+                if hi - lo == 1:  # one key walks its bits (``merge_one``)
+                    right = (ints[lo] >> (KEY_BITS - 1 - ref.bits)) & 1
+                    depth.append((row.right if right else row.left, lo, hi))
+                    continue
                 shift = KEY_BITS - ref.bits
                 mid = bisect.bisect_left(ints, _prefix_int(ref) | (1 << (shift - 1)), lo, hi)
                 if lo < mid:
@@ -747,12 +750,15 @@ class _Batch:
 
     def _read_span(self, ref: ChildRef, lo: int, hi: int) -> tuple[int, int] | None:
         """The keys ``[lo, hi)`` with which ``merge`` reads ``ref``'s row, or None when it
-        does not (``ref`` is a leaf, or the keys all fall beside it)."""
+        does not (``ref`` is a leaf, or the keys all fall beside it). One key walks its
+        bits down to a leaf (``merge_one``), inside the prefix or not."""
         ints = self.ints
         prefix, bits = _prefix_int(ref), ref.bits
         shift = KEY_BITS - bits
         if not shift:
             return None
+        if hi - lo == 1:
+            return lo, hi
         while differ := ((prefix ^ ints[lo]) | (prefix ^ ints[hi - 1])) >> shift:
             bit = bits - differ.bit_length()
             mid = bisect.bisect_left(ints, _split_point(prefix, bit), lo, hi)
@@ -782,19 +788,17 @@ class PrefixTree:
         ref = self.store.root()
         return EMPTY_ROOT if ref is None else ref.hash
 
-    def update(self, changes: Mapping[bytes, bytes], present: Container[bytes] = ()) -> bytes:
+    def update(self, changes: Mapping[bytes, bytes]) -> bytes:
         """Set every ``key -> value`` of ``changes`` in one batch; returns the new root.
 
         Reads and rehashes only the nodes on the changed keys' paths (one hash per
-        node), then writes them with the new root in one ``store.write``. ``present``
-        names keys the caller knows are in the tree already: a hint that makes their
-        walks cheaper, never trusted for the result.
+        node), then writes them with the new root in one ``store.write``.
         """
         if any(len(k) != 32 or len(v) != 32 for k, v in changes.items()):
             raise ValueError("keys and values are 32 bytes")
         if not changes:
             return self.root()
-        batch = _Batch(self.store, changes, present)
+        batch = _Batch(self.store, changes)
         old = self.store.root()
         count = len(batch.keys)
         if old is not None and old.id not in batch.held:
