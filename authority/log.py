@@ -34,13 +34,23 @@ Invariants:
     without the line, keeps it (one body per size) until the next append. A map
     in another record format (``client.mapstore`` rule 4) is dropped and folded
     again the same way; the latest checkpoint keeps the old root (logged).
-  * The map's rows are cached in memory for the writer (``MapCache``, bounded),
-    and the writer's connection has a larger SQLite page cache
-    (``WRITER_CACHE_KIB``): a batch reads its paths without a query per node.
+  * On SQLite, where this writer is the one process writing the map and serving its
+    proofs, a batch folds the map in memory and its rows are written later, coalesced
+    (``client.mapstore`` rule 8, bounds ``MAP_LAYER_*``): by the batch that takes the
+    layer past a bound, by ``flush_map`` (the sequencer's when it is idle) and by
+    ``close``. The map's tables are then at a committed size at or below the log's;
+    the map is a function of the log, so a start folds the entries after it
+    (``_bring_up_map``) and checks the root against the latest checkpoint's line. On
+    PostgreSQL every batch writes its rows: other processes read and extend them.
+  * The map's rows are cached in memory for the writer (``MapCache``, bounded, filled
+    at start with the shallowest groups), and the writer's connection has a larger
+    SQLite page cache (``WRITER_CACHE_KIB``): a batch reads its paths without a query
+    per node.
     The cache is forgotten by every ``_reload``: after a rollback (no row of a
-    rolled-back transaction is ever served) and, on PostgreSQL, whenever the head
-    found under the lock is not this writer's own last size (another process
-    moved the tables since this one's last transaction).
+    rolled-back transaction is ever served; the rows not written yet go back to
+    those of the last commit) and, on PostgreSQL, whenever the head found under
+    the lock is not this writer's own last size (another process moved the tables
+    since this one's last transaction).
 """
 
 from __future__ import annotations
@@ -96,6 +106,14 @@ _MAP_REBUILD_CHUNK = 4096
 WRITER_CACHE_KIB = 64 * 1024
 """SQLite's page cache on the writer's connection (64 MiB, against SQLite's default
 2 MB): the pages of the map's paths and the tree's recent nodes stay in memory."""
+MAP_LAYER_ENTRIES = 4096
+"""Log entries the map folds in memory before a batch writes its rows (SQLite,
+``client.mapstore`` rule 8): also the most a start folds again after a crash."""
+MAP_LAYER_GROUPS = 4096
+"""Changed groups of map nodes held in memory before a batch writes them (about 6 KB
+each, decoded)."""
+MAP_LAYER_RECORD_BYTES = 16 << 20
+"""Bytes of changed tool records held in memory before a batch writes them."""
 
 
 class StorageError(DeplogError):
@@ -188,7 +206,15 @@ class Log:
         self._stale = False
         self._map_at: tuple[int, bytes] | None = None
         self._registry_size = -1
-        self._map_cache = MapCache()
+        self._map_cache = (
+            MapCache(
+                layer_entries=MAP_LAYER_ENTRIES,
+                layer_groups=MAP_LAYER_GROUPS,
+                layer_record_bytes=MAP_LAYER_RECORD_BYTES,
+            )
+            if self.db.kind == "sqlite"
+            else MapCache()
+        )
         if isinstance(self.db, SqliteDatabase):
             with opening_database(self.db.path, self._close_quietly):
                 self._open(max_bytes)
@@ -212,6 +238,8 @@ class Log:
                 self._reload()
                 self.published = self._check_stored_checkpoint()
             self._bring_up_map()
+            with self._snapshot():
+                self.map.warm()  # the first batches then walk their paths in memory
             if self.published is None or self.published.size < self.tree.size:
                 self.published = self._sign_checkpoint()
         except TreeCorruptError:
@@ -238,7 +266,31 @@ class Log:
             raise unavailable(self.db, err) from None
 
     def close(self) -> None:
+        """Write the map's rows not yet written (a failure only leaves them to the next
+        start's fold), then close the connection."""
+        if self.map.unwritten:
+            try:
+                self.flush_map()
+            except StorageError:
+                logger.warning(
+                    "the tool-status map's last %d entries were not written; the next "
+                    "start folds them again",
+                    self.map.unwritten,
+                )
         self.conn.close()
+
+    def flush_map(self) -> None:
+        """Write the map's rows folded but not yet written (``client.mapstore`` rule 8) in
+        a transaction of their own; StorageError if that fails (they stay in memory)."""
+        if not self.map.unwritten:
+            return
+        self._begin()
+        try:
+            self.map.flush()
+        except (*self.db.errors, KeyError):  # type: ignore[misc]
+            self._rollback()
+            raise StorageError() from None
+        self._commit()
 
     def _close_quietly(self) -> None:
         """Close the connection if a failed open got as far as making one."""
@@ -381,6 +433,7 @@ class Log:
         except self.db.errors:
             self._rollback()
             raise StorageError() from None
+        self.map.committed()
 
     def _rollback(self) -> None:
         """Undo the open transaction and forget in-memory state it had advanced. A lost
@@ -521,7 +574,18 @@ class Log:
             return
         if notices and len(notices) != end - start:
             raise ValueError("a batch's notices are all of its entries")
+        self._catch_up_map(start)
         self.map.advance_notices(start, end, enumerate(notices, start))
+
+    def _catch_up_map(self, size: int) -> None:
+        """Fold committed entries the map lacks below ``size``: none, but after a commit
+        that reported a failure and still took effect (the rows not written yet went back
+        to the last commit's, rule 8, while the log kept the batch)."""
+        position = self.map.size() or 0
+        while position < size:
+            end = min(position + _MAP_REBUILD_CHUNK, size)
+            self.map.advance(position, self.tree.leaf_data(position, end))
+            position = end
 
     def _bring_up_map(self) -> None:
         """Fold whatever the map lacks (all of a database from before the map) in one
@@ -533,14 +597,18 @@ class Log:
                 folded = self.map.size()
                 position = folded or 0
                 missing = self.tree.size - position
-                if missing:
+                if missing and folded is None:
                     logger.info("building the tool-status map over %d log entries", missing)
-                while True:
-                    end = min(position + _MAP_REBUILD_CHUNK, self.tree.size)
-                    self.map.advance(position, self.tree.leaf_data(position, end))
-                    position = end
-                    if position == self.tree.size:
-                        break
+                elif missing:
+                    logger.info(
+                        "folding the tool-status map's last %d log entries (not written "
+                        "before the last stop)",
+                        missing,
+                    )
+                if folded is None:
+                    self.map.advance(0, [])  # the map's row, at size 0
+                self._catch_up_map(self.tree.size)
+                self.map.flush()
                 self._end_write()
             except BaseException:
                 self._rollback()

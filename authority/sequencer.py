@@ -22,6 +22,10 @@ be written fails (503 ``storage_unavailable``) like one whose commit failed.
 
 Batches and admin appends are committed and published one at a time, in
 order, so ``publish`` is never handed a checkpoint smaller than the one before.
+Once no submission has come for ``MAP_FLUSH_IDLE`` seconds after a batch, the writer
+writes the tool-status map's rows that batches folded in memory
+(``Log.flush_map``), so an idle log keeps none unwritten; a failure there is
+logged and counted (``map_flush_failures``), and the rows wait for the next try.
 ``failing`` is the code of the latest failed batch (the storage or the
 publication failed), None once a batch succeeds: ``/healthz`` reports it.
 
@@ -62,6 +66,9 @@ __all__ = [
 
 T = TypeVar("T")
 log = logging.getLogger("deplog.sequencer")
+
+MAP_FLUSH_IDLE = 0.05
+"""Seconds without a submission after a batch before the map's rows are written."""
 
 
 class OverloadedError(DeplogError):
@@ -153,6 +160,9 @@ class Sequencer:
         self._appending = asyncio.Lock()
         self.batches = 0
         self.failing: str | None = None
+        self.map_flush_failures = 0
+        self._map_flush_ok = True
+        self._flush_when_idle = False
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="sequencer")
@@ -245,7 +255,7 @@ class Sequencer:
         """Sequence batches until stop's marker, which follows every earlier submission."""
         stopping = False
         while not stopping:
-            first = await self._queue.get()
+            first = await self._next()
             if first is None:
                 return
             batch = [first]
@@ -259,7 +269,34 @@ class Sequencer:
                 batch.append(queued)
             await self._process(batch)
 
+    async def _next(self) -> _Submission | None:
+        """The next queued submission; after a batch, the map's rows are written first if
+        none comes within ``MAP_FLUSH_IDLE``."""
+        if self._flush_when_idle:
+            self._flush_when_idle = False
+            try:
+                return await asyncio.wait_for(self._queue.get(), MAP_FLUSH_IDLE)
+            except TimeoutError:
+                await self._flush_map()
+        return await self._queue.get()
+
+    async def _flush_map(self) -> None:
+        """Write the map's unwritten rows; a failure leaves them in memory for the next
+        batch or idle moment (logged once per streak of failures, counted)."""
+        try:
+            async with self._appending:
+                await self.call(self.log.flush_map)
+        except Exception as err:  # a storage failure, or a bug: the appends go on either way
+            if self._map_flush_ok:
+                code = err.code if isinstance(err, DeplogError) else type(err).__name__
+                log.warning("writing the tool-status map's rows failed (%s); retrying later", code)
+            self.map_flush_failures += 1
+            self._map_flush_ok = False
+        else:
+            self._map_flush_ok = True
+
     async def _process(self, batch: list[_Submission]) -> None:
+        self._flush_when_idle = True
         futures = [future for _, future in batch]
         try:
             async with self._appending:

@@ -13,7 +13,7 @@ witness in theirs. Rules:
    root always equals the root of a fold of the prefix ``[0, size)``.
 3. Rows are rewritten in place (``docs/fold-spec.md`` section 7): the tables
    hold the map at one size. Readers that prove a lookup read the size and the
-   rows in one read transaction (``snapshot``), so a proof and its size agree.
+   rows in one read transaction (``prove_at_size``), so a proof and its size agree.
 4. ``map_state.format`` names the layout and record format of the rows
    (``STORE_FORMAT``). Tables of another format (the JSON records of the spec's
    first draft have no such column) are never read or extended:
@@ -42,6 +42,21 @@ witness in theirs. Rules:
    its dirty pages, and one-node rows spread a batch over more than twice as many.
    A batch writes its rows in a few multi-row upserts (``client.dbapi.insert_rows``),
    not a statement per row.
+8. A writer whose cache holds rows back (``MapCache`` with ``layer_entries``, the
+   authority's on SQLite, where it is the one process writing and reading) folds each
+   batch into memory only: the batch's groups, records, root and size go to the
+   cache's ``MapLayer``, above the tables, and are written (``StoredMap.flush``) in a
+   later transaction of the caller's, once the layer holds more than its bounds, when
+   the caller chooses (an idle sequencer, a close), coalesced: a group rewritten by
+   ten batches is written once. The tables stay a map at one committed size (rules 2
+   and 3), at or below the log's; the map is a function of the log's prefix, so a
+   crash loses nothing that a fold of the entries after ``map_state.size`` does not
+   give back (the authority folds them at start). After each commit the caller calls
+   ``committed()``: the layer as committed is kept, read-only, for rollbacks
+   (``forget`` goes back to it) and for readers in the writer's process, whose proofs
+   read it above the tables when the tables are at its base size (``prove_at_size``).
+   Without ``layer_entries`` a layer lives for one ``advance`` and is written at its
+   end, in the caller's transaction, as every other holder does.
 """
 
 from __future__ import annotations
@@ -50,6 +65,7 @@ import contextlib
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
 from deplog.client.dbapi import Connection, insert_rows
@@ -77,6 +93,7 @@ __all__ = [
     "SCHEMA",
     "STORE_FORMAT",
     "MapCache",
+    "MapLayer",
     "SqliteNodeStore",
     "SqliteRecords",
     "StoredMap",
@@ -175,9 +192,10 @@ class _Lru(Generic[K, V]):
         self.total = 0
 
 
-_Row = tuple[InnerNode, bytes | None, bytes | None, bytes]
+_Row = tuple[InnerNode, bytes | None, bytes | None, bytes | None]
 """An inner node as its group keeps it: the node, the values of its children that are
-leaves, and its encoding (``SqliteNodeStore.write``), so a group is re-encoded by a join."""
+leaves, and its encoding (None until the row is first written: ``_encode_row``), so a
+group is re-encoded by a join of its rows' encodings."""
 _Group = dict[bytes, _Row]
 """A decoded group: node id -> row. Never changed once cached: a write replaces it."""
 
@@ -199,10 +217,34 @@ _CHILD_BITS: Final = tuple(bytes(((bits - 1) & 0xFF,)) for bits in range(KEY_BIT
 """A child's first byte by its split bit: ``bits - 1``, so a leaf's 256 is 0xFF."""
 
 
-def _encode_group(group: _Group) -> bytes:
-    """The group's entries in the order they joined it (the stored order, then a batch's
-    new nodes): decoding needs no order, and keeping it spares sorting every group."""
-    return b"".join([row[3] for row in group.values()])
+def _encode_row(row: _Row) -> bytes:
+    """A row's bytes (``_decode_entry``'s inverse): the node's id, then each child as
+    ``u8 bits-1``, its id after the first byte (a leaf's whole key), and its hash (a
+    leaf's value instead: rule 7)."""
+    (nid, _, left, right), lv, rv, _ = row
+    return b"".join(
+        (
+            nid,
+            _CHILD_BITS[left.bits],
+            left.id[1:] if lv is None else left.id,
+            left.hash if lv is None else lv,
+            _CHILD_BITS[right.bits],
+            right.id[1:] if rv is None else right.id,
+            right.hash if rv is None else rv,
+        )
+    )
+
+
+def _encoded(group: _Group) -> tuple[_Group, bytes]:
+    """The group with every row's encoding, and the group's stored bytes: its rows in the
+    order they joined it (the stored order, then later batches' new nodes): decoding
+    needs no order, and keeping it spares sorting every group."""
+    if all(row[3] is not None for row in group.values()):
+        return group, b"".join([row[3] for row in group.values()])  # type: ignore[misc]
+    done: _Group = {}
+    for nid, row in group.items():
+        done[nid] = row if row[3] is not None else (*row[:3], _encode_row(row))
+    return done, b"".join([row[3] for row in done.values()])  # type: ignore[misc]
 
 
 def _decode_child(blob: bytes, at: int) -> tuple[ChildRef, bytes | None, int]:
@@ -229,7 +271,7 @@ def _decode_entry(blob: bytes, at: int) -> tuple[_Row, int]:
 
 
 def _decode_group(blob: bytes) -> _Group:
-    """``_encode_group``'s inverse; KeyError for bytes it did not write (altered storage)."""
+    """The encoded group's rows; KeyError for bytes it did not write (altered storage)."""
     group: _Group = {}
     at = 0
     try:
@@ -258,25 +300,106 @@ def _find_in_group(blob: bytes, node: bytes) -> _Row:
     raise KeyError("map node missing")
 
 
+@dataclass
+class MapLayer:
+    """The map's rows folded above its tables and not written yet (rule 8): the groups and
+    records that differ from the tables at size ``base``, and the root and size they
+    bring the map to. A writer's own layer changes batch by batch; the copy it keeps
+    at each commit (``MapCache.committed``) is never changed, so readers share it."""
+
+    base: int
+    size: int
+    root: ChildRef | None
+    root_value: bytes | None
+    """The root leaf's value when the root is a leaf (``map_state.root_value``)."""
+    groups: dict[bytes, _Group] = field(default_factory=dict)
+    records: dict[str, bytes] = field(default_factory=dict)
+    record_bytes: int = 0
+
+    def copy(self) -> MapLayer:
+        return MapLayer(
+            self.base,
+            self.size,
+            self.root,
+            self.root_value,
+            dict(self.groups),
+            dict(self.records),
+            self.record_bytes,
+        )
+
+
 class MapCache:
     """A writer's bounded copy of map rows and records (rule 5): groups by their number of
-    inner nodes, records by bytes, each least recently used first out."""
+    inner nodes, records by bytes, each least recently used first out; and, holding
+    rows back (rule 8), the layer of rows not written yet, which is never evicted.
+
+    ``layer_entries``, ``layer_groups`` and ``layer_record_bytes`` bound the layer: an
+    ``advance`` that leaves it larger than any of them writes it. Zero (the default)
+    writes every ``advance``'s rows at its end."""
 
     def __init__(
         self,
         max_nodes: int = DEFAULT_CACHE_NODES,
         max_record_bytes: int = DEFAULT_CACHE_RECORD_BYTES,
+        *,
+        layer_entries: int = 0,
+        layer_groups: int = 0,
+        layer_record_bytes: int = 0,
     ) -> None:
         self.groups: _Lru[bytes, _Group] = _Lru(max_nodes, len, self._evicted)
         self.records: _Lru[str, bytes] = _Lru(max_record_bytes, len)
         self.where: dict[bytes, bytes] = {}
-        """Node id -> group id of every node in a cached group, so a batch's write files
-        its rows without recomputing ``group_id``."""
+        """Node id -> group id of every node in a cached group or the layer, so a batch's
+        write files its rows without recomputing ``group_id``."""
         self.inners: dict[bytes, InnerNode] = {}
-        """Node id -> node of every node in a cached group: a batch walks its paths in
-        this one dict (``SqliteNodeStore.held``). Groups are kept in the order they were
-        loaded or written, not read: a batch rewrites every row it reads, so its paths
-        are the most recent all the same."""
+        """Node id -> node of every node in a cached group or the layer: a batch walks its
+        paths in this one dict (``SqliteNodeStore.held``). Groups are kept in the order
+        they were loaded or written, not read: a batch rewrites every row it reads, so
+        its paths are the most recent all the same."""
+        self.layer_entries = layer_entries
+        self.layer_groups = layer_groups
+        self.layer_record_bytes = layer_record_bytes
+        self.layer: MapLayer | None = None
+        """The rows not written yet (rule 8), None when the tables are the whole map."""
+        self.committed: MapLayer | None = None
+        """The layer as of the caller's last commit: what ``forget`` goes back to."""
+        self._changed = False
+
+    @property
+    def holds(self) -> bool:
+        """True if this cache holds rows back past the ``advance`` that folded them."""
+        return self.layer_entries > 0
+
+    def full(self) -> bool:
+        """True if the layer is past one of its bounds: the ``advance`` that took it there
+        writes it."""
+        layer = self.layer
+        if layer is None:
+            return False
+        return (
+            layer.size - layer.base > self.layer_entries
+            or len(layer.groups) > self.layer_groups
+            or layer.record_bytes > self.layer_record_bytes
+        )
+
+    def group(self, gid: bytes) -> _Group | None:
+        """The group with this id as the map has it now: the layer's, else the cached one
+        (recency is not moved: a batch's write will)."""
+        layer = self.layer
+        if layer is not None:
+            group = layer.groups.get(gid)
+            if group is not None:
+                return group
+        return self.groups.entries.get(gid)
+
+    def record(self, tool_id: str) -> bytes | None:
+        """The record of a tool as the map has it now, if this cache has it."""
+        layer = self.layer
+        if layer is not None:
+            record = layer.records.get(tool_id)
+            if record is not None:
+                return record
+        return self.records.get(tool_id)
 
     def put_group(self, gid: bytes, group: _Group) -> None:
         """Cache ``group``, read from the table."""
@@ -288,29 +411,100 @@ class MapCache:
         """Cache ``groups`` (a batch's, each replacing the cached one with its id);
         ``written`` are, by group, the nodes the batch wrote (groups only ever gain
         nodes). A group not cached (any more) has all its nodes added."""
-        where, inners, cached = self.where, self.inners, self.groups.entries
+        cached = self.groups.entries
         for gid, group in groups.items():  # one at a time: a put may evict the next one
-            if gid in cached:
-                for node in written[gid]:
-                    where[node.id] = gid
-                    inners[node.id] = node
-            else:
-                for nid, row in group.items():
-                    where[nid] = gid
-                    inners[nid] = row[0]
+            self._index(gid, group, written[gid] if gid in cached else None)
             self.groups.put(gid, group)
+
+    def hold_groups(
+        self, groups: Mapping[bytes, _Group], written: Mapping[bytes, list[InnerNode]]
+    ) -> None:
+        """Keep a batch's groups in the layer (rule 8) instead of writing them: a group moves
+        out of the least recently used ones, never evicted until it is written."""
+        layer, cached = self.layer, self.groups.entries
+        assert layer is not None
+        for gid, group in groups.items():
+            old = layer.groups.get(gid)
+            if old is None:
+                old = cached.pop(gid, None)
+                if old is not None:
+                    self.groups.total -= len(old)
+            self._index(gid, group, None if old is None else written[gid])
+            layer.groups[gid] = group
+        self._changed = True
+
+    def hold_records(self, records: Mapping[str, bytes]) -> None:
+        """Keep a batch's records in the layer (rule 8) instead of writing them."""
+        layer = self.layer
+        assert layer is not None
+        for tool_id, record in records.items():
+            old = layer.records.get(tool_id)
+            layer.record_bytes += len(record) - (0 if old is None else len(old))
+            layer.records[tool_id] = record
+        self._changed = True
+
+    def open_layer(self, base: int, root: ChildRef | None, root_value: bytes | None) -> MapLayer:
+        """The layer a batch folds into: the one held, else a new one over tables at size
+        ``base`` whose root is ``root``."""
+        if self.layer is None:
+            self.layer = MapLayer(base, base, root, root_value)
+            self._changed = True
+        return self.layer
+
+    def written(self, groups: Mapping[bytes, _Group]) -> None:
+        """The layer is in the tables now (``groups``: its groups as written): cache it as
+        read, least recently used first out again."""
+        layer = self.layer
+        assert layer is not None
+        self.layer = None
+        self._changed = True
+        for gid, group in groups.items():
+            self.groups.put(gid, group)  # its nodes are indexed already
+        for tool_id, record in layer.records.items():
+            self.records.put(tool_id, record)
+
+    def _index(self, gid: bytes, group: _Group, nodes: list[InnerNode] | None) -> None:
+        """Index ``nodes`` of ``group`` (all of them: None) under ``gid``."""
+        where, inners = self.where, self.inners
+        if nodes is None:
+            for nid, row in group.items():
+                where[nid] = gid
+                inners[nid] = row[0]
+        else:
+            for node in nodes:
+                where[node.id] = gid
+                inners[node.id] = node
 
     def _evicted(self, group: _Group) -> None:
         where, inners = self.where, self.inners
         for node in group:
             del where[node], inners[node]
 
+    def commit(self) -> None:
+        """The caller committed: keep the layer as it is now for ``forget`` and readers."""
+        if self._changed:
+            self.committed = None if self.layer is None else self.layer.copy()
+            self._changed = False
+
     def forget(self) -> None:
-        """Drop everything: the tables may hold other rows than the ones seen (rule 5)."""
+        """Drop every cached row, which the tables may no longer hold (rule 5), and go back
+        to the layer as last committed (rule 8)."""
         self.groups.clear()
         self.records.clear()
         self.where.clear()
         self.inners.clear()
+        self.layer = None if self.committed is None else self.committed.copy()
+        self._changed = False
+        if self.layer is not None:
+            for gid, group in self.layer.groups.items():
+                self._index(gid, group, None)
+
+    @classmethod
+    def over(cls, layer: MapLayer | None) -> MapCache:
+        """A reader's cache for one read transaction, seeing ``layer`` above the tables."""
+        cache = cls()
+        cache.layer = layer
+        return cache
 
 
 class SqliteNodeStore:
@@ -318,30 +512,18 @@ class SqliteNodeStore:
 
     A missing or unreadable row raises ``KeyError``, as the in-memory store does; its
     holder reports that as altered storage. With a ``cache`` (writers only, rule 5),
-    groups come from memory when it holds them.
+    groups come from memory when it holds them, and a cache that holds rows back keeps
+    a batch's in its layer (rule 8).
     """
 
     def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
         self.cache = cache
 
-    @contextlib.contextmanager
-    def scoped_cache(self) -> Iterator[None]:
-        """For a holder without a cache, inside one transaction (rule 5): the groups read
-        in the block are kept until it ends, so a proof's path (up to four nodes a group)
-        and a fold's path reads and write read each group once. A writer's own cache is
-        left as it is."""
-        if self.cache is not None:
-            yield
-            return
-        self.cache = MapCache()
-        try:
-            yield
-        finally:
-            self.cache = None
-
     def root(self) -> ChildRef | None:
         """The root reference, None for the empty map (or no map yet)."""
+        if self.cache is not None and self.cache.layer is not None:
+            return self.cache.layer.root
         row = self.conn.execute(
             "SELECT root_id, root_bits, root_hash FROM map_state WHERE id = 1"
         ).fetchone()
@@ -349,12 +531,21 @@ class SqliteNodeStore:
             return None
         return ChildRef(bytes(row[0]), int(row[1]), bytes(row[2]))
 
+    def root_value(self) -> bytes | None:
+        """The root leaf's value, None unless the root is a leaf."""
+        if self.cache is not None and self.cache.layer is not None:
+            return self.cache.layer.root_value
+        row = self.conn.execute("SELECT root_value FROM map_state WHERE id = 1").fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
+
     def _row(self, node: bytes) -> _Row:
         cache = self.cache
         if cache is not None:
             known = cache.where.get(node)
             if known is not None:
-                return cache.groups.entries[known][node]
+                group = cache.group(known)
+                if group is not None:
+                    return group[node]
         gid = group_id(node)
         if cache is None:  # a reader: decode only the node asked for
             row = self.conn.execute("SELECT nodes FROM map_group WHERE id = ?", (gid,)).fetchone()
@@ -367,11 +558,9 @@ class SqliteNodeStore:
         return group[node]
 
     def _groups(self, ids: Sequence[bytes]) -> dict[bytes, _Group]:
-        """The stored groups of ``ids`` (those that exist), the cache's first; the rest in
-        one query per 500 ids, decoded and cached."""
-        found, missing = _cached_and_missing(  # recency is not moved: a batch's write will
-            None if self.cache is None else self.cache.groups.entries.get, ids
-        )
+        """The groups of ``ids`` (those that exist), the cache's first; the rest in one
+        query per 500 ids, decoded and cached."""
+        found, missing = _cached_and_missing(None if self.cache is None else self.cache.group, ids)
         for gid, blob in _rows_in(
             self.conn, "SELECT id, nodes FROM map_group WHERE id IN", missing
         ):
@@ -402,12 +591,10 @@ class SqliteNodeStore:
     def leaf_value(self, key: bytes, parent: bytes | None) -> bytes:
         """The value of the leaf with this key, kept in its parent's row (rule 7)."""
         if parent is None:
-            row = self.conn.execute(
-                "SELECT root_id, root_value FROM map_state WHERE id = 1"
-            ).fetchone()
-            if row is None or row[1] is None or bytes(row[0]) != key:
+            root, value = self.root(), self.root_value()
+            if root is None or value is None or root.id != key:
                 raise KeyError("map leaf missing")
-            return bytes(row[1])
+            return value
         node, lv, rv, _ = self._row(parent)
         value = lv if node.left.id == key else rv if node.right.id == key else None
         if value is None:
@@ -417,8 +604,10 @@ class SqliteNodeStore:
     def write(
         self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
     ) -> None:
-        """Store a batch's nodes and root in the caller's transaction: each group a node
-        of the batch is in is rewritten whole, with the values of its leaf children."""
+        """Store a batch's nodes and root: each group a node of the batch is in is rewritten
+        whole, with the values of its leaf children, into the cache's layer when it has one
+        open (rule 8: ``StoredMap.advance_notices`` opens it), else in the caller's
+        transaction."""
         touched: dict[bytes, list[InnerNode]] = {}
         where = {} if self.cache is None else self.cache.where
         for node in inners:
@@ -429,64 +618,70 @@ class SqliteNodeStore:
             else:
                 nodes.append(node)
         before = self._groups(list(touched))
-        values = _LeafValues(self.conn, leaves, before)
+        values = _LeafValues(self, leaves, before, touched)
         after: dict[bytes, _Group] = {}
         for gid, nodes in touched.items():
             kept = before.get(gid)
             group = {} if kept is None else kept.copy()
             for node in nodes:
-                # The row (``_decode_entry``'s inverse): the node's id, then each child as
-                # ``u8 bits-1``, its id after the first byte (a leaf's whole key), and its
-                # hash (a leaf's value instead: rule 7).
                 nid, _, left, right = node
-                lv = rv = None
-                if left.bits == KEY_BITS:
-                    lv = values.of(left, group.get(nid))
-                if right.bits == KEY_BITS:
-                    rv = values.of(right, group.get(nid))
-                entry = b"".join(
-                    (
-                        nid,
-                        _CHILD_BITS[left.bits],
-                        left.id[1:] if lv is None else left.id,
-                        left.hash if lv is None else lv,
-                        _CHILD_BITS[right.bits],
-                        right.id[1:] if rv is None else right.id,
-                        right.hash if rv is None else rv,
-                    )
-                )
-                group[nid] = (node, lv, rv, entry)
+                lv = values.of(left, group.get(nid)) if left.bits == KEY_BITS else None
+                rv = values.of(right, group.get(nid)) if right.bits == KEY_BITS else None
+                group[nid] = (node, lv, rv, None)
             after[gid] = group
+        value = None
+        if root is not None and root.bits == KEY_BITS:
+            value = leaves[root.id]  # one key in the map: the batch just set it
+        cache = self.cache
+        if cache is not None and cache.layer is not None:
+            cache.layer.root, cache.layer.root_value = root, value
+            cache.hold_groups(after, touched)
+            return
+        done = self.write_groups(after)
+        self.conn.execute(
+            f"UPDATE map_state SET {_ROOT_COLUMNS} WHERE id = 1", _root_row(root, value)
+        )
+        if cache is not None:  # after the writes: a failed one leaves the cache as it was
+            cache.put_groups(done, touched)
+
+    def write_groups(self, groups: Mapping[bytes, _Group]) -> dict[bytes, _Group]:
+        """Upsert ``groups`` in the caller's transaction; they are returned with every row's
+        encoding (``_Row``), for the cache."""
+        encoded = {gid: _encoded(group) for gid, group in groups.items()}
         insert_rows(
             self.conn,
             "INSERT INTO map_group (id, nodes)",
-            [(gid, _encode_group(group)) for gid, group in after.items()],
+            [(gid, blob) for gid, (_, blob) in encoded.items()],
             "ON CONFLICT (id) DO UPDATE SET nodes = excluded.nodes",
         )
-        ref: tuple[bytes | int | None, ...] = (None, None, None, None)
-        if root is not None:
-            value = leaves[root.id] if root.bits == KEY_BITS else None  # one key: just set
-            ref = (root.id, root.bits, root.hash, value)
-        self.conn.execute(
-            "UPDATE map_state SET root_id = ?, root_bits = ?, root_hash = ?, root_value = ? "
-            "WHERE id = 1",
-            ref,
-        )
-        if self.cache is not None:  # after the writes: a failed one leaves it as it was
-            self.cache.put_groups(after, touched)
+        return {gid: group for gid, (group, _) in encoded.items()}
+
+
+_ROOT_COLUMNS: Final = "root_id = ?, root_bits = ?, root_hash = ?, root_value = ?"
+
+
+def _root_row(root: ChildRef | None, value: bytes | None) -> tuple[bytes | int | None, ...]:
+    """``_ROOT_COLUMNS``' parameters."""
+    return (None, None, None, None) if root is None else (root.id, root.bits, root.hash, value)
 
 
 class _LeafValues:
     """The value of each leaf child a batch's nodes point at: the batch's own, else the one
     its previous parent kept. That parent is in the batch too (its child changed), so its
-    group is among the ones read before the write, or the leaf was the root."""
+    row before the batch is among the ones read before the write, or the leaf was the
+    root."""
 
     def __init__(
-        self, conn: Connection, changed: Mapping[bytes, bytes], groups: Mapping[bytes, _Group]
+        self,
+        store: SqliteNodeStore,
+        changed: Mapping[bytes, bytes],
+        groups: Mapping[bytes, _Group],
+        written: Mapping[bytes, list[InnerNode]],
     ) -> None:
-        self.conn = conn
+        self.store = store
         self.changed = changed
         self.groups = groups
+        self.written = written
         self.kept: dict[bytes, bytes] | None = None
 
     def of(self, ref: ChildRef, old: _Row | None) -> bytes:
@@ -509,16 +704,23 @@ class _LeafValues:
         return value
 
     def _kept(self) -> dict[bytes, bytes]:
+        """The leaf values the batch's rewritten nodes kept before it."""
         kept: dict[bytes, bytes] = {}
-        for group in self.groups.values():
-            for node, lv, rv, _ in group.values():
-                if lv is not None:
-                    kept[node.left.id] = lv
-                if rv is not None:
-                    kept[node.right.id] = rv
-        row = self.conn.execute("SELECT root_id, root_value FROM map_state WHERE id = 1").fetchone()
-        if row is not None and row[1] is not None:
-            kept[bytes(row[0])] = bytes(row[1])
+        for gid, nodes in self.written.items():
+            group = self.groups.get(gid)
+            if group is None:
+                continue
+            for node in nodes:
+                old = group.get(node.id)
+                if old is None:
+                    continue
+                if old[1] is not None:
+                    kept[old[0].left.id] = old[1]
+                if old[2] is not None:
+                    kept[old[0].right.id] = old[2]
+        root, value = self.store.root(), self.store.root_value()
+        if root is not None and value is not None:
+            kept[root.id] = value
         return kept
 
 
@@ -559,7 +761,7 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
     def raw(self, tool_id: str) -> bytes:
         """The stored record bytes of a tool (KeyError if it is not in the map)."""
         if self.cache is not None:
-            cached = self.cache.records.get(tool_id)
+            cached = self.cache.record(tool_id)
             if cached is not None:
                 return cached
         row = self.conn.execute(
@@ -576,7 +778,7 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
         """The stored record bytes of those of ``tool_ids`` in the map: the cache's, and
         the rest read ``_IN_CHUNK`` at a time."""
         found, missing = _cached_and_missing(
-            None if self.cache is None else self.cache.records.get, tool_ids
+            None if self.cache is None else self.cache.record, tool_ids
         )
         select = "SELECT tool_id, record FROM map_record WHERE tool_id IN"
         for tool_id, record in _rows_in(self.conn, select, missing):
@@ -617,6 +819,7 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
         raise TypeError("a tool never leaves the map")
 
     def __iter__(self) -> Iterator[str]:
+        """The tools in the tables (a layer's not yet written are not: rule 8)."""
         rows = self.conn.execute("SELECT tool_id FROM map_record ORDER BY tool_id").fetchall()
         return iter(str(row[0]) for row in rows)
 
@@ -627,8 +830,10 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
 class StoredMap(VerifiableMap):
     """A ``VerifiableMap`` whose rows and records live in SQLite on ``conn``.
 
-    The caller owns transactions (rule 1): ``advance`` writes but never commits.
-    A writer passes a ``cache`` and calls ``forget`` as rule 5 says.
+    The caller owns transactions (rule 1): ``advance`` and ``flush`` write but never
+    commit. A writer passes a ``cache``, calls ``committed`` after each commit and
+    ``forget`` as rule 5 says; one whose cache holds rows back (rule 8) calls ``flush``
+    in a transaction of its own choosing, and before it closes.
     """
 
     def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
@@ -639,14 +844,72 @@ class StoredMap(VerifiableMap):
         super().__init__(self.nodes, self.stored)
 
     def forget(self) -> None:
-        """Drop the cache (rule 5): after a transaction that did not commit, or one that
-        another writer committed. Without a cache, nothing to drop."""
+        """Drop the cache (rule 5) and go back to the layer last committed (rule 8): after
+        a transaction that did not commit, or one that another writer committed. Without
+        a cache, nothing to drop."""
         if self.cache is not None:
             self.cache.forget()
+
+    def committed(self) -> None:
+        """The caller's transaction committed: what it folded is the map now (rule 8)."""
+        if self.cache is not None:
+            self.cache.commit()
+
+    @property
+    def layer(self) -> MapLayer | None:
+        """The rows not yet written as of the last commit (rule 8), for readers in this
+        process (``prove_at_size``); None when the tables are the whole map."""
+        return None if self.cache is None else self.cache.committed
+
+    @property
+    def unwritten(self) -> int:
+        """Log entries folded into the layer and not yet written (rule 8)."""
+        layer = None if self.cache is None else self.cache.layer
+        return 0 if layer is None else layer.size - layer.base
+
+    @contextlib.contextmanager
+    def scoped_cache(self, cache: MapCache | None = None) -> Iterator[None]:
+        """For a holder without a cache, inside one transaction (rule 5): the groups and
+        records read or folded in the block are kept until it ends, so a proof's path (up
+        to four nodes a group) and a fold's path reads and write read each group once.
+        ``cache``: the one to use (a reader's over a layer). A writer's own is kept."""
+        if self.cache is not None:
+            yield
+            return
+        self.cache = self.stored.cache = self.nodes.cache = cache or MapCache()
+        try:
+            yield
+        finally:
+            self.cache = self.stored.cache = self.nodes.cache = None
 
     def record_bytes(self, tool_id: str) -> bytes:
         """The record as stored: its verifiers decode it strictly, the store need not."""
         return self.stored.raw(tool_id)
+
+    def warm(self) -> int:
+        """Fill the cache with the tables' groups, shallowest first, up to its bound (a
+        writer at start, so its first batches do not read their paths a query at a time);
+        the number of groups read. Without a cache, nothing to fill."""
+        cache = self.cache
+        if cache is None:
+            return 0
+        read, after = 0, b""
+        while cache.groups.total < cache.groups.capacity:
+            rows = self.conn.execute(
+                "SELECT id, nodes FROM map_group WHERE id > ? ORDER BY id LIMIT ?",
+                (after, _IN_CHUNK),
+            ).fetchall()
+            for gid, blob in rows:
+                group = _decode_group(bytes(blob))
+                if cache.groups.total + len(group) > cache.groups.capacity:
+                    return read
+                if cache.group(bytes(gid)) is None:
+                    cache.put_group(bytes(gid), group)
+                read += 1
+            if len(rows) < _IN_CHUNK:
+                break
+            after = bytes(rows[-1][0])
+        return read
 
     @staticmethod
     def create_schema(conn: sqlite3.Connection) -> bool:
@@ -701,7 +964,13 @@ class StoredMap(VerifiableMap):
             conn.execute(f"DROP TABLE IF EXISTS {table}")
 
     def size(self) -> int | None:
-        """The log size folded in, None if this database has no map yet."""
+        """The log size folded in (the layer's, rule 8), None if this database has no map
+        yet."""
+        if self.cache is not None and self.cache.layer is not None:
+            return self.cache.layer.size
+        return self._table_size()
+
+    def _table_size(self) -> int | None:
         row = self.conn.execute("SELECT size FROM map_state WHERE id = 1").fetchone()
         return None if row is None else int(row[0])
 
@@ -731,7 +1000,8 @@ class StoredMap(VerifiableMap):
 
         Records grow by appending items (``extend_record_bytes``), never by decoding
         and re-encoding them, so a batch costs its own notices, not the records'
-        sizes; the entries are admitted, so every record folds.
+        sizes; the entries are admitted, so every record folds. The batch folds into
+        the cache's layer, written at the end unless the cache holds rows back (rule 8).
         """
         size = self.size()
         if start != (size or 0) or end < start:
@@ -740,39 +1010,60 @@ class StoredMap(VerifiableMap):
             self.conn.execute(
                 "INSERT INTO map_state (id, format, size) VALUES (1, ?, 0)", (STORE_FORMAT,)
             )
-        items: dict[str, list[bytes]] = {}
-        for index, notice in notices:
-            if not start <= index < end:
-                raise ValueError("a notice outside the entries folded")
-            items.setdefault(notice.tool_id, []).append(record_item_bytes(index, notice))
-        before = self.stored.get_many_raw(list(items))
-        records = {
-            tool_id: extend_record_bytes(before.get(tool_id), added)
-            for tool_id, added in items.items()
-        }
-        self.stored.put_many_raw(records)
-        changes = {map_key(t): value_hash(r) for t, r in records.items()}
-        with self.nodes.scoped_cache():  # without one, path reads and write decode twice
-            root = self.tree.update(changes)
-        self.conn.execute("UPDATE map_state SET size = ? WHERE id = 1", (end,))
+        with self.scoped_cache():  # without one, path reads and write decode twice
+            cache = self.cache
+            assert cache is not None
+            layer = cache.open_layer(start, self.nodes.root(), self.nodes.root_value())
+            items: dict[str, list[bytes]] = {}
+            for index, notice in notices:
+                if not start <= index < end:
+                    raise ValueError("a notice outside the entries folded")
+                items.setdefault(notice.tool_id, []).append(record_item_bytes(index, notice))
+            before = self.stored.get_many_raw(list(items))
+            records = {
+                tool_id: extend_record_bytes(before.get(tool_id), added)
+                for tool_id, added in items.items()
+            }
+            cache.hold_records(records)
+            root = self.tree.update({map_key(t): value_hash(r) for t, r in records.items()})
+            layer.size = end
+            if not cache.holds or cache.full():
+                self.flush()
         return root
 
-    def prove_at_size(self, tool_id: str) -> tuple[int, MapProof]:
+    def flush(self) -> None:
+        """Write the layer (rule 8) in the caller's transaction: its records, groups, root
+        and size; nothing to do without one."""
+        layer = None if self.cache is None else self.cache.layer
+        if layer is None:
+            return
+        insert_rows(
+            self.conn,
+            "INSERT INTO map_record (tool_id, record)",
+            list(layer.records.items()),
+            "ON CONFLICT (tool_id) DO UPDATE SET record = excluded.record",
+        )
+        groups = self.nodes.write_groups(layer.groups)
+        self.conn.execute(
+            f"UPDATE map_state SET size = ?, {_ROOT_COLUMNS} WHERE id = 1",
+            (layer.size, *_root_row(layer.root, layer.root_value)),
+        )
+        assert self.cache is not None
+        self.cache.written(groups)  # after the writes: a failed one leaves the cache as it was
+
+    def prove_at_size(self, tool_id: str, layer: MapLayer | None = None) -> tuple[int, MapProof]:
         """``(size, proof)`` read in one read transaction (rule 3), so the proof is of the
         map at that size; for readers only: it opens and ends a transaction on ``conn``.
-        KeyError if this database has no map yet."""
-        with self.snapshot():
-            size = self.size()
-            if size is None or self.format() != STORE_FORMAT:
-                raise KeyError("no map")
-            return size, self.prove(tool_id)
-
-    @contextlib.contextmanager
-    def snapshot(self) -> Iterator[None]:
-        """A read transaction: every read inside sees one committed state."""
+        ``layer``: the writer's (``StoredMap.layer``, rule 8), read above the tables when
+        they are at its base size (else the writer has written it since: the tables are
+        at its size or past it). KeyError if this database has no map yet."""
         self.conn.execute("BEGIN")
         try:
-            with self.nodes.scoped_cache():
-                yield
+            size = self._table_size()
+            if size is None or self.format() != STORE_FORMAT:
+                raise KeyError("no map")
+            above = layer if layer is not None and layer.base == size else None
+            with self.scoped_cache(MapCache.over(above)):
+                return self.size() or 0, self.prove(tool_id)
         finally:
             self.conn.execute("COMMIT")

@@ -16,7 +16,7 @@ from deplog.authority.log import Log, StorageError
 from deplog.authority.storage.copy import copy_log
 from deplog.authority.storage.database import open_database
 from deplog.client.errors import CLIError
-from deplog.client.mapstore import STORE_FORMAT
+from deplog.client.mapstore import STORE_FORMAT, StoredMap
 from deplog.client.model.notice import Envelope
 from deplog.client.model.vmap import (
     EMPTY_ROOT,
@@ -307,3 +307,124 @@ def test_a_map_of_another_record_format_is_folded_again_and_the_next_checkpoint_
     assert require_map_root(checkpoint) == reference_root(reopened, size + 1)
     record = verify_map_proof(require_map_root(checkpoint), TOOLS[0], reopened.map.prove(TOOLS[0]))
     assert record is not None and record.notices
+
+
+# -- rows held back (client.mapstore rule 8) ---------------------------------------------
+
+
+def tables(db_path: str) -> tuple[int, bytes]:
+    """The map as its tables hold it (size, root), read on a connection of its own."""
+    conn = open_database(db_path).connect(readonly=True)
+    try:
+        stored = StoredMap(conn)
+        return stored.size() or 0, stored.root()
+    finally:
+        conn.close()
+
+
+@sqlite_only
+def test_on_sqlite_batches_fold_in_memory_and_flush_map_writes_their_rows(
+    db_path: str, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    written = tables(db_path)
+    for first in (1, 4, 7):
+        log.sequence(batch(publisher, first, 3))
+        assert require_map_root(signed(log, log_signer)) == reference_root(log, log.tree.size)
+        assert tables(db_path) == written
+    assert log.map.unwritten == log.tree.size - written[0] == 10  # the registration too
+    log.flush_map()
+    assert log.map.unwritten == 0
+    assert tables(db_path) == (log.tree.size, reference_root(log, log.tree.size))
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_on_postgresql_every_batch_writes_its_rows(
+    db_path: str, log: Log, publisher: Signer
+) -> None:
+    """Other processes read and extend the map's tables there: none are held back."""
+    for first in (1, 4):
+        log.sequence(batch(publisher, first, 3))
+        assert log.map.unwritten == 0 and log.map.layer is None
+        assert tables(db_path) == (log.tree.size, reference_root(log, log.tree.size))
+
+
+@sqlite_only
+def test_close_writes_the_rows_held(db_path: str, log: Log, publisher: Signer) -> None:
+    log.sequence(batch(publisher, 1, 4))
+    assert log.map.unwritten
+    log.close()
+    assert tables(db_path) == (5, VerifiableMap().fold(enumerate(leaf_rows(db_path))))
+
+
+def leaf_rows(db_path: str) -> list[bytes]:
+    conn = sqlite3.connect(db_path)
+    try:
+        return [bytes(r[0]) for r in conn.execute("SELECT data FROM leaves ORDER BY idx")]
+    finally:
+        conn.close()
+
+
+@sqlite_only
+def test_rows_lost_with_the_process_are_folded_again_at_start(
+    db_path: str,
+    log: Log,
+    log_signer: Signer,
+    publisher: Signer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What a SIGKILL leaves (tests/integration/test_crash.py does it for real): batches
+    committed and signed, their map rows never written. The start folds those entries
+    again, to the root the latest checkpoint carries, and writes them."""
+    log.sequence(batch(publisher, 1, 3))
+    log.flush_map()
+    log.sequence(batch(publisher, 4, 5))
+    signed_root = require_map_root(signed(log, log_signer))
+    log.conn.close()  # no close(): the held rows go with the process
+    assert tables(db_path)[0] == 4
+    with caplog.at_level(logging.INFO, logger="deplog.authority"):
+        reopened = Log(db_path, log_signer, ORIGIN)
+    assert (
+        "folding the tool-status map's last 5 log entries (not written before the last stop)"
+        in (caplog.messages)
+    )
+    assert (reopened.map.size(), reopened.map.root()) == (9, signed_root)
+    assert tables(db_path) == (9, signed_root)
+    reopened.sequence(batch(publisher, 9, 2))
+    assert reopened.map.root() == reference_root(reopened, 11)
+    reopened.close()
+
+
+@sqlite_only
+def test_a_failed_write_of_the_held_rows_changes_nothing_and_keeps_them(
+    db_path: str, log: Log, publisher: Signer
+) -> None:
+    log.sequence(batch(publisher, 1, 4))
+    before, held = tables(db_path), log.map.unwritten
+    log.conn.execute(
+        "CREATE TEMP TRIGGER refuse BEFORE UPDATE ON map_state "
+        "BEGIN SELECT RAISE(ABORT, 'injected'); END"
+    )
+    with pytest.raises(StorageError):
+        log.flush_map()
+    assert tables(db_path) == before and log.map.unwritten == held
+    log.sequence(batch(publisher, 5, 2))  # appends go on meanwhile
+    log.conn.execute("DROP TRIGGER temp.refuse")
+    log.flush_map()
+    assert tables(db_path) == (log.tree.size, reference_root(log, log.tree.size))
+
+
+@sqlite_only
+def test_a_map_behind_the_committed_log_catches_up_from_its_entries(
+    log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    """What a commit that reported a failure and still took effect leaves: the held rows
+    went back to an older commit's (here: none held, the tables' size) while the log kept
+    the batch. The next batch folds the missing entries from the log first."""
+    log.sequence(batch(publisher, 1, 3))
+    assert log.map.cache is not None
+    log.map.cache.committed = None
+    log.map.forget()
+    assert (log.map.size() or 0) < log.tree.size
+    log.sequence(batch(publisher, 4, 2))
+    assert log.map.size() == log.tree.size == 6
+    assert require_map_root(signed(log, log_signer)) == reference_root(log, 6)

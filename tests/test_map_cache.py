@@ -1,11 +1,17 @@
 """The writer's map cache never changes a root or a proof: the cached log agrees with an
 uncached reader and with a fold from scratch over random batches, across batches that
-fail mid-way (a quota hit, an aborting trigger) and restarts after them."""
+fail mid-way (a quota hit, an aborting trigger) and restarts after them. On SQLite the
+log holds its map rows back (``client.mapstore`` rule 8): each test runs with rows held
+(``held``, the reader proving through the writer's layer) and with rows written by every
+batch (``written``, as on PostgreSQL)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
+import re
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,6 +55,32 @@ class Batches:
         return out
 
 
+@pytest.fixture(params=["held", "written"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def opened(db_path: Path, log_signer: Signer, mode: str) -> Log:
+    """The log, holding its map rows back (the default on SQLite) or writing every batch's."""
+    log = Log(db_path, log_signer, ORIGIN)
+    assert log.map.cache is not None and log.map.cache.holds
+    if mode == "written":
+        log.map.cache.layer_entries = 0
+    return log
+
+
+@contextlib.contextmanager
+def writing_the_layer(log: Log) -> Iterator[None]:
+    """The next batches write the map's rows whatever the mode: a bound they pass."""
+    assert log.map.cache is not None
+    kept = log.map.cache.layer_entries
+    log.map.cache.layer_entries = min(kept, 1)
+    try:
+        yield
+    finally:
+        log.map.cache.layer_entries = kept
+
+
 def reference(log: Log) -> VerifiableMap:
     """The map of the log's committed prefix, folded from scratch in memory."""
     folded = VerifiableMap()
@@ -57,19 +89,22 @@ def reference(log: Log) -> VerifiableMap:
 
 
 def assert_agrees(log: Log, db_path: Path, tools: list[str]) -> None:
-    """The cached writer, an uncached reader of the same file and the reference fold give
-    one root and the same verifying proofs."""
+    """The cached writer, an uncached reader of the same file (through the writer's layer
+    of rows not yet written, as the server's readers) and the reference fold give one
+    root and the same verifying proofs."""
     expected = reference(log)
     reader = sqlite3.connect(db_path, isolation_level=None)
     try:
-        uncached = StoredMap(reader)
-        assert log.map.root() == uncached.root() == expected.root()
+        assert log.map.root() == expected.root()
         for tool_id in [*tools, "tool:org.acme/never-named"]:
-            proof = uncached.prove(tool_id)
+            size, proof = StoredMap(reader).prove_at_size(tool_id, log.map.layer)
+            assert size == log.tree.size
             assert log.map.prove(tool_id) == proof == expected.prove(tool_id)
             assert verify_map_proof(expected.root(), tool_id, proof) == (
                 expected.records.get(tool_id)
             )
+        if log.map.layer is None:
+            assert StoredMap(reader).root() == expected.root()
     finally:
         reader.close()
 
@@ -84,10 +119,10 @@ def abort_folds_past(log: Log, size: int) -> None:
 
 
 def test_a_cached_log_matches_an_uncached_reader_across_failed_batches(
-    tmp_path: Path, log_signer: Signer, publisher: Signer
+    tmp_path: Path, log_signer: Signer, publisher: Signer, mode: str
 ) -> None:
     db_path = tmp_path / "log.db"
-    log = Log(db_path, log_signer, ORIGIN)
+    log = opened(db_path, log_signer, mode)
     register(log, publisher)
     batches = Batches(publisher, seed=11)
     failures = 0
@@ -99,7 +134,7 @@ def test_a_cached_log_matches_an_uncached_reader_across_failed_batches(
             else:  # a quota hit: whichever write grows the file first fails
                 pages = int(log.conn.execute("PRAGMA page_count").fetchone()[0])
                 log.conn.execute(f"PRAGMA max_page_count = {pages}")
-            with pytest.raises(StorageError):
+            with writing_the_layer(log), pytest.raises(StorageError):
                 log.sequence(batches.next(largest=300))
             failures += 1
             log.conn.execute("DROP TRIGGER IF EXISTS temp.abort_fold")
@@ -109,49 +144,55 @@ def test_a_cached_log_matches_an_uncached_reader_across_failed_batches(
         log.sequence(batches.next())
         assert_agrees(log, db_path, batches.rng.sample(batches.tools, 8))
     assert failures == 8
+    log.flush_map()
+    assert log.map.layer is None
+    assert_agrees(log, db_path, batches.tools[:8])
     log.close()
 
 
 def test_the_aborting_hook_fails_the_batch_after_the_cache_took_its_rows(
-    tmp_path: Path, log_signer: Signer, publisher: Signer
+    tmp_path: Path, log_signer: Signer, publisher: Signer, mode: str
 ) -> None:
     """The failure above is the one a stale cache would survive: the rows were cached
-    before the abort, and only ``forget`` on rollback removes them."""
-    log = Log(tmp_path / "log.db", log_signer, ORIGIN)
+    (or held) before the abort, and only ``forget`` on rollback removes them."""
+    log = opened(tmp_path / "log.db", log_signer, mode)
     register(log, publisher)
     batches = Batches(publisher, seed=5)
     log.sequence(batches.next())
+    committed = log.map.layer
     assert log.map.cache is not None
     seen: list[int] = []
     forget = log.map.forget
 
     def counting_forget() -> None:
         assert log.map.cache is not None
-        seen.append(len(log.map.cache.groups.entries))
+        layer = log.map.cache.layer
+        seen.append(len(log.map.cache.groups.entries) + (0 if layer is None else len(layer.groups)))
         forget()
 
     log.map.forget = counting_forget  # type: ignore[method-assign]
     abort_folds_past(log, log.map.size() or 0)
-    with pytest.raises(StorageError):
-        log.sequence(batches.next())
+    with writing_the_layer(log), pytest.raises(StorageError):
+        log.sequence(batches.next(largest=300))
     assert seen and seen[0] > 0
     assert not log.map.cache.groups.entries and not log.map.cache.records.entries
+    assert log.map.cache.layer == committed
     log.close()
 
 
 def test_a_restart_after_a_failed_batch_matches_the_reference(
-    tmp_path: Path, log_signer: Signer, publisher: Signer
+    tmp_path: Path, log_signer: Signer, publisher: Signer, mode: str
 ) -> None:
     db_path = tmp_path / "log.db"
-    log = Log(db_path, log_signer, ORIGIN)
+    log = opened(db_path, log_signer, mode)
     register(log, publisher)
     batches = Batches(publisher, seed=23)
     for _ in range(4):
         log.sequence(batches.next())
     abort_folds_past(log, log.map.size() or 0)
-    with pytest.raises(StorageError):
-        log.sequence(batches.next())
-    log.close()
+    with writing_the_layer(log), pytest.raises(StorageError):
+        log.sequence(batches.next(largest=300))
+    log.close()  # held rows: its write aborts too, and the start folds them again
     reopened = Log(db_path, log_signer, ORIGIN)
     assert_agrees(reopened, db_path, batches.tools[:10])
     for _ in range(3):
@@ -261,4 +302,40 @@ def test_forget_empties_the_cache_and_a_map_without_one_has_nothing_to_forget(
     assert not cache.groups.entries and not cache.records.entries and cache.records.total == 0
     StoredMap(conn).forget()
     assert StoredMap(conn).root() == cached.root()
+    conn.close()
+
+
+@pytest.mark.parametrize("max_nodes", [40, 1 << 15])
+def test_warm_fills_the_cache_with_the_shallowest_groups_up_to_its_bound(
+    tmp_path: Path, publisher: Signer, max_nodes: int
+) -> None:
+    conn = sqlite3.connect(tmp_path / "map.db", isolation_level=None)
+    StoredMap.create_schema(conn)
+    StoredMap(conn).advance(0, leaves(publisher, 1, 400, random.Random(6)))
+    cache = MapCache(max_nodes=max_nodes)
+    warmed = StoredMap(conn, cache)
+    read = warmed.warm()
+    stored = {
+        bytes(gid): bytes(blob) for gid, blob in conn.execute("SELECT id, nodes FROM map_group")
+    }
+    assert read == len(cache.groups.entries) > 0
+    assert cache.groups.total <= max_nodes
+    assert_indexes_match_the_cached_groups(cache)
+    root = warmed.nodes.root()
+    assert root is not None and group_id(root.id) in cache.groups.entries
+    depth = max(gid[0] for gid in cache.groups.entries)
+    assert all(gid[0] >= depth for gid in stored.keys() - cache.groups.entries.keys())
+    if max_nodes > 400:  # the whole map: a batch reads no stored group, only asks for new ones
+        assert cache.groups.entries.keys() == stored.keys()
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        warmed.advance(400, leaves(publisher, 401, 20, random.Random(7)))
+        conn.set_trace_callback(None)
+        asked = {
+            bytes.fromhex(literal)
+            for sql in statements
+            if sql.startswith("SELECT id, nodes FROM map_group")
+            for literal in re.findall(r"x'([0-9a-f]*)'", sql)
+        }
+        assert not asked & stored.keys()
     conn.close()

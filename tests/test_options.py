@@ -16,6 +16,7 @@ import pytest
 from deplog.authority import cli as authority_cli
 from deplog.authority.http.limits import Rate
 from deplog.authority.http.server import MAX_ENTRIES_PER_REQUEST, ServerConfig
+from deplog.authority.log import MAP_LAYER_ENTRIES, MAP_LAYER_GROUPS, MAP_LAYER_RECORD_BYTES
 from deplog.authority.options import (
     MEBIBYTES,
     MILLISECONDS,
@@ -24,7 +25,7 @@ from deplog.authority.options import (
     option,
     options_of,
 )
-from deplog.authority.sequencer import SequencerLimits
+from deplog.authority.sequencer import MAP_FLUSH_IDLE, SequencerLimits
 from deplog.authority.witness import cli as witness_cli
 from deplog.authority.witnessing import WitnessingConfig
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES
@@ -222,6 +223,13 @@ def test_the_readme_limits_table_states_the_dataclass_default(flag: str) -> None
     assert numbers(documented) == numbers(shown)
     if not numbers(shown):
         assert documented == shown
+
+
+def test_the_readme_states_the_map_rows_a_writer_holds() -> None:
+    held = ROWS["tool-status map rows held in memory before they are written (SQLite)"][0]
+    assert numbers(held) == [MAP_LAYER_ENTRIES, MAP_LAYER_GROUPS, MAP_LAYER_RECORD_BYTES >> 20]
+    assert MAP_LAYER_RECORD_BYTES % (1 << 20) == 0
+    assert f"{MAP_FLUSH_IDLE * 1000:g} ms without a submission" in held
 
 
 def test_the_readme_states_the_fixed_request_limits() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
 import psycopg
@@ -342,3 +342,62 @@ async def test_stop_of_an_idle_sequencer_closes_the_log_at_once_and_a_second_sto
     with pytest.raises(CLOSED):
         log.conn.execute("SELECT 1")
     await asyncio.wait_for(sequencer.stop(), timeout=5)
+
+
+# -- the map's rows held back (client.mapstore rule 8; SQLite only) ----------------------
+
+sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+
+
+def tables_size(log: Log) -> int:
+    """The log size the map's tables are at, read on a connection of its own."""
+    conn = log.db.connect(readonly=True)
+    try:
+        return int(conn.execute("SELECT size FROM map_state").fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
+    """Poll ``condition`` until it holds; fail after ``within`` seconds."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)
+
+
+@sqlite_only
+async def test_an_idle_sequencer_writes_the_map_rows_its_batches_held(
+    sequencer: Sequencer, publisher: Signer, log: Log
+) -> None:
+    await sequencer.start()
+    await sequencer.submit(make_envelope(publisher, 1))
+    await until(lambda: tables_size(log) == 2)
+    assert log.map.unwritten == 0 and sequencer.map_flush_failures == 0
+
+
+@sqlite_only
+async def test_a_failed_write_of_the_held_rows_is_counted_logged_once_and_appends_go_on(
+    sequencer: Sequencer,
+    publisher: Signer,
+    log: Log,
+    log_signer: Signer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log.conn.execute(
+        "CREATE TEMP TRIGGER refuse BEFORE UPDATE ON map_state "
+        "BEGIN SELECT RAISE(ABORT, 'injected'); END"
+    )
+    await sequencer.start()
+    with caplog.at_level(logging.WARNING, logger="deplog.sequencer"):
+        for sequence in (1, 2, 3):
+            envelope = make_envelope(publisher, sequence)
+            verified(await sequencer.submit(envelope), envelope, log_signer)
+            await until(lambda: sequencer.map_flush_failures == sequence)  # noqa: B023
+    warned = [r for r in caplog.records if "map's rows failed" in r.getMessage()]
+    assert len(warned) == 1 and "storage_unavailable" in warned[0].getMessage()
+    assert tables_size(log) == 0 and log.map.unwritten == 4  # acme's registration too
+    await sequencer.call(log.conn.execute, "DROP TRIGGER temp.refuse")
+    envelope = make_envelope(publisher, 4)
+    verified(await sequencer.submit(envelope), envelope, log_signer)
+    await until(lambda: tables_size(log) == 5)

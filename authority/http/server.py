@@ -66,10 +66,12 @@ of a failed publication until one succeeds, the refresh loop's included;
 ``STALE_REFRESHES`` refresh intervals); 503 ``storage_corrupt``.
 
 Map proofs (``GET /v1/tools/{tool_id}/proof``) are made at the served checkpoint
-and nowhere else: the map's rows hold one size (the last committed batch's), so
-a proof read while that batch is not yet served waits for its publication, at
-most ``map_proof_wait`` seconds (``--map-proof-wait``, counted by the
-``deplog_map_proofs_waiting`` gauge), then answers 503 ``map_not_published``.
+and nowhere else: the map is at one size (the last committed batch's: its tables,
+and on SQLite the rows the writer folded and has not written yet, read above them,
+``client.mapstore`` rule 8), so a proof read while that batch is not yet served
+waits for its publication, at most ``map_proof_wait`` seconds (``--map-proof-wait``,
+counted by the ``deplog_map_proofs_waiting`` gauge), then answers 503
+``map_not_published``.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ import asyncio
 import base64
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -688,7 +691,10 @@ class AuthorityState:
         deadline = loop.time() + self.config.map_proof_wait
         while True:
             served = self._next_serve
-            size, proof = await self.read(lambda r: r.map_proof(tool_id))
+            layer = self.sequencer.log.map.layer  # the rows the writer has not written yet
+            size, proof = await self.read(
+                functools.partial(LogReader.map_proof, tool_id=tool_id, layer=layer)
+            )
             if size == self.checkpoint.size:
                 return self.note, proof
             remaining = deadline - loop.time()
@@ -1037,6 +1043,17 @@ def build_app(
             "deplog_map_proofs_waiting",
             "Map proof requests waiting for the publication of the batch the map is at.",
             lambda: float(state.map_proofs_waiting),
+        )
+        metrics.gauge(
+            "deplog_map_unwritten_entries",
+            "Log entries folded into the tool-status map whose rows are held in memory, "
+            "not yet written (SQLite).",
+            lambda: float(state.sequencer.log.map.unwritten),
+        )
+        metrics.counter(
+            "deplog_map_flush_failures_total",
+            "Writes of the tool-status map's held rows that failed (kept, retried later).",
+            lambda: float(state.sequencer.map_flush_failures),
         )
         metrics.gauge(
             "deplog_push_subscribers",

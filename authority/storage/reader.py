@@ -19,7 +19,7 @@ from deplog.authority.storage import store
 from deplog.authority.storage.database import Database, open_database
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.errors import DeplogError
-from deplog.client.mapstore import StoredMap
+from deplog.client.mapstore import MapLayer, StoredMap
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.status import StatusIndex
 from deplog.client.model.vmap import MapProof
@@ -161,11 +161,12 @@ class LogReader:
             described["truncated"] = True
         return described
 
-    def map_proof(self, tool_id: str) -> tuple[int, MapProof]:
+    def map_proof(self, tool_id: str, layer: MapLayer | None = None) -> tuple[int, MapProof]:
         """The proof of ``tool_id`` in the map as committed, and the log size that map is at
-        (read in one snapshot: the caller compares it with the served checkpoint)."""
+        (read in one snapshot: the caller compares it with the served checkpoint).
+        ``layer``: the writer's rows not written yet (``StoredMap.layer``)."""
         try:
-            return self.map.prove_at_size(tool_id)
+            return self.map.prove_at_size(tool_id, layer)
         except (KeyError, DeplogError):  # a missing row, a stored record that does not decode
             raise IntegrityError() from None
 

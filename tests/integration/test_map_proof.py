@@ -3,17 +3,28 @@ against the served checkpoint with the client's verifier, in both forms."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 from datetime import UTC, datetime
 
 import aiohttp
 import pytest
 
+from deplog.authority.storage.database import open_database
 from deplog.client import verify_tool_status
-from deplog.client.model.vmap import MapProof, MapProofDocument, require_map_root
+from deplog.client.mapstore import StoredMap
+from deplog.client.model.vmap import (
+    MapProof,
+    MapProofDocument,
+    VerifiableMap,
+    require_map_root,
+    verify_map_proof,
+)
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess
+from tests.scrape import sample
 
 pytestmark = pytest.mark.both_backends  # SQLite, and serve --db postgresql://
 
@@ -127,3 +138,73 @@ async def test_bad_tool_ids_and_formats_are_refused_with_their_codes(
         async with http.get(url) as response:
             assert response.status == 400
             assert await response.json() == {"error": code}
+
+
+async def test_proofs_read_while_appends_race_on_each_show_the_map_of_their_checkpoint(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    """Proof reads racing batches (and, on SQLite, the writer's rows held in memory and
+    written meanwhile): every answer verifies against the checkpoint it carries, and its
+    record is the reference fold's at that checkpoint's size."""
+    tools = [f"tool:org.acme/t{i}" for i in range(6)]
+    appending = True
+
+    async def append(first: int) -> None:
+        for seq in range(first, first + 40):
+            await publish(http, authority.url, publisher, seq, tool=tools[seq % len(tools)])
+
+    async def read(seen: list[tuple[str, Checkpoint, MapProof]]) -> None:
+        turn = 0
+        while appending or turn < 4:
+            tool_id = [*tools, "tool:org.acme/never"][turn % (len(tools) + 1)]
+            turn += 1
+            async with http.get(f"{authority.url}/v1/tools/{tool_id}/proof") as response:
+                assert response.status == 200
+                document = MapProofDocument.parse(await response.read())
+            checkpoint, _ = open_checkpoint(document.checkpoint, authority.log_verifier)
+            verify_tool_status(document.encode(), checkpoint, tool_id, "1.0.0", NOW)
+            seen.append((tool_id, checkpoint, document.proof))
+
+    seen: list[tuple[str, Checkpoint, MapProof]] = []
+    readers = [asyncio.create_task(read(seen)) for _ in range(2)]
+    await asyncio.gather(*(append(1 + 1000 * k) for k in range(4)))
+    appending = False
+    await asyncio.gather(*readers)
+    final = await served(http, authority)
+    async with http.get(f"{authority.url}/v1/entries?start=0&end={final.size}") as response:
+        leaves = [base64.b64decode(leaf) for leaf in (await response.json())["entries"]]
+    sizes = sorted({checkpoint.size for _, checkpoint, _ in seen})
+    assert len(sizes) > 3, "the reads must have seen the log grow"
+    assert sizes[-1] == final.size
+    for tool_id, checkpoint, proof in seen:
+        reference = VerifiableMap()
+        reference.fold(enumerate(leaves[: checkpoint.size]))
+        record = verify_map_proof(require_map_root(checkpoint), tool_id, proof)
+        assert record == reference.records.get(tool_id)
+
+
+async def test_an_idle_authority_writes_the_map_rows_it_held_and_its_metrics_say_so(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    """On SQLite a batch's map rows are held in memory (``client.mapstore`` rule 8); once
+    no submission comes, the sequencer writes them (on PostgreSQL every batch does): the
+    tables are then at the served size, and ``/metrics`` counts no entry held and no
+    failed write."""
+    for seq in (1, 2, 3):
+        await publish(http, authority.url, publisher, seq)
+    checkpoint = await served(http, authority)
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        async with http.get(authority.url + "/metrics") as response:
+            text = await response.text()
+        if sample(text, "deplog_map_unwritten_entries") == 0:
+            break
+        assert asyncio.get_running_loop().time() < deadline, "the held rows were never written"
+        await asyncio.sleep(0.02)
+    assert sample(text, "deplog_map_flush_failures_total") == 0
+    conn = open_database(authority.db_target).connect(readonly=True)
+    try:
+        stored = StoredMap(conn)
+        assert (stored.size(), stored.root()) == (checkpoint.size, require_map_root(checkpoint))
+    finally:
+        conn.close()

@@ -1,0 +1,241 @@
+"""A writer that holds the map's rows back (``client.mapstore`` rule 8): every batch folds
+into a layer above the tables, the tables stay a map at a committed size until the layer
+is written, readers prove through the layer as committed, and a rollback goes back to it.
+
+Real SQLite files, real notices; the reference is an in-memory ``VerifiableMap`` folded
+from scratch, and every proof is checked by the client's verifier."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from deplog.client.mapstore import MapCache, MapLayer, StoredMap, group_id
+from deplog.client.model.vmap import VerifiableMap, verify_map_proof
+from deplog.client.tlog.note import Signer
+from tests.builders import make_envelope, notice_leaf
+
+TOOLS = [f"tool:org.acme/t{i}" for i in range(80)]
+NEVER = "tool:org.acme/never-named"
+
+
+def holding(
+    max_nodes: int = 1 << 15,
+    entries: int = 10_000,
+    groups: int = 10_000,
+    record_bytes: int = 1 << 24,
+) -> MapCache:
+    return MapCache(
+        max_nodes, layer_entries=entries, layer_groups=groups, layer_record_bytes=record_bytes
+    )
+
+
+class Writer:
+    """A holding writer, its reference fold, and a reader on a connection of its own."""
+
+    def __init__(self, path: Path, cache: MapCache, seed: int = 1) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        StoredMap.create_schema(self.conn)
+        self.map = StoredMap(self.conn, cache)
+        self.cache = cache
+        self.reader = sqlite3.connect(path, isolation_level=None)
+        self.reference = VerifiableMap()
+        self.publisher = Signer.generate("acme")
+        self.rng = random.Random(seed)
+        self.size = 0
+
+    def leaves(self, count: int) -> list[bytes]:
+        return [
+            notice_leaf(
+                make_envelope(self.publisher, self.size + i + 1, tool=self.rng.choice(TOOLS))
+            )
+            for i in range(count)
+        ]
+
+    def fold(self, count: int | None = None, *, commit: bool = True) -> list[bytes]:
+        """One batch in a transaction of its own, committed (and the reference folded) or
+        rolled back."""
+        batch = self.leaves(self.rng.randint(1, 40) if count is None else count)
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.map.advance(self.size, batch)
+        if not commit:
+            self.conn.execute("ROLLBACK")
+            return batch
+        self.conn.execute("COMMIT")
+        self.map.committed()
+        self.reference.fold(enumerate(batch, self.size))
+        self.size += len(batch)
+        return batch
+
+    def flush(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.map.flush()
+        self.conn.execute("COMMIT")
+        self.map.committed()
+
+    def tables(self) -> tuple[int, bytes]:
+        """The size and root of the map as its tables hold it, read by the reader."""
+        stored = StoredMap(self.reader)
+        return stored.size() or 0, stored.root()
+
+    def assert_proves(self, layer: MapLayer | None, size: int, root: bytes) -> None:
+        """Proofs read by the reader with ``layer`` are of the map at ``size``, whose root is
+        ``root``: the client's verifier accepts them, present and absent."""
+        for tool_id in [*self.rng.sample(TOOLS, 6), NEVER]:
+            read_at, proof = StoredMap(self.reader).prove_at_size(tool_id, layer)
+            assert read_at == size
+            assert verify_map_proof(root, tool_id, proof) == self.reference.records.get(tool_id)
+            assert proof == self.reference.prove(tool_id)
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> Iterator[Writer]:
+    opened = Writer(tmp_path / "map.db", holding())
+    yield opened
+    opened.conn.close()
+    opened.reader.close()
+
+
+def test_batches_fold_into_the_layer_and_the_tables_keep_their_committed_size(
+    writer: Writer,
+) -> None:
+    writer.fold(5)
+    writer.flush()
+    written = writer.tables()
+    for _ in range(12):
+        writer.fold()
+        assert (writer.map.size(), writer.map.root()) == (writer.size, writer.reference.root())
+        assert writer.tables() == written
+    assert writer.map.unwritten == writer.size - 5
+
+
+def test_a_reader_proves_through_the_committed_layer_what_the_reference_proves(
+    writer: Writer,
+) -> None:
+    for _ in range(10):
+        writer.fold()
+        assert writer.map.layer is not None and writer.map.layer.size == writer.size
+        writer.assert_proves(writer.map.layer, writer.size, writer.reference.root())
+
+
+def test_written_rows_prove_alone_what_the_layer_proved(writer: Writer) -> None:
+    for _ in range(6):
+        writer.fold()
+    writer.flush()
+    assert writer.map.layer is None and writer.map.unwritten == 0
+    assert writer.tables() == (writer.size, writer.reference.root())
+    writer.assert_proves(None, writer.size, writer.reference.root())
+
+
+@pytest.mark.parametrize(
+    "bound", [{"entries": 30}, {"groups": 20}, {"record_bytes": 2000}], ids=lambda b: next(iter(b))
+)
+def test_an_advance_that_takes_the_layer_past_a_bound_writes_it(
+    tmp_path: Path, bound: dict[str, int]
+) -> None:
+    writer = Writer(tmp_path / "map.db", holding(**bound))
+    written = 0
+    for _ in range(25):
+        writer.fold()
+        assert not writer.cache.full()  # an advance never leaves the layer past a bound
+        size, root = writer.tables()
+        if writer.map.unwritten == 0:
+            assert (size, root) == (writer.size, writer.reference.root())
+            written += 1
+        else:
+            assert size < writer.size
+    assert written > 2
+    writer.assert_proves(writer.map.layer, writer.size, writer.reference.root())
+
+
+def test_a_rolled_back_batch_goes_back_to_the_layer_of_the_last_commit(writer: Writer) -> None:
+    for _ in range(4):
+        writer.fold()
+    committed = writer.map.layer
+    writer.fold(commit=False)
+    writer.map.forget()
+    assert (writer.map.size(), writer.map.root()) == (writer.size, writer.reference.root())
+    assert not writer.cache.groups.entries  # the rows read for the rolled-back batch went too
+    assert writer.map.layer is committed
+    writer.fold()
+    assert writer.map.root() == writer.reference.root()
+
+
+def test_a_rolled_back_write_of_the_layer_keeps_its_rows_held(writer: Writer) -> None:
+    for _ in range(4):
+        writer.fold()
+    before = writer.tables()
+    writer.conn.execute("BEGIN IMMEDIATE")
+    writer.map.flush()
+    writer.conn.execute("ROLLBACK")
+    writer.map.forget()
+    assert writer.tables() == before
+    assert writer.map.unwritten == writer.size
+    writer.flush()
+    assert writer.tables() == (writer.size, writer.reference.root())
+
+
+def test_a_reader_whose_layer_was_written_since_reads_the_tables_alone(writer: Writer) -> None:
+    """The interleaving of a proof with a write of the layer: the reader took the layer,
+    then the writer wrote it and folded on; the tables are past the layer's size, and
+    the reader proves from them, at their size."""
+    for _ in range(3):
+        writer.fold()
+    taken = writer.map.layer
+    writer.fold()
+    writer.flush()
+    assert taken is not None and writer.size > taken.size
+    writer.assert_proves(taken, writer.size, writer.reference.root())
+
+
+def test_a_layer_handed_to_readers_never_changes_as_the_writer_folds_on(writer: Writer) -> None:
+    writer.fold(20)
+    writer.flush()
+    for _ in range(3):
+        writer.fold()
+    taken, root = writer.map.layer, writer.reference.root()
+    assert taken is not None
+    seen = (
+        taken.size,
+        taken.root,
+        dict(taken.records),
+        {gid: dict(group) for gid, group in taken.groups.items()},
+    )
+    proofs = {tool_id: writer.reference.prove(tool_id) for tool_id in [*TOOLS[:8], NEVER]}
+    for _ in range(6):
+        writer.fold()
+    assert (
+        taken.size,
+        taken.root,
+        dict(taken.records),
+        {gid: dict(group) for gid, group in taken.groups.items()},
+    ) == seen
+    for tool_id, proof in proofs.items():
+        read_at, read = StoredMap(writer.reader).prove_at_size(tool_id, taken)
+        assert (read_at, read) == (taken.size, proof)
+        verify_map_proof(root, tool_id, read)
+
+
+def test_a_cache_smaller_than_its_layer_evicts_only_rows_already_written(
+    tmp_path: Path,
+) -> None:
+    writer = Writer(tmp_path / "map.db", holding(max_nodes=16, entries=120), seed=4)
+    for _ in range(20):
+        writer.fold()
+        cache = writer.cache
+        assert writer.map.root() == writer.reference.root()
+        assert cache.groups.total <= 16
+        held = {} if cache.layer is None else cache.layer.groups
+        assert not set(held) & set(cache.groups.entries)
+        every = {**cache.groups.entries, **held}
+        nodes = {node: (gid, row[0]) for gid, group in every.items() for node, row in group.items()}
+        assert cache.where == {node: gid for node, (gid, _) in nodes.items()}
+        assert cache.inners == {node: inner for node, (_, inner) in nodes.items()}
+        assert all(group_id(node) == gid for node, gid in cache.where.items())
+    writer.flush()
+    assert writer.tables() == (writer.size, writer.reference.root())
