@@ -43,7 +43,7 @@ Invariants:
     (``_bring_up_map``) and checks the root against the latest checkpoint's line. On
     PostgreSQL every batch writes its rows: other processes read and extend them.
   * The map's rows are cached in memory for the writer (``MapCache``, bounded, filled
-    at start with the shallowest groups), and the writer's connection has a larger
+    at a server's start with the shallowest groups), and the writer's connection has a larger
     SQLite page cache (``WRITER_CACHE_KIB``): a batch reads its paths without a query
     per node.
     The cache is forgotten by every ``_reload``: after a rollback (no row of a
@@ -238,8 +238,6 @@ class Log:
                 self._reload()
                 self.published = self._check_stored_checkpoint()
             self._bring_up_map()
-            with self._snapshot():
-                self.map.warm()  # the first batches then walk their paths in memory
             if self.published is None or self.published.size < self.tree.size:
                 self.published = self._sign_checkpoint()
         except TreeCorruptError:
@@ -278,6 +276,22 @@ class Log:
                     self.map.unwritten,
                 )
         self.conn.close()
+
+    def warm_map(self) -> int:
+        """Fill the writer's map cache with the shallowest groups, up to its bound (a server
+        at start: its first batches then walk their paths in memory instead of reading
+        them a query at a time); the groups read. About 0.2 s at 10^5 tools."""
+        try:
+            with self._snapshot():
+                return self.map.warm()
+        except KeyError:  # a group that does not decode: altered storage, as at open
+            self._close_quietly()
+            raise StorageFault(
+                CORRUPT, self.path, "storage_corrupt: a stored map group does not decode"
+            ) from None
+        except self.db.errors:
+            self._rollback()  # a cold cache is still a correct one; appends will report
+            return 0
 
     def flush_map(self) -> None:
         """Write the map's rows folded but not yet written (``client.mapstore`` rule 8) in

@@ -16,7 +16,7 @@ from deplog.authority.log import Log, StorageError
 from deplog.authority.storage.copy import copy_log
 from deplog.authority.storage.database import open_database
 from deplog.client.errors import CLIError
-from deplog.client.mapstore import STORE_FORMAT, StoredMap
+from deplog.client.mapstore import STORE_FORMAT, StoredMap, group_id
 from deplog.client.model.notice import Envelope
 from deplog.client.model.vmap import (
     EMPTY_ROOT,
@@ -428,3 +428,33 @@ def test_a_map_behind_the_committed_log_catches_up_from_its_entries(
     log.sequence(batch(publisher, 4, 2))
     assert log.map.size() == log.tree.size == 6
     assert require_map_root(signed(log, log_signer)) == reference_root(log, 6)
+
+
+def test_warm_map_fills_the_writers_cache_with_the_maps_top(log: Log, publisher: Signer) -> None:
+    log.sequence(batch(publisher, 1, 40))
+    log.flush_map()
+    assert log.map.cache is not None
+    log.map.forget()
+    assert not log.map.cache.groups.entries
+    assert log.warm_map() == len(log.map.cache.groups.entries) > 0
+    root = log.map.nodes.root()
+    assert root is not None and group_id(root.id) in log.map.cache.groups.entries
+
+
+@sqlite_only
+def test_warm_map_refuses_a_map_group_altered_on_disk(
+    db_path: str, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    log.sequence(batch(publisher, 1, 40))
+    log.close()
+    conn = sqlite3.connect(db_path)
+    conn.execute(
+        "UPDATE map_group SET nodes = x'00' WHERE rowid = (SELECT min(rowid) FROM map_group)"
+    )
+    conn.commit()
+    conn.close()
+    reopened = Log(db_path, log_signer, ORIGIN)  # its checks read no group
+    with pytest.raises(StorageFault) as refused:
+        reopened.warm_map()
+    assert refused.value.kind is CORRUPT
+    assert refused.value.evidence == "storage_corrupt: a stored map group does not decode"

@@ -978,8 +978,10 @@ async def _post_admin_publisher(request: web.Request) -> web.Response:
 
 
 def _open_log(config: ServerConfig, signer: Signer) -> tuple[Log, TilesDirectory | None]:
-    """Open the log, then complete its tiles directory before anything is served."""
+    """Open the log, fill its map cache, then complete its tiles directory before anything
+    is served."""
     log = Log(config.database, signer, config.origin, max_bytes=config.max_db_bytes)
+    log.warm_map()
     if config.tiles_path is None:
         return log, None
     try:
