@@ -2,11 +2,13 @@
 
 Run by hand (not in CI):
     python bench/bench_map_append.py [--tools-before 10000] [--requests 3000] [--rounds 3]
-        [--publishers 50] [--wait-instead US_PER_NOTICE,US_PER_BATCH]
+        [--publishers 50] [--tools-per-publisher 4] [--proof-readers 0]
+        [--wait-instead US_PER_NOTICE,US_PER_BATCH]
 
 What a publisher sees: real ``authority serve`` processes on 127.0.0.1, 50 publishers
-(``--publishers``) posting pre-signed notices (closed loop, each sequentially), receipts
-returned after the embedded witness cosigned. The baseline is the same authority with the map's fold
+(``--publishers``) posting pre-signed notices (closed loop, each sequentially) about 4
+tools each (``--tools-per-publisher``), receipts returned after the embedded witness
+cosigned. The baseline is the same authority with the map's fold
 replaced by a bare size update (``bench/nomap_authority.py``, bench only: its
 checkpoints carry the empty map's root), so the ratio is the map's share of the whole
 append path, HTTP and signatures included. ``bench/bench_vmap.py --append`` gives the
@@ -17,6 +19,11 @@ the map has that many keys, and its paths their depth), then each round starts b
 authorities on fresh copies, map first and baseline second, then the other order in the
 next round. Reported: notices/s of each, the median of the rounds' ratios and the ratio
 of bests, and the CPU seconds the server process spent per notice.
+
+``--proof-readers K`` adds, after the rounds, one more round of the authority with the map
+in which K clients also read ``GET /v1/tools/{id}/proof`` (JSON, one after another, about
+the publishers' tools) while the notices go in: those proofs' latency p50 / p99, each
+checked against the checkpoint it carries.
 
 ``--wait-instead US_PER_NOTICE,US_PER_BATCH`` replaces the authority with the map by the
 baseline sleeping that long where the fold ran: what the fold would cost if it took no
@@ -30,21 +37,30 @@ import asyncio
 import contextlib
 import io
 import os
+import random
 import shutil
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+
+import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_append import load
+from bench.common import pct
 from bench.nomap_authority import NoMapLog
 from deplog.authority.log import Log
+from deplog.client import verify_tool_status
+from deplog.client.model.vmap import MapProofDocument
+from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.keyfile import load_signer
-from deplog.client.tlog.note import Signer
+from deplog.client.tlog.note import Signer, Verifier
 from tests.builders import make_envelope, register
 from tests.integration.harness import ORIGIN, AuthorityProcess
 
@@ -99,12 +115,15 @@ def prefill(template: Path, cls: type[Log], tools: int, signers: Sequence[Signer
     log.close()
 
 
-def bodies_for(signers: Sequence[Signer], per: int, first: int) -> list[list[bytes]]:
-    """Each publisher's notices, sequentially numbered from ``first``, about 4 tools each."""
+def bodies_for(
+    signers: Sequence[Signer], per: int, first: int, tools: int = 4
+) -> list[list[bytes]]:
+    """Each publisher's notices, sequentially numbered from ``first``, about ``tools`` tools
+    each, in turn."""
     return [
         [
             make_envelope(
-                s, first + k, tool=f"tool:org.{s.name}/t{(first + k) % 4}"
+                s, first + k, tool=f"tool:org.{s.name}/t{(first + k) % tools}"
             ).canonical_bytes()
             for k in range(per)
         ]
@@ -126,6 +145,38 @@ def run_once(process: AuthorityProcess, bodies: list[list[bytes]]) -> tuple[floa
     return total / seconds, 1000 * spent / total
 
 
+async def load_with_proofs(
+    url: str, bodies: list[list[bytes]], tools: list[str], readers: int, verifier: Verifier
+) -> tuple[float, list[float]]:
+    """``load`` with ``readers`` clients reading proofs meanwhile: (seconds, proof latencies),
+    every proof verified against the checkpoint it carries."""
+    latencies: list[float] = []
+    done = asyncio.Event()
+
+    async def read(http: aiohttp.ClientSession, seed: int) -> None:
+        rng = random.Random(seed)
+        while not done.is_set():
+            tool_id = rng.choice(tools)
+            started = time.perf_counter()
+            async with http.get(f"{url}/v1/tools/{tool_id}/proof") as response:
+                body = await response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"unexpected status {response.status}")
+            latencies.append(time.perf_counter() - started)
+            document = MapProofDocument.parse(body)
+            checkpoint, _ = open_checkpoint(document.checkpoint, verifier)
+            verify_tool_status(body, checkpoint, tool_id, "1.0.0", datetime.now(UTC))
+
+    async with aiohttp.ClientSession() as http:
+        tasks = [asyncio.create_task(read(http, k)) for k in range(readers)]
+        try:
+            seconds, _ = await load(url, bodies)
+        finally:
+            done.set()
+            await asyncio.gather(*tasks)
+    return seconds, latencies
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tools-before", type=int, default=10_000)
@@ -137,6 +188,15 @@ def main() -> None:
         help="in place of the map, the baseline sleeping this long where the fold ran",
     )
     parser.add_argument("--publishers", type=int, default=PUBLISHERS)
+    parser.add_argument(
+        "--proof-readers", type=int, default=0, help="proof readers in one more round"
+    )
+    parser.add_argument(
+        "--tools-per-publisher",
+        type=int,
+        default=4,
+        help="tools each publisher's notices name in turn (more: fewer notices per tool)",
+    )
     args = parser.parse_args()
     signers = [Signer.generate(f"bench{i}") for i in range(args.publishers)]
     per = max(1, args.requests // args.publishers)
@@ -151,7 +211,7 @@ def main() -> None:
         rates: dict[str, list[float]] = {name: [] for name in templates}
         cpu: dict[str, list[float]] = {name: [] for name in templates}
         for round_ in range(args.rounds):
-            bodies = bodies_for(signers, per, 1)
+            bodies = bodies_for(signers, per, 1, args.tools_per_publisher)
             order = list(templates) if round_ % 2 == 0 else list(reversed(templates))
             for name in order:
                 copy = root / f"round{round_}-{name.replace(' ', '-')}"
@@ -170,11 +230,42 @@ def main() -> None:
                     f"server CPU {ms:.2f} ms/notice",
                     flush=True,
                 )
+        if args.proof_readers:
+            copy = root / "proofs"
+            shutil.copytree(templates[tried], copy)
+            process = AuthorityProcess(copy)
+            process.start()
+            try:
+                tools = sorted(
+                    {
+                        f"tool:org.{s.name}/t{k}"
+                        for s in signers
+                        for k in range(min(args.tools_per_publisher, per))
+                    }
+                )
+                seconds, proofs = asyncio.run(
+                    load_with_proofs(
+                        process.url,
+                        bodies_for(signers, per, 1, args.tools_per_publisher),
+                        tools,
+                        args.proof_readers,
+                        process.log_verifier,
+                    )
+                )
+            finally:
+                process.stop()
+            print(
+                f"with {args.proof_readers} proof readers: {per * args.publishers / seconds:.0f} "
+                f"notices/s; {len(proofs)} proofs, p50 {pct(proofs, 50) * 1000:.2f} ms, "
+                f"p99 {pct(proofs, 99) * 1000:.2f} ms",
+                flush=True,
+            )
         ratios = [a / b for a, b in zip(rates[tried], rates["without"], strict=True)]
         cpu_ratios = [b / a for a, b in zip(cpu[tried], cpu["without"], strict=True)]
         print(
             f"{args.tools_before} tools before, {per * args.publishers} notices per round "
-            f"from {args.publishers} publishers, {args.rounds} rounds: {tried} best "
+            f"from {args.publishers} publishers about {args.tools_per_publisher} tools each, "
+            f"{args.rounds} rounds: {tried} best "
             f"{max(rates[tried]):.0f}/s, without best {max(rates['without']):.0f}/s; "
             f"throughput ratio median {statistics.median(ratios):.3f} "
             f"(all {', '.join(f'{r:.2f}' for r in ratios)}), ratio of bests "
