@@ -43,14 +43,13 @@ Invariants:
     (``_bring_up_map``) and checks the root against the latest checkpoint's line. On
     PostgreSQL every batch writes its rows: other processes read and extend them.
   * The map's rows are cached in memory for the writer (``MapCache``, bounded, filled
-    at a server's start with the shallowest groups), and the writer's connection has a larger
-    SQLite page cache (``WRITER_CACHE_KIB``): a batch reads its paths without a query
-    per node.
-    The cache is forgotten by every ``_reload``: after a rollback (no row of a
-    rolled-back transaction is ever served; the rows not written yet go back to
-    those of the last commit) and, on PostgreSQL, whenever the head found under
-    the lock is not this writer's own last size (another process moved the tables
-    since this one's last transaction).
+    at a server's start with the shallowest groups: ``warm_map``), and the writer's
+    connection has a larger SQLite page cache (``WRITER_CACHE_KIB``): a batch reads
+    its paths without a query per node. The cache is forgotten by every ``_reload``:
+    after a rollback (no row of a rolled-back transaction is ever served; the rows not
+    written yet go back to those of the last commit) and, on PostgreSQL, whenever the
+    head found under the lock is not this writer's own last size (another process
+    moved the tables since this one's last transaction).
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ be written fails (503 ``storage_unavailable``) like one whose commit failed.
 
 Batches and admin appends are committed and published one at a time, in
 order, so ``publish`` is never handed a checkpoint smaller than the one before.
-Once no submission has come for ``MAP_FLUSH_IDLE`` seconds after a batch, the writer
-writes the tool-status map's rows that batches folded in memory
-(``Log.flush_map``), so an idle log keeps none unwritten; a failure there is
+Once no submission has come for ``MAP_FLUSH_IDLE`` seconds after a batch, and after
+an admin append, the writer writes the tool-status map's rows that batches folded in
+memory (``Log.flush_map``), so an idle log keeps none unwritten; a failure there is
 logged and counted (``map_flush_failures``), and the rows wait for the next try.
 ``failing`` is the code of the latest failed batch (the storage or the
 publication failed), None once a batch succeeds: ``/healthz`` reports it.
@@ -216,7 +216,8 @@ class Sequencer:
             index = await self.call(self.log.append_publisher, statement)
             checkpoint = await self.call(self.log.publish)
             await self._publish_with_tiles(checkpoint)
-            return index
+        await self._flush_map()  # an admin append comes alone: no batch follows to write it
+        return index
 
     async def _publish_with_tiles(self, checkpoint: StoredCheckpoint) -> Published:
         """Publish ``checkpoint`` while its tiles are written; both must succeed."""

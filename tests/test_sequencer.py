@@ -36,7 +36,7 @@ from deplog.client.model.registry import AuthorizationError
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
-from tests.builders import LocalLog, make_envelope, notice_leaf
+from tests.builders import LocalLog, make_envelope, notice_leaf, register_statement
 from tests.conftest import Backend
 
 CLOSED = (sqlite3.ProgrammingError, psycopg.OperationalError)
@@ -401,3 +401,14 @@ async def test_a_failed_write_of_the_held_rows_is_counted_logged_once_and_append
     envelope = make_envelope(publisher, 4)
     verified(await sequencer.submit(envelope), envelope, log_signer)
     await until(lambda: tables_size(log) == 5)
+
+
+@sqlite_only
+async def test_an_admin_append_writes_the_map_rows_held_once_it_is_published(
+    sequencer: Sequencer, log: Log
+) -> None:
+    await sequencer.start()
+    beta = Signer.generate("beta")
+    index = await sequencer.append_publisher(register_statement("beta", ("org.beta",), (beta,)))
+    assert index == 1
+    assert tables_size(log) == 2 and log.map.unwritten == 0
