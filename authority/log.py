@@ -346,6 +346,13 @@ class Log:
             )
             self._registry_size = size
         folded = self.map.size()
+        behind = folded is not None and folded < self.tree.size
+        if behind and self._map_cache.holds and hasattr(self, "published"):
+            # Not at open (``_bring_up_map`` folds and writes what a stop left): the rows
+            # not written yet went back to the last commit's while the log kept a batch
+            # whose commit reported a failure. Fold its entries again, in memory.
+            self._catch_up_map(self.tree.size, hold=True)
+            folded = self.map.size()
         self._map_at = None if folded is None else (folded, self.map.root())
         if hasattr(self, "published"):
             self.published = store.latest_checkpoint(self.conn)
@@ -590,14 +597,15 @@ class Log:
         self._catch_up_map(start)
         self.map.advance_notices(start, end, enumerate(notices, start))
 
-    def _catch_up_map(self, size: int) -> None:
-        """Fold committed entries the map lacks below ``size``: none, but after a commit
-        that reported a failure and still took effect (the rows not written yet went back
-        to the last commit's, rule 8, while the log kept the batch)."""
+    def _catch_up_map(self, size: int, *, hold: bool = False) -> None:
+        """Fold committed entries the map lacks below ``size`` (at start, what a stop left
+        unwritten; later none, but after a commit that reported a failure and still took
+        effect). ``hold``: outside a write transaction, so into memory only, whatever the
+        layer's bounds (a cache that holds rows: SQLite's; the next batch writes them)."""
         position = self.map.size() or 0
         while position < size:
             end = min(position + _MAP_REBUILD_CHUNK, size)
-            self.map.advance(position, self.tree.leaf_data(position, end))
+            self.map.advance(position, self.tree.leaf_data(position, end), hold=hold)
             position = end
 
     def _bring_up_map(self) -> None:

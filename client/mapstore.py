@@ -982,7 +982,7 @@ class StoredMap(VerifiableMap):
             return 1
         return STORE_FORMAT if row is None else int(row[0])
 
-    def advance(self, start: int, entries: Iterable[bytes]) -> bytes:
+    def advance(self, start: int, entries: Iterable[bytes], *, hold: bool = False) -> bytes:
         """Fold the admitted entries ``start, start+1, ...`` (leaf bytes, in log order) in one
         batch and move the size past them; the new root. ``start`` must be the map's size
         (a map without one starts at 0): anything else is a gap, ``ValueError``."""
@@ -992,27 +992,35 @@ class StoredMap(VerifiableMap):
             entry = decode_entry(leaf)
             if isinstance(entry, NoticeEntry):
                 notices.append((index, entry.envelope.notice))
-        return self.advance_notices(start, start + len(leaves), notices)
+        return self.advance_notices(start, start + len(leaves), notices, hold=hold)
 
-    def advance_notices(self, start: int, end: int, notices: Iterable[tuple[int, Notice]]) -> bytes:
+    def advance_notices(
+        self, start: int, end: int, notices: Iterable[tuple[int, Notice]], *, hold: bool = False
+    ) -> bytes:
         """``advance`` for a caller that holds the entries decoded: the notices among the
         entries ``[start, end)`` as ``(index, notice)``, in log order.
 
         Records grow by appending items (``extend_record_bytes``), never by decoding
         and re-encoding them, so a batch costs its own notices, not the records'
         sizes; the entries are admitted, so every record folds. The batch folds into
-        the cache's layer, written at the end unless the cache holds rows back (rule 8).
+        the cache's layer, written at the end unless the cache holds rows back (rule 8):
+        then once the layer is past a bound, unless ``hold`` (a caller outside a write
+        transaction; the layer's next advance writes it).
         """
         size = self.size()
         if start != (size or 0) or end < start:
             raise ValueError("a map advances only from the size it has folded")
         if size is None:
+            if hold:
+                raise ValueError("a map's first row is written, never held")
             self.conn.execute(
                 "INSERT INTO map_state (id, format, size) VALUES (1, ?, 0)", (STORE_FORMAT,)
             )
         with self.scoped_cache():  # without one, path reads and write decode twice
             cache = self.cache
             assert cache is not None
+            if hold and not cache.holds:
+                raise ValueError("only a cache that holds rows back can hold a batch's")
             layer = cache.open_layer(start, self.nodes.root(), self.nodes.root_value())
             items: dict[str, list[bytes]] = {}
             for index, notice in notices:
@@ -1027,7 +1035,7 @@ class StoredMap(VerifiableMap):
             cache.hold_records(records)
             root = self.tree.update({map_key(t): value_hash(r) for t, r in records.items()})
             layer.size = end
-            if not cache.holds or cache.full():
+            if not cache.holds or (cache.full() and not hold):
                 self.flush()
         return root
 

@@ -458,3 +458,23 @@ def test_warm_map_refuses_a_map_group_altered_on_disk(
         reopened.warm_map()
     assert refused.value.kind is CORRUPT
     assert refused.value.evidence == "storage_corrupt: a stored map group does not decode"
+
+
+@sqlite_only
+def test_a_rollback_that_finds_the_log_past_the_map_folds_the_gap_and_signs_its_root(
+    log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    """The same state found by a rollback's reload (a commit reported failed that took
+    effect, then a publication before any batch): the entries are folded again in
+    memory, and the checkpoint of the log's size carries the root of its whole prefix."""
+    log.admit_notices(batch(publisher, 1, 3))  # committed, no checkpoint yet
+    assert log.map.cache is not None
+    log.map.cache.committed = None  # the rows held go back to the tables' (older) size
+    log.conn.execute("BEGIN IMMEDIATE")
+    log._rollback()
+    assert log.map.size() == log.tree.size == 4
+    checkpoint = log.publish()
+    assert checkpoint.size == 4
+    assert require_map_root(signed(log, log_signer)) == reference_root(log, 4)
+    log.sequence(batch(publisher, 4, 2))
+    assert require_map_root(signed(log, log_signer)) == reference_root(log, 6)
