@@ -58,7 +58,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,6 +113,12 @@ MAP_LAYER_GROUPS = 4096
 each, decoded and indexed (measured: 25.6 MiB at the bound, with 2,420 records)."""
 MAP_LAYER_RECORD_BYTES = 16 << 20
 """Bytes of changed tool records held in memory before a batch writes them."""
+MAP_SLICE_GROUPS = 128
+"""Groups a batch writes of the map's rows held once they pass a quarter of a bound (at
+least twice what the batch added): the rows go to the tables a slice at a time, so no
+batch writes thousands of groups at once while the writer keeps up."""
+MAP_SLICE_RECORD_BYTES = 256 << 10
+"""Record bytes a batch writes in a slice (at least twice what it added)."""
 
 
 class StorageError(DeplogError):
@@ -210,6 +216,8 @@ class Log:
                 layer_entries=MAP_LAYER_ENTRIES,
                 layer_groups=MAP_LAYER_GROUPS,
                 layer_record_bytes=MAP_LAYER_RECORD_BYTES,
+                slice_groups=MAP_SLICE_GROUPS,
+                slice_record_bytes=MAP_SLICE_RECORD_BYTES,
             )
             if self.db.kind == "sqlite"
             else MapCache()
@@ -293,13 +301,23 @@ class Log:
             return 0
 
     def flush_map(self) -> None:
-        """Write the map's rows folded but not yet written (``client.mapstore`` rule 8) in
-        a transaction of their own; StorageError if that fails (they stay in memory)."""
-        if not self.map.unwritten:
-            return
+        """Write all the map's rows folded but not yet written (``client.mapstore`` rule 8)
+        in a transaction of their own; StorageError if that fails (they stay in memory)."""
+        if self.map.unwritten:
+            self._write_map(self.map.flush)
+
+    def write_map_slice(self) -> bool:
+        """Write the next slice of the map's rows held (rule 8) in a transaction of its own
+        (what an idle sequencer does, a slice at a time); True while rows remain held.
+        StorageError if that fails (they stay in memory)."""
+        if self.map.unwritten:
+            self._write_map(self.map.write_slice)
+        return self.map.unwritten > 0
+
+    def _write_map(self, write: Callable[[], object]) -> None:
         self._begin()
         try:
-            self.map.flush()
+            write()
         except (*self.db.errors, KeyError):  # type: ignore[misc]
             self._rollback()
             raise StorageError() from None
@@ -597,7 +615,7 @@ class Log:
         self._catch_up_map(start)
         self.map.advance_notices(start, end, enumerate(notices, start))
 
-    def _catch_up_map(self, size: int, *, hold: bool = False) -> None:
+    def _catch_up_map(self, size: int, *, hold: bool = False, repair: bool = False) -> None:
         """Fold committed entries the map lacks below ``size`` (at start, what a stop left
         unwritten; later none, but after a commit that reported a failure and still took
         effect). ``hold``: outside a write transaction, so into memory only, whatever the
@@ -605,7 +623,7 @@ class Log:
         position = self.map.size() or 0
         while position < size:
             end = min(position + _MAP_REBUILD_CHUNK, size)
-            self.map.advance(position, self.tree.leaf_data(position, end), hold=hold)
+            self.map.advance(position, self.tree.leaf_data(position, end), hold=hold, repair=repair)
             position = end
 
     def _bring_up_map(self) -> None:
@@ -628,7 +646,9 @@ class Log:
                     )
                 if folded is None:
                     self.map.advance(0, [])  # the map's row, at size 0
-                self._catch_up_map(self.tree.size)
+                # A stop in the middle of a write in slices may have left records past the
+                # tables' size: those items are dropped before the entries fold again.
+                self._catch_up_map(self.tree.size, repair=folded is not None)
                 self.map.flush()
                 self._end_write()
             except BaseException:

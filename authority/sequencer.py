@@ -24,8 +24,9 @@ Batches and admin appends are committed and published one at a time, in
 order, so ``publish`` is never handed a checkpoint smaller than the one before.
 Once no submission has come for ``MAP_FLUSH_IDLE`` seconds after a batch, and after
 an admin append, the writer writes the tool-status map's rows that batches folded in
-memory (``Log.flush_map``), so an idle log keeps none unwritten; a failure there is
-logged and counted (``map_flush_failures``), and the rows wait for the next try.
+memory, a slice a transaction while no submission waits (``Log.write_map_slice``), so
+an idle log keeps none unwritten; a failure there is logged and counted
+(``map_flush_failures``), and the rows wait for the next try.
 ``failing`` is the code of the latest failed batch (the storage or the
 publication failed), None once a batch succeeds: ``/healthz`` reports it.
 
@@ -282,11 +283,14 @@ class Sequencer:
         return await self._queue.get()
 
     async def _flush_map(self) -> None:
-        """Write the map's unwritten rows; a failure leaves them in memory for the next
-        batch or idle moment (logged once per streak of failures, counted)."""
+        """Write the map's unwritten rows a slice at a time while no submission waits; a
+        failure leaves them in memory for the next batch or idle moment (logged once per
+        streak of failures, counted)."""
         try:
-            async with self._appending:
-                await self.call(self.log.flush_map)
+            more = True
+            while more and self._queue.empty():
+                async with self._appending:
+                    more = await self.call(self.log.write_map_slice)
         except Exception as err:  # a storage failure, or a bug: the appends go on either way
             if self._map_flush_ok:
                 code = err.code if isinstance(err, DeplogError) else type(err).__name__

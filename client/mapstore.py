@@ -94,9 +94,11 @@ __all__ = [
     "STORE_FORMAT",
     "MapCache",
     "MapLayer",
+    "MapView",
     "SqliteNodeStore",
     "SqliteRecords",
     "StoredMap",
+    "ViewMoved",
     "group_id",
 ]
 
@@ -305,7 +307,7 @@ class MapLayer:
     """The map's rows folded above its tables and not written yet (rule 8): the groups and
     records that differ from the tables at size ``base``, and the root and size they
     bring the map to. A writer's own layer changes batch by batch; the copy it keeps
-    at each commit (``MapCache.committed``) is never changed, so readers share it."""
+    at each commit (``MapCache.view``) is never changed, so readers share it."""
 
     base: int
     size: int
@@ -328,14 +330,47 @@ class MapLayer:
         )
 
 
+class ViewMoved(Exception):
+    """The writer wrote slices of its layer since the reader took its view: take a new one."""
+
+
+@dataclass(frozen=True)
+class MapView:
+    """What a reader in the writer's process takes before it reads (rule 8): the layer as
+    of the writer's last commit (None: nothing held), and the slices the writer had
+    written by then (``MapCache.slices``)."""
+
+    layer: MapLayer | None = None
+    slices: int = 0
+
+
+@dataclass
+class _Writing:
+    """A write of the layer in slices under way (rule 8): the layer as committed when it
+    began, its groups deepest first and its records, and how many of each are written.
+    Children come before their parents, so the rows written at any moment are whole
+    subtrees of that layer's map over the tables' older ones."""
+
+    layer: MapLayer
+    groups: list[bytes]
+    records: list[str]
+    next_group: int = 0
+    next_record: int = 0
+    finished: bool = False
+    """The last slice, with ``map_state``, is in the caller's open transaction."""
+
+
 class MapCache:
     """A writer's bounded copy of map rows and records (rule 5): groups by their number of
     inner nodes, records by bytes, each least recently used first out; and, holding
     rows back (rule 8), the layer of rows not written yet, which is never evicted.
 
     ``layer_entries``, ``layer_groups`` and ``layer_record_bytes`` bound the layer: an
-    ``advance`` that leaves it larger than any of them writes it. Zero (the default)
-    writes every ``advance``'s rows at its end."""
+    ``advance`` that leaves it larger than any of them writes all of it. Zero (the
+    default) writes every ``advance``'s rows at its end. With ``slice_groups``, the layer
+    as committed is written in slices of that many groups (and ``slice_record_bytes`` of
+    records) once it is past a quarter of a bound, one slice an ``advance``, so no batch
+    writes all of it while the writer keeps up."""
 
     def __init__(
         self,
@@ -345,6 +380,8 @@ class MapCache:
         layer_entries: int = 0,
         layer_groups: int = 0,
         layer_record_bytes: int = 0,
+        slice_groups: int = 0,
+        slice_record_bytes: int = 0,
     ) -> None:
         self.groups: _Lru[bytes, _Group] = _Lru(max_nodes, len, self._evicted)
         self.records: _Lru[str, bytes] = _Lru(max_record_bytes, len)
@@ -359,10 +396,18 @@ class MapCache:
         self.layer_entries = layer_entries
         self.layer_groups = layer_groups
         self.layer_record_bytes = layer_record_bytes
+        self.slice_groups = slice_groups
+        self.slice_record_bytes = slice_record_bytes
         self.layer: MapLayer | None = None
         """The rows not written yet (rule 8), None when the tables are the whole map."""
-        self.committed: MapLayer | None = None
-        """The layer as of the caller's last commit: what ``forget`` goes back to."""
+        self.writing: _Writing | None = None
+        """A write of the layer in slices under way."""
+        self.slices = 0
+        """Slices written so far, counted before their transaction commits: a reader whose
+        view counted fewer may find rows its layer does not shadow, and reads again."""
+        self.view = MapView()
+        """The layer as of the caller's last commit, for ``forget`` and for readers."""
+        self._committed_writing: tuple[_Writing, int, int] | None = None
         self._changed = False
 
     @property
@@ -370,16 +415,28 @@ class MapCache:
         """True if this cache holds rows back past the ``advance`` that folded them."""
         return self.layer_entries > 0
 
+    @property
+    def committed(self) -> MapLayer | None:
+        """The layer as of the caller's last commit."""
+        return self.view.layer
+
     def full(self) -> bool:
         """True if the layer is past one of its bounds: the ``advance`` that took it there
-        writes it."""
-        layer = self.layer
-        if layer is None:
+        writes all of it."""
+        return _past(self.layer, self.layer_entries, self.layer_groups, self.layer_record_bytes)
+
+    def due(self) -> bool:
+        """True if the layer as committed is to be written in slices (past a quarter of a
+        bound), or a write of it is under way."""
+        if self.writing is not None:
+            return not self.writing.finished
+        if not self.slice_groups:
             return False
-        return (
-            layer.size - layer.base > self.layer_entries
-            or len(layer.groups) > self.layer_groups
-            or layer.record_bytes > self.layer_record_bytes
+        return _past(
+            self.committed,
+            self.layer_entries // 4,
+            self.layer_groups // 4,
+            self.layer_record_bytes // 4,
         )
 
     def group(self, gid: bytes) -> _Group | None:
@@ -451,17 +508,55 @@ class MapCache:
             self._changed = True
         return self.layer
 
+    def start_writing(self) -> _Writing | None:
+        """The write in slices under way, or a new one of the layer as committed (None if
+        nothing committed is held)."""
+        if self.writing is None:
+            layer = self.committed
+            if layer is None:
+                return None
+            self.writing = _Writing(
+                layer,
+                sorted(layer.groups, key=lambda gid: gid[0], reverse=True),
+                list(layer.records),
+            )
+            self._changed = True
+        return self.writing
+
+    def sliced(self) -> None:
+        """A slice was written in the caller's transaction (counted before it commits)."""
+        self.slices += 1
+        self._changed = True
+
     def written(self, groups: Mapping[bytes, _Group]) -> None:
-        """The layer is in the tables now (``groups``: its groups as written): cache it as
-        read, least recently used first out again."""
+        """The whole layer is in the tables now (``groups``: its groups as written): cache it
+        as read, least recently used first out again; a write in slices is moot."""
         layer = self.layer
         assert layer is not None
-        self.layer = None
+        self.layer = self.writing = None
         self._changed = True
         for gid, group in groups.items():
             self.groups.put(gid, group)  # its nodes are indexed already
         for tool_id, record in layer.records.items():
             self.records.put(tool_id, record)
+
+    def _rebase(self, written: MapLayer) -> None:
+        """The tables are at ``written``'s size now (its last slice committed): the layer is
+        over them, and what it has not changed since is cached as read."""
+        layer = self.layer
+        assert layer is not None
+        layer.base = written.size
+        for gid, group in written.groups.items():
+            if layer.groups.get(gid) is group:
+                del layer.groups[gid]
+                self.groups.put(gid, group)  # its nodes are indexed already
+        for tool_id, record in written.records.items():
+            if layer.records.get(tool_id) is record:
+                del layer.records[tool_id]
+                layer.record_bytes -= len(record)
+                self.records.put(tool_id, record)
+        if layer.size == layer.base and not layer.groups and not layer.records:
+            self.layer = None
 
     def _index(self, gid: bytes, group: _Group, nodes: list[InnerNode] | None) -> None:
         """Index ``nodes`` of ``group`` (all of them: None) under ``gid``."""
@@ -481,19 +576,35 @@ class MapCache:
             del where[node], inners[node]
 
     def commit(self) -> None:
-        """The caller committed: keep the layer as it is now for ``forget`` and readers."""
-        if self._changed:
-            self.committed = None if self.layer is None else self.layer.copy()
-            self._changed = False
+        """The caller committed: a write in slices whose last slice it held is over, and the
+        layer as it is now is kept for ``forget`` and readers."""
+        if not self._changed:
+            return
+        writing = self.writing
+        if writing is not None and writing.finished:
+            self._rebase(writing.layer)
+            self.writing = writing = None
+        self._committed_writing = (
+            None if writing is None else (writing, writing.next_group, writing.next_record)
+        )
+        self.view = MapView(None if self.layer is None else self.layer.copy(), self.slices)
+        self._changed = False
 
     def forget(self) -> None:
         """Drop every cached row, which the tables may no longer hold (rule 5), and go back
-        to the layer as last committed (rule 8)."""
+        to the layer, and the write in slices, as last committed (rule 8)."""
         self.groups.clear()
         self.records.clear()
         self.where.clear()
         self.inners.clear()
-        self.layer = None if self.committed is None else self.committed.copy()
+        committed = self.committed
+        self.layer = None if committed is None else committed.copy()
+        self.writing = None
+        if self._committed_writing is not None:
+            writing, next_group, next_record = self._committed_writing
+            writing.next_group, writing.next_record = next_group, next_record
+            writing.finished = False
+            self.writing = writing
         self._changed = False
         if self.layer is not None:
             for gid, group in self.layer.groups.items():
@@ -505,6 +616,17 @@ class MapCache:
         cache = cls()
         cache.layer = layer
         return cache
+
+
+def _past(layer: MapLayer | None, entries: int, groups: int, record_bytes: int) -> bool:
+    """True if ``layer`` holds more than one of these."""
+    if layer is None:
+        return False
+    return (
+        layer.size - layer.base > entries
+        or len(layer.groups) > groups
+        or layer.record_bytes > record_bytes
+    )
 
 
 class SqliteNodeStore:
@@ -857,9 +979,19 @@ class StoredMap(VerifiableMap):
 
     @property
     def layer(self) -> MapLayer | None:
-        """The rows not yet written as of the last commit (rule 8), for readers in this
-        process (``prove_at_size``); None when the tables are the whole map."""
+        """The rows not yet written as of the last commit (rule 8); None when the tables
+        are the whole map."""
         return None if self.cache is None else self.cache.committed
+
+    @property
+    def view(self) -> MapView:
+        """What a reader in this process takes before it proves (``prove_at_size``)."""
+        return MapView() if self.cache is None else self.cache.view
+
+    @property
+    def slices(self) -> int:
+        """The slices of the layer written so far (``MapCache.slices``)."""
+        return 0 if self.cache is None else self.cache.slices
 
     @property
     def unwritten(self) -> int:
@@ -982,7 +1114,9 @@ class StoredMap(VerifiableMap):
             return 1
         return STORE_FORMAT if row is None else int(row[0])
 
-    def advance(self, start: int, entries: Iterable[bytes], *, hold: bool = False) -> bytes:
+    def advance(
+        self, start: int, entries: Iterable[bytes], *, hold: bool = False, repair: bool = False
+    ) -> bytes:
         """Fold the admitted entries ``start, start+1, ...`` (leaf bytes, in log order) in one
         batch and move the size past them; the new root. ``start`` must be the map's size
         (a map without one starts at 0): anything else is a gap, ``ValueError``."""
@@ -992,10 +1126,16 @@ class StoredMap(VerifiableMap):
             entry = decode_entry(leaf)
             if isinstance(entry, NoticeEntry):
                 notices.append((index, entry.envelope.notice))
-        return self.advance_notices(start, start + len(leaves), notices, hold=hold)
+        return self.advance_notices(start, start + len(leaves), notices, hold=hold, repair=repair)
 
     def advance_notices(
-        self, start: int, end: int, notices: Iterable[tuple[int, Notice]], *, hold: bool = False
+        self,
+        start: int,
+        end: int,
+        notices: Iterable[tuple[int, Notice]],
+        *,
+        hold: bool = False,
+        repair: bool = False,
     ) -> bytes:
         """``advance`` for a caller that holds the entries decoded: the notices among the
         entries ``[start, end)`` as ``(index, notice)``, in log order.
@@ -1004,8 +1144,11 @@ class StoredMap(VerifiableMap):
         and re-encoding them, so a batch costs its own notices, not the records'
         sizes; the entries are admitted, so every record folds. The batch folds into
         the cache's layer, written at the end unless the cache holds rows back (rule 8):
-        then once the layer is past a bound, unless ``hold`` (a caller outside a write
-        transaction; the layer's next advance writes it).
+        then all of it once the layer is past a bound, else a slice of it if one is due,
+        unless ``hold`` (a caller outside a write transaction: the next advance writes).
+        ``repair``: the tables may hold records written by slices past their size (a
+        holder that stopped in the middle of a write in slices); items at or past
+        ``start`` are dropped from the records read, so none is folded twice.
         """
         size = self.size()
         if start != (size or 0) or end < start:
@@ -1028,15 +1171,22 @@ class StoredMap(VerifiableMap):
                     raise ValueError("a notice outside the entries folded")
                 items.setdefault(notice.tool_id, []).append(record_item_bytes(index, notice))
             before = self.stored.get_many_raw(list(items))
+            if repair:
+                before = _records_before(before, start)
             records = {
                 tool_id: extend_record_bytes(before.get(tool_id), added)
                 for tool_id, added in items.items()
             }
+            grown = (len(layer.groups), layer.record_bytes)
             cache.hold_records(records)
             root = self.tree.update({map_key(t): value_hash(r) for t, r in records.items()})
             layer.size = end
             if not cache.holds or (cache.full() and not hold):
                 self.flush()
+            elif not hold and cache.due():  # a slice at least twice what this batch added
+                self.write_slice(
+                    2 * (len(layer.groups) - grown[0]), 2 * (layer.record_bytes - grown[1])
+                )
         return root
 
     def flush(self) -> None:
@@ -1059,19 +1209,80 @@ class StoredMap(VerifiableMap):
         assert self.cache is not None
         self.cache.written(groups)  # after the writes: a failed one leaves the cache as it was
 
-    def prove_at_size(self, tool_id: str, layer: MapLayer | None = None) -> tuple[int, MapProof]:
+    def write_slice(self, groups: int = 0, record_bytes: int = 0) -> bool:
+        """Write the next slice of the layer as committed (rule 8) in the caller's
+        transaction: its next groups, deepest first, then records (at least the cache's
+        slice, or ``groups`` and ``record_bytes``); with the last, the tables' size and
+        root. True once that last slice is written."""
+        cache = self.cache
+        assert cache is not None
+        writing = cache.start_writing()
+        if writing is None or writing.finished:
+            return writing is not None
+        cache.sliced()  # before the commit: a reader that took an older view reads again
+        layer = writing.layer
+        count = max(groups, cache.slice_groups, 1)
+        ids = writing.groups[writing.next_group : writing.next_group + count]
+        self.nodes.write_groups({gid: layer.groups[gid] for gid in ids})
+        writing.next_group += len(ids)
+        records: list[tuple[str, bytes]] = []
+        size, budget = 0, max(record_bytes, cache.slice_record_bytes, 1)
+        if writing.next_group == len(writing.groups):
+            while writing.next_record < len(writing.records) and size < budget:
+                tool_id = writing.records[writing.next_record]
+                records.append((tool_id, layer.records[tool_id]))
+                size += len(records[-1][1])
+                writing.next_record += 1
+        insert_rows(
+            self.conn,
+            "INSERT INTO map_record (tool_id, record)",
+            records,
+            "ON CONFLICT (tool_id) DO UPDATE SET record = excluded.record",
+        )
+        if writing.next_record < len(writing.records) or writing.next_group < len(writing.groups):
+            return False
+        self.conn.execute(
+            f"UPDATE map_state SET size = ?, {_ROOT_COLUMNS} WHERE id = 1",
+            (layer.size, *_root_row(layer.root, layer.root_value)),
+        )
+        writing.finished = True
+        return True
+
+    def prove_at_size(
+        self, tool_id: str, view: MapView | None = None, moved: Callable[[], bool] | None = None
+    ) -> tuple[int, MapProof]:
         """``(size, proof)`` read in one read transaction (rule 3), so the proof is of the
         map at that size; for readers only: it opens and ends a transaction on ``conn``.
-        ``layer``: the writer's (``StoredMap.layer``, rule 8), read above the tables when
-        they are at its base size (else the writer has written it since: the tables are
-        at its size or past it). KeyError if this database has no map yet."""
+        ``view``: the writer's, taken before (``StoredMap.view``, rule 8): its layer is read
+        above the tables when they are at its base size (else the writer has written it
+        since: the tables are at its size or past it). ``moved``: True if the writer has
+        written slices since ``view`` was taken; asked once this transaction's snapshot is
+        taken, and then ``ViewMoved`` (the tables may hold rows the layer does not
+        shadow): read again with a new view. KeyError if this database has no map yet."""
         self.conn.execute("BEGIN")
         try:
             size = self._table_size()
             if size is None or self.format() != STORE_FORMAT:
                 raise KeyError("no map")
+            if moved is not None and moved():
+                raise ViewMoved()
+            layer = None if view is None else view.layer
             above = layer if layer is not None and layer.base == size else None
             with self.scoped_cache(MapCache.over(above)):
                 return self.size() or 0, self.prove(tool_id)
         finally:
             self.conn.execute("COMMIT")
+
+
+def _records_before(records: Mapping[str, bytes], index: int) -> dict[str, bytes]:
+    """``records`` with their items at log ``index`` and after dropped (a record without
+    any left is no record)."""
+    kept: dict[str, bytes] = {}
+    for tool_id, raw in records.items():
+        record = StatusRecord.decode(raw, tool_id)
+        items = [item for item in record.notices if item.index < index]
+        if len(items) == len(record.notices):
+            kept[tool_id] = raw
+        elif items:
+            kept[tool_id] = StatusRecord.build(tool_id, items).encode()
+    return kept

@@ -7,6 +7,7 @@ the map, a size quota)."""
 from __future__ import annotations
 
 import logging
+import random
 import sqlite3
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from deplog.authority.log import Log, StorageError
 from deplog.authority.storage.copy import copy_log
 from deplog.authority.storage.database import open_database
 from deplog.client.errors import CLIError
-from deplog.client.mapstore import STORE_FORMAT, StoredMap, group_id
+from deplog.client.mapstore import STORE_FORMAT, MapView, StoredMap, group_id
 from deplog.client.model.notice import Envelope
 from deplog.client.model.vmap import (
     EMPTY_ROOT,
@@ -422,7 +423,7 @@ def test_a_map_behind_the_committed_log_catches_up_from_its_entries(
     the batch. The next batch folds the missing entries from the log first."""
     log.sequence(batch(publisher, 1, 3))
     assert log.map.cache is not None
-    log.map.cache.committed = None
+    log.map.cache.view = MapView()
     log.map.forget()
     assert (log.map.size() or 0) < log.tree.size
     log.sequence(batch(publisher, 4, 2))
@@ -469,7 +470,7 @@ def test_a_rollback_that_finds_the_log_past_the_map_folds_the_gap_and_signs_its_
     memory, and the checkpoint of the log's size carries the root of its whole prefix."""
     log.admit_notices(batch(publisher, 1, 3))  # committed, no checkpoint yet
     assert log.map.cache is not None
-    log.map.cache.committed = None  # the rows held go back to the tables' (older) size
+    log.map.cache.view = MapView()  # the rows held go back to the tables' (older) size
     log.conn.execute("BEGIN IMMEDIATE")
     log._rollback()
     assert log.map.size() == log.tree.size == 4
@@ -478,3 +479,115 @@ def test_a_rollback_that_finds_the_log_past_the_map_folds_the_gap_and_signs_its_
     assert require_map_root(signed(log, log_signer)) == reference_root(log, 4)
     log.sequence(batch(publisher, 4, 2))
     assert require_map_root(signed(log, log_signer)) == reference_root(log, 6)
+
+
+SPREAD = tuple(f"tool:org.acme/s{i}" for i in range(60))
+
+
+def spread(publisher: Signer, first: int, count: int) -> list[Envelope]:
+    """Notices about 60 tools in turn: a map of many groups, written in many slices."""
+    return [
+        make_envelope(publisher, seq, tool_id=SPREAD[seq % len(SPREAD)])
+        for seq in range(first, first + count)
+    ]
+
+
+def slicing_small(log: Log) -> None:
+    """The log's map writes its rows held in small slices once past 40 entries."""
+    cache = log.map.cache
+    assert cache is not None
+    cache.layer_entries, cache.slice_groups, cache.slice_record_bytes = 160, 3, 120
+
+
+@sqlite_only
+@pytest.mark.parametrize("phase", ["groups", "records"])
+def test_a_kill_in_the_middle_of_a_write_in_slices_is_folded_again_without_doubling_a_record(
+    db_path: str, log: Log, log_signer: Signer, publisher: Signer, phase: str
+) -> None:
+    """SIGKILL while slices of the held rows are in the tables (some groups, deepest first,
+    or all groups and some records) but the tables' size is not moved yet: the start
+    folds the entries past that size again over those rows, dropping from the records
+    the items the slices had written, and gets the latest checkpoint's root and the
+    reference's records."""
+    slicing_small(log)
+    first = 1
+    while True:
+        log.sequence(spread(publisher, first, 6))
+        first += 6
+        writing = log.map.cache.writing if log.map.cache is not None else None
+        if writing is None or writing.finished:
+            continue
+        if phase == "groups" and 0 < writing.next_group < len(writing.groups):
+            break
+        if phase == "records" and 0 < writing.next_record < len(writing.records):
+            break
+        assert first < 2000, "no write in slices reached the phase"
+    signed_root = require_map_root(signed(log, log_signer))
+    size = log.tree.size
+    log.conn.close()  # as a kill
+    assert tables(db_path)[0] < size
+    reopened = Log(db_path, log_signer, ORIGIN)
+    assert tables(db_path) == (size, signed_root) == (size, reference_root(reopened, size))
+    reference = VerifiableMap()
+    reference.fold(enumerate(reopened.tree.leaf_data(0, size)))
+    conn = open_database(db_path).connect(readonly=True)
+    try:
+        stored = StoredMap(conn)
+        for tool_id in SPREAD:
+            assert stored.records.get(tool_id) == reference.records.get(tool_id)
+            proven = verify_map_proof(signed_root, tool_id, stored.prove(tool_id))
+            assert proven == reference.records.get(tool_id)
+    finally:
+        conn.close()
+    reopened.sequence(spread(publisher, first, 4))
+    assert require_map_root(signed(reopened, log_signer)) == reference_root(reopened, size + 4)
+    reopened.close()
+
+
+@sqlite_only
+def test_a_failed_batch_in_the_middle_of_a_write_in_slices_changes_nothing(
+    db_path: str, log: Log, publisher: Signer
+) -> None:
+    slicing_small(log)
+    first = 1
+    while log.map.cache is None or log.map.cache.writing is None:
+        log.sequence(spread(publisher, first, 6))
+        first += 6
+    before, held = tables(db_path), log.map.unwritten
+    log.conn.execute("PRAGMA max_page_count = 1")  # a full disk
+    with pytest.raises(StorageError):
+        log.sequence(spread(publisher, first, 200))
+    log.conn.execute("PRAGMA max_page_count = 1073741823")
+    assert tables(db_path) == before and log.map.unwritten == held
+    for _ in range(20):
+        log.sequence(spread(publisher, first, 6))
+        first += 6
+    log.flush_map()
+    assert tables(db_path) == (log.tree.size, reference_root(log, log.tree.size))
+
+
+@sqlite_only
+@pytest.mark.parametrize("seed", range(6))
+def test_kills_at_random_slices_while_tools_keep_joining_the_map_start_at_the_signed_root(
+    db_path: str, log: Log, log_signer: Signer, publisher: Signer, seed: int
+) -> None:
+    """New tools join every batch (keys inserted under the rows the slices write, and
+    leaves moving to new parents), and the kill comes after a random number of slices:
+    whatever part of the held rows is in the tables, the start gets the signed root."""
+    slicing_small(log)
+    rng = random.Random(seed)
+    assert log.map.cache is not None
+    stop_after = log.map.slices + rng.randint(1, 25)
+    first = 1
+    while log.map.slices < stop_after:
+        envelopes = [
+            make_envelope(publisher, seq, tool_id=f"tool:org.acme/n{rng.randrange(10_000)}")
+            for seq in range(first, first + 6)
+        ]
+        log.sequence(envelopes)
+        first += 6
+    size, signed_root = log.tree.size, require_map_root(signed(log, log_signer))
+    log.conn.close()  # as a kill
+    reopened = Log(db_path, log_signer, ORIGIN)
+    assert tables(db_path) == (size, signed_root) == (size, reference_root(reopened, size))
+    reopened.close()

@@ -97,7 +97,7 @@ def assert_agrees(log: Log, db_path: Path, tools: list[str]) -> None:
     try:
         assert log.map.root() == expected.root()
         for tool_id in [*tools, "tool:org.acme/never-named"]:
-            size, proof = StoredMap(reader).prove_at_size(tool_id, log.map.layer)
+            size, proof = StoredMap(reader).prove_at_size(tool_id, log.map.view)
             assert size == log.tree.size
             assert log.map.prove(tool_id) == proof == expected.prove(tool_id)
             assert verify_map_proof(expected.root(), tool_id, proof) == (

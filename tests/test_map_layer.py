@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from deplog.client.mapstore import MapCache, MapLayer, StoredMap, group_id
-from deplog.client.model.vmap import VerifiableMap, verify_map_proof
+from deplog.client.mapstore import MapCache, MapView, StoredMap, ViewMoved, group_id
+from deplog.client.model.vmap import MapProofError, VerifiableMap, verify_map_proof
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, notice_leaf
 
@@ -48,6 +48,7 @@ class Writer:
         self.publisher = Signer.generate("acme")
         self.rng = random.Random(seed)
         self.size = 0
+        self.leaves_folded: list[bytes] = []
 
     def leaves(self, count: int) -> list[bytes]:
         return [
@@ -69,6 +70,7 @@ class Writer:
         self.conn.execute("COMMIT")
         self.map.committed()
         self.reference.fold(enumerate(batch, self.size))
+        self.leaves_folded += batch
         self.size += len(batch)
         return batch
 
@@ -83,11 +85,11 @@ class Writer:
         stored = StoredMap(self.reader)
         return stored.size() or 0, stored.root()
 
-    def assert_proves(self, layer: MapLayer | None, size: int, root: bytes) -> None:
-        """Proofs read by the reader with ``layer`` are of the map at ``size``, whose root is
-        ``root``: the client's verifier accepts them, present and absent."""
+    def assert_proves(self, view: MapView, size: int, root: bytes) -> None:
+        """Proofs read by the reader with the writer's ``view`` are of the map at ``size``,
+        whose root is ``root``: the client's verifier accepts them, present and absent."""
         for tool_id in [*self.rng.sample(TOOLS, 6), NEVER]:
-            read_at, proof = StoredMap(self.reader).prove_at_size(tool_id, layer)
+            read_at, proof = StoredMap(self.reader).prove_at_size(tool_id, view)
             assert read_at == size
             assert verify_map_proof(root, tool_id, proof) == self.reference.records.get(tool_id)
             assert proof == self.reference.prove(tool_id)
@@ -120,7 +122,7 @@ def test_a_reader_proves_through_the_committed_layer_what_the_reference_proves(
     for _ in range(10):
         writer.fold()
         assert writer.map.layer is not None and writer.map.layer.size == writer.size
-        writer.assert_proves(writer.map.layer, writer.size, writer.reference.root())
+        writer.assert_proves(writer.map.view, writer.size, writer.reference.root())
 
 
 def test_written_rows_prove_alone_what_the_layer_proved(writer: Writer) -> None:
@@ -129,7 +131,7 @@ def test_written_rows_prove_alone_what_the_layer_proved(writer: Writer) -> None:
     writer.flush()
     assert writer.map.layer is None and writer.map.unwritten == 0
     assert writer.tables() == (writer.size, writer.reference.root())
-    writer.assert_proves(None, writer.size, writer.reference.root())
+    writer.assert_proves(MapView(), writer.size, writer.reference.root())
 
 
 @pytest.mark.parametrize(
@@ -150,7 +152,7 @@ def test_an_advance_that_takes_the_layer_past_a_bound_writes_it(
         else:
             assert size < writer.size
     assert written > 2
-    writer.assert_proves(writer.map.layer, writer.size, writer.reference.root())
+    writer.assert_proves(writer.map.view, writer.size, writer.reference.root())
 
 
 def test_a_rolled_back_batch_goes_back_to_the_layer_of_the_last_commit(writer: Writer) -> None:
@@ -186,10 +188,10 @@ def test_a_reader_whose_layer_was_written_since_reads_the_tables_alone(writer: W
     the reader proves from them, at their size."""
     for _ in range(3):
         writer.fold()
-    taken = writer.map.layer
+    taken = writer.map.view
     writer.fold()
     writer.flush()
-    assert taken is not None and writer.size > taken.size
+    assert taken.layer is not None and writer.size > taken.layer.size
     writer.assert_proves(taken, writer.size, writer.reference.root())
 
 
@@ -198,7 +200,8 @@ def test_a_layer_handed_to_readers_never_changes_as_the_writer_folds_on(writer: 
     writer.flush()
     for _ in range(3):
         writer.fold()
-    taken, root = writer.map.layer, writer.reference.root()
+    view, root = writer.map.view, writer.reference.root()
+    taken = view.layer
     assert taken is not None
     seen = (
         taken.size,
@@ -216,7 +219,7 @@ def test_a_layer_handed_to_readers_never_changes_as_the_writer_folds_on(writer: 
         {gid: dict(group) for gid, group in taken.groups.items()},
     ) == seen
     for tool_id, proof in proofs.items():
-        read_at, read = StoredMap(writer.reader).prove_at_size(tool_id, taken)
+        read_at, read = StoredMap(writer.reader).prove_at_size(tool_id, view)
         assert (read_at, read) == (taken.size, proof)
         verify_map_proof(root, tool_id, read)
 
@@ -239,3 +242,111 @@ def test_a_cache_smaller_than_its_layer_evicts_only_rows_already_written(
         assert all(group_id(node) == gid for node, gid in cache.where.items())
     writer.flush()
     assert writer.tables() == (writer.size, writer.reference.root())
+
+
+# -- the layer written in slices --------------------------------------------------------
+
+
+def slicing(groups: int = 3, record_bytes: int = 200) -> MapCache:
+    """A holding cache that writes its layer in small slices once past 40 entries."""
+    return MapCache(
+        layer_entries=160,
+        layer_groups=10_000,
+        layer_record_bytes=1 << 24,
+        slice_groups=groups,
+        slice_record_bytes=record_bytes,
+    )
+
+
+def test_a_layer_past_a_quarter_of_a_bound_is_written_in_slices_and_readers_stay_right(
+    tmp_path: Path,
+) -> None:
+    """No batch writes the whole layer: slices go to the tables a few groups at a time,
+    deepest first, while the tables' size stays where it was until the last one; every
+    proof a reader makes through the writer's view meanwhile is the reference's."""
+    writer = Writer(tmp_path / "map.db", slicing(), seed=2)
+    sizes, slices = {writer.tables()[0]}, 0
+    for _ in range(40):
+        writer.fold(8)
+        assert writer.cache.layer is None or not writer.cache.full()  # never written whole
+        writing = writer.cache.writing
+        if writing is not None:
+            tops = [gid[0] for gid in writing.groups]
+            assert tops == sorted(tops, reverse=True)  # children before parents
+        sizes.add(writer.tables()[0])
+        slices = writer.map.slices
+        writer.assert_proves(writer.map.view, writer.size, writer.reference.root())
+    assert slices > 20 and len(sizes) > 3
+    size, root = writer.tables()
+    assert root == VerifiableMap().fold(enumerate(writer.leaves_folded[:size]))
+
+
+def test_a_reader_whose_view_predates_a_slice_is_told_to_read_again(tmp_path: Path) -> None:
+    writer = Writer(tmp_path / "map.db", slicing(), seed=3)
+    while not writer.map.slices:
+        writer.fold(8)
+    view = writer.map.view
+    before = writer.map.slices
+    writer.fold(8)
+    assert writer.map.slices > before
+    with pytest.raises(ViewMoved):
+        StoredMap(writer.reader).prove_at_size(
+            TOOLS[0], view, moved=lambda: writer.map.slices != view.slices
+        )
+    fresh = writer.map.view
+    read_at, proof = StoredMap(writer.reader).prove_at_size(
+        TOOLS[0], fresh, moved=lambda: writer.map.slices != fresh.slices
+    )
+    assert (read_at, proof) == (writer.size, writer.reference.prove(TOOLS[0]))
+
+
+def test_a_rolled_back_slice_is_written_again_by_the_next_batch(tmp_path: Path) -> None:
+    writer = Writer(tmp_path / "map.db", slicing(), seed=4)
+    while writer.cache.writing is None or not writer.cache.writing.next_group:
+        writer.fold(8)
+    writing = writer.cache.writing
+    cursor = (writing.next_group, writing.next_record)
+    writer.fold(8, commit=False)  # its slice went with it
+    writer.map.forget()
+    assert writer.cache.writing is writing
+    assert (writing.next_group, writing.next_record) == cursor and not writing.finished
+    for _ in range(30):
+        writer.fold(8)
+    writer.flush()
+    assert writer.tables() == (writer.size, writer.reference.root())
+
+
+def test_a_reader_that_ignored_slices_after_its_view_would_prove_a_mixture(
+    tmp_path: Path,
+) -> None:
+    """Why readers ask ``moved``: a view taken before a write in slices began does not
+    shadow the groups that write lays down, so its proofs would mix two sizes of the map:
+    rows it cannot find, or paths that fail against the root they claim."""
+    writer = Writer(tmp_path / "map.db", holding(), seed=5)
+    writer.fold(60)
+    writer.flush()
+    writer.fold(2)  # the view: a layer of the few groups two notices changed
+    view, root = writer.map.view, writer.reference.root()
+    assert view.layer is not None
+    writer.fold(40)
+    committed = writer.map.layer
+    assert committed is not None
+    writer.cache.slice_groups = len(committed.groups) - 1  # all but the root's group
+    writer.conn.execute("BEGIN IMMEDIATE")
+    assert not writer.map.write_slice()
+    writer.conn.execute("COMMIT")
+    writer.map.committed()
+    assert writer.tables()[0] == 60  # the write in slices is under way
+    failed = 0
+    for tool_id in TOOLS:
+        try:  # a row of the later map where the view's has none, or a path that is false
+            read_at, proof = StoredMap(writer.reader).prove_at_size(tool_id, view)
+            assert read_at == view.layer.size
+            verify_map_proof(root, tool_id, proof)
+        except (KeyError, MapProofError):
+            failed += 1
+    assert failed > 0
+    with pytest.raises(ViewMoved):
+        StoredMap(writer.reader).prove_at_size(
+            TOOLS[0], view, moved=lambda: writer.map.slices != view.slices
+        )

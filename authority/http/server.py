@@ -116,6 +116,7 @@ from deplog.authority.witnessing import (
     Witnessing,
 )
 from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.mapstore import ViewMoved
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
@@ -691,10 +692,19 @@ class AuthorityState:
         deadline = loop.time() + self.config.map_proof_wait
         while True:
             served = self._next_serve
-            layer = self.sequencer.log.map.layer  # the rows the writer has not written yet
-            size, proof = await self.read(
-                functools.partial(LogReader.map_proof, tool_id=tool_id, layer=layer)
-            )
+            stored = self.sequencer.log.map
+            view = stored.view  # the rows the writer holds, as of its last commit
+            try:
+                size, proof = await self.read(
+                    functools.partial(
+                        LogReader.map_proof,
+                        tool_id=tool_id,
+                        view=view,
+                        moved=lambda: stored.slices != view.slices,  # noqa: B023
+                    )
+                )
+            except ViewMoved:  # the writer wrote a slice meanwhile: read again
+                size = -1
             if size == self.checkpoint.size:
                 return self.note, proof
             remaining = deadline - loop.time()

@@ -10,6 +10,7 @@ that fails its own hash check is never served: the log's ``IntegrityError``
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from deplog.authority.storage import store
 from deplog.authority.storage.database import Database, open_database
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.errors import DeplogError
-from deplog.client.mapstore import MapLayer, StoredMap
+from deplog.client.mapstore import MapView, StoredMap
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.status import StatusIndex
 from deplog.client.model.vmap import MapProof
@@ -161,12 +162,15 @@ class LogReader:
             described["truncated"] = True
         return described
 
-    def map_proof(self, tool_id: str, layer: MapLayer | None = None) -> tuple[int, MapProof]:
+    def map_proof(
+        self, tool_id: str, view: MapView | None = None, moved: Callable[[], bool] | None = None
+    ) -> tuple[int, MapProof]:
         """The proof of ``tool_id`` in the map as committed, and the log size that map is at
         (read in one snapshot: the caller compares it with the served checkpoint).
-        ``layer``: the writer's rows not written yet (``StoredMap.layer``)."""
+        ``view`` and ``moved``: the writer's rows not written yet (``StoredMap.prove_at_size``;
+        ``ViewMoved``: read again)."""
         try:
-            return self.map.prove_at_size(tool_id, layer)
+            return self.map.prove_at_size(tool_id, view, moved)
         except (KeyError, DeplogError):  # a missing row, a stored record that does not decode
             raise IntegrityError() from None
 
