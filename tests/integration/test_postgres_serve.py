@@ -128,8 +128,14 @@ async def test_a_stopped_database_is_503_and_service_resumes_by_itself(
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
 
+            bodies: dict[int, bytes] = {}
+
             async def post(sequence: int) -> int:
-                body = make_envelope(publisher, sequence).canonical_bytes()
+                # A retry resends the same envelope: one built again carries another
+                # issued_at, a conflict (sequence_reused) with a try that committed.
+                body = bodies.setdefault(
+                    sequence, make_envelope(publisher, sequence).canonical_bytes()
+                )
                 async with http.post(
                     pg_authority.url + "/v1/notices", data=body, headers=JSON
                 ) as response:
