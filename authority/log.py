@@ -114,11 +114,12 @@ each, decoded and indexed (measured: 25.6 MiB at the bound, with 2,420 records).
 MAP_LAYER_RECORD_BYTES = 16 << 20
 """Bytes of changed tool records held in memory before a batch writes them."""
 MAP_SLICE_GROUPS = 128
-"""Groups a batch writes of the map's rows held once they pass a quarter of a bound (at
-least twice what the batch added): the rows go to the tables a slice at a time, so no
-batch writes thousands of groups at once while the writer keeps up."""
+"""The fewest groups a batch writes of the map's rows held once they pass three quarters
+of a bound (more if the write would not be over before the bound at the batches' pace:
+``MapCache.pace``): the rows go to the tables a slice at a time, so no batch writes
+thousands of groups at once while the writer keeps up."""
 MAP_SLICE_RECORD_BYTES = 256 << 10
-"""Record bytes a batch writes in a slice (at least twice what it added)."""
+"""The fewest record bytes a batch writes in a slice."""
 
 
 class StorageError(DeplogError):

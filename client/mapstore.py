@@ -57,6 +57,15 @@ witness in theirs. Rules:
    read it above the tables when the tables are at its base size (``prove_at_size``).
    Without ``layer_entries`` a layer lives for one ``advance`` and is written at its
    end, in the caller's transaction, as every other holder does.
+9. With ``slice_groups`` the layer as committed is written in slices instead, once it
+   is past three quarters of a bound: each ``advance`` writes the next groups, deepest
+   first (children before parents), and the next records, paced (``MapCache.pace``) so
+   the write is over before the live layer reaches a bound; the last slice moves
+   ``map_state``. Until then the tables hold rows past their size: readers in the
+   writer's process shadow them with their view's layer and read again (``ViewMoved``)
+   if a slice came after their view, and a start after a kill folds the entries past
+   ``map_state.size`` again with ``repair``, dropping from records the items a slice
+   wrote.
 """
 
 from __future__ import annotations
@@ -346,7 +355,7 @@ class MapView:
 
 @dataclass
 class _Writing:
-    """A write of the layer in slices under way (rule 8): the layer as committed when it
+    """A write of the layer in slices under way (rule 9): the layer as committed when it
     began, its groups deepest first and its records, and how many of each are written.
     Children come before their parents, so the rows written at any moment are whole
     subtrees of that layer's map over the tables' older ones."""
@@ -368,9 +377,9 @@ class MapCache:
     ``layer_entries``, ``layer_groups`` and ``layer_record_bytes`` bound the layer: an
     ``advance`` that leaves it larger than any of them writes all of it. Zero (the
     default) writes every ``advance``'s rows at its end. With ``slice_groups``, the layer
-    as committed is written in slices of that many groups (and ``slice_record_bytes`` of
-    records) once it is past a quarter of a bound, one slice an ``advance``, so no batch
-    writes all of it while the writer keeps up."""
+    as committed is written in slices of at least that many groups (and
+    ``slice_record_bytes`` of records) once it is past three quarters of a bound, one
+    slice an ``advance``, so no batch writes all of it while the writer keeps up."""
 
     def __init__(
         self,
@@ -426,17 +435,18 @@ class MapCache:
         return _past(self.layer, self.layer_entries, self.layer_groups, self.layer_record_bytes)
 
     def due(self) -> bool:
-        """True if the layer as committed is to be written in slices (past a quarter of a
-        bound), or a write of it is under way."""
+        """True if the layer as committed is to be written in slices (past three quarters
+        of a bound: late, so that the groups many batches rewrite are written once), or a
+        write of it is under way."""
         if self.writing is not None:
             return not self.writing.finished
         if not self.slice_groups:
             return False
         return _past(
             self.committed,
-            self.layer_entries // 4,
-            self.layer_groups // 4,
-            self.layer_record_bytes // 4,
+            self.layer_entries * 3 // 4,
+            self.layer_groups * 3 // 4,
+            self.layer_record_bytes * 3 // 4,
         )
 
     def group(self, gid: bytes) -> _Group | None:
@@ -507,6 +517,26 @@ class MapCache:
             self.layer = MapLayer(base, base, root, root_value)
             self._changed = True
         return self.layer
+
+    def pace(self, entries: int, groups: int, record_bytes: int) -> tuple[int, int]:
+        """The groups and record bytes a slice writes so that the write under way (or about
+        to start) is over before the layer reaches a bound, at the pace of a batch that
+        added ``entries``, ``groups`` and ``record_bytes`` to it."""
+        writing, layer = self.start_writing(), self.layer
+        if writing is None or layer is None:
+            return 0, 0
+        room = [(self.layer_entries - (layer.size - layer.base)) // max(1, entries)]
+        if groups > 0:
+            room.append((self.layer_groups - len(layer.groups)) // groups)
+        if record_bytes > 0:
+            room.append((self.layer_record_bytes - layer.record_bytes) // record_bytes)
+        batches = max(1, min(room) - 1)  # one batch to spare
+        left_groups = len(writing.groups) - writing.next_group
+        left_bytes = sum(
+            len(writing.layer.records[tool_id])
+            for tool_id in writing.records[writing.next_record :]
+        )
+        return -(-left_groups // batches), -(-left_bytes // batches)
 
     def start_writing(self) -> _Writing | None:
         """The write in slices under way, or a new one of the layer as committed (None if
@@ -1183,10 +1213,9 @@ class StoredMap(VerifiableMap):
             layer.size = end
             if not cache.holds or (cache.full() and not hold):
                 self.flush()
-            elif not hold and cache.due():  # a slice at least twice what this batch added
-                self.write_slice(
-                    2 * (len(layer.groups) - grown[0]), 2 * (layer.record_bytes - grown[1])
-                )
+            elif not hold and cache.due():
+                added = (end - start, len(layer.groups) - grown[0], layer.record_bytes - grown[1])
+                self.write_slice(*cache.pace(*added))
         return root
 
     def flush(self) -> None:
@@ -1210,10 +1239,10 @@ class StoredMap(VerifiableMap):
         self.cache.written(groups)  # after the writes: a failed one leaves the cache as it was
 
     def write_slice(self, groups: int = 0, record_bytes: int = 0) -> bool:
-        """Write the next slice of the layer as committed (rule 8) in the caller's
-        transaction: its next groups, deepest first, then records (at least the cache's
-        slice, or ``groups`` and ``record_bytes``); with the last, the tables' size and
-        root. True once that last slice is written."""
+        """Write the next slice of the layer as committed (rule 9) in the caller's
+        transaction: its next groups, deepest first, and its next records (at least the
+        cache's slice, or ``groups`` and ``record_bytes``: ``MapCache.pace``); with the
+        last, the tables' size and root. True once that last slice is written."""
         cache = self.cache
         assert cache is not None
         writing = cache.start_writing()
@@ -1227,12 +1256,11 @@ class StoredMap(VerifiableMap):
         writing.next_group += len(ids)
         records: list[tuple[str, bytes]] = []
         size, budget = 0, max(record_bytes, cache.slice_record_bytes, 1)
-        if writing.next_group == len(writing.groups):
-            while writing.next_record < len(writing.records) and size < budget:
-                tool_id = writing.records[writing.next_record]
-                records.append((tool_id, layer.records[tool_id]))
-                size += len(records[-1][1])
-                writing.next_record += 1
+        while writing.next_record < len(writing.records) and size < budget:
+            tool_id = writing.records[writing.next_record]
+            records.append((tool_id, layer.records[tool_id]))
+            size += len(records[-1][1])
+            writing.next_record += 1
         insert_rows(
             self.conn,
             "INSERT INTO map_record (tool_id, record)",

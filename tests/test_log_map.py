@@ -493,7 +493,7 @@ def spread(publisher: Signer, first: int, count: int) -> list[Envelope]:
 
 
 def slicing_small(log: Log) -> None:
-    """The log's map writes its rows held in small slices once past 40 entries."""
+    """The log's map writes its rows held in small slices once past 120 entries."""
     cache = log.map.cache
     assert cache is not None
     cache.layer_entries, cache.slice_groups, cache.slice_record_bytes = 160, 3, 120
@@ -505,7 +505,7 @@ def test_a_kill_in_the_middle_of_a_write_in_slices_is_folded_again_without_doubl
     db_path: str, log: Log, log_signer: Signer, publisher: Signer, phase: str
 ) -> None:
     """SIGKILL while slices of the held rows are in the tables (some groups, deepest first,
-    or all groups and some records) but the tables' size is not moved yet: the start
+    or some records) but the tables' size is not moved yet: the start
     folds the entries past that size again over those rows, dropping from the records
     the items the slices had written, and gets the latest checkpoint's root and the
     reference's records."""

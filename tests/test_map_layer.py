@@ -248,7 +248,7 @@ def test_a_cache_smaller_than_its_layer_evicts_only_rows_already_written(
 
 
 def slicing(groups: int = 3, record_bytes: int = 200) -> MapCache:
-    """A holding cache that writes its layer in small slices once past 40 entries."""
+    """A holding cache that writes its layer in small slices once past 120 entries."""
     return MapCache(
         layer_entries=160,
         layer_groups=10_000,
@@ -258,17 +258,19 @@ def slicing(groups: int = 3, record_bytes: int = 200) -> MapCache:
     )
 
 
-def test_a_layer_past_a_quarter_of_a_bound_is_written_in_slices_and_readers_stay_right(
+def test_a_layer_past_three_quarters_of_a_bound_is_written_in_slices_and_readers_stay_right(
     tmp_path: Path,
 ) -> None:
     """No batch writes the whole layer: slices go to the tables a few groups at a time,
     deepest first, while the tables' size stays where it was until the last one; every
     proof a reader makes through the writer's view meanwhile is the reference's."""
     writer = Writer(tmp_path / "map.db", slicing(), seed=2)
+    whole: list[int] = []
+    written = writer.cache.written
+    writer.cache.written = lambda groups: (whole.append(len(groups)), written(groups))  # type: ignore[method-assign, func-returns-value]
     sizes, slices = {writer.tables()[0]}, 0
-    for _ in range(40):
+    for _ in range(80):
         writer.fold(8)
-        assert writer.cache.layer is None or not writer.cache.full()  # never written whole
         writing = writer.cache.writing
         if writing is not None:
             tops = [gid[0] for gid in writing.groups]
@@ -276,9 +278,28 @@ def test_a_layer_past_a_quarter_of_a_bound_is_written_in_slices_and_readers_stay
         sizes.add(writer.tables()[0])
         slices = writer.map.slices
         writer.assert_proves(writer.map.view, writer.size, writer.reference.root())
-    assert slices > 20 and len(sizes) > 3
+    assert slices > 5 and len(sizes) > 3 and not whole  # never a batch writing all of it
     size, root = writer.tables()
     assert root == VerifiableMap().fold(enumerate(writer.leaves_folded[:size]))
+
+
+def test_a_write_in_slices_is_spread_over_the_batches_left_before_the_bound(
+    tmp_path: Path,
+) -> None:
+    """Paced (``MapCache.pace``): begun past three quarters of the bound, the write takes
+    several batches, not one, and its last slice comes before the layer reaches the bound."""
+    writer = Writer(tmp_path / "map.db", slicing(groups=1, record_bytes=1), seed=6)
+    while writer.cache.writing is None:
+        writer.fold(8)
+    writing, batches = writer.cache.writing, 1  # the batch that began it wrote a slice
+    while writer.cache.writing is writing:
+        layer = writer.cache.layer
+        assert layer is not None and layer.size - layer.base + 8 <= 160
+        writer.fold(8)
+        batches += 1
+    assert batches > 1 and writing.finished
+    size = writing.layer.size
+    assert writer.tables() == (size, VerifiableMap().fold(enumerate(writer.leaves_folded[:size])))
 
 
 def test_a_reader_whose_view_predates_a_slice_is_told_to_read_again(tmp_path: Path) -> None:
@@ -286,9 +307,8 @@ def test_a_reader_whose_view_predates_a_slice_is_told_to_read_again(tmp_path: Pa
     while not writer.map.slices:
         writer.fold(8)
     view = writer.map.view
-    before = writer.map.slices
-    writer.fold(8)
-    assert writer.map.slices > before
+    while writer.map.slices == view.slices:
+        writer.fold(8)
     with pytest.raises(ViewMoved):
         StoredMap(writer.reader).prove_at_size(
             TOOLS[0], view, moved=lambda: writer.map.slices != view.slices

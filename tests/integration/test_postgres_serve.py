@@ -127,7 +127,6 @@ async def test_a_stopped_database_is_503_and_service_resumes_by_itself(
     acknowledged = []
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-
             bodies: dict[int, bytes] = {}
 
             async def post(sequence: int) -> int:
