@@ -18,7 +18,9 @@ Both logs are first filled offline with ``--tools-before`` notices about as many
 the map has that many keys, and its paths their depth), then each round starts both
 authorities on fresh copies, map first and baseline second, then the other order in the
 next round. Reported: notices/s of each, the median of the rounds' ratios and the ratio
-of bests, and the CPU seconds the server process spent per notice.
+of bests, the CPU seconds the server process spent per notice, and receipt latency
+(p50 / p99 / p99.9 a round; the rounds' median p99.9 of each): a batch that writes many
+of the map's rows at once shows in the tail, not in the throughput.
 
 ``--proof-readers K`` adds, after the rounds, one more round of the authority with the map
 in which K clients also read ``GET /v1/tools/{id}/proof`` (JSON, one after another, about
@@ -131,18 +133,21 @@ def bodies_for(
     ]
 
 
-def run_once(process: AuthorityProcess, bodies: list[list[bytes]]) -> tuple[float, float]:
-    """Notices/s and server CPU ms per notice of one authority under the load."""
+def run_once(
+    process: AuthorityProcess, bodies: list[list[bytes]]
+) -> tuple[float, float, list[float]]:
+    """Notices/s, server CPU ms per notice and receipt latencies (s) of one authority
+    under the load."""
     process.start()
     try:
         assert process.process is not None
         before = cpu_seconds(process.process.pid)
-        seconds, _ = asyncio.run(load(process.url, bodies))
+        seconds, latencies = asyncio.run(load(process.url, bodies))
         spent = cpu_seconds(process.process.pid) - before
     finally:
         process.stop()
     total = sum(len(b) for b in bodies)
-    return total / seconds, 1000 * spent / total
+    return total / seconds, 1000 * spent / total, latencies
 
 
 async def load_with_proofs(
@@ -210,6 +215,7 @@ def main() -> None:
         prefill(templates["without"], NoMapLog, args.tools_before, signers)
         rates: dict[str, list[float]] = {name: [] for name in templates}
         cpu: dict[str, list[float]] = {name: [] for name in templates}
+        tails: dict[str, list[float]] = {name: [] for name in templates}
         for round_ in range(args.rounds):
             bodies = bodies_for(signers, per, 1, args.tools_per_publisher)
             order = list(templates) if round_ % 2 == 0 else list(reversed(templates))
@@ -222,12 +228,15 @@ def main() -> None:
                     process = NoMapAuthority(copy, wait=args.wait_instead)
                 else:
                     process = AuthorityProcess(copy)
-                rate, ms = run_once(process, bodies)
+                rate, ms, latencies = run_once(process, bodies)
                 rates[name].append(rate)
                 cpu[name].append(ms)
+                tails[name].append(pct(latencies, 99.9))
                 print(
                     f"round {round_ + 1} {name:>9}: {rate:7.0f} notices/s, "
-                    f"server CPU {ms:.2f} ms/notice",
+                    f"server CPU {ms:.2f} ms/notice, receipts p50 "
+                    f"{pct(latencies, 50) * 1000:.1f} / p99 {pct(latencies, 99) * 1000:.1f} / "
+                    f"p99.9 {pct(latencies, 99.9) * 1000:.1f} ms",
                     flush=True,
                 )
         if args.proof_readers:
@@ -270,7 +279,9 @@ def main() -> None:
             f"throughput ratio median {statistics.median(ratios):.3f} "
             f"(all {', '.join(f'{r:.2f}' for r in ratios)}), ratio of bests "
             f"{max(rates[tried]) / max(rates['without']):.3f}; server CPU per notice "
-            f"ratio (without / {tried[5:]}) median {statistics.median(cpu_ratios):.3f}"
+            f"ratio (without / {tried[5:]}) median {statistics.median(cpu_ratios):.3f}; "
+            f"receipts p99.9 median {statistics.median(tails[tried]) * 1000:.1f} ms "
+            f"(without: {statistics.median(tails['without']) * 1000:.1f} ms)"
         )
 
 
