@@ -37,9 +37,10 @@ Invariants:
   * On SQLite, where this writer is the one process writing the map and serving its
     proofs, a batch folds the map in memory and its rows are written later, coalesced
     (``client.mapstore`` rule 8, bounds ``MAP_LAYER_*``): by the batch that takes the
-    layer past a bound, by ``flush_map`` (the sequencer's when it is idle) and by
-    ``close``. The map's tables are then at a committed size at or below the log's;
-    the map is a function of the log, so a start folds the entries after it
+    layer past a bound, a slice a batch once past three quarters of one (rule 9), a
+    slice a transaction by an idle sequencer (``write_map_slice``), and by ``close``.
+    The map's tables are then at a committed size at or below the log's; the map is
+    a function of the log, so a start folds the entries after it
     (``_bring_up_map``) and checks the root against the latest checkpoint's line. On
     PostgreSQL every batch writes its rows: other processes read and extend them.
   * The map's rows are cached in memory for the writer (``MapCache``, bounded, filled
@@ -322,6 +323,9 @@ class Log:
         except (*self.db.errors, KeyError):  # type: ignore[misc]
             self._rollback()
             raise StorageError() from None
+        except BaseException:  # a bug: no transaction is left open for the next batch
+            self._rollback()
+            raise
         self._commit()
 
     def _close_quietly(self) -> None:
@@ -369,8 +373,10 @@ class Log:
         if behind and self._map_cache.holds and hasattr(self, "published"):
             # Not at open (``_bring_up_map`` folds and writes what a stop left): the rows
             # not written yet went back to the last commit's while the log kept a batch
-            # whose commit reported a failure. Fold its entries again, in memory.
-            self._catch_up_map(self.tree.size, hold=True)
+            # whose commit reported a failure. Fold its entries again, in memory; if that
+            # batch wrote the layer (past a bound) or a slice, the tables' records hold
+            # its items already: they are dropped before folding (repair).
+            self._catch_up_map(self.tree.size, hold=True, repair=True)
             folded = self.map.size()
         self._map_at = None if folded is None else (folded, self.map.root())
         if hasattr(self, "published"):
@@ -613,7 +619,7 @@ class Log:
             return
         if notices and len(notices) != end - start:
             raise ValueError("a batch's notices are all of its entries")
-        self._catch_up_map(start)
+        self._catch_up_map(start, repair=True)  # none to fold but after a failed commit
         self.map.advance_notices(start, end, enumerate(notices, start))
 
     def _catch_up_map(self, size: int, *, hold: bool = False, repair: bool = False) -> None:

@@ -26,7 +26,8 @@ Once no submission has come for ``MAP_FLUSH_IDLE`` seconds after a batch, and af
 an admin append, the writer writes the tool-status map's rows that batches folded in
 memory, a slice a transaction while no submission waits (``Log.write_map_slice``), so
 an idle log keeps none unwritten; a failure there is logged and counted
-(``map_flush_failures``), and the rows wait for the next try.
+(``map_flush_failures``), and the rows wait in memory for the next batch (which writes
+a slice of them, or all past a bound) or the next idle moment after it.
 ``failing`` is the code of the latest failed batch (the storage or the
 publication failed), None once a batch succeeds: ``/healthz`` reports it.
 
@@ -293,8 +294,14 @@ class Sequencer:
                     more = await self.call(self.log.write_map_slice)
         except Exception as err:  # a storage failure, or a bug: the appends go on either way
             if self._map_flush_ok:
-                code = err.code if isinstance(err, DeplogError) else type(err).__name__
-                log.warning("writing the tool-status map's rows failed (%s); retrying later", code)
+                if isinstance(err, DeplogError):
+                    log.warning(
+                        "writing the tool-status map's rows failed (%s); the next batch "
+                        "writes them",
+                        err.code,
+                    )
+                else:  # a bug, not the storage: its traceback belongs in the log
+                    log.exception("writing the tool-status map's rows failed")
             self.map_flush_failures += 1
             self._map_flush_ok = False
         else:

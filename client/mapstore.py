@@ -417,6 +417,9 @@ class MapCache:
         self.view = MapView()
         """The layer as of the caller's last commit, for ``forget`` and for readers."""
         self._committed_writing: tuple[_Writing, int, int] | None = None
+        self._written_whole = False
+        """The layer was written whole in the open transaction: the layer as last committed
+        is older than the tables now, so no write in slices starts from it before a commit."""
         self._changed = False
 
     @property
@@ -440,7 +443,7 @@ class MapCache:
         write of it is under way."""
         if self.writing is not None:
             return not self.writing.finished
-        if not self.slice_groups:
+        if not self.slice_groups or self._written_whole:
             return False
         return _past(
             self.committed,
@@ -543,7 +546,7 @@ class MapCache:
         nothing committed is held)."""
         if self.writing is None:
             layer = self.committed
-            if layer is None:
+            if layer is None or self._written_whole:
                 return None
             self.writing = _Writing(
                 layer,
@@ -564,7 +567,7 @@ class MapCache:
         layer = self.layer
         assert layer is not None
         self.layer = self.writing = None
-        self._changed = True
+        self._changed = self._written_whole = True
         for gid, group in groups.items():
             self.groups.put(gid, group)  # its nodes are indexed already
         for tool_id, record in layer.records.items():
@@ -617,6 +620,7 @@ class MapCache:
         self._committed_writing = (
             None if writing is None else (writing, writing.next_group, writing.next_record)
         )
+        self._written_whole = False
         self.view = MapView(None if self.layer is None else self.layer.copy(), self.slices)
         self._changed = False
 
@@ -629,7 +633,12 @@ class MapCache:
         self.inners.clear()
         committed = self.committed
         self.layer = None if committed is None else committed.copy()
+        # A slice counted in the transaction undone is not in the tables: a view of the
+        # layer as committed is current again (else every reader is told to read again
+        # until the next commit).
+        self.view = MapView(committed, self.slices)
         self.writing = None
+        self._written_whole = False
         if self._committed_writing is not None:
             writing, next_group, next_record = self._committed_writing
             writing.next_group, writing.next_record = next_group, next_record

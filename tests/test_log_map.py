@@ -481,6 +481,32 @@ def test_a_rollback_that_finds_the_log_past_the_map_folds_the_gap_and_signs_its_
     assert require_map_root(signed(log, log_signer)) == reference_root(log, 6)
 
 
+@sqlite_only
+def test_a_rollback_after_a_batch_that_wrote_the_layer_folds_no_notice_twice(
+    db_path: str, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    """A commit reported failed that took effect, of a batch that took the layer past its
+    bound and so wrote it whole: the tables hold that batch's records, the layer goes
+    back to the last commit's, and the reload folds the batch again over those records,
+    dropping their items from it first (repair), so the signed root is the reference's."""
+    cache = log.map.cache
+    assert cache is not None
+    log.sequence([make_envelope(publisher, 1, tool_id=TOOLS[0])])
+    before = cache.view
+    assert before.layer is not None  # held, not written
+    cache.layer_entries = 1  # the next batch takes the layer past it: written whole
+    fresh = [make_envelope(publisher, seq, tool_id=f"tool:org.acme/new{seq}") for seq in (2, 3)]
+    log.admit_notices(fresh)  # committed, with the layer written: new tools' records
+    assert tables(db_path)[0] == log.tree.size == 4
+    cache.view = before  # as if the commit had failed: back to the layer before it
+    log.conn.execute("BEGIN IMMEDIATE")
+    log._rollback()
+    log.publish()
+    assert require_map_root(signed(log, log_signer)) == reference_root(log, 4)
+    log.flush_map()
+    assert tables(db_path) == (4, reference_root(log, 4))
+
+
 SPREAD = tuple(f"tool:org.acme/s{i}" for i in range(60))
 
 

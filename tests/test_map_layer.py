@@ -336,6 +336,46 @@ def test_a_rolled_back_slice_is_written_again_by_the_next_batch(tmp_path: Path) 
     assert writer.tables() == (writer.size, writer.reference.root())
 
 
+def test_a_layer_written_whole_is_not_written_again_in_slices_by_the_same_transaction(
+    tmp_path: Path,
+) -> None:
+    """Two advances in one transaction, the first writing the layer whole (past a bound):
+    the second starts no write in slices of the layer as last committed, which is older
+    than the rows now in the tables."""
+    writer = Writer(tmp_path / "map.db", slicing(), seed=7)
+    while not writer.cache.due():
+        writer.fold(8)
+    assert writer.cache.writing is None  # due from the next advance on
+    first, second = writer.leaves(60), writer.leaves(8)
+    writer.conn.execute("BEGIN IMMEDIATE")
+    writer.map.advance(writer.size, first)  # past the bound: written whole
+    writer.map.advance(writer.size + 60, second)
+    writer.conn.execute("COMMIT")
+    writer.map.committed()
+    writer.reference.fold(enumerate(first + second, writer.size))
+    writer.size += 68
+    writer.flush()
+    assert writer.tables() == (writer.size, writer.reference.root())
+    for tool_id in [*TOOLS, NEVER]:  # every row in the tables is the latest map's
+        assert StoredMap(writer.reader).prove(tool_id) == writer.reference.prove(tool_id)
+
+
+def test_after_a_rolled_back_slice_a_view_taken_now_is_not_told_to_read_again(
+    tmp_path: Path,
+) -> None:
+    writer = Writer(tmp_path / "map.db", slicing(), seed=4)
+    while writer.cache.writing is None or not writer.cache.writing.next_group:
+        writer.fold(8)
+    writer.fold(8, commit=False)  # a slice counted, then undone
+    writer.map.forget()
+    view = writer.map.view
+    read_at, proof = StoredMap(writer.reader).prove_at_size(
+        TOOLS[0], view, moved=lambda: writer.map.slices != view.slices
+    )
+    assert read_at == writer.size
+    assert verify_map_proof(writer.reference.root(), TOOLS[0], proof) is not None
+
+
 def test_a_reader_that_ignored_slices_after_its_view_would_prove_a_mixture(
     tmp_path: Path,
 ) -> None:
