@@ -278,7 +278,8 @@ class Sequencer:
         if self._flush_when_idle:
             self._flush_when_idle = False
             try:
-                return await asyncio.wait_for(self._queue.get(), MAP_FLUSH_IDLE)
+                async with asyncio.timeout(MAP_FLUSH_IDLE):
+                    return await self._queue.get()
             except TimeoutError:
                 await self._flush_map()
         return await self._queue.get()

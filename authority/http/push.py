@@ -100,7 +100,8 @@ class PushHub:
                 await response.write(sse_event(self.latest))
             while True:
                 try:
-                    message = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+                    async with asyncio.timeout(KEEPALIVE_SECONDS):
+                        message = await queue.get()
                 except TimeoutError:
                     await response.write(b": keep-alive\n\n")
                     continue

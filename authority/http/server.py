@@ -527,7 +527,8 @@ class AuthorityState:
         failures: tuple[type[Exception], ...] = (*self.cluster.errors, StorageError)
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._learn_now.wait(), self.cluster.poll_interval)
+                async with asyncio.timeout(self.cluster.poll_interval):
+                    await self._learn_now.wait()
             self._learn_now.clear()
             try:
                 await self._poll_once()

@@ -342,7 +342,8 @@ class Follower:
                 log.warning("sync failed: %s (attempt %d)", err.code, failures)
             delay *= random.uniform(0.8, 1.2)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay)
+                async with asyncio.timeout(delay):
+                    await stop.wait()
 
     async def listen(self, stop: asyncio.Event, max_backoff: float = 30.0) -> None:
         """Follow the source's checkpoint announcements until ``stop``; each is verified.
@@ -370,7 +371,8 @@ class Follower:
             self.counters.push_reconnects += 1
             delay = min(max_backoff, 0.25 * 2 ** min(failures, 10)) * random.uniform(0.5, 1.5)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay)
+                async with asyncio.timeout(delay):
+                    await stop.wait()
 
     def _announcer(self) -> CheckpointStream | None:
         """The source that announces checkpoints: the log source, else the fallback (rule 5)."""

@@ -131,4 +131,5 @@ class ListChangedNotifier:
         while not stop.is_set():
             await self.refresh()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=interval)
+                async with asyncio.timeout(interval):
+                    await stop.wait()
