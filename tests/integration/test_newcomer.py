@@ -205,6 +205,9 @@ def test_follow_waits_for_an_authority_that_is_down_at_start(
         stderr=subprocess.PIPE,
         text=True,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        # Ctrl-C as at a terminal, even when the suite runs where SIGINT is ignored (a
+        # background job of a shell without job control), which a child inherits.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         time.sleep(3)  # several failed attempts at start-up
