@@ -15,14 +15,18 @@ needs (its publisher, its tool, issued now).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import strategies as st
 
+from deplog.authority.http.server import build_admin_app
 from deplog.authority.log import Log
 from deplog.client.errors import ErrorCode
 from deplog.client.follow.source import FetchError, MemoryLogSource, sync_step
@@ -476,3 +480,20 @@ class LocalLog:
     def sync(self, trusted: TrustedState) -> Advanced | None:
         """Verify and fold the log's latest checkpoint, as a follower would."""
         return asyncio.run(sync_step(InProcessLogSource(self.log), trusted))
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    app: web.Application,
+) -> AsyncIterator[tuple[TestClient[object, object], TestClient[object, object]]]:
+    """``app`` and its admin app (``build_admin_app``) on real servers on 127.0.0.1: a
+    client of each, both closed after."""
+    client: TestClient[object, object] = TestClient(TestServer(app))
+    await client.start_server()
+    admin: TestClient[object, object] = TestClient(TestServer(build_admin_app(app)))
+    try:
+        await admin.start_server()
+        yield client, admin
+    finally:
+        await admin.close()
+        await client.close()

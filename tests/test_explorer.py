@@ -16,15 +16,15 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from deplog.authority.explorer.config import ExplorerConfig, parse_prefix
 from deplog.authority.explorer.render import CONTENT_SECURITY_POLICY
 from deplog.authority.http.limits import Rate
-from deplog.authority.http.server import ServerConfig, build_admin_app, build_app
+from deplog.authority.http.server import ServerConfig, build_app
 from deplog.client.model import canonical
 from deplog.client.tlog.note import Signer
-from tests.builders import make_envelope, register_statement
+from tests.builders import make_envelope, register_statement, serving
 from tests.conftest import migrated
 from tests.explorer_seed import HOSTILE_MESSAGE, Seeded, seed
 
@@ -87,12 +87,7 @@ async def _site(tmp_path: Path, db_url: str | None = None, **config: object) -> 
     server_config = replace(
         ServerConfig(tmp_path / "log.db", log_key.name), db_url=db_url, **config
     )
-    app = build_app(server_config, log_key)
-    client: TestClient[object, object] = TestClient(TestServer(app))
-    await client.start_server()
-    admin: TestClient[object, object] = TestClient(TestServer(build_admin_app(app)))
-    await admin.start_server()
-    try:
+    async with serving(build_app(server_config, log_key)) as (client, admin):
         publisher = Signer.generate("acme")
         statement = register_statement("acme", ("org.acme",), (publisher,))
         body = canonical.dumps(statement.to_json())
@@ -101,9 +96,6 @@ async def _site(tmp_path: Path, db_url: str | None = None, **config: object) -> 
         site = Site(client, Seeded(0, 0, 0, 0, 0), publisher, log_key)
         site.seeded = await seed(publisher, site.post_notice)
         yield site
-    finally:
-        await admin.close()
-        await client.close()
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from deplog.authority.http.server import _STATE, ServerConfig, build_admin_app, build_app
+from deplog.authority.http.server import _STATE, ServerConfig, build_app
 from deplog.client import verify_tool_status
 from deplog.client.mapstore import MapCache
 from deplog.client.model import canonical
@@ -30,7 +30,7 @@ from deplog.client.model.vmap import (
 )
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
-from tests.builders import make_envelope, register_statement
+from tests.builders import make_envelope, register_statement, serving
 
 JSON = {"Content-Type": "application/json"}
 TOOLS = [f"tool:org.acme/t{i}" for i in range(40)]
@@ -42,11 +42,7 @@ async def served(
 ) -> AsyncIterator[tuple[TestClient[object, object], Signer, Signer]]:
     log_key = Signer.generate("served.test/log")
     app = build_app(ServerConfig(tmp_path / "log.db", log_key.name), log_key)
-    client: TestClient[object, object] = TestClient(TestServer(app))
-    await client.start_server()
-    admin: TestClient[object, object] = TestClient(TestServer(build_admin_app(app)))
-    await admin.start_server()
-    try:
+    async with serving(app) as (client, admin):
         publisher = Signer.generate("acme")
         body = canonical.dumps(register_statement("acme", ("org.acme",), (publisher,)).to_json())
         assert (await admin.post("/admin/publishers", data=body)).status == 201
@@ -54,9 +50,6 @@ async def served(
         assert isinstance(cache, MapCache) and cache.holds
         cache.layer_entries, cache.slice_groups, cache.slice_record_bytes = 80, 2, 100
         yield client, publisher, log_key
-    finally:
-        await admin.close()
-        await client.close()
 
 
 async def test_proofs_read_while_slices_are_written_show_the_map_of_their_checkpoint(

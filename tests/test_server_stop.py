@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from aiohttp.test_utils import TestClient, TestServer
-
 from deplog.authority.http.server import _STATE, ServerConfig, build_app
 from deplog.client.tlog.note import Signer
+from tests.builders import serving
 
 STOPPED_WITHIN = 10.0
 """Seconds a stopped loop has to end: it waits at most a poll interval (about 1 s)."""
@@ -27,9 +26,7 @@ async def test_the_published_poll_ends_on_a_stop_that_comes_with_a_wake_up(
     log_key = Signer.generate("stop.test/log")
     config = ServerConfig(tmp_path / "log.db", log_key.name, db_url=pg_migrated_url)
     app = build_app(config, log_key)
-    client: TestClient[object, object] = TestClient(TestServer(app))
-    await client.start_server()
-    try:
+    async with serving(app):
         state = app[_STATE]
         (poll,) = [t for t in state.supervisor._tasks if t.get_name() == "published_poll"]
         await asyncio.sleep(0.2)  # the poll is waiting for a wake-up or its interval
@@ -38,5 +35,3 @@ async def test_the_published_poll_ends_on_a_stop_that_comes_with_a_wake_up(
         done, _ = await asyncio.wait([poll], timeout=STOPPED_WITHIN)
         assert done, "the poll went on after it was stopped"
         assert poll.cancelled()
-    finally:
-        await client.close()
