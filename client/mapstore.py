@@ -75,6 +75,7 @@ import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Final, Generic, TypeVar
 
 from deplog.client.dbapi import Connection, insert_rows
@@ -363,6 +364,9 @@ class _Writing:
     layer: MapLayer
     groups: list[bytes]
     records: list[str]
+    record_ends: list[int]
+    """Bytes of ``records`` before each one (and all of them, last): what is left to
+    write is ``record_ends[-1] - record_ends[next_record]``."""
     next_group: int = 0
     next_record: int = 0
     finished: bool = False
@@ -535,10 +539,7 @@ class MapCache:
             room.append((self.layer_record_bytes - layer.record_bytes) // record_bytes)
         batches = max(1, min(room) - 1)  # one batch to spare
         left_groups = len(writing.groups) - writing.next_group
-        left_bytes = sum(
-            len(writing.layer.records[tool_id])
-            for tool_id in writing.records[writing.next_record :]
-        )
+        left_bytes = writing.record_ends[-1] - writing.record_ends[writing.next_record]
         return -(-left_groups // batches), -(-left_bytes // batches)
 
     def start_writing(self) -> _Writing | None:
@@ -548,10 +549,12 @@ class MapCache:
             layer = self.committed
             if layer is None or self._written_whole:
                 return None
+            records = list(layer.records)
             self.writing = _Writing(
                 layer,
                 sorted(layer.groups, key=lambda gid: gid[0], reverse=True),
-                list(layer.records),
+                records,
+                list(accumulate((len(layer.records[t]) for t in records), initial=0)),
             )
             self._changed = True
         return self.writing
