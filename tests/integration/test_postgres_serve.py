@@ -132,9 +132,9 @@ async def test_a_stopped_database_is_503_and_service_resumes_by_itself(
             async def post(sequence: int) -> int:
                 # A retry resends the same envelope: one built again carries another
                 # issued_at, a conflict (sequence_reused) with a try that committed.
-                body = bodies.setdefault(
-                    sequence, make_envelope(publisher, sequence).canonical_bytes()
-                )
+                if sequence not in bodies:
+                    bodies[sequence] = make_envelope(publisher, sequence).canonical_bytes()
+                body = bodies[sequence]
                 async with http.post(
                     pg_authority.url + "/v1/notices", data=body, headers=JSON
                 ) as response:
