@@ -17,10 +17,12 @@ map's share of ``Log.sequence`` alone (no HTTP, no signature checks), the tighte
 Both logs are first filled offline with ``--tools-before`` notices about as many tools (so
 the map has that many keys, and its paths their depth), then each round starts both
 authorities on fresh copies, map first and baseline second, then the other order in the
-next round. Reported: notices/s of each, the median of the rounds' ratios and the ratio
-of bests, the CPU seconds the server process spent per notice, and receipt latency
-(p50 / p99 / p99.9 a round; the rounds' median p99.9 of each): a batch that writes many
-of the map's rows at once shows in the tail, not in the throughput.
+next round. Reported: notices/s of each, the median of the rounds' ratios with a 95 %
+bootstrap interval (the rounds resampled: how far the median would move in another run
+like this one) and the ratio of bests, the CPU seconds the server process spent per
+notice, and receipt latency (p50 / p99 / p99.9 a round; the rounds' median p99.9 of
+each): a batch that writes many of the map's rows at once shows in the tail, not in the
+throughput.
 
 ``--proof-readers K`` adds, after the rounds, one more round of the authority with the map
 in which K clients also read ``GET /v1/tools/{id}/proof`` (JSON, one after another, about
@@ -67,6 +69,8 @@ from tests.builders import make_envelope, register
 from tests.integration.harness import ORIGIN, AuthorityProcess
 
 PUBLISHERS = 50
+BOOTSTRAP = 10_000
+"""Resamples of the rounds for the interval of a median ratio (``median_interval``)."""
 LAUNCHER = Path(__file__).resolve().parent / "nomap_authority.py"
 
 
@@ -182,6 +186,18 @@ async def load_with_proofs(
     return seconds, latencies
 
 
+def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """A bootstrap interval of the median of ``values`` (the rounds' ratios): how far the
+    median could move if the same run were made again on this machine. Seeded, so one
+    run's figures print the same interval every time they are summarized."""
+    rng = random.Random(0)
+    medians = sorted(
+        statistics.median(rng.choices(values, k=len(values))) for _ in range(BOOTSTRAP)
+    )
+    cut = int((1 - level) / 2 * BOOTSTRAP)
+    return medians[cut], medians[BOOTSTRAP - 1 - cut]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tools-before", type=int, default=10_000)
@@ -271,15 +287,19 @@ def main() -> None:
             )
         ratios = [a / b for a, b in zip(rates[tried], rates["without"], strict=True)]
         cpu_ratios = [b / a for a, b in zip(cpu[tried], cpu["without"], strict=True)]
+        low, high = median_interval(ratios)
+        cpu_low, cpu_high = median_interval(cpu_ratios)
         print(
             f"{args.tools_before} tools before, {per * args.publishers} notices per round "
             f"from {args.publishers} publishers about {args.tools_per_publisher} tools each, "
             f"{args.rounds} rounds: {tried} best "
             f"{max(rates[tried]):.0f}/s, without best {max(rates['without']):.0f}/s; "
             f"throughput ratio median {statistics.median(ratios):.3f} "
-            f"(all {', '.join(f'{r:.2f}' for r in ratios)}), ratio of bests "
+            f"[{low:.3f}, {high:.3f}] (all {', '.join(f'{r:.2f}' for r in ratios)}), "
+            f"ratio of bests "
             f"{max(rates[tried]) / max(rates['without']):.3f}; server CPU per notice "
-            f"ratio (without / {tried[5:]}) median {statistics.median(cpu_ratios):.3f}; "
+            f"ratio (without / {tried[5:]}) median {statistics.median(cpu_ratios):.3f} "
+            f"[{cpu_low:.3f}, {cpu_high:.3f}]; "
             f"receipts p99.9 median {statistics.median(tails[tried]) * 1000:.1f} ms "
             f"(without: {statistics.median(tails['without']) * 1000:.1f} ms)"
         )
