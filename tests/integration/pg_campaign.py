@@ -201,15 +201,19 @@ def _socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def _local_port_inodes() -> dict[int, str]:
-    """Local TCP port -> socket inode, for every IPv4 and IPv6 TCP socket."""
-    ports: dict[int, str] = {}
+def _local_port_inodes() -> dict[int, set[str]]:
+    """Local TCP port -> the inodes of the sockets bound to it, for every IPv4 and IPv6 TCP
+    socket. A port can have several: Linux reuses an ephemeral port for connections to
+    other destinations, and a closed connection lingers in TIME_WAIT with inode 0 (no
+    socket left), which is skipped."""
+    ports: dict[int, set[str]] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError), open(table) as lines:
             next(lines)
             for line in lines:
                 fields = line.split()
-                ports[int(fields[1].rsplit(":", 1)[1], 16)] = fields[9]
+                if fields[9] != "0":
+                    ports.setdefault(int(fields[1].rsplit(":", 1)[1], 16), set()).add(fields[9])
     return ports
 
 
@@ -221,7 +225,7 @@ def sequencer_holder(conn: Any, pids: Sequence[int | None]) -> int | None:
     if not ports:
         return None
     by_port = _local_port_inodes()
-    wanted = {by_port[p] for p in ports if p in by_port}
+    wanted = set().union(*(by_port.get(p, set()) for p in ports))
     for n, pid in enumerate(pids):
         if pid is not None and wanted & _socket_inodes(pid):
             return n
