@@ -22,6 +22,15 @@ the ``deplog-map/v1`` root of ``DIR/checkpoint``, of every file in
 ``DIR/checkpoints/`` and of each ``--checkpoint FILE``; it names the first size
 whose root is not the fold of the entries under it (``bad_map_root``).
 
+``audit status PROOF TOOL_ID VERSION`` checks a tool-status proof as served by
+``GET /v1/tools/{tool_id}/proof`` (or handed over in an MCP ``_meta`` annotation): the
+checkpoint it was made at (the JSON form carries it; ``--checkpoint FILE`` names it, and
+is then the one that counts) against ``--log-key`` or a whole ``--policy``, the proof
+against that checkpoint's ``deplog-map/v1`` root, and prints the version's status at
+``--at`` (default now). It exits by the verdict table of ``deplog check``: 0 active or
+deprecated, ``EXIT_REFUSE`` (5) revoked or sunset, ``EXIT_UNKNOWN`` (7) for a tool id or
+version that is not one; 1 when anything does not verify.
+
 ``audit evidence`` exits 0 only when the file proves a fork (two signed
 roots for one size); a file that checks out but proves nothing (a failing,
 unsigned consistency proof: a suspicion) prints ``not proven: ...`` and exits
@@ -59,7 +68,9 @@ from deplog.client.audit.offline import (
     replay,
 )
 from deplog.client.audit.tiledir import MirrorReport, mirror_tiles, tiles_dir_leaves
+from deplog.client.cli import verdicts
 from deplog.client.cli.messages import SENTENCES
+from deplog.client.cli.trust import EXIT_NOT_PROVEN, read_bounded, read_log_key
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpLogSource
@@ -67,7 +78,14 @@ from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
 from deplog.client.follow.tiles import TilesLogSource
 from deplog.client.model import canonical
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
-from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
+from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
+from deplog.client.model.semver import Version
+from deplog.client.model.vmap import (
+    MapProof,
+    MapProofDocument,
+    require_map_root,
+    verify_tool_status,
+)
 from deplog.client.progress import Progress
 from deplog.client.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin
@@ -89,9 +107,11 @@ __all__ = [
     "register",
 ]
 
-EXIT_NOT_PROVEN: Final = 4
-"""Exit status for a suspicion that proves nothing (``audit evidence``, ``follow --once``)."""
 MAX_PROOF_FILE: Final = 64 * 1024
+MAX_MAP_PROOF_FILE: Final = 16 * 1024 * 1024
+"""A tool-status proof file's bound: the proof carries the tool's whole record, which
+grows with its notices (docs/fold-spec.md: no per-tool cap in v1); 16 MiB is some
+300,000 notices on one tool."""
 
 _Command = Callable[[argparse.Namespace], int]
 
@@ -108,30 +128,6 @@ class ExportError(DeplogError):
 
 
 # --- helpers ------------------------------------------------------------------
-
-
-def read_bounded(path: Path, limit: int) -> bytes:
-    """The whole file, refusing it (``file_too_large``) if it is over ``limit`` bytes."""
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise AuditInputError(ErrorCode.FILE_TOO_LARGE, "input file is over the size limit")
-    return data
-
-
-def read_log_key(value: str, flag: str = "--log-key") -> Verifier:
-    """A verifier key given to ``flag`` inline or as a file holding one; a bad one is a
-    usage error (exit 2) naming the flag."""
-    try:
-        return read_verifier_key(value)
-    except DeplogError as err:
-        raise CLIError(
-            f"{flag}: {err.code}: give the log's verifier key (<name>+<8 hex>+<base64>) or "
-            "a file holding it, such as the authority's keys/<origin>.pub",
-            2,
-        ) from None
-    except OSError as err:
-        raise CLIError(f"{flag}: cannot read {value}: {err.strerror}", 2) from None
 
 
 def _origin(text: str) -> str:
@@ -216,38 +212,44 @@ def _rfc3339(timestamp: int) -> str:
     return format_timestamp(datetime.fromtimestamp(timestamp, UTC))
 
 
-def _cmd_checkpoint(args: argparse.Namespace) -> int:
-    note = read_bounded(args.file, MAX_NOTE_SIZE)
+def _verified_checkpoint(
+    args: argparse.Namespace, note: bytes
+) -> tuple[Checkpoint, list[str], dict[str, Any]]:
+    """``note`` verified with ``--log-key``, or with a whole ``--policy`` (then the log key,
+    if given, is the only log accepted), and what a policy adds to the result: its quorum
+    line, a line per valid cosignature, and their JSON members. Offline: no freshness
+    bound, but cosignatures dated in the future still do not count."""
     if args.policy is None:
         if args.log_key is None:
             raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")
-        checkpoint = audit_checkpoint(note, read_log_key(args.log_key), args.origin)
-        shape = {"ok": True, "checkpoint": _checkpoint_json(checkpoint)}
-        _result(args, [f"ok: checkpoint {_describe(checkpoint)}"], shape)
-        return 0
+        return audit_checkpoint(note, read_log_key(args.log_key), args.origin), [], {}
     if args.origin is not None:
         raise CLIError("--origin applies to --log-key without --policy", 2)
     policy = Policy.parse(read_bounded(args.policy, MAX_POLICY_SIZE))
     if args.log_key is not None:
         policy = replace(policy, logs=(PolicyLog(read_log_key(args.log_key)),))
-    # Offline: no freshness bound, but cosignatures dated in the future still do not count.
     verified = policy.verify(note, now=time.time(), max_age=None)
     when = verified.witnessed_at
-    quorum = "none required" if when is None else f"met at {_rfc3339(when)}"
-    lines = [f"ok: checkpoint {_describe(verified.checkpoint)}; quorum {quorum}"]
-    lines += [
-        f"  cosigned by {cosig.name} at {_rfc3339(cosig.timestamp)}"
-        for cosig in verified.cosignatures
-    ]
+    lines = [f"quorum {'none required' if when is None else f'met at {_rfc3339(when)}'}"]
+    lines += [f"  cosigned by {c.name} at {_rfc3339(c.timestamp)}" for c in verified.cosignatures]
     shape = {
-        "ok": True,
-        "checkpoint": _checkpoint_json(verified.checkpoint),
         "quorum_met_at": None if when is None else _rfc3339(when),
         "cosignatures": [
             {"name": c.name, "timestamp": _rfc3339(c.timestamp)} for c in verified.cosignatures
         ],
     }
-    _result(args, lines, shape)
+    return verified.checkpoint, lines, shape
+
+
+def _cmd_checkpoint(args: argparse.Namespace) -> int:
+    checkpoint, policy_lines, policy_shape = _verified_checkpoint(
+        args, read_bounded(args.file, MAX_NOTE_SIZE)
+    )
+    first = f"ok: checkpoint {_describe(checkpoint)}"
+    if policy_lines:
+        first += f"; {policy_lines[0]}"
+    shape = {"ok": True, "checkpoint": _checkpoint_json(checkpoint), **policy_shape}
+    _result(args, [first, *policy_lines[1:]], shape)
     return 0
 
 
@@ -351,6 +353,56 @@ def _cmd_map(args: argparse.Namespace) -> int:
         f"({report.entries} entries folded; {len(report.without_line)} without a map line)"
     )
     return 0
+
+
+def _read_proof(path: str) -> bytes:
+    """The proof file, or standard input for ``-`` (an agent pipes ``_meta`` into it)."""
+    if path != "-":
+        return read_bounded(Path(path), MAX_MAP_PROOF_FILE)
+    data = sys.stdin.buffer.read(MAX_MAP_PROOF_FILE + 1)
+    if len(data) > MAX_MAP_PROOF_FILE:
+        raise AuditInputError(ErrorCode.FILE_TOO_LARGE, "input file is over the size limit")
+    return data
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    try:
+        parse_tool_id(args.tool_id)
+        Version.parse(args.version)
+    except DeplogError as err:
+        print(f"deplog audit status: unknown: {err.code}; {SENTENCES[err.code]}", file=sys.stderr)
+        return verdicts.EXIT_UNKNOWN
+    at = verdicts.time_flag("--at", args.at)
+    proof = _read_proof(args.proof)
+    document = MapProofDocument.parse(proof) if proof[:1] == b"{" else None
+    parsed = MapProof.from_binary(proof) if document is None else document.proof
+    if args.checkpoint is not None:  # authoritative: a JSON proof must carry the same body
+        note = read_bounded(args.checkpoint, MAX_NOTE_SIZE)
+    elif document is not None:
+        note = document.checkpoint  # verified below like any other
+    else:
+        raise AuditInputError(
+            ErrorCode.MISSING_INPUT, "a binary proof needs --checkpoint, the note it was served at"
+        )
+    checkpoint, policy_lines, policy_shape = _verified_checkpoint(args, note)
+    status = verify_tool_status(proof, checkpoint, args.tool_id, args.version, at)
+    map_root = encode_base64(require_map_root(checkpoint))
+    proven = f"  at {format_timestamp(at)}, proven ({parsed.result}) by the map {map_root} of "
+    proven += _describe(checkpoint)
+    if policy_lines:
+        proven += f"; {policy_lines[0]}"
+    lines = [f"ok: {verdicts.status_lines(status.to_json())[0]}", proven, *policy_lines[1:]]
+    shape = {
+        "ok": True,
+        "status": status.to_json(),
+        "at": format_timestamp(at),
+        "result": parsed.result,
+        "map_root": map_root,
+        "checkpoint": _checkpoint_json(checkpoint),
+        **policy_shape,
+    }
+    _result(args, lines, shape)
+    return verdicts.EXIT_REFUSE if status.status in verdicts.REFUSED_STATUSES else 0
 
 
 # --- export ---------------------------------------------------------------------
@@ -534,6 +586,39 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         default=[],
         help="another signed checkpoint to check (repeatable; DIR/checkpoints/* are read too)",
+    )
+
+    sp = add(
+        "status",
+        "verify a tool-status proof: a version's status as of a signed checkpoint",
+        _cmd_status,
+        key_required=False,
+    )
+    sp.formatter_class = argparse.RawDescriptionHelpFormatter
+    sp.epilog = (
+        "exit codes:\n"
+        "  0  proven: active or deprecated (serve)\n"
+        "  1  not proven: the proof, the checkpoint or a signature does not verify\n"
+        "  2  a usage error\n"
+        f"  {verdicts.EXIT_REFUSE}  proven: revoked or sunset (refuse)\n"
+        f"  {verdicts.EXIT_UNKNOWN}  unknown: not a deplog tool id or version"
+    )
+    sp.add_argument(
+        "proof",
+        metavar="PROOF",
+        help="GET /v1/tools/{tool_id}/proof's answer, JSON or binary (- reads standard input)",
+    )
+    sp.add_argument("tool_id", metavar="TOOL_ID", help="tool:<namespace>/<name>")
+    sp.add_argument("version", metavar="VERSION", help="a SemVer version, e.g. 1.2.0")
+    sp.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="the signed checkpoint to verify against (a binary proof needs it; a JSON "
+        "proof must have been made at it)",
+    )
+    sp.add_argument("--policy", type=Path, help="a C2SP tlog-policy file to verify against")
+    sp.add_argument(
+        "--at", metavar="TIME", help="RFC 3339 UTC time to evaluate the status at (default: now)"
     )
 
     sp = add("evidence", "verify a fork evidence file from a follower or witness", _cmd_evidence)

@@ -175,24 +175,6 @@ def _status_exit(statuses: list[str], stale: bool) -> int:
     return verdicts.exit_for([*codes, verdicts.EXIT_STALE if stale else 0])
 
 
-def _status_lines(out: dict[str, Any]) -> list[str]:
-    """``status`` as text: one line per version (or the one asked for)."""
-    rows = [out] if "status" in out else out["versions"]
-    if not rows:
-        return [f"{out['tool_id']}: no notice names any version"]
-    lines = []
-    for row in rows:
-        line = f"{row['tool_id']} {row['version']}: {row['status']}"
-        if row.get("sunset_at"):
-            line += f", sunset at {row['sunset_at']}"
-        if row.get("replacement"):
-            line += f", replaced by {row['replacement']['tool_id']}@{row['replacement']['version']}"
-        if row.get("notices"):
-            line += f" (notices {', '.join(str(i) for i in row['notices'])})"
-        lines.append(line)
-    return lines
-
-
 def _cmd_status(args: argparse.Namespace) -> int:
     """A tool's status from the local follower state (no network); exit by verdict."""
     state = verdicts.open_state(args.state)
@@ -215,7 +197,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True))
     else:
-        print("\n".join(_status_lines(out)))
+        print("\n".join(verdicts.status_lines(out)))
         through = out["processed_through"]
         print(f"processed through size {through['size']}, verified at {through['verified_at']}")
         if stale:

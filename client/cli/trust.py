@@ -25,19 +25,22 @@ import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Final
 
-from deplog.client.cli.audit import EXIT_NOT_PROVEN, read_bounded, read_log_key
-from deplog.client.errors import CLIError
+from deplog.client.audit.offline import AuditInputError
+from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.follow.http import DEFAULT_TIMEOUT, HttpLogSource
 from deplog.client.follow.source import LogSource
 from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB
 from deplog.client.follow.tiles import TilesLogSource, publishes_tiles
 from deplog.client.follow.trust import ForkError, SuspectedForkError
 from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault, database_files
+from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy
 
 __all__ = [
+    "EXIT_NOT_PROVEN",
     "TILES_AUTO",
     "TILES_OFF",
     "add_follow_arguments",
@@ -47,9 +50,39 @@ __all__ = [
     "log_origin",
     "open_log",
     "positive_seconds",
+    "read_bounded",
+    "read_log_key",
     "state_fault",
     "writing_state",
 ]
+
+EXIT_NOT_PROVEN: Final = 4
+"""Exit status for a suspicion that proves nothing (``audit evidence``, ``follow --once``)."""
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The whole file, refusing it (``file_too_large``) if it is over ``limit`` bytes."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise AuditInputError(ErrorCode.FILE_TOO_LARGE, "input file is over the size limit")
+    return data
+
+
+def read_log_key(value: str, flag: str = "--log-key") -> Verifier:
+    """A verifier key given to ``flag`` inline or as a file holding one; a bad one is a
+    usage error (exit 2) naming the flag."""
+    try:
+        return read_verifier_key(value)
+    except DeplogError as err:
+        raise CLIError(
+            f"{flag}: {err.code}: give the log's verifier key (<name>+<8 hex>+<base64>) or "
+            "a file holding it, such as the authority's keys/<origin>.pub",
+            2,
+        ) from None
+    except OSError as err:
+        raise CLIError(f"{flag}: cannot read {value}: {err.strerror}", 2) from None
+
 
 TILES_AUTO = "auto"
 TILES_OFF = "off"

@@ -59,6 +59,7 @@ __all__ = [
     "open_state",
     "processed_through",
     "register",
+    "status_lines",
     "time_flag",
     "warn_if_behind",
 ]
@@ -86,6 +87,25 @@ def exit_for(codes: list[int]) -> int:
         if code in codes:
             return code
     return 0
+
+
+def status_lines(out: dict[str, Any]) -> list[str]:
+    """A status as text (``deplog status``, ``deplog audit status``): one line per version of
+    ``GET /v1/tools/{tool_id}``'s object, or the one line of a ``VersionStatus``'s."""
+    rows = [out] if "status" in out else out["versions"]
+    if not rows:
+        return [f"{out['tool_id']}: no notice names any version"]
+    lines = []
+    for row in rows:
+        line = f"{row['tool_id']} {row['version']}: {row['status']}"
+        if row.get("sunset_at"):
+            line += f", sunset at {row['sunset_at']}"
+        if row.get("replacement"):
+            line += f", replaced by {row['replacement']['tool_id']}@{row['replacement']['version']}"
+        if row.get("notices"):
+            line += f" (notices {', '.join(str(i) for i in row['notices'])})"
+        lines.append(line)
+    return lines
 
 
 def open_state(path: Path) -> LocalState:
