@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,17 +282,9 @@ def test_a_json_proof_made_at_another_checkpoint_than_the_one_given_is_refused(
 def test_a_witness_policy_met_adds_its_quorum_and_cosigners(
     proofs: Proofs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    witness = cosigner(Signer.generate("w.witness.example"))
-    note = proofs.checkpoint.read_bytes()
-    cosigned = proofs.file(
-        "cosigned", add_signature_lines(note, cosign(parse_note(note)[0], witness, T))
-    )
-    policy = proofs.file(
-        "policy",
-        (f"log {key(proofs)}\nwitness w {witness.verifier().vkey()}\nquorum w\n").encode(),
-    )
+    note, policy = cosigned_with_policy(proofs, T)
     status, out, _ = run(
-        capsys, "--policy", policy, "--checkpoint", cosigned, proofs.json[SEARCH], SEARCH, "1.0.0"
+        capsys, "--policy", policy, "--checkpoint", note, proofs.json[SEARCH], SEARCH, "1.0.0"
     )
     assert status == 0
     lines = out.splitlines()
@@ -345,3 +338,59 @@ def test_a_proof_file_that_is_not_there_names_it(
     status, _, err = run(capsys, "--log-key", key(proofs), missing, SEARCH, "1.0.0")
     assert status != 0
     assert str(missing) in err and "Traceback" not in err
+
+
+def cosigned_with_policy(proofs: Proofs, timestamp: int, quorum: str = "w") -> tuple[Path, Path]:
+    """The served checkpoint cosigned by witness ``w`` at ``timestamp``, and a policy naming
+    the log and ``w`` with quorum ``quorum``."""
+    witness = cosigner(Signer.generate("w.witness.example"))
+    note = proofs.checkpoint.read_bytes()
+    cosigned = add_signature_lines(note, cosign(parse_note(note)[0], witness, timestamp))
+    text = f"log {key(proofs)}\nwitness w {witness.verifier().vkey()}\nquorum {quorum}\n"
+    return proofs.file("cosigned", cosigned), proofs.file("policy", text.encode())
+
+
+def test_a_quorum_cosigned_within_max_age_is_fresh(
+    proofs: Proofs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    note, policy = cosigned_with_policy(proofs, int(time.time()) - 10)
+    status, out, _ = run(
+        capsys,
+        *("--policy", policy, "--checkpoint", note, "--max-age", "300"),
+        *(proofs.json[SEARCH], SEARCH, "1.0.0"),
+    )
+    assert (status, out.startswith(f"ok: {SEARCH} 1.0.0: deprecated")) == (0, True)
+
+
+def test_a_quorum_cosigned_longer_ago_than_max_age_is_stale(
+    proofs: Proofs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    note, policy = cosigned_with_policy(proofs, int(time.time()) - 3600)
+    status, out, err = run(
+        capsys,
+        *("--policy", policy, "--checkpoint", note, "--max-age", "300"),
+        *(proofs.json[SEARCH], SEARCH, "1.0.0"),
+    )
+    assert (status, out) == (6, "")
+    assert err.startswith("deplog audit status: stale: stale_checkpoint")
+
+
+def test_max_age_under_a_policy_without_witnesses_is_stale(
+    proofs: Proofs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    note, policy = cosigned_with_policy(proofs, int(time.time()), quorum="none")
+    status, _, err = run(
+        capsys,
+        *("--policy", policy, "--checkpoint", note, "--max-age", "300"),
+        *(proofs.json[SEARCH], SEARCH, "1.0.0"),
+    )
+    assert (status, err.startswith("deplog audit status: stale: stale_checkpoint")) == (6, True)
+
+
+def test_max_age_without_a_policy_is_a_usage_error(
+    proofs: Proofs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, err = run(
+        capsys, "--log-key", key(proofs), "--max-age", "300", proofs.json[SEARCH], SEARCH, "1.0.0"
+    )
+    assert (status, "--max-age needs --policy" in err) == (2, True)

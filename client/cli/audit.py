@@ -28,8 +28,9 @@ checkpoint it was made at (the JSON form carries it; ``--checkpoint FILE`` names
 is then the one that counts) against ``--log-key`` or a whole ``--policy``, the proof
 against that checkpoint's ``deplog-map/v1`` root, and prints the version's status at
 ``--at`` (default now). It exits by the verdict table of ``deplog check``: 0 active or
-deprecated, ``EXIT_REFUSE`` (5) revoked or sunset, ``EXIT_UNKNOWN`` (7) for a tool id or
-version that is not one; 1 when anything does not verify.
+deprecated, ``EXIT_REFUSE`` (5) revoked or sunset, ``EXIT_STALE`` (6) when ``--max-age``
+asks for a checkpoint its witness quorum cosigned more recently, ``EXIT_UNKNOWN`` (7) for a
+tool id or version that is not one; 1 when anything does not verify.
 
 ``audit evidence`` exits 0 only when the file proves a fork (two signed
 roots for one size); a file that checks out but proves nothing (a failing,
@@ -70,7 +71,12 @@ from deplog.client.audit.offline import (
 from deplog.client.audit.tiledir import MirrorReport, mirror_tiles, tiles_dir_leaves
 from deplog.client.cli import verdicts
 from deplog.client.cli.messages import SENTENCES
-from deplog.client.cli.trust import EXIT_NOT_PROVEN, read_bounded, read_log_key
+from deplog.client.cli.trust import (
+    EXIT_NOT_PROVEN,
+    positive_seconds,
+    read_bounded,
+    read_log_key,
+)
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpLogSource
@@ -92,7 +98,7 @@ from deplog.client.tlog.checkpoint import Checkpoint, check_origin
 from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
 from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
-from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyLog
+from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyError, PolicyLog
 from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, TreeMismatchError, leaf_hash
 from deplog.client.tlog.receipt import MAX_RECEIPT_SIZE, Receipt
 from deplog.client.tlog.timestamps import format_timestamp
@@ -213,12 +219,13 @@ def _rfc3339(timestamp: int) -> str:
 
 
 def _verified_checkpoint(
-    args: argparse.Namespace, note: bytes
+    args: argparse.Namespace, note: bytes, max_age: float | None = None
 ) -> tuple[Checkpoint, list[str], dict[str, Any]]:
     """``note`` verified with ``--log-key``, or with a whole ``--policy`` (then the log key,
     if given, is the only log accepted), and what a policy adds to the result: its quorum
     line, a line per valid cosignature, and their JSON members. Offline: no freshness
-    bound, but cosignatures dated in the future still do not count."""
+    bound unless ``max_age`` (``stale_checkpoint``), but cosignatures dated in the future
+    never count."""
     if args.policy is None:
         if args.log_key is None:
             raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")
@@ -228,7 +235,7 @@ def _verified_checkpoint(
     policy = Policy.parse(read_bounded(args.policy, MAX_POLICY_SIZE))
     if args.log_key is not None:
         policy = replace(policy, logs=(PolicyLog(read_log_key(args.log_key)),))
-    verified = policy.verify(note, now=time.time(), max_age=None)
+    verified = policy.verify(note, now=time.time(), max_age=max_age)
     when = verified.witnessed_at
     lines = [f"quorum {'none required' if when is None else f'met at {_rfc3339(when)}'}"]
     lines += [f"  cosigned by {c.name} at {_rfc3339(c.timestamp)}" for c in verified.cosignatures]
@@ -384,7 +391,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
         raise AuditInputError(
             ErrorCode.MISSING_INPUT, "a binary proof needs --checkpoint, the note it was served at"
         )
-    checkpoint, policy_lines, policy_shape = _verified_checkpoint(args, note)
+    if args.max_age is not None and args.policy is None:
+        raise CLIError("--max-age needs --policy: only witness cosignatures date a checkpoint", 2)
+    try:
+        checkpoint, policy_lines, policy_shape = _verified_checkpoint(args, note, args.max_age)
+        if args.max_age is not None and policy_shape["quorum_met_at"] is None:
+            raise PolicyError(ErrorCode.STALE_CHECKPOINT, "no witness quorum dates it")
+    except PolicyError as err:
+        if err.code != ErrorCode.STALE_CHECKPOINT:
+            raise
+        print(f"deplog audit status: stale: {err.code}; {SENTENCES[err.code]}", file=sys.stderr)
+        return verdicts.EXIT_STALE
     status = verify_tool_status(proof, checkpoint, args.tool_id, args.version, at)
     map_root = encode_base64(require_map_root(checkpoint))
     proven = f"  at {format_timestamp(at)}, proven ({parsed.result}) by the map {map_root} of "
@@ -601,6 +618,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "  1  not proven: the proof, the checkpoint or a signature does not verify\n"
         "  2  a usage error\n"
         f"  {verdicts.EXIT_REFUSE}  proven: revoked or sunset (refuse)\n"
+        f"  {verdicts.EXIT_STALE}  stale: the witness quorum cosigned longer ago than --max-age\n"
         f"  {verdicts.EXIT_UNKNOWN}  unknown: not a deplog tool id or version"
     )
     sp.add_argument(
@@ -619,6 +637,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sp.add_argument("--policy", type=Path, help="a C2SP tlog-policy file to verify against")
     sp.add_argument(
         "--at", metavar="TIME", help="RFC 3339 UTC time to evaluate the status at (default: now)"
+    )
+    sp.add_argument(
+        "--max-age",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="with --policy: refuse (exit 6) a checkpoint its witness quorum cosigned longer ago",
     )
 
     sp = add("evidence", "verify a fork evidence file from a follower or witness", _cmd_evidence)
