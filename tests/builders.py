@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -26,11 +27,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import strategies as st
 
-from deplog.authority.http.server import build_admin_app
+from deplog.authority.http.server import ServerConfig, build_admin_app, build_app
 from deplog.authority.log import Log
 from deplog.client.errors import ErrorCode
 from deplog.client.follow.source import FetchError, MemoryLogSource, sync_step
 from deplog.client.follow.trust import Advanced, TrustedState
+from deplog.client.model import canonical
 from deplog.client.model.entries import (
     NoticeEntry,
     PublisherStatement,
@@ -497,3 +499,28 @@ async def serving(
     finally:
         await admin.close()
         await client.close()
+
+
+@dataclasses.dataclass
+class ServedLog:
+    """An authority on real servers on 127.0.0.1 (``serving_log``)."""
+
+    app: web.Application
+    client: TestClient[object, object]
+    log_key: Signer
+    publisher: Signer
+    """``acme``, registered for ``org.acme``."""
+
+
+@contextlib.asynccontextmanager
+async def serving_log(directory: Path, origin: str) -> AsyncIterator[ServedLog]:
+    """An authority's app over ``directory/log.db`` with a fresh log key for ``origin``, on
+    real servers (``serving``), publisher ``acme`` registered through the admin API."""
+    log_key = Signer.generate(origin)
+    app = build_app(ServerConfig(directory / "log.db", log_key.name), log_key)
+    async with serving(app) as (client, admin):
+        publisher = Signer.generate("acme")
+        body = canonical.dumps(register_statement("acme", ("org.acme",), (publisher,)).to_json())
+        response = await admin.post("/admin/publishers", data=body)
+        assert response.status == 201, await response.text()
+        yield ServedLog(app, client, log_key, publisher)

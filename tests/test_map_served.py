@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-from deplog.authority.http.server import _STATE, ServerConfig, build_app
+from deplog.authority.http.server import _STATE
 from deplog.client import verify_tool_status
 from deplog.client.mapstore import MapCache
-from deplog.client.model import canonical
 from deplog.client.model.vmap import (
     MapProof,
     MapProofDocument,
@@ -30,7 +29,7 @@ from deplog.client.model.vmap import (
 )
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
-from tests.builders import make_envelope, register_statement, serving
+from tests.builders import make_envelope, serving_log
 
 JSON = {"Content-Type": "application/json"}
 TOOLS = [f"tool:org.acme/t{i}" for i in range(40)]
@@ -40,16 +39,11 @@ TOOLS = [f"tool:org.acme/t{i}" for i in range(40)]
 async def served(
     tmp_path: Path,
 ) -> AsyncIterator[tuple[TestClient[object, object], Signer, Signer]]:
-    log_key = Signer.generate("served.test/log")
-    app = build_app(ServerConfig(tmp_path / "log.db", log_key.name), log_key)
-    async with serving(app) as (client, admin):
-        publisher = Signer.generate("acme")
-        body = canonical.dumps(register_statement("acme", ("org.acme",), (publisher,)).to_json())
-        assert (await admin.post("/admin/publishers", data=body)).status == 201
-        cache = app[_STATE].sequencer.log.map.cache
+    async with serving_log(tmp_path, "served.test/log") as served_log:
+        cache = served_log.app[_STATE].sequencer.log.map.cache
         assert isinstance(cache, MapCache) and cache.holds
         cache.layer_entries, cache.slice_groups, cache.slice_record_bytes = 80, 2, 100
-        yield client, publisher, log_key
+        yield served_log.client, served_log.publisher, served_log.log_key
 
 
 async def test_proofs_read_while_slices_are_written_show_the_map_of_their_checkpoint(
