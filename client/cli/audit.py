@@ -373,6 +373,8 @@ def _read_proof(path: str) -> bytes:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    if args.max_age is not None and args.policy is None:
+        raise CLIError("--max-age needs --policy: only witness cosignatures date a checkpoint", 2)
     try:
         parse_tool_id(args.tool_id)
         Version.parse(args.version)
@@ -391,8 +393,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
         raise AuditInputError(
             ErrorCode.MISSING_INPUT, "a binary proof needs --checkpoint, the note it was served at"
         )
-    if args.max_age is not None and args.policy is None:
-        raise CLIError("--max-age needs --policy: only witness cosignatures date a checkpoint", 2)
     try:
         checkpoint, policy_lines, policy_shape = _verified_checkpoint(args, note, args.max_age)
         if args.max_age is not None and policy_shape["quorum_met_at"] is None:
