@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from deplog.client.cli import audit
 from deplog.client.cli.main import main
@@ -301,3 +303,20 @@ def test_max_age_under_a_policy_without_witnesses_is_stale(
 def test_max_age_without_a_policy_is_a_usage_error(checked: Checked) -> None:
     status, _, err = checked("--max-age", "300")
     assert (status, "--max-age needs --policy" in err) == (2, True)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.one_of(
+        st.binary(max_size=300),
+        st.binary(max_size=40).map(lambda tail: b"\x01" + tail),
+        st.text(max_size=200).map(lambda text: ("{" + text).encode()),
+    )
+)
+def test_any_bytes_as_a_proof_are_refused_in_one_line(
+    checked: Checked, proofs: Proofs, data: bytes
+) -> None:
+    hostile = proofs.file("hostile", data)
+    status, out, err = checked("--checkpoint", proofs.checkpoint, proof=hostile)
+    assert (status, out) == (1, "")
+    assert err.count("\n") == 1 and err.startswith("deplog audit status: ")
