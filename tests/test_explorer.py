@@ -10,6 +10,7 @@ substring".
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from html.parser import HTMLParser
@@ -22,6 +23,7 @@ from deplog.authority.explorer.config import ExplorerConfig, parse_prefix
 from deplog.authority.explorer.render import CONTENT_SECURITY_POLICY
 from deplog.authority.http.limits import Rate
 from deplog.authority.http.server import ServerConfig, build_app
+from deplog.client.cli.main import main as deplog_main
 from deplog.client.model import canonical
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register_statement, serving
@@ -152,7 +154,28 @@ async def test_tool_page_shows_status_dates_replacement_and_its_notices(site: Si
     assert "sha256:" + "ab" * 32 in text
     assert "deplog check tool:org.acme/search 1.0.0" in text
     assert "/v1/tools/tool%3Aorg.acme/search" in page.links()
+    assert "/v1/tools/tool%3Aorg.acme/search/proof" in page.links()
     assert f"/notices/{site.seeded.deprecated}" in page.links()
+
+
+async def test_tool_page_shows_an_offline_check_that_verifies_the_proof_it_links(
+    site: Site, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page, _ = await site.get("/tools/tool:org.acme/search")
+    shown = re.search(
+        r'curl -s "\$AUTHORITY(/v1/tools/\S+/proof)" \| '
+        r"deplog audit status --log-key '(\S+)' - (\S+) (\S+)",
+        page.all_text,
+    )
+    assert shown is not None
+    path, log_key, tool_id, version = shown.groups()
+    assert log_key == site.log_key.verifier().vkey()
+    response = await site.client.get(path)
+    assert response.status == 200
+    proof = tmp_path / "proof.json"
+    proof.write_bytes(await response.read())
+    assert deplog_main(["audit", "status", "--log-key", log_key, str(proof), tool_id, version]) == 0
+    assert capsys.readouterr().out.startswith(f"ok: {tool_id} {version}: deprecated")
 
 
 @pytest.mark.both_backends

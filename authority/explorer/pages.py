@@ -236,7 +236,7 @@ def tool_page(reader: LogReader, served: Served, tool_id: str, now: datetime) ->
     described = reader.tool(tool_id, served.size, now)
     if described["last_index"] is None:
         raise _not_found()
-    return {"tool": described, "tool_id": tool_id}
+    return {"tool": described, "tool_id": tool_id, "log_key": served.log_key.vkey()}
 
 
 def _parse_index(raw: str, size: int) -> int:
