@@ -320,3 +320,14 @@ def test_any_bytes_as_a_proof_are_refused_in_one_line(
     status, out, err = checked("--checkpoint", proofs.checkpoint, proof=hostile)
     assert (status, out) == (1, "")
     assert err.count("\n") == 1 and err.startswith("deplog audit status: ")
+
+
+def test_a_json_proof_reformatted_by_a_json_tool_still_verifies(
+    checked: Checked, proofs: Proofs
+) -> None:
+    """An agent takes the proof out of ``_meta["dev.deplog/proof"]`` with a JSON tool, which
+    re-indents it and may reorder its members: the proof is its values, not its bytes."""
+    document = json.loads(proofs.json[SEARCH].read_bytes())
+    pretty = json.dumps(dict(reversed(document.items())), indent=2).encode()
+    status, out, _ = checked(proof=proofs.file("pretty.json", pretty))
+    assert (status, out.startswith(f"ok: {SEARCH} 1.0.0: deprecated")) == (0, True)
