@@ -131,6 +131,7 @@ from deplog.client.tlog.tiles import (
     HashTile,
     parse_tile_path,
 )
+from deplog.client.waiting import wait_until
 
 if TYPE_CHECKING:
     from deplog.authority.cluster import Cluster
@@ -526,9 +527,7 @@ class AuthorityState:
         failing = False
         failures: tuple[type[Exception], ...] = (*self.cluster.errors, StorageError)
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.cluster.poll_interval):
-                    await self._learn_now.wait()
+            await wait_until(self._learn_now, self.cluster.poll_interval)
             self._learn_now.clear()
             try:
                 await self._poll_once()

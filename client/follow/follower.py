@@ -68,6 +68,7 @@ from deplog.client.follow.trust import (
 from deplog.client.model.status import StatusChange
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
+from deplog.client.waiting import wait_until
 
 __all__ = [
     "RETRY_ELSEWHERE",
@@ -341,9 +342,7 @@ class Follower:
                 delay = min(max_backoff, interval * 2 ** min(failures, 10))
                 log.warning("sync failed: %s (attempt %d)", err.code, failures)
             delay *= random.uniform(0.8, 1.2)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await stop.wait()
+            await wait_until(stop, delay)
 
     async def listen(self, stop: asyncio.Event, max_backoff: float = 30.0) -> None:
         """Follow the source's checkpoint announcements until ``stop``; each is verified.
@@ -370,9 +369,7 @@ class Follower:
             failures += 1
             self.counters.push_reconnects += 1
             delay = min(max_backoff, 0.25 * 2 ** min(failures, 10)) * random.uniform(0.5, 1.5)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await stop.wait()
+            await wait_until(stop, delay)
 
     def _announcer(self) -> CheckpointStream | None:
         """The source that announces checkpoints: the log source, else the fallback (rule 5)."""

@@ -18,7 +18,6 @@ state file (``StateReader``, then ``await notifier.watch(stop)``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -37,6 +36,7 @@ from deplog.client.mcp.compat import (
     on_tools_listed,
     tool_manager,
 )
+from deplog.client.waiting import wait_until
 
 __all__ = ["MAX_CLIENTS", "ListChangedNotifier", "ToolVersion", "stamp_tools"]
 
@@ -130,6 +130,4 @@ class ListChangedNotifier:
         whose follower is another process, and to notice the state going stale."""
         while not stop.is_set():
             await self.refresh()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval):
-                    await stop.wait()
+            await wait_until(stop, interval)
