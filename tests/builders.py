@@ -513,11 +513,13 @@ class ServedLog:
 
 
 @contextlib.asynccontextmanager
-async def serving_log(directory: Path, origin: str) -> AsyncIterator[ServedLog]:
-    """An authority's app over ``directory/log.db`` with a fresh log key for ``origin``, on
-    real servers (``serving``), publisher ``acme`` registered through the admin API."""
+async def serving_log(directory: Path, origin: str, **config: Any) -> AsyncIterator[ServedLog]:
+    """An authority's app over ``directory/log.db`` (``config`` replaces ``ServerConfig``
+    fields: ``db_url``, limits...) with a fresh log key for ``origin``, on real servers
+    (``serving``), publisher ``acme`` registered through the admin API."""
     log_key = Signer.generate(origin)
-    app = build_app(ServerConfig(directory / "log.db", log_key.name), log_key)
+    server_config = dataclasses.replace(ServerConfig(directory / "log.db", log_key.name), **config)
+    app = build_app(server_config, log_key)
     async with serving(app) as (client, admin):
         publisher = Signer.generate("acme")
         body = canonical.dumps(register_statement("acme", ("org.acme",), (publisher,)).to_json())

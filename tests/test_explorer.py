@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -22,11 +22,10 @@ from aiohttp.test_utils import TestClient
 from deplog.authority.explorer.config import ExplorerConfig, parse_prefix
 from deplog.authority.explorer.render import CONTENT_SECURITY_POLICY
 from deplog.authority.http.limits import Rate
-from deplog.authority.http.server import ServerConfig, build_app
 from deplog.client.cli.main import main as deplog_main
 from deplog.client.model import canonical
 from deplog.client.tlog.note import Signer
-from tests.builders import make_envelope, register_statement, serving
+from tests.builders import make_envelope, serving_log
 from tests.conftest import migrated
 from tests.explorer_seed import HOSTILE_MESSAGE, Seeded, seed
 
@@ -85,18 +84,9 @@ class Site:
 
 
 async def _site(tmp_path: Path, db_url: str | None = None, **config: object) -> AsyncIterator[Site]:
-    log_key = Signer.generate("explorer.test/log")
-    server_config = replace(
-        ServerConfig(tmp_path / "log.db", log_key.name), db_url=db_url, **config
-    )
-    async with serving(build_app(server_config, log_key)) as (client, admin):
-        publisher = Signer.generate("acme")
-        statement = register_statement("acme", ("org.acme",), (publisher,))
-        body = canonical.dumps(statement.to_json())
-        registered = await admin.post("/admin/publishers", data=body)
-        assert registered.status == 201
-        site = Site(client, Seeded(0, 0, 0, 0, 0), publisher, log_key)
-        site.seeded = await seed(publisher, site.post_notice)
+    async with serving_log(tmp_path, "explorer.test/log", db_url=db_url, **config) as served:
+        site = Site(served.client, Seeded(0, 0, 0, 0, 0), served.publisher, served.log_key)
+        site.seeded = await seed(served.publisher, site.post_notice)
         yield site
 
 
