@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from deplog.client.cache.guard import Decision, Guard, Verdict
     from deplog.client.cache.guarded_cache import GuardedCache
+    from deplog.client.cache.listing_proofs import verify_listing
     from deplog.client.errors import DeplogError
     from deplog.client.follow.follower import Follower, SyncFollower
     from deplog.client.model.vmap import verify_tool_status
@@ -40,6 +41,7 @@ __all__ = [
     "SyncFollower",
     "Verdict",
     "Verifier",
+    "verify_listing",
     "verify_receipt",
     "verify_tool_status",
 ]
@@ -54,6 +56,7 @@ _HOME = {
     "SyncFollower": "deplog.client.follow.follower",
     "Verdict": "deplog.client.cache.guard",
     "Verifier": "deplog.client.tlog.note",
+    "verify_listing": "deplog.client.cache.listing_proofs",
     "verify_receipt": "deplog.client.tlog.receipt",
     "verify_tool_status": "deplog.client.model.vmap",
 }

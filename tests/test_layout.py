@@ -191,6 +191,7 @@ def test_the_public_api_is_what_the_readme_uses() -> None:
         "SyncFollower",
         "Verdict",
         "Verifier",
+        "verify_listing",
         "verify_receipt",
         "verify_tool_status",
     }

@@ -63,6 +63,8 @@ __all__ = [
     "GuardState",
     "ProcessedThrough",
     "Verdict",
+    "refusal",
+    "served",
 ]
 
 DEFAULT_FRESHNESS = timedelta(minutes=5)
@@ -106,6 +108,28 @@ class Decision:
     @property
     def may_serve(self) -> bool:
         return self.verdict in (Verdict.SERVE, Verdict.WARN)
+
+
+def refusal(status: VersionStatus, schema_digest: str | None) -> str | None:
+    """Why a version with this status is refused, in the guard's order (``revoked``,
+    ``sunset``, ``schema_mismatch`` when the notices describe it by another digest than
+    ``schema_digest``), or None."""
+    if status.status in ("revoked", "sunset"):
+        return status.status
+    if (
+        schema_digest is not None
+        and status.schema_digest is not None
+        and status.schema_digest != schema_digest
+    ):
+        return "schema_mismatch"
+    return None
+
+
+def served(status: VersionStatus) -> tuple[Verdict, str]:
+    """The verdict on a version that is not refused: warn if deprecated, else serve."""
+    if status.status == "deprecated":
+        return Verdict.WARN, "deprecated"
+    return Verdict.SERVE, "active"
 
 
 class GuardState(Protocol):
@@ -201,21 +225,12 @@ class Guard:
         def decide(verdict: Verdict, reason: str) -> Decision:
             return Decision(verdict, reason, tool_id, version, through, status)
 
-        if status.status == "revoked":
-            return decide(Verdict.REFUSE, "revoked")
-        if status.status == "sunset":
-            return decide(Verdict.REFUSE, "sunset")
-        if (
-            schema_digest is not None
-            and status.schema_digest is not None
-            and status.schema_digest != schema_digest
-        ):
-            return decide(Verdict.REFUSE, "schema_mismatch")
+        refused = refusal(status, schema_digest)
+        if refused is not None:
+            return decide(Verdict.REFUSE, refused)
         if last_processed is not None and cached_at.timestamp() < last_processed:
             return decide(Verdict.STALE, "cache_predates_notice")
-        if status.status == "deprecated":
-            return decide(Verdict.WARN, "deprecated")
-        return decide(Verdict.SERVE, "active")
+        return decide(*served(status))
 
     def _through(self, trusted: TrustedCheckpoint) -> ProcessedThrough:
         """The processed-through statement, prepared once per trusted checkpoint."""

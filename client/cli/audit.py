@@ -32,6 +32,12 @@ deprecated, ``EXIT_REFUSE`` (5) revoked or sunset, ``EXIT_STALE`` (6) when ``--m
 asks for a checkpoint its witness quorum cosigned more recently, ``EXIT_UNKNOWN`` (7) for a
 tool id or version that is not one; 1 when anything does not verify.
 
+``audit tools LISTING`` checks a guarded MCP ``tools/list`` answer the same way for every
+listed deplog tool (``client.cache.listing_proofs``): each distinct checkpoint its proofs
+carry verified once, one line per tool, and the most severe tool's exit: 1 a proof or
+checkpoint that does not verify, then 5 refused (listed nonetheless), 6 stale, 7 no proof
+or no valid identity.
+
 ``audit evidence`` exits 0 only when the file proves a fork (two signed
 roots for one size); a file that checks out but proves nothing (a failing,
 unsigned consistency proof: a suspicion) prints ``not proven: ...`` and exits
@@ -69,6 +75,8 @@ from deplog.client.audit.offline import (
     replay,
 )
 from deplog.client.audit.tiledir import MirrorReport, mirror_tiles, tiles_dir_leaves
+from deplog.client.cache.guard import Verdict
+from deplog.client.cache.listing_proofs import ListedTool, verify_listing
 from deplog.client.cli import verdicts
 from deplog.client.cli.messages import SENTENCES
 from deplog.client.cli.trust import (
@@ -83,6 +91,7 @@ from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
 from deplog.client.follow.tiles import TilesLogSource
 from deplog.client.model import canonical
+from deplog.client.model.canonical import JSONFormatError
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
 from deplog.client.model.semver import Version
@@ -218,39 +227,50 @@ def _rfc3339(timestamp: int) -> str:
     return format_timestamp(datetime.fromtimestamp(timestamp, UTC))
 
 
-def _verified_checkpoint(
-    args: argparse.Namespace, note: bytes, max_age: float | None = None
-) -> tuple[Checkpoint, list[str], dict[str, Any]]:
-    """``note`` verified with ``--log-key``, or with a whole ``--policy`` (then the log key,
-    if given, is the only log accepted), and what a policy adds to the result: its quorum
-    line, a line per valid cosignature, and their JSON members. Offline: no freshness
-    bound unless ``max_age`` (``stale_checkpoint``), but cosignatures dated in the future
-    never count."""
+_CheckpointVerifier = Callable[[bytes], tuple[Checkpoint, list[str], dict[str, Any]]]
+
+
+def _checkpoint_verifier(args: argparse.Namespace, max_age: float | None) -> _CheckpointVerifier:
+    """Checks a note with ``--log-key``, or with a whole ``--policy`` (then the log key, if
+    given, is the only log accepted), and returns what a policy adds to the result: its
+    quorum line, a line per valid cosignature, and their JSON members. The flags are read
+    once, here (a bad one is a usage error before any note is looked at). Offline: no
+    freshness bound unless ``max_age`` (``stale_checkpoint``, also for a policy that
+    dates nothing), but cosignatures dated in the future never count."""
     if args.policy is None:
         if args.log_key is None:
             raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")
-        return audit_checkpoint(note, read_log_key(args.log_key), args.origin), [], {}
+        key = read_log_key(args.log_key)
+        return lambda note: (audit_checkpoint(note, key, args.origin), [], {})
     if args.origin is not None:
         raise CLIError("--origin applies to --log-key without --policy", 2)
     policy = Policy.parse(read_bounded(args.policy, MAX_POLICY_SIZE))
     if args.log_key is not None:
         policy = replace(policy, logs=(PolicyLog(read_log_key(args.log_key)),))
-    verified = policy.verify(note, now=time.time(), max_age=max_age)
-    when = verified.witnessed_at
-    lines = [f"quorum {'none required' if when is None else f'met at {_rfc3339(when)}'}"]
-    lines += [f"  cosigned by {c.name} at {_rfc3339(c.timestamp)}" for c in verified.cosignatures]
-    shape = {
-        "quorum_met_at": None if when is None else _rfc3339(when),
-        "cosignatures": [
-            {"name": c.name, "timestamp": _rfc3339(c.timestamp)} for c in verified.cosignatures
-        ],
-    }
-    return verified.checkpoint, lines, shape
+
+    def verify(note: bytes) -> tuple[Checkpoint, list[str], dict[str, Any]]:
+        verified = policy.verify(note, now=time.time(), max_age=max_age)
+        when = verified.witnessed_at
+        if max_age is not None and when is None:
+            raise PolicyError(ErrorCode.STALE_CHECKPOINT, "no witness quorum dates it")
+        lines = [f"quorum {'none required' if when is None else f'met at {_rfc3339(when)}'}"]
+        lines += [
+            f"  cosigned by {c.name} at {_rfc3339(c.timestamp)}" for c in verified.cosignatures
+        ]
+        shape = {
+            "quorum_met_at": None if when is None else _rfc3339(when),
+            "cosignatures": [
+                {"name": c.name, "timestamp": _rfc3339(c.timestamp)} for c in verified.cosignatures
+            ],
+        }
+        return verified.checkpoint, lines, shape
+
+    return verify
 
 
 def _cmd_checkpoint(args: argparse.Namespace) -> int:
-    checkpoint, policy_lines, policy_shape = _verified_checkpoint(
-        args, read_bounded(args.file, MAX_NOTE_SIZE)
+    checkpoint, policy_lines, policy_shape = _checkpoint_verifier(args, None)(
+        read_bounded(args.file, MAX_NOTE_SIZE)
     )
     first = f"ok: checkpoint {_describe(checkpoint)}"
     if policy_lines:
@@ -362,12 +382,12 @@ def _cmd_map(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_proof(path: str) -> bytes:
-    """The proof file, or standard input for ``-`` (an agent pipes ``_meta`` into it)."""
+def _read_input(path: str, limit: int) -> bytes:
+    """A file, or standard input for ``-`` (an agent pipes a proof or a listing into it)."""
     if path != "-":
-        return read_bounded(Path(path), MAX_MAP_PROOF_FILE)
-    data = sys.stdin.buffer.read(MAX_MAP_PROOF_FILE + 1)
-    if len(data) > MAX_MAP_PROOF_FILE:
+        return read_bounded(Path(path), limit)
+    data = sys.stdin.buffer.read(limit + 1)
+    if len(data) > limit:
         raise AuditInputError(ErrorCode.FILE_TOO_LARGE, "input file is over the size limit")
     return data
 
@@ -382,7 +402,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(f"deplog audit status: unknown: {err.code}; {SENTENCES[err.code]}", file=sys.stderr)
         return verdicts.EXIT_UNKNOWN
     at = verdicts.time_flag("--at", args.at)
-    proof = _read_proof(args.proof)
+    proof = _read_input(args.proof, MAX_MAP_PROOF_FILE)
     document = MapProofDocument.parse(proof) if proof[:1] == b"{" else None
     parsed = MapProof.from_binary(proof) if document is None else document.proof
     if args.checkpoint is not None:  # authoritative: a JSON proof must carry the same body
@@ -393,10 +413,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
         raise AuditInputError(
             ErrorCode.MISSING_INPUT, "a binary proof needs --checkpoint, the note it was served at"
         )
+    verify = _checkpoint_verifier(args, args.max_age)
     try:
-        checkpoint, policy_lines, policy_shape = _verified_checkpoint(args, note, args.max_age)
-        if args.max_age is not None and policy_shape["quorum_met_at"] is None:
-            raise PolicyError(ErrorCode.STALE_CHECKPOINT, "no witness quorum dates it")
+        checkpoint, policy_lines, policy_shape = verify(note)
     except PolicyError as err:
         if err.code != ErrorCode.STALE_CHECKPOINT:
             raise
@@ -420,6 +439,111 @@ def _cmd_status(args: argparse.Namespace) -> int:
     }
     _result(args, lines, shape)
     return verdicts.EXIT_REFUSE if status.status in verdicts.REFUSED_STATUSES else 0
+
+
+def _read_listing(path: str) -> tuple[dict[str, Any], int]:
+    """A saved ``tools/list`` result, or the JSON-RPC response carrying one, and how many
+    tools it lists (``malformed_json`` when it is neither)."""
+    try:
+        obj = json.loads(_read_input(path, MAX_MAP_PROOF_FILE))
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser
+        raise JSONFormatError(message="not a tools/list result") from None
+    if isinstance(obj, dict) and isinstance(obj.get("result"), dict):
+        obj = obj["result"]
+    if not isinstance(obj, dict) or not isinstance(obj.get("tools"), list):
+        raise JSONFormatError(message="not a tools/list result")
+    return obj, len(obj["tools"])
+
+
+_LISTING_SUMMARY: Final = {
+    1: "failed: {n} of {tools} with a proof that does not verify",
+    verdicts.EXIT_REFUSE: "refused: {n} of {tools} proven refused, yet listed (a guarding "
+    "gateway drops them)",
+    verdicts.EXIT_STALE: "stale: {n} of {tools} proven at a checkpoint older than --max-age",
+    verdicts.EXIT_UNKNOWN: "not proven: {n} of {tools} with no proof, or no valid identity",
+}
+
+
+def _tools(count: int, what: str = "deplog tool") -> str:
+    return f"{count} {what}{'' if count == 1 else 's'}"
+
+
+def _shown(text: str, limit: int = 100) -> str:
+    """A name or id from a listing, as one line of text: a hostile one cannot forge lines
+    (control characters escaped) or flood the terminal (cut at ``limit``)."""
+    line = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text[: limit + 1])
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _cmd_tools(args: argparse.Namespace) -> int:
+    if args.max_age is not None and args.policy is None:
+        raise CLIError("--max-age needs --policy: only witness cosignatures date a checkpoint", 2)
+    at = verdicts.time_flag("--at", args.at)
+    listing, count = _read_listing(args.listing)
+    verify = _checkpoint_verifier(args, args.max_age)
+    given = None if args.checkpoint is None else read_bounded(args.checkpoint, MAX_NOTE_SIZE)
+    seen: dict[bytes, tuple[Checkpoint, list[str], dict[str, Any]]] = {}
+
+    def verify_once(note: bytes) -> Checkpoint:
+        note = note if given is None else given  # authoritative: each proof must carry its body
+        if note not in seen:
+            seen[note] = verify(note)
+        return seen[note][0]
+
+    tools = verify_listing(listing, verify_once, at)
+    exits = [1 if t.verdict is None else verdicts.VERDICT_EXITS[t.verdict] for t in tools]
+    code = 1 if 1 in exits else verdicts.exit_for(exits)
+    if code:
+        first = _LISTING_SUMMARY[code].format(n=exits.count(code), tools=_tools(len(tools)))
+    elif tools:
+        warned = sum(t.verdict == Verdict.WARN for t in tools)
+        first = f"ok: {_tools(len(tools))} proven servable ({warned} deprecated)"
+    else:
+        first = "ok: no deplog tool listed"
+    if count > len(tools):
+        first += f"; {_tools(count - len(tools), 'listed tool')} without a deplog identity"
+    lines = [first]
+    for tool in tools:
+        said = (
+            verdicts.status_lines(tool.status.to_json())[0]
+            if tool.status is not None
+            else f"{_shown(tool.tool_id)} {_shown(tool.version)}: {tool.reason}"
+        )
+        verdict = "failed" if tool.verdict is None else tool.verdict.value
+        lines.append(f"  {verdict} {_shown(tool.name) or '(no name)'}: {said}")
+    checkpoints = []
+    for checkpoint, policy_lines, policy_shape in seen.values():
+        try:
+            map_root: str | None = encode_base64(require_map_root(checkpoint))
+        except DeplogError:  # its proofs failed on it already: the table says so
+            map_root = None
+        proving = f"the map {map_root}" if map_root else "no map (no valid deplog-map/v1 line)"
+        line = f"  at {format_timestamp(at)}, by {proving} of {_describe(checkpoint)}"
+        lines += [line + (f"; {policy_lines[0]}" if policy_lines else ""), *policy_lines[1:]]
+        checkpoints.append({**_checkpoint_json(checkpoint), "map_root": map_root, **policy_shape})
+    shape = {
+        "ok": code == 0,
+        "at": format_timestamp(at),
+        "tools": [_listed_json(tool) for tool in tools],
+        "without_identity": count - len(tools),
+        "checkpoints": checkpoints,
+    }
+    _result(args, lines, shape)
+    return code
+
+
+def _listed_json(tool: ListedTool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": tool.name,
+        "tool_id": tool.tool_id,
+        "version": tool.version,
+        "verdict": None if tool.verdict is None else tool.verdict.value,
+        "reason": tool.reason,
+    }
+    if tool.status is not None and tool.checkpoint is not None:
+        out["status"] = tool.status.to_json()
+        out["checkpoint_size"] = tool.checkpoint.size
+    return out
 
 
 # --- export ---------------------------------------------------------------------
@@ -543,8 +667,24 @@ def _cmd_export(args: argparse.Namespace) -> int:
 # --- wiring ---------------------------------------------------------------------
 
 
+def _add_proof_trust(sp: argparse.ArgumentParser) -> None:
+    """The flags of the commands that check tool-status proofs: whose checkpoints count
+    (with ``--log-key``), how fresh, and when the status is evaluated."""
+    sp.add_argument("--policy", type=Path, help="a C2SP tlog-policy file to verify against")
+    sp.add_argument(
+        "--at", metavar="TIME", help="RFC 3339 UTC time to evaluate the status at (default: now)"
+    )
+    sp.add_argument(
+        "--max-age",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="with --policy: a checkpoint its witness quorum cosigned longer ago is stale (exit 6)",
+    )
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``audit`` (checkpoint, receipt, consistency, replay, evidence) and ``export``."""
+    """Add ``audit`` (checkpoint, receipt, consistency, replay, map, status, tools,
+    evidence) and ``export``."""
     audit = subparsers.add_parser("audit", help="verify log files offline")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
 
@@ -634,16 +774,38 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the signed checkpoint to verify against (a binary proof needs it; a JSON "
         "proof must have been made at it)",
     )
-    sp.add_argument("--policy", type=Path, help="a C2SP tlog-policy file to verify against")
-    sp.add_argument(
-        "--at", metavar="TIME", help="RFC 3339 UTC time to evaluate the status at (default: now)"
+    _add_proof_trust(sp)
+
+    sp = add(
+        "tools",
+        "verify a guarded MCP tools/list: every listed deplog tool's status, proven",
+        _cmd_tools,
+        key_required=False,
+    )
+    sp.formatter_class = argparse.RawDescriptionHelpFormatter
+    sp.epilog = (
+        "exit codes (the most severe tool wins):\n"
+        "  0  every deplog tool listed is proven active or deprecated\n"
+        "  1  a proof, a checkpoint or a signature does not verify\n"
+        "  2  a usage error\n"
+        f"  {verdicts.EXIT_REFUSE}  a tool listed is proven revoked, sunset or of another schema\n"
+        f"  {verdicts.EXIT_STALE}  stale: a proof's witness quorum cosigned longer ago than "
+        "--max-age\n"
+        f"  {verdicts.EXIT_UNKNOWN}  not proven: a tool has no proof, or no valid deplog identity"
     )
     sp.add_argument(
-        "--max-age",
-        type=positive_seconds,
-        metavar="SECONDS",
-        help="with --policy: refuse (exit 6) a checkpoint its witness quorum cosigned longer ago",
+        "listing",
+        metavar="LISTING",
+        help="a tools/list result or its JSON-RPC response, as a gateway guarding with "
+        "proofs answers it (- reads standard input)",
     )
+    sp.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="the signed checkpoint every proof must have been made at (default: the ones "
+        "they carry, each verified)",
+    )
+    _add_proof_trust(sp)
 
     sp = add("evidence", "verify a fork evidence file from a follower or witness", _cmd_evidence)
     sp.add_argument("file", type=Path, help="the fork-evidence JSON file")
