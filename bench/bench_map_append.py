@@ -2,8 +2,8 @@
 
 Run by hand (not in CI):
     python bench/bench_map_append.py [--tools-before 10000] [--requests 3000] [--rounds 3]
-        [--publishers 50] [--tools-per-publisher 4] [--proof-readers 0]
-        [--wait-instead US_PER_NOTICE,US_PER_BATCH]
+        [--publishers 50] [--tools-per-publisher 4] [--proof-readers 0] [--max-batch N]
+        [--wait-instead US_PER_NOTICE,US_PER_BATCH | --control]
 
 What a publisher sees: real ``authority serve`` processes on 127.0.0.1, 50 publishers
 (``--publishers``) posting pre-signed notices (closed loop, each sequentially) about 4
@@ -32,6 +32,9 @@ checked against the checkpoint it carries.
 ``--wait-instead US_PER_NOTICE,US_PER_BATCH`` replaces the authority with the map by the
 baseline sleeping that long where the fold ran: what the fold would cost if it took no
 CPU in the server but still sat on the batch's cycle (as in a helper process).
+``--control`` replaces it by the baseline itself (an A/A run): the ratio's spread on this
+machine when nothing differs, to read the other runs' intervals against. ``--max-batch``
+is passed to both servers (smaller batches: several in flight at once).
 """
 
 from __future__ import annotations
@@ -203,12 +206,21 @@ def main() -> None:
     parser.add_argument("--tools-before", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=3000, help="notices per round")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
+    instead = parser.add_mutually_exclusive_group()
+    instead.add_argument(
         "--wait-instead",
         metavar="US_PER_NOTICE,US_PER_BATCH",
         help="in place of the map, the baseline sleeping this long where the fold ran",
     )
+    instead.add_argument(
+        "--control",
+        action="store_true",
+        help="in place of the map, the baseline itself: the bench's own spread (A/A)",
+    )
     parser.add_argument("--publishers", type=int, default=PUBLISHERS)
+    parser.add_argument(
+        "--max-batch", type=int, help="both servers' --max-batch (default: theirs, 512)"
+    )
     parser.add_argument(
         "--proof-readers", type=int, default=0, help="proof readers in one more round"
     )
@@ -221,13 +233,12 @@ def main() -> None:
     args = parser.parse_args()
     signers = [Signer.generate(f"bench{i}") for i in range(args.publishers)]
     per = max(1, args.requests // args.publishers)
-    tried = "with wait" if args.wait_instead else "with map"
+    baseline_tried = bool(args.wait_instead or args.control)
+    tried = "with wait" if args.wait_instead else "control" if args.control else "with map"
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         templates = {tried: root / "tried", "without": root / "without"}
-        prefill(
-            templates[tried], NoMapLog if args.wait_instead else Log, args.tools_before, signers
-        )
+        prefill(templates[tried], NoMapLog if baseline_tried else Log, args.tools_before, signers)
         prefill(templates["without"], NoMapLog, args.tools_before, signers)
         rates: dict[str, list[float]] = {name: [] for name in templates}
         cpu: dict[str, list[float]] = {name: [] for name in templates}
@@ -240,10 +251,12 @@ def main() -> None:
                 shutil.copytree(templates[name], copy)
                 if name == "without":
                     process: AuthorityProcess = NoMapAuthority(copy)
-                elif args.wait_instead:
+                elif baseline_tried:
                     process = NoMapAuthority(copy, wait=args.wait_instead)
                 else:
                     process = AuthorityProcess(copy)
+                if args.max_batch:
+                    process.extra_args = ["--max-batch", str(args.max_batch)]
                 rate, ms, latencies = run_once(process, bodies)
                 rates[name].append(rate)
                 cpu[name].append(ms)
@@ -298,7 +311,8 @@ def main() -> None:
             f"[{low:.3f}, {high:.3f}] (all {', '.join(f'{r:.2f}' for r in ratios)}), "
             f"ratio of bests "
             f"{max(rates[tried]) / max(rates['without']):.3f}; server CPU per notice "
-            f"ratio (without / {tried[5:]}) median {statistics.median(cpu_ratios):.3f} "
+            f"ratio (without / {tried.removeprefix('with ')}) median "
+            f"{statistics.median(cpu_ratios):.3f} "
             f"[{cpu_low:.3f}, {cpu_high:.3f}]; "
             f"receipts p99.9 median {statistics.median(tails[tried]) * 1000:.1f} ms "
             f"(without: {statistics.median(tails['without']) * 1000:.1f} ms)"
