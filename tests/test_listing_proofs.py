@@ -220,6 +220,33 @@ def test_a_result_without_a_tool_list_has_no_tools(gateway: Gateway) -> None:
     assert verify_listing({"tools": "none"}, gateway.verify, datetime.now(UTC)) == []
 
 
+def test_a_proven_tool_is_a_guard_decision_at_its_checkpoint(gateway: Gateway) -> None:
+    [search, _] = gateway.check()
+    verified_at = datetime.now(UTC)
+    decision = search.decision(verified_at)
+    assert (decision.verdict, decision.reason, decision.status) == (
+        Verdict.WARN,
+        "deprecated",
+        search.status,
+    )
+    assert decision.processed_through is not None
+    assert decision.processed_through.checkpoint == gateway.note.decode()
+    assert (decision.processed_through.size, decision.processed_through.verified_at) == (
+        gateway.verify(gateway.note).size,
+        verified_at,
+    )
+
+
+def test_a_failed_tool_is_an_unknown_decision_named_by_its_code(gateway: Gateway) -> None:
+    gateway.tool("fresh")["_meta"][PROOF_KEY]["tool_id"] = SEARCH
+    decision = gateway.check()[1].decision(datetime.now(UTC))
+    assert (decision.verdict, decision.reason, decision.processed_through) == (
+        Verdict.UNKNOWN,
+        "bad_map_proof",
+        None,
+    )
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),

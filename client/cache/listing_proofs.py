@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from deplog.client.cache.guard import Verdict, refusal, served
+from deplog.client.cache.guard import Decision, ProcessedThrough, Verdict, refusal, served
 from deplog.client.cache.mcp import IDENTITY_KEY, PROOF_KEY, schema_digest
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model import canonical
@@ -55,6 +55,8 @@ class ListedTool:
     error code when the gateway's proof or checkpoint does not verify (rule 2).
     ``status`` and ``checkpoint`` are set when the status is proven."""
 
+    position: int
+    """The tool's index in the listing's ``tools``."""
     name: str
     tool_id: str
     version: str
@@ -63,6 +65,18 @@ class ListedTool:
     status: VersionStatus | None = None
     checkpoint: Checkpoint | None = None
     failure: ErrorCode | None = None
+    note: bytes | None = None
+    """The signed checkpoint note the status is proven at (with ``checkpoint``)."""
+
+    def decision(self, verified_at: datetime) -> Decision:
+        """As a guard ``Decision`` (a failure is ``unknown`` with its code as the reason),
+        proven at the checkpoint verified at ``verified_at``: what the MCP annotations and
+        refusals are made from."""
+        through = None
+        if self.checkpoint is not None and self.note is not None:
+            through = ProcessedThrough(self.note.decode(), self.checkpoint.size, verified_at)
+        verdict = Verdict.UNKNOWN if self.verdict is None else self.verdict
+        return Decision(verdict, self.reason, self.tool_id, self.version, through, self.status)
 
 
 def verify_listing(
@@ -84,16 +98,17 @@ def verify_listing(
         return verified[note]
 
     listed = []
-    for tool in tools:
+    for position, tool in enumerate(tools):
         meta = tool.get("_meta") if isinstance(tool, dict) else None
         identity = meta.get(IDENTITY_KEY) if isinstance(meta, dict) else None
         if isinstance(identity, dict):
             assert isinstance(tool, dict) and isinstance(meta, dict)
-            listed.append(_listed_tool(tool, meta, identity, checkpoint_of, now))
+            listed.append(_listed_tool(position, tool, meta, identity, checkpoint_of, now))
     return listed
 
 
 def _listed_tool(
+    position: int,
     tool: dict[str, Any],
     meta: dict[str, Any],
     identity: dict[str, Any],
@@ -104,13 +119,15 @@ def _listed_tool(
     name = listed_name if isinstance(listed_name, str) else ""
     tool_id, version = identity.get("tool_id"), identity.get("version")
     if not isinstance(tool_id, str) or not isinstance(version, str) or not _valid(tool_id, version):
-        return ListedTool(name, str(tool_id), str(version), Verdict.UNKNOWN, "bad_identifier")
+        return ListedTool(
+            position, name, str(tool_id), str(version), Verdict.UNKNOWN, "bad_identifier"
+        )
 
     def failed(code: ErrorCode) -> ListedTool:
-        return ListedTool(name, tool_id, version, None, code.value, failure=code)
+        return ListedTool(position, name, tool_id, version, None, code.value, failure=code)
 
     if PROOF_KEY not in meta:
-        return ListedTool(name, tool_id, version, Verdict.UNKNOWN, "no_proof")
+        return ListedTool(position, name, tool_id, version, Verdict.UNKNOWN, "no_proof")
     try:
         document = MapProofDocument.parse(canonical.dumps(meta[PROOF_KEY]))
     except (DeplogError, RecursionError):  # not RFC 8785 JSON, or not a proof document
@@ -120,7 +137,7 @@ def _listed_tool(
     checkpoint = checkpoint_of(document.checkpoint)
     if isinstance(checkpoint, DeplogError):
         if checkpoint.code == ErrorCode.STALE_CHECKPOINT:
-            return ListedTool(name, tool_id, version, Verdict.STALE, "checkpoint_stale")
+            return ListedTool(position, name, tool_id, version, Verdict.STALE, "checkpoint_stale")
         return failed(checkpoint.code)
     try:
         status = verify_proof_document(document, checkpoint, version, now)
@@ -128,7 +145,10 @@ def _listed_tool(
         return failed(err.code)
     refused = refusal(status, _listed_digest(tool, identity))
     verdict, reason = (Verdict.REFUSE, refused) if refused is not None else served(status)
-    return ListedTool(name, tool_id, version, verdict, reason, status, checkpoint)
+    return ListedTool(
+        position, name, tool_id, version, verdict, reason,
+        status=status, checkpoint=checkpoint, note=document.checkpoint,
+    )  # fmt: skip
 
 
 def _valid(tool_id: str, version: str) -> bool:

@@ -4,7 +4,9 @@
 in 1.x, ``MCPServer`` in 2.x) whose name it is given a ``_meta["dev.deplog/tool"]``:
 the tool id and version the author declares, and the digest of the input
 schema the server actually lists (computed at listing time, so a changed
-signature changes the digest and a notice naming the old one refuses it).
+signature changes the digest and a notice naming the old one refuses it). Given a
+guard (``proofs=``), it also stamps each tool's map proof, so agents behind a
+``ProvenClientSession`` check the tools' status without trusting the server.
 
 ``ListChangedNotifier`` watches deplog's verdict on the server's tools and,
 when a verified advance changes one (or the state goes stale or fresh
@@ -18,6 +20,7 @@ state file (``StateReader``, then ``await notifier.watch(stop)``).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -28,7 +31,7 @@ from typing import Any
 from mcp.server.session import ServerSession
 
 from deplog.client.cache.guard import Guard
-from deplog.client.cache.mcp import IDENTITY_KEY, identity_annotation
+from deplog.client.cache.mcp import IDENTITY_KEY, PROOF_KEY, identity_annotation
 from deplog.client.follow.follower import SyncResult
 from deplog.client.mcp.compat import (
     advertise_tools_changed,
@@ -54,8 +57,14 @@ class ToolVersion:
     version: str
 
 
-def stamp_tools(server: Any, identities: Mapping[str, ToolVersion]) -> None:
-    """Stamp ``_meta["dev.deplog/tool"]`` on every listed tool named in ``identities``.
+def stamp_tools(
+    server: Any, identities: Mapping[str, ToolVersion], *, proofs: Guard | None = None
+) -> None:
+    """Stamp ``_meta["dev.deplog/tool"]`` on every listed tool named in ``identities``;
+    with a ``proofs`` guard, also ``_meta["dev.deplog/proof"]``: the map proof of the tool's
+    status record at the guard's checkpoint, which an agent checks without trusting this
+    server (``client.mcp.session.ProvenClientSession``). None is stamped while the guard
+    has no checkpoint with a map.
 
     The identities are checked here (``DeplogError`` ``bad_tool_id`` or
     ``bad_version``), so a typo fails at start-up, not at the first listing.
@@ -67,11 +76,20 @@ def stamp_tools(server: Any, identities: Mapping[str, ToolVersion]) -> None:
 
     def stamped() -> list[Any]:
         tools = listing()
+        now = datetime.now(UTC)
         for tool in tools:
             identity = identities.get(tool.name)
-            if identity is not None:
-                stamp = identity_annotation(identity.tool_id, identity.version, tool.parameters)
-                tool.meta = {**(tool.meta or {}), IDENTITY_KEY: stamp}
+            if identity is None:
+                continue
+            stamp = identity_annotation(identity.tool_id, identity.version, tool.parameters)
+            meta = {**(tool.meta or {}), IDENTITY_KEY: stamp}
+            if proofs is not None:
+                decision = proofs.check(
+                    identity.tool_id, identity.version, cached_at=now, with_proof=True
+                )
+                if decision.proof is not None:
+                    meta[PROOF_KEY] = json.loads(decision.proof)
+            tool.meta = meta
         return list(tools)
 
     manager.list_tools = stamped

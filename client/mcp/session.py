@@ -17,6 +17,17 @@ name never listed is looked up with a fresh listing first, and a listing
 older than the latest notice about the tool (``cache_predates_notice``) is
 refreshed once before deciding, so a new definition is not refused on an old
 one's account.
+
+``ProvenClientSession`` is the same for an agent that runs no follower: it trusts
+only its own ``verify_checkpoint`` (the log's key, or a witness policy with a
+freshness bound), and decides from the map proofs the server or gateway stamps on
+its tools (``stamp_tools(..., proofs=guard)``, ``guard_tools_list(...,
+with_proof=True)``), checked by ``client.cache.listing_proofs``. A tool without a
+proof is unverified (dropped and its calls refused, unless ``keep_unverified``); one
+whose proof or checkpoint does not verify is dropped and refused always. A call is
+decided on the tool as last listed, its proof checked again at the time of the call
+(a sunset may have passed, the checkpoint may have aged past the policy's bound: then
+the tools are listed again once before deciding).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from typing import Any
 from mcp import ClientSession, types
 
 from deplog.client.cache.guard import Decision, Guard, Verdict
+from deplog.client.cache.listing_proofs import ListedTool, VerifyCheckpoint, verify_listing
 from deplog.client.cache.mcp import (
     DEPRECATION_KEY,
     IDENTITY_KEY,
@@ -39,7 +51,7 @@ from deplog.client.cache.mcp import (
 )
 from deplog.client.mcp.compat import to_wire
 
-__all__ = ["GuardedClientSession", "refusal_result"]
+__all__ = ["GuardedClientSession", "ProvenClientSession", "refusal_result"]
 
 
 def refusal_result(decision: Decision) -> types.CallToolResult:
@@ -87,10 +99,7 @@ class GuardedClientSession(ClientSession):
             if decision is None:
                 kept.append(tool)
             elif may_list(decision, keep_unverified=self.keep_unverified):
-                if decision.verdict == Verdict.WARN:
-                    meta = {**(tool.meta or {}), DEPRECATION_KEY: deprecation_annotation(decision)}
-                    tool = tool.model_copy(update={"meta": meta})
-                kept.append(tool)
+                kept.append(_with_deprecation(tool, decision))
         return result.model_copy(update={"tools": kept})
 
     async def call_tool(self, name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -115,11 +124,89 @@ class GuardedClientSession(ClientSession):
         return identity_decision(identity, self.guard, cached_at=cached_at)
 
     async def _relist(self) -> None:
-        """Every page of the server's tool list, to learn the identities behind the names."""
-        cursor: str | None = None
-        while True:
-            params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
-            page = to_wire(await self.list_tools(params=params))
-            cursor = page.get("nextCursor")
-            if not cursor:
-                return
+        await _list_every_page(self)
+
+
+class ProvenClientSession(ClientSession):
+    """``ClientSession`` that lists and calls only the tools whose stamped map proofs show
+    them servable under checkpoints ``verify_checkpoint`` accepts (no follower needed)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        verify_checkpoint: VerifyCheckpoint,
+        keep_unverified: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.verify_checkpoint = verify_checkpoint
+        self.keep_unverified = keep_unverified
+        self._listed: dict[str, dict[str, Any]] = {}
+        """Per tool name: the tool as last listed (wire form), its proof included."""
+
+    async def list_tools(self, *args: Any, **kwargs: Any) -> Any:
+        return self.prove_listing(await super().list_tools(*args, **kwargs))
+
+    def prove_listing(self, result: Any) -> Any:
+        """A ``ListToolsResult`` fetched just now, keeping the tools its proofs allow (each
+        distinct checkpoint verified once); the listed tools are remembered for calls."""
+        now = datetime.now(UTC)
+        wire = to_wire(result)
+        proven = {t.position: t for t in verify_listing(wire, self.verify_checkpoint, now)}
+        kept = []
+        for position, (tool, listed) in enumerate(zip(result.tools, wire["tools"], strict=True)):
+            self._listed[tool.name] = listed
+            checked = proven.get(position)
+            if checked is None:  # no deplog identity: not deplog's to decide
+                kept.append(tool)
+                continue
+            decision = checked.decision(now)
+            if self._may_use(checked, decision):
+                kept.append(_with_deprecation(tool, decision))
+        return result.model_copy(update={"tools": kept})
+
+    async def call_tool(self, name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if name not in self._listed:
+            await _list_every_page(self)
+        checked = self._check(name)
+        if checked is not None and checked.verdict == Verdict.STALE:
+            await _list_every_page(self)  # the server may hold a newer proof by now
+            checked = self._check(name)
+        if checked is not None:
+            decision = checked.decision(datetime.now(UTC))
+            if not self._may_use(checked, decision):
+                return refusal_result(decision)
+        return await super().call_tool(name, arguments, *args, **kwargs)
+
+    def _check(self, name: str) -> ListedTool | None:
+        """The tool as last listed, its proof checked now; None without a deplog identity."""
+        listed = self._listed.get(name)
+        if listed is None:
+            return None
+        checked = verify_listing({"tools": [listed]}, self.verify_checkpoint, datetime.now(UTC))
+        return checked[0] if checked else None
+
+    def _may_use(self, checked: ListedTool, decision: Decision) -> bool:
+        """Listed and callable: proven servable; with ``keep_unverified`` also unproven or
+        stale, never a proof that does not verify."""
+        return checked.failure is None and may_list(decision, keep_unverified=self.keep_unverified)
+
+
+def _with_deprecation(tool: Any, decision: Decision) -> Any:
+    """A listed tool, with ``_meta["dev.deplog/deprecation"]`` if the decision warns."""
+    if decision.verdict != Verdict.WARN:
+        return tool
+    meta = {**(tool.meta or {}), DEPRECATION_KEY: deprecation_annotation(decision)}
+    return tool.model_copy(update={"meta": meta})
+
+
+async def _list_every_page(session: ClientSession) -> None:
+    """Every page of the server's tool list, through ``session.list_tools`` (which remembers
+    the tools behind the names)."""
+    cursor: str | None = None
+    while True:
+        params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
+        page = to_wire(await session.list_tools(params=params))
+        cursor = page.get("nextCursor")
+        if not cursor:
+            return

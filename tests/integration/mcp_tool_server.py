@@ -3,9 +3,10 @@
 ``python -m tests.integration.mcp_tool_server TRANSPORT AUTHORITY_URL LOG_KEY STATE [PORT]``
 serves three tools with the installed SDK's high-level server (``FastMCP`` on
 1.x, ``MCPServer`` on 2.x), over ``stdio`` or ``http`` (streamable HTTP on
-127.0.0.1:PORT, path ``/mcp``): ``search`` and ``fetch`` carry deplog identities
-(``stamp_tools``), ``echo`` none. It follows the authority with push and sends
-``tools/list_changed`` when deplog's verdict on one of its tools changes.
+127.0.0.1:PORT, path ``/mcp``): ``search`` and ``fetch`` carry deplog identities and
+the map proofs of their status from the server's own follower (``stamp_tools``), ``echo``
+none. It follows the authority with push and sends ``tools/list_changed`` when deplog's
+verdict on one of its tools changes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ IDENTITIES = {
 
 
 def build_server() -> Any:
-    """The SDK's high-level server with the three test tools, stamped."""
+    """The SDK's high-level server with the three test tools."""
     if SDK_MAJOR >= 2:
         from mcp.server.mcpserver import MCPServer as HighLevel
     else:
@@ -50,14 +51,15 @@ def build_server() -> Any:
         """Echo the text (no deplog identity)."""
         return text
 
-    stamp_tools(server, IDENTITIES)
     return server
 
 
 async def serve(transport: str, url: str, log_key: str, state: str, port: int) -> None:
     server = build_server()
     async with Follower(url, read_verifier_key(log_key), state) as follower:
-        notifier = ListChangedNotifier(server, Guard(follower.state), IDENTITIES)
+        guard = Guard(follower.state)
+        stamp_tools(server, IDENTITIES, proofs=guard)
+        notifier = ListChangedNotifier(server, guard, IDENTITIES)
         follower.add_listener(notifier.on_advance)
         await follower.sync()
         stop = asyncio.Event()

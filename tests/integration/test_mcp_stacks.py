@@ -19,7 +19,7 @@ import re
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,17 @@ from mcp import StdioServerParameters, stdio_client, types
 from mcp.client.streamable_http import streamable_http_client
 
 from deplog.client.cache.guard import Guard
-from deplog.client.cache.mcp import DEPRECATION_KEY, IDENTITY_KEY, REFUSAL_KEY, schema_digest
+from deplog.client.cache.mcp import (
+    DEPRECATION_KEY,
+    IDENTITY_KEY,
+    PROOF_KEY,
+    REFUSAL_KEY,
+    schema_digest,
+)
 from deplog.client.follow.follower import Follower
 from deplog.client.mcp.compat import to_wire
-from deplog.client.mcp.session import GuardedClientSession
+from deplog.client.mcp.session import GuardedClientSession, ProvenClientSession
+from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.harness import ORIGIN, AuthorityProcess, wait_for_push_subscribers
@@ -249,3 +256,70 @@ async def test_a_deprecated_tool_is_listed_with_its_deprecation_and_still_called
     assert tools["fetch"]["_meta"][DEPRECATION_KEY]["notices"] == [1]
     assert DEPRECATION_KEY not in tools["search"]["_meta"]
     assert not called.get("isError") and "fetched u" in str(called["content"])
+
+
+def trusting(authority: AuthorityProcess) -> Callable[[bytes], Checkpoint]:
+    """An agent's whole trust without a follower: the log's key."""
+    return lambda note: open_checkpoint(note, authority.log_verifier)[0]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_an_agent_without_a_follower_goes_by_the_servers_proofs(
+    transport: str,
+    authority: AuthorityProcess,
+    publisher: Signer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    """The server stamps each tool's map proof from its own follower; the agent checks
+    them against the log key alone, and a revoke reaches it through the server's proofs."""
+    notifications = Notifications()
+    async with (
+        server_streams(transport, authority, tmp_path / "server.db") as (read, write),
+        ProvenClientSession(
+            read, write, verify_checkpoint=trusting(authority), message_handler=notifications
+        ) as session,
+    ):
+        await session.initialize()
+        tools = {t["name"]: t for t in to_wire(await session.list_tools())["tools"]}
+        served = to_wire(await session.call_tool("search", {"query": "q"}))
+        await wait_for_push_subscribers(http, authority.url, 1)  # the server's follower
+        acknowledged = await revoke(http, authority.url, publisher)
+        deadline = acknowledged + PUSH_BOUND
+        while time.monotonic() < deadline and not notifications.list_changed:
+            await asyncio.sleep(0.01)
+        assert notifications.list_changed, "the server's follower never saw the revoke"
+        listed = names(await session.list_tools())
+        refused = to_wire(await session.call_tool("search", {"query": "q"}))
+    assert set(tools) == {"search", "fetch", "echo"}
+    assert tools["search"]["_meta"][PROOF_KEY]["tool_id"] == "tool:org.acme/search"
+    assert PROOF_KEY not in tools["echo"].get("_meta", {})
+    assert not served.get("isError") and "results for q" in str(served["content"])
+    assert listed == {"fetch", "echo"}
+    refusal = refused["_meta"][REFUSAL_KEY]
+    assert (refused["isError"], refusal["verdict"], refusal["reason"]) == (
+        True,
+        "refuse",
+        "revoked",
+    )
+    assert refusal["checkpoint_size"] == 2
+
+
+async def test_proofs_under_another_log_are_never_used_even_when_keeping_unverified(
+    authority: AuthorityProcess, tmp_path: Path
+) -> None:
+    stranger = Signer.generate(authority.log_verifier.name).verifier()
+
+    def verify(note: bytes) -> Checkpoint:
+        return open_checkpoint(note, stranger)[0]
+
+    async with (
+        server_streams("stdio", authority, tmp_path / "server.db") as (read, write),
+        ProvenClientSession(read, write, verify_checkpoint=verify, keep_unverified=True) as session,
+    ):
+        await session.initialize()
+        listed = names(await session.list_tools())
+        refused = to_wire(await session.call_tool("fetch", {"url": "u"}))
+    assert listed == {"echo"}
+    refusal = refused["_meta"][REFUSAL_KEY]
+    assert (refusal["verdict"], refusal["reason"]) == ("unknown", "unverified_note")
