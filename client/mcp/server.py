@@ -64,7 +64,8 @@ def stamp_tools(
     with a ``proofs`` guard, also ``_meta["dev.deplog/proof"]``: the map proof of the tool's
     status record at the guard's checkpoint, which an agent checks without trusting this
     server (``client.mcp.session.ProvenClientSession``). None is stamped while the guard
-    has no checkpoint with a map.
+    decides from no status (nothing verified yet, a stale state, a checkpoint without a
+    map): a proof from an earlier listing is never left in place.
 
     The identities are checked here (``DeplogError`` ``bad_tool_id`` or
     ``bad_version``), so a typo fails at start-up, not at the first listing.
@@ -83,6 +84,7 @@ def stamp_tools(
                 continue
             stamp = identity_annotation(identity.tool_id, identity.version, tool.parameters)
             meta = {**(tool.meta or {}), IDENTITY_KEY: stamp}
+            meta.pop(PROOF_KEY, None)  # the same tool object every listing: no stale proof
             if proofs is not None:
                 decision = proofs.check(
                     identity.tool_id, identity.version, cached_at=now, with_proof=True
