@@ -329,6 +329,26 @@ def test_audit_tools_reads_a_json_rpc_response(
     assert audited(listing=response)[0] == 0
 
 
+def test_audit_tools_reads_a_listing_in_pages(
+    audited: Audited, gateway: Gateway, tmp_path: Path
+) -> None:
+    tools = gateway.listing["tools"]
+    pages = [tmp_path / "page1.json", tmp_path / "page2.json"]
+    pages[0].write_text(json.dumps({"tools": tools[:1], "nextCursor": "2"}))
+    pages[1].write_text(json.dumps({"jsonrpc": "2.0", "id": 2, "result": {"tools": tools[1:]}}))
+    status, out, _ = audited("--json", pages[0], listing=pages[1])
+    shape = json.loads(out)
+    assert status == 0
+    assert [t["name"] for t in shape["tools"]] == ["search", "fresh"]
+    assert (shape["without_identity"], len(shape["checkpoints"])) == (1, 1)
+
+
+def test_audit_tools_takes_standard_input_once(audited: Audited) -> None:
+    status, out, err = audited("-", listing="-")
+    assert (status, out) == (2, "")
+    assert "standard input (-) can be given once" in err
+
+
 def test_audit_tools_reads_standard_input(
     audited: Audited, gateway: Gateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -32,7 +32,7 @@ deprecated, ``EXIT_REFUSE`` (5) revoked or sunset, ``EXIT_STALE`` (6) when ``--m
 asks for a checkpoint its witness quorum cosigned more recently, ``EXIT_UNKNOWN`` (7) for a
 tool id or version that is not one; 1 when anything does not verify.
 
-``audit tools LISTING`` checks a guarded MCP ``tools/list`` answer the same way for every
+``audit tools LISTING...`` checks a guarded MCP ``tools/list`` answer the same way for every
 listed deplog tool (``client.cache.listing_proofs``): each distinct checkpoint its proofs
 carry verified once, one line per tool, and the most severe tool's exit: 1 a proof or
 checkpoint that does not verify, then 5 refused (listed nonetheless), 6 stale, 7 no proof
@@ -441,18 +441,23 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return verdicts.EXIT_REFUSE if status.status in verdicts.REFUSED_STATUSES else 0
 
 
-def _read_listing(path: str) -> tuple[dict[str, Any], int]:
-    """A saved ``tools/list`` result, or the JSON-RPC response carrying one, and how many
-    tools it lists (``malformed_json`` when it is neither)."""
-    try:
-        obj = json.loads(_read_input(path, MAX_MAP_PROOF_FILE))
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser
-        raise JSONFormatError(message="not a tools/list result") from None
-    if isinstance(obj, dict) and isinstance(obj.get("result"), dict):
-        obj = obj["result"]
-    if not isinstance(obj, dict) or not isinstance(obj.get("tools"), list):
-        raise JSONFormatError(message="not a tools/list result")
-    return obj, len(obj["tools"])
+def _read_listing(paths: list[str]) -> list[Any]:
+    """The tools of saved ``tools/list`` results (or the JSON-RPC responses carrying them),
+    one file per page, in order (``malformed_json`` for a file that is neither)."""
+    if paths.count("-") > 1:
+        raise CLIError("standard input (-) can be given once", 2)
+    tools: list[Any] = []
+    for path in paths:
+        try:
+            obj = json.loads(_read_input(path, MAX_MAP_PROOF_FILE))
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser
+            raise JSONFormatError(message="not a tools/list result") from None
+        if isinstance(obj, dict) and isinstance(obj.get("result"), dict):
+            obj = obj["result"]
+        if not isinstance(obj, dict) or not isinstance(obj.get("tools"), list):
+            raise JSONFormatError(message="not a tools/list result")
+        tools += obj["tools"]
+    return tools
 
 
 _LISTING_SUMMARY: Final = {
@@ -479,7 +484,8 @@ def _cmd_tools(args: argparse.Namespace) -> int:
     if args.max_age is not None and args.policy is None:
         raise CLIError("--max-age needs --policy: only witness cosignatures date a checkpoint", 2)
     at = verdicts.time_flag("--at", args.at)
-    listing, count = _read_listing(args.listing)
+    listed = _read_listing(args.listing)
+    listing, count = {"tools": listed}, len(listed)
     verify = _checkpoint_verifier(args, args.max_age)
     given = None if args.checkpoint is None else read_bounded(args.checkpoint, MAX_NOTE_SIZE)
     seen: dict[bytes, tuple[Checkpoint, list[str], dict[str, Any]]] = {}
@@ -796,8 +802,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sp.add_argument(
         "listing",
         metavar="LISTING",
+        nargs="+",
         help="a tools/list result or its JSON-RPC response, as a gateway guarding with "
-        "proofs answers it (- reads standard input)",
+        "proofs answers it, one file per page (- reads standard input)",
     )
     sp.add_argument(
         "--checkpoint",
