@@ -6,7 +6,8 @@ Rules:
    with an exit status from one table (README, "Exit statuses of authority and
    witness"): 0 done, 1 refused (a stable code and its sentence, or the command's
    own message), 2 usage (argparse), 65/73/74/77 storage (``storage_faults``),
-   69 the listen address is unavailable (``plumbing.bind``).
+   69 the listen address is unavailable (``plumbing.bind``), 141 quietly when the
+   output's reader went away (``client.files.output_closed``).
 2. A ``DeplogError`` prints its code first, then its sentence: scripts match the
    code, people read the sentence.
 3. A file or directory that cannot be used is named, with its kind's status
@@ -23,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
+from deplog.client.files import output_closed
 from deplog.client.storage_faults import file_fault
 from deplog.client.tlog.keyfile import KeyFileError
 
@@ -84,6 +86,8 @@ def run(
     except DeplogError as err:
         print(f"{prog}: {refusal(err)}", file=sys.stderr)
         return EXIT_REFUSED
+    except BrokenPipeError:
+        return output_closed()
     except OSError as err:
         fault = file_fault(err)
         print(f"{prog}: {fault.message}", file=sys.stderr)

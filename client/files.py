@@ -15,6 +15,9 @@ Rules:
    file description). The lock goes with the holder: it is released when the
    ``with`` block ends or the process dies, so it is never left stale; the lock
    file itself stays and means nothing on its own.
+4. ``output_closed``: a command whose standard output's reader went away (``| head``)
+   ends quietly with ``EXIT_OUTPUT_CLOSED``, as a tool stopped by ``SIGPIPE`` would,
+   and not with a "cannot use" message about a file nobody named.
 """
 
 from __future__ import annotations
@@ -23,14 +26,32 @@ import contextlib
 import errno
 import fcntl
 import os
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
-__all__ = ["exclusive_lock", "require_writable", "write_atomic"]
+__all__ = [
+    "EXIT_OUTPUT_CLOSED",
+    "exclusive_lock",
+    "output_closed",
+    "require_writable",
+    "write_atomic",
+]
 
 _BUFFER: Final = 1 << 16
+EXIT_OUTPUT_CLOSED: Final = 141
+"""128 + ``SIGPIPE``: what a shell shows for a command the signal stopped (rule 4)."""
+
+
+def output_closed() -> int:
+    """Standard output's reader is gone (rule 4): point the descriptor at the null device,
+    so the interpreter's last flush has nowhere to fail, and return the exit status."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
+    return EXIT_OUTPUT_CLOSED
 
 
 def write_atomic(path: Path, chunks: Iterable[bytes], *, mode: int = 0o644) -> None:

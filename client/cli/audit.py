@@ -181,6 +181,8 @@ def _guarded(name: str, fn: _Command) -> _Command:
     def run(args: argparse.Namespace) -> int:
         try:
             return fn(args)
+        except BrokenPipeError:  # the output's reader, not a file: main ends quietly
+            raise
         except (DeplogError, OSError) as err:
             return _failure(name, err)
 

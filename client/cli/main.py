@@ -34,6 +34,7 @@ from deplog.client.cli.trust import (
     writing_state,
 )
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
+from deplog.client.files import output_closed
 from deplog.client.follow.follower import Follower, SyncResult
 from deplog.client.follow.source import FetchError
 from deplog.client.follow.state import StateError
@@ -400,6 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DeplogError as err:
         print(f"deplog: {explain(err)}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        return output_closed()
     except OSError as err:
         fault = file_fault(err)
         print(f"deplog: {fault.message}", file=sys.stderr)
