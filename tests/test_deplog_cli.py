@@ -246,6 +246,58 @@ def test_check_json_carries_the_processed_through_checkpoint(
     assert answer["processed_through"]["checkpoint"].startswith(ORIGIN + "\n")
 
 
+@pytest.mark.parametrize(("version", "expected"), [("1.0.0", EXIT_REFUSE), ("2.0.0", 0)])
+def test_check_writes_the_proof_behind_its_verdict_for_audit_status(
+    version: str,
+    expected: int,
+    synced: Path,
+    local: LocalLog,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    proof = tmp_path / "search.proof.json"
+    checked = run(capsys, "check", TOOL, version, "--state", str(synced), "--proof", str(proof))
+    key = local.signer.verifier().vkey()
+    audited = run(capsys, "audit", "status", "--log-key", key, str(proof), TOOL, version)
+    assert (checked[0], checked[2], audited[0]) == (expected, "", expected)
+    assert audited[1].startswith(f"ok: {TOOL} {version}: ")
+
+
+def test_check_json_names_the_proof_file(
+    synced: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proof = tmp_path / "proof.json"
+    _, out, _ = run(
+        capsys, "check", TOOL, "3.0.0", "--state", str(synced), "--proof", str(proof), "--json"
+    )
+    assert json.loads(out)["proof_file"] == str(proof)
+    assert json.loads(proof.read_bytes())["result"] == "present"
+
+
+def test_a_stale_check_writes_no_proof_and_says_so(
+    synced: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proof = tmp_path / "proof.json"
+    status, _, err = run(
+        capsys, "check", TOOL, "3.0.0", "--state", str(synced), "--max-age", "0.000001",
+        "--proof", str(proof),
+    )  # fmt: skip
+    assert (status, proof.exists()) == (EXIT_STALE, False)
+    assert err == f"deplog: no proof written to {proof}: the verdict is stale (checkpoint_stale)\n"
+
+
+def test_a_proof_file_that_cannot_be_written_is_named(
+    synced: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = tmp_path / "no-such-dir" / "proof.json"
+    status, _, err = run(
+        capsys, "check", TOOL, "3.0.0", "--state", str(synced), "--proof", str(where)
+    )
+    assert status == 1
+    assert err.startswith(f"deplog: --proof: cannot write {where}: ")
+    assert len(err.splitlines()) == 1
+
+
 def test_a_state_older_than_max_age_is_stale(
     synced: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

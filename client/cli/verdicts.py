@@ -40,6 +40,7 @@ from deplog.client.cache.guard import DEFAULT_FRESHNESS, Decision, Guard, Verdic
 from deplog.client.cli.messages import NO_STATE_YET, explain
 from deplog.client.cli.trust import positive_seconds, state_fault
 from deplog.client.errors import CLIError, DeplogError
+from deplog.client.files import write_atomic
 from deplog.client.follow.state import LocalState, TrustedCheckpoint
 from deplog.client.model.notice import parse_timestamp
 from deplog.client.tlog.checkpoint import Checkpoint
@@ -217,12 +218,21 @@ def _cmd_check(args: argparse.Namespace) -> int:
     try:
         warn_if_behind(args.url, state)
         decision = Guard(state, freshness=args.max_age).check(
-            args.tool_id, args.version, cached_at=cached_at, schema_digest=args.schema_digest
+            args.tool_id,
+            args.version,
+            cached_at=cached_at,
+            schema_digest=args.schema_digest,
+            with_proof=args.proof is not None,
         )
     finally:
         state.close()
+    if args.proof is not None:
+        _write_proof(args.proof, decision)
     if args.json:
-        print(json.dumps(_decision_json(decision), sort_keys=True))
+        answer = _decision_json(decision)
+        if args.proof is not None:
+            answer["proof_file"] = None if decision.proof is None else str(args.proof)
+        print(json.dumps(answer, sort_keys=True))
     else:
         through = decision.processed_through
         at = (
@@ -233,6 +243,24 @@ def _cmd_check(args: argparse.Namespace) -> int:
         )
         print(f"{decision.verdict} ({decision.reason}): {args.tool_id} {args.version}; {at}")
     return VERDICT_EXITS[decision.verdict]
+
+
+def _write_proof(path: Path, decision: Decision) -> None:
+    """``--proof``: the map proof behind the verdict, for ``deplog audit status``; a
+    verdict made from no status (stale, unknown) or a state that keeps no map has none,
+    which stderr says (the verdict's exit status stands)."""
+    if decision.proof is None:
+        why = (
+            "the state keeps no tool-status map at its checkpoint"
+            if decision.status is not None
+            else f"the verdict is {decision.verdict} ({decision.reason})"
+        )
+        print(f"deplog: no proof written to {path}: {why}", file=sys.stderr)
+        return
+    try:
+        write_atomic(path, [decision.proof])
+    except OSError as err:
+        raise CLIError(f"--proof: cannot write {path}: {err.strerror}") from None
 
 
 def register(sub: Any, default_state: str) -> None:
@@ -269,5 +297,11 @@ def register(sub: Any, default_state: str) -> None:
         "--schema-digest", help="sha256:<hex> of the cached definition (refused on a mismatch)"
     )
     add_state_arguments(sp, default_state)
+    sp.add_argument(
+        "--proof",
+        type=Path,
+        metavar="FILE",
+        help="write the map proof behind the verdict to FILE (deplog audit status checks it)",
+    )
     sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     sp.set_defaults(func=_cmd_check)

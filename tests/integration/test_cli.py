@@ -187,3 +187,32 @@ def test_serve_refuses_a_second_server_on_the_same_data(
     )
     assert second.returncode == 1
     assert "another authority is already serving" in second.stderr
+
+
+def test_walkthrough_step_7_a_cache_hands_on_the_proof_of_its_verdict(
+    authority: AuthorityProcess, tmp_path: Path
+) -> None:
+    """Steps 5 and 7: a cache follows, decides with ``check --proof`` and anyone checks
+    that proof offline with ``audit status``, as the one the authority serves."""
+    deplog("keygen", "--name", "walker", "--out", "keys", cwd=tmp_path)
+    vkey = (tmp_path / "keys" / "walker.pub").read_text().strip()
+    authority.run_cli("publisher", "add", "walker", "--namespace", "org.walker", "--key", vkey)
+    tool, log_key = "tool:org.walker/search", authority.log_verifier.vkey()
+    published = deplog(
+        "publish", "--url", authority.url, "--key", "keys/walker.key", "--tool", tool,
+        "--action", "deprecate", "--version", "1.2.0", "--reason", "superseded",
+        "--out", "receipts", cwd=tmp_path,
+    )  # fmt: skip
+    assert published.returncode == 0, published.stderr
+    followed = deplog("follow", authority.url, "--once", "--log-key", log_key, cwd=tmp_path)
+    assert followed.returncode == 0, followed.stderr
+
+    checked = deplog("check", tool, "1.2.0", "--proof", "cache.proof.json", cwd=tmp_path)
+    audited = deplog(
+        "audit", "status", "--log-key", log_key, "cache.proof.json", tool, "1.2.0", cwd=tmp_path
+    )
+    assert (checked.returncode, checked.stderr) == (0, "")
+    assert checked.stdout.startswith(f"serve_with_warning (deprecated): {tool} 1.2.0")
+    assert audited.returncode == 0, audited.stderr
+    assert audited.stdout.startswith(f"ok: {tool} 1.2.0: deprecated")
+    assert " proven (present) by the map " in audited.stdout

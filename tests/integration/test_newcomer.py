@@ -24,7 +24,7 @@ from deplog.client.tlog.keyfile import create_signer
 from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess
 
-DOCUMENTED_EXITS = frozenset({0, 1, 2, 3, 4, 5, 6, 7, 65, 73, 74, 77, 130})
+DOCUMENTED_EXITS = frozenset({0, 1, 2, 3, 4, 5, 6, 7, 65, 73, 74, 77, 130, 141})
 """Every exit status the README documents for deplog."""
 
 
