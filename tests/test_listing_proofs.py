@@ -194,6 +194,14 @@ def test_a_proof_that_is_no_proof_document_fails_malformed(gateway: Gateway) -> 
     assert (search.verdict, search.failure) == (None, ErrorCode.MALFORMED_MAP_PROOF)
 
 
+@pytest.mark.parametrize("member", ["checkpoint", "tool_id", "record"])
+def test_a_lone_surrogate_in_a_proof_fails_malformed(gateway: Gateway, member: str) -> None:
+    """JSON can escape what UTF-8 cannot carry (``"\\ud800"``): refused, never raised."""
+    gateway.tool("search")["_meta"][PROOF_KEY][member] = "\ud800"
+    search = gateway.check()[0]
+    assert (search.verdict, search.failure) == (None, ErrorCode.MALFORMED_MAP_PROOF)
+
+
 def test_a_checkpoint_signed_by_another_log_fails_every_tool(gateway: Gateway) -> None:
     stranger = Signer.generate(gateway.log_key.name)
 
@@ -248,7 +256,12 @@ def test_a_failed_tool_is_an_unknown_decision_named_by_its_code(gateway: Gateway
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=8)
+    | st.sampled_from(["\ud800", "ok\udfff"]),  # JSON escapes UTF-8 cannot carry
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
     max_leaves=12,
 )

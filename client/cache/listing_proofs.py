@@ -33,12 +33,17 @@ from typing import Any
 from deplog.client.cache.guard import Decision, ProcessedThrough, Verdict, refusal, served
 from deplog.client.cache.mcp import IDENTITY_KEY, PROOF_KEY, schema_digest
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.model import canonical
 from deplog.client.model.notice import parse_tool_id
 from deplog.client.model.semver import Version
 from deplog.client.model.status import VersionStatus
-from deplog.client.model.vmap import MapProofDocument, verify_proof_document
+from deplog.client.model.vmap import (
+    MapProofDocument,
+    MapProofError,
+    require_map_root,
+    verify_status,
+)
 from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.note import parse_note
 
 __all__ = ["ListedTool", "VerifyCheckpoint", "verify_listing"]
 
@@ -90,9 +95,15 @@ def verify_listing(
     verified: dict[bytes, Checkpoint | DeplogError] = {}
 
     def checkpoint_of(note: bytes) -> Checkpoint | DeplogError:
+        """The checkpoint a proof's note verifies to, once per note; one whose body is not
+        the note's (a caller that names its own) is ``map_checkpoint_mismatch``, as
+        ``verify_proof_document`` would say for every proof made at it."""
         if note not in verified:
             try:
-                verified[note] = verify_checkpoint(note)
+                checkpoint = verify_checkpoint(note)
+                if parse_note(note)[0] != checkpoint.to_text():
+                    raise MapProofError(ErrorCode.MAP_CHECKPOINT_MISMATCH)
+                verified[note] = checkpoint
             except DeplogError as err:
                 verified[note] = err
         return verified[note]
@@ -129,8 +140,8 @@ def _listed_tool(
     if PROOF_KEY not in meta:
         return ListedTool(position, name, tool_id, version, Verdict.UNKNOWN, "no_proof")
     try:
-        document = MapProofDocument.parse(canonical.dumps(meta[PROOF_KEY]))
-    except (DeplogError, RecursionError):  # not RFC 8785 JSON, or not a proof document
+        document = MapProofDocument.from_json(meta[PROOF_KEY])
+    except DeplogError:  # not a proof document
         return failed(ErrorCode.MALFORMED_MAP_PROOF)
     if document.tool_id != tool_id:
         return failed(ErrorCode.BAD_MAP_PROOF)
@@ -139,8 +150,8 @@ def _listed_tool(
         if checkpoint.code == ErrorCode.STALE_CHECKPOINT:
             return ListedTool(position, name, tool_id, version, Verdict.STALE, "checkpoint_stale")
         return failed(checkpoint.code)
-    try:
-        status = verify_proof_document(document, checkpoint, version, now)
+    try:  # ``verify_proof_document``, but for the body: checked once per note above
+        status = verify_status(require_map_root(checkpoint), tool_id, version, now, document.proof)
     except DeplogError as err:
         return failed(err.code)
     refused = refusal(status, _listed_digest(tool, identity))

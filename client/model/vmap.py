@@ -1065,16 +1065,27 @@ class MapProofDocument:
             obj = canonical.loads(data)
         except DeplogError:
             raise MapFormatError() from None
+        document = cls.from_json(obj)
+        try:
+            parse_note(document.checkpoint)
+        except DeplogError:
+            raise MapFormatError() from None
+        return document
+
+    @classmethod
+    def from_json(cls, obj: object) -> MapProofDocument:
+        """The document from a JSON value already decoded (an MCP ``_meta`` member), checked
+        as ``parse`` checks it (``malformed_map_proof``) but for the checkpoint, which is
+        left as a string to the caller's verification of it."""
         if not isinstance(obj, dict) or obj.get("type") != PROOF_TYPE:
             raise MapFormatError()
         checkpoint, tool_id = obj.get("checkpoint"), obj.get("tool_id")
         if not isinstance(checkpoint, str) or not isinstance(tool_id, str):
             raise MapFormatError()
-        note = checkpoint.encode("utf-8")
         try:
-            parse_note(note)
             parse_tool_id(tool_id)
-        except DeplogError:
+            note = checkpoint.encode("utf-8")
+        except (DeplogError, UnicodeEncodeError):  # a lone surrogate JSON let through
             raise MapFormatError() from None
         return cls(note, tool_id, MapProof.from_json(obj))
 
