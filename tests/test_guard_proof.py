@@ -89,3 +89,30 @@ def test_the_mcp_annotation_includes_the_proof_of_every_listed_tool(
     assert statuses == ["deprecated", "active"]
     plain = guard_tools_list({"tools": tools}, guard, cached_at=cached_at())
     assert all(PROOF_KEY not in tool["_meta"] for tool in plain["tools"])
+
+
+def test_a_proof_after_an_advance_is_made_at_the_new_checkpoint(
+    trusted: TrustedState, local: LocalLog
+) -> None:
+    """Proofs are kept per checkpoint and tool: the same guard, asked again after its
+    follower advanced, proves the tool at the new checkpoint, with the new status."""
+    local.publish(affected={"versions": ["1.0.0"]})
+    local.sync(trusted)
+    guard = Guard(trusted.state)
+    before = guard.check(TOOL, "1.0.0", cached_at=cached_at(), with_proof=True)
+    again = guard.check(TOOL, "1.0.0", cached_at=cached_at(), with_proof=True)
+    local.publish(action="revoke", reasons=["security"], advisories=["CVE-2026-1234"])
+    local.sync(trusted)
+    after = guard.check(TOOL, "1.0.0", cached_at=cached_at(), with_proof=True)
+    assert before.proof is not None and after.proof is not None
+    assert again.proof == before.proof
+    assert canonical.loads(after.proof)["checkpoint"] == agents_note(trusted)
+    status = verify_tool_status(
+        after.proof, agents_checkpoint(trusted, local), TOOL, "1.0.0", datetime.now(UTC)
+    )
+    assert (after.verdict, status.status) == (Verdict.REFUSE, "revoked")
+
+
+def agents_note(trusted: TrustedState) -> str:
+    assert trusted.state.trusted is not None
+    return trusted.state.trusted.note.decode()

@@ -57,6 +57,7 @@ from deplog.client.model.status import StatusIndex, VersionStatus
 __all__ = [
     "DEFAULT_FRESHNESS",
     "MEMO_ENTRIES",
+    "MEMO_PROOFS",
     "SNAPSHOT_ATTEMPTS",
     "Decision",
     "Guard",
@@ -71,6 +72,8 @@ DEFAULT_FRESHNESS = timedelta(minutes=5)
 MEMO_ENTRIES = 100_000
 SNAPSHOT_ATTEMPTS = 8
 """Decisions tried before a state that changes under every read is reported stale."""
+MEMO_PROOFS = 10_000
+"""Map proofs a guard keeps (about 1.5 KB each): a gateway's listings at one checkpoint."""
 
 
 class Verdict(StrEnum):
@@ -168,6 +171,7 @@ class Guard:
             tuple[str, str], tuple[StatusIndex, float, tuple[VersionStatus, float | None]]
         ] = {}
         self._prover: MapProver | None = None
+        self._proofs: dict[tuple[str, str], bytes] = {}
 
     def check(
         self,
@@ -184,10 +188,25 @@ class Guard:
         through = decision.processed_through
         if not with_proof or decision.status is None or through is None:
             return decision
+        return replace(decision, proof=self._proof(through, tool_id))
+
+    def _proof(self, through: ProcessedThrough, tool_id: str) -> bytes | None:
+        """The map proof of ``tool_id`` at ``through``, memoized per checkpoint and tool
+        (a gateway proves every tool it lists, at every listing). The key names the
+        checkpoint, so a proof read for an older one, however late it is stored, is never
+        handed out for a newer one; ``None`` (no map, or the map moved on) is not kept."""
+        key = (through.checkpoint, tool_id)
+        proof = self._proofs.get(key)
+        if proof is not None:
+            return proof
         if self._prover is None:
             self._prover = MapProver(self.state.path)
         proof = self._prover.prove(through.checkpoint.encode(), through.size, tool_id)
-        return replace(decision, proof=proof)
+        if proof is not None:
+            if len(self._proofs) >= MEMO_PROOFS:
+                self._proofs.clear()
+            self._proofs[key] = proof
+        return proof
 
     def _decide(
         self, tool_id: str, version: str, cached_at: datetime, schema_digest: str | None
