@@ -183,15 +183,21 @@ async def test_the_server_stamps_the_digest_of_the_schema_it_lists(
     assert IDENTITY_KEY not in tools["echo"].get("_meta", {})
 
 
-def readme_mcp_example() -> str:
+def readme_mcp_example(session: str) -> str:
+    """The README's MCP client example that opens ``session``."""
     section = README.read_text().split("## In MCP stacks", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match is not None, "the README lost its MCP client example"
-    return match.group(1)
+    examples = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    [example] = [code for code in examples if f"{session}(" in code]
+    return str(example)
 
 
+@pytest.mark.parametrize("session", ["GuardedClientSession", "ProvenClientSession"])
 async def test_the_readme_client_example_runs_as_printed(
-    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession, tmp_path: Path
+    session: str,
+    authority: AuthorityProcess,
+    publisher: Signer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
 ) -> None:
     env = dict(
         os.environ,
@@ -202,7 +208,7 @@ async def test_the_readme_client_example_runs_as_printed(
 
     async def run() -> list[str]:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", readme_mcp_example(), cwd=tmp_path, env=env,
+            sys.executable, "-c", readme_mcp_example(session), cwd=tmp_path, env=env,
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, _ = await asyncio.wait_for(process.communicate(), 60)
