@@ -33,8 +33,9 @@ the tools are listed again once before deciding).
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from mcp import ClientSession, types
 
@@ -51,7 +52,11 @@ from deplog.client.cache.mcp import (
 )
 from deplog.client.mcp.compat import to_wire
 
-__all__ = ["GuardedClientSession", "ProvenClientSession", "refusal_result"]
+__all__ = ["MAX_LISTED", "GuardedClientSession", "ProvenClientSession", "refusal_result"]
+
+MAX_LISTED = 100_000
+"""Tool names a session remembers from listings, for deciding calls."""
+V = TypeVar("V")
 
 
 def refusal_result(decision: Decision) -> types.CallToolResult:
@@ -80,8 +85,9 @@ class GuardedClientSession(ClientSession):
         super().__init__(*args, **kwargs)
         self.guard = guard
         self.keep_unverified = keep_unverified
-        self._listed: dict[str, tuple[object, float]] = {}
-        """Per tool name: its ``dev.deplog/tool`` value (None: none) and when it was listed."""
+        self._listed: OrderedDict[str, tuple[object, float]] = OrderedDict()
+        """Per tool name: its ``dev.deplog/tool`` value (None: none) and when it was listed
+        (at most ``MAX_LISTED`` names, the longest unlisted forgotten first)."""
 
     async def list_tools(self, *args: Any, **kwargs: Any) -> Any:
         return self.guard_listing(await super().list_tools(*args, **kwargs))
@@ -94,7 +100,7 @@ class GuardedClientSession(ClientSession):
         kept = []
         for tool in result.tools:
             identity = (tool.meta or {}).get(IDENTITY_KEY)
-            self._listed[tool.name] = (identity, listed_at)
+            _remember(self._listed, tool.name, (identity, listed_at))
             decision = identity_decision(identity, self.guard, cached_at=cached_at)
             if decision is None:
                 kept.append(tool)
@@ -141,8 +147,9 @@ class ProvenClientSession(ClientSession):
         super().__init__(*args, **kwargs)
         self.verify_checkpoint = verify_checkpoint
         self.keep_unverified = keep_unverified
-        self._listed: dict[str, dict[str, Any]] = {}
-        """Per tool name: the tool as last listed (wire form), its proof included."""
+        self._listed: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        """Per tool name: the tool as last listed (wire form), its proof included (at most
+        ``MAX_LISTED`` names, the longest unlisted forgotten first)."""
 
     async def list_tools(self, *args: Any, **kwargs: Any) -> Any:
         return self.prove_listing(await super().list_tools(*args, **kwargs))
@@ -155,7 +162,7 @@ class ProvenClientSession(ClientSession):
         proven = {t.position: t for t in verify_listing(wire, self.verify_checkpoint, now)}
         kept = []
         for position, (tool, listed) in enumerate(zip(result.tools, wire["tools"], strict=True)):
-            self._listed[tool.name] = listed
+            _remember(self._listed, tool.name, listed)
             checked = proven.get(position)
             if checked is None:  # no deplog identity: not deplog's to decide
                 kept.append(tool)
@@ -190,6 +197,16 @@ class ProvenClientSession(ClientSession):
         """Listed and callable: proven servable; with ``keep_unverified`` also unproven or
         stale, never a proof that does not verify."""
         return checked.failure is None and may_list(decision, keep_unverified=self.keep_unverified)
+
+
+def _remember(listed: OrderedDict[str, V], name: str, value: V) -> None:
+    """Note what a listing said about ``name``; past ``MAX_LISTED`` names (a server that
+    keeps inventing tools) the one listed longest ago is forgotten: a call to it lists
+    again first, as to a name never listed."""
+    listed.pop(name, None)
+    listed[name] = value
+    while len(listed) > MAX_LISTED:
+        listed.popitem(last=False)
 
 
 def _with_deprecation(tool: Any, decision: Decision) -> Any:
