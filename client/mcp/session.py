@@ -52,10 +52,18 @@ from deplog.client.cache.mcp import (
 )
 from deplog.client.mcp.compat import to_wire
 
-__all__ = ["MAX_LISTED", "GuardedClientSession", "ProvenClientSession", "refusal_result"]
+__all__ = [
+    "MAX_LISTED",
+    "MAX_LIST_PAGES",
+    "GuardedClientSession",
+    "ProvenClientSession",
+    "refusal_result",
+]
 
 MAX_LISTED = 100_000
 """Tool names a session remembers from listings, for deciding calls."""
+MAX_LIST_PAGES = 1_000
+"""Pages of a tool list a session reads to learn the tools behind a name it is to call."""
 V = TypeVar("V")
 
 
@@ -219,9 +227,10 @@ def _with_deprecation(tool: Any, decision: Decision) -> Any:
 
 async def _list_every_page(session: ClientSession) -> None:
     """Every page of the server's tool list, through ``session.list_tools`` (which remembers
-    the tools behind the names)."""
+    the tools behind the names), up to ``MAX_LIST_PAGES``: a server whose cursor never
+    ends does not hold a call forever (a name on no page read is decided as never listed)."""
     cursor: str | None = None
-    while True:
+    for _ in range(MAX_LIST_PAGES):
         params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
         page = to_wire(await session.list_tools(params=params))
         cursor = page.get("nextCursor")
