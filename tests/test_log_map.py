@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from deplog.authority.http import server
 from deplog.authority.log import Log, StorageError
 from deplog.authority.storage.copy import copy_log
 from deplog.authority.storage.database import open_database
@@ -617,3 +618,23 @@ def test_kills_at_random_slices_while_tools_keep_joining_the_map_start_at_the_si
     reopened = Log(db_path, log_signer, ORIGIN)
     assert tables(db_path) == (size, signed_root) == (size, reference_root(reopened, size))
     reopened.close()
+
+
+def test_an_authority_without_the_compiled_map_update_warns_once_at_start(
+    tmp_path: Path,
+    log_signer: Signer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An install without a C compiler runs the update's Python: same roots, slower appends,
+    which the operator is told at start, in one line that names what to do."""
+    monkeypatch.setattr(server, "COMPILED_UPDATE", False)
+    config = server.ServerConfig(tmp_path / "log.db", ORIGIN, tiles=False)
+    with caplog.at_level(logging.WARNING, logger="deplog.authority"):
+        log, _ = server._open_log(config, log_signer)
+    log.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "the tool-status map's batch update is not compiled (installed without a C "
+        "compiler): appends run its Python, slower; reinstall with one"
+    ]

@@ -14,7 +14,10 @@ Rules it keeps:
    input is fixed-length except the record, which is last.
 4. A batch update reads and rehashes only the nodes on the changed keys' paths,
    one hash per node, then hands every written row to the store at once, so a
-   storage backend commits a batch (and its root) in one transaction.
+   storage backend commits a batch (and its root) in one transaction. Its hot loop
+   (``_Batch``) also exists compiled (``_prefixtree.c``, built when a C compiler is
+   at hand): the tests hold the two to the same roots and the same rows in the same
+   order, and this module stays the definition.
 5. Parsers are strict and total: one encoding per proof and per record, no
    trailing bytes, every bad input a stable code and no value in the message.
 """
@@ -47,7 +50,17 @@ from deplog.client.model.status import FoldNotice, StatusIndex, VersionStatus
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import decode_base64, encode_base64, parse_note
 
+try:  # the batch update compiled (``_prefixtree.c``); without a compiler, the Python below
+    from deplog.client.model import _prefixtree as _compiled
+except ImportError:  # pragma: no cover - an install without a C compiler
+    _compiled = None  # type: ignore[assignment]
+
+COMPILED_UPDATE: Final = _compiled is not None
+"""Whether batch updates run compiled (``_prefixtree.c``, built at install when a C
+compiler is there) rather than ``_Batch``'s Python: the same roots and rows, faster."""
+
 __all__ = [
+    "COMPILED_UPDATE",
     "EMPTY_ROOT",
     "KEY_BITS",
     "MAP_LINE_KEYWORD",
@@ -621,12 +634,31 @@ class _Batch:
     def __init__(self, store: NodeStore, changes: Mapping[bytes, bytes]) -> None:
         self.store = store
         self.keys = sorted(changes)
-        self.ints = [int.from_bytes(k, "big") for k in self.keys]
         self.changes = changes
         self.written: list[InnerNode] = []
         self.held = store.held()
         self.rows: dict[bytes, InnerNode] = {}
         """The stored rows ``merge`` descends through, read ahead by ``read_paths``."""
+
+    @functools.cached_property
+    def ints(self) -> list[int]:
+        """The keys as integers, for the Python's prefix arithmetic (the compiled update
+        reads the bytes)."""
+        return [int.from_bytes(k, "big") for k in self.keys]
+
+    def run(self, old: ChildRef | None, *, compiled: bool) -> ChildRef:
+        """The new root over ``old`` (None: the empty map), the rows in ``written``; by
+        the compiled update when asked and built (the same function: the tests hold the
+        two to the same roots and rows)."""
+        if compiled and _compiled is not None:
+            values = [self.changes[key] for key in self.keys]
+            # It reads a dict directly; rows of another mapping it reads through ``row``.
+            held = self.held if isinstance(self.held, dict) else {}
+            return _compiled.update(
+                self.keys, values, old, held, self.row, self.written, ChildRef, InnerNode
+            )
+        count = len(self.keys)
+        return self.build(0, count) if old is None else self.merge(old, 0, count)
 
     def row(self, node: bytes) -> InnerNode:
         """The stored row ``node``: in memory, read ahead, or read now."""
@@ -780,8 +812,11 @@ def _split_point(key: int, bit: int) -> int:
 class PrefixTree:
     """A path-compressed binary prefix tree over 32-byte keys and 32-byte values."""
 
-    def __init__(self, store: NodeStore | None = None) -> None:
+    def __init__(self, store: NodeStore | None = None, *, compiled: bool = True) -> None:
         self.store: NodeStore = store if store is not None else MemoryNodeStore()
+        self.compiled = compiled
+        """Update by the compiled batch when it is built (``COMPILED_UPDATE``); False:
+        always by the Python, the function's definition."""
 
     def root(self) -> bytes:
         """The root hash (``EMPTY_ROOT`` for no keys)."""
@@ -800,10 +835,9 @@ class PrefixTree:
             return self.root()
         batch = _Batch(self.store, changes)
         old = self.store.root()
-        count = len(batch.keys)
         if old is not None and old.id not in batch.held:
             batch.read_paths(old)
-        new = batch.build(0, count) if old is None else batch.merge(old, 0, count)
+        new = batch.run(old, compiled=self.compiled)
         self.store.write(new, batch.written, dict(changes))
         return new.hash
 
