@@ -320,6 +320,20 @@ static PyObject *get_row(Batch *batch, PyObject *id)
     return row;
 }
 
+/* ChildRef(id, bits, digest). Steals ``id``. */
+static PyObject *new_ref(Batch *batch, PyObject *id, int bits, const uint8_t digest[32])
+{
+    PyObject *items[3] = {id, PyLong_FromLong(bits),
+                          PyBytes_FromStringAndSize((const char *)digest, 32)};
+    if (items[1] == NULL || items[2] == NULL) {
+        Py_DECREF(id);
+        Py_XDECREF(items[1]);
+        Py_XDECREF(items[2]);
+        return NULL;
+    }
+    return new_tuple(batch->ref_type, 3, items);
+}
+
 /* A child's hash (borrowed), or NULL when it is not a ChildRef-shaped tuple: a child a
  * batch passes on from a row without walking into it is checked here. */
 static PyObject *hash_of(PyObject *ref)
@@ -377,15 +391,7 @@ static PyObject *inner(Batch *batch, PyObject *id, int bit, PyObject *left, PyOb
         Py_DECREF(id);
         return NULL;
     }
-    PyObject *ref_items[3] = {id, PyLong_FromLong(bit),
-                              PyBytes_FromStringAndSize((const char *)digest, 32)};
-    if (ref_items[1] == NULL || ref_items[2] == NULL) {
-        Py_DECREF(id);
-        Py_XDECREF(ref_items[1]);
-        Py_XDECREF(ref_items[2]);
-        return NULL;
-    }
-    return new_tuple(batch->ref_type, 3, ref_items);
+    return new_ref(batch, id, bit, digest);
 }
 
 static inline const uint8_t *key_at(Batch *batch, Py_ssize_t i)
@@ -419,15 +425,7 @@ static PyObject *leaf(Batch *batch, Py_ssize_t i)
     memcpy(message + 33, PyBytes_AS_STRING(value), 32);
     sha256_short(message, sizeof message, digest);
     Py_INCREF(key);
-    PyObject *items[3] = {key, PyLong_FromLong(KEY_BITS),
-                          PyBytes_FromStringAndSize((const char *)digest, 32)};
-    if (items[1] == NULL || items[2] == NULL) {
-        Py_DECREF(key);
-        Py_XDECREF(items[1]);
-        Py_XDECREF(items[2]);
-        return NULL;
-    }
-    return new_tuple(batch->ref_type, 3, items);
+    return new_ref(batch, key, KEY_BITS, digest);
 }
 
 /* ``_Batch.build``: a fresh subtree of keys ``[lo, hi)`` (non-empty), left then right
