@@ -211,11 +211,45 @@ def one_row_tree() -> tuple[MemoryNodeStore, bytes, bytes]:
     return store, low, high
 
 
-def test_a_missing_row_raises_the_stores_error() -> None:
-    store, low, _ = one_row_tree()
-    store._inners.clear()  # the rows gone from storage
+class RootHeldStore(RecordingStore):
+    """Holds only the root's row in memory (``held``): every other row the update walks
+    through is read through ``inner``, as a store's rows outside its cache are."""
+
+    def held(self) -> dict[bytes, InnerNode]:
+        root = self.root()
+        return (
+            {} if root is None or root.id not in self._inners else {root.id: self._inners[root.id]}
+        )
+
+
+def test_rows_not_held_are_read_through_the_store() -> None:
+    rng = random.Random(6)
+    keys = [rng.randbytes(32) for _ in range(400)]
+    batches = [{key: rng.randbytes(32) for key in keys}]
+    batches += [{key: rng.randbytes(32) for key in rng.sample(keys, 30)} for _ in range(10)]
+    stores = []
+    for use_compiled in (False, True):
+        store = RootHeldStore()
+        tree = PrefixTree(store, compiled=use_compiled)
+        for changes in batches:
+            tree.update(changes)
+        stores.append(store)
+    assert stores[0].writes == stores[1].writes
+
+
+def test_a_row_the_store_has_lost_raises_its_error_and_changes_nothing() -> None:
+    rng = random.Random(7)
+    store = RootHeldStore()
+    keys = [rng.randbytes(32) for _ in range(50)]
+    PrefixTree(store, compiled=True).update({key: rng.randbytes(32) for key in keys})
+    root = store.root()
+    assert root is not None
+    for node in [node for node in store._inners if node != root.id]:
+        del store._inners[node]  # every row below the root gone from storage
+    before = (store.root(), dict(store._inners), len(store.writes))
     with pytest.raises(KeyError):
-        PrefixTree(store, compiled=True).update({low: b"c" * 32})
+        PrefixTree(store, compiled=True).update({keys[0]: b"c" * 32})
+    assert (store.root(), dict(store._inners), len(store.writes)) == before
 
 
 def left_with(row: InnerNode, **fields: object) -> ChildRef:
