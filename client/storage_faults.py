@@ -129,17 +129,19 @@ _FILE_ADVICE = {
 }
 
 
-def file_fault(err: OSError) -> CLIError:
-    """A file or directory an operator named that cannot be used: one line naming it, with
-    the exit status of its kind (77 permission, 73 full, 74 I/O; else 1) and what to do."""
+def file_fault(err: OSError, doing: str = "use") -> CLIError:
+    """A file or directory an operator named that cannot be used (or written: ``doing``):
+    one line naming it, with the exit status of its kind (77 permission, 73 full, 74 I/O;
+    else 1) and what to do."""
     where = f" {err.filename}" if err.filename else ""
     reason = err.strerror or type(err).__name__
     kind = _kind_of(err.errno)
     if kind is None:
-        return CLIError(f"cannot use{where}: {reason}; check the path", 1)
+        return CLIError(f"cannot {doing}{where}: {reason}; check the path", 1)
     evidence = _errno_name(err.errno)
     return CLIError(
-        f"cannot use{where}: {reason} ({evidence}); {_FILE_ADVICE[kind.code]}", kind.exit_status
+        f"cannot {doing}{where}: {reason} ({evidence}); {_FILE_ADVICE[kind.code]}",
+        kind.exit_status,
     )
 
 

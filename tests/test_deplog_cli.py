@@ -15,6 +15,7 @@ import pytest
 
 from deplog.client.cli import main as deplog_main_module
 from deplog.client.cli import monitor as monitorcli
+from deplog.client.cli import verdicts
 from deplog.client.cli.audit import EXIT_NOT_PROVEN
 from deplog.client.cli.main import main as deplog_main
 from deplog.client.cli.main import parser
@@ -296,6 +297,40 @@ def test_a_proof_file_that_cannot_be_written_is_named(
     assert status == 1
     assert err.startswith(f"deplog: --proof: cannot write {where}: ")
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("number", "status", "advice"),
+    [
+        (errno.EACCES, 77, "give the user running this command access"),
+        (errno.ENOSPC, 73, "free space on its file system"),
+        (errno.EIO, 74, "check the device"),
+    ],
+)
+def test_a_proof_file_that_cannot_be_written_exits_with_its_storage_fault_status(
+    synced: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    number: int,
+    status: int,
+    advice: str,
+) -> None:
+    """The fault is the file system's (a full disk, a denied directory, a failing device):
+    the exit status says which, as for the state file, and the line names the file given
+    (not the temporary one beside it) and what to do."""
+    where = tmp_path / "proof.json"
+
+    def refuse(path: Path, chunks: object) -> None:
+        raise OSError(number, os.strerror(number), str(path.with_name(".proof.json.tmp")))
+
+    monkeypatch.setattr(verdicts, "write_atomic", refuse)
+    code, _, err = run(
+        capsys, "check", TOOL, "3.0.0", "--state", str(synced), "--proof", str(where)
+    )
+    assert code == status
+    assert err.startswith(f"deplog: --proof: cannot write {where}: {os.strerror(number)} (")
+    assert advice in err and len(err.splitlines()) == 1 and not where.exists()
 
 
 def test_a_state_older_than_max_age_is_stale(

@@ -43,6 +43,7 @@ from deplog.client.errors import CLIError, DeplogError
 from deplog.client.files import write_atomic
 from deplog.client.follow.state import LocalState, TrustedCheckpoint
 from deplog.client.model.notice import parse_timestamp
+from deplog.client.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import MAX_NOTE_SIZE, parse_note
 from deplog.client.tlog.timestamps import format_timestamp
@@ -260,7 +261,10 @@ def _write_proof(path: Path, decision: Decision) -> None:
     try:
         write_atomic(path, [decision.proof])
     except OSError as err:
-        raise CLIError(f"--proof: cannot write {path}: {err.strerror}") from None
+        # Named as given (the error may name the temporary file beside it), with the
+        # storage-fault status of its kind: 77 permission, 73 full, 74 I/O, else 1.
+        fault = file_fault(OSError(err.errno, err.strerror, str(path)), "write")
+        raise CLIError(f"--proof: {fault.message}", fault.exit_status) from None
 
 
 def register(sub: Any, default_state: str) -> None:
