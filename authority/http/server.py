@@ -987,27 +987,24 @@ async def _post_admin_publisher(request: web.Request) -> web.Response:
     return web.json_response({"index": index}, status=201)
 
 
-def _say_map_update_uncompiled() -> None:
-    log.warning(
-        "the tool-status map's batch update is not compiled (installed without a C "
-        "compiler): appends run its Python, slower; reinstall with one"
-    )
-
-
 def _open_log(config: ServerConfig, signer: Signer) -> tuple[Log, TilesDirectory | None]:
     """Open the log, fill its map cache, then complete its tiles directory before anything
     is served."""
     if not COMPILED_UPDATE:
-        _say_map_update_uncompiled()
-    log = Log(config.database, signer, config.origin, max_bytes=config.max_db_bytes)
-    log.warm_map()
+        log.warning(
+            "the tool-status map's batch update is not compiled (installed without a C "
+            "compiler): appends run its Python, slower; reinstall with one"
+        )
+    opened = Log(config.database, signer, config.origin, max_bytes=config.max_db_bytes)
+    opened.warm_map()
     if config.tiles_path is None:
-        return log, None
+        return opened, None
     try:
-        return log, TilesDirectory.open(config.tiles_path, log, partial_grace=config.partial_grace)
+        tiles = TilesDirectory.open(config.tiles_path, opened, partial_grace=config.partial_grace)
     except BaseException:
-        log.close()
+        opened.close()
         raise
+    return opened, tiles
 
 
 def build_app(
