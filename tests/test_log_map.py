@@ -638,3 +638,22 @@ def test_an_authority_without_the_compiled_map_update_warns_once_at_start(
         "the tool-status map's batch update is not compiled (installed without a C "
         "compiler): appends run its Python, slower; reinstall with one"
     ]
+
+
+@sqlite_only
+def test_a_cyclic_map_row_in_the_writers_cache_fails_the_batch_as_altered_storage(
+    log: Log, publisher: Signer
+) -> None:
+    """A row whose child names the row again (memory or storage altered): the batch update
+    refuses it as a row it cannot read, so the batch fails ``storage_unavailable`` and
+    rolls back (no traceback as a bug), and nothing is appended."""
+    log.sequence(batch(publisher, 1, 40))
+    assert log.map.cache is not None
+    root = log.map.nodes.root()
+    assert root is not None
+    row = log.map.cache.inners[root.id]
+    log.map.cache.inners[root.id] = row._replace(right=row.right._replace(id=root.id, bits=row.bit))
+    size = log.tree.size
+    with pytest.raises(StorageError):
+        log.sequence(batch(publisher, 41, 30))
+    assert log.tree.size == size

@@ -5,7 +5,8 @@ itself held to tests/vmap_reference.py by test_vmap.py); the compiled one must g
 same root and hand the store the same rows in the same order (a group's stored bytes
 follow that order), batch after batch, for any keys, including adversarial ones. Its
 SHA-256 is checked against hashlib on both compressions (the CPU's SHA extensions and
-the portable one). Rows that break the tree's invariants raise, never crash.
+the portable one). Rows that break the tree's invariants raise the stores' ``KeyError``
+(altered storage), never crash.
 
 CI builds the extension (``.ci/run`` installs a C compiler); elsewhere, an install
 without one runs the Python update and these tests skip, saying so.
@@ -275,13 +276,13 @@ def left_with(row: InnerNode, **fields: object) -> ChildRef:
         ),
     ],
 )
-def test_a_malformed_row_raises_value_error_and_changes_nothing(bad_row: object) -> None:
+def test_a_malformed_row_raises_the_stores_error_and_changes_nothing(bad_row: object) -> None:
     store, low, high = one_row_tree()
     (root_id,) = store._inners
     store._inners[root_id] = bad_row(store._inners[root_id])  # type: ignore[operator]
     before = (store.root(), dict(store._inners))
     for changes in ({low: b"c" * 32}, {low: b"c" * 32, high: b"d" * 32}):
-        with pytest.raises(ValueError, match="map node malformed"):
+        with pytest.raises(KeyError, match="map node malformed"):
             PrefixTree(store, compiled=True).update(changes)
     assert (store.root(), dict(store._inners)) == before
 
@@ -292,7 +293,7 @@ def test_a_cycle_of_rows_raises_instead_of_recursing() -> None:
     (root_id,) = store._inners
     row = store._inners[root_id]
     store._inners[root_id] = row._replace(right=ChildRef(root_id, 0, row.right.hash))
-    with pytest.raises(ValueError, match="map node malformed"):
+    with pytest.raises(KeyError, match="map node malformed"):
         PrefixTree(store, compiled=True).update({high: b"c" * 32, flip(high, 200): b"d" * 32})
 
 

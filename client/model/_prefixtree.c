@@ -9,7 +9,9 @@
  * tests run both over the same batches and require the same root and the same rows.
  *
  * Invariants this file relies on, all kept by vmap.py's writers and checked on every
- * row read here (a row that breaks one raises ValueError, never reads out of bounds):
+ * row read here (a row that breaks one raises KeyError("map node malformed"), as the
+ * stores do for a row they cannot read: its holder reports altered storage; it never
+ * reads out of bounds):
  *   - a key and a leaf's id are 32 bytes, a hash 32 bytes;
  *   - an inner node's id is ``u8 bit`` then ``ceil(bit / 8)`` prefix bytes, and its
  *     ``bits`` is that bit, below 256; a leaf's ``bits`` is 256;
@@ -211,7 +213,7 @@ typedef struct {
 
 static int malformed(void)
 {
-    PyErr_SetString(PyExc_ValueError, "map node malformed");
+    PyErr_SetString(PyExc_KeyError, "map node malformed");
     return -1;
 }
 
