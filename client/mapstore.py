@@ -52,9 +52,12 @@ witness in theirs. Rules:
    and 3), at or below the log's; the map is a function of the log's prefix, so a
    crash loses nothing that a fold of the entries after ``map_state.size`` does not
    give back (the authority folds them at start). After each commit the caller calls
-   ``committed()``: the layer as committed is kept, read-only, for rollbacks
-   (``forget`` goes back to it) and for readers in the writer's process, whose proofs
-   read it above the tables when the tables are at its base size (``prove_at_size``).
+   ``committed()``: the layer as committed (``CommittedLayer``) is kept, read-only,
+   for rollbacks (``forget`` undoes the changes since) and for readers in the writer's
+   process, whose proofs read it above the tables when the tables are at its base size
+   (``prove_at_size``). It shares the live layer's dicts, which record each change
+   before they make it (``client.history``): a commit costs O(1), not a copy of the
+   layer, and a reader in another thread never sees a later batch's rows.
    Without ``layer_entries`` a layer lives for one ``advance`` and is written at its
    end, in the caller's transaction, as every other holder does.
 9. With ``slice_groups`` the layer as committed is written in slices instead, once it
@@ -80,6 +83,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from deplog.client.dbapi import Connection, insert_rows
 from deplog.client.errors import ErrorCode
+from deplog.client.history import History, Snapshot
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.notice import Notice
 from deplog.client.model.vmap import (
@@ -102,6 +106,7 @@ __all__ = [
     "DEFAULT_CACHE_RECORD_BYTES",
     "SCHEMA",
     "STORE_FORMAT",
+    "CommittedLayer",
     "MapCache",
     "MapLayer",
     "MapView",
@@ -316,8 +321,9 @@ def _find_in_group(blob: bytes, node: bytes) -> _Row:
 class MapLayer:
     """The map's rows folded above its tables and not written yet (rule 8): the groups and
     records that differ from the tables at size ``base``, and the root and size they
-    bring the map to. A writer's own layer changes batch by batch; the copy it keeps
-    at each commit (``MapCache.view``) is never changed, so readers share it."""
+    bring the map to. A writer's own layer changes batch by batch, its rows only through
+    ``set_group``, ``set_record`` and ``drop_rows``; ``commit`` hands readers the layer as
+    it is then (``CommittedLayer``), without a copy (``client.history``)."""
 
     base: int
     size: int
@@ -327,15 +333,81 @@ class MapLayer:
     groups: dict[bytes, _Group] = field(default_factory=dict)
     records: dict[str, bytes] = field(default_factory=dict)
     record_bytes: int = 0
+    _groups: History[bytes, _Group] = field(init=False, repr=False, compare=False)
+    _records: History[str, bytes] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._groups = History(self.groups)
+        self._records = History(self.records)
+
+    def set_group(self, gid: bytes, group: _Group) -> None:
+        self._groups.set(gid, group)
+
+    def set_record(self, tool_id: str, record: bytes) -> None:
+        old = self.records.get(tool_id)
+        self.record_bytes += len(record) - (0 if old is None else len(old))
+        self._records.set(tool_id, record)
+
+    def drop_rows(self, written: MapLayer) -> None:
+        """Drop the groups and records ``written`` (the tables hold them now) that this
+        layer has not changed since."""
+        for gid, group in written.groups.items():
+            if self.groups.get(gid) is group:
+                self._groups.pop(gid)
+        for tool_id, record in written.records.items():
+            if self.records.get(tool_id) is record:
+                self._records.pop(tool_id)
+                self.record_bytes -= len(record)
+
+    def commit(self) -> CommittedLayer:
+        """The layer as it is now, for readers and rollbacks; it never changes."""
+        return CommittedLayer(
+            self.base,
+            self.size,
+            self.root,
+            self.root_value,
+            self._groups.commit(),
+            self._records.commit(),
+            self.record_bytes,
+        )
+
+    def revert(self, committed: CommittedLayer) -> None:
+        """Go back to ``committed``, this layer's last commit."""
+        assert committed.of(self)
+        self.base, self.size = committed.base, committed.size
+        self.root, self.root_value = committed.root, committed.root_value
+        self.record_bytes = committed.record_bytes
+        self._groups.revert()
+        self._records.revert()
+
+
+@dataclass(frozen=True)
+class CommittedLayer:
+    """A writer's layer as of one of its commits (rule 8): what readers in its process read
+    above the tables, and what a write in slices writes. It shares the live layer's dicts
+    (``client.history``), so taking it costs nothing, and it never changes."""
+
+    base: int
+    size: int
+    root: ChildRef | None
+    root_value: bytes | None
+    groups: Snapshot[bytes, _Group]
+    records: Snapshot[str, bytes]
+    record_bytes: int
+
+    def of(self, layer: MapLayer) -> bool:
+        """True if this is a commit of ``layer``."""
+        return self.groups.of(layer.groups)
 
     def copy(self) -> MapLayer:
+        """A new live layer as this one is (a writer's own)."""
         return MapLayer(
             self.base,
             self.size,
             self.root,
             self.root_value,
-            dict(self.groups),
-            dict(self.records),
+            self.groups.copy(),
+            self.records.copy(),
             self.record_bytes,
         )
 
@@ -350,7 +422,7 @@ class MapView:
     of the writer's last commit (None: nothing held), and the slices the writer had
     written by then (``MapCache.slices``)."""
 
-    layer: MapLayer | None = None
+    layer: CommittedLayer | None = None
     slices: int = 0
 
 
@@ -362,6 +434,7 @@ class _Writing:
     subtrees of that layer's map over the tables' older ones."""
 
     layer: MapLayer
+    """A copy of the layer as committed then (plain dicts: many slices read it)."""
     groups: list[bytes]
     records: list[str]
     record_ends: list[int]
@@ -411,8 +484,9 @@ class MapCache:
         self.layer_record_bytes = layer_record_bytes
         self.slice_groups = slice_groups
         self.slice_record_bytes = slice_record_bytes
-        self.layer: MapLayer | None = None
-        """The rows not written yet (rule 8), None when the tables are the whole map."""
+        self.layer: MapLayer | CommittedLayer | None = None
+        """The rows not written yet (rule 8), None when the tables are the whole map: a
+        writer's own (``live``), or the one a reader's cache reads above the tables."""
         self.writing: _Writing | None = None
         """A write of the layer in slices under way."""
         self.slices = 0
@@ -432,9 +506,16 @@ class MapCache:
         return self.layer_entries > 0
 
     @property
-    def committed(self) -> MapLayer | None:
+    def committed(self) -> CommittedLayer | None:
         """The layer as of the caller's last commit."""
         return self.view.layer
+
+    @property
+    def live(self) -> MapLayer:
+        """A writer's own layer, which its batches change (one is open)."""
+        layer = self.layer
+        assert isinstance(layer, MapLayer)
+        return layer
 
     def full(self) -> bool:
         """True if the layer is past one of its bounds: the ``advance`` that took it there
@@ -495,8 +576,7 @@ class MapCache:
     ) -> None:
         """Keep a batch's groups in the layer (rule 8) instead of writing them: a group moves
         out of the least recently used ones, never evicted until it is written."""
-        layer, cached = self.layer, self.groups.entries
-        assert layer is not None
+        layer, cached = self.live, self.groups.entries
         for gid, group in groups.items():
             old = layer.groups.get(gid)
             if old is None:
@@ -504,17 +584,14 @@ class MapCache:
                 if old is not None:
                     self.groups.total -= len(old)
             self._index(gid, group, None if old is None else written[gid])
-            layer.groups[gid] = group
+            layer.set_group(gid, group)
         self._changed = True
 
     def hold_records(self, records: Mapping[str, bytes]) -> None:
         """Keep a batch's records in the layer (rule 8) instead of writing them."""
-        layer = self.layer
-        assert layer is not None
+        layer = self.live
         for tool_id, record in records.items():
-            old = layer.records.get(tool_id)
-            layer.record_bytes += len(record) - (0 if old is None else len(old))
-            layer.records[tool_id] = record
+            layer.set_record(tool_id, record)
         self._changed = True
 
     def open_layer(self, base: int, root: ChildRef | None, root_value: bytes | None) -> MapLayer:
@@ -523,7 +600,7 @@ class MapCache:
         if self.layer is None:
             self.layer = MapLayer(base, base, root, root_value)
             self._changed = True
-        return self.layer
+        return self.live
 
     def pace(self, entries: int, groups: int, record_bytes: int) -> tuple[int, int]:
         """The groups and record bytes a slice writes so that the write under way (or about
@@ -546,9 +623,10 @@ class MapCache:
         """The write in slices under way, or a new one of the layer as committed (None if
         nothing committed is held)."""
         if self.writing is None:
-            layer = self.committed
-            if layer is None or self._written_whole:
+            committed = self.committed
+            if committed is None or self._written_whole:
                 return None
+            layer = committed.copy()  # once a write, not a commit: many slices read it
             records = list(layer.records)
             self.writing = _Writing(
                 layer,
@@ -567,8 +645,7 @@ class MapCache:
     def written(self, groups: Mapping[bytes, _Group]) -> None:
         """The whole layer is in the tables now (``groups``: its groups as written): cache it
         as read, least recently used first out again; a write in slices is moot."""
-        layer = self.layer
-        assert layer is not None
+        layer = self.live
         self.layer = self.writing = None
         self._changed = self._written_whole = True
         for gid, group in groups.items():
@@ -579,18 +656,15 @@ class MapCache:
     def _rebase(self, written: MapLayer) -> None:
         """The tables are at ``written``'s size now (its last slice committed): the layer is
         over them, and what it has not changed since is cached as read."""
-        layer = self.layer
-        assert layer is not None
+        layer = self.live
         layer.base = written.size
         for gid, group in written.groups.items():
             if layer.groups.get(gid) is group:
-                del layer.groups[gid]
                 self.groups.put(gid, group)  # its nodes are indexed already
         for tool_id, record in written.records.items():
             if layer.records.get(tool_id) is record:
-                del layer.records[tool_id]
-                layer.record_bytes -= len(record)
                 self.records.put(tool_id, record)
+        layer.drop_rows(written)
         if layer.size == layer.base and not layer.groups and not layer.records:
             self.layer = None
 
@@ -624,7 +698,7 @@ class MapCache:
             None if writing is None else (writing, writing.next_group, writing.next_record)
         )
         self._written_whole = False
-        self.view = MapView(None if self.layer is None else self.layer.copy(), self.slices)
+        self.view = MapView(None if self.layer is None else self.live.commit(), self.slices)
         self._changed = False
 
     def forget(self) -> None:
@@ -634,8 +708,13 @@ class MapCache:
         self.records.clear()
         self.where.clear()
         self.inners.clear()
-        committed = self.committed
-        self.layer = None if committed is None else committed.copy()
+        committed, layer = self.committed, self.layer
+        if committed is None:
+            self.layer = None
+        elif isinstance(layer, MapLayer) and committed.of(layer):
+            layer.revert(committed)  # the changes since, not the whole layer
+        else:  # written whole since, or another layer opened
+            self.layer = committed.copy()
         # A slice counted in the transaction undone is not in the tables: a view of the
         # layer as committed is current again (else every reader is told to read again
         # until the next commit).
@@ -653,14 +732,16 @@ class MapCache:
                 self._index(gid, group, None)
 
     @classmethod
-    def over(cls, layer: MapLayer | None) -> MapCache:
+    def over(cls, layer: CommittedLayer | None) -> MapCache:
         """A reader's cache for one read transaction, seeing ``layer`` above the tables."""
         cache = cls()
         cache.layer = layer
         return cache
 
 
-def _past(layer: MapLayer | None, entries: int, groups: int, record_bytes: int) -> bool:
+def _past(
+    layer: MapLayer | CommittedLayer | None, entries: int, groups: int, record_bytes: int
+) -> bool:
     """True if ``layer`` holds more than one of these."""
     if layer is None:
         return False
@@ -798,7 +879,8 @@ class SqliteNodeStore:
             value = leaves[root.id]  # one key in the map: the batch just set it
         cache = self.cache
         if cache is not None and cache.layer is not None:
-            cache.layer.root, cache.layer.root_value = root, value
+            layer = cache.live
+            layer.root, layer.root_value = root, value
             cache.hold_groups(after, touched)
             return
         done = self.write_groups(after)
@@ -1020,7 +1102,7 @@ class StoredMap(VerifiableMap):
             self.cache.commit()
 
     @property
-    def layer(self) -> MapLayer | None:
+    def layer(self) -> CommittedLayer | None:
         """The rows not yet written as of the last commit (rule 8); None when the tables
         are the whole map."""
         return None if self.cache is None else self.cache.committed

@@ -176,7 +176,7 @@ def test_the_aborting_hook_fails_the_batch_after_the_cache_took_its_rows(
         log.sequence(batches.next(largest=300))
     assert seen and seen[0] > 0
     assert not log.map.cache.groups.entries and not log.map.cache.records.entries
-    assert log.map.cache.layer == committed
+    assert log.map.cache.layer == (None if committed is None else committed.copy())
     log.close()
 
 
