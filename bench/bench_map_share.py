@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_map_append import prefill
 from bench.nomap_authority import NoMapLog
+from bench.uncompiled_authority import uncompiled
 from deplog.authority.http.plumbing import settle_collector
 from deplog.authority.log import Log
 from deplog.client import mapstore
@@ -149,7 +150,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.uncompiled:
-        vmap._compiled = None
+        uncompiled()
     signers = [Signer.generate(f"bench{i}") for i in range(args.publishers)]
     work = batches(signers, args.warmup + args.batches, args.tools_per_publisher)
     instrument()

@@ -164,6 +164,11 @@ GROUP_BITS = 4
 K = TypeVar("K")
 V = TypeVar("V")
 
+try:  # a batch's rows by group compiled (``_prefixtree.c``); without a compiler, the Python
+    from deplog.client.model import _prefixtree as _compiled
+except ImportError:  # pragma: no cover - an install without a C compiler
+    _compiled = None  # type: ignore[assignment]
+
 
 class _Lru(Generic[K, V]):
     """Least recently used entries up to a total weight (``None``: each weighs one);
@@ -764,6 +769,9 @@ class SqliteNodeStore:
     def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
         self.cache = cache
+        self.compiled = True
+        """Group a batch's rows by the compiled code when it is built; False: always by the
+        Python below, its definition (the tests hold the two to the same groups)."""
 
     def root(self) -> ChildRef | None:
         """The root reference, None for the empty map (or no map yet)."""
@@ -853,8 +861,34 @@ class SqliteNodeStore:
         whole, with the values of its leaf children, into the cache's layer when it has one
         open (rule 8: ``StoredMap.advance_notices`` opens it), else in the caller's
         transaction."""
-        touched: dict[bytes, list[InnerNode]] = {}
         where = {} if self.cache is None else self.cache.where
+        if self.compiled and _compiled is not None:
+            touched = _compiled.group_nodes(list(inners), where)
+            before = self._groups(list(touched))
+            after = _compiled.group_rows(touched, before, dict(leaves), self.root_leaf)
+        else:
+            touched, after = self._rows(inners, leaves, where)
+        value = None
+        if root is not None and root.bits == KEY_BITS:
+            value = leaves[root.id]  # one key in the map: the batch just set it
+        cache = self.cache
+        if cache is not None and cache.layer is not None:
+            layer = cache.live
+            layer.root, layer.root_value = root, value
+            cache.hold_groups(after, touched)
+            return
+        done = self.write_groups(after)
+        self.conn.execute(
+            f"UPDATE map_state SET {_ROOT_COLUMNS} WHERE id = 1", _root_row(root, value)
+        )
+        if cache is not None:  # after the writes: a failed one leaves the cache as it was
+            cache.put_groups(done, touched)
+
+    def _rows(
+        self, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes], where: dict[bytes, bytes]
+    ) -> tuple[dict[bytes, list[InnerNode]], dict[bytes, _Group]]:
+        """A batch's nodes by group, and each group they are in rewritten with their rows."""
+        touched: dict[bytes, list[InnerNode]] = {}
         for node in inners:
             gid = where.get(node.id) or group_id(node.id)
             nodes = touched.get(gid)
@@ -874,26 +908,18 @@ class SqliteNodeStore:
                 rv = values.of(right, group.get(nid)) if right.bits == KEY_BITS else None
                 group[nid] = (node, lv, rv, None)
             after[gid] = group
-        value = None
-        if root is not None and root.bits == KEY_BITS:
-            value = leaves[root.id]  # one key in the map: the batch just set it
-        cache = self.cache
-        if cache is not None and cache.layer is not None:
-            layer = cache.live
-            layer.root, layer.root_value = root, value
-            cache.hold_groups(after, touched)
-            return
-        done = self.write_groups(after)
-        self.conn.execute(
-            f"UPDATE map_state SET {_ROOT_COLUMNS} WHERE id = 1", _root_row(root, value)
-        )
-        if cache is not None:  # after the writes: a failed one leaves the cache as it was
-            cache.put_groups(done, touched)
+        return touched, after
+
+    def root_leaf(self) -> tuple[bytes, bytes] | None:
+        """The root's key and value when the root is a leaf."""
+        root, value = self.root(), self.root_value()
+        return None if root is None or value is None else (root.id, value)
 
     def write_groups(self, groups: Mapping[bytes, _Group]) -> dict[bytes, _Group]:
         """Upsert ``groups`` in the caller's transaction; they are returned with every row's
         encoding (``_Row``), for the cache."""
-        encoded = {gid: _encoded(group) for gid, group in groups.items()}
+        encode = _encoded if not self.compiled or _compiled is None else _compiled.encode_group
+        encoded = {gid: encode(group) for gid, group in groups.items()}
         insert_rows(
             self.conn,
             "INSERT INTO map_group (id, nodes)",
@@ -964,9 +990,9 @@ class _LeafValues:
                     kept[old[0].left.id] = old[1]
                 if old[2] is not None:
                     kept[old[0].right.id] = old[2]
-        root, value = self.store.root(), self.store.root_value()
-        if root is not None and value is not None:
-            kept[root.id] = value
+        root = self.store.root_leaf()
+        if root is not None:
+            kept[root[0]] = root[1]
         return kept
 
 

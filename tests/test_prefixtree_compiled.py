@@ -15,6 +15,7 @@ without one runs the Python update and these tests skip, saying so.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import os
 import random
@@ -144,6 +145,54 @@ def test_random_batches_write_the_pythons_rows_in_its_order() -> None:
         for _ in range(120)
     ]
     assert_same_updates(batches)
+
+
+# --- what the collector scans --------------------------------------------------------------
+
+
+def test_the_rows_it_makes_are_left_to_reference_counting() -> None:
+    """Rows hold only bytes, ints and rows: no cycle can run through them, so the compiled
+    update leaves them untracked, as the collector would on its first scan of each."""
+    rng = random.Random(12)
+    store = RecordingStore()
+    tree = PrefixTree(store, compiled=True)
+    for _ in range(3):
+        tree.update({rng.randbytes(32): rng.randbytes(32) for _ in range(200)})
+    root = store.root()
+    assert root is not None and not gc.is_tracked(root)
+    rows = [row for _, written in store.writes for row in written]
+    assert len(rows) > 500
+    assert not any(gc.is_tracked(row) or gc.is_tracked(row.left) for row in rows)
+
+
+def test_a_row_over_a_tracked_child_stays_tracked() -> None:
+    """A child the collector still tracks (made in Python, not scanned yet) keeps the row
+    that holds it tracked: only rows of untracked parts are left out."""
+    rng = random.Random(13)
+    left, right = b"\x00" + rng.randbytes(31), b"\x80" + rng.randbytes(31)
+    new = right[:31] + bytes([right[31] ^ 1])  # splits off ``right`` at its last bit
+    gc.disable()
+    try:
+        made_in_python = ChildRef(right, 256, rng.randbytes(32))
+        assert gc.is_tracked(made_in_python)
+        node = InnerNode(b"\x00", 0, ChildRef(left, 256, rng.randbytes(32)), made_in_python)
+        written: list[InnerNode] = []
+        compiled.update(
+            [new],
+            [b"v" * 32],
+            ChildRef(b"\x00", 0, rng.randbytes(32)),
+            {b"\x00": node},
+            lambda _: node,
+            written,
+            ChildRef,
+            InnerNode,
+        )
+        split, top = written
+        assert made_in_python in split and gc.is_tracked(split) and gc.is_tracked(top)
+        new_leaf = split.left if split.left.id == new else split.right
+        assert new_leaf.id == new and not gc.is_tracked(new_leaf)
+    finally:
+        gc.enable()
 
 
 def test_batches_of_shared_prefix_keys_match_the_python() -> None:

@@ -8,6 +8,15 @@
  * returns the new root's ``ChildRef``. vmap.py stays the function's definition: the
  * tests run both over the same batches and require the same root and the same rows.
  *
+ * ``group_nodes``, ``group_rows`` and ``encode_group`` are the next steps of a batch in
+ * client/mapstore.py (``SqliteNodeStore.write`` and ``write_groups``): its rows filed by
+ * group with their leaf values, and a group's stored bytes. mapstore.py's Python stays
+ * their definition, held to the same groups, rows and bytes by the tests.
+ *
+ * Tuples made here that hold only untracked objects are left untracked by the cyclic
+ * collector (``untrack_if_atomic``), as its first scan would leave them: a batch makes
+ * thousands, and a young collection that scans them costs more than making them.
+ *
  * Invariants this file relies on, all kept by vmap.py's writers and checked on every
  * row read here (a row that breaks one raises KeyError("map node malformed"), as the
  * stores do for a row they cannot read: its holder reports altered storage; it never
@@ -282,8 +291,24 @@ static PyObject *node_id(int bit, const uint8_t *key)
     return out;
 }
 
+/* Stops the collector tracking ``tuple`` when none of its items is tracked: it can never be
+ * in a reference cycle. CPython's collector does the same to every such tuple it scans
+ * (``_PyTuple_MaybeUntrack``); done at creation, the map's rows never cost a young
+ * collection's scan (thousands a batch, most of them long-lived). */
+static void untrack_if_atomic(PyObject *tuple)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, i);
+        if (item == NULL || (PyObject_IS_GC(item) && PyObject_GC_IsTracked(item))) {
+            return;
+        }
+    }
+    PyObject_GC_UnTrack(tuple);
+}
+
 /* A tuple of the named tuple type ``type`` from ``n`` new references (stolen, also on
- * failure), as ``tuple.__new__(type, items)`` makes it. */
+ * failure), as ``tuple.__new__(type, items)`` makes it, untracked when it holds only
+ * untracked objects. */
 static PyObject *new_tuple(PyTypeObject *type, int n, PyObject **items)
 {
     PyObject *out = type->tp_alloc(type, n);
@@ -296,6 +321,7 @@ static PyObject *new_tuple(PyTypeObject *type, int n, PyObject **items)
     for (int i = 0; i < n; i++) {
         PyTuple_SET_ITEM(out, i, items[i]);
     }
+    untrack_if_atomic(out);
     return out;
 }
 
@@ -703,6 +729,461 @@ static PyObject *update(PyObject *module, PyObject *const *args, Py_ssize_t narg
     return merge(&batch, root, 0, count);
 }
 
+/* --- the rows a store keeps: client.mapstore's groups (its rule 7) ---------------------- */
+
+#define GROUP_BITS 4
+
+/* ``mapstore.group_id``: the id of the group of inner node ``id`` (checked: ``u8 bit``
+ * and ``ceil(bit/8)`` prefix bytes), a new reference. */
+static PyObject *group_of(PyObject *id)
+{
+    Py_ssize_t size = PyBytes_GET_SIZE(id);
+    const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(id);
+    if (size < 1 || size != 1 + (data[0] + 7) / 8) {  /* an inner bit is below 256 */
+        malformed();
+        return NULL;
+    }
+    int bit = data[0], top = bit - bit % GROUP_BITS;
+    if (top == bit) {
+        Py_INCREF(id);
+        return id;
+    }
+    return node_id(top, data + 1);
+}
+
+/* The parts of an InnerNode-shaped tuple (borrowed): its id and its two children. */
+static int read_node(PyObject *node, PyObject **id, PyObject **left, PyObject **right)
+{
+    if (!PyTuple_Check(node) || PyTuple_GET_SIZE(node) != 4
+        || !PyBytes_Check(PyTuple_GET_ITEM(node, 0))) {
+        return malformed();
+    }
+    *id = PyTuple_GET_ITEM(node, 0);
+    *left = PyTuple_GET_ITEM(node, 2);
+    *right = PyTuple_GET_ITEM(node, 3);
+    return 0;
+}
+
+/* True (1) if the child reference ``ref`` is a leaf's, its id borrowed into ``id``. */
+static int leaf_child(PyObject *ref, PyObject **id)
+{
+    Ref parts;
+    if (read_ref(ref, &parts) < 0) {
+        return -1;
+    }
+    *id = parts.id;
+    return parts.bits == KEY_BITS;
+}
+
+/* A group's row (borrowed) checked: (InnerNode, value or None, value or None, bytes or
+ * None). */
+static int read_row(PyObject *row, PyObject **node)
+{
+    if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 4) {
+        return malformed();
+    }
+    *node = PyTuple_GET_ITEM(row, 0);
+    return 0;
+}
+
+typedef struct {
+    PyObject *leaves;     /* dict: the batch's leaf key -> value */
+    PyObject *before;     /* dict: group id -> group as it was (those that exist) */
+    PyObject *touched;    /* dict: group id -> the batch's nodes in it */
+    PyObject *root_leaf;  /* callable: () -> (key, value) of a root leaf, or None */
+    PyObject *kept;       /* dict, made on first need: leaf key -> value kept before */
+} Values;
+
+/* ``_LeafValues._kept``: the leaf values the batch's nodes kept before it, and the root
+ * leaf's. */
+static int make_kept(Values *values)
+{
+    PyObject *kept = PyDict_New();
+    if (kept == NULL) {
+        return -1;
+    }
+    Py_ssize_t at = 0;
+    PyObject *gid, *nodes;
+    while (PyDict_Next(values->touched, &at, &gid, &nodes)) {
+        PyObject *group = PyDict_GetItemWithError(values->before, gid);
+        if (group == NULL) {
+            if (PyErr_Occurred()) {
+                goto fail;
+            }
+            continue;
+        }
+        if (!PyDict_Check(group)) {
+            malformed();
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+            PyObject *id, *left, *right, *old_node, *old_left, *old_right, *child;
+            if (read_node(PyList_GET_ITEM(nodes, i), &id, &left, &right) < 0) {
+                goto fail;
+            }
+            PyObject *old = PyDict_GetItemWithError(group, id);
+            if (old == NULL) {
+                if (PyErr_Occurred()) {
+                    goto fail;
+                }
+                continue;
+            }
+            if (read_row(old, &old_node) < 0
+                || read_node(old_node, &child, &old_left, &old_right) < 0) {
+                goto fail;
+            }
+            for (int side = 0; side < 2; side++) {
+                PyObject *value = PyTuple_GET_ITEM(old, 1 + side);
+                if (value == Py_None) {
+                    continue;
+                }
+                Ref ref;
+                if (read_ref(side ? old_right : old_left, &ref) < 0
+                    || PyDict_SetItem(kept, ref.id, value) < 0) {
+                    goto fail;
+                }
+            }
+        }
+    }
+    PyObject *root = PyObject_CallNoArgs(values->root_leaf);
+    if (root == NULL) {
+        goto fail;
+    }
+    if (root != Py_None) {
+        if (!PyTuple_Check(root) || PyTuple_GET_SIZE(root) != 2
+            || PyDict_SetItem(kept, PyTuple_GET_ITEM(root, 0), PyTuple_GET_ITEM(root, 1)) < 0) {
+            Py_DECREF(root);
+            if (!PyErr_Occurred()) {
+                malformed();
+            }
+            goto fail;
+        }
+    }
+    Py_DECREF(root);
+    values->kept = kept;
+    return 0;
+fail:
+    Py_DECREF(kept);
+    return -1;
+}
+
+/* ``_LeafValues.of``: the value (borrowed) of leaf ``key`` whose new parent's row before
+ * the batch was ``old`` (NULL: none): the batch's own, else that row's, else the one the
+ * batch's rows kept before it. KeyError("map leaf missing") if none has it. */
+static PyObject *leaf_value(Values *values, PyObject *key, PyObject *old)
+{
+    PyObject *value = PyDict_GetItemWithError(values->leaves, key);
+    if (value != NULL || PyErr_Occurred()) {
+        return value;
+    }
+    if (old != NULL) {
+        PyObject *node, *id, *left, *right, *child;
+        if (read_row(old, &node) < 0 || read_node(node, &id, &left, &right) < 0) {
+            return NULL;
+        }
+        for (int side = 0; side < 2; side++) {
+            int is_leaf = leaf_child(side ? right : left, &child);
+            if (is_leaf < 0) {
+                return NULL;
+            }
+            int same = PyObject_RichCompareBool(child, key, Py_EQ);
+            if (same < 0) {
+                return NULL;
+            }
+            if (same) {
+                value = PyTuple_GET_ITEM(old, 1 + side);
+                if (value != Py_None) {
+                    return value;
+                }
+                break;
+            }
+        }
+    }
+    if (values->kept == NULL && make_kept(values) < 0) {
+        return NULL;
+    }
+    value = PyDict_GetItemWithError(values->kept, key);
+    if (value == NULL && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_KeyError, "map leaf missing");
+    }
+    return value;
+}
+
+/* ``group_nodes(inners, where) -> {group id: [node, ...]}``: the batch's written nodes by
+ * the group they are in (``where``'s, else ``group_id``), groups and nodes in order. */
+static PyObject *group_nodes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "group_nodes(inners: list, where: dict)");
+        return NULL;
+    }
+    PyObject *inners = args[0], *where = args[1];
+    PyObject *touched = PyDict_New();
+    if (touched == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(inners); i++) {
+        PyObject *node = PyList_GET_ITEM(inners, i), *id, *left, *right, *gid;
+        if (read_node(node, &id, &left, &right) < 0) {
+            goto fail;
+        }
+        gid = PyDict_GetItemWithError(where, id);
+        if (gid != NULL) {
+            Py_INCREF(gid);
+        } else if (PyErr_Occurred() || (gid = group_of(id)) == NULL) {
+            goto fail;
+        }
+        PyObject *nodes = PyDict_GetItemWithError(touched, gid);
+        int failed;
+        if (nodes != NULL) {
+            failed = PyList_Append(nodes, node);
+        } else if (PyErr_Occurred()) {
+            failed = -1;
+        } else {
+            nodes = PyList_New(1);
+            failed = nodes == NULL;
+            if (!failed) {
+                Py_INCREF(node);
+                PyList_SET_ITEM(nodes, 0, node);
+                failed = PyDict_SetItem(touched, gid, nodes);
+                Py_DECREF(nodes);
+            }
+        }
+        Py_DECREF(gid);
+        if (failed) {
+            goto fail;
+        }
+    }
+    return touched;
+fail:
+    Py_DECREF(touched);
+    return NULL;
+}
+
+/* ``group_rows(touched, before, leaves, root_leaf) -> {group id: group}``: each group the
+ * batch touched rewritten (a copy of ``before``'s, or a new one) with a row (node, left
+ * leaf value, right leaf value, None) for each of its nodes, as
+ * ``SqliteNodeStore.write`` does in Python. */
+static PyObject *group_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4 || !PyDict_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2])
+        || !PyCallable_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "group_rows(touched: dict, before: dict, leaves: dict, root_leaf)");
+        return NULL;
+    }
+    Values values = {args[2], args[1], args[0], args[3], NULL};
+    PyObject *after = PyDict_New(), *group = NULL;
+    if (after == NULL) {
+        return NULL;
+    }
+    Py_ssize_t at = 0;
+    PyObject *gid, *nodes;
+    while (PyDict_Next(values.touched, &at, &gid, &nodes)) {
+        if (!PyList_Check(nodes)) {
+            PyErr_SetString(PyExc_TypeError, "group_rows: touched maps to lists");
+            goto fail;
+        }
+        PyObject *kept = PyDict_GetItemWithError(values.before, gid);
+        if (kept != NULL && !PyDict_Check(kept)) {
+            malformed();
+            goto fail;
+        }
+        group = kept != NULL ? PyDict_Copy(kept) : PyErr_Occurred() ? NULL : PyDict_New();
+        if (group == NULL) {
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+            PyObject *node = PyList_GET_ITEM(nodes, i), *id, *children[2], *child;
+            if (read_node(node, &id, &children[0], &children[1]) < 0) {
+                goto fail;
+            }
+            PyObject *old = PyDict_GetItemWithError(group, id);
+            if (old == NULL && PyErr_Occurred()) {
+                goto fail;
+            }
+            PyObject *row = PyTuple_New(4);
+            if (row == NULL) {
+                goto fail;
+            }
+            Py_INCREF(node);
+            PyTuple_SET_ITEM(row, 0, node);
+            Py_INCREF(Py_None);
+            PyTuple_SET_ITEM(row, 3, Py_None);
+            Py_XINCREF(old);  /* replaced below */
+            int failed = 0;
+            for (int side = 0; side < 2 && !failed; side++) {
+                PyObject *value = Py_None;
+                int is_leaf = leaf_child(children[side], &child);
+                if (is_leaf > 0) {
+                    value = leaf_value(&values, child, old);
+                }
+                failed = is_leaf < 0 || value == NULL;
+                if (!failed) {
+                    Py_INCREF(value);
+                    PyTuple_SET_ITEM(row, 1 + side, value);
+                }
+            }
+            if (!failed) {
+                untrack_if_atomic(row);
+            }
+            failed = failed || PyDict_SetItem(group, id, row) < 0;
+            Py_DECREF(row);  /* unset items are NULL: a tuple's dealloc skips them */
+            Py_XDECREF(old);
+            if (failed) {
+                goto fail;
+            }
+        }
+        int failed = PyDict_SetItem(after, gid, group);
+        Py_CLEAR(group);
+        if (failed) {
+            goto fail;
+        }
+    }
+    Py_XDECREF(values.kept);
+    return after;
+fail:
+    Py_XDECREF(group);
+    Py_XDECREF(values.kept);
+    Py_DECREF(after);
+    return NULL;
+}
+
+/* ``_encode_row``: one row's stored bytes, a new reference: the node's id, then each child
+ * as ``u8 bits-1``, its id after the first byte and its hash, or for a leaf child (its
+ * value kept in the row) its whole key and that value. */
+static PyObject *encode_row(PyObject *row)
+{
+    PyObject *node, *id, *children[2];
+    if (read_row(row, &node) < 0 || read_node(node, &id, &children[0], &children[1]) < 0) {
+        return NULL;
+    }
+    Ref refs[2];
+    PyObject *kept[2];
+    Py_ssize_t size = PyBytes_GET_SIZE(id);
+    for (int side = 0; side < 2; side++) {
+        if (read_ref(children[side], &refs[side]) < 0) {
+            return NULL;
+        }
+        kept[side] = PyTuple_GET_ITEM(row, 1 + side);
+        if (kept[side] != Py_None
+            && (!PyBytes_Check(kept[side]) || PyBytes_GET_SIZE(kept[side]) != 32)) {
+            malformed();
+            return NULL;
+        }
+        size += 1 + PyBytes_GET_SIZE(refs[side].id) - (kept[side] == Py_None) + 32;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) {
+        return NULL;
+    }
+    char *at = PyBytes_AS_STRING(out);
+    memcpy(at, PyBytes_AS_STRING(id), (size_t)PyBytes_GET_SIZE(id));
+    at += PyBytes_GET_SIZE(id);
+    for (int side = 0; side < 2; side++) {
+        int leaf = kept[side] != Py_None;
+        *at++ = (char)(uint8_t)(refs[side].bits - 1);
+        Py_ssize_t n = PyBytes_GET_SIZE(refs[side].id) - !leaf;
+        memcpy(at, PyBytes_AS_STRING(refs[side].id) + !leaf, (size_t)n);
+        at += n;
+        memcpy(at, PyBytes_AS_STRING(leaf ? kept[side] : refs[side].hash), 32);
+        at += 32;
+    }
+    return out;
+}
+
+/* ``encode_group(group) -> (group, bytes)``: ``mapstore._encoded``. */
+static PyObject *encode_group(PyObject *module, PyObject *group)
+{
+    (void)module;
+    if (!PyDict_Check(group)) {
+        PyErr_SetString(PyExc_TypeError, "encode_group(group: dict)");
+        return NULL;
+    }
+    PyObject *done = NULL, *parts = PyList_New(0), *blob = NULL;
+    if (parts == NULL) {
+        return NULL;
+    }
+    Py_ssize_t at = 0;
+    PyObject *nid, *row;
+    int all_encoded = 1;
+    while (PyDict_Next(group, &at, &nid, &row)) {
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 4) {
+            malformed();
+            goto fail;
+        }
+        if (PyTuple_GET_ITEM(row, 3) == Py_None) {
+            all_encoded = 0;
+            break;
+        }
+    }
+    if (all_encoded) {
+        done = group;
+        Py_INCREF(done);
+    } else if ((done = PyDict_New()) == NULL) {
+        goto fail;
+    }
+    at = 0;
+    while (PyDict_Next(group, &at, &nid, &row)) {
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 4) {
+            malformed();
+            goto fail;
+        }
+        PyObject *encoding = PyTuple_GET_ITEM(row, 3);
+        int failed;
+        if (encoding != Py_None) {
+            if (!PyBytes_Check(encoding)) {
+                malformed();
+                goto fail;
+            }
+            failed = PyList_Append(parts, encoding) < 0
+                     || (!all_encoded && PyDict_SetItem(done, nid, row) < 0);
+        } else {
+            PyObject *fresh = encode_row(row), *copy = NULL;
+            if (fresh != NULL && (copy = PyTuple_New(4)) != NULL) {
+                for (int k = 0; k < 3; k++) {
+                    Py_INCREF(PyTuple_GET_ITEM(row, k));
+                    PyTuple_SET_ITEM(copy, k, PyTuple_GET_ITEM(row, k));
+                }
+                Py_INCREF(fresh);
+                PyTuple_SET_ITEM(copy, 3, fresh);
+                untrack_if_atomic(copy);
+            }
+            failed = copy == NULL || PyList_Append(parts, fresh) < 0
+                     || PyDict_SetItem(done, nid, copy) < 0;
+            Py_XDECREF(fresh);
+            Py_XDECREF(copy);
+        }
+        if (failed) {
+            goto fail;
+        }
+    }
+    Py_ssize_t size = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(parts); i++) {
+        size += PyBytes_GET_SIZE(PyList_GET_ITEM(parts, i));
+    }
+    if ((blob = PyBytes_FromStringAndSize(NULL, size)) == NULL) {
+        goto fail;
+    }
+    char *into = PyBytes_AS_STRING(blob);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(parts); i++) {
+        PyObject *part = PyList_GET_ITEM(parts, i);
+        memcpy(into, PyBytes_AS_STRING(part), (size_t)PyBytes_GET_SIZE(part));
+        into += PyBytes_GET_SIZE(part);
+    }
+    Py_DECREF(parts);
+    PyObject *out = PyTuple_Pack(2, done, blob);
+    Py_DECREF(done);
+    Py_DECREF(blob);
+    return out;
+fail:
+    Py_XDECREF(done);
+    Py_DECREF(parts);
+    return NULL;
+}
+
 static PyObject *digest(PyObject *module, PyObject *arg)
 {
     (void)module;
@@ -740,6 +1221,15 @@ static PyMethodDef methods[] = {
      "update(keys, values, root, held, row, written, ChildRef, InnerNode) -> ChildRef\n\n"
      "PrefixTree.update's batch over sorted distinct 32-byte keys: the new root's ref;\n"
      "the rows rewritten are appended to ``written`` in vmap._Batch's order."},
+    {"group_nodes", (PyCFunction)(void (*)(void))group_nodes, METH_FASTCALL,
+     "group_nodes(inners, where) -> dict: a batch's written nodes by group id\n"
+     "(mapstore.SqliteNodeStore.write's first step)."},
+    {"group_rows", (PyCFunction)(void (*)(void))group_rows, METH_FASTCALL,
+     "group_rows(touched, before, leaves, root_leaf) -> dict: the groups a batch\n"
+     "rewrites, with its rows and their leaf values (SqliteNodeStore.write's second step)."},
+    {"encode_group", encode_group, METH_O,
+     "encode_group(group) -> (group, bytes): the group with every row's encoding, and its\n"
+     "stored bytes (mapstore._encoded)."},
     {"sha256", digest, METH_O,
      "sha256(data) -> bytes: the digest this module hashes with (at most 119 bytes)."},
     {"use_sha_extensions", use_sha_extensions, METH_O,
