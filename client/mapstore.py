@@ -164,7 +164,7 @@ GROUP_BITS = 4
 K = TypeVar("K")
 V = TypeVar("V")
 
-try:  # a batch's rows by group compiled (``_prefixtree.c``); without a compiler, the Python
+try:  # the hot paths compiled (``_prefixtree.c``); without a compiler, the Python below
     from deplog.client.model import _prefixtree as _compiled
 except ImportError:  # pragma: no cover - an install without a C compiler
     _compiled = None  # type: ignore[assignment]
@@ -294,6 +294,13 @@ def _decode_entry(blob: bytes, at: int) -> tuple[_Row, int]:
 
 def _decode_group(blob: bytes) -> _Group:
     """The encoded group's rows; KeyError for bytes it did not write (altered storage)."""
+    if _compiled is not None:
+        return _compiled.decode_group(blob, ChildRef, InnerNode)
+    return _decode_group_in_python(blob)
+
+
+def _decode_group_in_python(blob: bytes) -> _Group:
+    """``_decode_group``'s definition (the compiled one is held to it by the tests)."""
     group: _Group = {}
     at = 0
     try:

@@ -27,6 +27,7 @@ from deplog.client.mapstore import (
     SqliteNodeStore,
     StoredMap,
     _decode_group,
+    _decode_group_in_python,
     _encoded,
     group_id,
 )
@@ -267,3 +268,72 @@ def test_a_groups_rows_are_left_to_reference_counting_when_their_parts_are() -> 
     assert groups and all(not gc.is_tracked(row) for group in groups for row in group.values())
     encoded, _ = compiled.encode_group({nid: (*row[:3], None) for nid, row in groups[0].items()})
     assert not any(gc.is_tracked(row) for row in encoded.values())
+
+
+def stored_groups(seed: int, keys: int) -> list[bytes]:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    StoredMap.create_schema(conn)
+    start_map(conn)
+    rng = random.Random(seed)
+    PrefixTree(SqliteNodeStore(conn)).update(
+        {rng.randbytes(32): rng.randbytes(32) for _ in range(keys)}
+    )
+    return [bytes(row[0]) for row in conn.execute("SELECT nodes FROM map_group")]
+
+
+def decoded_both_ways(blob: bytes) -> tuple[object, object]:
+    """What each decoder gives: its rows, or the KeyError it raised."""
+    outcomes = []
+    for decode in (_decode_group_in_python, decode_compiled):
+        try:
+            outcomes.append(list(decode(blob).items()))
+        except KeyError as err:
+            outcomes.append(err)
+    return outcomes[0], outcomes[1]
+
+
+def decode_compiled(blob: bytes) -> dict[bytes, Any]:
+    return compiled.decode_group(blob, ChildRef, InnerNode)
+
+
+def test_stored_groups_decode_to_the_pythons_rows() -> None:
+    blobs = stored_groups(5, 3000)
+    assert len(blobs) > 100
+    for blob in blobs:
+        python, native = decoded_both_ways(blob)
+        assert native == python and isinstance(native, list)
+        rows = dict(native)
+        assert all(type(row[0]) is InnerNode and not gc.is_tracked(row) for row in rows.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_altered_group_bytes_are_refused_where_the_python_refuses_them(
+    data: st.DataObject,
+) -> None:
+    """Cut, grown or flipped bytes: both decoders give the same rows or both raise the
+    stores' ``KeyError``."""
+    blob = bytearray(data.draw(st.sampled_from(GROUPS)))
+    change = data.draw(st.sampled_from(["cut", "grow", "flip"]))
+    if change == "cut":
+        blob = blob[: data.draw(st.integers(0, len(blob) - 1))]
+    elif change == "grow":
+        blob += data.draw(st.binary(min_size=1, max_size=80))
+    else:
+        at = data.draw(st.integers(0, len(blob) - 1))
+        blob[at] ^= data.draw(st.integers(1, 255))
+    python, native = decoded_both_ways(bytes(blob))
+    if isinstance(python, KeyError):
+        assert isinstance(native, KeyError) and native.args == ("map group malformed",)
+    else:
+        assert native == python
+
+
+GROUPS = stored_groups(6, 400)
+
+
+def test_decode_group_refuses_bad_arguments() -> None:
+    with pytest.raises(TypeError):
+        compiled.decode_group(bytearray(b"\x00"), ChildRef, InnerNode)
+    with pytest.raises(TypeError):
+        compiled.decode_group(b"", dict, InnerNode)

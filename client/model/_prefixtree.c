@@ -1184,6 +1184,133 @@ fail:
     return NULL;
 }
 
+/* ``mapstore._decode_child``: the child at ``*at`` of a stored row, moving ``*at`` past it;
+ * ``*value`` is set to a leaf child's value (a new reference), else None. */
+static PyObject *decode_child(const uint8_t *blob, Py_ssize_t size, Py_ssize_t *at,
+                              PyTypeObject *ref_type, PyObject **value)
+{
+    if (*at >= size) {
+        return NULL;
+    }
+    int bits = blob[*at] + 1;
+    const uint8_t *from = blob + *at + 1;
+    PyObject *items[3] = {NULL, PyLong_FromLong(bits), NULL};
+    if (bits == KEY_BITS) {
+        if (*at + 1 + 64 > size) {
+            Py_XDECREF(items[1]);
+            return NULL;
+        }
+        uint8_t message[65], hash[32];
+        message[0] = TAG_LEAF;
+        memcpy(message + 1, from, 64);
+        sha256_short(message, sizeof message, hash);
+        items[0] = PyBytes_FromStringAndSize((const char *)from, 32);
+        items[2] = PyBytes_FromStringAndSize((const char *)hash, 32);
+        *value = PyBytes_FromStringAndSize((const char *)from + 32, 32);
+        *at += 1 + 64;
+    } else {
+        Py_ssize_t n = (bits + 7) / 8;
+        if (*at + 1 + n + 32 > size) {
+            Py_XDECREF(items[1]);
+            return NULL;
+        }
+        items[0] = PyBytes_FromStringAndSize(NULL, 1 + n);
+        if (items[0] != NULL) {
+            PyBytes_AS_STRING(items[0])[0] = (char)bits;
+            memcpy(PyBytes_AS_STRING(items[0]) + 1, from, (size_t)n);
+        }
+        items[2] = PyBytes_FromStringAndSize((const char *)from + n, 32);
+        *value = Py_None;
+        Py_INCREF(Py_None);
+        *at += 1 + n + 32;
+    }
+    if (items[0] == NULL || items[1] == NULL || items[2] == NULL || *value == NULL) {
+        Py_XDECREF(items[0]);
+        Py_XDECREF(items[1]);
+        Py_XDECREF(items[2]);
+        Py_CLEAR(*value);
+        return NULL;
+    }
+    return new_tuple(ref_type, 3, items);
+}
+
+/* ``decode_group(blob, ChildRef, InnerNode) -> {node id: row}``: ``mapstore._decode_group``,
+ * KeyError("map group malformed") for bytes it did not write, where the Python raises. */
+static PyObject *decode_group(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2])
+        || !PyType_IsSubtype((PyTypeObject *)args[1], &PyTuple_Type)
+        || !PyType_IsSubtype((PyTypeObject *)args[2], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "decode_group(blob: bytes, ChildRef, InnerNode)");
+        return NULL;
+    }
+    const uint8_t *blob = (const uint8_t *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]), at = 0;
+    PyTypeObject *ref_type = (PyTypeObject *)args[1], *inner_type = (PyTypeObject *)args[2];
+    PyObject *group = PyDict_New();
+    if (group == NULL) {
+        return NULL;
+    }
+    while (at < size) {
+        Py_ssize_t start = at;
+        int bit = blob[at];
+        Py_ssize_t end = at + 1 + (bit + 7) / 8;
+        PyObject *values[2] = {NULL, NULL}, *children[2] = {NULL, NULL};
+        if (end < size) {
+            children[0] = decode_child(blob, size, &end, ref_type, &values[0]);
+        }
+        if (children[0] != NULL) {
+            children[1] = decode_child(blob, size, &end, ref_type, &values[1]);
+        }
+        if (children[1] == NULL) {
+            Py_XDECREF(children[0]);
+            Py_XDECREF(values[0]);
+            Py_DECREF(group);
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_KeyError, "map group malformed");
+            }
+            return NULL;
+        }
+        PyObject *id = PyBytes_FromStringAndSize((const char *)blob + start, 1 + (bit + 7) / 8);
+        PyObject *node_items[4] = {id, PyLong_FromLong(bit), children[0], children[1]};
+        PyObject *node = NULL, *row = NULL;
+        if (id == NULL || node_items[1] == NULL) {
+            Py_XDECREF(id);
+            Py_XDECREF(node_items[1]);
+            Py_DECREF(children[0]);
+            Py_DECREF(children[1]);
+        } else {
+            Py_INCREF(id);  /* the dict's key below */
+            node = new_tuple(inner_type, 4, node_items);
+        }
+        PyObject *encoding = PyBytes_FromStringAndSize((const char *)blob + start, end - start);
+        if (node != NULL && encoding != NULL && (row = PyTuple_New(4)) != NULL) {
+            PyObject *row_items[4] = {node, values[0], values[1], encoding};
+            for (int k = 0; k < 4; k++) {
+                PyTuple_SET_ITEM(row, k, row_items[k]);
+            }
+            node = encoding = values[0] = values[1] = NULL;  /* the row's now */
+            untrack_if_atomic(row);
+        }
+        Py_XDECREF(node);
+        Py_XDECREF(encoding);
+        Py_XDECREF(values[0]);
+        Py_XDECREF(values[1]);
+        int failed = row == NULL || PyDict_SetItem(group, id, row) < 0;
+        Py_XDECREF(row);
+        if (id != NULL && node_items[1] != NULL) {
+            Py_DECREF(id);  /* the key's reference */
+        }
+        if (failed) {
+            Py_DECREF(group);
+            return NULL;
+        }
+        at = end;
+    }
+    return group;
+}
+
 static PyObject *digest(PyObject *module, PyObject *arg)
 {
     (void)module;
@@ -1227,6 +1354,9 @@ static PyMethodDef methods[] = {
     {"group_rows", (PyCFunction)(void (*)(void))group_rows, METH_FASTCALL,
      "group_rows(touched, before, leaves, root_leaf) -> dict: the groups a batch\n"
      "rewrites, with its rows and their leaf values (SqliteNodeStore.write's second step)."},
+    {"decode_group", (PyCFunction)(void (*)(void))decode_group, METH_FASTCALL,
+     "decode_group(blob, ChildRef, InnerNode) -> dict: a stored group's rows\n"
+     "(mapstore._decode_group)."},
     {"encode_group", encode_group, METH_O,
      "encode_group(group) -> (group, bytes): the group with every row's encoding, and its\n"
      "stored bytes (mapstore._encoded)."},
