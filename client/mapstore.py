@@ -41,7 +41,9 @@ witness in theirs. Rules:
    rewrites about a quarter as many rows as it changes nodes: a commit's cost is
    its dirty pages, and one-node rows spread a batch over more than twice as many.
    A batch writes its rows in a few multi-row upserts (``client.dbapi.insert_rows``),
-   not a statement per row.
+   not a statement per row. Where ``_prefixtree.c`` is built, it files a batch's rows
+   by group, encodes groups and decodes them (``group_nodes``, ``group_rows``,
+   ``encode_group``, ``decode_group``); the Python here is their definition.
 8. A writer whose cache holds rows back (``MapCache`` with ``layer_entries``, the
    authority's on SQLite, where it is the one process writing and reading) folds each
    batch into memory only: the batch's groups, records, root and size go to the
