@@ -779,8 +779,9 @@ class SqliteNodeStore:
         self.conn = conn
         self.cache = cache
         self.compiled = True
-        """Group a batch's rows by the compiled code when it is built; False: always by the
-        Python below, its definition (the tests hold the two to the same groups)."""
+        """Group and encode a batch's rows by the compiled code when it is built; False:
+        always by the Python below, their definition (the tests hold the two to the same
+        groups and bytes). Stored groups decode compiled whenever it is built."""
 
     def root(self) -> ChildRef | None:
         """The root reference, None for the empty map (or no map yet)."""
