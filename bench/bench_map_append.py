@@ -32,7 +32,7 @@ checked against the checkpoint it carries.
 ``--wait-instead US_PER_NOTICE,US_PER_BATCH`` replaces the authority with the map by the
 baseline sleeping that long where the fold ran: what the fold would cost if it took no
 CPU in the server but still sat on the batch's cycle (as in a helper process).
-``--uncompiled`` runs the map's batch update in its Python (``bench/uncompiled_authority.py``:
+``--uncompiled`` runs the map's hot paths in their Python (``bench/uncompiled_authority.py``:
 what an install without a C compiler runs) instead of ``client/model/_prefixtree.c``.
 ``--control`` replaces it by the baseline itself (an A/A run): the ratio's spread on this
 machine when nothing differs, to read the other runs' intervals against. ``--max-batch``
@@ -225,7 +225,7 @@ def main() -> None:
     instead.add_argument(
         "--uncompiled",
         action="store_true",
-        help="the map's batch update in its Python, as without a C compiler",
+        help="the map's hot paths in their Python, as without a C compiler",
     )
     instead.add_argument(
         "--control",

@@ -21,8 +21,9 @@ the commit (``Log._commit``, the SQL commit and ``MapCache.commit``), the latter
 the checkpoint (``Log.publish``), and the collector's passes by generation. Thread CPU,
 not wall time: the fsync a commit waits for is not in it, and the machine's other work
 moves it less. The difference of the two ``Log.sequence`` figures is the map's share.
-``--uncompiled`` runs the map's batch update in its Python (``client/model/vmap.py``,
-what an install without a C compiler runs) instead of ``client/model/_prefixtree.c``.
+``--uncompiled`` runs the map's hot paths in their Python (``client/model/vmap.py`` and
+``client/mapstore.py``, what an install without a C compiler runs) instead of
+``client/model/_prefixtree.c``.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def main() -> None:
     parser.add_argument(
         "--uncompiled",
         action="store_true",
-        help="the map's batch update in its Python, as without a C compiler",
+        help="the map's hot paths in their Python, as without a C compiler",
     )
     args = parser.parse_args()
     if args.uncompiled:
