@@ -641,12 +641,16 @@ def test_an_authority_without_the_compiled_map_update_warns_once_at_start(
 
 
 @sqlite_only
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
 def test_a_cyclic_map_row_in_the_writers_cache_fails_the_batch_as_altered_storage(
-    log: Log, publisher: Signer
+    log: Log, publisher: Signer, compiled: bool
 ) -> None:
-    """A row whose child names the row again (memory or storage altered): the batch update
-    refuses it as a row it cannot read, so the batch fails ``storage_unavailable`` and
-    rolls back (no traceback as a bug), and nothing is appended."""
+    """A row whose child names the row again (memory or storage altered): the batch update,
+    compiled or not, refuses it as a row it cannot read, so the batch fails
+    ``storage_unavailable`` and rolls back (no traceback as a bug, no endless walk), and
+    nothing is appended."""
+    log.map.tree.compiled = compiled
+    log.map.nodes.compiled = compiled
     log.sequence(batch(publisher, 1, 40))
     assert log.map.cache is not None
     root = log.map.nodes.root()

@@ -704,6 +704,8 @@ class _Batch:
         if not shift:  # the same key: a new value
             return self.build(lo, hi)
         row = self.row(ref.id)
+        if row.left.bits <= bits or row.right.bits <= bits:  # altered rows: a cycle, maybe
+            raise KeyError("map node malformed")
         # An inner id's prefix has every bit from ``bits`` on zeroed (``node_id``).
         mid = bisect.bisect_left(ints, prefix | (1 << (shift - 1)), lo, hi)
         left = self.merge(row.left, lo, mid) if lo < mid else row.left
@@ -726,11 +728,14 @@ class _Batch:
         # Tuple indexes, not names, on the hot loops: ``ref[1]`` is its bits, a row's
         # ``[2]``/``[3]`` its left and right child (``ChildRef``, ``InnerNode``).
         while ref[1] != KEY_BITS:
+            bits = ref[1]
             row = held.get(ref[0]) or read(ref[0])
-            right = (key >> (KEY_BITS - 1 - ref[1])) & 1
+            right = (key >> (KEY_BITS - 1 - bits)) & 1
             path.append(row)
             sides.append(right)
             ref = row[3] if right else row[2]
+            if ref[1] <= bits:  # bits increase down a path: a walk ends within 256 rows
+                raise KeyError("map node malformed")
             refs.append(ref)
         child = self.build(at, at + 1)
         if ref[0] != own:  # another key's leaf: part from it at the first bit they differ
@@ -768,6 +773,8 @@ class _Batch:
             rows = self.store.inner_many([ref.id for ref, _, _ in reads])
             depth = []
             for (ref, lo, hi), row in zip(reads, rows, strict=True):
+                if row.left.bits <= ref.bits or row.right.bits <= ref.bits:
+                    raise KeyError("map node malformed")
                 self.rows[ref.id] = row
                 if hi - lo == 1:  # one key walks its bits (``merge_one``)
                     right = (ints[lo] >> (KEY_BITS - 1 - ref.bits)) & 1
