@@ -362,16 +362,17 @@ class MapLayer:
         self.record_bytes += len(record) - (0 if old is None else len(old))
         self._records.set(tool_id, record)
 
-    def drop_rows(self, written: MapLayer) -> None:
+    def drop_rows(self, written: MapLayer) -> tuple[dict[bytes, _Group], dict[str, bytes]]:
         """Drop the groups and records ``written`` (the tables hold them now) that this
-        layer has not changed since."""
-        for gid, group in written.groups.items():
-            if self.groups.get(gid) is group:
-                self._groups.pop(gid)
-        for tool_id, record in written.records.items():
-            if self.records.get(tool_id) is record:
-                self._records.pop(tool_id)
-                self.record_bytes -= len(record)
+        layer has not changed since; those dropped."""
+        groups = {gid: g for gid, g in written.groups.items() if self.groups.get(gid) is g}
+        records = {t: r for t, r in written.records.items() if self.records.get(t) is r}
+        for gid in groups:
+            self._groups.pop(gid)
+        for tool_id, record in records.items():
+            self._records.pop(tool_id)
+            self.record_bytes -= len(record)
+        return groups, records
 
     def commit(self) -> CommittedLayer:
         """The layer as it is now, for readers and rollbacks; it never changes."""
@@ -672,13 +673,11 @@ class MapCache:
         over them, and what it has not changed since is cached as read."""
         layer = self.live
         layer.base = written.size
-        for gid, group in written.groups.items():
-            if layer.groups.get(gid) is group:
-                self.groups.put(gid, group)  # its nodes are indexed already
-        for tool_id, record in written.records.items():
-            if layer.records.get(tool_id) is record:
-                self.records.put(tool_id, record)
-        layer.drop_rows(written)
+        groups, records = layer.drop_rows(written)
+        for gid, group in groups.items():
+            self.groups.put(gid, group)  # its nodes are indexed already
+        for tool_id, record in records.items():
+            self.records.put(tool_id, record)
         if layer.size == layer.base and not layer.groups and not layer.records:
             self.layer = None
 
@@ -873,9 +872,12 @@ class SqliteNodeStore:
         transaction."""
         where = {} if self.cache is None else self.cache.where
         if self.compiled and _compiled is not None:
-            touched = _compiled.group_nodes(list(inners), where)
+            # PrefixTree.update hands a list and a dict: copied only if another caller does not
+            nodes = inners if isinstance(inners, list) else list(inners)
+            values = leaves if isinstance(leaves, dict) else dict(leaves)
+            touched = _compiled.group_nodes(nodes, where)
             before = self._groups(list(touched))
-            after = _compiled.group_rows(touched, before, dict(leaves), self.root_leaf)
+            after = _compiled.group_rows(touched, before, values, self.root_leaf)
         else:
             touched, after = self._rows(inners, leaves, where)
         value = None
