@@ -15,8 +15,8 @@ times each, each on a fresh copy of its template, after ``--warmup`` batches.
 
 Reported, per notice, the median of the rounds: the thread CPU of ``Log.sequence`` and
 of its steps (timers wrapped around them: nested steps are inside their callers):
-the fold (``Log._fold_map``), its tree update (``PrefixTree.update``) and the rows it
-keeps (``SqliteNodeStore.write``), the slices it writes (``StoredMap.write_slice``),
+the fold (``Log._fold_map``), its tree update (``PrefixTree.update``) and the groups it
+keeps (``SqliteNodeStore.keep``), the slices it writes (``StoredMap.write_slice``),
 the commit (``Log._commit``, the SQL commit and ``MapCache.commit``), the latter alone,
 the checkpoint (``Log.publish``), and the collector's passes by generation. Thread CPU,
 not wall time: the fsync a commit waits for is not in it, and the machine's other work
@@ -61,7 +61,7 @@ STEPS: list[tuple[str, Any, str]] = [
     ("sequence", Log, "sequence"),
     ("fold", Log, "_fold_map"),
     ("  tree update", vmap.PrefixTree, "update"),
-    ("    rows kept", mapstore.SqliteNodeStore, "write"),
+    ("    groups kept", mapstore.SqliteNodeStore, "keep"),
     ("  slices", mapstore.StoredMap, "write_slice"),
     ("commit", Log, "_commit"),
     ("  map cache commit", mapstore.MapCache, "commit"),

@@ -19,19 +19,17 @@ witness in theirs. Rules:
    first draft have no such column) are never read or extended:
    ``discard_other_format`` drops them whole, so their holder folds the map again
    rather than mixing two formats.
-5. A writer may keep a ``MapCache``: a bounded copy of rows and records it read
-   or wrote on its own connection, so a batch reads its paths from memory. It is
-   filled on read and updated on write, inside the writer's open transaction, so
-   it holds exactly what that transaction sees; every cached group's nodes are
-   indexed by id (``MapCache.inners``, ``MapCache.where``), so a batch walks its
-   paths in one dict. Whoever ends a transaction without committing it (a
-   rollback, a failed commit) calls ``forget()`` before the next batch, and so
-   does any writer that did not write the previous committed transaction itself
-   (another process moved the tables): the cache never serves a row its tables do
-   not hold. Readers keep no cache: the writer changes their tables under them. A
-   holder without a cache (a follower, a map-verifying witness, a reader) keeps one
-   for a single ``advance`` or a single read transaction (``scoped_cache``), and
-   drops it when that returns or fails.
+5. A writer may keep a ``MapCache``: a bounded copy of groups (their stored bytes) and
+   records it read or wrote on its own connection, so a batch reads its paths from
+   memory. It is filled on read and updated on write, inside the writer's open
+   transaction, so it holds exactly what that transaction sees. Whoever ends a
+   transaction without committing it (a rollback, a failed commit) calls ``forget()``
+   before the next batch, and so does any writer that did not write the previous
+   committed transaction itself (another process moved the tables): the cache never
+   serves a row its tables do not hold. Readers keep no cache: the writer changes their
+   tables under them. A holder without a cache (a follower, a map-verifying witness, a
+   reader) keeps one for a single ``advance`` or a single read transaction
+   (``scoped_cache``), and drops it when that returns or fails.
 6. The queries are the common subset of SQLite and PostgreSQL (``client.dbapi``);
    the DDL here is SQLite's, the authority keeps PostgreSQL's beside its own schema.
 7. Inner nodes are stored in groups, one row each: the nodes splitting on bits
@@ -41,9 +39,11 @@ witness in theirs. Rules:
    rewrites about a quarter as many rows as it changes nodes: a commit's cost is
    its dirty pages, and one-node rows spread a batch over more than twice as many.
    A batch writes its rows in a few multi-row upserts (``client.dbapi.insert_rows``),
-   not a statement per row. Where ``_prefixtree.c`` is built, it files a batch's rows
-   by group, encodes groups and decodes them (``group_nodes``, ``group_rows``,
-   ``encode_group``, ``decode_group``); the Python here is their definition.
+   not a statement per row. In memory too a group is its stored bytes (the cache, the
+   layer): where ``_prefixtree.c`` is built, a batch runs over them (``StoredTree``,
+   ``update_groups``) and hands back the bytes of the groups it changed, so rows are
+   Python objects only while the Python's batch runs or a reader decodes a group
+   (``decode_group``); the Python here is the definition of both.
 8. A writer whose cache holds rows back (``MapCache`` with ``layer_entries``, the
    authority's on SQLite, where it is the one process writing and reading) folds each
    batch into memory only: the batch's groups, records, root and size go to the
@@ -94,6 +94,7 @@ from deplog.client.model.vmap import (
     InnerNode,
     MapFormatError,
     MapProof,
+    PrefixTree,
     StatusRecord,
     VerifiableMap,
     extend_record_bytes,
@@ -104,7 +105,7 @@ from deplog.client.model.vmap import (
 )
 
 __all__ = [
-    "DEFAULT_CACHE_NODES",
+    "DEFAULT_CACHE_GROUP_BYTES",
     "DEFAULT_CACHE_RECORD_BYTES",
     "SCHEMA",
     "STORE_FORMAT",
@@ -115,6 +116,7 @@ __all__ = [
     "SqliteNodeStore",
     "SqliteRecords",
     "StoredMap",
+    "StoredTree",
     "ViewMoved",
     "group_id",
 ]
@@ -153,15 +155,19 @@ SCHEMA = (
 )
 
 
-DEFAULT_CACHE_NODES = 1 << 15
-"""Inner nodes a writer's cache keeps, in whole groups: the top of the tree and the
-paths of recent batches (measured at about 820 bytes a node: about 27 MB)."""
+DEFAULT_CACHE_GROUP_BYTES = 24 << 20
+"""Stored bytes of groups a writer's cache keeps: the top of the tree and the paths of
+recent batches (100 to 130 bytes a node: about 200,000 nodes, where the decoded rows
+it kept before took 27 MB for 32,768)."""
 DEFAULT_CACHE_RECORD_BYTES = 16 << 20
 """Record bytes a writer's cache keeps: records grow with their tool's notices."""
 _IN_CHUNK = 500
 """Ids per ``WHERE ... IN`` read, under every SQLite build's bound on parameters."""
 GROUP_BITS = 4
 """Split bits per group (rule 7): a group holds at most 2^4 - 1 inner nodes."""
+DECODED_GROUPS = 4096
+"""Groups a store keeps decoded beside their bytes for the Python's batch (which walks
+and rewrites rows as objects) and reads of whole groups: the compiled batch needs none."""
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -172,44 +178,27 @@ except ImportError:  # pragma: no cover - an install without a C compiler
     _compiled = None  # type: ignore[assignment]
 
 
-class _Lru(Generic[K, V]):
-    """Least recently used entries up to a total weight (``None``: each weighs one);
-    the oldest go first."""
+class _Lru(Generic[K]):
+    """Byte strings by key up to a total length, the least recently used first out."""
 
-    def __init__(
-        self,
-        capacity: int,
-        weight: Callable[[V], int] | None = None,
-        evicted: Callable[[V], None] | None = None,
-    ) -> None:
+    def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.weight = weight
-        self.evicted = evicted
         self.total = 0
-        self.entries: OrderedDict[K, V] = OrderedDict()
+        self.entries: OrderedDict[K, bytes] = OrderedDict()
 
-    def get(self, key: K) -> V | None:
+    def get(self, key: K) -> bytes | None:
         value = self.entries.get(key)
         if value is not None:
             self.entries.move_to_end(key)
         return value
 
-    def put(self, key: K, value: V) -> None:
-        entries, weight = self.entries, self.weight
-        if weight is None:
-            entries[key] = value
-            entries.move_to_end(key)
-            if len(entries) > self.capacity:
-                entries.popitem(last=False)
-            return
+    def put(self, key: K, value: bytes) -> None:
+        entries = self.entries
         old = entries.pop(key, None)
-        self.total += weight(value) - (0 if old is None else weight(old))
+        self.total += len(value) - (0 if old is None else len(old))
         entries[key] = value
         while self.total > self.capacity:
-            gone = entries.popitem(last=False)[1]
-            self.total -= weight(gone)
-            if self.evicted is not None:
-                self.evicted(gone)
+            self.total -= len(entries.popitem(last=False)[1])
 
     def clear(self) -> None:
         self.entries.clear()
@@ -218,10 +207,10 @@ class _Lru(Generic[K, V]):
 
 _Row = tuple[InnerNode, bytes | None, bytes | None, bytes | None]
 """An inner node as its group keeps it: the node, the values of its children that are
-leaves, and its encoding (None until the row is first written: ``_encode_row``), so a
-group is re-encoded by a join of its rows' encodings."""
+leaves, and its stored bytes as read (None for a row a batch rewrote: ``_encode_row``),
+so a group is re-encoded by a join of its rows' bytes."""
 _Group = dict[bytes, _Row]
-"""A decoded group: node id -> row. Never changed once cached: a write replaces it."""
+"""A decoded group: node id -> row (the Python's batch, and reads of whole groups)."""
 
 
 def group_id(node: bytes) -> bytes:
@@ -259,16 +248,11 @@ def _encode_row(row: _Row) -> bytes:
     )
 
 
-def _encoded(group: _Group) -> tuple[_Group, bytes]:
-    """The group with every row's encoding, and the group's stored bytes: its rows in the
-    order they joined it (the stored order, then later batches' new nodes): decoding
-    needs no order, and keeping it spares sorting every group."""
-    if all(row[3] is not None for row in group.values()):
-        return group, b"".join([row[3] for row in group.values()])  # type: ignore[misc]
-    done: _Group = {}
-    for nid, row in group.items():
-        done[nid] = row if row[3] is not None else (*row[:3], _encode_row(row))
-    return done, b"".join([row[3] for row in done.values()])  # type: ignore[misc]
+def _encode_group(group: _Group) -> bytes:
+    """The group's stored bytes: its rows in the order they joined it (the stored order,
+    then later batches' new nodes; decoding needs no order, and keeping it spares sorting
+    every group), a row read and not rewritten as it was read."""
+    return b"".join([_encode_row(row) if row[3] is None else row[3] for row in group.values()])
 
 
 def _decode_child(blob: bytes, at: int) -> tuple[ChildRef, bytes | None, int]:
@@ -308,6 +292,8 @@ def _decode_group_in_python(blob: bytes) -> _Group:
     try:
         while at < len(blob):
             row, at = _decode_entry(blob, at)
+            if row[0].id in group or len(group) == 2**GROUP_BITS - 1:
+                raise IndexError  # a node twice, or more than a group holds
             group[row[0].id] = row
     except IndexError:
         raise KeyError("map group malformed") from None
@@ -315,7 +301,7 @@ def _decode_group_in_python(blob: bytes) -> _Group:
 
 
 def _find_in_group(blob: bytes, node: bytes) -> _Row:
-    """The row of ``node`` in an encoded group, decoding only it (a reader's one lookup)."""
+    """The row of ``node`` in an encoded group, decoding only it (a lookup in the Python)."""
     at = 0
     try:
         while at < len(blob):
@@ -344,17 +330,18 @@ class MapLayer:
     root: ChildRef | None
     root_value: bytes | None
     """The root leaf's value when the root is a leaf (``map_state.root_value``)."""
-    groups: dict[bytes, _Group] = field(default_factory=dict)
+    groups: dict[bytes, bytes] = field(default_factory=dict)
+    """Group id -> the group's stored bytes (rule 7)."""
     records: dict[str, bytes] = field(default_factory=dict)
     record_bytes: int = 0
-    _groups: History[bytes, _Group] = field(init=False, repr=False, compare=False)
+    _groups: History[bytes, bytes] = field(init=False, repr=False, compare=False)
     _records: History[str, bytes] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._groups = History(self.groups)
         self._records = History(self.records)
 
-    def set_group(self, gid: bytes, group: _Group) -> None:
+    def set_group(self, gid: bytes, group: bytes) -> None:
         self._groups.set(gid, group)
 
     def set_record(self, tool_id: str, record: bytes) -> None:
@@ -362,7 +349,7 @@ class MapLayer:
         self.record_bytes += len(record) - (0 if old is None else len(old))
         self._records.set(tool_id, record)
 
-    def drop_rows(self, written: MapLayer) -> tuple[dict[bytes, _Group], dict[str, bytes]]:
+    def drop_rows(self, written: MapLayer) -> tuple[dict[bytes, bytes], dict[str, bytes]]:
         """Drop the groups and records ``written`` (the tables hold them now) that this
         layer has not changed since; those dropped."""
         groups = {gid: g for gid, g in written.groups.items() if self.groups.get(gid) is g}
@@ -406,7 +393,7 @@ class CommittedLayer:
     size: int
     root: ChildRef | None
     root_value: bytes | None
-    groups: Snapshot[bytes, _Group]
+    groups: Snapshot[bytes, bytes]
     records: Snapshot[str, bytes]
     record_bytes: int
 
@@ -462,9 +449,11 @@ class _Writing:
 
 
 class MapCache:
-    """A writer's bounded copy of map rows and records (rule 5): groups by their number of
-    inner nodes, records by bytes, each least recently used first out; and, holding
-    rows back (rule 8), the layer of rows not written yet, which is never evicted.
+    """A writer's bounded copy of map rows and records (rule 5): groups as their stored
+    bytes and records, each bounded by bytes, least recently used first out; and, holding
+    rows back (rule 8), the layer of rows not written yet, which is never evicted. A batch
+    reads its groups' bytes from here and hands back new bytes for the groups it changed
+    (``StoredTree``): the rows are Python objects only for the length of a read.
 
     ``layer_entries``, ``layer_groups`` and ``layer_record_bytes`` bound the layer: an
     ``advance`` that leaves it larger than any of them writes all of it. Zero (the
@@ -475,7 +464,7 @@ class MapCache:
 
     def __init__(
         self,
-        max_nodes: int = DEFAULT_CACHE_NODES,
+        max_group_bytes: int = DEFAULT_CACHE_GROUP_BYTES,
         max_record_bytes: int = DEFAULT_CACHE_RECORD_BYTES,
         *,
         layer_entries: int = 0,
@@ -484,16 +473,10 @@ class MapCache:
         slice_groups: int = 0,
         slice_record_bytes: int = 0,
     ) -> None:
-        self.groups: _Lru[bytes, _Group] = _Lru(max_nodes, len, self._evicted)
-        self.records: _Lru[str, bytes] = _Lru(max_record_bytes, len)
-        self.where: dict[bytes, bytes] = {}
-        """Node id -> group id of every node in a cached group or the layer, so a batch's
-        write files its rows without recomputing ``group_id``."""
-        self.inners: dict[bytes, InnerNode] = {}
-        """Node id -> node of every node in a cached group or the layer: a batch walks its
-        paths in this one dict (``SqliteNodeStore.held``). Groups are kept in the order
-        they were loaded or written, not read: a batch rewrites every row it reads, so
-        its paths are the most recent all the same."""
+        self.groups: _Lru[bytes] = _Lru(max_group_bytes)
+        """Group id -> stored bytes, in the order loaded or written, not read: a batch
+        rewrites every group it reads, so its paths are the most recent all the same."""
+        self.records: _Lru[str] = _Lru(max_record_bytes)
         self.layer_entries = layer_entries
         self.layer_groups = layer_groups
         self.layer_record_bytes = layer_record_bytes
@@ -552,7 +535,7 @@ class MapCache:
             self.layer_record_bytes * 3 // 4,
         )
 
-    def group(self, gid: bytes) -> _Group | None:
+    def group(self, gid: bytes) -> bytes | None:
         """The group with this id as the map has it now: the layer's, else the cached one
         (recency is not moved: a batch's write will)."""
         layer = self.layer
@@ -571,34 +554,21 @@ class MapCache:
                 return record
         return self.records.get(tool_id)
 
-    def put_group(self, gid: bytes, group: _Group) -> None:
-        """Cache ``group``, read from the table."""
-        self.put_groups({gid: group}, {})
-
-    def put_groups(
-        self, groups: Mapping[bytes, _Group], written: Mapping[bytes, list[InnerNode]]
-    ) -> None:
-        """Cache ``groups`` (a batch's, each replacing the cached one with its id);
-        ``written`` are, by group, the nodes the batch wrote (groups only ever gain
-        nodes). A group not cached (any more) has all its nodes added."""
-        cached = self.groups.entries
-        for gid, group in groups.items():  # one at a time: a put may evict the next one
-            self._index(gid, group, written[gid] if gid in cached else None)
+    def put_groups(self, groups: Mapping[bytes, bytes]) -> None:
+        """Cache ``groups`` (read from the table, or a batch's written), each replacing the
+        cached one with its id."""
+        for gid, group in groups.items():
             self.groups.put(gid, group)
 
-    def hold_groups(
-        self, groups: Mapping[bytes, _Group], written: Mapping[bytes, list[InnerNode]]
-    ) -> None:
+    def hold_groups(self, groups: Mapping[bytes, bytes]) -> None:
         """Keep a batch's groups in the layer (rule 8) instead of writing them: a group moves
         out of the least recently used ones, never evicted until it is written."""
         layer, cached = self.live, self.groups.entries
         for gid, group in groups.items():
-            old = layer.groups.get(gid)
-            if old is None:
+            if gid not in layer.groups:
                 old = cached.pop(gid, None)
                 if old is not None:
                     self.groups.total -= len(old)
-            self._index(gid, group, None if old is None else written[gid])
             layer.set_group(gid, group)
         self._changed = True
 
@@ -657,14 +627,13 @@ class MapCache:
         self.slices += 1
         self._changed = True
 
-    def written(self, groups: Mapping[bytes, _Group]) -> None:
-        """The whole layer is in the tables now (``groups``: its groups as written): cache it
-        as read, least recently used first out again; a write in slices is moot."""
+    def written(self) -> None:
+        """The whole layer is in the tables now: cache it as read, least recently used first
+        out again; a write in slices is moot."""
         layer = self.live
         self.layer = self.writing = None
         self._changed = self._written_whole = True
-        for gid, group in groups.items():
-            self.groups.put(gid, group)  # its nodes are indexed already
+        self.put_groups(layer.groups)
         for tool_id, record in layer.records.items():
             self.records.put(tool_id, record)
 
@@ -674,29 +643,11 @@ class MapCache:
         layer = self.live
         layer.base = written.size
         groups, records = layer.drop_rows(written)
-        for gid, group in groups.items():
-            self.groups.put(gid, group)  # its nodes are indexed already
+        self.put_groups(groups)
         for tool_id, record in records.items():
             self.records.put(tool_id, record)
         if layer.size == layer.base and not layer.groups and not layer.records:
             self.layer = None
-
-    def _index(self, gid: bytes, group: _Group, nodes: list[InnerNode] | None) -> None:
-        """Index ``nodes`` of ``group`` (all of them: None) under ``gid``."""
-        where, inners = self.where, self.inners
-        if nodes is None:
-            for nid, row in group.items():
-                where[nid] = gid
-                inners[nid] = row[0]
-        else:
-            for node in nodes:
-                where[node.id] = gid
-                inners[node.id] = node
-
-    def _evicted(self, group: _Group) -> None:
-        where, inners = self.where, self.inners
-        for node in group:
-            del where[node], inners[node]
 
     def commit(self) -> None:
         """The caller committed: a write in slices whose last slice it held is over, and the
@@ -719,8 +670,6 @@ class MapCache:
         to the layer, and the write in slices, as last committed (rule 8)."""
         self.groups.clear()
         self.records.clear()
-        self.where.clear()
-        self.inners.clear()
         committed, layer = self.committed, self.layer
         if committed is None:
             self.layer = None
@@ -740,9 +689,6 @@ class MapCache:
             writing.finished = False
             self.writing = writing
         self._changed = False
-        if self.layer is not None:
-            for gid, group in self.layer.groups.items():
-                self._index(gid, group, None)
 
     @classmethod
     def over(cls, layer: CommittedLayer | None) -> MapCache:
@@ -771,16 +717,18 @@ class SqliteNodeStore:
     A missing or unreadable row raises ``KeyError``, as the in-memory store does; its
     holder reports that as altered storage. With a ``cache`` (writers only, rule 5),
     groups come from memory when it holds them, and a cache that holds rows back keeps
-    a batch's in its layer (rule 8).
+    a batch's in its layer (rule 8). ``StoredTree`` updates a batch over the groups'
+    stored bytes (``update_groups``); the methods of a ``NodeStore`` serve the Python's
+    batch (its definition) and reads, decoding rows as they go.
     """
 
     def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
         self.cache = cache
-        self.compiled = True
-        """Group and encode a batch's rows by the compiled code when it is built; False:
-        always by the Python below, their definition (the tests hold the two to the same
-        groups and bytes). Stored groups decode compiled whenever it is built."""
+        self._decoded: OrderedDict[bytes, tuple[bytes, _Group]] = OrderedDict()
+        """Group id -> (bytes, rows), the ``DECODED_GROUPS`` last decoded or written: valid
+        while the map's bytes of the group are those very bytes (one object: never equal
+        bytes of another time)."""
 
     def root(self) -> ChildRef | None:
         """The root reference, None for the empty map (or no map yet)."""
@@ -800,45 +748,69 @@ class SqliteNodeStore:
         row = self.conn.execute("SELECT root_value FROM map_state WHERE id = 1").fetchone()
         return None if row is None or row[0] is None else bytes(row[0])
 
-    def _row(self, node: bytes) -> _Row:
+    def group(self, gid: bytes) -> bytes | None:
+        """The stored bytes of group ``gid`` as the map has them now (None: no such group):
+        the cache's, else read (and cached)."""
         cache = self.cache
         if cache is not None:
-            known = cache.where.get(node)
-            if known is not None:
-                group = cache.group(known)
-                if group is not None:
-                    return group[node]
+            blob = cache.group(gid)
+            if blob is not None:
+                return blob
+        row = self.conn.execute("SELECT nodes FROM map_group WHERE id = ?", (gid,)).fetchone()
+        if row is None:
+            return None
+        blob = bytes(row[0])
+        if cache is not None:
+            cache.groups.put(gid, blob)
+        return blob
+
+    def _row(self, node: bytes) -> _Row:
         gid = group_id(node)
-        if cache is None:  # a reader: decode only the node asked for
-            row = self.conn.execute("SELECT nodes FROM map_group WHERE id = ?", (gid,)).fetchone()
-            if row is None:
-                raise KeyError("map node missing")
-            return _find_in_group(bytes(row[0]), node)
-        group = self._groups([gid]).get(gid)
-        if group is None or node not in group:
+        blob = self.group(gid)
+        if blob is None:
             raise KeyError("map node missing")
-        return group[node]
+        known = self._decoded.get(gid)
+        if known is None and _compiled is None:  # one row decoded in Python, not fifteen
+            return _find_in_group(blob, node)
+        row = self._decoded_group(gid, blob).get(node)
+        if row is None:
+            raise KeyError("map node missing")
+        return row
+
+    def _decoded_group(self, gid: bytes, blob: bytes) -> _Group:
+        known = self._decoded.get(gid)
+        if known is not None and known[0] is blob:
+            self._decoded.move_to_end(gid)
+            return known[1]
+        group = _decode_group(blob)
+        self._remember(gid, blob, group)
+        return group
+
+    def _remember(self, gid: bytes, blob: bytes, group: _Group) -> None:
+        self._decoded[gid] = (blob, group)
+        self._decoded.move_to_end(gid)
+        if len(self._decoded) > DECODED_GROUPS:
+            self._decoded.popitem(last=False)
 
     def _groups(self, ids: Sequence[bytes]) -> dict[bytes, _Group]:
-        """The groups of ``ids`` (those that exist), the cache's first; the rest in one
-        query per 500 ids, decoded and cached."""
+        """The groups of ``ids`` (those that exist) decoded: the cache's, the rest read in one
+        query per 500 ids (and cached)."""
         found, missing = _cached_and_missing(None if self.cache is None else self.cache.group, ids)
         for gid, blob in _rows_in(
             self.conn, "SELECT id, nodes FROM map_group WHERE id IN", missing
         ):
-            group = _decode_group(bytes(blob))
-            found[bytes(gid)] = group
+            found[bytes(gid)] = blob = bytes(blob)
             if self.cache is not None:
-                self.cache.put_group(bytes(gid), group)
-        return found
+                self.cache.groups.put(bytes(gid), blob)
+        return {gid: self._decoded_group(gid, blob) for gid, blob in found.items()}
 
     def inner(self, node: bytes) -> InnerNode:
         """The inner node with this id."""
         return self._row(node)[0]
 
     def held(self) -> Mapping[bytes, InnerNode]:
-        """The nodes of the groups the cache holds (none without one)."""
-        return {} if self.cache is None else self.cache.inners
+        """None held decoded: the Python's batch reads its paths ahead, a level at a time."""
+        return {}
 
     def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
         """The inner nodes with these ids, in their order: the groups the cache lacks in
@@ -866,43 +838,56 @@ class SqliteNodeStore:
     def write(
         self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
     ) -> None:
-        """Store a batch's nodes and root: each group a node of the batch is in is rewritten
-        whole, with the values of its leaf children, into the cache's layer when it has one
-        open (rule 8: ``StoredMap.advance_notices`` opens it), else in the caller's
-        transaction."""
-        where = {} if self.cache is None else self.cache.where
-        if self.compiled and _compiled is not None:
-            # PrefixTree.update hands a list and a dict: copied only if another caller does not
-            nodes = inners if isinstance(inners, list) else list(inners)
-            values = leaves if isinstance(leaves, dict) else dict(leaves)
-            touched = _compiled.group_nodes(nodes, where)
-            before = self._groups(list(touched))
-            after = _compiled.group_rows(touched, before, values, self.root_leaf)
-        else:
-            touched, after = self._rows(inners, leaves, where)
+        """Store a batch of the Python's: each group a node of the batch is in rewritten
+        whole, with the values of its leaf children (``keep``)."""
         value = None
         if root is not None and root.bits == KEY_BITS:
             value = leaves[root.id]  # one key in the map: the batch just set it
+        self.keep(root, value, self._rows(inners, leaves))
+
+    def update_groups(self, keys: list[bytes], values: list[bytes]) -> ChildRef:
+        """The batch ``keys -> values`` (sorted, distinct) by the compiled update over the
+        groups' stored bytes (``StoredTree``), kept (``keep``); the new root."""
+        assert _compiled is not None
+        held: tuple[dict[bytes, bytes], ...] = ()
+        cache = self.cache
+        if cache is not None:  # the groups ``group`` finds without a query, looked up in C
+            layer = cache.layer
+            held = (cache.groups.entries,)
+            if isinstance(layer, MapLayer):
+                held = (layer.groups, *held)
+        root, value, groups = _compiled.update_groups(
+            keys, values, self.root(), self.root_value(), held, self.group, ChildRef
+        )
+        self.keep(root, value, groups)
+        return root
+
+    def keep(
+        self, root: ChildRef | None, value: bytes | None, groups: Mapping[bytes, bytes]
+    ) -> None:
+        """A batch's groups (stored bytes) and root: into the cache's layer when it has one
+        open (rule 8: ``StoredMap.advance_notices`` opens it), else written in the caller's
+        transaction."""
         cache = self.cache
         if cache is not None and cache.layer is not None:
             layer = cache.live
             layer.root, layer.root_value = root, value
-            cache.hold_groups(after, touched)
+            cache.hold_groups(groups)
             return
-        done = self.write_groups(after)
+        self.write_groups(groups)
         self.conn.execute(
             f"UPDATE map_state SET {_ROOT_COLUMNS} WHERE id = 1", _root_row(root, value)
         )
         if cache is not None:  # after the writes: a failed one leaves the cache as it was
-            cache.put_groups(done, touched)
+            cache.put_groups(groups)
 
     def _rows(
-        self, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes], where: dict[bytes, bytes]
-    ) -> tuple[dict[bytes, list[InnerNode]], dict[bytes, _Group]]:
-        """A batch's nodes by group, and each group they are in rewritten with their rows."""
+        self, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
+    ) -> dict[bytes, bytes]:
+        """Each group a batch's nodes are in, rewritten with their rows: its stored bytes."""
         touched: dict[bytes, list[InnerNode]] = {}
         for node in inners:
-            gid = where.get(node.id) or group_id(node.id)
+            gid = group_id(node.id)
             nodes = touched.get(gid)
             if nodes is None:
                 touched[gid] = [node]
@@ -910,7 +895,7 @@ class SqliteNodeStore:
                 nodes.append(node)
         before = self._groups(list(touched))
         values = _LeafValues(self, leaves, before, touched)
-        after: dict[bytes, _Group] = {}
+        after: dict[bytes, bytes] = {}
         for gid, nodes in touched.items():
             kept = before.get(gid)
             group = {} if kept is None else kept.copy()
@@ -918,27 +903,24 @@ class SqliteNodeStore:
                 nid, _, left, right = node
                 lv = values.of(left, group.get(nid)) if left.bits == KEY_BITS else None
                 rv = values.of(right, group.get(nid)) if right.bits == KEY_BITS else None
-                group[nid] = (node, lv, rv, None)
-            after[gid] = group
-        return touched, after
+                group[nid] = (node, lv, rv, _encode_row((node, lv, rv, None)))
+            after[gid] = blob = _encode_group(group)
+            self._remember(gid, blob, group)  # what the next batch reads, decoded already
+        return after
 
     def root_leaf(self) -> tuple[bytes, bytes] | None:
         """The root's key and value when the root is a leaf."""
         root, value = self.root(), self.root_value()
         return None if root is None or value is None else (root.id, value)
 
-    def write_groups(self, groups: Mapping[bytes, _Group]) -> dict[bytes, _Group]:
-        """Upsert ``groups`` in the caller's transaction; they are returned with every row's
-        encoding (``_Row``), for the cache."""
-        encode = _encoded if not self.compiled or _compiled is None else _compiled.encode_group
-        encoded = {gid: encode(group) for gid, group in groups.items()}
+    def write_groups(self, groups: Mapping[bytes, bytes]) -> None:
+        """Upsert ``groups`` (stored bytes) in the caller's transaction."""
         insert_rows(
             self.conn,
             "INSERT INTO map_group (id, nodes)",
-            [(gid, blob) for gid, (_, blob) in encoded.items()],
+            list(groups.items()),
             "ON CONFLICT (id) DO UPDATE SET nodes = excluded.nodes",
         )
-        return {gid: group for gid, (group, _) in encoded.items()}
 
 
 _ROOT_COLUMNS: Final = "root_id = ?, root_bits = ?, root_hash = ?, root_value = ?"
@@ -1111,6 +1093,24 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
         return int(self.conn.execute("SELECT count(*) FROM map_record").fetchone()[0])
 
 
+class StoredTree(PrefixTree):
+    """A ``PrefixTree`` over a ``SqliteNodeStore`` whose batches run over the groups' stored
+    bytes (rule 7), compiled (``_prefixtree.update_groups``): rows become Python objects
+    only where the Python's batch runs (``compiled`` False, or no compiler), the
+    function's definition, which the tests hold the compiled one to."""
+
+    store: SqliteNodeStore
+
+    def __init__(self, store: SqliteNodeStore, *, compiled: bool = True) -> None:
+        super().__init__(store, compiled=compiled)
+
+    def _batch(self, changes: Mapping[bytes, bytes]) -> ChildRef:
+        if not self.compiled or _compiled is None:
+            return super()._batch(changes)
+        keys = sorted(changes)
+        return self.store.update_groups(keys, [changes[key] for key in keys])
+
+
 class StoredMap(VerifiableMap):
     """A ``VerifiableMap`` whose rows and records live in SQLite on ``conn``.
 
@@ -1126,6 +1126,7 @@ class StoredMap(VerifiableMap):
         self.stored = SqliteRecords(conn, cache)
         self.nodes = SqliteNodeStore(conn, cache)
         super().__init__(self.nodes, self.stored)
+        self.tree: StoredTree = StoredTree(self.nodes)
 
     def forget(self) -> None:
         """Drop the cache (rule 5) and go back to the layer last committed (rule 8): after
@@ -1194,11 +1195,11 @@ class StoredMap(VerifiableMap):
                 (after, _IN_CHUNK),
             ).fetchall()
             for gid, blob in rows:
-                group = _decode_group(bytes(blob))
-                if cache.groups.total + len(group) > cache.groups.capacity:
+                if cache.groups.total + len(blob) > cache.groups.capacity:
                     return read
+                _decode_group(bytes(blob))  # read whole once: altered bytes fail the start
                 if cache.group(bytes(gid)) is None:
-                    cache.put_group(bytes(gid), group)
+                    cache.groups.put(bytes(gid), bytes(blob))
                 read += 1
             if len(rows) < _IN_CHUNK:
                 break
@@ -1362,13 +1363,13 @@ class StoredMap(VerifiableMap):
             list(layer.records.items()),
             "ON CONFLICT (tool_id) DO UPDATE SET record = excluded.record",
         )
-        groups = self.nodes.write_groups(layer.groups)
+        self.nodes.write_groups(layer.groups)
         self.conn.execute(
             f"UPDATE map_state SET size = ?, {_ROOT_COLUMNS} WHERE id = 1",
             (layer.size, *_root_row(layer.root, layer.root_value)),
         )
         assert self.cache is not None
-        self.cache.written(groups)  # after the writes: a failed one leaves the cache as it was
+        self.cache.written()  # after the writes: a failed one leaves the cache as it was
 
     def write_slice(self, groups: int = 0, record_bytes: int = 0) -> bool:
         """Write the next slice of the layer as committed (rule 9) in the caller's

@@ -18,7 +18,14 @@ from deplog.authority.log import Log, StorageError
 from deplog.authority.storage.copy import copy_log
 from deplog.authority.storage.database import open_database
 from deplog.client.errors import CLIError
-from deplog.client.mapstore import STORE_FORMAT, MapView, StoredMap, group_id
+from deplog.client.mapstore import (
+    STORE_FORMAT,
+    MapView,
+    StoredMap,
+    _decode_group,
+    _encode_group,
+    group_id,
+)
 from deplog.client.model.notice import Envelope
 from deplog.client.model.vmap import (
     EMPTY_ROOT,
@@ -650,13 +657,25 @@ def test_a_cyclic_map_row_in_the_writers_cache_fails_the_batch_as_altered_storag
     ``storage_unavailable`` and rolls back (no traceback as a bug, no endless walk), and
     nothing is appended."""
     log.map.tree.compiled = compiled
-    log.map.nodes.compiled = compiled
     log.sequence(batch(publisher, 1, 40))
-    assert log.map.cache is not None
+    cache = log.map.cache
+    assert cache is not None
     root = log.map.nodes.root()
     assert root is not None
-    row = log.map.cache.inners[root.id]
-    log.map.cache.inners[root.id] = row._replace(right=row.right._replace(id=root.id, bits=row.bit))
+    gid = group_id(root.id)
+    rows = _decode_group(log.map.nodes.group(gid) or b"")
+    node, left, _, _ = rows[root.id]
+    rows[root.id] = (
+        node._replace(right=node.right._replace(id=root.id, bits=node.bit)),
+        left,
+        None,
+        None,
+    )
+    cyclic = _encode_group(rows)
+    if cache.layer is not None and gid in cache.layer.groups:
+        cache.live.set_group(gid, cyclic)
+    else:
+        cache.groups.put(gid, cyclic)
     size = log.tree.size
     with pytest.raises(StorageError):
         log.sequence(batch(publisher, 41, 30))

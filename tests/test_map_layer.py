@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deplog.client.mapstore import MapCache, MapView, StoredMap, ViewMoved, group_id
+from deplog.client.mapstore import MapCache, MapView, StoredMap, ViewMoved
 from deplog.client.model.vmap import MapProofError, VerifiableMap, verify_map_proof
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, notice_leaf
@@ -24,13 +24,13 @@ NEVER = "tool:org.acme/never-named"
 
 
 def holding(
-    max_nodes: int = 1 << 15,
+    max_group_bytes: int = 1 << 24,
     entries: int = 10_000,
     groups: int = 10_000,
     record_bytes: int = 1 << 24,
 ) -> MapCache:
     return MapCache(
-        max_nodes, layer_entries=entries, layer_groups=groups, layer_record_bytes=record_bytes
+        max_group_bytes, layer_entries=entries, layer_groups=groups, layer_record_bytes=record_bytes
     )
 
 
@@ -207,7 +207,7 @@ def test_a_layer_handed_to_readers_never_changes_as_the_writer_folds_on(writer: 
         taken.size,
         taken.root,
         dict(taken.records),
-        {gid: dict(group) for gid, group in taken.groups.items()},
+        dict(taken.groups.items()),
     )
     proofs = {tool_id: writer.reference.prove(tool_id) for tool_id in [*TOOLS[:8], NEVER]}
     for _ in range(6):
@@ -216,7 +216,7 @@ def test_a_layer_handed_to_readers_never_changes_as_the_writer_folds_on(writer: 
         taken.size,
         taken.root,
         dict(taken.records),
-        {gid: dict(group) for gid, group in taken.groups.items()},
+        dict(taken.groups.items()),
     ) == seen
     for tool_id, proof in proofs.items():
         read_at, read = StoredMap(writer.reader).prove_at_size(tool_id, view)
@@ -227,19 +227,16 @@ def test_a_layer_handed_to_readers_never_changes_as_the_writer_folds_on(writer: 
 def test_a_cache_smaller_than_its_layer_evicts_only_rows_already_written(
     tmp_path: Path,
 ) -> None:
-    writer = Writer(tmp_path / "map.db", holding(max_nodes=16, entries=120), seed=4)
+    writer = Writer(tmp_path / "map.db", holding(max_group_bytes=2_000, entries=120), seed=4)
     for _ in range(20):
         writer.fold()
         cache = writer.cache
         assert writer.map.root() == writer.reference.root()
-        assert cache.groups.total <= 16
+        assert cache.groups.total <= 2_000
         held = {} if cache.layer is None else cache.layer.groups
         assert not set(held) & set(cache.groups.entries)
-        every = {**cache.groups.entries, **held}
-        nodes = {node: (gid, row[0]) for gid, group in every.items() for node, row in group.items()}
-        assert cache.where == {node: gid for node, (gid, _) in nodes.items()}
-        assert cache.inners == {node: inner for node, (_, inner) in nodes.items()}
-        assert all(group_id(node) == gid for node, gid in cache.where.items())
+        stored = dict(writer.map.conn.execute("SELECT id, nodes FROM map_group").fetchall())
+        assert all(stored[gid] == blob for gid, blob in cache.groups.entries.items())
     writer.flush()
     assert writer.tables() == (writer.size, writer.reference.root())
 

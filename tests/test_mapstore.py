@@ -62,7 +62,7 @@ def start_map(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT INTO map_state (id, format, size) VALUES (1, ?, 0)", (STORE_FORMAT,))
 
 
-@pytest.mark.parametrize("cache", [None, MapCache(max_nodes=24)], ids=["reader", "writer"])
+@pytest.mark.parametrize("cache", [None, MapCache(max_group_bytes=2_500)], ids=["reader", "writer"])
 def test_a_stored_tree_matches_the_reference_after_every_random_batch(
     conn: sqlite3.Connection, cache: MapCache | None
 ) -> None:
@@ -156,7 +156,7 @@ def test_property_clustered_keys_in_batches_match_the_in_memory_tree(
         {((head & mask) | (int.from_bytes(t, "big") & ~mask)).to_bytes(32, "big") for t in tails}
     )
     start_map(conn)
-    writer = PrefixTree(SqliteNodeStore(conn, MapCache(max_nodes=16)))
+    writer = PrefixTree(SqliteNodeStore(conn, MapCache(max_group_bytes=2_000)))
     memory, reader = PrefixTree(), PrefixTree(SqliteNodeStore(conn))
     for part in range(batches):
         # This part's keys, and the first key again: a present leaf gets a new value.

@@ -1,9 +1,9 @@
-"""Tests for the compiled grouping and encoding of a batch's rows (``_prefixtree.c``'s
-``group_nodes``, ``group_rows`` and ``encode_group``): ``SqliteNodeStore``'s Python
-(``compiled = False``, the definition) and the compiled code give the same groups, the
-same rows in the same order, the same leaf values and the same stored bytes, batch after
-batch, with and without a writer's cache; rows that break the layout raise the stores'
-``KeyError`` (altered storage) and change nothing.
+"""Tests for the compiled batch over stored groups (``_prefixtree.c``'s ``update_groups``)
+and the compiled decoding of a group (``decode_group``): the Python (``StoredTree`` with
+``compiled`` False: ``PrefixTree``'s batch over ``SqliteNodeStore``, the definition) and
+the compiled code give the same root, the same groups in the same order and the same
+stored bytes, batch after batch, with and without a writer's cache; altered stored bytes
+raise the stores' ``KeyError`` (altered storage) and change nothing.
 
 CI builds the extension; elsewhere, without a C compiler, these tests skip, saying so.
 """
@@ -14,7 +14,7 @@ import gc
 import os
 import random
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,11 @@ from deplog.client.mapstore import (
     MapCache,
     SqliteNodeStore,
     StoredMap,
-    _decode_group,
+    StoredTree,
     _decode_group_in_python,
-    _encoded,
     group_id,
 )
-from deplog.client.model.vmap import ChildRef, InnerNode, PrefixTree
+from deplog.client.model.vmap import KEY_BITS, ChildRef, InnerNode, PrefixTree
 from tests.test_mapstore import connect, start_map
 from tests.vmap_reference import reference_root
 
@@ -39,39 +38,36 @@ try:
     from deplog.client.model import _prefixtree as compiled
 except ImportError:
     if os.environ.get("CI"):
-        raise  # CI installs a C compiler: grouping left uncompiled there is a failure
+        raise  # CI installs a C compiler: a map update left uncompiled there is a failure
     pytest.skip("the compiled map update is not built (no C compiler)", allow_module_level=True)
+
+Kept = tuple[ChildRef | None, bytes | None, dict[bytes, bytes]]
 
 
 class ComparingStore(SqliteNodeStore):
-    """Groups every batch's rows both ways before writing them (the compiled way)."""
+    """Runs every batch both ways over the same rows, then keeps the compiled one's."""
 
     compared = 0
 
-    def write(
-        self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
-    ) -> None:
-        where = {} if self.cache is None else self.cache.where
-        touched, python = self._rows(inners, leaves, where)
-        native_touched = compiled.group_nodes(list(inners), where)
-        before = self._groups(list(native_touched))
-        native = compiled.group_rows(native_touched, before, dict(leaves), self.root_leaf)
-        assert list(native_touched.items()) == list(touched.items())
-        assert [list(group.items()) for group in native.values()] == [
-            list(group.items()) for group in python.values()
-        ]
-        assert list(native) == list(python)
-        assert all(type(row) is tuple for group in native.values() for row in group.values())
-        for group in [*native.values(), *before.values()]:  # rows new, and rows read
-            encoded, blob = compiled.encode_group(group)
-            assert (list(encoded.items()), blob) == (
-                list(_encoded(group)[0].items()),
-                _encoded(group)[1],
-            )
-            assert _decode_group(blob) == encoded
-            assert (encoded is group) == all(row[3] is not None for row in group.values())
+    def update_groups(self, keys: list[bytes], values: list[bytes]) -> ChildRef:
+        native = compiled.update_groups(
+            keys, values, self.root(), self.root_value(), (), self.group, ChildRef
+        )
+        python: list[Kept] = []
+
+        def capture(root: ChildRef | None, value: bytes | None, groups: Mapping[bytes, bytes]):
+            python.append((root, value, dict(groups)))
+
+        self.keep = capture  # type: ignore[method-assign]
+        try:
+            StoredTree(self, compiled=False).update(dict(zip(keys, values, strict=True)))
+        finally:
+            del self.keep
+        assert (native[0], native[1]) == python[0][:2]
+        assert list(native[2].items()) == list(python[0][2].items())  # bytes, and their order
         ComparingStore.compared += 1
-        super().write(root, inners, leaves)
+        self.keep(*native)
+        return native[0]
 
 
 def random_batches(seed: int, rounds: int, shared_prefix: bool = False) -> list[dict[bytes, bytes]]:
@@ -94,23 +90,26 @@ def random_batches(seed: int, rounds: int, shared_prefix: bool = False) -> list[
     return out
 
 
+def caches() -> dict[str | None, MapCache | None]:
+    return {
+        None: None,
+        "writer": MapCache(max_group_bytes=3_000),
+        "holding": MapCache(layer_entries=10**6, layer_groups=10**6, layer_record_bytes=10**9),
+    }
+
+
 @pytest.mark.parametrize("shared_prefix", [False, True], ids=["random", "shared-prefix"])
 @pytest.mark.parametrize("cache", [None, "writer", "holding"])
-def test_compiled_grouping_gives_the_pythons_groups_and_rows_in_its_order(
+def test_the_compiled_batch_gives_the_pythons_root_groups_and_bytes_in_its_order(
     tmp_path: Path, cache: str | None, shared_prefix: bool
 ) -> None:
     conn = connect(tmp_path / "map.db")
     start_map(conn)
-    caches = {
-        None: None,
-        "writer": MapCache(max_nodes=48),
-        "holding": MapCache(layer_entries=10**6, layer_groups=10**6, layer_record_bytes=10**9),
-    }
-    store = ComparingStore(conn, caches[cache])
+    store = ComparingStore(conn, caches()[cache])
     if cache == "holding":
         assert store.cache is not None
         store.cache.open_layer(0, None, None)
-    tree, items = PrefixTree(store), {}
+    tree, items = StoredTree(store), {}
     before = ComparingStore.compared
     for batch in random_batches(11, 40, shared_prefix):
         items.update(batch)
@@ -120,154 +119,27 @@ def test_compiled_grouping_gives_the_pythons_groups_and_rows_in_its_order(
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32), rounds=st.integers(1, 12))
-def test_any_batches_group_alike(seed: int, rounds: int) -> None:
+def test_any_batches_give_the_same_groups_both_ways(seed: int, rounds: int) -> None:
     conn = sqlite3.connect(":memory:", isolation_level=None)
     StoredMap.create_schema(conn)
     start_map(conn)
-    tree, items = PrefixTree(ComparingStore(conn, MapCache(max_nodes=16))), {}
+    tree, items = StoredTree(ComparingStore(conn, MapCache(max_group_bytes=2_000))), {}
     for batch in random_batches(seed, rounds, shared_prefix=seed % 2 == 1):
         items.update(batch)
         assert tree.update(batch) == reference_root(items)
 
 
-def test_group_ids_are_the_pythons() -> None:
-    rng = random.Random(3)
-    nodes = []
-    for bit in range(256):
-        prefix = rng.randbytes(32)
-        node_id = bytes([bit]) + prefix[: (bit + 7) // 8]
-        if bit % 8:
-            node_id = node_id[:-1] + bytes([node_id[-1] & (0xFF << (8 - bit % 8)) & 0xFF])
-        child = ChildRef(rng.randbytes(32), 256, rng.randbytes(32))
-        nodes.append(InnerNode(node_id, bit, child, child))
-    grouped = compiled.group_nodes(nodes, {})
-    assert grouped == {
-        gid: [node for node in nodes if group_id(node.id) == gid]
-        for gid in dict.fromkeys(group_id(node.id) for node in nodes)
-    }
-
-
-def some_node() -> InnerNode:
-    leaf = ChildRef(b"k" * 32, 256, b"h" * 32)
-    return InnerNode(b"\x00", 0, leaf, ChildRef(b"j" * 32, 256, b"h" * 32))
-
-
-def no_root() -> None:
-    return None
-
-
-@pytest.mark.parametrize(
-    "bad_node",
-    [
-        (b"\x00", 0, None, None),  # children not refs
-        (b"\x08", 8),  # short
-        (b"\x08\x00\x00", 8, some_node().left, some_node().right),  # id longer than its bit
-        ("x", 0, some_node().left, some_node().right),  # id not bytes
-        InnerNode(b"\x00", 0, ChildRef(b"k" * 31, 256, b"h" * 32), some_node().right),  # leaf id
-        InnerNode(b"\x00", 0, ChildRef(b"k" * 32, 256, b"h" * 31), some_node().right),  # hash
-    ],
-)
-def test_a_malformed_node_is_the_stores_key_error(bad_node: Any) -> None:
-    leaves = {b"k" * 32: b"v" * 32, b"j" * 32: b"w" * 32}
-    with pytest.raises(KeyError, match="malformed"):
-        touched = compiled.group_nodes([bad_node], {})
-        compiled.group_rows(touched, {}, leaves, no_root)
-
-
-def test_a_leaf_value_no_row_kept_is_the_stores_key_error() -> None:
-    node = some_node()
-    touched = compiled.group_nodes([node], {})
-    with pytest.raises(KeyError, match="map leaf missing"):
-        compiled.group_rows(touched, {}, {b"k" * 32: b"v" * 32}, no_root)
-
-
-def test_a_leaf_value_comes_from_the_batch_then_the_old_row_then_any_row_kept() -> None:
-    node = some_node()
-    gid = group_id(node.id)
-    touched = compiled.group_nodes([node], {})
-    old = {node.id: (node, b"a" * 32, b"b" * 32, b"encoded")}
-    rows = compiled.group_rows(touched, {gid: old}, {b"k" * 32: b"v" * 32}, no_root)
-    assert rows == {gid: {node.id: (node, b"v" * 32, b"b" * 32, None)}}
-    assert old[node.id][3] == b"encoded"  # the group read is copied, never changed
-    moved = InnerNode(b"\x00", 0, node.right, node.left)  # the kept leaves swapped sides
-    rows = compiled.group_rows(compiled.group_nodes([moved], {}), {gid: old}, {}, no_root)
-    assert rows[gid][node.id][1:] == (b"b" * 32, b"a" * 32, None)
-
-    def root_leaf() -> tuple[bytes, bytes]:
-        return (b"j" * 32, b"r" * 32)
-
-    rows = compiled.group_rows(touched, {}, {b"k" * 32: b"v" * 32}, root_leaf)
-    assert rows[gid][node.id][1:] == (b"v" * 32, b"r" * 32, None)
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        ([some_node()],),
-        ((some_node(),), {}),
-        ([some_node()], []),
-    ],
-)
-def test_group_nodes_refuses_bad_arguments(args: tuple[Any, ...]) -> None:
-    with pytest.raises(TypeError):
-        compiled.group_nodes(*args)
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        ({}, {}, {}),
-        ({}, {}, {}, "not callable"),
-        ([], {}, {}, no_root),
-        ({b"g": (some_node(),)}, {}, {}, no_root),
-    ],
-)
-def test_group_rows_refuses_bad_arguments(args: tuple[Any, ...]) -> None:
-    with pytest.raises(TypeError):
-        compiled.group_rows(*args)
-
-
-def test_a_group_read_that_is_not_a_dict_is_the_stores_key_error() -> None:
-    node = some_node()
-    touched = compiled.group_nodes([node], {})
-    with pytest.raises(KeyError, match="malformed"):
-        compiled.group_rows(touched, {group_id(node.id): [1, 2]}, {}, no_root)
-
-
-@pytest.mark.parametrize(
-    "bad_row",
-    [
-        (some_node(), None, None),  # short
-        (some_node(), b"v" * 31, None, None),  # a value not 32 bytes
-        (some_node(), "v" * 32, None, None),  # a value not bytes
-        (some_node(), None, None, "encoded"),  # an encoding not bytes
-        ((b"\x00", 0), None, None, None),  # a node not a node
-    ],
-)
-def test_encoding_a_malformed_row_is_the_stores_key_error(bad_row: Any) -> None:
-    good = (some_node(), b"v" * 32, b"w" * 32, None)
-    with pytest.raises(KeyError, match="malformed"):
-        compiled.encode_group({b"\x00": good, b"\x04": bad_row})
-
-
-def test_encode_group_refuses_what_is_not_a_group() -> None:
-    with pytest.raises(TypeError):
-        compiled.encode_group([(some_node(), None, None, None)])
-
-
-def test_a_groups_rows_are_left_to_reference_counting_when_their_parts_are() -> None:
-    """Rows over nodes the compiled update made hold no tracked object: untracked, as the
-    collector would leave them after its first scan; encoded copies too."""
-    rng = random.Random(21)
-    store = ComparingStore(sqlite3.connect(":memory:", isolation_level=None), MapCache())
-    StoredMap.create_schema(store.conn)
-    start_map(store.conn)
-    PrefixTree(store).update({rng.randbytes(32): rng.randbytes(32) for _ in range(300)})
-    assert store.cache is not None
-    groups = list(store.cache.groups.entries.values())
-    assert groups and all(not gc.is_tracked(row) for group in groups for row in group.values())
-    encoded, _ = compiled.encode_group({nid: (*row[:3], None) for nid, row in groups[0].items()})
-    assert not any(gc.is_tracked(row) for row in encoded.values())
+def test_a_stored_map_updates_over_the_groups_bytes_unless_told_not_to(tmp_path: Path) -> None:
+    """``StoredMap``'s tree is a ``StoredTree``: compiled, a batch reads no decoded row."""
+    conn = connect(tmp_path / "map.db")
+    start_map(conn)
+    stored = StoredMap(conn)
+    decoded: list[bytes] = []
+    stored.nodes.inner_many = lambda nodes: decoded.extend(nodes) or []  # type: ignore[method-assign]
+    stored.nodes.inner = lambda node: decoded.append(node)  # type: ignore[method-assign,assignment]
+    for batch in random_batches(3, 5):
+        stored.tree.update(batch)
+    assert isinstance(stored.tree, StoredTree) and not decoded
 
 
 def stored_groups(seed: int, keys: int) -> list[bytes]:
@@ -337,3 +209,203 @@ def test_decode_group_refuses_bad_arguments() -> None:
         compiled.decode_group(bytearray(b"\x00"), ChildRef, InnerNode)
     with pytest.raises(TypeError):
         compiled.decode_group(b"", dict, InnerNode)
+
+
+def stored_map(keys: int, seed: int = 1) -> tuple[SqliteNodeStore, dict[bytes, bytes]]:
+    """A store without a cache on a map of ``keys`` random keys, and its items."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    StoredMap.create_schema(conn)
+    start_map(conn)
+    rng = random.Random(seed)
+    items = {rng.randbytes(32): rng.randbytes(32) for _ in range(keys)}
+    store = SqliteNodeStore(conn)
+    StoredTree(store).update(items)
+    return store, items
+
+
+def updated(store: SqliteNodeStore, batch: dict[bytes, bytes], *, native: bool) -> object:
+    """What one batch gives, compiled or by the Python: ``(root, root value, groups)``, or
+    the KeyError it raised. Nothing is kept."""
+    keys = sorted(batch)
+    try:
+        if native:
+            return compiled.update_groups(
+                keys,
+                [batch[k] for k in keys],
+                store.root(),
+                store.root_value(),
+                (),
+                store.group,
+                ChildRef,
+            )
+        python: list[Kept] = []
+
+        def capture(root: ChildRef | None, value: bytes | None, groups: Mapping[bytes, bytes]):
+            python.append((root, value, dict(groups)))
+
+        store.keep = capture  # type: ignore[method-assign]
+        try:
+            StoredTree(store, compiled=False).update(batch)
+        finally:
+            del store.keep
+        return python[0]
+    except KeyError as err:
+        return err
+
+
+def test_a_missing_group_on_the_path_is_the_stores_key_error() -> None:
+    store, items = stored_map(200)
+    root = store.root()
+    assert root is not None
+    store.conn.execute("DELETE FROM map_group WHERE id = ?", (group_id(root.id),))
+    with pytest.raises(KeyError, match="map node missing"):
+        StoredTree(store).update({next(iter(items)): b"v" * 32})
+
+
+def test_a_group_read_that_is_not_bytes_is_the_stores_key_error() -> None:
+    store, items = stored_map(50)
+    key = next(iter(items))
+    with pytest.raises(KeyError, match="map group malformed"):
+        compiled.update_groups(
+            [key], [b"v" * 32], store.root(), None, (), lambda gid: "x", ChildRef
+        )
+
+
+def test_an_error_reading_a_group_reaches_the_caller_as_it_was_raised() -> None:
+    store, items = stored_map(50)
+
+    def broken(gid: bytes) -> bytes:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    with pytest.raises(sqlite3.OperationalError):
+        compiled.update_groups(
+            [next(iter(items))], [b"v" * 32], store.root(), None, (), broken, ChildRef
+        )
+
+
+def test_a_root_leaf_without_its_value_is_the_stores_key_error() -> None:
+    leaf = ChildRef(b"k" * 32, KEY_BITS, b"h" * 32)
+    for value in (None, b"v" * 31, "v" * 32):
+        with pytest.raises(KeyError, match="malformed"):
+            compiled.update_groups(
+                [b"j" * 32], [b"w" * 32], leaf, value, (), lambda gid: None, ChildRef
+            )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ([b"k" * 32], [b"v" * 32], None, None, (), lambda gid: None),  # one short
+        ((b"k" * 32,), [b"v" * 32], None, None, (), lambda gid: None, ChildRef),  # keys a tuple
+        ([b"k" * 32], [b"v" * 32], None, None, (), "not callable", ChildRef),
+        ([b"k" * 32], [b"v" * 32], None, None, (), lambda gid: None, dict),
+        ([b"k" * 32], [b"v" * 32], None, None, [{}], lambda gid: None, ChildRef),  # held a list
+        ([b"k" * 32], [b"v" * 32], None, None, ({}, []), lambda gid: None, ChildRef),
+    ],
+)
+def test_update_groups_refuses_arguments_of_the_wrong_types(args: tuple[Any, ...]) -> None:
+    with pytest.raises(TypeError):
+        compiled.update_groups(*args)
+
+
+@pytest.mark.parametrize(
+    "keys, values",
+    [
+        ([], []),
+        ([b"k" * 32], []),
+        ([b"k" * 31], [b"v" * 32]),
+        ([b"k" * 32], [b"v" * 33]),
+        ([b"k" * 32, b"j" * 32], [b"v" * 32, b"v" * 32]),  # not sorted
+        ([b"k" * 32, b"k" * 32], [b"v" * 32, b"v" * 32]),  # not distinct
+    ],
+)
+def test_update_groups_refuses_a_batch_that_is_not_sorted_distinct_32_byte_keys(
+    keys: list[bytes], values: list[bytes]
+) -> None:
+    with pytest.raises(ValueError):
+        compiled.update_groups(keys, values, None, None, (), lambda gid: None, ChildRef)
+
+
+ALTERED, ALTERED_ITEMS = stored_map(400, seed=9)
+ALTERED_GROUPS = dict(ALTERED.conn.execute("SELECT id, nodes FROM map_group").fetchall())
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_altered_group_bytes_give_what_the_python_gives_or_its_key_error(
+    data: st.DataObject,
+) -> None:
+    """A group on a batch's path cut, grown or flipped: the compiled batch gives the same
+    root and groups as the Python, or both raise the stores' ``KeyError``; never a crash
+    or a read out of bounds (CI runs these under the same build as production)."""
+    gid = data.draw(st.sampled_from(sorted(ALTERED_GROUPS)))
+    blob = bytearray(ALTERED_GROUPS[gid])
+    change = data.draw(st.sampled_from(["cut", "grow", "flip"]))
+    if change == "cut":
+        blob = blob[: data.draw(st.integers(0, len(blob) - 1))]
+    elif change == "grow":
+        blob += data.draw(st.binary(min_size=1, max_size=80))
+    else:
+        at = data.draw(st.integers(0, len(blob) - 1))
+        blob[at] ^= data.draw(st.integers(1, 255))
+    keys = data.draw(st.lists(st.sampled_from(sorted(ALTERED_ITEMS)), min_size=1, max_size=20))
+    batch = {key: bytes(32) for key in keys}
+    batch[data.draw(st.binary(min_size=32, max_size=32))] = b"\x01" * 32
+    conn = ALTERED.conn
+    conn.execute("BEGIN")
+    try:
+        conn.execute("UPDATE map_group SET nodes = ? WHERE id = ?", (bytes(blob), gid))
+        python = updated(ALTERED, batch, native=False)
+        native = updated(ALTERED, batch, native=True)
+    finally:
+        conn.execute("ROLLBACK")
+    if isinstance(python, KeyError):
+        assert isinstance(native, KeyError)
+    else:
+        assert native == python
+
+
+def a_row(bit: int, prefix: int) -> bytes:
+    """One stored row: node (``bit``, ``prefix`` in its first byte) over two leaves."""
+    leaf = b"\xff" + bytes([prefix]) * 32 + b"v" * 32
+    return bytes([bit]) + bytes([prefix]) * ((bit + 7) // 8) + leaf + leaf
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        a_row(8, 1) + a_row(8, 1),  # a node twice
+        b"".join(a_row(8, p) for p in range(16)),  # sixteen nodes: a group holds fifteen
+    ],
+    ids=["twice", "sixteen"],
+)
+def test_a_group_no_store_writes_is_refused_by_every_reader(blob: bytes) -> None:
+    for decode in (_decode_group_in_python, decode_compiled):
+        with pytest.raises(KeyError, match="map group malformed"):
+            decode(blob)
+    key = bytes([1]) * 32
+    root = ChildRef(b"\x08\x01", 8, b"h" * 32)
+    with pytest.raises(KeyError, match="map group malformed"):
+        compiled.update_groups([key], [b"w" * 32], root, None, (), lambda gid: blob, ChildRef)
+
+
+def test_groups_held_in_memory_are_read_before_the_store_in_the_order_given() -> None:
+    """``held`` dicts are looked in first, in order: ``read`` is asked only for the rest."""
+    store, items = stored_map(300)
+    stored = dict(store.conn.execute("SELECT id, nodes FROM map_group").fetchall())
+    first = dict(list(stored.items())[::2])
+    asked: list[bytes] = []
+
+    def read(gid: bytes) -> bytes | None:
+        asked.append(gid)
+        return store.group(gid)
+
+    batch = dict(sorted(items.items())[:40])
+    keys = sorted(batch)
+    values = [b"w" * 32 for _ in keys]
+    from_store = compiled.update_groups(keys, values, store.root(), None, (), store.group, ChildRef)
+    held = compiled.update_groups(keys, values, store.root(), None, (first, stored), read, ChildRef)
+    assert held == from_store and not asked
+    wrong = {gid: b"" for gid in stored}  # a first dict's bytes win over a later one's
+    with pytest.raises(KeyError, match="map node missing"):
+        compiled.update_groups(keys, values, store.root(), None, (wrong, stored), read, ChildRef)

@@ -8,10 +8,11 @@
  * returns the new root's ``ChildRef``. vmap.py stays the function's definition: the
  * tests run both over the same batches and require the same root and the same rows.
  *
- * ``group_nodes``, ``group_rows`` and ``encode_group`` are the next steps of a batch in
- * client/mapstore.py (``SqliteNodeStore.write`` and ``write_groups``): its rows filed by
- * group with their leaf values, and a group's stored bytes. mapstore.py's Python stays
- * their definition, held to the same groups, rows and bytes by the tests.
+ * ``update_groups`` is the same batch over a store's rows as client/mapstore.py keeps
+ * them, each group of nodes as its stored bytes, and ``decode_group`` reads those bytes
+ * back as the Python's rows; mapstore.py's Python (``PrefixTree.update`` over
+ * ``SqliteNodeStore``, ``_decode_group_in_python``) stays their definition, held to the
+ * same groups, roots and rows by the tests.
  *
  * Tuples made here that hold only untracked objects are left untracked by the cyclic
  * collector (``untrack_if_atomic``), as its first scan would leave them: a batch makes
@@ -422,18 +423,24 @@ static PyObject *inner(Batch *batch, PyObject *id, int bit, PyObject *left, PyOb
     return new_ref(batch, id, bit, digest);
 }
 
-static inline const uint8_t *key_at(Batch *batch, Py_ssize_t i)
+static inline const uint8_t *item_at(PyObject *list, Py_ssize_t i)
 {
-    return (const uint8_t *)PyBytes_AS_STRING(PyList_GET_ITEM(batch->keys, i));
+    return (const uint8_t *)PyBytes_AS_STRING(PyList_GET_ITEM(list, i));
 }
 
-/* The first key in ``[lo, hi)`` with ``bit`` set, the keys there agreeing above ``bit``
- * (so the bit is 0 then 1 along the sorted range): ``bisect_left`` on the split point. */
-static Py_ssize_t split_index(Batch *batch, Py_ssize_t lo, Py_ssize_t hi, int bit)
+static inline const uint8_t *key_at(Batch *batch, Py_ssize_t i)
+{
+    return item_at(batch->keys, i);
+}
+
+/* The first key of the sorted list ``keys`` in ``[lo, hi)`` with ``bit`` set, the keys
+ * there agreeing above ``bit`` (so the bit is 0 then 1 along the range): ``bisect_left``
+ * on the split point. */
+static Py_ssize_t split_index(PyObject *keys, Py_ssize_t lo, Py_ssize_t hi, int bit)
 {
     while (lo < hi) {
         Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (bit_at(key_at(batch, mid), bit)) {
+        if (bit_at(item_at(keys, mid), bit)) {
             hi = mid;
         } else {
             lo = mid + 1;
@@ -465,7 +472,7 @@ static PyObject *build(Batch *batch, Py_ssize_t lo, Py_ssize_t hi)
     }
     const uint8_t *first = key_at(batch, lo);
     int bit = first_difference(first, key_at(batch, hi - 1));
-    Py_ssize_t mid = split_index(batch, lo, hi, bit);
+    Py_ssize_t mid = split_index(batch->keys, lo, hi, bit);
     PyObject *left = build(batch, lo, mid);
     if (left == NULL) {
         return NULL;
@@ -608,7 +615,7 @@ static PyObject *merge(Batch *batch, PyObject *ref_obj, Py_ssize_t lo, Py_ssize_
     int differ = low < high ? low : high;
     if (differ < ref.bits) {  /* some keys leave this subtree above it: a new node */
         int bit = differ;
-        Py_ssize_t mid = split_index(batch, lo, hi, bit);
+        Py_ssize_t mid = split_index(batch->keys, lo, hi, bit);
         PyObject *left, *right;
         if (bit_at(prefix, bit)) {
             left = build(batch, lo, mid);
@@ -656,7 +663,7 @@ static PyObject *merge(Batch *batch, PyObject *ref_obj, Py_ssize_t lo, Py_ssize_
         }
         return NULL;
     }
-    Py_ssize_t mid = split_index(batch, lo, hi, ref.bits);
+    Py_ssize_t mid = split_index(batch->keys, lo, hi, ref.bits);
     PyObject *left, *right;
     if (lo < mid) {
         left = merge(batch, PyTuple_GET_ITEM(row, 2), lo, mid);
@@ -683,6 +690,30 @@ static PyObject *merge(Batch *batch, PyObject *ref_obj, Py_ssize_t lo, Py_ssize_
     return inner(batch, ref.id, ref.bits, left, right);
 }
 
+/* The keys and values ``update`` and ``update_groups`` take, checked: 32 bytes each, the
+ * keys sorted and distinct, at least one. */
+static int check_batch(PyObject *keys, PyObject *values, const char *name)
+{
+    Py_ssize_t count = PyList_GET_SIZE(keys);
+    if (count == 0 || PyList_GET_SIZE(values) != count) {
+        PyErr_Format(PyExc_ValueError, "%s: one value per key, at least one key", name);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i), *value = PyList_GET_ITEM(values, i);
+        if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != KEY_BYTES || !PyBytes_Check(value)
+            || PyBytes_GET_SIZE(value) != 32) {
+            PyErr_SetString(PyExc_ValueError, "keys and values are 32 bytes");
+            return -1;
+        }
+        if (i && memcmp(item_at(keys, i - 1), PyBytes_AS_STRING(key), KEY_BYTES) >= 0) {
+            PyErr_Format(PyExc_ValueError, "%s: keys sorted and distinct", name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *update(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
@@ -702,25 +733,10 @@ static PyObject *update(PyObject *module, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "update: arguments of the wrong types");
         return NULL;
     }
-    Py_ssize_t count = PyList_GET_SIZE(batch.keys);
-    if (count == 0 || PyList_GET_SIZE(batch.values) != count) {
-        PyErr_SetString(PyExc_ValueError, "update: one value per key, at least one key");
+    if (check_batch(batch.keys, batch.values, "update") < 0) {
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *key = PyList_GET_ITEM(batch.keys, i);
-        PyObject *value = PyList_GET_ITEM(batch.values, i);
-        if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != KEY_BYTES || !PyBytes_Check(value)
-            || PyBytes_GET_SIZE(value) != 32) {
-            PyErr_SetString(PyExc_ValueError, "keys and values are 32 bytes");
-            return NULL;
-        }
-        if (i && memcmp(PyBytes_AS_STRING(PyList_GET_ITEM(batch.keys, i - 1)),
-                        PyBytes_AS_STRING(key), KEY_BYTES) >= 0) {
-            PyErr_SetString(PyExc_ValueError, "update: keys sorted and distinct");
-            return NULL;
-        }
-    }
+    Py_ssize_t count = PyList_GET_SIZE(batch.keys);
     /* The lists are only read below, and nothing here runs Python code but ``row`` (the
      * batch's own reader): the keys and values stay as checked. */
     if (root == Py_None) {
@@ -729,459 +745,585 @@ static PyObject *update(PyObject *module, PyObject *const *args, Py_ssize_t narg
     return merge(&batch, root, 0, count);
 }
 
-/* --- the rows a store keeps: client.mapstore's groups (its rule 7) ---------------------- */
+/* --- a batch over stored groups: client.mapstore's rows (its rule 7) --------------------
+ *
+ * ``update_groups`` is the same batch as ``update``, over the rows as a store keeps them:
+ * each group of inner nodes as its stored bytes. It reads the groups on the batch's paths
+ * from the caller's dicts of groups held in memory, else through its ``read`` (group id ->
+ * bytes, None for a group not stored yet),
+ * decodes them into the structs below for the batch's length, rewrites them there, and
+ * hands back the bytes of each group it changed: no Python object per node, so a batch
+ * makes and frees a few bytes objects a group instead of five objects a node. The rows it
+ * writes, their order within a group (stored order, then new nodes in the order ``update``
+ * writes them) and the bytes are exactly those of ``SqliteNodeStore.write`` after
+ * ``PrefixTree.update`` in mapstore.py, its definition; the tests hold the two to the same
+ * groups and roots. A group read is checked as it is decoded (at most 15 nodes, every
+ * field whole) and a node as it is walked (children split below it), so altered bytes
+ * raise KeyError, as the Python's reads do, and never read out of bounds. */
 
 #define GROUP_BITS 4
+#define GROUP_NODES 15
 
-/* ``mapstore.group_id``: the id of the group of inner node ``id`` (checked: ``u8 bit``
- * and ``ceil(bit/8)`` prefix bytes), a new reference. */
-static PyObject *group_of(PyObject *id)
-{
-    Py_ssize_t size = PyBytes_GET_SIZE(id);
-    const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(id);
-    if (size < 1 || size != 1 + (data[0] + 7) / 8) {  /* an inner bit is below 256 */
-        malformed();
-        return NULL;
-    }
-    int bit = data[0], top = bit - bit % GROUP_BITS;
-    if (top == bit) {
-        Py_INCREF(id);
-        return id;
-    }
-    return node_id(top, data + 1);
-}
-
-/* The parts of an InnerNode-shaped tuple (borrowed): its id and its two children. */
-static int read_node(PyObject *node, PyObject **id, PyObject **left, PyObject **right)
-{
-    if (!PyTuple_Check(node) || PyTuple_GET_SIZE(node) != 4
-        || !PyBytes_Check(PyTuple_GET_ITEM(node, 0))) {
-        return malformed();
-    }
-    *id = PyTuple_GET_ITEM(node, 0);
-    *left = PyTuple_GET_ITEM(node, 2);
-    *right = PyTuple_GET_ITEM(node, 3);
-    return 0;
-}
-
-/* True (1) if the child reference ``ref`` is a leaf's, its id borrowed into ``id``. */
-static int leaf_child(PyObject *ref, PyObject **id)
-{
-    Ref parts;
-    if (read_ref(ref, &parts) < 0) {
-        return -1;
-    }
-    *id = parts.id;
-    return parts.bits == KEY_BITS;
-}
-
-/* A group's row (borrowed) checked: (InnerNode, value or None, value or None, bytes or
- * None). */
-static int read_row(PyObject *row, PyObject **node)
-{
-    if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 4) {
-        return malformed();
-    }
-    *node = PyTuple_GET_ITEM(row, 0);
-    return 0;
-}
+/* A child as a row holds it, decoded. */
+typedef struct {
+    int bits;                /* an inner child's split bit; KEY_BITS for a leaf */
+    uint8_t id[KEY_BYTES];   /* an inner child's id after its first byte, zero-padded; a leaf's key */
+    uint8_t hash[32];        /* an inner child's hash; a leaf's once ``hashed`` */
+    uint8_t value[32];       /* a leaf's value (kept in its parent's row) */
+    int hashed;
+} Child;
 
 typedef struct {
-    PyObject *leaves;     /* dict: the batch's leaf key -> value */
-    PyObject *before;     /* dict: group id -> group as it was (those that exist) */
-    PyObject *touched;    /* dict: group id -> the batch's nodes in it */
-    PyObject *root_leaf;  /* callable: () -> (key, value) of a root leaf, or None */
-    PyObject *kept;       /* dict, made on first need: leaf key -> value kept before */
-} Values;
+    int bit;
+    uint8_t prefix[KEY_BYTES];  /* the node's id after its first byte, zero-padded */
+    Child left, right;
+} Node;
 
-/* ``_LeafValues._kept``: the leaf values the batch's nodes kept before it, and the root
- * leaf's. */
-static int make_kept(Values *values)
+typedef struct {
+    int count;
+    int changed;
+    Node nodes[GROUP_NODES];
+} Group;
+
+typedef struct {
+    PyObject *keys;       /* list of 32-byte bytes, sorted, distinct */
+    PyObject *values;     /* list of 32-byte bytes, one per key */
+    PyObject *held;       /* tuple of dicts: group id -> bytes, looked in first, in order */
+    PyObject *read;       /* callable: group id -> bytes, or None, for groups none holds */
+    PyObject *slots;      /* dict: group id -> index in ``groups`` */
+    PyObject *changed;    /* list: the ids of the groups changed, in the order first changed */
+    Group **groups;
+    Py_ssize_t count, capacity;
+} Stored;
+
+static int missing_node(void)
 {
-    PyObject *kept = PyDict_New();
-    if (kept == NULL) {
-        return -1;
-    }
-    Py_ssize_t at = 0;
-    PyObject *gid, *nodes;
-    while (PyDict_Next(values->touched, &at, &gid, &nodes)) {
-        PyObject *group = PyDict_GetItemWithError(values->before, gid);
-        if (group == NULL) {
-            if (PyErr_Occurred()) {
-                goto fail;
-            }
-            continue;
-        }
-        if (!PyDict_Check(group)) {
-            malformed();
-            goto fail;
-        }
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
-            PyObject *id, *left, *right, *old_node, *old_left, *old_right, *child;
-            if (read_node(PyList_GET_ITEM(nodes, i), &id, &left, &right) < 0) {
-                goto fail;
-            }
-            PyObject *old = PyDict_GetItemWithError(group, id);
-            if (old == NULL) {
-                if (PyErr_Occurred()) {
-                    goto fail;
-                }
-                continue;
-            }
-            if (read_row(old, &old_node) < 0
-                || read_node(old_node, &child, &old_left, &old_right) < 0) {
-                goto fail;
-            }
-            for (int side = 0; side < 2; side++) {
-                PyObject *value = PyTuple_GET_ITEM(old, 1 + side);
-                if (value == Py_None) {
-                    continue;
-                }
-                Ref ref;
-                if (read_ref(side ? old_right : old_left, &ref) < 0
-                    || PyDict_SetItem(kept, ref.id, value) < 0) {
-                    goto fail;
-                }
-            }
-        }
-    }
-    PyObject *root = PyObject_CallNoArgs(values->root_leaf);
-    if (root == NULL) {
-        goto fail;
-    }
-    if (root != Py_None) {
-        if (!PyTuple_Check(root) || PyTuple_GET_SIZE(root) != 2
-            || PyDict_SetItem(kept, PyTuple_GET_ITEM(root, 0), PyTuple_GET_ITEM(root, 1)) < 0) {
-            Py_DECREF(root);
-            if (!PyErr_Occurred()) {
-                malformed();
-            }
-            goto fail;
-        }
-    }
-    Py_DECREF(root);
-    values->kept = kept;
-    return 0;
-fail:
-    Py_DECREF(kept);
+    PyErr_SetString(PyExc_KeyError, "map node missing");
     return -1;
 }
 
-/* ``_LeafValues.of``: the value (borrowed) of leaf ``key`` whose new parent's row before
- * the batch was ``old`` (NULL: none): the batch's own, else that row's, else the one the
- * batch's rows kept before it. KeyError("map leaf missing") if none has it. */
-static PyObject *leaf_value(Values *values, PyObject *key, PyObject *old)
+/* ``mapstore.group_id`` of the node (``bit``, ``prefix``): a new reference. */
+static PyObject *group_id_of(int bit, const uint8_t *prefix)
 {
-    PyObject *value = PyDict_GetItemWithError(values->leaves, key);
-    if (value != NULL || PyErr_Occurred()) {
-        return value;
-    }
-    if (old != NULL) {
-        PyObject *node, *id, *left, *right, *child;
-        if (read_row(old, &node) < 0 || read_node(node, &id, &left, &right) < 0) {
-            return NULL;
-        }
-        for (int side = 0; side < 2; side++) {
-            int is_leaf = leaf_child(side ? right : left, &child);
-            if (is_leaf < 0) {
-                return NULL;
-            }
-            int same = PyObject_RichCompareBool(child, key, Py_EQ);
-            if (same < 0) {
-                return NULL;
-            }
-            if (same) {
-                value = PyTuple_GET_ITEM(old, 1 + side);
-                if (value != Py_None) {
-                    return value;
-                }
-                break;
-            }
-        }
-    }
-    if (values->kept == NULL && make_kept(values) < 0) {
-        return NULL;
-    }
-    value = PyDict_GetItemWithError(values->kept, key);
-    if (value == NULL && !PyErr_Occurred()) {
-        PyErr_SetString(PyExc_KeyError, "map leaf missing");
-    }
-    return value;
+    return node_id(bit - bit % GROUP_BITS, prefix);
 }
 
-/* ``group_nodes(inners, where) -> {group id: [node, ...]}``: the batch's written nodes by
- * the group they are in (``where``'s, else ``group_id``), groups and nodes in order. */
-static PyObject *group_nodes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* The node's prefix as ``node_id`` makes it: bits from ``bit`` on zeroed. */
+static void masked_prefix(int bit, const uint8_t *key, uint8_t out[KEY_BYTES])
 {
-    (void)module;
-    if (nargs != 2 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "group_nodes(inners: list, where: dict)");
-        return NULL;
+    int n = (bit + 7) / 8;
+    memset(out, 0, KEY_BYTES);
+    memcpy(out, key, (size_t)n);
+    if (bit % 8) {
+        out[n - 1] &= (uint8_t)(0xFF << (8 - bit % 8));
     }
-    PyObject *inners = args[0], *where = args[1];
-    PyObject *touched = PyDict_New();
-    if (touched == NULL) {
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(inners); i++) {
-        PyObject *node = PyList_GET_ITEM(inners, i), *id, *left, *right, *gid;
-        if (read_node(node, &id, &left, &right) < 0) {
-            goto fail;
-        }
-        gid = PyDict_GetItemWithError(where, id);
-        if (gid != NULL) {
-            Py_INCREF(gid);
-        } else if (PyErr_Occurred() || (gid = group_of(id)) == NULL) {
-            goto fail;
-        }
-        PyObject *nodes = PyDict_GetItemWithError(touched, gid);
-        int failed;
-        if (nodes != NULL) {
-            failed = PyList_Append(nodes, node);
-        } else if (PyErr_Occurred()) {
-            failed = -1;
-        } else {
-            nodes = PyList_New(1);
-            failed = nodes == NULL;
-            if (!failed) {
-                Py_INCREF(node);
-                PyList_SET_ITEM(nodes, 0, node);
-                failed = PyDict_SetItem(touched, gid, nodes);
-                Py_DECREF(nodes);
-            }
-        }
-        Py_DECREF(gid);
-        if (failed) {
-            goto fail;
-        }
-    }
-    return touched;
-fail:
-    Py_DECREF(touched);
-    return NULL;
 }
 
-/* ``group_rows(touched, before, leaves, root_leaf) -> {group id: group}``: each group the
- * batch touched rewritten (a copy of ``before``'s, or a new one) with a row (node, left
- * leaf value, right leaf value, None) for each of its nodes, as
- * ``SqliteNodeStore.write`` does in Python. */
-static PyObject *group_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* One child of a stored row at ``*at``; -1 if the bytes end inside it. */
+static int decode_stored_child(const uint8_t *blob, Py_ssize_t size, Py_ssize_t *at, Child *child)
 {
-    (void)module;
-    if (nargs != 4 || !PyDict_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2])
-        || !PyCallable_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "group_rows(touched: dict, before: dict, leaves: dict, root_leaf)");
-        return NULL;
+    if (*at >= size) {
+        return -1;
     }
-    Values values = {args[2], args[1], args[0], args[3], NULL};
-    PyObject *after = PyDict_New(), *group = NULL;
-    if (after == NULL) {
-        return NULL;
+    memset(child, 0, sizeof *child);
+    child->bits = blob[*at] + 1;
+    Py_ssize_t from = *at + 1;
+    if (child->bits == KEY_BITS) {
+        if (from + 64 > size) {
+            return -1;
+        }
+        memcpy(child->id, blob + from, 32);
+        memcpy(child->value, blob + from + 32, 32);
+        *at = from + 64;
+        return 0;
     }
+    Py_ssize_t n = (child->bits + 7) / 8;
+    if (from + n + 32 > size) {
+        return -1;
+    }
+    memcpy(child->id, blob + from, (size_t)n);
+    memcpy(child->hash, blob + from + n, 32);
+    child->hashed = 1;
+    *at = from + n + 32;
+    return 0;
+}
+
+static int slot_of(const Group *group, int bit, const uint8_t *prefix);
+
+/* A stored group's rows into ``group`` (empty); -1 for bytes a store did not write (as
+ * ``_decode_group``: more than 15 nodes, a node twice, a field cut short). */
+static int decode_stored_group(const uint8_t *blob, Py_ssize_t size, Group *group)
+{
     Py_ssize_t at = 0;
-    PyObject *gid, *nodes;
-    while (PyDict_Next(values.touched, &at, &gid, &nodes)) {
-        if (!PyList_Check(nodes)) {
-            PyErr_SetString(PyExc_TypeError, "group_rows: touched maps to lists");
-            goto fail;
+    while (at < size) {
+        if (group->count == GROUP_NODES) {
+            return -1;
         }
-        PyObject *kept = PyDict_GetItemWithError(values.before, gid);
-        if (kept != NULL && !PyDict_Check(kept)) {
-            malformed();
-            goto fail;
+        Node *node = &group->nodes[group->count];
+        node->bit = blob[at];
+        Py_ssize_t n = (node->bit + 7) / 8;
+        if (at + 1 + n > size) {
+            return -1;
         }
-        group = kept != NULL ? PyDict_Copy(kept) : PyErr_Occurred() ? NULL : PyDict_New();
-        if (group == NULL) {
-            goto fail;
+        memcpy(node->prefix, blob + at + 1, (size_t)n);
+        at += 1 + n;
+        if (slot_of(group, node->bit, node->prefix) >= 0
+            || decode_stored_child(blob, size, &at, &node->left) < 0
+            || decode_stored_child(blob, size, &at, &node->right) < 0) {
+            return -1;
         }
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
-            PyObject *node = PyList_GET_ITEM(nodes, i), *id, *children[2], *child;
-            if (read_node(node, &id, &children[0], &children[1]) < 0) {
-                goto fail;
-            }
-            PyObject *old = PyDict_GetItemWithError(group, id);
-            if (old == NULL && PyErr_Occurred()) {
-                goto fail;
-            }
-            PyObject *row = PyTuple_New(4);
-            if (row == NULL) {
-                goto fail;
-            }
-            Py_INCREF(node);
-            PyTuple_SET_ITEM(row, 0, node);
-            Py_INCREF(Py_None);
-            PyTuple_SET_ITEM(row, 3, Py_None);
-            Py_XINCREF(old);  /* replaced below */
-            int failed = 0;
-            for (int side = 0; side < 2 && !failed; side++) {
-                PyObject *value = Py_None;
-                int is_leaf = leaf_child(children[side], &child);
-                if (is_leaf > 0) {
-                    value = leaf_value(&values, child, old);
-                }
-                failed = is_leaf < 0 || value == NULL;
-                if (!failed) {
-                    Py_INCREF(value);
-                    PyTuple_SET_ITEM(row, 1 + side, value);
-                }
-            }
-            if (!failed) {
-                untrack_if_atomic(row);
-            }
-            failed = failed || PyDict_SetItem(group, id, row) < 0;
-            Py_DECREF(row);  /* unset items are NULL: a tuple's dealloc skips them */
-            Py_XDECREF(old);
-            if (failed) {
-                goto fail;
-            }
-        }
-        int failed = PyDict_SetItem(after, gid, group);
-        Py_CLEAR(group);
-        if (failed) {
-            goto fail;
-        }
+        group->count++;
     }
-    Py_XDECREF(values.kept);
-    return after;
-fail:
-    Py_XDECREF(group);
-    Py_XDECREF(values.kept);
-    Py_DECREF(after);
-    return NULL;
+    return 0;
 }
 
-/* ``_encode_row``: one row's stored bytes, a new reference: the node's id, then each child
- * as ``u8 bits-1``, its id after the first byte and its hash, or for a leaf child (its
- * value kept in the row) its whole key and that value. */
-static PyObject *encode_row(PyObject *row)
+/* The group with id ``gid`` (borrowed) as the batch has it: read and decoded on first
+ * need. A group not stored is an empty one when ``create``, else "map node missing". */
+static Group *get_group(Stored *stored, PyObject *gid, int create)
 {
-    PyObject *node, *id, *children[2];
-    if (read_row(row, &node) < 0 || read_node(node, &id, &children[0], &children[1]) < 0) {
+    PyObject *slot = PyDict_GetItemWithError(stored->slots, gid);
+    if (slot != NULL) {
+        return stored->groups[PyLong_AsSsize_t(slot)];
+    }
+    if (PyErr_Occurred()) {
         return NULL;
     }
-    Ref refs[2];
-    PyObject *kept[2];
-    Py_ssize_t size = PyBytes_GET_SIZE(id);
-    for (int side = 0; side < 2; side++) {
-        if (read_ref(children[side], &refs[side]) < 0) {
+    PyObject *blob = NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stored->held) && blob == NULL; i++) {
+        blob = PyDict_GetItemWithError(PyTuple_GET_ITEM(stored->held, i), gid);
+        if (blob == NULL && PyErr_Occurred()) {
             return NULL;
         }
-        kept[side] = PyTuple_GET_ITEM(row, 1 + side);
-        if (kept[side] != Py_None
-            && (!PyBytes_Check(kept[side]) || PyBytes_GET_SIZE(kept[side]) != 32)) {
-            malformed();
-            return NULL;
-        }
-        size += 1 + PyBytes_GET_SIZE(refs[side].id) - (kept[side] == Py_None) + 32;
+        Py_XINCREF(blob);
     }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
-    if (out == NULL) {
+    if (blob == NULL && (blob = PyObject_CallOneArg(stored->read, gid)) == NULL) {
         return NULL;
     }
-    char *at = PyBytes_AS_STRING(out);
-    memcpy(at, PyBytes_AS_STRING(id), (size_t)PyBytes_GET_SIZE(id));
-    at += PyBytes_GET_SIZE(id);
-    for (int side = 0; side < 2; side++) {
-        int leaf = kept[side] != Py_None;
-        *at++ = (char)(uint8_t)(refs[side].bits - 1);
-        Py_ssize_t n = PyBytes_GET_SIZE(refs[side].id) - !leaf;
-        memcpy(at, PyBytes_AS_STRING(refs[side].id) + !leaf, (size_t)n);
-        at += n;
-        memcpy(at, PyBytes_AS_STRING(leaf ? kept[side] : refs[side].hash), 32);
-        at += 32;
-    }
-    return out;
-}
-
-/* ``encode_group(group) -> (group, bytes)``: ``mapstore._encoded``. */
-static PyObject *encode_group(PyObject *module, PyObject *group)
-{
-    (void)module;
-    if (!PyDict_Check(group)) {
-        PyErr_SetString(PyExc_TypeError, "encode_group(group: dict)");
-        return NULL;
-    }
-    PyObject *done = NULL, *parts = PyList_New(0), *blob = NULL;
-    if (parts == NULL) {
-        return NULL;
-    }
-    Py_ssize_t at = 0;
-    PyObject *nid, *row;
-    int all_encoded = 1;
-    while (PyDict_Next(group, &at, &nid, &row)) {
-        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 4) {
-            malformed();
-            goto fail;
-        }
-        if (PyTuple_GET_ITEM(row, 3) == Py_None) {
-            all_encoded = 0;
-            break;
-        }
-    }
-    if (all_encoded) {
-        done = group;
-        Py_INCREF(done);
-    } else if ((done = PyDict_New()) == NULL) {
-        goto fail;
-    }
-    at = 0;
-    while (PyDict_Next(group, &at, &nid, &row)) {
-        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 4) {
-            malformed();
-            goto fail;
-        }
-        PyObject *encoding = PyTuple_GET_ITEM(row, 3);
-        int failed;
-        if (encoding != Py_None) {
-            if (!PyBytes_Check(encoding)) {
-                malformed();
-                goto fail;
-            }
-            failed = PyList_Append(parts, encoding) < 0
-                     || (!all_encoded && PyDict_SetItem(done, nid, row) < 0);
+    if (blob == Py_None ? !create : !PyBytes_Check(blob)) {
+        Py_DECREF(blob);
+        if (blob == Py_None) {
+            missing_node();
         } else {
-            PyObject *fresh = encode_row(row), *copy = NULL;
-            if (fresh != NULL && (copy = PyTuple_New(4)) != NULL) {
-                for (int k = 0; k < 3; k++) {
-                    Py_INCREF(PyTuple_GET_ITEM(row, k));
-                    PyTuple_SET_ITEM(copy, k, PyTuple_GET_ITEM(row, k));
-                }
-                Py_INCREF(fresh);
-                PyTuple_SET_ITEM(copy, 3, fresh);
-                untrack_if_atomic(copy);
-            }
-            failed = copy == NULL || PyList_Append(parts, fresh) < 0
-                     || PyDict_SetItem(done, nid, copy) < 0;
-            Py_XDECREF(fresh);
-            Py_XDECREF(copy);
+            PyErr_SetString(PyExc_KeyError, "map group malformed");
         }
-        if (failed) {
-            goto fail;
+        return NULL;
+    }
+    if (stored->count == stored->capacity) {
+        Py_ssize_t capacity = stored->capacity ? 2 * stored->capacity : 16;
+        Group **grown = PyMem_Realloc(stored->groups, (size_t)capacity * sizeof(Group *));
+        if (grown == NULL) {
+            Py_DECREF(blob);
+            PyErr_NoMemory();
+            return NULL;
         }
+        stored->groups = grown;
+        stored->capacity = capacity;
     }
-    Py_ssize_t size = 0;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(parts); i++) {
-        size += PyBytes_GET_SIZE(PyList_GET_ITEM(parts, i));
+    Group *group = PyMem_Calloc(1, sizeof(Group));
+    if (group == NULL) {
+        Py_DECREF(blob);
+        PyErr_NoMemory();
+        return NULL;
     }
-    if ((blob = PyBytes_FromStringAndSize(NULL, size)) == NULL) {
-        goto fail;
-    }
-    char *into = PyBytes_AS_STRING(blob);
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(parts); i++) {
-        PyObject *part = PyList_GET_ITEM(parts, i);
-        memcpy(into, PyBytes_AS_STRING(part), (size_t)PyBytes_GET_SIZE(part));
-        into += PyBytes_GET_SIZE(part);
-    }
-    Py_DECREF(parts);
-    PyObject *out = PyTuple_Pack(2, done, blob);
-    Py_DECREF(done);
+    int bad = blob != Py_None
+              && decode_stored_group((const uint8_t *)PyBytes_AS_STRING(blob),
+                                     PyBytes_GET_SIZE(blob), group) < 0;
     Py_DECREF(blob);
+    PyObject *index = bad ? NULL : PyLong_FromSsize_t(stored->count);
+    if (index == NULL || PyDict_SetItem(stored->slots, gid, index) < 0) {
+        Py_XDECREF(index);
+        PyMem_Free(group);
+        if (bad) {
+            PyErr_SetString(PyExc_KeyError, "map group malformed");
+        }
+        return NULL;
+    }
+    Py_DECREF(index);
+    stored->groups[stored->count++] = group;
+    return group;
+}
+
+/* The slot of node (``bit``, ``prefix``) in ``group``, -1 if it has none. */
+static int slot_of(const Group *group, int bit, const uint8_t *prefix)
+{
+    size_t n = (size_t)(bit + 7) / 8;
+    for (int i = 0; i < group->count; i++) {
+        if (group->nodes[i].bit == bit && memcmp(group->nodes[i].prefix, prefix, n) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* The stored node an inner child ``ref`` points at. */
+static Node *find_node(Stored *stored, const Child *ref)
+{
+    PyObject *gid = group_id_of(ref->bits, ref->id);
+    if (gid == NULL) {
+        return NULL;
+    }
+    Group *group = get_group(stored, gid, 0);
+    Py_DECREF(gid);
+    if (group == NULL) {
+        return NULL;
+    }
+    int slot = slot_of(group, ref->bits, ref->id);
+    if (slot < 0) {
+        missing_node();
+        return NULL;
+    }
+    return &group->nodes[slot];
+}
+
+static const uint8_t *child_hash(Child *child)
+{
+    if (!child->hashed) {  /* a leaf read from its parent's row: hashed on first need */
+        uint8_t message[65];
+        message[0] = TAG_LEAF;
+        memcpy(message + 1, child->id, 32);
+        memcpy(message + 33, child->value, 32);
+        sha256_short(message, sizeof message, child->hash);
+        child->hashed = 1;
+    }
+    return child->hash;
+}
+
+/* ``_Batch.inner`` over groups: the node (``bit``, ``prefix``) written with these
+ * children (in its group's slot, or a new one at the end), ``*out`` the child over it. */
+static int put_node(Stored *stored, int bit, const uint8_t *prefix, Child left, Child right,
+                    Child *out)
+{
+    uint8_t message[66];
+    message[0] = TAG_NODE;
+    message[1] = (uint8_t)bit;
+    memcpy(message + 2, child_hash(&left), 32);
+    memcpy(message + 34, child_hash(&right), 32);
+    Child made = {.bits = bit, .hashed = 1};
+    sha256_short(message, sizeof message, made.hash);
+    memcpy(made.id, prefix, (size_t)(bit + 7) / 8);
+
+    PyObject *gid = group_id_of(bit, prefix);
+    if (gid == NULL) {
+        return -1;
+    }
+    Group *group = get_group(stored, gid, 1);
+    if (group == NULL) {
+        Py_DECREF(gid);
+        return -1;
+    }
+    if (!group->changed && PyList_Append(stored->changed, gid) < 0) {
+        Py_DECREF(gid);
+        return -1;
+    }
+    Py_DECREF(gid);
+    group->changed = 1;
+    int slot = slot_of(group, bit, prefix);
+    if (slot < 0) {
+        if (group->count == GROUP_NODES) {  /* only stored bytes a store did not write */
+            return malformed();
+        }
+        slot = group->count++;
+    }
+    Node *node = &group->nodes[slot];
+    node->bit = bit;
+    memcpy(node->prefix, made.id, KEY_BYTES);
+    node->left = left;
+    node->right = right;
+    *out = made;
+    return 0;
+}
+
+/* Key ``i``'s leaf with the batch's value. */
+static void new_leaf(Stored *stored, Py_ssize_t i, Child *out)
+{
+    memset(out, 0, sizeof *out);
+    out->bits = KEY_BITS;
+    memcpy(out->id, item_at(stored->keys, i), 32);
+    memcpy(out->value, item_at(stored->values, i), 32);
+    child_hash(out);
+}
+
+/* ``_Batch.build``: a fresh subtree of keys ``[lo, hi)`` (non-empty). */
+static int build_stored(Stored *stored, Py_ssize_t lo, Py_ssize_t hi, Child *out)
+{
+    if (hi - lo == 1) {
+        new_leaf(stored, lo, out);
+        return 0;
+    }
+    const uint8_t *first = item_at(stored->keys, lo);
+    int bit = first_difference(first, item_at(stored->keys, hi - 1));
+    Py_ssize_t mid = split_index(stored->keys, lo, hi, bit);
+    Child left, right;
+    if (build_stored(stored, lo, mid, &left) < 0 || build_stored(stored, mid, hi, &right) < 0) {
+        return -1;
+    }
+    uint8_t prefix[KEY_BYTES];
+    masked_prefix(bit, first, prefix);
+    return put_node(stored, bit, prefix, left, right, out);
+}
+
+/* ``_Batch.merge_one``: key ``at`` set under ``ref`` by one walk down and one rehash up.
+ * The walk keeps pointers into the batch's groups: a group's nodes never move, and each
+ * node on the walk is rewritten only once the walk is over. */
+static int merge_one_stored(Stored *stored, const Child *ref, Py_ssize_t at, Child *out)
+{
+    const uint8_t *key = item_at(stored->keys, at);
+    Node *path[KEY_BITS];
+    int sides[KEY_BITS];
+    const Child *refs[KEY_BITS + 1];  /* refs[i]: the child entered at depth i */
+    int depth = 0;
+    refs[0] = ref;
+    while (ref->bits != KEY_BITS) {
+        if (depth == KEY_BITS) {
+            return malformed();
+        }
+        Node *node = find_node(stored, ref);
+        if (node == NULL) {
+            return -1;
+        }
+        int right = bit_at(key, node->bit);
+        path[depth] = node;
+        sides[depth] = right;
+        const Child *next = right ? &node->right : &node->left;
+        if (next->bits <= node->bit) {  /* bits that do not increase: no walk loops */
+            return malformed();
+        }
+        refs[++depth] = ref = next;
+    }
+    Child child;
+    new_leaf(stored, at, &child);
+    if (memcmp(ref->id, key, KEY_BYTES) != 0) {
+        /* Another key's leaf: part from it where they first differ, above the first node
+         * on the walk that splits below that bit. */
+        int split = first_difference(key, ref->id);
+        int cut = 0;
+        while (cut < depth && path[cut]->bit < split) {
+            cut++;
+        }
+        Child below = *refs[cut];
+        uint8_t prefix[KEY_BYTES];
+        masked_prefix(split, key, prefix);
+        int failed = bit_at(key, split) ? put_node(stored, split, prefix, below, child, &child)
+                                        : put_node(stored, split, prefix, child, below, &child);
+        if (failed) {
+            return -1;
+        }
+        depth = cut;
+    }
+    while (depth > 0) {
+        Node *node = path[--depth];
+        uint8_t prefix[KEY_BYTES];
+        memcpy(prefix, node->prefix, KEY_BYTES);
+        Child left = sides[depth] ? node->left : child;
+        Child right = sides[depth] ? child : node->right;
+        if (put_node(stored, node->bit, prefix, left, right, &child) < 0) {
+            return -1;
+        }
+    }
+    *out = child;
+    return 0;
+}
+
+/* ``_Batch.merge``: the subtree ``ref`` with keys ``[lo, hi)`` (non-empty) set in it. */
+static int merge_stored(Stored *stored, Child ref, Py_ssize_t lo, Py_ssize_t hi, Child *out)
+{
+    if (hi - lo == 1) {
+        return merge_one_stored(stored, &ref, lo, out);
+    }
+    /* The first bit above ``bits`` where either end of the range leaves the prefix. */
+    int low = first_difference(ref.id, item_at(stored->keys, lo));
+    int high = first_difference(ref.id, item_at(stored->keys, hi - 1));
+    int differ = low < high ? low : high;
+    Child left, right;
+    if (differ < ref.bits) {  /* some keys leave this subtree above it: a new node */
+        int bit = differ;
+        Py_ssize_t mid = split_index(stored->keys, lo, hi, bit);
+        int failed;
+        if (bit_at(ref.id, bit)) {
+            failed = build_stored(stored, lo, mid, &left) < 0
+                     || (mid < hi ? merge_stored(stored, ref, mid, hi, &right) < 0
+                                  : (right = ref, 0));
+        } else {
+            failed = (lo < mid ? merge_stored(stored, ref, lo, mid, &left) < 0 : (left = ref, 0))
+                     || build_stored(stored, mid, hi, &right) < 0;
+        }
+        if (failed) {
+            return -1;
+        }
+        uint8_t prefix[KEY_BYTES];
+        masked_prefix(bit, ref.id, prefix);
+        return put_node(stored, bit, prefix, left, right, out);
+    }
+    if (ref.bits == KEY_BITS) {  /* the same key: a new value */
+        return build_stored(stored, lo, hi, out);
+    }
+    Node *node = find_node(stored, &ref);
+    if (node == NULL) {
+        return -1;
+    }
+    Child was_left = node->left, was_right = node->right;  /* copies: the node is rewritten */
+    if (was_left.bits <= ref.bits || was_right.bits <= ref.bits) {
+        return malformed();
+    }
+    Py_ssize_t mid = split_index(stored->keys, lo, hi, ref.bits);
+    if (lo < mid ? merge_stored(stored, was_left, lo, mid, &left) < 0 : (left = was_left, 0)) {
+        return -1;
+    }
+    if (mid < hi ? merge_stored(stored, was_right, mid, hi, &right) < 0 : (right = was_right, 0)) {
+        return -1;
+    }
+    return put_node(stored, ref.bits, ref.id, left, right, out);
+}
+
+/* A group's stored bytes (``mapstore._encode_row`` of each node, in slot order). */
+static PyObject *encode_stored_group(const Group *group)
+{
+    Py_ssize_t size = 0;
+    for (int i = 0; i < group->count; i++) {
+        const Node *node = &group->nodes[i];
+        size += 1 + (node->bit + 7) / 8;
+        for (int side = 0; side < 2; side++) {
+            int bits = (side ? &node->right : &node->left)->bits;
+            size += 1 + (bits == KEY_BITS ? 64 : (bits + 7) / 8 + 32);
+        }
+    }
+    PyObject *blob = PyBytes_FromStringAndSize(NULL, size);
+    if (blob == NULL) {
+        return NULL;
+    }
+    uint8_t *at = (uint8_t *)PyBytes_AS_STRING(blob);
+    for (int i = 0; i < group->count; i++) {
+        const Node *node = &group->nodes[i];
+        size_t n = (size_t)(node->bit + 7) / 8;
+        *at++ = (uint8_t)node->bit;
+        memcpy(at, node->prefix, n);
+        at += n;
+        for (int side = 0; side < 2; side++) {
+            const Child *child = side ? &node->right : &node->left;
+            *at++ = (uint8_t)(child->bits - 1);
+            if (child->bits == KEY_BITS) {
+                memcpy(at, child->id, 32);
+                memcpy(at + 32, child->value, 32);
+                at += 64;
+            } else {
+                n = (size_t)(child->bits + 7) / 8;
+                memcpy(at, child->id, n);
+                memcpy(at + n, child->hash, 32);
+                at += n + 32;
+            }
+        }
+    }
+    return blob;
+}
+
+/* The root's ChildRef and value (None unless a leaf) over ``child``. */
+static PyObject *root_result(const Child *child, PyTypeObject *ref_type)
+{
+    PyObject *id;
+    if (child->bits == KEY_BITS) {
+        id = PyBytes_FromStringAndSize((const char *)child->id, KEY_BYTES);
+    } else {
+        id = PyBytes_FromStringAndSize(NULL, 1 + (child->bits + 7) / 8);
+        if (id != NULL) {
+            PyBytes_AS_STRING(id)[0] = (char)child->bits;
+            memcpy(PyBytes_AS_STRING(id) + 1, child->id, (size_t)(child->bits + 7) / 8);
+        }
+    }
+    PyObject *items[3] = {id, PyLong_FromLong(child->bits),
+                          PyBytes_FromStringAndSize((const char *)child->hash, 32)};
+    if (items[0] == NULL || items[1] == NULL || items[2] == NULL) {
+        Py_XDECREF(items[0]);
+        Py_XDECREF(items[1]);
+        Py_XDECREF(items[2]);
+        return NULL;
+    }
+    PyObject *ref = new_tuple(ref_type, 3, items);
+    PyObject *value = child->bits == KEY_BITS
+                          ? PyBytes_FromStringAndSize((const char *)child->value, 32)
+                          : Py_NewRef(Py_None);
+    PyObject *out = ref == NULL || value == NULL ? NULL : PyTuple_Pack(2, ref, value);
+    Py_XDECREF(ref);
+    Py_XDECREF(value);
     return out;
-fail:
-    Py_XDECREF(done);
-    Py_DECREF(parts);
-    return NULL;
+}
+
+static PyObject *update_groups(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    int held_dicts = nargs == 7 && PyTuple_Check(args[4]);
+    for (Py_ssize_t i = 0; held_dicts && i < PyTuple_GET_SIZE(args[4]); i++) {
+        held_dicts = PyDict_Check(PyTuple_GET_ITEM(args[4], i));
+    }
+    if (!held_dicts || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1])
+        || !PyCallable_Check(args[5]) || !PyType_Check(args[6])
+        || !PyType_IsSubtype((PyTypeObject *)args[6], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "update_groups(keys: list, values: list, root, root_value, "
+                        "held: tuple of dicts, read, ChildRef)");
+        return NULL;
+    }
+    if (check_batch(args[0], args[1], "update_groups") < 0) {
+        return NULL;
+    }
+    Child root;
+    memset(&root, 0, sizeof root);
+    if (args[2] != Py_None) {
+        Ref ref;
+        if (read_ref(args[2], &ref) < 0) {
+            return NULL;
+        }
+        root.bits = ref.bits;
+        root.hashed = 1;
+        memcpy(root.hash, PyBytes_AS_STRING(ref.hash), 32);
+        prefix_of(&ref, root.id);
+        if (ref.bits == KEY_BITS) {  /* a root leaf's value is the store's, beside it */
+            PyObject *value = args[3];
+            if (!PyBytes_Check(value) || PyBytes_GET_SIZE(value) != 32) {
+                malformed();
+                return NULL;
+            }
+            memcpy(root.value, PyBytes_AS_STRING(value), 32);
+        }
+    }
+    Stored stored = {args[0], args[1], args[4], args[5], PyDict_New(), PyList_New(0), NULL, 0, 0};
+    PyObject *result = NULL, *groups = NULL, *top = NULL;
+    Child out;
+    if (stored.slots == NULL || stored.changed == NULL) {
+        goto done;
+    }
+    /* Nothing below runs Python code but ``read``, the caller's (and the held dicts' keys
+     * are bytes, which compare without any): the lists stay as checked. */
+    Py_ssize_t count = PyList_GET_SIZE(stored.keys);
+    if ((args[2] == Py_None ? build_stored(&stored, 0, count, &out)
+                            : merge_stored(&stored, root, 0, count, &out)) < 0) {
+        goto done;
+    }
+    if ((groups = PyDict_New()) == NULL
+        || (top = root_result(&out, (PyTypeObject *)args[6])) == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(stored.changed); i++) {
+        PyObject *gid = PyList_GET_ITEM(stored.changed, i);
+        PyObject *slot = PyDict_GetItemWithError(stored.slots, gid);
+        PyObject *blob = slot == NULL ? NULL
+                                      : encode_stored_group(stored.groups[PyLong_AsSsize_t(slot)]);
+        int failed = blob == NULL || PyDict_SetItem(groups, gid, blob) < 0;
+        Py_XDECREF(blob);
+        if (failed) {
+            goto done;
+        }
+    }
+    result = PyTuple_Pack(3, PyTuple_GET_ITEM(top, 0), PyTuple_GET_ITEM(top, 1), groups);
+done:
+    Py_XDECREF(top);
+    Py_XDECREF(groups);
+    for (Py_ssize_t i = 0; i < stored.count; i++) {
+        PyMem_Free(stored.groups[i]);
+    }
+    PyMem_Free(stored.groups);
+    Py_XDECREF(stored.slots);
+    Py_XDECREF(stored.changed);
+    return result;
 }
 
 /* ``mapstore._decode_child``: the child at ``*at`` of a stored row, moving ``*at`` past it;
@@ -1297,7 +1439,12 @@ static PyObject *decode_group(PyObject *module, PyObject *const *args, Py_ssize_
         Py_XDECREF(encoding);
         Py_XDECREF(values[0]);
         Py_XDECREF(values[1]);
-        int failed = row == NULL || PyDict_SetItem(group, id, row) < 0;
+        int failed = row == NULL;
+        if (!failed && (PyDict_GET_SIZE(group) == GROUP_NODES || PyDict_Contains(group, id))) {
+            PyErr_SetString(PyExc_KeyError, "map group malformed");  /* a node twice, or 16 */
+            failed = 1;
+        }
+        failed = failed || PyDict_SetItem(group, id, row) < 0;
         Py_XDECREF(row);
         if (id != NULL && node_items[1] != NULL) {
             Py_DECREF(id);  /* the key's reference */
@@ -1348,18 +1495,16 @@ static PyMethodDef methods[] = {
      "update(keys, values, root, held, row, written, ChildRef, InnerNode) -> ChildRef\n\n"
      "PrefixTree.update's batch over sorted distinct 32-byte keys: the new root's ref;\n"
      "the rows rewritten are appended to ``written`` in vmap._Batch's order."},
-    {"group_nodes", (PyCFunction)(void (*)(void))group_nodes, METH_FASTCALL,
-     "group_nodes(inners, where) -> dict: a batch's written nodes by group id\n"
-     "(mapstore.SqliteNodeStore.write's first step)."},
-    {"group_rows", (PyCFunction)(void (*)(void))group_rows, METH_FASTCALL,
-     "group_rows(touched, before, leaves, root_leaf) -> dict: the groups a batch\n"
-     "rewrites, with its rows and their leaf values (SqliteNodeStore.write's second step)."},
+    {"update_groups", (PyCFunction)(void (*)(void))update_groups, METH_FASTCALL,
+     "update_groups(keys, values, root, root_value, held, read, ChildRef)\n"
+     "    -> (root, root_value, {group id: bytes})\n\n"
+     "update's batch over a store's groups of rows (client.mapstore rule 7): a group's\n"
+     "stored bytes are the first of the ``held`` dicts' that has it, else ``read``'s (None:\n"
+     "not stored); returns the new root's ref, its value if it is a leaf, and the stored\n"
+     "bytes of every group the batch changed."},
     {"decode_group", (PyCFunction)(void (*)(void))decode_group, METH_FASTCALL,
      "decode_group(blob, ChildRef, InnerNode) -> dict: a stored group's rows\n"
      "(mapstore._decode_group)."},
-    {"encode_group", encode_group, METH_O,
-     "encode_group(group) -> (group, bytes): the group with every row's encoding, and its\n"
-     "stored bytes (mapstore._encoded)."},
     {"sha256", digest, METH_O,
      "sha256(data) -> bytes: the digest this module hashes with (at most 119 bytes)."},
     {"use_sha_extensions", use_sha_extensions, METH_O,

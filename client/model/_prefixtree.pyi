@@ -17,19 +17,18 @@ def update(
     inner_type: type[InnerNode],
     /,
 ) -> ChildRef: ...
-def group_nodes(
-    inners: list[InnerNode], where: dict[bytes, bytes], /
-) -> dict[bytes, list[InnerNode]]: ...
-def group_rows(
-    touched: dict[bytes, list[InnerNode]],
-    before: dict[bytes, dict[bytes, _Row]],
-    leaves: dict[bytes, bytes],
-    root_leaf: Callable[[], tuple[bytes, bytes] | None],
+def update_groups(
+    keys: list[bytes],
+    values: list[bytes],
+    root: ChildRef | None,
+    root_value: bytes | None,
+    held: tuple[dict[bytes, bytes], ...],
+    read: Callable[[bytes], bytes | None],
+    ref_type: type[ChildRef],
     /,
-) -> dict[bytes, dict[bytes, _Row]]: ...
+) -> tuple[ChildRef, bytes | None, dict[bytes, bytes]]: ...
 def decode_group(
     blob: bytes, ref_type: type[ChildRef], inner_type: type[InnerNode], /
 ) -> dict[bytes, _Row]: ...
-def encode_group(group: dict[bytes, _Row], /) -> tuple[dict[bytes, _Row], bytes]: ...
 def sha256(data: bytes, /) -> bytes: ...
 def use_sha_extensions(flag: bool, /) -> bool: ...

@@ -840,13 +840,17 @@ class PrefixTree:
             raise ValueError("keys and values are 32 bytes")
         if not changes:
             return self.root()
+        return self._batch(changes).hash
+
+    def _batch(self, changes: Mapping[bytes, bytes]) -> ChildRef:
+        """``update``'s batch (checked, not empty): the new root, written."""
         batch = _Batch(self.store, changes)
         old = self.store.root()
         if old is not None and old.id not in batch.held:
             batch.read_paths(old)
         new = batch.run(old, compiled=self.compiled)
         self.store.write(new, batch.written, dict(changes))
-        return new.hash
+        return new
 
     def lookup(self, key: bytes) -> KeyPath:
         """Walk the split bits of ``key`` to the one leaf it reaches (``key``'s own leaf iff
