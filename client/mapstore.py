@@ -809,8 +809,9 @@ class SqliteNodeStore:
         return self._row(node)[0]
 
     def held(self) -> Mapping[bytes, InnerNode]:
-        """None held decoded: the Python's batch reads its paths ahead, a level at a time."""
-        return {}
+        """The nodes of the groups the cache holds, each group decoded on first need (the
+        Python's batch walks its paths here; none without a cache)."""
+        return {} if self.cache is None else _HeldNodes(self, self.cache)
 
     def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
         """The inner nodes with these ids, in their order: the groups the cache lacks in
@@ -921,6 +922,44 @@ class SqliteNodeStore:
             list(groups.items()),
             "ON CONFLICT (id) DO UPDATE SET nodes = excluded.nodes",
         )
+
+
+class _HeldNodes(Mapping[bytes, InnerNode]):
+    """``SqliteNodeStore.held``: the inner nodes of the groups in a cache (its layer's and
+    its least recently used ones), by id, decoded a group at a time through the store's
+    decoded groups, so the Python's batch reads a cached path without a query."""
+
+    def __init__(self, store: SqliteNodeStore, cache: MapCache) -> None:
+        self.store = store
+        self.cache = cache
+
+    def get(self, node: bytes, default: Any = None) -> Any:  # the batch's hot lookup
+        gid = group_id(node)
+        blob = self.cache.group(gid)
+        if blob is None:
+            return default
+        row = self.store._decoded_group(gid, blob).get(node)
+        return default if row is None else row[0]
+
+    def __getitem__(self, node: bytes) -> InnerNode:
+        found = self.get(node)
+        if found is None:
+            raise KeyError(node)
+        return found  # type: ignore[no-any-return]
+
+    def _groups(self) -> dict[bytes, bytes]:
+        layer = self.cache.layer
+        return {
+            **self.cache.groups.entries,
+            **({} if layer is None else dict(layer.groups.items())),
+        }
+
+    def __iter__(self) -> Iterator[bytes]:
+        for gid, blob in self._groups().items():
+            yield from self.store._decoded_group(gid, blob)
+
+    def __len__(self) -> int:
+        return sum(len(self.store._decoded_group(g, b)) for g, b in self._groups().items())
 
 
 _ROOT_COLUMNS: Final = "root_id = ?, root_bits = ?, root_hash = ?, root_value = ?"

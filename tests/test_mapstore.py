@@ -13,7 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deplog.client.mapstore import STORE_FORMAT, MapCache, SqliteNodeStore, StoredMap, group_id
+from deplog.client.mapstore import (
+    STORE_FORMAT,
+    MapCache,
+    SqliteNodeStore,
+    StoredMap,
+    StoredTree,
+    group_id,
+)
 from deplog.client.model.vmap import (
     EMPTY_ROOT,
     InnerNode,
@@ -408,3 +415,27 @@ def test_a_map_of_another_format_is_dropped_whole_and_this_formats_is_kept(
     assert (root == old_root) is (old_format == 2)
     assert (stored.format(), StoredMap.create_schema(conn)) == (STORE_FORMAT, False)
     assert (stored.size(), stored.root()) == (6, root)
+
+
+def test_a_writers_held_nodes_are_the_nodes_of_its_cached_groups(conn: sqlite3.Connection) -> None:
+    """``held()`` (the Python batch's walk) maps every node of every cached group, and only
+    those, to the node stored; a store without a cache holds none."""
+    rng = random.Random(12)
+    start_map(conn)
+    StoredTree(SqliteNodeStore(conn)).update(
+        {rng.randbytes(32): rng.randbytes(32) for _ in range(300)}
+    )
+    store = SqliteNodeStore(conn, MapCache(max_group_bytes=3_000))
+    reader = SqliteNodeStore(conn)
+    root = store.root()
+    assert root is not None and store.inner(root.id) == reader.inner(root.id)  # caches its group
+    held = store.held()
+    cached = store.cache.groups.entries if store.cache is not None else {}
+    assert cached and len(held) == len(list(held)) > 0
+    assert {group_id(node) for node in held} == set(cached)
+    assert all(held[node] == reader.inner(node) for node in held)
+    absent = bytes([255]) + bytes(32)
+    assert held.get(absent) is None and absent not in held
+    with pytest.raises(KeyError):
+        held[absent]
+    assert not SqliteNodeStore(conn).held()

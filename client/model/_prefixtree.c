@@ -748,18 +748,18 @@ static PyObject *update(PyObject *module, PyObject *const *args, Py_ssize_t narg
 /* --- a batch over stored groups: client.mapstore's rows (its rule 7) --------------------
  *
  * ``update_groups`` is the same batch as ``update``, over the rows as a store keeps them:
- * each group of inner nodes as its stored bytes. It reads the groups on the batch's paths
- * from the caller's dicts of groups held in memory, else through its ``read`` (group id ->
- * bytes, None for a group not stored yet),
- * decodes them into the structs below for the batch's length, rewrites them there, and
- * hands back the bytes of each group it changed: no Python object per node, so a batch
- * makes and frees a few bytes objects a group instead of five objects a node. The rows it
- * writes, their order within a group (stored order, then new nodes in the order ``update``
- * writes them) and the bytes are exactly those of ``SqliteNodeStore.write`` after
- * ``PrefixTree.update`` in mapstore.py, its definition; the tests hold the two to the same
- * groups and roots. A group read is checked as it is decoded (at most 15 nodes, every
- * field whole) and a node as it is walked (children split below it), so altered bytes
- * raise KeyError, as the Python's reads do, and never read out of bounds. */
+ * each group of inner nodes as its stored bytes. It takes the groups on the batch's paths
+ * from the caller's dicts of groups held in memory, else from its ``read`` (group id ->
+ * bytes, None for a group not stored yet), decodes them into the fixed slots below for
+ * the batch's length, rewrites them there, and hands back the bytes of each group it
+ * changed: no Python object per node, so a batch makes a bytes object a group instead of
+ * five objects a node. The rows it writes, their order within a group (stored order,
+ * then new nodes in the order ``update`` writes them) and the bytes are exactly those the
+ * Python's batch writes through ``SqliteNodeStore.write`` in mapstore.py, its
+ * definition; the tests hold the two to the same groups and roots. A group is checked as
+ * it is decoded (every field whole, no node twice, at most 15) and a node as it is
+ * walked (children split below it), so altered bytes raise KeyError, as the Python's
+ * reads do, and nothing is read or written out of bounds. */
 
 #define GROUP_BITS 4
 #define GROUP_NODES 15
@@ -767,7 +767,8 @@ static PyObject *update(PyObject *module, PyObject *const *args, Py_ssize_t narg
 /* A child as a row holds it, decoded. */
 typedef struct {
     int bits;                /* an inner child's split bit; KEY_BITS for a leaf */
-    uint8_t id[KEY_BYTES];   /* an inner child's id after its first byte, zero-padded; a leaf's key */
+    uint8_t id[KEY_BYTES];   /* an inner child's id after its first byte, zero-padded, or
+                              * a leaf's key */
     uint8_t hash[32];        /* an inner child's hash; a leaf's once ``hashed`` */
     uint8_t value[32];       /* a leaf's value (kept in its parent's row) */
     int hashed;
