@@ -926,20 +926,33 @@ class SqliteNodeStore:
 
 class _HeldNodes(Mapping[bytes, InnerNode]):
     """``SqliteNodeStore.held``: the inner nodes of the groups in a cache (its layer's and
-    its least recently used ones), by id, decoded a group at a time through the store's
-    decoded groups, so the Python's batch reads a cached path without a query."""
+    its least recently used ones), by id, for one batch of the Python's: a group is
+    decoded (through the store's decoded groups) and its nodes indexed on first need, so
+    the batch reads a cached path without a query. The map must not change meanwhile."""
 
     def __init__(self, store: SqliteNodeStore, cache: MapCache) -> None:
         self.store = store
         self.cache = cache
+        self.nodes: dict[bytes, InnerNode] = {}
+        self.indexed: set[bytes] = set()
 
     def get(self, node: bytes, default: Any = None) -> Any:  # the batch's hot lookup
+        found = self.nodes.get(node)
+        if found is not None:
+            return found
         gid = group_id(node)
+        if gid in self.indexed or not self._index(gid):
+            return default
+        return self.nodes.get(node, default)
+
+    def _index(self, gid: bytes) -> bool:
         blob = self.cache.group(gid)
         if blob is None:
-            return default
-        row = self.store._decoded_group(gid, blob).get(node)
-        return default if row is None else row[0]
+            return False
+        self.indexed.add(gid)
+        for nid, row in self.store._decoded_group(gid, blob).items():
+            self.nodes[nid] = row[0]
+        return True
 
     def __getitem__(self, node: bytes) -> InnerNode:
         found = self.get(node)
@@ -947,19 +960,15 @@ class _HeldNodes(Mapping[bytes, InnerNode]):
             raise KeyError(node)
         return found  # type: ignore[no-any-return]
 
-    def _groups(self) -> dict[bytes, bytes]:
-        layer = self.cache.layer
-        return {
-            **self.cache.groups.entries,
-            **({} if layer is None else dict(layer.groups.items())),
-        }
-
     def __iter__(self) -> Iterator[bytes]:
-        for gid, blob in self._groups().items():
-            yield from self.store._decoded_group(gid, blob)
+        layer = self.cache.layer
+        for gid in [*self.cache.groups.entries, *([] if layer is None else layer.groups.keys())]:
+            if gid not in self.indexed:
+                self._index(gid)
+        return iter(self.nodes)
 
     def __len__(self) -> int:
-        return sum(len(self.store._decoded_group(g, b)) for g, b in self._groups().items())
+        return sum(1 for _ in self)
 
 
 _ROOT_COLUMNS: Final = "root_id = ?, root_bits = ?, root_hash = ?, root_value = ?"
