@@ -153,6 +153,20 @@ def stored_groups(seed: int, keys: int) -> list[bytes]:
     return [bytes(row[0]) for row in conn.execute("SELECT nodes FROM map_group")]
 
 
+def altered(data: st.DataObject, stored: bytes) -> bytes:
+    """``stored`` cut short, grown, or with one byte flipped."""
+    blob = bytearray(stored)
+    change = data.draw(st.sampled_from(["cut", "grow", "flip"]))
+    if change == "cut":
+        blob = blob[: data.draw(st.integers(0, len(blob) - 1))]
+    elif change == "grow":
+        blob += data.draw(st.binary(min_size=1, max_size=80))
+    else:
+        at = data.draw(st.integers(0, len(blob) - 1))
+        blob[at] ^= data.draw(st.integers(1, 255))
+    return bytes(blob)
+
+
 def decoded_both_ways(blob: bytes) -> tuple[object, object]:
     """What each decoder gives: its rows, or the KeyError it raised."""
     outcomes = []
@@ -185,16 +199,7 @@ def test_altered_group_bytes_are_refused_where_the_python_refuses_them(
 ) -> None:
     """Cut, grown or flipped bytes: both decoders give the same rows or both raise the
     stores' ``KeyError``."""
-    blob = bytearray(data.draw(st.sampled_from(GROUPS)))
-    change = data.draw(st.sampled_from(["cut", "grow", "flip"]))
-    if change == "cut":
-        blob = blob[: data.draw(st.integers(0, len(blob) - 1))]
-    elif change == "grow":
-        blob += data.draw(st.binary(min_size=1, max_size=80))
-    else:
-        at = data.draw(st.integers(0, len(blob) - 1))
-        blob[at] ^= data.draw(st.integers(1, 255))
-    python, native = decoded_both_ways(bytes(blob))
+    python, native = decoded_both_ways(altered(data, data.draw(st.sampled_from(GROUPS))))
     if isinstance(python, KeyError):
         assert isinstance(native, KeyError) and native.args == ("map group malformed",)
     else:
@@ -339,22 +344,14 @@ def test_altered_group_bytes_give_what_the_python_gives_or_its_key_error(
     root and groups as the Python, or both raise the stores' ``KeyError``; never a crash
     or a read out of bounds (CI runs these under the same build as production)."""
     gid = data.draw(st.sampled_from(sorted(ALTERED_GROUPS)))
-    blob = bytearray(ALTERED_GROUPS[gid])
-    change = data.draw(st.sampled_from(["cut", "grow", "flip"]))
-    if change == "cut":
-        blob = blob[: data.draw(st.integers(0, len(blob) - 1))]
-    elif change == "grow":
-        blob += data.draw(st.binary(min_size=1, max_size=80))
-    else:
-        at = data.draw(st.integers(0, len(blob) - 1))
-        blob[at] ^= data.draw(st.integers(1, 255))
+    blob = altered(data, ALTERED_GROUPS[gid])
     keys = data.draw(st.lists(st.sampled_from(sorted(ALTERED_ITEMS)), min_size=1, max_size=20))
     batch = {key: bytes(32) for key in keys}
     batch[data.draw(st.binary(min_size=32, max_size=32))] = b"\x01" * 32
     conn = ALTERED.conn
     conn.execute("BEGIN")
     try:
-        conn.execute("UPDATE map_group SET nodes = ? WHERE id = ?", (bytes(blob), gid))
+        conn.execute("UPDATE map_group SET nodes = ? WHERE id = ?", (blob, gid))
         python = updated(ALTERED, batch, native=False)
         native = updated(ALTERED, batch, native=True)
     finally:
