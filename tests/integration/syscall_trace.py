@@ -156,6 +156,11 @@ class _Builder:
         self.recording.ops.append(op)
 
     def call(self, syscall: str, args: str, result: str) -> None:
+        if result.startswith("?"):
+            # Its process was killed in the call (strace cannot tell its result): nothing
+            # waited on it, so leaving it out only leaves out crash states, never makes one
+            # up. A helper process killed at the stop while it opened a file did this.
+            return
         returned = _result(result)
         parts = _split(args)
         if returned is None:

@@ -113,6 +113,24 @@ def test_the_trace_places_an_fsync_where_it_returned_and_a_send_where_it_began(
     assert recording.sends == [(1, b"ok")]
 
 
+def test_a_call_its_process_was_killed_in_is_left_out(tmp_path: Path) -> None:
+    """strace prints ``= ?`` for a call that never returned (the process was killed in it):
+    its effect is unknown and nothing waited on it."""
+    data = str(tmp_path).encode().hex()
+    db = "".join(f"\\x{data[i : i + 2]}" for i in range(0, len(data), 2)) + "\\x2f\\x64\\x62"
+    trace = "\n".join(
+        [
+            f'7 pwrite64(3<{db}>, "\\x61", 1, 0) = 1',
+            '9 openat(AT_FDCWD</>, "\\x2f\\x78", O_RDONLY|O_CLOEXEC) = ?',
+            "9 +++ killed by SIGKILL +++",
+            f'8 pwrite64(3<{db}>, "\\x62", 1, 1 <unfinished ...>',
+            "8 <... pwrite64 resumed>) = ?",
+            f"7 fdatasync(3<{db}>) = ?",
+        ]
+    )
+    assert parse_trace(trace, tmp_path, EMPTY).ops == [written(b"a")]
+
+
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> Campaign:
     """One recording of a real authority, shared by the campaign's tests."""
