@@ -157,8 +157,7 @@ SCHEMA = (
 
 DEFAULT_CACHE_GROUP_BYTES = 24 << 20
 """Stored bytes of groups a writer's cache keeps: the top of the tree and the paths of
-recent batches (100 to 130 bytes a node: about 200,000 nodes, where the decoded rows
-it kept before took 27 MB for 32,768)."""
+recent batches (100 to 130 bytes a node: about 200,000 nodes)."""
 DEFAULT_CACHE_RECORD_BYTES = 16 << 20
 """Record bytes a writer's cache keeps: records grow with their tool's notices."""
 _IN_CHUNK = 500
@@ -166,7 +165,7 @@ _IN_CHUNK = 500
 GROUP_BITS = 4
 """Split bits per group (rule 7): a group holds at most 2^4 - 1 inner nodes."""
 DECODED_GROUPS = 4096
-"""Groups a store keeps decoded beside their bytes for the Python's batch (which walks
+"""Groups a cache keeps decoded beside their bytes for the Python's batch (which walks
 and rewrites rows as objects) and reads of whole groups: the compiled batch needs none."""
 
 K = TypeVar("K")
@@ -477,6 +476,10 @@ class MapCache:
         """Group id -> stored bytes, in the order loaded or written, not read: a batch
         rewrites every group it reads, so its paths are the most recent all the same."""
         self.records: _Lru[str] = _Lru(max_record_bytes)
+        self.decoded: OrderedDict[bytes, tuple[bytes, _Group]] = OrderedDict()
+        """Group id -> (bytes, rows), the ``DECODED_GROUPS`` last decoded or written:
+        valid while the map's bytes of the group are those very bytes (one object, never
+        equal bytes of another time), so no write or rollback has to update it."""
         self.layer_entries = layer_entries
         self.layer_groups = layer_groups
         self.layer_record_bytes = layer_record_bytes
@@ -553,6 +556,23 @@ class MapCache:
             if record is not None:
                 return record
         return self.records.get(tool_id)
+
+    def decoded_group(self, gid: bytes, blob: bytes) -> _Group:
+        """The rows of group ``gid`` whose bytes are ``blob``, decoded once."""
+        known = self.decoded.get(gid)
+        if known is not None and known[0] is blob:
+            self.decoded.move_to_end(gid)
+            return known[1]
+        group = _decode_group(blob)
+        self.remember(gid, blob, group)
+        return group
+
+    def remember(self, gid: bytes, blob: bytes, group: _Group) -> None:
+        """Keep ``group``, the rows of ``blob``, decoded."""
+        self.decoded[gid] = (blob, group)
+        self.decoded.move_to_end(gid)
+        if len(self.decoded) > DECODED_GROUPS:
+            self.decoded.popitem(last=False)
 
     def put_groups(self, groups: Mapping[bytes, bytes]) -> None:
         """Cache ``groups`` (read from the table, or a batch's written), each replacing the
@@ -670,6 +690,7 @@ class MapCache:
         to the layer, and the write in slices, as last committed (rule 8)."""
         self.groups.clear()
         self.records.clear()
+        self.decoded.clear()
         committed, layer = self.committed, self.layer
         if committed is None:
             self.layer = None
@@ -725,10 +746,6 @@ class SqliteNodeStore:
     def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
         self.cache = cache
-        self._decoded: OrderedDict[bytes, tuple[bytes, _Group]] = OrderedDict()
-        """Group id -> (bytes, rows), the ``DECODED_GROUPS`` last decoded or written: valid
-        while the map's bytes of the group are those very bytes (one object: never equal
-        bytes of another time)."""
 
     def root(self) -> ChildRef | None:
         """The root reference, None for the empty map (or no map yet)."""
@@ -769,28 +786,16 @@ class SqliteNodeStore:
         blob = self.group(gid)
         if blob is None:
             raise KeyError("map node missing")
-        known = self._decoded.get(gid)
-        if known is None and _compiled is None:  # one row decoded in Python, not fifteen
-            return _find_in_group(blob, node)
+        cache = self.cache
+        if _compiled is None and (cache is None or gid not in cache.decoded):
+            return _find_in_group(blob, node)  # one row decoded in Python, not fifteen
         row = self._decoded_group(gid, blob).get(node)
         if row is None:
             raise KeyError("map node missing")
         return row
 
     def _decoded_group(self, gid: bytes, blob: bytes) -> _Group:
-        known = self._decoded.get(gid)
-        if known is not None and known[0] is blob:
-            self._decoded.move_to_end(gid)
-            return known[1]
-        group = _decode_group(blob)
-        self._remember(gid, blob, group)
-        return group
-
-    def _remember(self, gid: bytes, blob: bytes, group: _Group) -> None:
-        self._decoded[gid] = (blob, group)
-        self._decoded.move_to_end(gid)
-        if len(self._decoded) > DECODED_GROUPS:
-            self._decoded.popitem(last=False)
+        return _decode_group(blob) if self.cache is None else self.cache.decoded_group(gid, blob)
 
     def _groups(self, ids: Sequence[bytes]) -> dict[bytes, _Group]:
         """The groups of ``ids`` (those that exist) decoded: the cache's, the rest read in one
@@ -811,7 +816,7 @@ class SqliteNodeStore:
     def held(self) -> Mapping[bytes, InnerNode]:
         """The nodes of the groups the cache holds, each group decoded on first need (the
         Python's batch walks its paths here; none without a cache)."""
-        return {} if self.cache is None else _HeldNodes(self, self.cache)
+        return {} if self.cache is None else _HeldNodes(self.cache)
 
     def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
         """The inner nodes with these ids, in their order: the groups the cache lacks in
@@ -906,7 +911,8 @@ class SqliteNodeStore:
                 rv = values.of(right, group.get(nid)) if right.bits == KEY_BITS else None
                 group[nid] = (node, lv, rv, _encode_row((node, lv, rv, None)))
             after[gid] = blob = _encode_group(group)
-            self._remember(gid, blob, group)  # what the next batch reads, decoded already
+            if self.cache is not None:  # what the next batch reads, decoded already
+                self.cache.remember(gid, blob, group)
         return after
 
     def root_leaf(self) -> tuple[bytes, bytes] | None:
@@ -927,11 +933,10 @@ class SqliteNodeStore:
 class _HeldNodes(Mapping[bytes, InnerNode]):
     """``SqliteNodeStore.held``: the inner nodes of the groups in a cache (its layer's and
     its least recently used ones), by id, for one batch of the Python's: a group is
-    decoded (through the store's decoded groups) and its nodes indexed on first need, so
+    decoded (through the cache's decoded groups) and its nodes indexed on first need, so
     the batch reads a cached path without a query. The map must not change meanwhile."""
 
-    def __init__(self, store: SqliteNodeStore, cache: MapCache) -> None:
-        self.store = store
+    def __init__(self, cache: MapCache) -> None:
         self.cache = cache
         self.nodes: dict[bytes, InnerNode] = {}
         self.indexed: set[bytes] = set()
@@ -950,7 +955,7 @@ class _HeldNodes(Mapping[bytes, InnerNode]):
         if blob is None:
             return False
         self.indexed.add(gid)
-        for nid, row in self.store._decoded_group(gid, blob).items():
+        for nid, row in self.cache.decoded_group(gid, blob).items():
             self.nodes[nid] = row[0]
         return True
 
