@@ -175,6 +175,41 @@ def test_dumps_is_idempotent_on_its_output(value: object) -> None:
     assert dumps(loads(dumps(value))) == dumps(value)
 
 
+@given(json_values)
+def test_loads_checked_finds_every_canonical_encoding_canonical(value: object) -> None:
+    assert canonical.loads_checked(dumps(value), max_depth=64) == (value, True)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"ranges": [{"events": [{"introduced": "1.0.0"}, {"fixed": "1.1.0"}]}] * 9},
+        {"message": "moved to C:\\users\\shared"},
+        {"message": "bell \x07, unit separator \x1f, delete \x7f"},
+        {"s": "[[[[[[[[[[[[[[[[[[{{{{{{{{{"},
+    ],
+    ids=["many-brackets", "backslashes", "control-escapes", "brackets-in-a-string"],
+)
+def test_loads_checked_canonical_regressions(value: object) -> None:
+    assert canonical.loads_checked(dumps(value)) == (value, True)
+
+
+def test_loads_checked_refuses_nesting_deeper_than_the_limit_even_when_canonical() -> None:
+    data = dumps([[[["x"]]]])
+    assert canonical.loads_checked(data, max_depth=4) == ([[[["x"]]]], True)
+    with pytest.raises(JSONFormatError):
+        canonical.loads_checked(data, max_depth=3)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b'{"a":1,"a":1}', b'{"b":1, "a":2}', b'"\\u0041"', b'"\\ud800"', b'{"a":"\\u001F"}'],
+)
+def test_loads_checked_never_calls_other_bytes_canonical(data: bytes) -> None:
+    with contextlib.suppress(DeplogError):
+        assert canonical.loads_checked(data)[1] is False
+
+
 @given(st.binary(max_size=200))
 def test_loads_arbitrary_bytes_raises_only_deplog_errors(data: bytes) -> None:
     with contextlib.suppress(DeplogError):

@@ -28,6 +28,7 @@ from deplog.client.model.notice import Envelope, Notice, NoticeError
 from deplog.client.tlog.note import KeyFormatError, Signer
 from tests.builders import (
     NOW,
+    notice_json,
     notices,
     register_statement,
 )
@@ -223,3 +224,28 @@ def test_notice_leaf_is_the_canonical_encoding_of_the_whole_entry(obj: dict[str,
     envelope = Envelope.sign(Notice.from_json(obj), Signer.generate("acme"))
     entry = NoticeEntry(envelope)
     assert encode_entry(entry) == canonical.dumps(entry.to_json())
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {
+            "affected": {
+                "ranges": [
+                    {
+                        "type": "SEMVER",
+                        "events": [{"introduced": f"{m}.0.0"}, {"fixed": f"{m}.1.0"}],
+                    }
+                    for m in (1, 2, 3)
+                ]
+            }
+        },
+        {"message": "moved to C:\\users\\shared"},
+        {"message": "a quote \", a slash /, \u00e9t\u00e9 and \U0001f600"},
+    ],
+    ids=["three-ranges", "backslashes", "quotes-and-non-ascii"],
+)
+def test_a_leaf_the_cli_could_always_produce_decodes(fields: dict[str, Any]) -> None:
+    notice = Notice.from_json(notice_json(**fields))
+    entry = NoticeEntry(Envelope.sign(notice, Signer.generate("acme")))
+    assert decode_entry(encode_entry(entry)) == entry

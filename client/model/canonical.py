@@ -12,8 +12,11 @@ parsed value's encoding by the C JSON encoder against the bytes, never a
 second walk of the value in Python. The parser itself walks only what it
 must: the integer hook bounds every number as it is read, only a ``\\u``
 escape can spell a lone surrogate (strict UTF-8 decoding refuses the rest), so
-strings are walked only when the text holds one, and nesting is counted over
-containers alone, when the text has more brackets than the depth allowed.
+strings are walked only when the text holds one, and nesting is measured over
+containers alone, when the text has more brackets than the depth allowed. Which
+bytes are canonical never depends on these shortcuts: any text, however many
+brackets or escapes it holds, is canonical exactly when it is the encoding of
+its value.
 """
 
 from __future__ import annotations
@@ -81,8 +84,9 @@ def loads_checked(data: bytes, *, max_depth: int = 16) -> tuple[object, bool]:
     exactly its canonical encoding. Refuses what ``loads`` refuses, with its codes.
 
     Canonical bytes are parsed by the C parser alone: duplicate keys cannot hide
-    in them (the value would encode shorter), so the duplicate check runs only
-    on the strict path that bytes failing the comparison take.
+    in them (the value would encode shorter), and a lone surrogate cannot be
+    encoded at all, so the strict parser runs only on bytes that fail the
+    comparison. Depth is checked on the value, never guessed from the text.
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise JSONFormatError()
@@ -90,14 +94,22 @@ def loads_checked(data: bytes, *, max_depth: int = 16) -> tuple[object, bool]:
         text = bytes(data).decode("utf-8", errors="strict")
     except UnicodeDecodeError:
         raise JSONFormatError() from None
-    if "\\u" not in text and text.count("[") + text.count("{") <= max_depth:
-        try:
-            value = _CANONICAL_DECODER.decode(text)
-        except (ValueError, RecursionError):
-            value = _UNPARSED  # the strict path below says why
-        if value is not _UNPARSED and encodes_to(value, data):
-            return value, True
+    try:
+        value = _CANONICAL_DECODER.decode(text)
+    except (ValueError, RecursionError):
+        value = _UNPARSED  # the strict path below says why
+    if value is not _UNPARSED and _is_encoding_of(value, data):
+        if text.count("[") + text.count("{") > max_depth:  # else too few to nest that deep
+            _check_depth(value, max_depth)
+        return value, True
     return loads(data, max_depth=max_depth), False
+
+
+def _is_encoding_of(value: object, data: bytes) -> bool:
+    try:
+        return encodes_to(value, data)
+    except (UnicodeEncodeError, JSONFormatError):  # a lone surrogate: never canonical
+        return False
 
 
 _UNPARSED = object()
