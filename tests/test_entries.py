@@ -241,7 +241,7 @@ def test_notice_leaf_is_the_canonical_encoding_of_the_whole_entry(obj: dict[str,
             }
         },
         {"message": "moved to C:\\users\\shared"},
-        {"message": "a quote \", a slash /, \u00e9t\u00e9 and \U0001f600"},
+        {"message": 'a quote ", a slash /, \u00e9t\u00e9 and \U0001f600'},
     ],
     ids=["three-ranges", "backslashes", "quotes-and-non-ascii"],
 )
