@@ -7,9 +7,15 @@ objects, in any number of processes, append to one log in one order, decided by
 the database (``storage/schema_postgres.py``: the ``log_head`` row lock).
 
 Invariants:
-  * An entry is admitted only after its signature, its publisher's
-    authorization and its sequence number check out (``client.model.rules``:
-    unique per publisher, in any order); a refused entry changes nothing.
+  * An entry is admitted only if the one validator (``client.model.rules``) accepts
+    its exact leaf bytes at its place in the log: the verifiers' own decoder, then
+    its signature, its publisher's authorization, its sequence number (unique per
+    publisher, in any order) and its withdraw target; a refused entry changes
+    nothing. Admission and verification are one function, so no follower,
+    auditor or witness can find an entry this log admitted invalid.
+  * The publisher registry is checked against the log at every start: replayed
+    from the publisher entries (the indexes that hold no notice), it must equal
+    the stored snapshot, or the start is refused (``registry_mismatch``).
   * An identical resubmission is answered with the logged entry, never logged
     twice: the idempotent path that lets a publisher retry safely.
   * A checkpoint is signed only over leaves that are already committed, and the
@@ -26,6 +32,11 @@ Invariants:
     needed and reloads.
   * A checkpoint is signed after the commit, inserted unless its size has one, and
     read back: the stored root for a size is the only one ever served.
+  * An entry of the log that fails validation (none, but for altered storage or a
+    bug) is folded as every verifier folds it when the map is folded again from
+    the leaves (docs/fold-spec.md, "Entries that fail validation"): its mark makes
+    its tool ``unknown``, it is recorded in ``invalid_entries`` and logged, and
+    nothing stops.
   * The tool-status map (``client.mapstore``) is folded in the same transaction
     as the entries it folds (``_fold_map``), so every committed size has its map
     root, and every checkpoint carries exactly one ``deplog-map/v1`` line with the
@@ -78,13 +89,21 @@ from deplog.client.model.entries import (
     MAX_ENTRY_BYTES,
     EntryFormatError,
     NoticeEntry,
+    PublisherEntry,
     PublisherStatement,
-    decode_entry,
     encode_entry,
     sign_publisher_statement,
 )
 from deplog.client.model.notice import Envelope, Notice
-from deplog.client.model.registry import ConflictError, PublisherRegistry
+from deplog.client.model.registry import PublisherRegistry
+from deplog.client.model.rules import (
+    EntryChecker,
+    InvalidEntry,
+    RuleViolation,
+    decode_leaf,
+    fold_item,
+)
+from deplog.client.model.status import InvalidMark
 from deplog.client.model.vmap import map_line, map_root_of
 from deplog.client.storage_faults import CORRUPT, StorageFault, opening_database
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
@@ -101,6 +120,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("deplog.authority")
+_INVALID_REPORTED = 20
+"""Entries that fail validation ``/healthz`` names (it counts them all)."""
 _MAP_REBUILD_CHUNK = 4096
 """Entries folded per batch when a database from before the map is brought up."""
 WRITER_CACHE_KIB = 64 * 1024
@@ -139,6 +160,7 @@ class IntegrityError(DeplogError):
             ErrorCode.STORED_ROOT_MISMATCH,
             ErrorCode.CHECKPOINT_INVALID,
             ErrorCode.TREE_TRUNCATED,
+            ErrorCode.REGISTRY_MISMATCH,
         }
     )
     code = ErrorCode.STORAGE_CORRUPT
@@ -174,13 +196,15 @@ class Sequenced:
 
 @dataclass(frozen=True)
 class _Prepared:
-    """An envelope's checks done before the write lock: its leaf and digest, and the
-    refusal if any (``malformed``: final whatever the registry)."""
+    """An envelope's checks done before the write lock: its leaf and digest, the entry
+    the verifiers' decoder makes of the leaf, and the refusal if any (``malformed``:
+    final whatever the registry)."""
 
     leaf: bytes
     digest: bytes
     refused: DeplogError | None
     malformed: bool
+    entry: NoticeEntry | None = None
 
 
 def _notice_digest(leaf: bytes) -> bytes:
@@ -213,6 +237,10 @@ class Log:
         self._stale = False
         self._map_at: tuple[int, bytes] | None = None
         self._registry_size = -1
+        self._invalid_due: list[InvalidEntry] = []
+        self.invalid_entries: tuple[int, tuple[InvalidEntry, ...]] = (0, ())
+        """How many entries of this log fail validation, and the first few (``/healthz``):
+        replaced whole when more are found, so any thread may read it."""
         self._map_cache = (
             MapCache(
                 layer_entries=MAP_LAYER_ENTRIES,
@@ -246,7 +274,9 @@ class Log:
             with self._snapshot():
                 self._reload()
                 self.published = self._check_stored_checkpoint()
+                self._check_registry()
             self._bring_up_map()
+            self._read_invalid()
             if self.published is None or self.published.size < self.tree.size:
                 self.published = self._sign_checkpoint()
         except TreeCorruptError:
@@ -496,6 +526,7 @@ class Log:
         and the map root at the new size, for the checkpoint signed after the commit."""
         if self.db.kind == "postgresql":
             store.set_head(self.conn, self.tree.size)
+        self._write_invalid()
         self._map_at = (self.tree.size, self.map.root())
 
     def admit_notices(self, envelopes: Sequence[Envelope]) -> list[Admitted | DeplogError]:
@@ -536,7 +567,8 @@ class Log:
                         continue
                     results.append(admitted)
                     if admitted.created:
-                        notice = envelope.notice
+                        assert ready.entry is not None
+                        notice = ready.entry.envelope.notice
                         fresh.append(notice)
                         rows.append(
                             (
@@ -560,8 +592,9 @@ class Log:
         return results
 
     def _prepare(self, envelope: Envelope) -> _Prepared:
-        """Outside the lock: the leaf, its digest, and the authorization verdict against
-        this writer's registry (None: authorized)."""
+        """Outside the lock: the leaf, its digest, the verifiers' decoding of those exact
+        bytes, and the authorization verdict against this writer's registry (None:
+        authorized)."""
         leaf = encode_entry(NoticeEntry(envelope))
         if len(leaf) > MAX_ENTRY_BYTES:
             return _Prepared(
@@ -572,12 +605,16 @@ class Log:
                 ),
                 True,
             )
+        decoded = decode_leaf(leaf)  # rule 1 of the one validator, on the bytes appended
+        if isinstance(decoded, DeplogError):
+            return _Prepared(leaf, b"", decoded, True)
+        assert isinstance(decoded, NoticeEntry)
         refused: DeplogError | None = None
         try:
-            self.registry.authorize(envelope)
+            self.registry.authorize(decoded.envelope)
         except DeplogError as err:
             refused = err
-        return _Prepared(leaf, _notice_digest(leaf), refused, False)
+        return _Prepared(leaf, _notice_digest(leaf), refused, False, decoded)
 
     def _admit_notice(
         self,
@@ -586,9 +623,9 @@ class Log:
         recheck: bool,
         logged: dict[tuple[str, int], tuple[int, bytes]],
     ) -> Admitted:
-        """Append the leaf (its ``notices`` row is the caller's). ``logged``: the batch's
-        (publisher, sequence) pairs in the log, read under the lock; a notice admitted
-        here is added, for the rest of the batch."""
+        """Append the leaf (its ``notices`` row is the caller's) once the one validator
+        accepts it here. ``logged``: the batch's (publisher, sequence) pairs in the log,
+        read under the lock; a notice admitted here is added, for the rest of the batch."""
         notice = envelope.notice
         if ready.malformed:
             assert ready.refused is not None
@@ -596,15 +633,21 @@ class Log:
         existing = logged.get((notice.publisher, notice.sequence))
         if existing is not None and existing[1] == ready.digest:
             return Admitted(existing[0], created=False)
-        if recheck:
-            self.registry.authorize(envelope)
-        elif ready.refused is not None:
-            raise ready.refused
-        if existing is not None:
-            raise ConflictError(ErrorCode.SEQUENCE_REUSED, "sequence number already used")
-        if notice.action == "withdraw":
-            self.registry.check_withdraw(notice, self._notice_at(notice.withdraws))
+        if ready.refused is not None and not recheck:
+            raise ready.refused  # the registry it was refused against is still the log's
+        assert ready.entry is not None
         index = self.tree.size
+        checker = EntryChecker(
+            self.registry,
+            self.verifier,
+            self._valid_notice_at,
+            lambda publisher, sequence: (publisher, sequence) in logged,
+        )
+        try:
+            checker.check_decoded(index, ready.entry)
+        except RuleViolation as violation:
+            assert violation.error is not None
+            raise violation.error from None
         self.tree.append_entry(ready.leaf)
         logged[(notice.publisher, notice.sequence)] = (index, ready.digest)
         return Admitted(index, created=True)
@@ -625,13 +668,79 @@ class Log:
     def _catch_up_map(self, size: int, *, hold: bool = False, repair: bool = False) -> None:
         """Fold committed entries the map lacks below ``size`` (at start, what a stop left
         unwritten; later none, but after a commit that reported a failure and still took
-        effect). ``hold``: outside a write transaction, so into memory only, whatever the
-        layer's bounds (a cache that holds rows: SQLite's; the next batch writes them)."""
+        effect). Each is judged by the one validator first, as every verifier judges it
+        (an entry that fails is recorded and folded as its mark). ``hold``: outside a
+        write transaction, so into memory only, whatever the layer's bounds (a cache
+        that holds rows: SQLite's; the next batch writes them and the invalid entries)."""
         position = self.map.size() or 0
+        if position >= size:
+            return
+        at = position  # the entry being judged: a sequence is used if a notice before it has it
+        logged: dict[tuple[str, int], tuple[int, bytes]] = {}
+
+        def used_before(publisher: str, sequence: int) -> bool:
+            return logged.get((publisher, sequence), (at,))[0] < at
+
+        checker = EntryChecker(
+            self._registry_before(position), self.verifier, self._valid_notice_at, used_before
+        )
         while position < size:
             end = min(position + _MAP_REBUILD_CHUNK, size)
-            self.map.advance(position, self.tree.leaf_data(position, end), hold=hold, repair=repair)
+            leaves = self.tree.leaf_data(position, end)
+            decoded = [decode_leaf(leaf) for leaf in leaves]
+            logged = store.notices_by_sequence(
+                self.conn,
+                [
+                    (d.envelope.notice.publisher, d.envelope.notice.sequence)
+                    for d in decoded
+                    if isinstance(d, NoticeEntry)
+                ],
+            )
+            items: list[tuple[int, Notice | InvalidMark]] = []
+            for at, (leaf, entry) in enumerate(zip(leaves, decoded, strict=True), position):
+                judged = checker.judge(at, leaf, entry)
+                if isinstance(judged, InvalidEntry):
+                    self._found_invalid(judged)
+                if (item := fold_item(judged)) is not None:
+                    items.append((at, item))
+            self.map.advance_notices(position, end, items, hold=hold, repair=repair)
             position = end
+        if not hold:
+            self._write_invalid()
+
+    def _found_invalid(self, entry: InvalidEntry) -> None:
+        """An entry of this log that fails validation: logged once, kept for its table."""
+        logger.warning(
+            "log entry %d fails validation (%s%s); it is folded as every verifier folds it%s",
+            entry.index,
+            entry.code,
+            f", {entry.cause}" if entry.cause else "",
+            f": {entry.tool_id} is unknown" if entry.tool_id else "",
+        )
+        self._invalid_due.append(entry)
+
+    def _write_invalid(self) -> None:
+        """Record the invalid entries found, in the caller's write transaction."""
+        if self._invalid_due:
+            store.insert_invalid_entries(
+                self.conn,
+                [
+                    (e.index, str(e.code), e.cause and str(e.cause), e.tool_id)
+                    for e in self._invalid_due
+                ],
+            )
+            self._invalid_due = []
+            self._read_invalid()
+
+    def _read_invalid(self) -> None:
+        count, rows = store.invalid_entries(self.conn, self.tree.size, _INVALID_REPORTED)
+        self.invalid_entries = (
+            count,
+            tuple(
+                InvalidEntry(i, ErrorCode(code), None if cause is None else ErrorCode(cause), tool)
+                for i, code, cause, tool in rows
+            ),
+        )
 
     def _bring_up_map(self) -> None:
         """Fold whatever the map lacks (all of a database from before the map) in one
@@ -652,7 +761,7 @@ class Log:
                         missing,
                     )
                 if folded is None:
-                    self.map.advance(0, [])  # the map's row, at size 0
+                    self.map.advance_notices(0, 0, [])  # the map's row, at size 0
                 # A stop in the middle of a write in slices may have left records past the
                 # tables' size: those items are dropped before the entries fold again.
                 self._catch_up_map(self.tree.size, repair=folded is not None)
@@ -684,11 +793,40 @@ class Log:
                 ErrorCode.STORED_ROOT_MISMATCH, "the map root differs from the signed one"
             )
 
-    def _notice_at(self, index: int | None) -> Notice | None:
-        if index is None or not 0 <= index < self.tree.size:
+    def _valid_notice_at(self, index: int) -> Notice | None:
+        """The valid notice at ``index`` (a withdraw's possible target), or None: the leaf
+        is a notice this log admitted, so its (publisher, sequence) row names this index."""
+        if not 0 <= index < self.tree.size:
             return None
-        entry = decode_entry(self.tree.leaf_data(index, index + 1)[0])
-        return entry.envelope.notice if isinstance(entry, NoticeEntry) else None
+        decoded = decode_leaf(self.tree.leaf_data(index, index + 1)[0])
+        if not isinstance(decoded, NoticeEntry):
+            return None
+        notice = decoded.envelope.notice
+        row = store.notices_by_sequence(self.conn, [(notice.publisher, notice.sequence)])
+        return notice if row.get((notice.publisher, notice.sequence), (-1,))[0] == index else None
+
+    def _registry_before(self, size: int) -> PublisherRegistry:
+        """The registry the log's publisher entries below ``size`` make, replayed from the
+        leaves, never read from the snapshot (a leaf altered in storage makes another
+        registry, or none: a mismatch either way)."""
+        registry = PublisherRegistry()
+        checker = EntryChecker(registry, self.verifier, lambda _: None, lambda _p, _s: False)
+        for index in store.registry_entry_indexes(self.conn, size):
+            leaf = self.tree.leaf_data(index, index + 1)[0]
+            decoded = decode_leaf(leaf)
+            if isinstance(decoded, PublisherEntry):
+                checker.judge(index, leaf, decoded)  # an invalid one changes nothing
+        return registry
+
+    def _check_registry(self) -> None:
+        """Refuse to start on a stored registry the log's own publisher entries do not
+        make (an edited snapshot would let a proof signed by this log vouch for a
+        revoked key's notices)."""
+        if self._registry_before(self.tree.size).to_json() != self.registry.to_json():
+            raise IntegrityError(
+                ErrorCode.REGISTRY_MISMATCH,
+                "the stored publisher registry is not the one the log's registry entries make",
+            )
 
     def append_publisher(self, statement: PublisherStatement) -> int:
         """Sign a publisher statement with the log key and append it; returns its index."""

@@ -207,6 +207,7 @@ class ErrorCode(enum.StrEnum):
     STORED_ROOT_MISMATCH = "stored_root_mismatch"
     CHECKPOINT_INVALID = "checkpoint_invalid"
     TREE_TRUNCATED = "tree_truncated"
+    REGISTRY_MISMATCH = "registry_mismatch"
     WITNESS_QUORUM_UNAVAILABLE = "witness_quorum_unavailable"
     EMBEDDED_WITNESS_UNAVAILABLE = "embedded_witness_unavailable"
     WITNESS_REFUSED = "witness_refused"

@@ -86,8 +86,8 @@ from typing import Any, Final, Generic, TypeVar
 from deplog.client.dbapi import Connection, insert_rows
 from deplog.client.errors import ErrorCode
 from deplog.client.history import History, Snapshot
-from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.notice import Notice
+from deplog.client.model.status import InvalidMark
 from deplog.client.model.vmap import (
     KEY_BITS,
     ChildRef,
@@ -1330,31 +1330,19 @@ class StoredMap(VerifiableMap):
             return 1
         return STORE_FORMAT if row is None else int(row[0])
 
-    def advance(
-        self, start: int, entries: Iterable[bytes], *, hold: bool = False, repair: bool = False
-    ) -> bytes:
-        """Fold the admitted entries ``start, start+1, ...`` (leaf bytes, in log order) in one
-        batch and move the size past them; the new root. ``start`` must be the map's size
-        (a map without one starts at 0): anything else is a gap, ``ValueError``."""
-        leaves = list(entries)
-        notices = []
-        for index, leaf in enumerate(leaves, start):
-            entry = decode_entry(leaf)
-            if isinstance(entry, NoticeEntry):
-                notices.append((index, entry.envelope.notice))
-        return self.advance_notices(start, start + len(leaves), notices, hold=hold, repair=repair)
-
     def advance_notices(
         self,
         start: int,
         end: int,
-        notices: Iterable[tuple[int, Notice]],
+        notices: Iterable[tuple[int, Notice | InvalidMark]],
         *,
         hold: bool = False,
         repair: bool = False,
     ) -> bytes:
-        """``advance`` for a caller that holds the entries decoded: the notices among the
-        entries ``[start, end)`` as ``(index, notice)``, in log order.
+        """Fold the entries ``[start, end)`` in one batch and move the size past them; the
+        new root. ``notices`` are what the validator (``client.model.rules.fold_item``)
+        made of them, as ``(index, notice or mark)`` in log order. ``start`` must be the
+        map's size (a map without one starts at 0): anything else is a gap, ``ValueError``.
 
         Records grow by appending items (``extend_record_bytes``), never by decoding
         and re-encoding them, so a batch costs its own notices, not the records'

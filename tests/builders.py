@@ -32,11 +32,13 @@ from deplog.authority.log import Log
 from deplog.client.errors import ErrorCode
 from deplog.client.follow.source import FetchError, MemoryLogSource, sync_step
 from deplog.client.follow.trust import Advanced, TrustedState
+from deplog.client.mapstore import StoredMap
 from deplog.client.model import canonical
 from deplog.client.model.entries import (
     NoticeEntry,
     PublisherStatement,
     StatementAction,
+    decode_entry,
     encode_entry,
     sign_publisher_statement,
 )
@@ -364,6 +366,25 @@ def notices(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         obj["message"] = draw(_message)
     return obj
+
+
+def admitted(leaves: Sequence[bytes], start: int = 0) -> list[tuple[int, Notice]]:
+    """The map's items of an admitted log's ``leaves`` from index ``start`` (tests build
+    admitted logs, so every entry decodes and passes the rules): each notice with its
+    index, as ``client.model.rules.fold_item`` gives them."""
+    items = []
+    for index, leaf in enumerate(leaves, start):
+        entry = decode_entry(leaf)
+        if isinstance(entry, NoticeEntry):
+            items.append((index, entry.envelope.notice))
+    return items
+
+
+def advance_leaves(
+    stored: StoredMap, start: int, leaves: Sequence[bytes], **options: bool
+) -> bytes:
+    """``stored.advance_notices`` over an admitted log's ``leaves`` from ``start``."""
+    return stored.advance_notices(start, start + len(leaves), admitted(leaves, start), **options)
 
 
 # Edits that tend to matter to deplog's line- and JSON-based formats (shared by the

@@ -21,6 +21,7 @@ from deplog.client.model.vmap import (
 )
 from deplog.client.tlog.note import encode_base64
 from deplog.client.tlog.proofs import leaf_hash
+from tests.builders import admitted
 
 __all__ = [
     "first_draft_record",
@@ -125,7 +126,7 @@ def write_format_two_map(conn: sqlite3.Connection, leaves: Sequence[bytes]) -> b
     """Replace the map tables on ``conn`` by format 2's map of ``leaves``, committed; its
     root (the same as this format's: only the layout of the inner nodes differs)."""
     folded = VerifiableMap()
-    folded.fold(enumerate(leaves))
+    folded.fold(admitted(leaves))
     records = {tool_id: record.encode() for tool_id, record in folded.records.items()}
     ref = _write_old_map(conn, _FORMAT_TWO_SCHEMA, records)
     conn.execute(

@@ -14,7 +14,7 @@ from deplog.client.cli.main import main as deplog_main
 from deplog.client.model.vmap import VerifiableMap, map_line
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.proofs import TreeMismatchError
-from tests.builders import LocalLog
+from tests.builders import LocalLog, admitted
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_an_honest_logs_checkpoints_all_match(local: LocalLog, history: list[byt
 
 
 def test_a_misfolded_notice_is_named_at_its_size(local: LocalLog, history: list[bytes]) -> None:
-    wrong = VerifiableMap().fold(enumerate(leaves(local)[:3]))  # leaves out the notice at 3
+    wrong = VerifiableMap().fold(admitted(leaves(local)[:3]))  # leaves out the notice at 3
     notes = [*history[:2], forged(local, 4, wrong), *history[3:]]
     with pytest.raises(MapRootError) as named:
         audit_map(leaves(local), notes, local.signer.verifier())

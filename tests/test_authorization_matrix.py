@@ -52,7 +52,7 @@ from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import TrustedState
 from deplog.client.model.notice import Envelope
 from deplog.client.model.registry import AuthorizationError
-from deplog.client.model.rules import RuleViolation
+from deplog.client.model.rules import InvalidEntry
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof
 from tests.builders import (
@@ -291,9 +291,9 @@ def test_admission_appends_exactly_one_leaf(world: World, cell: Cell) -> None:
 def test_replay_refuses_the_forced_entry_with_the_same_code(world: World, cell: Cell) -> None:
     """The log signs a checkpoint over the refused entry anyway: the auditor names it."""
     leaves = [*world.leaves(), notice_leaf(world.envelope)]
-    with pytest.raises(RuleViolation) as caught:
-        replay(leaves, sign_tree(world.log_signer, leaves), world.log_signer.verifier())
-    assert (caught.value.code, caught.value.cause, caught.value.index) == (
+    report = replay(leaves, sign_tree(world.log_signer, leaves), world.log_signer.verifier())
+    (found,) = report.invalid
+    assert (found.code, found.cause, found.index) == (
         "unauthorized_notice",
         expected_code(cell),
         len(leaves) - 1,
@@ -380,30 +380,27 @@ def _follower_verdict(directory: Path, leaves: list[bytes], log_signer: Signer) 
         trusted = TrustedState(state, log_signer.verifier())
         candidate = trusted.check_checkpoint(sign_tree(log_signer, leaves))
         trusted.check_consistency(candidate, ConsistencyProof(0, len(leaves), ()))
-        try:
-            with trusted.advance(candidate) as session:
-                session.add(leaves)
-                session.finish()
-        except RuleViolation as err:
-            return _sequence_finding(err, len(leaves) - 1)
-        return "admitted"
+        with trusted.advance(candidate) as session:
+            session.add(leaves)
+            advanced = session.finish()
+        return _sequence_finding(advanced.invalid, len(leaves) - 1)
     finally:
         state.close()
 
 
 def _replay_verdict(leaves: list[bytes], log_signer: Signer) -> str:
-    try:
-        replay(leaves, sign_tree(log_signer, leaves), log_signer.verifier())
-    except RuleViolation as err:
-        return _sequence_finding(err, len(leaves) - 1)
-    return "admitted"
+    report = replay(leaves, sign_tree(log_signer, leaves), log_signer.verifier())
+    return _sequence_finding(report.invalid, len(leaves) - 1)
 
 
-def _sequence_finding(err: RuleViolation, index: int) -> str:
+def _sequence_finding(invalid: tuple[InvalidEntry, ...], index: int) -> str:
     """A verifier's finding, as the code the authority refuses the entry with."""
-    assert (err.code, err.index) == ("replayed_notice", index)
-    assert err.cause is not None
-    return str(err.cause)
+    if not invalid:
+        return "admitted"
+    (found,) = invalid
+    assert (found.code, found.index) == ("replayed_notice", index)
+    assert found.cause is not None
+    return str(found.cause)
 
 
 @sequence_cases

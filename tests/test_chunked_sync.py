@@ -26,13 +26,12 @@ from deplog.client.follow.source import FetchError, MemoryLogSource, OnProgress,
 from deplog.client.follow.state import LocalState, status_budget
 from deplog.client.follow.trust import Advanced, MapMismatchError, TrustedState
 from deplog.client.mapstore import StoredMap
-from deplog.client.model.rules import RuleViolation
 from deplog.client.model.vmap import VerifiableMap, map_line, require_map_root
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.evidence import MAP_MISMATCH, read_evidence
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, TreeMismatchError
-from tests.builders import ORIGIN, LocalLog
+from tests.builders import ORIGIN, LocalLog, admitted
 
 ENTRIES = 60
 """Notices in the log (after acme's registration), over TOOLS tools."""
@@ -170,10 +169,11 @@ def test_a_tampered_entry_in_a_later_chunk_refuses_the_target_and_is_never_read(
 ) -> None:
     before = reads(trusted.state)
     forged = log.leaves[3].replace(b"org.acme/t", b"org.acme/x", 1)  # signature no longer holds
-    with pytest.raises(RuleViolation) as caught:
+    with pytest.raises(TreeMismatchError) as caught:  # not the signed tree's entry
         sync(trusted, Interrupted(log, stop_at=45, tampered=forged))
-    assert caught.value.index == 45
+    assert caught.value.code == "entries_root_mismatch"
     assert trusted.state.size == 0 and reads(trusted.state) == before
+    assert trusted.state.invalid_entries() == (0, [])  # judged invalid, then dropped with it
     pending = trusted.state.pending()
     assert pending is not None and pending.frontier.size == 40  # the tampered chunk is gone
 
@@ -229,7 +229,7 @@ def test_a_committed_chunk_holds_the_map_through_its_last_entry(
         sync(trusted, Interrupted(log, stop_at=37))
     with contextlib.closing(sqlite3.connect(trusted.state.path)) as conn:
         assert StoredMap(conn).size() == 30
-        assert StoredMap(conn).root() == VerifiableMap().fold(enumerate(log.leaves[:30]))
+        assert StoredMap(conn).root() == VerifiableMap().fold(admitted(log.leaves[:30]))
 
 
 def test_a_resumed_sync_folds_on_from_the_stored_map_and_its_root_matches(
@@ -249,7 +249,7 @@ def test_a_false_map_root_is_still_caught_after_a_resume(
 ) -> None:
     """The chunks before the kill hold a true map, the lie is in the signed root; the
     resumed advance still folds every entry and refuses it, taking nothing."""
-    false_root = VerifiableMap().fold(enumerate(log.leaves[:-1]))  # the last notice left out
+    false_root = VerifiableMap().fold(admitted(log.leaves[:-1]))  # the last notice left out
     source = lying(log, local, false_root)
     with pytest.raises(FetchError):
         sync(trusted, Interrupted(source, stop_at=37))
@@ -266,11 +266,11 @@ def test_a_refused_chunk_rolls_back_its_map_rows(
     trusted: TrustedState, log: MemoryLogSource
 ) -> None:
     forged = log.leaves[3].replace(b"org.acme/t", b"org.acme/x", 1)
-    with pytest.raises(RuleViolation):
+    with pytest.raises(TreeMismatchError):
         sync(trusted, Interrupted(log, stop_at=45, tampered=forged))
     with contextlib.closing(sqlite3.connect(trusted.state.path)) as conn:
         assert StoredMap(conn).size() == 40  # the proven chunks', not the refused one's
-        assert StoredMap(conn).root() == VerifiableMap().fold(enumerate(log.leaves[:40]))
+        assert StoredMap(conn).root() == VerifiableMap().fold(admitted(log.leaves[:40]))
 
 
 # -- the memory budget ------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from deplog.client.mapstore import StoredMap
 from deplog.client.model.vmap import MAP_LINE_KEYWORD, VerifiableMap, map_line, require_map_root
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.evidence import MAP_MISMATCH, read_evidence
-from tests.builders import LocalLog
+from tests.builders import LocalLog, admitted
 from tests.map_formats import write_first_draft_map
 
 
@@ -36,7 +36,7 @@ def lying(local: LocalLog, line: str) -> MemoryLogSource:
 def misfolded_root(local: LocalLog) -> bytes:
     """The map root of the log's entries with its last notice left out of the fold."""
     leaves = local.log.tree.leaf_data(0, local.log.tree.size)
-    return VerifiableMap().fold(enumerate(leaves[:-1]))
+    return VerifiableMap().fold(admitted(leaves[:-1]))
 
 
 def state_map_root(path: Path) -> bytes:

@@ -79,7 +79,8 @@ AUTHORITY_RAISES: Raises = {
     NoticeSignatureError: frozenset({ErrorCode.BAD_SIGNATURE}),
     AuthorizationError: None,
     ConflictError: None,
-    EntryFormatError: frozenset({ErrorCode.LEAF_TOO_LARGE}),
+    # the one validator: the verifiers' own decoder runs on the leaf a notice makes
+    EntryFormatError: None,
     # the admin socket: the registry snapshot is the server's own, never refused
     RegistryError: frozenset(RegistryError.codes - {ErrorCode.BAD_SNAPSHOT}),
     # reads, limits, the push stream
@@ -119,7 +120,9 @@ WITNESS_RAISES: Raises = {
 
 NOT_FROM_REQUESTS: Raises = {
     # the authority refuses to start on these; no handler runs
-    IntegrityError: frozenset({ErrorCode.CHECKPOINT_INVALID, ErrorCode.TREE_TRUNCATED}),
+    IntegrityError: frozenset(
+        {ErrorCode.CHECKPOINT_INVALID, ErrorCode.TREE_TRUNCATED, ErrorCode.REGISTRY_MISMATCH}
+    ),
     # the log's reading of its witnesses' answers: logged and counted, never answered
     WitnessAnswerError: None,
     # `witness add-log`: the operator's input

@@ -37,7 +37,7 @@ from deplog.client.model.vmap import (
 from deplog.client.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
-from tests.builders import make_envelope, register
+from tests.builders import admitted, make_envelope, register
 from tests.conftest import Backend
 from tests.map_formats import (
     write_first_draft_map,
@@ -91,7 +91,7 @@ def signed(log: Log, log_signer: Signer) -> Checkpoint:
 
 def reference_root(log: Log, size: int) -> bytes:
     """The root of a fold of the prefix ``[0, size)`` from scratch, in memory."""
-    return VerifiableMap().fold(enumerate(log.tree.leaf_data(0, size)))
+    return VerifiableMap().fold(admitted(log.tree.leaf_data(0, size)))
 
 
 def test_a_new_logs_checkpoint_commits_to_the_empty_map(db_path: str, log_signer: Signer) -> None:
@@ -362,7 +362,7 @@ def test_close_writes_the_rows_held(db_path: str, log: Log, publisher: Signer) -
     log.sequence(batch(publisher, 1, 4))
     assert log.map.unwritten
     log.close()
-    assert tables(db_path) == (5, VerifiableMap().fold(enumerate(leaf_rows(db_path))))
+    assert tables(db_path) == (5, VerifiableMap().fold(admitted(leaf_rows(db_path))))
 
 
 def leaf_rows(db_path: str) -> list[bytes]:
@@ -563,7 +563,7 @@ def test_a_kill_in_the_middle_of_a_write_in_slices_is_folded_again_without_doubl
     reopened = Log(db_path, log_signer, ORIGIN)
     assert tables(db_path) == (size, signed_root) == (size, reference_root(reopened, size))
     reference = VerifiableMap()
-    reference.fold(enumerate(reopened.tree.leaf_data(0, size)))
+    reference.fold(admitted(reopened.tree.leaf_data(0, size)))
     conn = open_database(db_path).connect(readonly=True)
     try:
         stored = StoredMap(conn)

@@ -21,7 +21,7 @@ from deplog.client.mapstore import MapCache, StoredMap, group_id
 from deplog.client.model.notice import Envelope
 from deplog.client.model.vmap import VerifiableMap, verify_map_proof
 from deplog.client.tlog.note import Signer
-from tests.builders import make_envelope, notice_leaf, register
+from tests.builders import admitted, advance_leaves, make_envelope, notice_leaf, register
 
 ORIGIN = "unit.deplog.example/log"
 
@@ -84,7 +84,7 @@ def writing_the_layer(log: Log) -> Iterator[None]:
 def reference(log: Log) -> VerifiableMap:
     """The map of the log's committed prefix, folded from scratch in memory."""
     folded = VerifiableMap()
-    folded.fold(enumerate(log.tree.leaf_data(0, log.tree.size)))
+    folded.fold(admitted(log.tree.leaf_data(0, log.tree.size)))
     return folded
 
 
@@ -224,9 +224,9 @@ def test_a_cache_smaller_than_the_tree_evicts_without_changing_a_root(
     for _ in range(12):
         batch = leaves(publisher, position + 1, rng.randint(1, 60), rng)
         conn.execute("BEGIN IMMEDIATE")
-        small.advance(position, batch)
+        advance_leaves(small, position, batch)
         conn.execute("COMMIT")
-        memory.fold(enumerate(batch, position))
+        memory.fold(admitted(batch, position))
         position += len(batch)
         assert small.root() == memory.root()
         assert cache.groups.total <= 2_000
@@ -255,7 +255,7 @@ def test_the_cached_groups_are_the_stored_ones_after_every_put_and_eviction(
     for _ in range(10):
         batch = leaves(publisher, position + 1, rng.randint(1, 40), rng)
         conn.execute("BEGIN IMMEDIATE")
-        writer.advance(position, batch)
+        advance_leaves(writer, position, batch)
         conn.execute("COMMIT")
         position += len(batch)
         assert cache.groups.total <= max_group_bytes
@@ -282,9 +282,9 @@ def test_a_writer_that_forgets_after_another_writer_moved_the_map_folds_on_corre
         writer.forget()
         batch = leaves(publisher, position + 1, rng.randint(1, 40), rng)
         writer.conn.execute("BEGIN IMMEDIATE")
-        writer.advance(position, batch)
+        advance_leaves(writer, position, batch)
         writer.conn.execute("COMMIT")
-        memory.fold(enumerate(batch, position))
+        memory.fold(admitted(batch, position))
         position += len(batch)
         assert writers[0].root() == writers[1].root() == memory.root()
     for conn in conns:
@@ -298,7 +298,7 @@ def test_forget_empties_the_cache_and_a_map_without_one_has_nothing_to_forget(
     StoredMap.create_schema(conn)
     cache = MapCache()
     cached = StoredMap(conn, cache)
-    cached.advance(0, leaves(publisher, 1, 30, random.Random(1)))
+    advance_leaves(cached, 0, leaves(publisher, 1, 30, random.Random(1)))
     assert cache.groups.entries and cache.records.total > 0
     cached.forget()
     assert not cache.groups.entries and not cache.records.entries and cache.records.total == 0
@@ -313,7 +313,7 @@ def test_warm_fills_the_cache_with_the_shallowest_groups_up_to_its_bound(
 ) -> None:
     conn = sqlite3.connect(tmp_path / "map.db", isolation_level=None)
     StoredMap.create_schema(conn)
-    StoredMap(conn).advance(0, leaves(publisher, 1, 400, random.Random(6)))
+    advance_leaves(StoredMap(conn), 0, leaves(publisher, 1, 400, random.Random(6)))
     cache = MapCache(max_group_bytes=max_group_bytes)
     warmed = StoredMap(conn, cache)
     read = warmed.warm()
@@ -333,7 +333,7 @@ def test_warm_fills_the_cache_with_the_shallowest_groups_up_to_its_bound(
         assert cache.groups.entries.keys() == stored.keys()
         statements: list[str] = []
         conn.set_trace_callback(statements.append)
-        warmed.advance(400, leaves(publisher, 401, 20, random.Random(7)))
+        advance_leaves(warmed, 400, leaves(publisher, 401, 20, random.Random(7)))
         conn.set_trace_callback(None)
         asked = {
             bytes.fromhex(literal)

@@ -17,7 +17,7 @@ import pytest
 from deplog.client.mapstore import MapCache, MapView, StoredMap, ViewMoved
 from deplog.client.model.vmap import MapProofError, VerifiableMap, verify_map_proof
 from deplog.client.tlog.note import Signer
-from tests.builders import make_envelope, notice_leaf
+from tests.builders import admitted, advance_leaves, make_envelope, notice_leaf
 
 TOOLS = [f"tool:org.acme/t{i}" for i in range(80)]
 NEVER = "tool:org.acme/never-named"
@@ -63,13 +63,13 @@ class Writer:
         rolled back."""
         batch = self.leaves(self.rng.randint(1, 40) if count is None else count)
         self.conn.execute("BEGIN IMMEDIATE")
-        self.map.advance(self.size, batch)
+        advance_leaves(self.map, self.size, batch)
         if not commit:
             self.conn.execute("ROLLBACK")
             return batch
         self.conn.execute("COMMIT")
         self.map.committed()
-        self.reference.fold(enumerate(batch, self.size))
+        self.reference.fold(admitted(batch, self.size))
         self.leaves_folded += batch
         self.size += len(batch)
         return batch
@@ -277,7 +277,7 @@ def test_a_layer_past_three_quarters_of_a_bound_is_written_in_slices_and_readers
         writer.assert_proves(writer.map.view, writer.size, writer.reference.root())
     assert slices > 5 and len(sizes) > 3 and not whole  # never a batch writing all of it
     size, root = writer.tables()
-    assert root == VerifiableMap().fold(enumerate(writer.leaves_folded[:size]))
+    assert root == VerifiableMap().fold(admitted(writer.leaves_folded[:size]))
 
 
 def test_a_write_in_slices_is_spread_over_the_batches_left_before_the_bound(
@@ -296,7 +296,7 @@ def test_a_write_in_slices_is_spread_over_the_batches_left_before_the_bound(
         batches += 1
     assert batches > 1 and writing.finished
     size = writing.layer.size
-    assert writer.tables() == (size, VerifiableMap().fold(enumerate(writer.leaves_folded[:size])))
+    assert writer.tables() == (size, VerifiableMap().fold(admitted(writer.leaves_folded[:size])))
 
 
 def test_a_reader_whose_view_predates_a_slice_is_told_to_read_again(tmp_path: Path) -> None:
@@ -345,11 +345,11 @@ def test_a_layer_written_whole_is_not_written_again_in_slices_by_the_same_transa
     assert writer.cache.writing is None  # due from the next advance on
     first, second = writer.leaves(60), writer.leaves(8)
     writer.conn.execute("BEGIN IMMEDIATE")
-    writer.map.advance(writer.size, first)  # past the bound: written whole
-    writer.map.advance(writer.size + 60, second)
+    advance_leaves(writer.map, writer.size, first)  # past the bound: written whole
+    advance_leaves(writer.map, writer.size + 60, second)
     writer.conn.execute("COMMIT")
     writer.map.committed()
-    writer.reference.fold(enumerate(first + second, writer.size))
+    writer.reference.fold(admitted(first + second, writer.size))
     writer.size += 68
     writer.flush()
     assert writer.tables() == (writer.size, writer.reference.root())

@@ -32,7 +32,7 @@ from deplog.client.model.vmap import (
     verify_map_proof,
 )
 from deplog.client.tlog.note import Signer
-from tests.builders import make_envelope, notice_leaf
+from tests.builders import admitted, advance_leaves, make_envelope, notice_leaf
 from tests.map_formats import (
     write_first_draft_map,
     write_format_two_map,
@@ -219,8 +219,8 @@ def test_a_stored_map_folds_to_the_in_memory_maps_root_and_proves_the_same(
     leaves = leaves_for(publisher, 40, 7)
     stored, memory = StoredMap(conn), VerifiableMap()
     for start in range(0, 40, 9):  # uneven batches
-        stored.advance(start, leaves[start : start + 9])
-    memory.fold(enumerate(leaves))
+        advance_leaves(stored, start, leaves[start : start + 9])
+    memory.fold(admitted(leaves))
     assert stored.root() == memory.root()
     assert stored.size() == 40
     for tool_id in ("tool:org.acme/t3", "tool:org.acme/absent"):
@@ -237,11 +237,11 @@ def test_a_holder_without_a_cache_keeps_a_batchs_groups_for_that_batch_only(
     groups it reads for one batch, and nothing after it, whether the batch folded or
     failed."""
     stored = StoredMap(conn)
-    stored.advance(0, leaves_for(publisher, 30, 30))
+    advance_leaves(stored, 0, leaves_for(publisher, 30, 30))
     assert stored.nodes.cache is None
     conn.execute("DELETE FROM map_group WHERE id = ?", (group_id(stored.nodes.root().id),))  # type: ignore[union-attr]
     with pytest.raises(KeyError):
-        stored.advance(30, leaves_for(publisher, 31, 31)[30:])
+        advance_leaves(stored, 30, leaves_for(publisher, 31, 31)[30:])
     assert stored.nodes.cache is None
 
 
@@ -264,8 +264,8 @@ def test_a_withdraw_lands_in_its_targets_record(
         ),
     ]
     stored = StoredMap(conn)
-    stored.advance(0, leaves[:1])
-    stored.advance(1, leaves[1:])
+    advance_leaves(stored, 0, leaves[:1])
+    advance_leaves(stored, 1, leaves[1:])
     assert [item.index for item in stored.records[tool].notices] == [0, 1]
 
 
@@ -275,17 +275,17 @@ def test_a_map_advances_only_from_the_size_it_folded(
     stored = StoredMap(conn)
     assert stored.size() is None
     with pytest.raises(ValueError):
-        stored.advance(1, leaves_for(publisher, 1, 1))
-    stored.advance(0, leaves_for(publisher, 2, 1))
+        advance_leaves(stored, 1, leaves_for(publisher, 1, 1))
+    advance_leaves(stored, 0, leaves_for(publisher, 2, 1))
     with pytest.raises(ValueError):
-        stored.advance(3, [])
+        advance_leaves(stored, 3, [])
 
 
 def test_publisher_free_entries_advance_the_size_and_keep_the_root(
     conn: sqlite3.Connection,
 ) -> None:
     stored = StoredMap(conn)
-    stored.advance(0, [])
+    advance_leaves(stored, 0, [])
     assert (stored.size(), stored.root()) == (0, EMPTY_ROOT)
 
 
@@ -294,11 +294,11 @@ def test_a_rolled_back_batch_leaves_the_map_as_it_was(tmp_path: Path, publisher:
     stored = StoredMap(conn)
     leaves = leaves_for(publisher, 6, 3)
     conn.execute("BEGIN")
-    stored.advance(0, leaves[:3])
+    advance_leaves(stored, 0, leaves[:3])
     conn.execute("COMMIT")
     before = stored.root()
     conn.execute("BEGIN")
-    stored.advance(3, leaves[3:])
+    advance_leaves(stored, 3, leaves[3:])
     conn.execute("ROLLBACK")
     reopened = StoredMap(connect(tmp_path / "map.db"))
     assert (reopened.size(), reopened.root()) == (3, before)
@@ -309,7 +309,7 @@ def test_a_snapshot_proof_carries_the_size_it_was_read_at(
     conn: sqlite3.Connection, publisher: Signer
 ) -> None:
     stored = StoredMap(conn)
-    stored.advance(0, leaves_for(publisher, 5, 2))
+    advance_leaves(stored, 0, leaves_for(publisher, 5, 2))
     size, proof = stored.prove_at_size("tool:org.acme/t1")
     assert size == 5
     assert verify_map_proof(stored.root(), "tool:org.acme/t1", proof) is not None
@@ -319,7 +319,7 @@ def test_a_snapshot_proof_reads_each_group_on_its_path_once(
     conn: sqlite3.Connection, publisher: Signer
 ) -> None:
     stored = StoredMap(conn)
-    stored.advance(0, leaves_for(publisher, 400, 400))
+    advance_leaves(stored, 0, leaves_for(publisher, 400, 400))
     path = stored.tree.lookup(map_key("tool:org.acme/t7"))
     reads: list[str] = []
     conn.set_trace_callback(reads.append)
@@ -352,7 +352,7 @@ def test_format_two_tables_without_a_row_yet_are_another_format(
     assert StoredMap.create_schema(conn) is True
     assert StoredMap.other_format(conn) is False
     stored = StoredMap(conn)
-    assert stored.advance(0, leaves_for(publisher, 1, 1)) != EMPTY_ROOT
+    assert advance_leaves(stored, 0, leaves_for(publisher, 1, 1)) != EMPTY_ROOT
     assert StoredMap.create_schema(conn) is False
 
 
@@ -366,7 +366,7 @@ def test_a_map_past_the_size_kept_is_dropped_whatever_its_format(
     if layout == "format 2":
         write_format_two_map(conn, leaves)
     else:
-        StoredMap(conn).advance(0, leaves)
+        advance_leaves(StoredMap(conn), 0, leaves)
     StoredMap.drop_unless_at(conn, 6)
     assert StoredMap(conn).size() == 6
     StoredMap.drop_unless_at(conn, 4)
@@ -381,7 +381,7 @@ def test_a_database_without_a_map_cannot_prove(conn: sqlite3.Connection) -> None
 
 def test_a_tool_never_leaves_the_map(conn: sqlite3.Connection, publisher: Signer) -> None:
     stored = StoredMap(conn)
-    stored.advance(0, leaves_for(publisher, 1, 1))
+    advance_leaves(stored, 0, leaves_for(publisher, 1, 1))
     with pytest.raises(TypeError):
         del stored.records["tool:org.acme/t0"]
     assert list(stored.records) == ["tool:org.acme/t0"]
@@ -410,8 +410,8 @@ def test_a_map_of_another_format_is_dropped_whole_and_this_formats_is_kept(
     assert not tables & {"map_inner", "map_leaf"}
     stored = StoredMap(conn)
     assert (stored.size(), len(stored.records)) == (None, 0)
-    root = stored.advance(0, leaves)
-    assert root == VerifiableMap().fold(enumerate(leaves))
+    root = advance_leaves(stored, 0, leaves)
+    assert root == VerifiableMap().fold(admitted(leaves))
     assert (root == old_root) is (old_format == 2)
     assert (stored.format(), StoredMap.create_schema(conn)) == (STORE_FORMAT, False)
     assert (stored.size(), stored.root()) == (6, root)

@@ -41,7 +41,7 @@ from deplog.client.follow.trust import (
     SuspectedForkError,
     TrustedState,
 )
-from deplog.client.model.rules import RuleViolation
+from deplog.client.model.rules import InvalidEntry
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.cosignature import cosign, cosigner
 from deplog.client.tlog.evidence import read_evidence
@@ -166,6 +166,22 @@ def check_entries(trusted: TrustedState, log_signer: Signer, leaves: list[bytes]
         session.add(leaves[trusted.state.size :])
 
 
+def judged_invalid(
+    trusted: TrustedState, log_signer: Signer, leaves: list[bytes]
+) -> tuple[InvalidEntry, ...]:
+    """Steps 3 to 5 over ``leaves`` under a checkpoint of them all: the advance completes
+    (an invalid entry never stops it), and the entries found invalid are what the state
+    keeps as evidence."""
+    candidate = candidate_for(trusted, sign_tree(log_signer, leaves), leaves)
+    with trusted.advance(candidate) as session:
+        session.add(leaves[trusted.state.size :])
+        advanced = session.finish()
+    assert trusted.state.size == len(leaves)
+    count, kept = trusted.state.invalid_entries()
+    assert (count, tuple(kept)) == (len(advanced.invalid), advanced.invalid)
+    return advanced.invalid
+
+
 def change_one_byte_of_message(leaf: bytes, message: str) -> bytes:
     """The leaf with one letter of its message changed: still canonical, no longer signed."""
     at = leaf.index(message.encode())
@@ -204,7 +220,7 @@ def test_the_state_follows_exactly_one_log(tmp_path: Path, local: LocalLog) -> N
 # -- rule 1: a checkpoint is considered only if the trust policy accepts it -----------------
 
 
-def test_a_checkpoint_signed_by_another_key_under_the_log_name_is_refused(
+def test_a_checkpoint_signed_by_another_key_under_the_log_name_is_found_invalid(
     synced: TrustedState, local: LocalLog
 ) -> None:
     local.publish()
@@ -213,7 +229,7 @@ def test_a_checkpoint_signed_by_another_key_under_the_log_name_is_refused(
         synced.check_checkpoint(sign_tree(impostor, honest_leaves(local)))
 
 
-def test_a_checkpoint_altered_after_signing_is_refused(
+def test_a_checkpoint_altered_after_signing_is_found_invalid(
     synced: TrustedState, local: LocalLog
 ) -> None:
     local.publish()
@@ -270,7 +286,7 @@ def cosigned(note: bytes, *by: tuple[Signer, int]) -> bytes:
     return add_signature_lines(note, *(cosign(text, witness, at) for witness, at in by))
 
 
-def test_a_checkpoint_short_of_the_witness_quorum_is_refused(
+def test_a_checkpoint_short_of_the_witness_quorum_is_found_invalid(
     witnessed: TrustedState, local: LocalLog, witnesses: list[Signer]
 ) -> None:
     now = int(time.time())
@@ -410,7 +426,7 @@ def test_corrupted_proofs_between_one_pair_of_checkpoints_keep_one_evidence_file
 @pytest.mark.parametrize(
     ("old", "new"), [(1, TRUSTED_SIZE + 2), (TRUSTED_SIZE, TRUSTED_SIZE + 1)], ids=["old", "new"]
 )
-def test_a_proof_between_other_sizes_than_asked_is_refused(
+def test_a_proof_between_other_sizes_than_asked_is_found_invalid(
     synced: TrustedState, local: LocalLog, old: int, new: int
 ) -> None:
     """Checked before the hashes: a valid proof of another question is no answer."""
@@ -459,17 +475,20 @@ def extended(synced: TrustedState, local: LocalLog) -> list[bytes]:
     return [*honest_leaves(local), notice_leaf(make_envelope(local.publisher, 4))]
 
 
-def test_an_entry_that_is_not_canonical_is_refused_at_its_index(
+def test_an_entry_that_is_not_canonical_is_found_invalid_at_its_index(
     synced: TrustedState, local: LocalLog, extended: list[bytes]
 ) -> None:
     spaced = notice_leaf(make_envelope(local.publisher, 5)).replace(b'{"', b'{ "', 1)
     leaves = [*extended, spaced]
-    with refused(synced, RuleViolation, "bad_leaf") as caught:
-        check_entries(synced, local.signer, leaves)
-    assert (caught.value.index, caught.value.cause) == (TRUSTED_SIZE + 1, "noncanonical_entry")
+    (found,) = judged_invalid(synced, local.signer, leaves)
+    assert (found.code, found.index, found.cause) == (
+        "bad_leaf",
+        TRUSTED_SIZE + 1,
+        "noncanonical_entry",
+    )
 
 
-def test_a_publisher_entry_not_signed_by_the_log_key_is_refused(
+def test_a_publisher_entry_not_signed_by_the_log_key_is_found_invalid(
     synced: TrustedState, local: LocalLog, extended: list[bytes]
 ) -> None:
     mallory = Signer.generate("mallory")
@@ -477,12 +496,15 @@ def test_a_publisher_entry_not_signed_by_the_log_key_is_refused(
         register_statement("mallory", ("org.mallory",), (mallory,)), Signer.generate(ORIGIN)
     )
     leaves = [*extended, forged]
-    with refused(synced, RuleViolation, "bad_publisher_entry") as caught:
-        check_entries(synced, local.signer, leaves)
-    assert (caught.value.index, caught.value.cause) == (TRUSTED_SIZE + 1, "bad_authority_signature")
+    (found,) = judged_invalid(synced, local.signer, leaves)
+    assert (found.code, found.index, found.cause) == (
+        "bad_publisher_entry",
+        TRUSTED_SIZE + 1,
+        "bad_authority_signature",
+    )
 
 
-def test_a_publisher_entry_that_is_no_valid_registry_change_is_refused(
+def test_a_publisher_entry_that_is_no_valid_registry_change_is_found_invalid(
     synced: TrustedState, local: LocalLog, extended: list[bytes]
 ) -> None:
     """Signed by the log key, but acme is registered already."""
@@ -490,15 +512,18 @@ def test_a_publisher_entry_that_is_no_valid_registry_change_is_refused(
         register_statement("acme", ("org.acme",), (local.publisher,)), local.signer
     )
     leaves = [*extended, again]
-    with refused(synced, RuleViolation, "bad_publisher_entry") as caught:
-        check_entries(synced, local.signer, leaves)
-    assert (caught.value.index, caught.value.cause) == (TRUSTED_SIZE + 1, "publisher_exists")
+    (found,) = judged_invalid(synced, local.signer, leaves)
+    assert (found.code, found.index, found.cause) == (
+        "bad_publisher_entry",
+        TRUSTED_SIZE + 1,
+        "publisher_exists",
+    )
 
 
 @pytest.mark.parametrize(
     "cause", ["bad_signature", "unknown_key", "namespace_not_authorized", "unknown_publisher"]
 )
-def test_a_notice_its_publisher_could_not_have_signed_is_refused(
+def test_a_notice_its_publisher_could_not_have_signed_is_found_invalid(
     synced: TrustedState, local: LocalLog, extended: list[bytes], cause: str
 ) -> None:
     acme = local.publisher
@@ -513,32 +538,41 @@ def test_a_notice_its_publisher_could_not_have_signed_is_refused(
         "unknown_publisher": lambda: notice_leaf(make_envelope(Signer.generate("ghost"), 1)),
     }
     leaves = [*extended, lies[cause]()]
-    with refused(synced, RuleViolation, "unauthorized_notice") as caught:
-        check_entries(synced, local.signer, leaves)
-    assert (caught.value.index, caught.value.cause) == (TRUSTED_SIZE + 1, cause)
+    (found,) = judged_invalid(synced, local.signer, leaves)
+    assert (found.code, found.index, found.cause) == (
+        "unauthorized_notice",
+        TRUSTED_SIZE + 1,
+        cause,
+    )
 
 
-def test_a_notice_that_reuses_its_publishers_sequence_is_refused(
+def test_a_notice_that_reuses_its_publishers_sequence_is_found_invalid(
     synced: TrustedState, local: LocalLog, extended: list[bytes]
 ) -> None:
     """Validly signed, but sequence 4 was used just before, by other content."""
     reused = notice_leaf(make_envelope(local.publisher, 4, message="again"))
     leaves = [*extended, reused]
-    with refused(synced, RuleViolation, "replayed_notice") as caught:
-        check_entries(synced, local.signer, leaves)
-    assert (caught.value.index, caught.value.cause) == (TRUSTED_SIZE + 1, "sequence_reused")
+    (found,) = judged_invalid(synced, local.signer, leaves)
+    assert (found.code, found.index, found.cause) == (
+        "replayed_notice",
+        TRUSTED_SIZE + 1,
+        "sequence_reused",
+    )
 
 
 @pytest.mark.parametrize("replayed", [1, TRUSTED_SIZE], ids=["trusted_notice", "new_notice"])
-def test_a_replayed_envelope_is_refused(
+def test_a_replayed_envelope_is_found_invalid(
     synced: TrustedState, local: LocalLog, extended: list[bytes], replayed: int
 ) -> None:
     """An envelope the follower already trusted, or one earlier in the same advance,
     logged again: a log may hold an envelope once."""
     leaves = [*extended, extended[replayed]]
-    with refused(synced, RuleViolation, "replayed_notice") as caught:
-        check_entries(synced, local.signer, leaves)
-    assert (caught.value.index, caught.value.cause) == (TRUSTED_SIZE + 1, "sequence_reused")
+    (found,) = judged_invalid(synced, local.signer, leaves)
+    assert (found.code, found.index, found.cause) == (
+        "replayed_notice",
+        TRUSTED_SIZE + 1,
+        "sequence_reused",
+    )
 
 
 def test_a_state_file_from_before_the_sequence_index_is_indexed_on_open(
@@ -568,24 +602,66 @@ def test_a_lower_unused_sequence_after_a_higher_one_is_accepted(
     ("target", "why"),
     [(0, "a publisher entry"), (TRUSTED_SIZE + 1, "itself"), (TRUSTED_SIZE + 9, "the future")],
 )
-def test_a_withdraw_of_anything_but_an_earlier_notice_of_its_own_is_refused(
+def test_a_withdraw_of_anything_but_an_earlier_notice_of_its_own_is_found_invalid(
     synced: TrustedState, local: LocalLog, extended: list[bytes], target: int, why: str
 ) -> None:
     withdraw = make_envelope(local.publisher, 5, action="withdraw", withdraws=target, affected=None)
     leaves = [*extended, notice_leaf(withdraw)]
-    with refused(synced, RuleViolation, "invalid_withdraw") as caught:
-        check_entries(synced, local.signer, leaves)
-    assert caught.value.index == TRUSTED_SIZE + 1
+    (found,) = judged_invalid(synced, local.signer, leaves)
+    assert (found.code, found.index) == ("invalid_withdraw", TRUSTED_SIZE + 1)
 
 
-def test_the_first_bad_entry_is_the_one_named(
+def test_every_invalid_entry_is_found_in_log_order_and_the_advance_goes_on(
     synced: TrustedState, local: LocalLog, extended: list[bytes]
 ) -> None:
-    """Entries are checked one by one in log order: a later bad one is never reached."""
-    leaves = [*extended, b"not an entry", notice_leaf(make_envelope(Signer.generate("acme"), 6))]
-    with refused(synced, RuleViolation, "bad_leaf") as caught:
-        check_entries(synced, local.signer, leaves)
-    assert caught.value.index == TRUSTED_SIZE + 1
+    """Entries are judged one by one in log order; a bad one stops nothing, and an honest
+    notice after them is verified and folded."""
+    leaves = [
+        *extended,
+        b"not an entry",
+        notice_leaf(make_envelope(Signer.generate("acme"), 6)),
+        notice_leaf(make_envelope(local.publisher, 7, tool="tool:org.acme/fetch")),
+    ]
+    found = judged_invalid(synced, local.signer, leaves)
+    assert [(e.code, e.index, e.tool_id) for e in found] == [
+        ("bad_leaf", TRUSTED_SIZE + 1, None),
+        ("unauthorized_notice", TRUSTED_SIZE + 2, TOOL),
+    ]
+    assert synced.state.notice_at(TRUSTED_SIZE + 3) is not None
+
+
+def test_an_invalid_notice_makes_its_tool_unknown_and_no_other(
+    synced: TrustedState, local: LocalLog, extended: list[bytes]
+) -> None:
+    """Fail closed for that tool only: what the entry said cannot be known, so every
+    version of its tool is ``unknown`` (with the entry named); other tools are as before."""
+    forged = notice_leaf(make_envelope(Signer.generate("acme"), 6, tool="tool:org.acme/fetch"))
+    (found,) = judged_invalid(synced, local.signer, [*extended, forged])
+    assert found.tool_id == "tool:org.acme/fetch"
+    fetch, _ = synced.state.tool_status("tool:org.acme/fetch")
+    status = fetch.lookup("tool:org.acme/fetch", "9.9.9", datetime.now(UTC))
+    assert (status.status, status.invalid) == ("unknown", (TRUSTED_SIZE + 1,))
+    search, _ = synced.state.tool_status(TOOL)
+    assert search.lookup(TOOL, "1.0.0", datetime.now(UTC)).status == "deprecated"
+
+
+@pytest.mark.parametrize(
+    ("leaf", "tool_id"),
+    [
+        (b'{"notice":{"tool_id":"tool:org.acme/fetch"},"type":"notice"}', "tool:org.acme/fetch"),
+        (b'{"type":"notice","notice":{"tool_id":"tool:org.acme/fetch","x":1.5}}', None),
+        (b'{"notice":{"tool_id":"tool:ORG/x"},"type":"notice"}', None),
+        (b'{"notice":{"tool_id":"tool:org.acme/a"},"type":"publisher"}', None),
+        (b'{"notice":{"tool_id":"tool:org.acme/a","tool_id":"tool:org.acme/b"}}', None),
+        (b"\xff", None),
+    ],
+    ids=["readable", "a float", "not the grammar", "not a notice", "duplicate", "not utf-8"],
+)
+def test_a_leaf_that_does_not_decode_names_its_tool_only_when_strict_json_reads_it(
+    synced: TrustedState, local: LocalLog, extended: list[bytes], leaf: bytes, tool_id: str | None
+) -> None:
+    (found,) = judged_invalid(synced, local.signer, [*extended, leaf])
+    assert (found.code, found.tool_id) == ("bad_leaf", tool_id)
 
 
 def test_entries_are_checked_against_the_earlier_entries_of_the_same_advance(
@@ -715,9 +791,10 @@ def test_after_a_refused_advance_the_honest_one_goes_through(
     bad_last = change_one_byte_of_message(
         notice_leaf(make_envelope(local.publisher, 5, message="signed")), "signed"
     )
-    with pytest.raises(RuleViolation), synced.advance(grown) as session:
+    with pytest.raises(TreeMismatchError), synced.advance(grown) as session:
         session.add(leaves[TRUSTED_SIZE:-1])
         session.add([bad_last])
+        session.finish()  # not the signed tree's entries
 
     with synced.advance(grown) as session:
         session.add(leaves[TRUSTED_SIZE:-1])

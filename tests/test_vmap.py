@@ -43,7 +43,7 @@ from deplog.client.model.vmap import (
     bit_of,
     evaluate,
     extend_record_bytes,
-    fold_entries,
+    fold_notices,
     leaf_hash,
     map_key,
     map_line,
@@ -61,7 +61,15 @@ from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_chec
 from deplog.client.tlog.note import Signer, Verifier, decode_base64, encode_base64
 from deplog.client.tlog.proofs import leaf_hash as log_leaf_hash
 from deplog.client.tlog.proofs import node_hash as log_node_hash
-from tests.builders import TOOL, make_notice, notices, revoke_json, semvers, withdraw_json
+from tests.builders import (
+    TOOL,
+    admitted,
+    make_notice,
+    notices,
+    revoke_json,
+    semvers,
+    withdraw_json,
+)
 from tests.vmap_reference import reference_lookup, reference_root
 from tests.vmap_vectors import VECTORS, accumulated_items, generate, vector_leaves
 
@@ -663,18 +671,18 @@ def test_an_absent_tool_is_active_in_every_version() -> None:
     assert evaluate(TOOL, None, "1.0.0", NOW).status == "active"
 
 
-def test_fold_entries_skips_publisher_entries_and_appends_in_log_order() -> None:
+def test_fold_notices_skips_publisher_entries_and_appends_in_log_order() -> None:
     leaves = vector_leaves()
-    records = fold_entries(enumerate(leaves), lambda _: None)
+    records = fold_notices(admitted(leaves), lambda _: None)
     search = records["tool:org.example/search"]
     assert [item.index for item in search.notices] == [1, 2, 4, 5]
 
 
-def test_fold_entries_extends_the_records_it_is_given() -> None:
+def test_fold_notices_extends_the_records_it_is_given() -> None:
     leaves = vector_leaves()
-    whole = fold_entries(enumerate(leaves), lambda _: None)
-    first = fold_entries(enumerate(leaves[:3]), lambda _: None)
-    rest = fold_entries(((i, leaf) for i, leaf in enumerate(leaves) if i >= 3), first.get)
+    whole = fold_notices(admitted(leaves), lambda _: None)
+    first = fold_notices(admitted(leaves[:3]), lambda _: None)
+    rest = fold_notices(admitted(leaves[3:], 3), first.get)
     assert {**first, **rest} == whole
 
 
@@ -1166,7 +1174,7 @@ def test_the_log_vector_map_roots_follow_from_its_leaves(vectors: dict[str, Any]
     records: dict[str, StatusRecord] = {}
     for point in log["map_roots"]:
         prefix = leaves[: point["size"]]
-        records = fold_entries(enumerate(prefix), lambda _: None)
+        records = fold_notices(admitted(prefix), lambda _: None)
         items = {map_key(t): value_hash(r.encode()) for t, r in records.items()}
         assert b64(point["map_root"]) == reference_root(items)
     assert {t: encode_base64(r.encode()) for t, r in records.items()} == log["records"]

@@ -19,7 +19,7 @@ from deplog.client.model.vmap import VerifiableMap, map_line
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer
 from deplog.client.tlog.proofs import consistency_path, leaf_hash
-from tests.builders import LocalLog
+from tests.builders import LocalLog, admitted
 from tests.map_formats import write_first_draft_map
 
 MAP_WITNESS = "map.witness.example/w"
@@ -49,7 +49,7 @@ def mirror(local: LocalLog) -> Mirror:
 def witness(tmp_path: Path, local: LocalLog, mirror: Mirror) -> Iterator[Witness]:
     state = WitnessState(tmp_path / "witness.db")
     state.add_log(local.signer.verifier().vkey(), 0)
-    verifier = MapVerifier(tmp_path / "map.db", mirror)
+    verifier = MapVerifier(tmp_path / "map.db", mirror, state.log_verifier)
     witness = Witness(state, Signer.generate(MAP_WITNESS, SIG_TYPE_COSIGNATURE_V1))
     witness.statement = verifier.check
     yield witness
@@ -98,7 +98,7 @@ def test_a_false_map_root_is_declined_and_nothing_is_recorded(
     local.publish()
     local.publish()
     leaves = local.log.tree.leaf_data(0, local.log.tree.size)
-    bad = VerifiableMap().fold(enumerate(leaves[:-1])) if fault == "misfolded notice" else None
+    bad = VerifiableMap().fold(admitted(leaves[:-1])) if fault == "misfolded notice" else None
     note = with_map_root(local, bad or os.urandom(32))
     with pytest.raises(DeplogError) as declined:
         witness.add_checkpoint(body(local, 0, note), 1000)
@@ -148,7 +148,7 @@ def test_a_mirror_of_another_record_format_is_dropped_and_mirrored_again(
     state = WitnessState(tmp_path / "witness.db")
     state.add_log(local.signer.verifier().vkey(), 0)
     witness = Witness(state, Signer.generate(MAP_WITNESS, SIG_TYPE_COSIGNATURE_V1))
-    verifier = MapVerifier(tmp_path / "map.db", mirror)
+    verifier = MapVerifier(tmp_path / "map.db", mirror, state.log_verifier)
     witness.statement = verifier.check
     local.publish()
     assert witness.add_checkpoint(body(local, 0, latest(local)), 1000)
@@ -156,7 +156,7 @@ def test_a_mirror_of_another_record_format_is_dropped_and_mirrored_again(
     conn = sqlite3.connect(tmp_path / "map.db")
     write_first_draft_map(conn, local.log.tree.leaf_data(0, local.log.tree.size))
     conn.close()
-    verifier = MapVerifier(tmp_path / "map.db", mirror)
+    verifier = MapVerifier(tmp_path / "map.db", mirror, state.log_verifier)
     witness.statement = verifier.check
     assert verifier.conn.execute("SELECT count(*) FROM mirror_frontier").fetchone()[0] == 0
     assert verifier.map.size() is None

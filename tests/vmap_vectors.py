@@ -40,6 +40,7 @@ from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer, encode_base64
 from deplog.client.tlog.proofs import leaf_hash as log_leaf_hash
 from deplog.client.tlog.proofs import root_from_leaf_hashes
+from tests.builders import admitted
 
 __all__ = [
     "ACCUMULATED_STEPS",
@@ -246,7 +247,7 @@ def _log_case() -> dict[str, Any]:
     sizes = []
     for size in range(len(leaves) + 1):
         if size:
-            vmap.fold([(size - 1, leaves[size - 1])])
+            vmap.fold(admitted([leaves[size - 1]], size - 1))
         sizes.append({"size": size, "map_root": _b64(vmap.root())})
     checkpoint = Checkpoint(
         ORIGIN,

@@ -23,10 +23,11 @@ from typing import Any, Final
 
 from deplog.authority.http.plumbing import HTTPRequestError
 from deplog.authority.storage.reader import LogReader
-from deplog.client.errors import ErrorCode
+from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model import canonical
-from deplog.client.model.entries import NoticeEntry, PublisherEntry, decode_entry
+from deplog.client.model.entries import NoticeEntry, PublisherEntry
 from deplog.client.model.notice import parse_tool_id
+from deplog.client.model.rules import decode_leaf, readable_tool_id
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.cosignature import cosignatures
 from deplog.client.tlog.note import Verifier, parse_note
@@ -135,7 +136,16 @@ def checkpoint_view(served: Served, now: float) -> dict[str, Any]:
 
 
 def _entry_summary(index: int, leaf: bytes) -> dict[str, Any]:
-    entry = decode_entry(leaf)
+    entry = decode_leaf(leaf)
+    if isinstance(entry, DeplogError):  # in the signed tree, but no entry (fold-spec 3.1)
+        return {
+            "index": index,
+            "kind": "invalid",
+            "tool_id": readable_tool_id(leaf),
+            "action": "invalid",
+            "publisher": None,
+            "issued_at": None,
+        }
     if isinstance(entry, NoticeEntry):
         notice = entry.envelope.notice
         return {
@@ -256,18 +266,24 @@ def notice_page(reader: LogReader, served: Served, raw_index: str) -> dict[str, 
     """
     index = _parse_index(raw_index, served.size)
     leaf = reader.entries(index, index + 1)[0]
-    entry = decode_entry(leaf)
+    entry = decode_leaf(leaf)
     publishers = {p["publisher"]: p for p in reader.publishers()["publishers"]}
     out: dict[str, Any] = {
         "index": index,
         "size": served.size,
         "leaf_b64": base64.b64encode(leaf).decode("ascii"),
-        "raw": canonical.loads(leaf),
+        "raw": _raw(leaf),
         "log_key": served.log_key.vkey(),
         "witness_keys": [w.vkey() for w in served.witnesses],
         "quorum": _required(served),
     }
-    if isinstance(entry, NoticeEntry):
+    finding = reader.invalid_entry(index)
+    if isinstance(entry, DeplogError):  # fold-spec 3.1: in the signed tree, but no entry
+        finding = (ErrorCode.BAD_LEAF, entry.code, readable_tool_id(leaf))
+    if finding is not None:
+        code, cause, tool_id = finding
+        out.update(kind="invalid", code=code, cause=cause, tool_id=tool_id, key=None)
+    elif isinstance(entry, NoticeEntry):
         envelope = entry.envelope
         notice = envelope.notice
         key_id = envelope.key_id.hex()
@@ -285,6 +301,14 @@ def notice_page(reader: LogReader, served: Served, raw_index: str) -> dict[str, 
         assert isinstance(entry, PublisherEntry)
         out.update(kind="publisher", statement=entry.statement.to_json(), key=None)
     return out
+
+
+def _raw(leaf: bytes) -> object:
+    """The leaf as JSON for the page, or as text when it is none (an invalid entry)."""
+    try:
+        return canonical.loads(leaf)
+    except DeplogError:
+        return leaf.decode("utf-8", errors="replace")
 
 
 def publishers_page(reader: LogReader) -> dict[str, Any]:

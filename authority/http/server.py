@@ -63,7 +63,10 @@ Publication (``AuthorityState``), one order in one place:
 of a failed publication until one succeeds, the refresh loop's included;
 ``embedded_witness_unavailable`` while the embedded witness cannot cosign;
 ``cosignatures_stale`` when the served embedded cosignature is older than
-``STALE_REFRESHES`` refresh intervals); 503 ``storage_corrupt``.
+``STALE_REFRESHES`` refresh intervals); 503 ``storage_corrupt``. Entries of the log
+that fail validation (docs/fold-spec.md: none unless storage was altered or a bug let
+one in) are reported beside the status, as ``invalid_entries`` (their count and the
+first ones): the log serves on, as every verifier goes on past them.
 
 Map proofs (``GET /v1/tools/{tool_id}/proof``) are made at the served checkpoint
 and nowhere else: the map is at one size (the last committed batch's: its tables,
@@ -966,6 +969,12 @@ async def _get_healthz(request: web.Request) -> web.Response:
         "size": state.checkpoint.size,
         "pending": state.sequencer.pending,
     }
+    invalid, first = state.sequencer.log.invalid_entries
+    if invalid:
+        report["invalid_entries"] = {
+            "count": invalid,
+            "first": [entry.to_json() for entry in first],
+        }
     reasons = state.health(time.time())
     if reasons:
         report.update(status="degraded", reasons=reasons)

@@ -75,6 +75,9 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
             ErrorCode.BAD_SIGNATURE_ENCODING,
             ErrorCode.BAD_KEY,
             ErrorCode.LEAF_TOO_LARGE,
+            # an entry the verifiers' own decoder refuses (the one validator)
+            ErrorCode.MALFORMED_ENTRY,
+            ErrorCode.NONCANONICAL_ENTRY,
             # reads
             ErrorCode.BAD_PARAMETER,
             ErrorCode.REPEATED_PARAMETER,

@@ -21,8 +21,9 @@ from deplog.authority.storage.database import Database, open_database
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.errors import DeplogError
 from deplog.client.mapstore import MapView, StoredMap
-from deplog.client.model.entries import NoticeEntry, decode_entry
-from deplog.client.model.status import StatusIndex
+from deplog.client.model.entries import NoticeEntry
+from deplog.client.model.rules import decode_leaf
+from deplog.client.model.status import FoldNotice, InvalidMark, StatusIndex
 from deplog.client.model.vmap import MapProof
 from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_hash
 
@@ -148,14 +149,21 @@ class LogReader:
         return sorted(found.items())
 
     def tool(self, tool_id: str, size: int, now: datetime) -> dict[str, Any]:
-        """The status of a tool at tree ``size``, folded from that tool's notices only."""
+        """The status of a tool at tree ``size``, folded from that tool's notices only, and
+        the marks of the entries about it that fail validation (docs/fold-spec.md)."""
         indexes = store.tool_entry_indexes(self.conn, tool_id, size, MAX_TOOL_NOTICES + 1)
         truncated = len(indexes) > MAX_TOOL_NOTICES
-        index = StatusIndex()
+        items: list[tuple[int, FoldNotice]] = [
+            (i, InvalidMark(tool_id, i))
+            for i in store.invalid_entry_indexes(self.conn, tool_id, size)
+        ]
         for i in indexes[:MAX_TOOL_NOTICES]:
-            entry = decode_entry(self.entries(i, i + 1)[0])
+            entry = decode_leaf(self.entries(i, i + 1)[0])
             if isinstance(entry, NoticeEntry):
-                index.apply(i, entry.envelope.notice)
+                items.append((i, entry.envelope.notice))
+        index = StatusIndex()
+        for i, item in sorted(items, key=lambda pair: pair[0]):
+            index.apply(i, item)
         described = index.describe(tool_id, now)
         described["size"] = size
         if truncated:
@@ -173,6 +181,14 @@ class LogReader:
             return self.map.prove_at_size(tool_id, view, moved)
         except (KeyError, DeplogError):  # a missing row, a stored record that does not decode
             raise IntegrityError() from None
+
+    def invalid_entry(self, index: int) -> tuple[str, str | None, str | None] | None:
+        """How the entry at ``index`` fails validation (code, cause, tool id), if the
+        authority found it does (``invalid_entries``)."""
+        row = self.conn.execute(
+            "SELECT code, cause, tool_id FROM invalid_entries WHERE idx = ?", (index,)
+        ).fetchone()
+        return None if row is None else (str(row[0]), row[1], row[2])
 
     def publishers(self) -> dict[str, Any]:
         """Every publisher with its namespaces and keys, as of the latest registry change."""

@@ -41,7 +41,7 @@ __all__ = [
     "schema_version",
 ]
 
-CURRENT_VERSION = 2
+CURRENT_VERSION = 3
 EXIT_CONFIG = 78
 """Exit status of a database without the current schema (sysexits ``EX_CONFIG``)."""
 _MIGRATE_LOCK = 0x6465706C6F67  # "deplog": serializes concurrent migrations
@@ -227,7 +227,20 @@ _V2 = (
     "DELETE FROM map_record",
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2}
+_V3 = (
+    # Publisher entries are found as the gaps between notice indexes (store.py), and
+    # entries that fail validation are recorded when the map is folded from the leaves.
+    "CREATE INDEX notices_by_idx ON notices (idx)",
+    """CREATE TABLE invalid_entries (
+        idx bigint PRIMARY KEY,
+        code text NOT NULL,
+        cause text,
+        tool_id text COLLATE "C"
+    )""",
+    "CREATE INDEX invalid_by_tool ON invalid_entries (tool_id, idx)",
+)
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3}
 """Version -> the statements that bring the schema from version - 1 to it."""
 
 

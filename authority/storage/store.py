@@ -13,6 +13,10 @@ Tables besides the tree's (see ``tree.py``):
     idempotent resubmission and unique sequence numbers per publisher.
   * ``tool_entries``: (tool_id, leaf index), so a tool's status folds only
     its own notices.
+  * ``invalid_entries``: entries of the log that fail validation (none in an honest
+    log: the authority admits only what the validator accepts), found when the map
+    is folded again from the leaves, with the tool each names where it can be read
+    (docs/fold-spec.md, "Entries that fail validation").
   * ``registry``: a snapshot of the publisher registry and the log size it
     reflects, so a restart does not replay the log.
   * ``published``: under a publication quorum, the last checkpoint that met it,
@@ -44,11 +48,15 @@ __all__ = [
     "create_schema",
     "insert_checkpoint",
     "insert_checkpoint_once",
+    "insert_invalid_entries",
     "insert_notices",
+    "invalid_entries",
+    "invalid_entry_indexes",
     "latest_checkpoint",
     "limit_size",
     "notices_by_sequence",
     "published_note",
+    "registry_entry_indexes",
     "registry_snapshot",
     "save_published_note",
     "save_registry_snapshot",
@@ -111,11 +119,22 @@ def create_schema(conn: sqlite3.Connection) -> None:
         if_not_exists=True,
         strict=True,
     )
+    conn.execute("CREATE INDEX IF NOT EXISTS notices_by_idx ON notices (idx)")
     db.table("tool_entries").create(
         {"tool_id": str, "idx": int},
         pk=("tool_id", "idx"),
         if_not_exists=True,
         strict=True,
+    )
+    db.table("invalid_entries").create(
+        {"idx": int, "code": str, "cause": str, "tool_id": str},
+        pk="idx",
+        not_null={"code"},
+        if_not_exists=True,
+        strict=True,
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS invalid_by_tool ON invalid_entries (tool_id, idx)"
     )
     db.table("published").create(
         {"id": int, "size": int, "note": bytes},
@@ -204,6 +223,58 @@ def tool_entry_indexes(conn: Connection, tool_id: str, size: int, limit: int) ->
     rows = conn.execute(
         "SELECT idx FROM tool_entries WHERE tool_id = ? AND idx < ? ORDER BY idx LIMIT ?",
         (tool_id, size, limit),
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def registry_entry_indexes(conn: Connection, size: int) -> list[int]:
+    """The indexes below ``size`` that hold no notice: the log's publisher entries (and any
+    entry that is neither, which the caller's decoding finds). The gaps between notice
+    indexes, found by one scan of the ``notices_by_idx`` index, never of the leaves."""
+    gaps = conn.execute(
+        "SELECT prev + 1, idx FROM (SELECT idx, LAG(idx, 1, -1) OVER (ORDER BY idx) AS prev "
+        "FROM notices WHERE idx < ?) AS ordered WHERE idx > prev + 1",
+        (size,),
+    ).fetchall()
+    (last,) = conn.execute(
+        "SELECT COALESCE(MAX(idx), -1) FROM notices WHERE idx < ?", (size,)
+    ).fetchone()
+    spans = [(int(a), int(b)) for a, b in gaps] + [(int(last) + 1, size)]
+    return [i for start, end in spans for i in range(start, end)]
+
+
+def insert_invalid_entries(
+    conn: Connection, rows: Sequence[tuple[int, str, str | None, str | None]]
+) -> None:
+    """Record entries that fail validation (idx, code, cause, tool id), once each."""
+    for row in rows:
+        conn.execute(
+            "INSERT INTO invalid_entries (idx, code, cause, tool_id) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (idx) DO NOTHING",
+            row,
+        )
+
+
+def invalid_entries(
+    conn: Connection, size: int, limit: int
+) -> tuple[int, list[tuple[int, str, str | None, str | None]]]:
+    """How many recorded entries below ``size`` fail validation, and the first ``limit``."""
+    (count,) = conn.execute(
+        "SELECT COUNT(*) FROM invalid_entries WHERE idx < ?", (size,)
+    ).fetchone()
+    rows = conn.execute(
+        "SELECT idx, code, cause, tool_id FROM invalid_entries WHERE idx < ? "
+        "ORDER BY idx LIMIT ?",
+        (size, limit),
+    ).fetchall()
+    return int(count), [(int(i), str(c), cause, tool) for i, c, cause, tool in rows]
+
+
+def invalid_entry_indexes(conn: Connection, tool_id: str, size: int) -> list[int]:
+    """The indexes below ``size`` of entries that fail validation and name ``tool_id``."""
+    rows = conn.execute(
+        "SELECT idx FROM invalid_entries WHERE tool_id = ? AND idx < ? ORDER BY idx",
+        (tool_id, size),
     ).fetchall()
     return [int(r[0]) for r in rows]
 

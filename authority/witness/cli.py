@@ -236,7 +236,9 @@ def _start(args: argparse.Namespace, sock: socket.socket) -> int:
             witness = Witness(state, signer)
             verifier = None
             if args.verify_map is not None:
-                verifier = MapVerifier(args.data / MAP_DB_FILE, http_entries(args.verify_map))
+                verifier = MapVerifier(
+                    args.data / MAP_DB_FILE, http_entries(args.verify_map), state.log_verifier
+                )
                 witness.statement = verifier.check
             try:
                 asyncio.run(_serve(config, witness, sock))

@@ -29,9 +29,19 @@ This is the one module of ``authority/witness`` that knows deplog entries
    (``authority/http/server.py`` rule 4), so this witness can be part of the
    authority's publication quorum. A checkpoint below the mirror's size is
    refused the same way (the mirror holds one size).
-5. A mirror whose map is in another record format (``client.mapstore`` rule 4)
-   is dropped whole at start, map and tree edge in one transaction, and
-   mirrored again from entry 0.
+5. A mirror whose map is in another record format (``client.mapstore`` rule 4),
+   or that was made before rule 6 (no validation history), is dropped whole at
+   start, map, tree edge and history in one transaction, and mirrored again from
+   entry 0.
+6. Every entry is judged by the one validator (``client.model.rules``) before it
+   is folded, with the log's registry replayed from entry 0 and every valid
+   notice's sequence number and withdraw target kept in the mirror (its history
+   tables): an entry the authority should have refused is folded as every
+   verifier folds it (docs/fold-spec.md, "Entries that fail validation": its mark
+   makes its tool ``unknown``), so this witness and every follower agree on the
+   root, and the entry is kept in ``mirror_invalid`` as evidence.
+7. The mirror follows one log: its origin and key are recorded with its history,
+   and a checkpoint of another log is refused (``map_not_reproduced``).
 """
 
 from __future__ import annotations
@@ -43,13 +53,20 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from deplog.authority.witness.core import WitnessError
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.mapstore import StoredMap
+from deplog.client.model.entries import NoticeEntry
+from deplog.client.model.notice import Notice
+from deplog.client.model.registry import PublisherRegistry
+from deplog.client.model.rules import EntryChecker, InvalidEntry, fold_item
+from deplog.client.model.status import InvalidMark
 from deplog.client.model.vmap import MapLineError, map_root_of
 from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.proofs import TreeFrontier, leaf_hash
 
 __all__ = [
@@ -81,6 +98,34 @@ _FRONTIER_SCHEMA = """CREATE TABLE IF NOT EXISTS mirror_frontier (
     size INTEGER NOT NULL,
     hashes TEXT NOT NULL
 ) STRICT"""
+_HISTORY_SCHEMA = (
+    """CREATE TABLE mirror_log (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        origin TEXT NOT NULL,
+        log_key TEXT NOT NULL,
+        registry TEXT NOT NULL
+    ) STRICT""",
+    """CREATE TABLE mirror_notices (
+        idx INTEGER PRIMARY KEY,
+        publisher TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        tool_id TEXT NOT NULL,
+        action TEXT NOT NULL,
+        UNIQUE (publisher, sequence)
+    ) STRICT""",
+    """CREATE TABLE mirror_invalid (
+        idx INTEGER PRIMARY KEY,
+        code TEXT NOT NULL,
+        cause TEXT,
+        tool_id TEXT
+    ) STRICT""",
+)
+
+
+class _Target(NamedTuple):
+    publisher: str
+    tool_id: str
+    action: str
 
 
 def http_entries(url: str) -> FetchEntries:
@@ -103,16 +148,30 @@ def http_entries(url: str) -> FetchEntries:
 class MapVerifier:
     """The mirror of one log's map; ``check`` is the witness's additional statement."""
 
-    def __init__(self, path: Path, fetch: FetchEntries) -> None:
+    def __init__(
+        self, path: Path, fetch: FetchEntries, log_key: Callable[[str], Verifier | None]
+    ) -> None:
+        """The mirror in the SQLite file ``path``, fed by ``fetch``; ``log_key`` finds the
+        verifier key of a log by its origin (the witness's own configuration)."""
         self.fetch = fetch
+        self.log_key = log_key
         self._lock = threading.Lock()
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode = WAL")
         self.conn.execute("PRAGMA synchronous = FULL")
         self.conn.execute("BEGIN IMMEDIATE")
         self.conn.execute(_FRONTIER_SCHEMA)
-        if StoredMap.create_schema(self.conn):  # a map of another record format went:
+        has_history = self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'mirror_log'"
+        ).fetchone()
+        if StoredMap.create_schema(self.conn) or has_history is None:  # rule 5
             self.conn.execute("DELETE FROM mirror_frontier")  # mirror again from entry 0
+            StoredMap.drop_unless_at(self.conn, 0)
+            StoredMap.create_schema(self.conn)
+            for table in ("mirror_log", "mirror_notices", "mirror_invalid"):
+                self.conn.execute(f"DROP TABLE IF EXISTS {table}")
+            for statement in _HISTORY_SCHEMA:
+                self.conn.execute(statement)
         self.conn.execute("COMMIT")
         self.map = StoredMap(self.conn)
 
@@ -146,6 +205,7 @@ class MapVerifier:
         frontier = self._frontier()
         if checkpoint.size < frontier.size:
             raise EntriesUnavailableError(message="the mirror is past this checkpoint")
+        history = self._history(checkpoint.origin)
         while frontier.size < checkpoint.size:
             start = frontier.size
             try:
@@ -156,15 +216,23 @@ class MapVerifier:
                 ) from None
             if not page:
                 raise EntriesUnavailableError(message="the log served no entries")
-            for leaf in page:
-                frontier.append(leaf_hash(leaf))
             if self.map.size() is None and start:
                 raise MapNotReproducedError(message="the mirror lost its map")
-            self.map.advance(start, page)
+            items: list[tuple[int, Notice | InvalidMark]] = []
+            for index, leaf in enumerate(page, start):
+                frontier.append(leaf_hash(leaf))
+                judged = history.judge(index, leaf)
+                if isinstance(judged, InvalidEntry):
+                    self._keep_invalid(judged)
+                elif isinstance(judged, NoticeEntry):
+                    self._keep_notice(index, judged.envelope.notice)
+                if (item := fold_item(judged)) is not None:
+                    items.append((index, item))
+            self.map.advance_notices(start, start + len(page), items)
         if frontier.root() != checkpoint.root_hash:
             raise MapNotReproducedError(message="the served entries are not the checkpoint's")
         if self.map.size() is None:
-            self.map.advance(0, [])  # the empty log: a map of no keys
+            self.map.advance_notices(0, 0, [])  # the empty log: a map of no keys
         if self.map.root() != committed:
             raise MapNotReproducedError(message="the map root is not the fold of the entries")
         hashes = json.dumps([base64.b64encode(h).decode() for h in frontier.hashes])
@@ -172,4 +240,55 @@ class MapVerifier:
             "INSERT INTO mirror_frontier (id, size, hashes) VALUES (1, ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET size = excluded.size, hashes = excluded.hashes",
             (frontier.size, hashes),
+        )
+        self.conn.execute(
+            "UPDATE mirror_log SET registry = ?",
+            (json.dumps(history.registry.to_json(), sort_keys=True),),
+        )
+
+    def _history(self, origin: str) -> EntryChecker:
+        """The validator over the mirror's history (rule 6), for a checkpoint of ``origin``:
+        the mirror's own log (rule 7), its first one for an empty mirror."""
+        key = self.log_key(origin)
+        if key is None:
+            raise MapNotReproducedError(message="the witness has no key for this log")
+        row = self.conn.execute("SELECT origin, log_key, registry FROM mirror_log").fetchone()
+        if row is None:
+            registry = PublisherRegistry()
+            self.conn.execute(
+                "INSERT INTO mirror_log (id, origin, log_key, registry) VALUES (1, ?, ?, ?)",
+                (origin, key.vkey(), json.dumps(registry.to_json(), sort_keys=True)),
+            )
+        elif row[0] != origin or row[1] != key.vkey():
+            raise MapNotReproducedError(message="the mirror verifies another log's map")
+        else:
+            registry = PublisherRegistry.from_json(json.loads(row[2]))
+        return EntryChecker(registry, key, self._target, self._sequence_used)
+
+    def _target(self, index: int) -> _Target | None:
+        row = self.conn.execute(
+            "SELECT publisher, tool_id, action FROM mirror_notices WHERE idx = ?", (index,)
+        ).fetchone()
+        return None if row is None else _Target(*row)
+
+    def _sequence_used(self, publisher: str, sequence: int) -> bool:
+        return (
+            self.conn.execute(
+                "SELECT 1 FROM mirror_notices WHERE publisher = ? AND sequence = ?",
+                (publisher, sequence),
+            ).fetchone()
+            is not None
+        )
+
+    def _keep_notice(self, index: int, notice: Notice) -> None:
+        self.conn.execute(
+            "INSERT INTO mirror_notices (idx, publisher, sequence, tool_id, action) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (index, notice.publisher, notice.sequence, notice.tool_id, notice.action),
+        )
+
+    def _keep_invalid(self, entry: InvalidEntry) -> None:
+        self.conn.execute(
+            "INSERT INTO mirror_invalid (idx, code, cause, tool_id) VALUES (?, ?, ?, ?)",
+            (entry.index, str(entry.code), entry.cause and str(entry.cause), entry.tool_id),
         )

@@ -4,16 +4,18 @@ Rules:
 
 1. Each checkpoint is verified first (the log's signature, its origin); an
    unsigned one proves nothing and is refused with its own code.
-2. The entries are folded once, in log order, by the one map function
-   (``client.model.vmap.fold_entries``); at each checkpoint's size the tree root
+2. The entries are judged once, in log order, by the one validator
+   (``client.model.rules``, replaying the registry from entry 0) and folded by the
+   one map function (``client.model.vmap.fold_notices``), entries that fail
+   validation as their marks (docs/fold-spec.md); at each checkpoint's size the tree root
    of the entries so far must be the checkpoint's root (else they are not the
    entries it signed: ``entries_root_mismatch``), and the map root must be its
    ``deplog-map/v1`` root. The first size where it is not is named
    (``bad_map_root``): the log signed a false statement about its history.
 3. A checkpoint without a line commits to no map and is counted, not checked;
    a malformed or repeated line is refused (``malformed_map_line``).
-4. The entries are trusted to be admitted (``deplog audit replay`` checks the
-   admission rules); this audit checks only the map.
+4. Entries that fail validation do not stop the audit; ``deplog audit replay``
+   reports them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from itertools import islice
 
 from deplog.client.audit.offline import audit_checkpoint
 from deplog.client.errors import ErrorCode, VerificationError
+from deplog.client.model.notice import Notice
+from deplog.client.model.rules import LogReplay, fold_item
+from deplog.client.model.status import InvalidMark
 from deplog.client.model.vmap import VerifiableMap, map_root_of
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import Verifier
@@ -66,7 +71,7 @@ def audit_map(
     checkpoints = sorted(
         (audit_checkpoint(note, log_key, origin) for note in notes), key=lambda c: c.size
     )
-    vmap, frontier = VerifiableMap(), TreeFrontier()
+    vmap, frontier, history = VerifiableMap(), TreeFrontier(), LogReplay(log_key)
     matched: list[int] = []
     without_line: list[int] = []
     entries = iter(leaves)
@@ -77,9 +82,12 @@ def audit_map(
             chunk = list(islice(entries, want))
             if len(chunk) < want:
                 raise TreeMismatchError(ErrorCode.MISSING_ENTRIES, start + len(chunk))
-            for leaf in chunk:
+            items: list[tuple[int, Notice | InvalidMark]] = []
+            for index, leaf in enumerate(chunk, start):
                 frontier.append(leaf_hash(leaf))
-            vmap.fold(enumerate(chunk, start))
+                if (item := fold_item(history.judge(index, leaf))) is not None:
+                    items.append((index, item))
+            vmap.fold(items)
         _check(checkpoint, frontier, vmap, matched, without_line)
     return MapAuditReport(frontier.size, tuple(matched), tuple(without_line))
 

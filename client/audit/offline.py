@@ -20,32 +20,33 @@ anyone's own tooling. The rules:
   signed by a key that, at that point of the log, is active, belongs to an
   active publisher and covers the tool's namespace; no publisher uses a
   sequence number twice; a withdraw names an earlier deprecate or revoke
-  notice of the same publisher about the same tool. Then the leaves must be
-  exactly as many as the checkpoint's size and hash to its root. The first
-  failure stops the replay: the rules' ``RuleViolation`` or the proofs'
-  ``TreeMismatchError``, each naming its index, the very errors a follower
-  raises for the same findings.
+  notice of the same publisher about the same tool (the one validator,
+  ``client.model.rules``). Then the leaves must be exactly as many as the
+  checkpoint's size and hash to its root (the proofs' ``TreeMismatchError``
+  stops the replay). An entry that fails the rules does not stop it: the
+  replay goes on as every verifier does (docs/fold-spec.md, "Entries that fail
+  validation") and reports each one (``ReplayReport.invalid``), which the
+  command line turns into its failure: the log signed an entry it should have
+  refused.
 
 Replay memory is bounded by the publisher registry plus one small record per
 notice (publisher, tool, action, for withdraw checks; its sequence number,
-for the uniqueness check) and log2(size) subtree hashes: leaves are
-streamed, never kept. Leaves past the checkpoint's size
+for the uniqueness check), the invalid entries found, and log2(size) subtree
+hashes: leaves are streamed, never kept. Leaves past the checkpoint's size
 are refused as soon as the first one appears, so an oversized input cannot
 cost more work than the checkpoint announces.
 """
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from deplog.client.errors import DeplogError, ErrorCode, VerificationError
 from deplog.client.model.entries import PublisherEntry, decode_entry
 from deplog.client.model.registry import PublisherRegistry
-from deplog.client.model.rules import EntryChecker
+from deplog.client.model.rules import InvalidEntry, LogReplay
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.proofs import (
@@ -125,14 +126,6 @@ def audit_consistency(
     return old, new
 
 
-class _NoticeRecord(NamedTuple):
-    """What a later withdraw needs to know about a notice, and nothing more."""
-
-    publisher: str
-    tool_id: str
-    action: str
-
-
 @dataclass(frozen=True)
 class ReplayReport:
     """The outcome of a successful replay: what the verified log contains."""
@@ -145,6 +138,8 @@ class ReplayReport:
     """Every publisher ever registered, in registration order."""
     registry: PublisherRegistry
     """The authorization state after the last entry."""
+    invalid: tuple[InvalidEntry, ...] = ()
+    """The entries that fail validation, in log order (none in an honest log)."""
 
     @property
     def size(self) -> int:
@@ -164,46 +159,40 @@ def replay(
 
     The checkpoint is verified first (of origin ``origin``, by default the key
     name; its errors keep their own codes), then every leaf in order by the
-    rules in this module's docstring: RuleViolation (``bad_leaf``,
-    ``bad_publisher_entry``, ``unauthorized_notice``, ``replayed_notice``,
-    ``invalid_withdraw``, with the underlying code in ``cause``), then
-    TreeMismatchError (``too_many_entries``, ``missing_entries``,
-    ``entries_root_mismatch``). Errors raised by
-    ``leaves`` itself (a malformed bundle) propagate unchanged.
+    rules in this module's docstring: an entry that fails them is reported in
+    ``invalid`` (``bad_leaf``, ``bad_publisher_entry``, ``unauthorized_notice``,
+    ``replayed_notice``, ``invalid_withdraw``, with the underlying code in
+    ``cause``), and the replay goes on; then TreeMismatchError
+    (``too_many_entries``, ``missing_entries``, ``entries_root_mismatch``). Errors
+    raised by ``leaves`` itself (a malformed bundle) propagate unchanged.
     """
     checkpoint = audit_checkpoint(checkpoint_note, log_key, origin)
-    registry = PublisherRegistry()
+    history = LogReplay(log_key)
     frontier = TreeFrontier()
-    records: dict[int, _NoticeRecord] = {}
-    sequences: dict[str, set[int]] = {}
     notices: Counter[str] = Counter()
+    invalid: list[InvalidEntry] = []
     publisher_entries = 0
-
-    def sequence_used(publisher: str, sequence: int) -> bool:
-        return sequence in sequences.get(publisher, ())
-
-    checker = EntryChecker(registry, log_key, records.get, sequence_used)
     for index, leaf in enumerate(leaves):
         if index >= checkpoint.size:
             raise TreeMismatchError(ErrorCode.TOO_MANY_ENTRIES, index)
         frontier.append(leaf_hash(leaf))
-        entry = checker.check(index, leaf)
-        if isinstance(entry, PublisherEntry):
+        judged = history.judge(index, leaf)
+        if isinstance(judged, InvalidEntry):
+            invalid.append(judged)
+        elif isinstance(judged, PublisherEntry):
             publisher_entries += 1
-            continue
-        notice = entry.envelope.notice
-        publisher = sys.intern(notice.publisher)
-        records[index] = _NoticeRecord(publisher, sys.intern(notice.tool_id), notice.action)
-        sequences.setdefault(publisher, set()).add(notice.sequence)
-        notices[notice.action] += 1
+        else:
+            notices[judged.envelope.notice.action] += 1
     if frontier.size != checkpoint.size:
         raise TreeMismatchError(ErrorCode.MISSING_ENTRIES, frontier.size)
     if frontier.root() != checkpoint.root_hash:
         raise TreeMismatchError(ErrorCode.ENTRIES_ROOT_MISMATCH, None)
+    registry = history.registry
     return ReplayReport(
         checkpoint=checkpoint,
         notices=dict(sorted(notices.items())),
         publisher_entries=publisher_entries,
         publishers=tuple(p.publisher for p in registry.publishers()),
         registry=registry,
+        invalid=tuple(invalid),
     )

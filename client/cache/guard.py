@@ -10,6 +10,9 @@ Verdicts, in the order they are decided:
 
   unknown  ``not_synced``            nothing verified yet: look the tool up live
            ``bad_identifier``        not a deplog tool id or SemVer version
+           ``invalid_entry``         the signed log holds an entry about this tool
+                                     that fails validation (docs/fold-spec.md): what
+                                     it said cannot be known, so no verdict is vouched
   stale    ``checkpoint_stale``      the last verified sync is older than the bound
   refuse   ``revoked``               a revoke notice is in effect
            ``sunset``                a deprecation's sunset time has passed
@@ -129,7 +132,10 @@ def refusal(status: VersionStatus, schema_digest: str | None) -> str | None:
 
 
 def served(status: VersionStatus) -> tuple[Verdict, str]:
-    """The verdict on a version that is not refused: warn if deprecated, else serve."""
+    """The verdict on a version that is not refused: unknown if an entry about the tool
+    fails validation, warn if deprecated, else serve."""
+    if status.status == "unknown":
+        return Verdict.UNKNOWN, "invalid_entry"
     if status.status == "deprecated":
         return Verdict.WARN, "deprecated"
     return Verdict.SERVE, "active"
@@ -244,6 +250,8 @@ class Guard:
         def decide(verdict: Verdict, reason: str) -> Decision:
             return Decision(verdict, reason, tool_id, version, through, status)
 
+        if status.status == "unknown":
+            return decide(*served(status))
         refused = refusal(status, schema_digest)
         if refused is not None:
             return decide(Verdict.REFUSE, refused)

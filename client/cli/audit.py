@@ -94,6 +94,7 @@ from deplog.client.model import canonical
 from deplog.client.model.canonical import JSONFormatError
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
+from deplog.client.model.rules import InvalidEntry
 from deplog.client.model.semver import Version
 from deplog.client.model.vmap import (
     MapProof,
@@ -359,14 +360,35 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     with Progress("replaying entries", quiet=args.json) as progress:
         report = replay(_counting(leaves, total, progress.update), note, log_key, args.origin)
     shape = {
-        "ok": True,
+        "ok": not report.invalid,
         "checkpoint": _checkpoint_json(report.checkpoint),
         "notices": report.notices,
         "publisher_entries": report.publisher_entries,
         "publishers": list(report.publishers),
+        "invalid": [entry.to_json() for entry in report.invalid],
     }
-    _result(args, [_summary(report)], shape)
-    return 0
+    lines = [_summary(report)]
+    if report.invalid:  # the log signed entries it should have refused: the audit fails
+        lines = [
+            f"FAILED: replayed {report.size} entries of {report.checkpoint.origin}; "
+            f"{len(report.invalid)} fail validation (docs/fold-spec.md, entries that fail "
+            "validation):",
+            *(_invalid_line(entry) for entry in report.invalid[:_INVALID_SHOWN]),
+        ]
+        if len(report.invalid) > _INVALID_SHOWN:
+            lines.append(f"  ... and {len(report.invalid) - _INVALID_SHOWN} more (--json)")
+    _result(args, lines, shape)
+    return 1 if report.invalid else 0
+
+
+_INVALID_SHOWN = 20
+"""Invalid entries a replay lists as text (``--json`` lists them all)."""
+
+
+def _invalid_line(entry: InvalidEntry) -> str:
+    cause = f" ({entry.cause})" if entry.cause else ""
+    tool = f", names {entry.tool_id}: unknown for every verifier" if entry.tool_id else ""
+    return f"  entry {entry.index}: {entry.code}{cause}{tool}"
 
 
 def _cmd_map(args: argparse.Namespace) -> int:
@@ -440,7 +462,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         **policy_shape,
     }
     _result(args, lines, shape)
-    return verdicts.EXIT_REFUSE if status.status in verdicts.REFUSED_STATUSES else 0
+    return verdicts.status_exit(status.status)
 
 
 def _read_listing(paths: list[str]) -> list[Any]:

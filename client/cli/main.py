@@ -140,12 +140,14 @@ def _cmd_follow(args: argparse.Namespace) -> int:
                     f"(was {result.old_size}; {len(result.tools)} tools changed)",
                     flush=True,
                 )
+                _warn_invalid(result)
 
             first = await _first_sync(follower, args)
             if args.json:
                 print(json.dumps(_sync_json(log_name, first), sort_keys=True), flush=True)
             else:
                 print(f"trusted {log_name} at size {first.new_size}", flush=True)
+            _warn_invalid(first)
             if not args.once:
                 await follower.run(args.interval, on_advance=report)
 
@@ -167,12 +169,28 @@ def _sync_json(origin: str, result: SyncResult) -> dict[str, Any]:
         "new_size": result.new_size,
         "tools_changed": sorted(result.tools),
         "verified_at": format_timestamp(result.verified_at),
+        "invalid": [entry.to_json() for entry in result.invalid],
     }
+
+
+def _warn_invalid(result: SyncResult) -> None:
+    """One line on stderr per entry of the advance that fails validation: the log signed
+    an entry it should have refused (docs/fold-spec.md 3.1); following goes on."""
+    for entry in result.invalid:
+        cause = f" ({entry.cause})" if entry.cause else ""
+        tool = f"; {entry.tool_id} is unknown from now on" if entry.tool_id else ""
+        print(
+            f"deplog: warning: log entry {entry.index} fails validation: {entry.code}{cause}"
+            f"{tool} (kept as evidence in the state; docs/fold-spec.md, entries that fail "
+            "validation)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _status_exit(statuses: list[str], stale: bool) -> int:
     """The verdict exit table (``client.cli.verdicts``) for a set of version statuses."""
-    codes = [verdicts.EXIT_REFUSE if s in verdicts.REFUSED_STATUSES else 0 for s in statuses]
+    codes = [verdicts.status_exit(s) for s in statuses]
     return verdicts.exit_for([*codes, verdicts.EXIT_STALE if stale else 0])
 
 
@@ -191,6 +209,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         else:
             out = index.describe(args.tool_id, now)
             statuses = [row["status"] for row in out["versions"]]
+            if out["invalid"]:
+                statuses.append("unknown")
         out["processed_through"] = verdicts.processed_through(trusted)
         stale = verdicts.is_stale(trusted, args.max_age)
     finally:
@@ -230,8 +250,9 @@ def _cmd_inventory_check(args: argparse.Namespace) -> int:
     _emit(report, args.format)
     refused = [
         verdicts.EXIT_REFUSE
+        if item.get("schema_mismatch")
+        else verdicts.status_exit(item["status"])
         for item in report["items"]
-        if item["status"] in verdicts.REFUSED_STATUSES or item.get("schema_mismatch")
     ]
     return verdicts.exit_for([*refused, verdicts.EXIT_STALE if stale else 0])
 

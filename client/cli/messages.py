@@ -229,6 +229,9 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     _E.STORED_ROOT_MISMATCH: "the authority's stored tree does not match what it signed",
     _E.CHECKPOINT_INVALID: "the latest stored checkpoint is not signed by the log key",
     _E.TREE_TRUNCATED: "storage holds fewer leaves than the latest checkpoint",
+    _E.REGISTRY_MISMATCH: (
+        "the stored publisher registry is not the one the log's own registry entries make"
+    ),
     _E.WITNESS_QUORUM_UNAVAILABLE: "too few witnesses cosigned: try again later",
     _E.EMBEDDED_WITNESS_UNAVAILABLE: "the authority's own witness failed: try again later",
     _E.WITNESS_REFUSED: "a witness refused the checkpoint",

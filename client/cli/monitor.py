@@ -72,9 +72,11 @@ def _namespace(value: str) -> str:
         raise argparse.ArgumentTypeError("a namespace is lower-case reverse DNS") from None
 
 
-def _print_events(result: SyncResult) -> int:
+def _print_events(result: SyncResult, monitor: Monitor) -> int:
     """Print the advance's events as JSON lines; returns how many."""
     events = [event for event in result.noticed if isinstance(event, MonitorEvent)]
+    events += [event for entry in result.invalid if (event := monitor.invalid(entry))]
+    events.sort(key=lambda event: event.index)
     for event in events:
         line = {**event.to_json(), "checkpoint_size": result.new_size}
         print(json.dumps(line, sort_keys=True, separators=(",", ":")), flush=True)
@@ -97,7 +99,7 @@ def _follow(args: argparse.Namespace, trust: Verifier | Policy, monitor: Monitor
 
     def report(result: SyncResult) -> None:
         nonlocal found
-        found += _print_events(result)
+        found += _print_events(result, monitor)
 
     async def follow() -> None:
         async with (

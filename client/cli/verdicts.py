@@ -61,6 +61,7 @@ __all__ = [
     "open_state",
     "processed_through",
     "register",
+    "status_exit",
     "status_lines",
     "time_flag",
     "warn_if_behind",
@@ -79,6 +80,16 @@ VERDICT_EXITS: Final[dict[Verdict, int]] = {
 _SEVERITY: Final = (EXIT_REFUSE, EXIT_STALE, EXIT_UNKNOWN)
 REFUSED_STATUSES: Final = frozenset({"revoked", "sunset"})
 """Version statuses a guard refuses to serve."""
+STATUS_EXITS: Final[dict[str, int]] = {
+    "revoked": EXIT_REFUSE,
+    "sunset": EXIT_REFUSE,
+    "unknown": EXIT_UNKNOWN,  # an entry about the tool fails validation (fold-spec)
+}
+
+
+def status_exit(status: str) -> int:
+    """The exit status of one version status: 5 refused, 7 unknown, else 0."""
+    return STATUS_EXITS.get(status, 0)
 BEHIND_TIMEOUT: Final = 3.0
 """Seconds the optional is-the-state-behind request may take (rule 2)."""
 
@@ -95,9 +106,15 @@ def status_lines(out: dict[str, Any]) -> list[str]:
     """A status as text (``deplog status``, ``deplog audit status``): one line per version of
     ``GET /v1/tools/{tool_id}``'s object, or the one line of a ``VersionStatus``'s."""
     rows = [out] if "status" in out else out["versions"]
-    if not rows:
-        return [f"{out['tool_id']}: no notice names any version"]
     lines = []
+    if out.get("invalid"):
+        indexes = ", ".join(str(i) for i in out["invalid"])
+        lines.append(
+            f"{out['tool_id']}: unknown: the log holds entries about it that fail validation "
+            f"({indexes}); no version can be vouched for"
+        )
+    if not rows:
+        return lines or [f"{out['tool_id']}: no notice names any version"]
     for row in rows:
         line = f"{row['tool_id']} {row['version']}: {row['status']}"
         if row.get("sunset_at"):

@@ -65,6 +65,7 @@ from deplog.client.follow.trust import (
     SuspectedForkError,
     TrustedState,
 )
+from deplog.client.model.rules import InvalidEntry
 from deplog.client.model.status import StatusChange
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
@@ -128,6 +129,8 @@ class SyncResult:
     changes: tuple[StatusChange, ...] = ()
     noticed: tuple[object, ...] = ()
     """What the trust state's ``watch`` noted about the advance's entries, in log order."""
+    invalid: tuple[InvalidEntry, ...] = ()
+    """The advance's entries that fail validation (docs/fold-spec.md 3.1), in log order."""
 
     @property
     def advanced(self) -> bool:
@@ -240,6 +243,7 @@ class Follower:
                 trusted.verified_at,
                 advanced.changes,
                 advanced.noticed,
+                advanced.invalid,
             )
         for listener in list(self._listeners):
             outcome = listener(result)

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from deplog.client.mapstore import StoredMap
 from deplog.client.model.notice import Notice
+from deplog.client.model.status import InvalidMark
 from deplog.client.model.vmap import MapProofDocument, map_root_of
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import parse_note
@@ -69,9 +70,12 @@ class FollowerMap:
         """Whether this state keeps a map to check checkpoints against."""
         return self.map is not None
 
-    def add(self, start: int, end: int, notices: Sequence[tuple[int, Notice]]) -> None:
-        """Fold the verified entries ``[start, end)`` into the map: their notices as
-        ``(index, notice)``, in log order (decoded once, by the trust state)."""
+    def add(
+        self, start: int, end: int, notices: Sequence[tuple[int, Notice | InvalidMark]]
+    ) -> None:
+        """Fold the verified entries ``[start, end)`` into the map: what the validator made
+        of them (``client.model.rules.fold_item``) as ``(index, notice or mark)``, in log
+        order (judged once, by the trust state)."""
         if self.map is not None:
             self.map.advance_notices(start, end, notices)
 

@@ -13,6 +13,10 @@ one ``MonitorEvent`` each:
    owner: ``register``, ``add_key``, ``revoke_key``, ``revoke_publisher``.
    The owner is read from the registry as of that entry, so a namespace
    registered later is watched from the entry that registers it.
+3. ``invalid``: an entry of the signed log that fails validation
+   (docs/fold-spec.md 3.1) and names a tool of the namespace, which is now
+   ``unknown`` to every verifier, or names no tool at all (it may have been
+   one of the publisher's notices, mangled).
 
 Events come from verified entries only, and only of advances that committed
 (``Advanced.noticed``): an entry of a history the follower refused is never
@@ -26,7 +30,7 @@ published after the monitor started is found.
 ``{"event": "notice", "index", "tool_id", "action", "publisher", "sequence",
 "key_id" (8 hex digits), "envelope_sha256", "reasons": [...]}`` or
 ``{"event": "registry", "index", "action", "publisher", "namespaces": [...],
-"key_ids": [...]}``.
+"key_ids": [...]}`` or ``{"event": "invalid", "index", "code", "cause", "tool_id"}``.
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ from typing import Any, Final
 
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.entries import Entry, NoticeEntry, PublisherEntry
-from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
+from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
 from deplog.client.model.registry import PublisherRegistry
+from deplog.client.model.rules import InvalidEntry
 
 __all__ = [
     "JOURNAL_SUFFIX",
@@ -151,6 +156,14 @@ class Monitor:
         if isinstance(entry, PublisherEntry):
             return self._statement(index, entry, registry)
         return None
+
+    def invalid(self, entry: InvalidEntry) -> MonitorEvent | None:
+        """Rule 3: an entry that fails validation, if it may concern the namespace."""
+        if entry.tool_id is not None and parse_tool_id(entry.tool_id)[0] != self.namespace:
+            return None
+        fields = entry.to_json()
+        del fields["index"]
+        return MonitorEvent("invalid", entry.index, fields)
 
     def _notice(self, index: int, envelope: Envelope) -> MonitorEvent | None:
         notice = envelope.notice

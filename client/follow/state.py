@@ -3,8 +3,11 @@
 Holds the trusted checkpoint (its signed note, size, root and the tree's right
 edge), the publisher registry replayed from the log, and every notice folded
 so far, indexed by tool and by (publisher, sequence) for the uniqueness rule.
-The file's own integrity is assumed (it is local and ours); what came from the
-network is never trusted before verification. The invariants:
+Entries of the signed tree that fail validation (``client.model.rules``) are kept
+as ``invalid_entries`` rows beside the notices: each read of a tool's status folds
+its marks with its notices, so the tool is ``unknown`` (docs/fold-spec.md, "Entries
+that fail validation"). The file's own integrity is assumed (it is local and ours);
+what came from the network is never trusted before verification. The invariants:
 
 1. The ``trusted`` row is the processed-through checkpoint: every entry below
    its size is verified and stored. Every read (``tool_status``,
@@ -42,13 +45,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.mapstore import StoredMap
 from deplog.client.model import canonical
 from deplog.client.model.notice import Notice
 from deplog.client.model.registry import PublisherRegistry
-from deplog.client.model.status import StatusIndex
+from deplog.client.model.rules import InvalidEntry
+from deplog.client.model.status import FoldNotice, InvalidMark, StatusIndex
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.proofs import EMPTY_ROOT, TreeFrontier
 
@@ -86,6 +91,16 @@ _PENDING_TABLE = """CREATE TABLE IF NOT EXISTS pending (
         registry TEXT NOT NULL
     ) STRICT"""
 
+_INVALID_TABLE = (
+    """CREATE TABLE IF NOT EXISTS invalid_entries (
+        idx INTEGER PRIMARY KEY,
+        code TEXT NOT NULL,
+        cause TEXT,
+        tool_id TEXT
+    ) STRICT""",
+    "CREATE INDEX IF NOT EXISTS invalid_by_tool ON invalid_entries (tool_id, idx)",
+)
+
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS trusted (
         id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -110,6 +125,7 @@ SCHEMA = (
         PRIMARY KEY (publisher, sequence)
     ) STRICT, WITHOUT ROWID""",
     _PENDING_TABLE,
+    *_INVALID_TABLE,
 )
 
 
@@ -138,21 +154,53 @@ def _index_sequences(conn: sqlite3.Connection) -> None:
 
 
 def _fold_tool(
-    conn: sqlite3.Connection, tool_id: str, below: int
+    conn: sqlite3.Connection,
+    tool_id: str,
+    below: int,
+    start: int = 0,
+    into: StatusIndex | None = None,
 ) -> tuple[StatusIndex, dict[int, float]]:
-    """Fold a tool's stored notices before index ``below`` in log order.
+    """Fold a tool's stored notices and invalid entries' marks in ``[start, below)`` in log
+    order (into a copy of ``into``, if given).
 
     Returns the status index and, per notice index, when it was processed.
     """
-    index = StatusIndex()
+    index = StatusIndex() if into is None else into.copy()
     processed: dict[int, float] = {}
-    for idx, notice, processed_at in conn.execute(
-        "SELECT idx, notice, processed_at FROM notices WHERE tool_id = ? AND idx < ? ORDER BY idx",
-        (tool_id, below),
-    ):
-        index.apply(idx, Notice.from_json(canonical.loads(bytes(notice))))
-        processed[idx] = processed_at
+    items: list[tuple[int, FoldNotice, float | None]] = [
+        (int(idx), Notice.from_json(canonical.loads(bytes(notice))), float(processed_at))
+        for idx, notice, processed_at in conn.execute(
+            "SELECT idx, notice, processed_at FROM notices "
+            "WHERE tool_id = ? AND idx >= ? AND idx < ? ORDER BY idx",
+            (tool_id, start, below),
+        )
+    ]
+    marks = [
+        (int(idx), InvalidMark(tool_id, int(idx)), None)
+        for (idx,) in _rows(
+            conn,
+            "SELECT idx FROM invalid_entries WHERE tool_id = ? AND idx >= ? AND idx < ?",
+            (tool_id, start, below),
+        )
+    ]
+    if marks:
+        items = sorted([*items, *marks], key=lambda item: item[0])
+    for idx, item, processed_at in items:
+        index.apply(idx, item)
+        if processed_at is not None:
+            processed[idx] = processed_at
     return index, processed
+
+
+def _rows(conn: sqlite3.Connection, query: str, args: tuple[object, ...]) -> list[Any]:
+    """The rows of a query on ``invalid_entries``, none in a state file from before it
+    (opened read-only, so the table is not made there)."""
+    try:
+        return conn.execute(query, args).fetchall()
+    except sqlite3.OperationalError as err:
+        if "no such table" in str(err):
+            return []
+        raise
 
 
 def _encode_frontier(frontier: TreeFrontier) -> str:
@@ -215,6 +263,8 @@ class LocalState:
         self._conn.execute("PRAGMA busy_timeout = 5000")
         _index_sequences(self._conn)
         self._conn.execute(_PENDING_TABLE)  # state files written before chunked advances
+        for statement in _INVALID_TABLE:  # and before entries that fail validation were kept
+            self._conn.execute(statement)
         # Reads go through their own connection, which sees committed data only:
         # an advance in progress (its transaction is open across awaits on the
         # same thread) must never be visible to the guard or to reports.
@@ -310,13 +360,40 @@ class LocalState:
                 yield from (version.text for version in notice.affected.versions)
 
     def tools_between(self, start: int, end: int) -> list[str]:
-        """Every tool a stored notice in ``[start, end)`` is about, sorted."""
+        """Every tool a stored notice (or invalid entry's mark) in ``[start, end)`` is about,
+        sorted."""
         with self._lock:
             rows = self._reader.execute(
-                "SELECT DISTINCT tool_id FROM notices WHERE idx >= ? AND idx < ? ORDER BY tool_id",
-                (start, min(end, self.size)),
+                "SELECT tool_id FROM notices WHERE idx >= ? AND idx < ? UNION "
+                "SELECT tool_id FROM invalid_entries WHERE tool_id IS NOT NULL "
+                "AND idx >= ? AND idx < ? ORDER BY tool_id",
+                (start, min(end, self.size)) * 2,
             ).fetchall()
         return [str(tool_id) for (tool_id,) in rows]
+
+    def invalid_between(self, start: int, end: int) -> list[InvalidEntry]:
+        """The verified entries in ``[start, end)`` that fail validation, in log order."""
+        with self._lock:
+            rows = self._reader.execute(
+                "SELECT idx, code, cause, tool_id FROM invalid_entries "
+                "WHERE idx >= ? AND idx < ? ORDER BY idx",
+                (start, min(end, self.size)),
+            ).fetchall()
+        return [_invalid_entry(*row) for row in rows]
+
+    def invalid_entries(self, limit: int = 100) -> tuple[int, list[InvalidEntry]]:
+        """How many verified entries fail validation, and the first ``limit`` of them
+        (docs/fold-spec.md, "Entries that fail validation"): evidence the log holds them."""
+        with self._lock:
+            (count,) = self._reader.execute(
+                "SELECT COUNT(*) FROM invalid_entries WHERE idx < ?", (self.size,)
+            ).fetchone()
+            rows = self._reader.execute(
+                "SELECT idx, code, cause, tool_id FROM invalid_entries WHERE idx < ? "
+                "ORDER BY idx LIMIT ?",
+                (self.size, limit),
+            ).fetchall()
+        return int(count), [_invalid_entry(*row) for row in rows]
 
     def pending(self) -> Pending | None:
         """The interrupted advance to resume (invariant 2), if there is one."""
@@ -347,6 +424,7 @@ class LocalState:
                     (self.size,),
                 )
                 self._conn.execute("DELETE FROM notices WHERE idx >= ?", (self.size,))
+                self._conn.execute("DELETE FROM invalid_entries WHERE idx >= ?", (self.size,))
                 self._conn.execute("DELETE FROM pending")
                 # The map advanced with the chunks and cannot be rewound: it goes too
                 # (``client.follow.mapcheck`` rule 5).
@@ -428,7 +506,10 @@ class LocalState:
             ),
         )
         touched = writer.conn.execute(
-            "SELECT tool_id, COUNT(*) FROM notices WHERE idx >= ? GROUP BY tool_id", (old_size,)
+            "SELECT tool_id, COUNT(*) FROM (SELECT tool_id FROM notices WHERE idx >= ? "
+            "UNION ALL SELECT tool_id FROM invalid_entries WHERE idx >= ? "
+            "AND tool_id IS NOT NULL) GROUP BY tool_id",
+            (old_size, old_size),
         ).fetchall()
         self._conn.execute("COMMIT")
         self.frontier, self.registry = frontier, registry
@@ -444,16 +525,9 @@ class LocalState:
     def _extend(
         self, folded: tuple[StatusIndex, dict[int, float]], tool_id: str, start: int
     ) -> tuple[StatusIndex, dict[int, float]]:
-        """A copy of ``folded`` with the tool's stored notices from index ``start`` on."""
-        index, processed = folded[0].copy(), dict(folded[1])
-        for idx, notice, processed_at in self._reader.execute(
-            "SELECT idx, notice, processed_at FROM notices "
-            "WHERE tool_id = ? AND idx >= ? AND idx < ? ORDER BY idx",
-            (tool_id, start, self.size),
-        ):
-            index.apply(idx, Notice.from_json(canonical.loads(bytes(notice))))
-            processed[idx] = processed_at
-        return index, processed
+        """A copy of ``folded`` with the tool's stored items from index ``start`` on."""
+        index, processed = _fold_tool(self._reader, tool_id, self.size, start, folded[0])
+        return index, {**folded[1], **processed}
 
     def _keep(self, tool_id: str, folded: tuple[StatusIndex, dict[int, float]]) -> None:
         """Cache a fold if it fits the budget, evicting the least recently used."""
@@ -477,6 +551,12 @@ class LocalState:
         self.trusted = TrustedCheckpoint(note, self.trusted.checkpoint, verified_at)
 
 
+def _invalid_entry(idx: int, code: str, cause: str | None, tool_id: str | None) -> InvalidEntry:
+    return InvalidEntry(
+        int(idx), ErrorCode(code), None if cause is None else ErrorCode(cause), tool_id
+    )
+
+
 _SEQUENCES_PER_QUERY = 1000  # bound parameters per query, well under SQLite's limit
 
 
@@ -496,6 +576,16 @@ class AdvanceWriter:
         self.conn.executemany(
             "INSERT INTO sequences (publisher, sequence) VALUES (?, ?)",
             [(n.publisher, n.sequence) for _, n in notices],
+        )
+
+    def add_invalid(self, entries: Iterable[InvalidEntry]) -> None:
+        """Keep the entries that fail validation (never stored as notices, never sequences)."""
+        self.conn.executemany(
+            "INSERT INTO invalid_entries (idx, code, cause, tool_id) VALUES (?, ?, ?, ?)",
+            [
+                (e.index, str(e.code), None if e.cause is None else str(e.cause), e.tool_id)
+                for e in entries
+            ],
         )
 
     def sequences_used(self, pairs: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:

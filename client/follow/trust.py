@@ -23,12 +23,16 @@ Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
    unproven, the state stays where it was (its freshness keeps running out,
    so a guard over it goes stale), and the caller retries; only conflicting
    signed statements halt a follower.
-3. The entries from the trusted size up to the new size are then checked one
-   by one, in log order, by the authority's own admission rules
-   (``client.model.rules``: canonical encoding, authority-signed registry
-   changes, notices signed by a key active for the namespace at that point,
-   sequence numbers unique per publisher, valid withdraw targets). Any failure
-   is that module's ``RuleViolation``, naming the first bad index.
+3. The entries from the trusted size up to the new size are then judged one
+   by one, in log order, by the authority's own admission rules, the one
+   validator (``client.model.rules``: canonical encoding, authority-signed
+   registry changes, notices signed by a key active for the namespace at that
+   point, sequence numbers unique per publisher, valid withdraw targets). An
+   entry that fails them does not stop the follower and is not ignored
+   (docs/fold-spec.md, "Entries that fail validation"): it changes nothing but
+   its mark, which makes the tool it names ``unknown``, and it is kept as an
+   ``invalid_entries`` row (evidence, once step 4 proved it is in the signed
+   tree) and reported in ``Advanced.invalid``.
 4. The entries must be exactly as many as the new checkpoint's size and the
    extended tree's root must equal its root (``TreeMismatchError``). Then its
    ``deplog-map/v1`` root must be the root of the map folded from those
@@ -77,8 +81,8 @@ from deplog.client.follow.state import AdvanceWriter, LocalState, Pending, State
 from deplog.client.model.entries import Entry, NoticeEntry
 from deplog.client.model.notice import Notice
 from deplog.client.model.registry import PublisherRegistry
-from deplog.client.model.rules import EntryChecker, decode_leaf
-from deplog.client.model.status import StatusChange
+from deplog.client.model.rules import EntryChecker, InvalidEntry, decode_leaf, fold_item
+from deplog.client.model.status import InvalidMark, StatusChange
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.evidence import (
     CONFLICTING_ROOTS,
@@ -169,6 +173,8 @@ class Advanced:
     new_size: int
     changes: tuple[StatusChange, ...] = ()
     noticed: tuple[object, ...] = ()
+    invalid: tuple[InvalidEntry, ...] = ()
+    """The advance's entries that fail validation (rule 3), in log order."""
 
     @property
     def tools(self) -> frozenset[str]:
@@ -279,13 +285,15 @@ class TrustedState:
 
     def advanced(self, old_size: int, new_size: int, noticed: tuple[object, ...]) -> Advanced:
         """What the trusted state's move from ``old_size`` to ``new_size`` changed; each
-        tool's statuses are folded from the state only when asked (``StatusChange``)."""
+        tool's statuses are folded from the state only when asked (``StatusChange``), and
+        the entries that fail validation are read from it (a resumed advance's included)."""
         at = datetime.now(UTC)
         changes = tuple(
             StatusChange(tool_id, old_size, new_size, at, self.state)
             for tool_id in self.state.tools_between(old_size, new_size)
         )
-        return Advanced(old_size, new_size, changes, noticed)
+        invalid = tuple(self.state.invalid_between(old_size, new_size))
+        return Advanced(old_size, new_size, changes, noticed, invalid)
 
 
 class AdvanceSession:
@@ -328,10 +336,11 @@ class AdvanceSession:
         return self.next_index - self.chunk_start
 
     def add(self, leaves: Sequence[bytes], now: datetime | None = None) -> None:
-        """Verify the next entries in log order (``client.model.rules``) and stage them."""
+        """Judge the next entries in log order (``client.model.rules``) and stage them."""
         writer = self._writer
         assert writer is not None, "use the session as a context manager"
         staged: dict[int, Notice] = {}
+        invalid: list[InvalidEntry] = []
         stamp = (now or datetime.now(UTC)).timestamp()
         # The page is decoded first, so that one query finds which of its notices'
         # sequence numbers earlier entries used; rules are then checked in log order.
@@ -350,22 +359,26 @@ class AdvanceSession:
 
         checker = EntryChecker(self.registry, self.trusted.log_key, find_notice, sequence_used)
         start = self.next_index
-        folded: list[tuple[int, Notice]] = []  # the page's notices, for the map
+        folded: list[tuple[int, Notice | InvalidMark]] = []  # for the map
         for leaf, item in zip(leaves, decoded, strict=True):
             index = self.next_index
             if index >= self.checkpoint.size:
                 raise TreeMismatchError(ErrorCode.TOO_MANY_ENTRIES, index)
-            entry = checker.check_decoded(index, item)
-            if isinstance(entry, NoticeEntry):
-                notice = entry.envelope.notice
-                staged[index] = notice
-                used.add((notice.publisher, notice.sequence))
-            self._apply(index, entry)
-            if isinstance(entry, NoticeEntry):
-                folded.append((index, entry.envelope.notice))
+            judged = checker.judge(index, leaf, item)
+            if isinstance(judged, InvalidEntry):
+                invalid.append(judged)
+            else:
+                if isinstance(judged, NoticeEntry):
+                    notice = judged.envelope.notice
+                    staged[index] = notice
+                    used.add((notice.publisher, notice.sequence))
+                self._apply(index, judged)
+            if (fold := fold_item(judged)) is not None:
+                folded.append((index, fold))
             self.frontier.append(leaf_hash(leaf))
             self.next_index += 1
         writer.add_notices(staged.items(), datetime.fromtimestamp(stamp, UTC))
+        writer.add_invalid(invalid)
         self._map.add(start, self.next_index, folded)
 
     def _apply(self, index: int, entry: Entry) -> None:

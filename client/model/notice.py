@@ -716,8 +716,15 @@ class Envelope:
         return canonical.dumps(self.to_json())
 
     def verify(self, verifier: Verifier) -> None:
-        """Check the signature with ``verifier``; raise NoticeSignatureError if it fails."""
+        """Check the signature with ``verifier``; raise NoticeSignatureError if it fails.
+        The envelope is immutable, so a signature that verified under a key is not
+        checked again under it (the authority authorizes one envelope twice: before
+        its write lock, and under it)."""
         if bytes(verifier.key_id) != self.key_id:
             raise NoticeSignatureError(ErrorCode.KEY_MISMATCH)
+        key = bytes(verifier.public_key)
+        if self.__dict__.get("_verified_by") == key:
+            return
         if not verifier.verify(self.notice.canonical_bytes(), self.signature):
             raise NoticeSignatureError()
+        object.__setattr__(self, "_verified_by", key)

@@ -1,16 +1,16 @@
-"""The authority's admission rules, replayed in log order by every verifier.
+"""The one validator: the authority's admission rules, replayed in log order by every verifier.
 
-The authority admits an entry only if it passes these rules at its point of
-the log; a follower advancing its trusted state and an auditor replaying a
-whole log re-check every logged entry with this one implementation, so the
-three can never disagree about what the log may contain:
+The authority admits an entry only if ``EntryChecker`` accepts its exact leaf bytes at
+its point of the log, and every verifier (follower, auditor, map-verifying witness, the
+authority folding its own map again) runs the same checker over the same bytes, so
+admission and verification cannot disagree about what the log may contain:
 
-1. The leaf decodes as a canonical entry (``bad_leaf``).
+1. The leaf decodes as a canonical entry (``bad_leaf``, the decoder's code as cause).
 2. A publisher entry carries the log key's signature and is a valid registry
    transition (``bad_publisher_entry``).
 3. A notice is signed by a key of its publisher that is active at this point,
    the publisher is active and owns the tool's namespace (``unauthorized_notice``).
-4. Its sequence number is one its publisher has not used before
+4. Its sequence number is one its publisher has not used in a valid notice before
    (``replayed_notice``, cause ``sequence_reused``). Sequences are unique per
    publisher, not ordered: a publisher may post concurrently and retry a
    refused notice after later ones landed, while a logged envelope can never
@@ -18,31 +18,45 @@ three can never disagree about what the log may contain:
    Supersession is decided by log order alone (``client.model.status`` folds
    in log order). A log admitted under the older rule (strictly increasing
    sequences) satisfies this one.
-5. A withdraw names an earlier deprecate or revoke notice of the same
+5. A withdraw names an earlier valid deprecate or revoke notice of the same
    publisher about the same tool (``invalid_withdraw``).
 
-Failures raise ``RuleViolation`` with the rule's code, the entry's index and
-the underlying error's code as ``cause`` (the code the authority would have
-refused the entry with, such as ``unknown_key`` or ``sequence_reused``).
-The follower and the auditor both let it through unchanged: it is the same
-finding whoever makes it.
+``check`` raises ``RuleViolation`` with the rule's code, the entry's index, the
+underlying error's code as ``cause`` and the error itself (what the authority
+refuses a submission with). ``judge`` is the verifiers' side of the same checks: an
+entry of a signed tree that fails them is an ``InvalidEntry``, which never stops
+verification and never fails open (docs/fold-spec.md, "Entries that fail
+validation"): it changes no registry and uses no sequence number, and where its
+tool id can be read (``readable_tool_id``) that tool's status becomes ``unknown``
+for every verifier alike (its ``mark`` goes into the fold and the map).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from deplog.client.errors import DeplogError, ErrorCode, VerificationError
+from deplog.client.model import canonical
 from deplog.client.model.entries import Entry, NoticeEntry, PublisherEntry, decode_entry
-from deplog.client.model.registry import NoticeRef, PublisherRegistry
+from deplog.client.model.notice import Notice, parse_tool_id
+from deplog.client.model.registry import ConflictError, NoticeRef, PublisherRegistry
+from deplog.client.model.status import InvalidMark
 from deplog.client.tlog.note import Verifier
 
 __all__ = [
     "EntryChecker",
+    "InvalidEntry",
+    "Judged",
+    "LogReplay",
     "RuleViolation",
     "SequenceLookup",
     "TargetLookup",
     "decode_leaf",
+    "fold_item",
+    "readable_tool_id",
 ]
 
 TargetLookup = Callable[[int], NoticeRef | None]
@@ -65,10 +79,89 @@ class RuleViolation(VerificationError):
         }
     )
 
-    def __init__(self, code: ErrorCode, index: int, cause: ErrorCode | None = None) -> None:
+    def __init__(
+        self,
+        code: ErrorCode,
+        index: int,
+        cause: ErrorCode | None = None,
+        *,
+        error: DeplogError | None = None,
+        tool_id: str | None = None,
+    ) -> None:
         super().__init__(code, f"entry {index}: {code}" + (f" ({cause})" if cause else ""))
         self.index = index
         self.cause = cause
+        self.error = error
+        """The underlying refusal (what the authority answers a submission with)."""
+        self.tool_id = tool_id
+        """The tool the entry names, where it can be read."""
+
+
+@dataclass(frozen=True)
+class InvalidEntry:
+    """An entry of a signed tree that fails validation: its index, the rule it fails
+    (``code``) and why (``cause``), and the tool it names where that can be read."""
+
+    index: int
+    code: ErrorCode
+    cause: ErrorCode | None
+    tool_id: str | None
+
+    @classmethod
+    def of(cls, violation: RuleViolation) -> InvalidEntry:
+        return cls(violation.index, violation.code, violation.cause, violation.tool_id)
+
+    @property
+    def mark(self) -> InvalidMark | None:
+        """What the fold and the map take of it: the mark on its tool, if it names one."""
+        return None if self.tool_id is None else InvalidMark(self.tool_id, self.index)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"index", "code", "cause", "tool_id"}``: evidence a verifier reports."""
+        return {
+            "index": self.index,
+            "code": str(self.code),
+            "cause": None if self.cause is None else str(self.cause),
+            "tool_id": self.tool_id,
+        }
+
+
+Judged = Entry | InvalidEntry
+"""What the validator makes of one entry of a signed tree."""
+
+
+def fold_item(judged: Judged) -> Notice | InvalidMark | None:
+    """What the status fold and the map take of a judged entry: a valid notice, the mark
+    of an invalid entry that names a tool, or nothing (publisher entries, and invalid
+    entries that name no tool)."""
+    if isinstance(judged, NoticeEntry):
+        return judged.envelope.notice
+    if isinstance(judged, InvalidEntry):
+        return judged.mark
+    return None
+
+
+def readable_tool_id(leaf: bytes) -> str | None:
+    """The tool id an entry that fails validation names, where it can be read: the leaf
+    parses as strict JSON (``canonical.loads``, canonical or not), is an object whose
+    ``type`` is ``"notice"`` and whose ``notice`` is an object whose ``tool_id`` is a
+    string of the tool id grammar. Anything else names no tool (fold-spec, "Entries
+    that fail validation"): the rule is exact, so every verifier reads the same."""
+    try:
+        value = canonical.loads(bytes(leaf))
+    except DeplogError:
+        return None
+    if not isinstance(value, dict) or value.get("type") != "notice":
+        return None
+    notice = value.get("notice")
+    tool_id = notice.get("tool_id") if isinstance(notice, dict) else None
+    if not isinstance(tool_id, str):
+        return None
+    try:
+        parse_tool_id(tool_id)
+    except DeplogError:
+        return None
+    return tool_id
 
 
 def decode_leaf(leaf: bytes) -> Entry | DeplogError:
@@ -106,25 +199,42 @@ class EntryChecker:
     def check_decoded(self, index: int, decoded: Entry | DeplogError) -> Entry:
         """``check`` for a leaf already decoded by ``decode_leaf`` (rule 1 on its error)."""
         if isinstance(decoded, DeplogError):
-            raise RuleViolation(ErrorCode.BAD_LEAF, index, decoded.code)
+            raise RuleViolation(ErrorCode.BAD_LEAF, index, decoded.code, error=decoded)
         entry = decoded
         if isinstance(entry, PublisherEntry):
             try:
                 self.registry.apply(index, entry, self.log_key)
             except DeplogError as err:
-                raise RuleViolation(ErrorCode.BAD_PUBLISHER_ENTRY, index, err.code) from None
+                raise RuleViolation(
+                    ErrorCode.BAD_PUBLISHER_ENTRY, index, err.code, error=err
+                ) from None
             return entry
         self._check_notice(index, entry)
         return entry
 
+    def judge(self, index: int, leaf: bytes, decoded: Entry | DeplogError | None = None) -> Judged:
+        """The verifiers' ``check``: the entry, or the ``InvalidEntry`` it is (never raised:
+        an entry of a signed tree cannot stop verification). ``decoded``: the leaf as
+        ``decode_leaf`` made it, for a caller that decoded a page first."""
+        try:
+            return self.check_decoded(index, decode_leaf(leaf) if decoded is None else decoded)
+        except RuleViolation as violation:
+            if violation.code == ErrorCode.BAD_LEAF:
+                violation.tool_id = readable_tool_id(leaf)
+            return InvalidEntry.of(violation)
+
     def _check_notice(self, index: int, entry: NoticeEntry) -> None:
         notice = entry.envelope.notice
+
+        def violation(code: ErrorCode, err: DeplogError) -> RuleViolation:
+            return RuleViolation(code, index, err.code, error=err, tool_id=notice.tool_id)
+
         try:
             self.registry.authorize(entry.envelope)
         except DeplogError as err:
-            raise RuleViolation(ErrorCode.UNAUTHORIZED_NOTICE, index, err.code) from None
+            raise violation(ErrorCode.UNAUTHORIZED_NOTICE, err) from None
         if self.sequence_used(notice.publisher, notice.sequence):
-            raise RuleViolation(ErrorCode.REPLAYED_NOTICE, index, ErrorCode.SEQUENCE_REUSED)
+            raise violation(ErrorCode.REPLAYED_NOTICE, ConflictError(ErrorCode.SEQUENCE_REUSED))
         if notice.action == "withdraw":
             target = None
             if notice.withdraws is not None and notice.withdraws < index:
@@ -132,4 +242,43 @@ class EntryChecker:
             try:
                 PublisherRegistry.check_withdraw(notice, target)
             except DeplogError as err:
-                raise RuleViolation(ErrorCode.INVALID_WITHDRAW, index, err.code) from None
+                raise violation(ErrorCode.INVALID_WITHDRAW, err) from None
+
+
+class _NoticeRecord(NamedTuple):
+    """What a later withdraw needs to know about a valid notice, and nothing more."""
+
+    publisher: str
+    tool_id: str
+    action: str
+
+
+class LogReplay:
+    """The validator's history kept in memory, for one pass over a log from entry 0 (the
+    auditor, ``deplog audit map``): the registry, each valid notice's publisher, tool and
+    action (for withdraw targets) and every sequence number used. Memory: the registry
+    and one small record per notice."""
+
+    def __init__(self, log_key: Verifier) -> None:
+        self.registry = PublisherRegistry()
+        self._records: dict[int, _NoticeRecord] = {}
+        self._sequences: dict[str, set[int]] = {}
+        self.checker = EntryChecker(
+            self.registry, log_key, self._records.get, self._sequence_used
+        )
+
+    def _sequence_used(self, publisher: str, sequence: int) -> bool:
+        return sequence in self._sequences.get(publisher, ())
+
+    def judge(self, index: int, leaf: bytes) -> Judged:
+        """Judge the next entry (indexes in order) and record a valid notice's effects."""
+        judged = self.checker.judge(index, leaf)
+        if isinstance(judged, NoticeEntry):
+            self.record(index, judged.envelope.notice)
+        return judged
+
+    def record(self, index: int, notice: Notice) -> None:
+        """Record the valid notice at ``index`` (``judge`` does it)."""
+        publisher = sys.intern(notice.publisher)
+        self._records[index] = _NoticeRecord(publisher, sys.intern(notice.tool_id), notice.action)
+        self._sequences.setdefault(publisher, set()).add(notice.sequence)

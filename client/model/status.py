@@ -11,7 +11,11 @@ the time of the question:
 - precedence: ``revoked`` > ``sunset`` (an applying deprecate whose
   ``sunset_at`` passed) > ``deprecated`` > ``active``;
 - notices (and withdraws) not yet effective are reported as ``pending`` and
-  change nothing.
+  change nothing;
+- an entry of the signed tree that fails validation and names the tool
+  (``InvalidMark``, docs/fold-spec.md "Entries that fail validation") makes
+  every version of the tool ``unknown``: what it said cannot be known, so no
+  verifier may vouch for the tool, and the marks are reported as ``invalid``.
 
 Everything is keyed by ``tool_id``: a lookup costs O(notices about that tool).
 The fold reads only the fields of ``FoldNotice``: a signed ``Notice`` has them,
@@ -41,14 +45,15 @@ __all__ = [
     "STATUSES",
     "FoldNotice",
     "FoldSource",
+    "InvalidMark",
     "StatusChange",
     "StatusError",
     "StatusIndex",
     "VersionStatus",
 ]
 
-Status = Literal["active", "deprecated", "sunset", "revoked"]
-STATUSES: Final[tuple[str, ...]] = ("active", "deprecated", "sunset", "revoked")
+Status = Literal["active", "deprecated", "sunset", "revoked", "unknown"]
+STATUSES: Final[tuple[str, ...]] = ("active", "deprecated", "sunset", "revoked", "unknown")
 
 
 class StatusError(DeplogError):
@@ -68,7 +73,8 @@ class VersionStatus:
     ``sunset_at`` the earliest sunset of any applying deprecate; ``replacement``
     and ``schema_digest`` come from the latest applying notice carrying one;
     ``reasons`` and ``advisories`` are the union over applying notices in log
-    order.
+    order; ``invalid`` the log indexes of entries about the tool that fail
+    validation (any makes the status ``unknown``).
     """
 
     tool_id: str
@@ -83,6 +89,7 @@ class VersionStatus:
     schema_digest: str | None = None
     reasons: tuple[str, ...] = ()
     advisories: tuple[str, ...] = ()
+    invalid: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """JSON form (every key present; absent values are null or empty)."""
@@ -99,6 +106,7 @@ class VersionStatus:
             "schema_digest": self.schema_digest,
             "reasons": list(self.reasons),
             "advisories": list(self.advisories),
+            "invalid": list(self.invalid),
         }
 
 
@@ -136,6 +144,30 @@ class FoldNotice(Protocol):
     def affects(self, version: Version) -> bool: ...
 
 
+@dataclass(frozen=True)
+class InvalidMark:
+    """The entry at log ``index`` of a signed tree fails validation and names ``tool_id``:
+    a ``FoldNotice`` of action ``invalid`` that affects no version and makes every
+    version ``unknown``."""
+
+    tool_id: str
+    index: int
+    action: Literal["invalid"] = "invalid"
+    publisher: None = None
+    affected: None = None
+    withdraws: None = None
+    effective_at: datetime = datetime(1970, 1, 1, tzinfo=UTC)
+    sunset_at: None = None
+    reasons: tuple[str, ...] = ()
+    advisories: tuple[str, ...] = ()
+    replacement: None = None
+    schema_digest: None = None
+
+    def affects(self, version: Version) -> bool:
+        """Never: a mark decides no version by what it says, only by being there."""
+        return False
+
+
 @dataclass
 class _Tool:
     # Deprecate/revoke notices by log index (dicts keep insertion = log order).
@@ -143,6 +175,7 @@ class _Tool:
     # Target index -> [(withdraw index, withdraw effective_at)].
     withdrawals: dict[int, list[tuple[int, datetime]]] = field(default_factory=dict)
     withdraws: dict[int, FoldNotice] = field(default_factory=dict)
+    invalid: list[int] = field(default_factory=list)
     last_index: int = -1
 
 
@@ -162,6 +195,7 @@ class StatusIndex:
                 dict(tool.notices),
                 {target: list(ws) for target, ws in tool.withdrawals.items()},
                 dict(tool.withdraws),
+                list(tool.invalid),
                 tool.last_index,
             )
             for tool_id, tool in self._tools.items()
@@ -173,7 +207,11 @@ class StatusIndex:
         if index <= self._last_index:
             raise StatusError(ErrorCode.INDEX_NOT_INCREASING)
         tool = self._tools.get(notice.tool_id)
-        if notice.action == "withdraw":
+        if notice.action == "invalid":
+            if tool is None:
+                tool = self._tools[notice.tool_id] = _Tool()
+            tool.invalid.append(index)
+        elif notice.action == "withdraw":
             assert notice.withdraws is not None  # guaranteed by Notice.from_json
             target = tool.notices.get(notice.withdraws) if tool is not None else None
             if target is None or target.publisher != notice.publisher:
@@ -241,7 +279,9 @@ class StatusIndex:
         sunsets = [n.sunset_at for n in deprecates if n.sunset_at is not None]
         sunset_at = min(sunsets) if sunsets else None
         status: Status
-        if revokes:
+        if tool.invalid:
+            status, deciding = "unknown", []
+        elif revokes:
             status, deciding = "revoked", revokes
         elif sunset_at is not None and sunset_at <= now:
             status, deciding = "sunset", deprecates
@@ -272,6 +312,7 @@ class StatusIndex:
             schema_digest=digest,
             reasons=tuple(reasons),
             advisories=tuple(advisories),
+            invalid=tuple(tool.invalid),
         )
 
     def describe(self, tool_id: str, now: datetime) -> dict[str, Any]:
@@ -280,7 +321,8 @@ class StatusIndex:
         ``versions``: the status of every exact version any notice names, in
         precedence order; ``ranges``: every distinct range with the notices
         that carry it; ``notices``: every notice about the tool with the
-        withdraws aimed at it; ``last_index``: the last log index touching it.
+        withdraws aimed at it; ``invalid``: the entries about it that fail
+        validation; ``last_index``: the last log index touching it.
         """
         parse_tool_id(tool_id)
         now = _utc(now)
@@ -292,6 +334,7 @@ class StatusIndex:
                 "versions": [],
                 "ranges": [],
                 "notices": [],
+                "invalid": [],
             }
         named: dict[str, Version] = {}
         ranges: dict[str, tuple[dict[str, Any], list[int]]] = {}
@@ -321,6 +364,7 @@ class StatusIndex:
             "versions": [self._lookup(tool_id, ver, now).to_json() for ver in versions],
             "ranges": [{**rj, "notices": idxs} for rj, idxs in ranges.values()],
             "notices": notices,
+            "invalid": list(tool.invalid),
         }
 
 

@@ -35,7 +35,6 @@ from typing import Any, Final, Literal, NamedTuple, Protocol
 
 from deplog.client.errors import DeplogError, ErrorCode, FormatError, VerificationError
 from deplog.client.model import canonical
-from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.notice import (
     Affected,
     Notice,
@@ -46,7 +45,7 @@ from deplog.client.model.notice import (
     parse_tool_id,
 )
 from deplog.client.model.semver import Version
-from deplog.client.model.status import FoldNotice, StatusIndex, VersionStatus
+from deplog.client.model.status import FoldNotice, InvalidMark, StatusIndex, VersionStatus
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import decode_base64, encode_base64, parse_note
 
@@ -78,19 +77,21 @@ __all__ = [
     "NodeStore",
     "PathStep",
     "PrefixTree",
+    "RecordItem",
     "RecordNotice",
     "StatusRecord",
     "VerifiableMap",
     "bit_of",
     "evaluate",
     "extend_record_bytes",
-    "fold_entries",
+    "fold_notices",
     "leaf_hash",
     "map_key",
     "map_line",
     "map_root_of",
     "node_hash",
     "node_id",
+    "record_item",
     "record_item_bytes",
     "require_map_root",
     "root_from_path",
@@ -191,7 +192,7 @@ def _prefix_int(ref: ChildRef) -> int:
 
 RECORD_FORMAT: Final = 1
 """The first byte of every record (``docs/fold-spec.md`` section 3)."""
-_ACTION_CODES: Final[tuple[str, ...]] = ("deprecate", "revoke", "withdraw")
+_ACTION_CODES: Final[tuple[str, ...]] = ("deprecate", "revoke", "withdraw", "invalid")
 _REASON_CODES: Final[tuple[str, ...]] = (
     "superseded",
     "end_of_life",
@@ -207,6 +208,7 @@ _ACTION_BYTE: Final = {action: i for i, action in enumerate(_ACTION_CODES)}
 _REASON_BYTE: Final = {reason: i for i, reason in enumerate(_REASON_CODES)}
 _EVENT_BYTE: Final = {kind: bytes((i,)) for i, kind in enumerate(_EVENT_CODES)}
 _ITEM_HEAD: Final = struct.Struct(">BBQqB")
+_MARK_HEAD: Final = struct.Struct(">BBQ")
 """An item's fixed start: action, flags, index, effective_at and the reasons' count."""
 _HAS_SUNSET, _HAS_REPLACEMENT, _HAS_DIGEST = 0x01, 0x02, 0x04
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -261,9 +263,23 @@ class RecordNotice:
         return _item_bytes(self.index, self)
 
 
+RecordItem = RecordNotice | InvalidMark
+"""An item of a record: a notice as the fold reads it, or the mark of an entry that fails
+validation (``docs/fold-spec.md``, "Entries that fail validation")."""
+
+
+def record_item(index: int, notice: Notice | InvalidMark) -> RecordItem:
+    """The record item of what the validator made of the entry at ``index``: a valid
+    notice, or the mark of an invalid entry that names a tool."""
+    return notice if isinstance(notice, InvalidMark) else RecordNotice.of(index, notice)
+
+
 def _item_bytes(index: int, n: FoldNotice) -> bytes:
     """``u8 action ‖ u8 flags ‖ u64 index ‖ i64 effective_at ‖ reasons ‖ advisories ‖
-    (u64 target | versions ‖ ranges) ‖ [i64 sunset_at] ‖ [replacement] ‖ [digest]``."""
+    (u64 target | versions ‖ ranges) ‖ [i64 sunset_at] ‖ [replacement] ‖ [digest]``, or
+    ``u8 3 ‖ u8 0 ‖ u64 index`` for an invalid entry's mark."""
+    if n.action == "invalid":
+        return _MARK_HEAD.pack(_ACTION_BYTE["invalid"], 0, index)
     flags = (
         (_HAS_SUNSET if n.sunset_at is not None else 0)
         | (_HAS_REPLACEMENT if n.replacement is not None else 0)
@@ -309,13 +325,18 @@ def _str8(text: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
-def _read_item(reader: _Reader, tool_id: str) -> RecordNotice:
+def _read_item(reader: _Reader, tool_id: str) -> RecordItem:
     """One item, checked as the notice schema checks the fields it keeps (NoticeError,
     SemverError, ValueError, OverflowError on a bad one: the caller maps them)."""
     code, flags = reader.u8(), reader.u8()
     if code >= len(_ACTION_CODES) or flags & ~(_HAS_SUNSET | _HAS_REPLACEMENT | _HAS_DIGEST):
         raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
     action = _ACTION_CODES[code]
+    if action == "invalid":
+        index = reader.u64()
+        if flags or index > canonical.MAX_SAFE_INTEGER:
+            raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+        return InvalidMark(tool_id, index)
     index, effective_at = reader.u64(), _moment(reader.i64())
     raw_reasons = [reader.u8() for _ in range(reader.u8())]
     if any(r >= len(_REASON_CODES) for r in raw_reasons):
@@ -387,10 +408,10 @@ class StatusRecord:
     """
 
     tool_id: str
-    notices: tuple[RecordNotice, ...]
+    notices: tuple[RecordItem, ...]
 
     @classmethod
-    def build(cls, tool_id: str, notices: Iterable[RecordNotice]) -> StatusRecord:
+    def build(cls, tool_id: str, notices: Iterable[RecordItem]) -> StatusRecord:
         """A record of ``notices``; StatusError if they do not fold (order, withdraw target),
         MapFormatError ``malformed_map_record`` if one names another tool or none is given."""
         parse_tool_id(tool_id)
@@ -401,11 +422,14 @@ class StatusRecord:
         return record
 
     @classmethod
-    def of(cls, tool_id: str, notices: Iterable[tuple[int, Notice]]) -> StatusRecord:
-        """The record of signed notices ``(log index, notice)`` about ``tool_id``."""
-        return cls.build(tool_id, (RecordNotice.of(i, n) for i, n in notices))
+    def of(
+        cls, tool_id: str, notices: Iterable[tuple[int, Notice | InvalidMark]]
+    ) -> StatusRecord:
+        """The record of signed notices ``(log index, notice)`` (and marks) about
+        ``tool_id``."""
+        return cls.build(tool_id, (record_item(i, n) for i, n in notices))
 
-    def extended(self, item: RecordNotice) -> StatusRecord:
+    def extended(self, item: RecordItem) -> StatusRecord:
         """This record with one more notice (a later log index)."""
         return StatusRecord.build(self.tool_id, (*self.notices, item))
 
@@ -420,7 +444,9 @@ class StatusRecord:
         """The record's bytes (what the value hash covers): ``u8 1`` and the items."""
         cached: bytes | None = self.__dict__.get("_encoded")
         if cached is None:
-            cached = bytes((RECORD_FORMAT,)) + b"".join(item.encode() for item in self.notices)
+            cached = bytes((RECORD_FORMAT,)) + b"".join(
+                _item_bytes(item.index, item) for item in self.notices
+            )
             object.__setattr__(self, "_encoded", cached)
         return cached
 
@@ -449,9 +475,9 @@ class StatusRecord:
         return record
 
 
-def record_item_bytes(index: int, notice: Notice) -> bytes:
-    """The record item of the signed ``notice`` at log ``index``, encoded straight from
-    the notice (``RecordNotice.of(index, notice).encode()``)."""
+def record_item_bytes(index: int, notice: Notice | InvalidMark) -> bytes:
+    """The record item of the signed ``notice`` (or an invalid entry's mark) at log
+    ``index``, encoded straight from it (``record_item(index, notice)``'s bytes)."""
     return _item_bytes(index, notice)
 
 
@@ -480,25 +506,25 @@ def evaluate(
     return index.lookup(tool_id, version, now)
 
 
-def fold_entries(
-    entries: Iterable[tuple[int, bytes]], find: Callable[[str], StatusRecord | None]
+def fold_notices(
+    items: Iterable[tuple[int, Notice | InvalidMark]],
+    find: Callable[[str], StatusRecord | None],
 ) -> dict[str, StatusRecord]:
-    """The map function over admitted log entries ``(index, leaf)`` in log order.
+    """The map function over what the one validator (``client.model.rules``) made of log
+    entries, in log order: ``(index, notice)`` for each valid notice and ``(index, mark)``
+    for each invalid entry that names a tool; publisher entries and invalid entries that
+    name none bring no item.
 
-    ``find`` gives a tool's record before these entries (None if absent). Returns
-    the new record of every tool the entries touch; publisher entries change no
-    record. Entries must already have passed the admission rules.
+    ``find`` gives a tool's record before these items (None if absent). Returns the new
+    record of every tool the items touch.
     """
     changed: dict[str, StatusRecord] = {}
-    for index, leaf in entries:
-        entry = decode_entry(leaf)
-        if not isinstance(entry, NoticeEntry):
-            continue
-        notice = entry.envelope.notice
-        item = RecordNotice.of(index, notice)
-        before = changed[notice.tool_id] if notice.tool_id in changed else find(notice.tool_id)
-        changed[notice.tool_id] = (
-            StatusRecord.build(notice.tool_id, (item,)) if before is None else before.extended(item)
+    for index, notice in items:
+        item = record_item(index, notice)
+        tool_id = notice.tool_id
+        before = changed[tool_id] if tool_id in changed else find(tool_id)
+        changed[tool_id] = (
+            StatusRecord.build(tool_id, (item,)) if before is None else before.extended(item)
         )
     return changed
 
@@ -1227,9 +1253,9 @@ class VerifiableMap:
         """The map root."""
         return self.tree.root()
 
-    def fold(self, entries: Iterable[tuple[int, bytes]]) -> bytes:
-        """Fold admitted entries ``(index, leaf)`` in log order, as one batch; the new root."""
-        return self.apply(fold_entries(entries, self.records.get).values())
+    def fold(self, items: Iterable[tuple[int, Notice | InvalidMark]]) -> bytes:
+        """Fold validated items (``fold_notices``) in log order, as one batch; the new root."""
+        return self.apply(fold_notices(items, self.records.get).values())
 
     def apply(self, records: Iterable[StatusRecord]) -> bytes:
         """Set these records (one per tool) in one batch; the new root."""

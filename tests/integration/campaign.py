@@ -36,7 +36,7 @@ from deplog.client.model.vmap import VerifiableMap, map_root_of
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, verify_consistency
-from tests.builders import make_envelope, register
+from tests.builders import admitted, make_envelope, register
 from tests.integration.harness import AuthorityProcess, WitnessProcess
 
 JSON = {"Content-Type": "application/json"}
@@ -165,7 +165,7 @@ def _check_map_roots(checkpoints: list[Checkpoint], leaves: list[bytes]) -> None
     a batch cut short by SIGKILL left no trace in the map."""
     reference, folded = VerifiableMap(), 0
     for checkpoint in sorted(checkpoints, key=lambda c: c.size):
-        reference.fold(enumerate(leaves[folded : checkpoint.size], folded))
+        reference.fold(admitted(leaves[folded : checkpoint.size], folded))
         folded = checkpoint.size
         committed = map_root_of(checkpoint.extensions)
         assert committed == reference.root(), f"map root at size {checkpoint.size} is wrong"

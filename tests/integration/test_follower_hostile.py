@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,11 @@ from deplog.client.follow.source import FetchError
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import ForkError, RollbackError, SuspectedForkError
 from deplog.client.model.entries import NoticeEntry, encode_entry
-from deplog.client.model.rules import RuleViolation
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.evidence import EVIDENCE_FORMAT
 from deplog.client.tlog.evidence import read_evidence as load_evidence
 from deplog.client.tlog.note import Signer, UnverifiedNoteError, Verifier
-from deplog.client.tlog.proofs import ConsistencyProof, ProofError
+from deplog.client.tlog.proofs import ConsistencyProof, ProofError, TreeMismatchError
 from tests.builders import InProcessLogSource, make_envelope, register
 from tests.integration.scripted_authority import (
     STREAM,
@@ -308,11 +308,13 @@ async def test_a_proof_between_other_sizes_than_requested_is_rejected(
 # -- entries ------------------------------------------------------------------------
 
 
-async def test_an_entry_with_one_byte_changed_is_rejected_at_its_index(
+async def test_an_entry_with_one_byte_changed_in_transit_is_rejected(
     server: ScriptedAuthority, follower: Follower, trusted: Trusted, log: Log, publisher: Signer
 ) -> None:
     """The changed byte is inside the notice's message: the leaf still decodes as a
-    canonical notice, and only the publisher's signature gives it away."""
+    canonical notice, its signature fails, and it is not the signed tree's leaf: the
+    tree it rebuilds is not the checkpoint's, so nothing of it is kept (not even as an
+    invalid entry, which only a signed tree can hold)."""
     grow(log, publisher, 4)
     tampered = TRUSTED_SIZE + 2
     server.rewrite_page = lambda start, leaves: [
@@ -320,11 +322,11 @@ async def test_an_entry_with_one_byte_changed_is_rejected_at_its_index(
         for i, leaf in enumerate(leaves, start)
     ]
 
-    with pytest.raises(RuleViolation) as refused:
+    with pytest.raises(TreeMismatchError) as refused:
         await follower.sync()
-    assert (refused.value.code, refused.value.index) == ("unauthorized_notice", tampered)
-    assert refused.value.cause == "bad_signature"
+    assert refused.value.code == "entries_root_mismatch"
     assert_state_unchanged(follower, trusted)
+    assert follower.state.invalid_entries() == (0, [])
 
 
 async def test_a_refused_advance_leaves_the_follower_able_to_advance_later(
@@ -337,7 +339,7 @@ async def test_a_refused_advance_leaves_the_follower_able_to_advance_later(
         change_one_byte_of_message(leaf) if i == last else leaf
         for i, leaf in enumerate(leaves, start)
     ]
-    with pytest.raises(RuleViolation):
+    with pytest.raises(TreeMismatchError):
         await follower.sync()
 
     server.serve(InProcessLogSource(log))
@@ -350,25 +352,20 @@ async def test_an_entry_left_out_of_a_range_is_rejected(
     server: ScriptedAuthority, follower: Follower, trusted: Trusted, log: Log, publisher: Signer
 ) -> None:
     """Pages may be short, so the follower cannot see the gap itself: it takes the leaf
-    after the hidden one at the hidden index, asks on from the next index, gets that same
-    leaf again, and its repeated publisher sequence gives the lie away there."""
+    after the hidden one at the hidden index, asks on from the next index and gets that
+    same leaf again; the tree those leaves rebuild is not the checkpoint's."""
     grow(log, publisher, 4)
     hidden = TRUSTED_SIZE + 1
     server.rewrite_page = lambda start, leaves: [
         leaf for i, leaf in enumerate(leaves, start) if i != hidden
     ]
 
-    with pytest.raises(RuleViolation) as refused:
+    with pytest.raises(TreeMismatchError):
         await follower.sync()
-    assert (refused.value.code, refused.value.cause, refused.value.index) == (
-        "replayed_notice",
-        "sequence_reused",
-        hidden + 1,
-    )
     assert_state_unchanged(follower, trusted)
 
 
-async def test_a_notice_by_an_unauthorized_key_is_rejected_even_under_a_signed_checkpoint(
+async def test_a_notice_by_an_unauthorized_key_under_a_signed_checkpoint_makes_its_tool_unknown(
     server: ScriptedAuthority,
     follower: Follower,
     trusted: Trusted,
@@ -377,7 +374,8 @@ async def test_a_notice_by_an_unauthorized_key_is_rejected_even_under_a_signed_c
     publisher: Signer,
 ) -> None:
     """The malicious log extends the trusted tree honestly (the proof verifies) but
-    includes a notice for ``acme`` signed by a key ``acme`` never registered."""
+    includes a notice for ``acme`` signed by a key ``acme`` never registered: the
+    follower records it, the tool it names is unknown, and following goes on."""
     impostor = Signer.generate(publisher.name)
     leaves = [
         *log.tree.leaf_data(0, TRUSTED_SIZE),
@@ -386,11 +384,17 @@ async def test_a_notice_by_an_unauthorized_key_is_rejected_even_under_a_signed_c
     ]
     server.serve(signed_log(log_signer, leaves))
 
-    with pytest.raises(RuleViolation) as refused:
-        await follower.sync()
-    assert (refused.value.code, refused.value.index) == ("unauthorized_notice", TRUSTED_SIZE + 1)
-    assert refused.value.cause == "unknown_key"
-    assert_state_unchanged(follower, trusted)
+    result = await follower.sync()
+    assert result.new_size == TRUSTED_SIZE + 2
+    (found,) = result.invalid
+    assert (found.code, found.index, found.cause) == (
+        "unauthorized_notice",
+        TRUSTED_SIZE + 1,
+        "unknown_key",
+    )
+    assert follower.state.invalid_entries() == (1, [found])
+    index, _ = follower.state.tool_status(found.tool_id or "")
+    assert index.lookup(found.tool_id or "", "1.0.0", datetime.now(UTC)).status == "unknown"
 
 
 # -- unusable responses ----------------------------------------------------------

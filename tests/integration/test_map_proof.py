@@ -24,7 +24,7 @@ from deplog.client.model.vmap import (
 )
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
-from tests.builders import make_envelope
+from tests.builders import admitted, make_envelope
 from tests.integration.harness import AuthorityProcess
 from tests.scrape import sample
 
@@ -180,7 +180,7 @@ async def test_proofs_read_while_appends_race_on_each_show_the_map_of_their_chec
     assert sizes[-1] == final.size
     for tool_id, checkpoint, proof in seen:
         reference = VerifiableMap()
-        reference.fold(enumerate(leaves[: checkpoint.size]))
+        reference.fold(admitted(leaves[: checkpoint.size]))
         record = verify_map_proof(require_map_root(checkpoint), tool_id, proof)
         assert record == reference.records.get(tool_id)
 
