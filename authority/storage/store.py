@@ -133,9 +133,7 @@ def create_schema(conn: sqlite3.Connection) -> None:
         if_not_exists=True,
         strict=True,
     )
-    conn.execute(
-        "CREATE INDEX IF NOT EXISTS invalid_by_tool ON invalid_entries (tool_id, idx)"
-    )
+    conn.execute("CREATE INDEX IF NOT EXISTS invalid_by_tool ON invalid_entries (tool_id, idx)")
     db.table("published").create(
         {"id": int, "size": int, "note": bytes},
         pk="id",
@@ -263,8 +261,7 @@ def invalid_entries(
         "SELECT COUNT(*) FROM invalid_entries WHERE idx < ?", (size,)
     ).fetchone()
     rows = conn.execute(
-        "SELECT idx, code, cause, tool_id FROM invalid_entries WHERE idx < ? "
-        "ORDER BY idx LIMIT ?",
+        "SELECT idx, code, cause, tool_id FROM invalid_entries WHERE idx < ? ORDER BY idx LIMIT ?",
         (size, limit),
     ).fetchall()
     return int(count), [(int(i), str(c), cause, tool) for i, c, cause, tool in rows]

@@ -90,6 +90,8 @@ STATUS_EXITS: Final[dict[str, int]] = {
 def status_exit(status: str) -> int:
     """The exit status of one version status: 5 refused, 7 unknown, else 0."""
     return STATUS_EXITS.get(status, 0)
+
+
 BEHIND_TIMEOUT: Final = 3.0
 """Seconds the optional is-the-state-behind request may take (rule 2)."""
 

@@ -263,9 +263,7 @@ class LogReplay:
         self.registry = PublisherRegistry()
         self._records: dict[int, _NoticeRecord] = {}
         self._sequences: dict[str, set[int]] = {}
-        self.checker = EntryChecker(
-            self.registry, log_key, self._records.get, self._sequence_used
-        )
+        self.checker = EntryChecker(self.registry, log_key, self._records.get, self._sequence_used)
 
     def _sequence_used(self, publisher: str, sequence: int) -> bool:
         return sequence in self._sequences.get(publisher, ())

@@ -422,9 +422,7 @@ class StatusRecord:
         return record
 
     @classmethod
-    def of(
-        cls, tool_id: str, notices: Iterable[tuple[int, Notice | InvalidMark]]
-    ) -> StatusRecord:
+    def of(cls, tool_id: str, notices: Iterable[tuple[int, Notice | InvalidMark]]) -> StatusRecord:
         """The record of signed notices ``(log index, notice)`` (and marks) about
         ``tool_id``."""
         return cls.build(tool_id, (record_item(i, n) for i, n in notices))
