@@ -3,6 +3,7 @@ tests/integration/test_contextforge.py for the real one)."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,16 @@ import pytest
 
 from deplog.client.cache.mcp import REFUSAL_KEY
 from deplog.client.errors import DeplogError
+from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import TrustedState
-from deplog.client.mcp.contextforge import GatewayGuard, PluginSettings, ToolIdentity
+from deplog.client.mcp.contextforge import (
+    STATE_KEY,
+    GatewayGuard,
+    PluginSettings,
+    ToolIdentity,
+)
 from deplog.client.mcp.contextforge import violation_fields as violation
-from tests.builders import LocalLog
+from tests.builders import ORIGIN, LocalLog
 
 TOOL = "tool:org.acme/search"
 
@@ -99,3 +106,110 @@ def test_a_stale_state_blocks_unless_unverified_tools_are_kept(
         decision = gateway.decide("search")
         assert decision is not None and decision.reason == "checkpoint_stale"
         assert gateway.blocks(decision) is blocked
+
+
+def gateway_guard(state: Path, **extra: Any) -> GatewayGuard:
+    """The plugin's guard, looking at the state's path on every call."""
+    return GatewayGuard(PluginSettings.from_config(config(state, **extra)), interval=0)
+
+
+def plugin_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [
+        (record.levelno, record.getMessage())
+        for record in caplog.records
+        if record.name == "deplog.client.mcp.contextforge"
+    ]
+
+
+def test_a_missing_state_loads_and_blocks_naming_the_path_and_the_command(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "typo-state.db"
+    gateway = gateway_guard(path)
+    decision = gateway.decide("search")
+    assert decision is not None and gateway.blocks(decision)
+    fields = gateway.violation(decision)
+    assert fields["code"] == "DEPLOG_NOT_SYNCED"
+    assert f"no follower state at {path}" in fields["description"]
+    assert f"deplog follow URL --log-key KEY --state {path}" in fields["description"]
+    assert fields["details"][STATE_KEY] == {"path": str(path), "problem": "missing"}
+
+
+def test_a_state_that_appears_after_load_is_decided_from_without_a_new_plugin(
+    tmp_path: Path, local: LocalLog
+) -> None:
+    path = tmp_path / "state.db"
+    gateway = gateway_guard(path)
+    decision = gateway.decide("search")
+    assert decision is not None and decision.reason == "not_synced"
+    state = LocalState(path, ORIGIN)
+    local.sync(TrustedState(state, local.signer.verifier()))
+    decision = gateway.decide("search")
+    assert decision is not None and decision.reason == "active"
+    assert not gateway.blocks(decision)
+    state.close()
+
+
+def test_the_load_line_names_the_state_and_the_number_of_tools(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="deplog.client.mcp.contextforge")
+    path = tmp_path / "state.db"
+    tools = {
+        "search": {"tool_id": TOOL, "version": "1.0.0"},
+        "fetch": {"tool_id": "tool:org.acme/fetch", "version": "2.0.0"},
+    }
+    for _ in range(3):  # the gateway makes a plugin per tool context, again every 30 s
+        gateway_guard(path, tools=tools)
+    loaded = [line for level, line in plugin_lines(caplog) if "loaded" in line]
+    assert loaded == [
+        f"deplog plugin loaded: guarding 2 tools with the follower state {path} "
+        "(freshness 300 s, unverified tools blocked)"
+    ]
+
+
+def test_each_state_transition_is_logged_once_not_per_call(
+    tmp_path: Path, local: LocalLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="deplog.client.mcp.contextforge")
+    path = tmp_path / "state.db"
+    gateways = [gateway_guard(path), gateway_guard(path)]  # two instances, one process
+    for gateway in gateways * 3:
+        gateway.decide("search")
+    state = LocalState(path, ORIGIN)
+    local.sync(TrustedState(state, local.signer.verifier()))
+    for gateway in gateways * 3:
+        gateway.decide("search")
+    path.unlink()
+    for gateway in gateways * 3:
+        gateway.decide("search")
+    state.close()
+    lines = [(level, line) for level, line in plugin_lines(caplog) if "loaded" not in line]
+    assert [level for level, _ in lines] == [logging.ERROR, logging.INFO, logging.ERROR]
+    assert (
+        "unavailable (missing), every guarded call is refused with DEPLOG_NOT_SYNCED"
+        in (lines[0][1])
+    )
+    assert lines[1][1] == f"deplog: the follower state at {path} is available: deciding from it"
+    assert lines[0][1] == lines[2][1]
+
+
+def test_a_stale_state_s_violation_names_the_follower_to_check(
+    trusted: TrustedState, local: LocalLog
+) -> None:
+    local.sync(trusted)
+    gateway = gateway_guard(trusted.state.path)
+    gateway.guard.clock = lambda: 4e9  # long after the last verified sync
+    decision = gateway.decide("search")
+    assert decision is not None and decision.reason == "checkpoint_stale"
+    description = gateway.violation(decision)["description"]
+    assert "more than 300 s ago: check that `deplog follow` runs on this host" in description
+    assert f"--state {trusted.state.path}" in description
+
+
+def test_keep_unverified_serves_while_the_state_is_missing(tmp_path: Path) -> None:
+    """The documented opt-out of failing closed covers a missing state too."""
+    gateway = gateway_guard(tmp_path / "state.db", keep_unverified=True)
+    decision = gateway.decide("search")
+    assert decision is not None and decision.reason == "not_synced"
+    assert not gateway.blocks(decision)

@@ -58,14 +58,18 @@ class StateReader:
             isolation_level=None,
             check_same_thread=False,
         )
-        self._conn.execute("PRAGMA query_only = 1")
-        self._conn.execute("PRAGMA busy_timeout = 5000")
         self._lock = threading.RLock()
         self._version: int | None = None
         self._trusted: TrustedCheckpoint | None = None
         self._statuses: OrderedDict[str, tuple[StatusIndex, dict[int, float]]] = OrderedDict()
         self.origin: str | None = None
-        self._refresh()
+        try:
+            self._conn.execute("PRAGMA query_only = 1")
+            self._conn.execute("PRAGMA busy_timeout = 5000")
+            self._refresh()
+        except BaseException:  # not a state (or not a database): leave no connection open
+            self._conn.close()
+            raise
 
     def close(self) -> None:
         self._conn.close()

@@ -10,10 +10,10 @@ hook. Its rules:
    gateway renames tools (``<gateway>-<tool>``) and does not keep the upstream
    tools' ``_meta``. The plugin matches the tool's ``original_name`` from the
    gateway's context, falling back to the invoked name.
-2. Decisions come from a ``Guard`` over the host follower's state file, opened
-   read-only (``StateReader``): one ``deplog follow`` per host keeps it
-   current, and every gateway worker process reads it. Freshness is the
-   guard's (``freshness_seconds``, from the verified checkpoint).
+2. Decisions come from a ``Guard`` over the host follower's state file, read
+   read-only and watched by path (``WatchedState``): one ``deplog follow`` per
+   host keeps it current, and every gateway worker process reads it. Freshness
+   is the guard's (``freshness_seconds``, from the verified checkpoint).
 3. A refused tool, and (unless ``keep_unverified``) one deplog cannot vouch
    for, is blocked: ``continue_processing=False`` with a violation whose code
    is ``DEPLOG_<REASON>`` and whose details name the verdict, the reason, the
@@ -24,6 +24,27 @@ hook. Its rules:
    headers and status, not the body), so a refused tool stays listed by the
    gateway; calls to it are blocked. Agents behind a ``GuardedClientSession``
    do not see it listed.
+5. The plugin loads whatever the state file does: only a bad ``config:`` block
+   stops it loading. A state that is missing (the gateway started before the
+   follower, a typo in the path, the file deleted), is not a file, cannot be
+   read, is not a follower state, holds no verified checkpoint yet, or turned
+   into another log's blocks every configured tool with ``DEPLOG_NOT_SYNCED``,
+   whose description names the path, the problem (``WatchedState``'s code) and
+   what to do; a stale one blocks with ``DEPLOG_CHECKPOINT_STALE`` and names
+   the follower to check. The path is looked at again at most once a second, so
+   a state that appears is used without a restart, and a deleted one stops
+   deciding within a second, not at the freshness bound.
+6. It logs one line (``INFO``) per process when loaded with a configuration,
+   naming the state path and the number of tools it guards, and one line per
+   transition of the state: unavailable (``ERROR``, with the problem; again only
+   when the problem changes) and available (``INFO``). Never a line per call:
+   the gateway builds new plugin instances per tool context every 30 s, so the
+   last transition logged is kept per process and path.
+7. What happens to calls when the plugin fails to load or raises is the
+   gateway's choice, not the plugin's: by default it lets them through. The
+   settings that make the plugin mandatory (``PLUGINS_FAIL_ON_PLUGIN_ERROR=true``
+   in the gateway's environment, ``mode: sequential``, ``on_error: fail``) are
+   in ``docs/contextforge.md``.
 
 The framework is imported only when the gateway asks for ``DeplogPlugin``, so
 this module (its settings and violations) imports without ``cpex``.
@@ -32,6 +53,8 @@ this module (its settings and violations) imports without ``cpex``.
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,10 +69,20 @@ from deplog.client.cache.mcp import (
     may_list,
     refusal_annotation,
 )
-from deplog.client.follow.reader import StateReader
+from deplog.client.follow.state import StateError
+from deplog.client.follow.watch import LOOK_INTERVAL, StateProblem, WatchedState
 from deplog.client.model.notice import parse_schema_digest
 
-__all__ = ["GatewayGuard", "PluginSettings", "ToolIdentity", "violation_fields"]
+__all__ = ["STATE_KEY", "GatewayGuard", "PluginSettings", "ToolIdentity", "violation_fields"]
+
+STATE_KEY = "dev.deplog/state"
+"""A violation's details key for the state file behind a ``not_synced`` block: path,
+problem code."""
+
+_log = logging.getLogger(__name__)
+_logged_lock = threading.Lock()
+_announced: set[tuple[Any, ...]] = set()  # configurations whose load line is logged (rule 6)
+_transitions: dict[Path, str | None] = {}  # per state path: the problem code last logged
 
 
 @dataclass(frozen=True)
@@ -102,40 +135,119 @@ class PluginSettings:
 class GatewayGuard:
     """The plugin's decisions, by the gateway's tool names."""
 
-    def __init__(self, settings: PluginSettings) -> None:
+    def __init__(self, settings: PluginSettings, *, interval: float = LOOK_INTERVAL) -> None:
         self.settings = settings
-        self.guard = Guard(StateReader(settings.state), freshness=settings.freshness)
+        self.path = settings.state.absolute()
+        self.state = WatchedState(
+            self.path, interval=interval, on_change=functools.partial(_log_transition, self.path)
+        )
+        self.guard = Guard(self.state, freshness=settings.freshness)
+        _log_load(self.path, settings)
+        self.state.problem()  # its availability is logged at load (rule 6)
+
+    def close(self) -> None:
+        self.state.close()
 
     def decide(self, *names: str | None) -> Decision | None:
         """The decision on the first configured name (original name first); None if none is."""
         for name in names:
             identity = None if name is None else self.settings.tools.get(name)
             if identity is not None:
-                return self.guard.check(
-                    identity.tool_id,
-                    identity.version,
-                    cached_at=datetime.now(UTC),
-                    schema_digest=identity.schema_digest,
-                )
+                try:
+                    return self.guard.check(
+                        identity.tool_id,
+                        identity.version,
+                        cached_at=datetime.now(UTC),
+                        schema_digest=identity.schema_digest,
+                    )
+                except StateError:  # the state went away during the check (rule 5)
+                    return Decision(
+                        Verdict.UNKNOWN, "not_synced", identity.tool_id, identity.version, None
+                    )
         return None
 
     def blocks(self, decision: Decision) -> bool:
         return not may_list(decision, keep_unverified=self.settings.keep_unverified)
 
+    def violation(self, decision: Decision) -> dict[str, Any]:
+        """A blocked call's violation fields, saying what to do about the state behind it."""
+        if decision.reason == "not_synced":
+            problem = self.state.last_problem
+            return violation_fields(decision, path=self.path, problem=problem)
+        if decision.reason == "checkpoint_stale" and decision.processed_through is not None:
+            verified = decision.processed_through.verified_at.isoformat(timespec="seconds")
+            seconds = int(self.settings.freshness.total_seconds())
+            hint = (
+                f"the follower state at {self.path} was last verified at {verified}, more "
+                f"than {seconds} s ago: check that `deplog follow` runs on this host with "
+                f"--state {self.path} and reaches its authority"
+            )
+            return violation_fields(decision, hint=hint)
+        return violation_fields(decision)
 
-def violation_fields(decision: Decision) -> dict[str, Any]:
-    """A cpex ``PluginViolation``'s fields for a blocked call (rule 3)."""
-    details = refusal_annotation(decision)
-    notices = details.get("notices", [])
-    at = details.get("checkpoint_size", "none")
+
+def _log_load(path: Path, settings: PluginSettings) -> None:
+    """The load line (rule 6), once per process and configuration."""
+    key = (path, frozenset(settings.tools.items()), settings.freshness, settings.keep_unverified)
+    with _logged_lock:
+        if key in _announced:
+            return
+        _announced.add(key)
+    count = len(settings.tools)
+    _log.info(
+        "deplog plugin loaded: guarding %d tool%s with the follower state %s (freshness %g s, %s)",
+        count,
+        "" if count == 1 else "s",
+        path,
+        settings.freshness.total_seconds(),
+        "unverified tools served" if settings.keep_unverified else "unverified tools blocked",
+    )
+
+
+def _log_transition(path: Path, problem: StateProblem | None) -> None:
+    """One line per transition of the state at ``path`` in this process (rule 6)."""
+    code = None if problem is None else problem.code
+    with _logged_lock:
+        if path in _transitions and _transitions[path] == code:
+            return
+        _transitions[path] = code
+    if problem is None:
+        _log.info("deplog: the follower state at %s is available: deciding from it", path)
+    else:
+        _log.error(
+            "deplog: the follower state is unavailable (%s), every guarded call is refused "
+            "with DEPLOG_NOT_SYNCED: %s",
+            problem.code,
+            problem.message,
+        )
+
+
+def violation_fields(
+    decision: Decision,
+    *,
+    path: Path | None = None,
+    problem: StateProblem | None = None,
+    hint: str | None = None,
+) -> dict[str, Any]:
+    """A cpex ``PluginViolation``'s fields for a blocked call (rule 3), with the state's
+    ``problem`` at ``path`` (a ``not_synced`` block, rule 5) or a ``hint`` on what to do."""
+    details: dict[str, Any] = {REFUSAL_KEY: refusal_annotation(decision)}
+    notices = details[REFUSAL_KEY].get("notices", [])
+    at = details[REFUSAL_KEY].get("checkpoint_size", "none")
+    description = (
+        f"{decision.tool_id}@{decision.version}: verdict {decision.verdict.value}, reason "
+        f"{decision.reason}, log indexes {notices}, processed through checkpoint size {at}"
+    )
+    if problem is not None:
+        hint = problem.message
+        details[STATE_KEY] = {"path": str(path), "problem": problem.code}
+    if hint is not None:
+        description += f"; {hint}"
     return {
         "reason": f"deplog {decision.verdict.value}: {decision.reason}",
-        "description": (
-            f"{decision.tool_id}@{decision.version}: verdict {decision.verdict.value}, reason "
-            f"{decision.reason}, log indexes {notices}, processed through checkpoint size {at}"
-        ),
+        "description": description,
         "code": f"DEPLOG_{decision.reason.upper()}",
-        "details": {REFUSAL_KEY: details},
+        "details": details,
     }
 
 
@@ -151,6 +263,9 @@ def _plugin_class() -> type:
             super().__init__(config)
             self.deplog = GatewayGuard(PluginSettings.from_config(dict(config.config or {})))
 
+        async def shutdown(self) -> None:
+            self.deplog.close()
+
         async def tool_pre_invoke(self, payload: Any, context: Any) -> Any:
             tool = context.global_context.metadata.get("tool")
             original = getattr(tool, "original_name", None)
@@ -160,7 +275,7 @@ def _plugin_class() -> type:
             if self.deplog.blocks(decision):
                 return ToolPreInvokeResult(
                     continue_processing=False,
-                    violation=PluginViolation(**violation_fields(decision)),
+                    violation=PluginViolation(**self.deplog.violation(decision)),
                 )
             metadata = {}
             if decision.verdict == Verdict.WARN:
