@@ -75,7 +75,11 @@ def test_the_mcp_annotation_includes_the_proof_of_every_listed_tool(
     local.publish(affected={"versions": ["1.0.0"]})
     local.sync(trusted)
     tools = [
-        {"name": name, "_meta": {IDENTITY_KEY: {"tool_id": TOOL, "version": version}}}
+        {
+            "name": name,
+            "inputSchema": {"type": "object"},
+            "_meta": {IDENTITY_KEY: {"tool_id": TOOL, "version": version}},
+        }
         for name, version in (("old", "1.0.0"), ("new", "2.0.0"))
     ]
     guard = Guard(trusted.state)

@@ -25,7 +25,14 @@ from hypothesis import strategies as st
 
 from deplog.client.cache.guard import Guard, Verdict
 from deplog.client.cache.listing_proofs import ListedTool, verify_listing
-from deplog.client.cache.mcp import IDENTITY_KEY, PROOF_KEY, guard_tools_list, schema_digest
+from deplog.client.cache.mcp import (
+    IDENTITY_KEY,
+    PROOF_KEY,
+    Pins,
+    ToolVersion,
+    guard_tools_list,
+    schema_digest,
+)
 from deplog.client.cli.main import main
 from deplog.client.errors import ErrorCode
 from deplog.client.follow.trust import TrustedState
@@ -75,8 +82,10 @@ class Gateway:
         tool: dict[str, Any] = next(t for t in self.listing["tools"] if t["name"] == name)
         return tool
 
-    def check(self) -> list[ListedTool]:
-        return verify_listing(self.listing, self.verify, datetime.now(UTC))
+    def check(self, pins: Pins | None = None, require_pins: bool = False) -> list[ListedTool]:
+        return verify_listing(
+            self.listing, self.verify, datetime.now(UTC), pins=pins, require_pins=require_pins
+        )
 
 
 def later() -> datetime:
@@ -157,15 +166,66 @@ def test_a_revoked_tool_a_gateway_lists_is_proven_refused(gateway: Gateway) -> N
 
 
 def test_a_definition_other_than_the_notices_name_is_a_schema_mismatch(gateway: Gateway) -> None:
-    gateway.tool("search")["inputSchema"] = OTHER_SCHEMA  # the identity still declares SCHEMA
+    gateway.tool("search")["inputSchema"] = OTHER_SCHEMA  # declaring no digest
+    assert verdicts_of(gateway.check())["search"] == (Verdict.REFUSE, "schema_mismatch")
+
+
+def test_a_declared_digest_never_stands_in_for_the_listed_schemas(gateway: Gateway) -> None:
+    """The gateway lists OTHER_SCHEMA and declares the digest the notice names: refused for
+    the declaration itself, which once let the definition pass as the notice's."""
+    gateway.tool("search")["inputSchema"] = OTHER_SCHEMA
     gateway.tool("search")["_meta"][IDENTITY_KEY]["schema_digest"] = schema_digest(SCHEMA)
-    assert verdicts_of(gateway.check())["search"] == (Verdict.REFUSE, "schema_mismatch")
+    assert verdicts_of(gateway.check())["search"] == (Verdict.REFUSE, "schema_digest_mismatch")
 
 
-def test_without_a_listed_schema_the_declared_digest_is_compared(gateway: Gateway) -> None:
-    del gateway.tool("search")["inputSchema"]
-    gateway.tool("search")["_meta"][IDENTITY_KEY]["schema_digest"] = schema_digest(OTHER_SCHEMA)
-    assert verdicts_of(gateway.check())["search"] == (Verdict.REFUSE, "schema_mismatch")
+def test_a_declared_digest_of_the_listed_schema_is_accepted(gateway: Gateway) -> None:
+    gateway.tool("search")["_meta"][IDENTITY_KEY]["schema_digest"] = schema_digest(SCHEMA)
+    assert verdicts_of(gateway.check())["search"] == (Verdict.WARN, "deprecated")
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [None, "object", {"type": "object", "maximum": 0.5}, {"type": "object", "maximum": 2**60}],
+    ids=["missing", "not_an_object", "float", "beyond_2_53"],
+)
+def test_a_listed_schema_without_a_digest_is_refused_whatever_is_declared(
+    gateway: Gateway, schema: object
+) -> None:
+    search = gateway.tool("search")
+    search["inputSchema"] = schema
+    search["_meta"][IDENTITY_KEY]["schema_digest"] = schema_digest(SCHEMA)  # no fallback
+    assert verdicts_of(gateway.check())["search"] == (Verdict.REFUSE, "schema_undigestable")
+
+
+def test_a_pinned_tool_listed_as_pinned_is_proven(gateway: Gateway) -> None:
+    pins = {"search": ToolVersion(SEARCH, "1.0.0")}
+    assert verdicts_of(gateway.check(pins=pins))["search"] == (Verdict.WARN, "deprecated")
+
+
+def test_a_pinned_tool_listed_without_an_identity_is_refused_identity_missing(
+    gateway: Gateway,
+) -> None:
+    del gateway.tool("search")["_meta"][IDENTITY_KEY]
+    tools = gateway.check(pins={"search": ToolVersion(SEARCH, "1.0.0")})
+    assert verdicts_of(tools)["search"] == (Verdict.REFUSE, "identity_missing")
+
+
+def test_a_pinned_tool_listed_as_another_tool_is_refused_identity_mismatch(
+    gateway: Gateway,
+) -> None:
+    """``fresh`` carries a valid proof of ``FRESH``, active: the host pinned it as ``GONE``."""
+    tools = gateway.check(pins={"fresh": ToolVersion(GONE, "1.0.0")})
+    assert verdicts_of(tools)["fresh"] == (Verdict.REFUSE, "identity_mismatch")
+    assert next(t for t in tools if t.name == "fresh").tool_id == GONE
+
+
+def test_requiring_pins_refuses_every_unpinned_tool(gateway: Gateway) -> None:
+    tools = gateway.check(pins={"search": ToolVersion(SEARCH, "1.0.0")}, require_pins=True)
+    assert verdicts_of(tools) == {
+        "search": (Verdict.WARN, "deprecated"),
+        "fresh": (Verdict.REFUSE, "not_pinned"),
+        "plain": (Verdict.REFUSE, "not_pinned"),
+    }
 
 
 def test_a_proof_moved_to_another_tool_fails(gateway: Gateway) -> None:

@@ -1,22 +1,33 @@
-"""Guarding an MCP tools/list result with deplog identities in ``_meta``."""
+"""Guarding an MCP tools/list result: the host's pins and the digest it computes from the
+listed schema, then the guard's verdicts on the deplog identities in ``_meta``."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from deplog.client.cache.guard import Guard
+from deplog.client.cache import guard as guard_module
+from deplog.client.cache import mcp as mcp_module
+from deplog.client.cache.guard import Decision, Guard
 from deplog.client.cache.mcp import (
     DEPRECATION_KEY,
     IDENTITY_KEY,
+    LISTING_REASONS,
+    ListedIdentity,
+    ToolVersion,
+    check_listed,
+    checked_pins,
     guard_tools_list,
     http_date,
     identity_annotation,
     refusal_annotation,
     schema_digest,
+    unlisted_refusal,
 )
 from deplog.client.errors import DeplogError
 from deplog.client.follow.trust import TrustedState
@@ -27,11 +38,20 @@ from tests.builders import LocalLog
 TOOL = "tool:org.acme/search"
 
 
-def tool(name: str, version: str | None = None, **identity: str) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": name, "inputSchema": {"type": "object"}}
+SCHEMA = {"type": "object"}
+OTHER_SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
+
+
+def tool(name: str, version: str | None = None, **identity: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": name, "inputSchema": SCHEMA}
     if version is not None:
         entry["_meta"] = {IDENTITY_KEY: {"tool_id": TOOL, "version": version, **identity}}
     return entry
+
+
+def reason_of(checked: object) -> tuple[str, str] | None:
+    """A listing decision's verdict and reason (None: the check made none)."""
+    return (checked.verdict.value, checked.reason) if isinstance(checked, Decision) else None
 
 
 def listed(result: dict[str, Any]) -> list[str]:
@@ -99,8 +119,157 @@ def test_unverified_state_drops_identified_tools_unless_asked_to_keep_them(
 def test_a_mismatching_schema_digest_is_dropped(trusted: TrustedState, local: LocalLog) -> None:
     local.publish(affected={"versions": ["1.0.0"]}, schema_digest="sha256:" + "a" * 64)
     local.sync(trusted)
-    result = {"tools": [tool("a", "1.0.0", schema_digest="sha256:" + "b" * 64)]}
+    result = {"tools": [tool("a", "1.0.0")]}
     assert listed(guard_tools_list(result, Guard(trusted.state), cached_at=now())) == []
+
+
+def test_a_schema_other_than_the_notices_is_dropped_whatever_digest_it_declares(
+    trusted: TrustedState, local: LocalLog
+) -> None:
+    named = schema_digest(OTHER_SCHEMA)
+    local.publish(affected={"versions": ["1.0.0"]}, schema_digest=named)
+    local.sync(trusted)
+    result = {"tools": [tool("a", "1.0.0", schema_digest=named)]}  # lists SCHEMA
+    kept = guard_tools_list(result, Guard(trusted.state), cached_at=now(), keep_unverified=True)
+    assert listed(kept) == []
+
+
+def test_a_listed_tool_goes_to_the_guard_with_the_digest_of_its_listed_schema() -> None:
+    checked = check_listed(tool("a", "1.0.0"), {})
+    assert checked == ListedIdentity(TOOL, "1.0.0", schema_digest(SCHEMA))
+
+
+def test_a_declared_digest_of_the_listed_schema_is_accepted() -> None:
+    checked = check_listed(tool("a", "1.0.0", schema_digest=schema_digest(SCHEMA)), {})
+    assert checked == ListedIdentity(TOOL, "1.0.0", schema_digest(SCHEMA))
+
+
+@pytest.mark.parametrize("declared", [schema_digest(OTHER_SCHEMA), "sha256:x", 7])
+def test_a_declared_digest_other_than_the_listed_schemas_is_refused(declared: Any) -> None:
+    checked = check_listed(tool("a", "1.0.0", schema_digest=declared), {})
+    assert reason_of(checked) == ("refuse", "schema_digest_mismatch")
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        None,
+        ["not", "an", "object"],
+        {"type": "object", "properties": {"x": {"type": "number", "default": 0.5}}},
+        {"type": "object", "maximum": 2**53},
+        {"type": "object", "title": "\ud800"},
+        {"type": "object", "x": functools.reduce(lambda inner, _: [inner], range(5000), [])},
+    ],
+    ids=["missing", "not_an_object", "float", "beyond_2_53", "lone_surrogate", "too_deep"],
+)
+def test_a_schema_without_a_digest_is_refused_undigestable(schema: Any) -> None:
+    entry = tool("a", "1.0.0", schema_digest=schema_digest(SCHEMA))  # no fallback to it
+    entry["inputSchema"] = schema
+    if schema is None:
+        del entry["inputSchema"]
+    assert reason_of(check_listed(entry, {})) == ("refuse", "schema_undigestable")
+
+
+def test_the_largest_safe_integer_in_a_schema_has_a_digest() -> None:
+    entry = tool("a", "1.0.0")
+    entry["inputSchema"] = {"type": "object", "maximum": 2**53 - 1}
+    assert isinstance(check_listed(entry, {}), ListedIdentity)
+
+
+def test_a_pinned_tool_declaring_its_pin_is_decided_as_the_pin() -> None:
+    checked = check_listed(tool("a", "1.0.0"), {"a": ToolVersion(TOOL, "1.0.0")})
+    assert checked == ListedIdentity(TOOL, "1.0.0", schema_digest(SCHEMA))
+
+
+def test_a_pinned_tool_declaring_no_identity_is_refused_identity_missing() -> None:
+    checked = check_listed(tool("a"), {"a": ToolVersion(TOOL, "1.0.0")})
+    assert reason_of(checked) == ("refuse", "identity_missing")
+    assert isinstance(checked, Decision) and (checked.tool_id, checked.version) == (TOOL, "1.0.0")
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [
+        {"tool_id": "tool:org.acme/other", "version": "1.0.0"},
+        {"tool_id": TOOL, "version": "1.0.1"},
+        {"tool_id": TOOL},
+        {"tool_id": 5, "version": "1.0.0"},
+    ],
+    ids=["another_tool", "another_version", "no_version", "malformed"],
+)
+def test_a_pinned_tool_declaring_another_identity_is_refused_identity_mismatch(
+    declared: dict[str, Any],
+) -> None:
+    entry = {"name": "a", "inputSchema": SCHEMA, "_meta": {IDENTITY_KEY: declared}}
+    checked = check_listed(entry, {"a": ToolVersion(TOOL, "1.0.0")})
+    assert reason_of(checked) == ("refuse", "identity_mismatch")
+    assert isinstance(checked, Decision) and checked.tool_id == TOOL
+
+
+def test_a_pinned_tool_that_drops_its_identity_is_dropped_even_keeping_unverified(
+    trusted: TrustedState, local: LocalLog
+) -> None:
+    local.sync(trusted)
+    result = {"tools": [tool("a"), tool("plain")]}
+    pins = {"a": ToolVersion(TOOL, "1.0.0")}
+    guard = Guard(trusted.state)
+    kept = guard_tools_list(result, guard, cached_at=now(), keep_unverified=True, pins=pins)
+    assert listed(kept) == ["plain"]
+
+
+def test_requiring_pins_refuses_unpinned_tools_whatever_they_declare() -> None:
+    assert reason_of(check_listed(tool("plain"), {}, require_pins=True)) == (
+        "refuse",
+        "not_pinned",
+    )
+    declared = check_listed(tool("a", "1.0.0"), {}, require_pins=True)
+    assert reason_of(declared) == ("refuse", "not_pinned")
+    assert isinstance(declared, Decision) and declared.tool_id == TOOL
+
+
+def test_requiring_pins_lists_only_pinned_tools(trusted: TrustedState, local: LocalLog) -> None:
+    local.sync(trusted)
+    result = {"tools": [tool("a", "1.0.0"), tool("b", "1.0.0"), tool("plain"), "not a tool"]}
+    pins = {"a": ToolVersion(TOOL, "1.0.0")}
+    guard = Guard(trusted.state)
+    kept = guard_tools_list(result, guard, cached_at=now(), pins=pins, require_pins=True)
+    assert listed(kept) == ["a"]
+
+
+def test_a_call_to_a_pinned_name_no_listing_shows_is_refused_not_listed() -> None:
+    refused = unlisted_refusal("a", {"a": ToolVersion(TOOL, "1.0.0")})
+    assert refused is not None and (refused.verdict, refused.reason, refused.tool_id) == (
+        "refuse",
+        "not_listed",
+        TOOL,
+    )
+    assert reason_of(unlisted_refusal("b", {}, require_pins=True)) == ("refuse", "not_pinned")
+    assert unlisted_refusal("b", {}) is None
+
+
+@pytest.mark.parametrize(
+    ("pin", "code"),
+    [(ToolVersion("search", "1.0.0"), "bad_tool_id"), (ToolVersion(TOOL, "1.0"), "bad_version")],
+)
+def test_a_bad_pin_fails_when_given(pin: ToolVersion, code: str) -> None:
+    with pytest.raises(DeplogError) as raised:
+        checked_pins({"a": pin})
+    assert raised.value.code == code
+
+
+def test_listing_refusals_name_no_checkpoint() -> None:
+    refused = check_listed(tool("a"), {"a": ToolVersion(TOOL, "1.0.0")})
+    assert isinstance(refused, Decision)
+    assert set(refusal_annotation(refused)) == {"verdict", "reason", "tool_id", "version"}
+
+
+def test_every_listing_reason_is_in_the_tables_of_the_module_and_the_docs() -> None:
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "mcp.md").read_text()
+    rules = (mcp_module.__doc__ or "").split("The reasons rules", 1)[1]
+    tables = [rules, guard_module.__doc__ or ""]
+    for reason in LISTING_REASONS:
+        assert all(f"``{reason}``" in table for table in tables)
+        assert f"| `refuse` | `{reason}` |" in docs
 
 
 def test_http_date_is_imf_fixdate() -> None:

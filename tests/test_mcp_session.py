@@ -1,14 +1,20 @@
-"""The agent's MCP sessions keep what listings said about each tool name, and read a
-server's tool list, within bounds."""
+"""The agent's MCP sessions keep what listings said about each tool name, read a server's
+tool list within bounds, hold to the pins they are given, and say why they refuse."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any
 
+import anyio
 import pytest
 from mcp import types
 
+from deplog.client.cache.guard import Decision, Verdict
+from deplog.client.cache.mcp import REFUSAL_KEY, ToolVersion
+from deplog.client.errors import DeplogError
 from deplog.client.mcp import session
+from deplog.client.mcp.compat import to_wire
 
 
 def test_a_session_remembers_at_most_max_listed_names_forgetting_the_oldest(
@@ -44,3 +50,34 @@ async def test_listing_every_page_stops_at_max_list_pages(
     server = EndlessPages()
     await session._list_every_page(server)  # type: ignore[arg-type]
     assert server.pages == 5
+
+
+def test_a_refusal_on_the_listing_says_so_names_the_tool_and_no_checkpoint() -> None:
+    decision = Decision(Verdict.REFUSE, "identity_mismatch", "tool:org.acme/a", "1.0.0", None)
+    refused = to_wire(session.refusal_result(decision, "a"))
+    assert refused["isError"] is True
+    assert refused["content"][0]["text"] == (
+        "deplog refused tool:org.acme/a@1.0.0: verdict refuse, reason identity_mismatch,"
+        " decided on the tool server's listing alone"
+    )
+    assert refused["_meta"][REFUSAL_KEY] == {
+        "verdict": "refuse",
+        "reason": "identity_mismatch",
+        "tool_id": "tool:org.acme/a",
+        "version": "1.0.0",
+        "name": "a",
+    }
+
+
+@pytest.mark.parametrize("kind", ["guarded", "proven"])
+async def test_a_session_refuses_a_bad_pin_when_made(kind: str) -> None:
+    to_server, from_client = anyio.create_memory_object_stream[Any](1)
+    to_client, from_server = anyio.create_memory_object_stream[Any](1)
+    trust: dict[str, Any] = {"guard": None} if kind == "guarded" else {"verify_checkpoint": None}
+    made = session.GuardedClientSession if kind == "guarded" else session.ProvenClientSession
+    pins = {"search": ToolVersion("search", "1.0.0")}  # not a tool id
+    with pytest.raises(DeplogError) as raised:
+        made(from_server, to_server, pins=pins, **trust)
+    for stream in (to_server, from_client, to_client, from_server):
+        stream.close()
+    assert raised.value.code == "bad_tool_id"

@@ -25,6 +25,18 @@ Verdicts, in the order they are decided:
   warn     ``deprecated``            serve, and pass the deprecation on
   serve    ``active``                no notice in effect
 
+An MCP host refuses some tools before it asks, on a tool server's listing alone
+(``client.cache.mcp``, its rules 1, 2 and 4; the decision names no checkpoint):
+
+  refuse   ``identity_missing``        the host pinned the tool; the server lists no
+                                     identity for it
+           ``identity_mismatch``       the host pinned the tool; the server lists another
+           ``not_pinned``              the host requires pins and pinned no such name
+           ``not_listed``              a call to a pinned name the server does not list
+           ``schema_undigestable``     the listed input schema has no deplog digest
+           ``schema_digest_mismatch``  the server declares a digest other than the
+                                     listed schema's
+
 With ``with_proof=True`` a decision made from a status carries ``proof``: the
 ``deplog.map_proof/v1`` JSON proof of the tool's record at the processed-through
 checkpoint, from the follower's own map (``client.follow.mapcheck``), which an

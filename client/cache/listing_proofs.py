@@ -5,9 +5,14 @@ each deplog tool with ``_meta["dev.deplog/proof"]``: the JSON map proof of its s
 record at the gateway's checkpoint. ``verify_listing`` checks them all without trusting
 the gateway, and decides as the gateway's guard should have. Its rules:
 
-1. A tool without a ``dev.deplog/tool`` object is not deplog's and is left out. One whose
-   identity is not a tool id and a SemVer version is ``unknown``/``bad_identifier``;
-   one without a proof is ``unknown``/``no_proof`` (the gateway showed nothing: look it up).
+1. Which tools are deplog's, and as which identity, is decided as ``client.cache.mcp``
+   rules 1 and 2 say, with the caller's ``pins`` and ``require_pins``: a tool that is
+   not deplog's (no pin, no ``dev.deplog/tool`` object) is left out; one refused on the
+   listing alone (``identity_missing``, ``identity_mismatch``, ``not_pinned``,
+   ``schema_undigestable``, ``schema_digest_mismatch``) is ``refuse`` with that reason,
+   whatever its proof says. One whose identity is not a tool id and a SemVer version
+   is ``unknown``/``bad_identifier``; one without a proof is ``unknown``/``no_proof``
+   (the gateway showed nothing: look it up).
 2. Each distinct checkpoint the proofs carry is verified once, by the caller's
    ``verify_checkpoint`` (its log key or witness policy, and its freshness bound): a
    gateway cannot pick the log. A checkpoint it refuses as stale makes its tools
@@ -15,10 +20,11 @@ the gateway, and decides as the gateway's guard should have. Its rules:
    against the checkpoint's ``deplog-map/v1`` root, is a ``failure`` (its error code):
    the gateway handed over something that is not what the log signed.
 3. A proven status decides as ``Guard.check`` does: revoked and sunset refuse; so does a
-   schema digest in the notices that differs from the listed definition's. The listed
-   definition's digest is computed here from its ``inputSchema`` (what the agent will
-   call), and only a tool listed without one is compared by its declared
-   ``schema_digest``. Then deprecated warns, and anything else is served.
+   schema digest in the notices that differs from the listed definition's. That digest
+   is always computed here from the listed ``inputSchema`` (what the agent will call),
+   never taken from the identity's declared ``schema_digest`` (rule 1 refuses a tool
+   whose schema has none, and one that declares another). Then deprecated warns, and
+   anything else is served.
 4. A listed tool the proofs show refused is the gateway's error, not the agent's to
    serve: the gateway was to drop it.
 """
@@ -31,10 +37,14 @@ from datetime import datetime
 from typing import Any
 
 from deplog.client.cache.guard import Decision, ProcessedThrough, Verdict, refusal, served
-from deplog.client.cache.mcp import IDENTITY_KEY, PROOF_KEY, schema_digest
+from deplog.client.cache.mcp import (
+    PROOF_KEY,
+    ListedIdentity,
+    Pins,
+    check_listed,
+    checked_pins,
+)
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.model.notice import parse_tool_id
-from deplog.client.model.semver import Version
 from deplog.client.model.status import VersionStatus
 from deplog.client.model.vmap import (
     MapProofDocument,
@@ -85,13 +95,20 @@ class ListedTool:
 
 
 def verify_listing(
-    result: Mapping[str, Any], verify_checkpoint: VerifyCheckpoint, now: datetime
+    result: Mapping[str, Any],
+    verify_checkpoint: VerifyCheckpoint,
+    now: datetime,
+    *,
+    pins: Pins | None = None,
+    require_pins: bool = False,
 ) -> list[ListedTool]:
     """Every deplog tool of a ``tools/list`` result, in listed order, as its proof shows it
-    at ``now`` under the checkpoints ``verify_checkpoint`` accepts."""
+    at ``now`` under the checkpoints ``verify_checkpoint`` accepts, held to the caller's
+    ``pins`` (checked as ``client.cache.mcp.checked_pins`` does)."""
     tools = result.get("tools")
     if not isinstance(tools, list):
         return []
+    pinned = checked_pins(pins)
     verified: dict[bytes, Checkpoint | DeplogError] = {}
 
     def checkpoint_of(note: bytes) -> Checkpoint | DeplogError:
@@ -110,33 +127,32 @@ def verify_listing(
 
     listed = []
     for position, tool in enumerate(tools):
-        meta = tool.get("_meta") if isinstance(tool, dict) else None
-        identity = meta.get(IDENTITY_KEY) if isinstance(meta, dict) else None
-        if isinstance(identity, dict):
-            assert isinstance(tool, dict) and isinstance(meta, dict)
-            listed.append(_listed_tool(position, tool, meta, identity, checkpoint_of, now))
+        entry = tool if isinstance(tool, dict) else {}  # not a tool: nobody's identity
+        checked = check_listed(entry, pinned, require_pins=require_pins)
+        if checked is not None:
+            listed.append(_listed_tool(position, entry, checked, checkpoint_of, now))
     return listed
 
 
 def _listed_tool(
     position: int,
     tool: dict[str, Any],
-    meta: dict[str, Any],
-    identity: dict[str, Any],
+    checked: ListedIdentity | Decision,
     checkpoint_of: Callable[[bytes], Checkpoint | DeplogError],
     now: datetime,
 ) -> ListedTool:
     listed_name = tool.get("name")
     name = listed_name if isinstance(listed_name, str) else ""
-    tool_id, version = identity.get("tool_id"), identity.get("version")
-    if not isinstance(tool_id, str) or not isinstance(version, str) or not _valid(tool_id, version):
+    if isinstance(checked, Decision):  # decided on the listing alone (rule 1)
         return ListedTool(
-            position, name, str(tool_id), str(version), Verdict.UNKNOWN, "bad_identifier"
+            position, name, checked.tool_id, checked.version, checked.verdict, checked.reason
         )
+    tool_id, version = checked.tool_id, checked.version
 
     def failed(code: ErrorCode) -> ListedTool:
         return ListedTool(position, name, tool_id, version, None, code.value, failure=code)
 
+    meta = tool["_meta"]  # a tool with an identity that passed rule 1 declared it there
     if PROOF_KEY not in meta:
         return ListedTool(position, name, tool_id, version, Verdict.UNKNOWN, "no_proof")
     try:
@@ -154,30 +170,9 @@ def _listed_tool(
         status = verify_status(require_map_root(checkpoint), tool_id, version, now, document.proof)
     except DeplogError as err:
         return failed(err.code)
-    refused = refusal(status, _listed_digest(tool, identity))
+    refused = refusal(status, checked.schema_digest)
     verdict, reason = (Verdict.REFUSE, refused) if refused is not None else served(status)
     return ListedTool(
         position, name, tool_id, version, verdict, reason,
         status=status, checkpoint=checkpoint, note=document.checkpoint,
     )  # fmt: skip
-
-
-def _valid(tool_id: str, version: str) -> bool:
-    try:
-        parse_tool_id(tool_id)
-        Version.parse(version)
-    except DeplogError:
-        return False
-    return True
-
-
-def _listed_digest(tool: dict[str, Any], identity: dict[str, Any]) -> str | None:
-    """The digest of the definition as listed (rule 3), else the one the identity declares."""
-    schema = tool.get("inputSchema")
-    if isinstance(schema, dict):
-        try:
-            return schema_digest(schema)
-        except DeplogError:  # not representable in RFC 8785: fall back to the declaration
-            pass
-    declared = identity.get("schema_digest")
-    return declared if isinstance(declared, str) else None

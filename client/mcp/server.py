@@ -6,7 +6,9 @@ the tool id and version the author declares, and the digest of the input
 schema the server actually lists (computed at listing time, so a changed
 signature changes the digest and a notice naming the old one refuses it). Given a
 guard (``proofs=``), it also stamps each tool's map proof, so agents behind a
-``ProvenClientSession`` check the tools' status without trusting the server.
+``ProvenClientSession`` check the tools' status without trusting the server. Hosts
+check all of it themselves (``client.cache.mcp``): what is stamped here is what an
+honest server says, never what a host believes because a server said it.
 
 ``ListChangedNotifier`` watches deplog's verdict on the server's tools and,
 when a verified advance changes one (or the state goes stale or fresh
@@ -24,14 +26,19 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from mcp.server.session import ServerSession
 
 from deplog.client.cache.guard import Guard
-from deplog.client.cache.mcp import IDENTITY_KEY, PROOF_KEY, identity_annotation
+from deplog.client.cache.mcp import (
+    IDENTITY_KEY,
+    PROOF_KEY,
+    ToolVersion,
+    identity_annotation,
+    listed_schema_digest,
+)
 from deplog.client.follow.follower import SyncResult
 from deplog.client.mcp.compat import (
     advertise_tools_changed,
@@ -49,14 +56,6 @@ MAX_CLIENTS = 10_000
 log = logging.getLogger("deplog.mcp")
 
 
-@dataclass(frozen=True)
-class ToolVersion:
-    """The deplog identity a tool author declares for one of their server's tools."""
-
-    tool_id: str
-    version: str
-
-
 def stamp_tools(
     server: Any, identities: Mapping[str, ToolVersion], *, proofs: Guard | None = None
 ) -> None:
@@ -67,13 +66,26 @@ def stamp_tools(
     decides from no status (nothing verified yet, a stale state, a checkpoint without a
     map): a proof from an earlier listing is never left in place.
 
-    The identities are checked here (``DeplogError`` ``bad_tool_id`` or
-    ``bad_version``), so a typo fails at start-up, not at the first listing.
+    Everything is checked here, so a mistake fails at start-up, not at the first listing:
+    the identities (``DeplogError`` ``bad_tool_id`` or ``bad_version``), and each name's
+    tool (``ValueError`` naming it: no tool of the server has that name, or its input
+    schema has no deplog digest, a float or an integer beyond 2^53 - 1 in it, which every
+    guard would refuse as ``schema_undigestable``). A schema that changes to one without
+    a digest later is listed without ``schema_digest`` (the guards refuse that tool alone).
     """
     for identity in identities.values():
         identity_annotation(identity.tool_id, identity.version, None)
     manager = tool_manager(server)
     listing = manager.list_tools
+    tools = {tool.name: tool for tool in listing()}
+    for name in identities:
+        if name not in tools:
+            raise ValueError(f"stamp_tools: {name!r} is not a tool of this server")
+        if listed_schema_digest({"inputSchema": tools[name].parameters}) is None:
+            raise ValueError(
+                f"stamp_tools: tool {name!r} lists an input schema deplog cannot digest (a"
+                " float, or an integer beyond 2^53 - 1): guards refuse it, schema_undigestable"
+            )
 
     def stamped() -> list[Any]:
         tools = listing()
@@ -82,7 +94,10 @@ def stamp_tools(
             identity = identities.get(tool.name)
             if identity is None:
                 continue
-            stamp = identity_annotation(identity.tool_id, identity.version, tool.parameters)
+            stamp = identity_annotation(identity.tool_id, identity.version, None)
+            digest = listed_schema_digest({"inputSchema": tool.parameters})
+            if digest is not None:
+                stamp["schema_digest"] = digest
             meta = {**(tool.meta or {}), IDENTITY_KEY: stamp}
             meta.pop(PROOF_KEY, None)  # the same tool object every listing: no stale proof
             if proofs is not None:

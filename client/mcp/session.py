@@ -2,32 +2,39 @@
 
 ``GuardedClientSession`` is the SDK's ``ClientSession`` with two answers changed:
 
-* ``list_tools`` drops the tools the guard refuses (revoked, sunset, schema
-  mismatch) and, unless ``keep_unverified``, those it cannot vouch for
-  (stale or unknown verdicts); it annotates deprecated ones with
-  ``_meta["dev.deplog/deprecation"]`` (``deplog.client.cache.mcp``). Tools
-  without a ``dev.deplog/tool`` identity pass through.
-* ``call_tool`` on a tool the guard would drop returns an MCP error result
-  (``isError``) naming the verdict, the reason and the checkpoint the
-  decision was made at, in its text and in ``_meta["dev.deplog/refusal"]``,
-  and never sends the call to the server.
+* ``list_tools`` decides every listed tool by ``deplog.client.cache.mcp``'s rules:
+  the host's own ``pins`` (tool name to ``ToolVersion``) and the digest it computes
+  from the listed ``inputSchema``, never the server's word for either, then the
+  guard. It drops the tools refused (revoked, sunset, schema mismatch, and the
+  listing's own refusals: ``identity_missing``, ``identity_mismatch``,
+  ``not_pinned``, ``schema_undigestable``, ``schema_digest_mismatch``) and, unless
+  ``keep_unverified``, those it cannot vouch for (stale or unknown verdicts); it
+  annotates deprecated ones with ``_meta["dev.deplog/deprecation"]``. Tools that are
+  not deplog's (no pin, no ``dev.deplog/tool`` identity) pass through, unless
+  ``require_pins``.
+* ``call_tool`` on a tool it would drop returns an MCP error result (``isError``)
+  naming the verdict, the reason and the checkpoint the decision was made at (or
+  that it was made on the listing alone), in its text and in
+  ``_meta["dev.deplog/refusal"]``, and never sends the call to the server.
 
-A call is decided on the identity the server last listed for that name; a
-name never listed is looked up with a fresh listing first, and a listing
-older than the latest notice about the tool (``cache_predates_notice``) is
-refreshed once before deciding, so a new definition is not refused on an old
-one's account.
+A call is decided on the tool as the server last listed that name; a name never
+listed is looked up with a fresh listing first, and one still not listed is refused
+``not_listed`` when the host pinned it (``not_pinned`` when it requires pins). A
+listing older than the latest notice about the tool (``cache_predates_notice``) is
+refreshed once before deciding, so a new definition is not refused on an old one's
+account. Pins are checked and fixed when the session is made (``DeplogError``
+``bad_tool_id`` or ``bad_version`` for a typo).
 
 ``ProvenClientSession`` is the same for an agent that runs no follower: it trusts
 only its own ``verify_checkpoint`` (the log's key, or a witness policy with a
 freshness bound), and decides from the map proofs the server or gateway stamps on
 its tools (``stamp_tools(..., proofs=guard)``, ``guard_tools_list(...,
-with_proof=True)``), checked by ``client.cache.listing_proofs``. A tool without a
-proof is unverified (dropped and its calls refused, unless ``keep_unverified``); one
-whose proof or checkpoint does not verify is dropped and refused always. A call is
-decided on the tool as last listed, its proof checked again at the time of the call
-(a sunset may have passed, the checkpoint may have aged past the policy's bound: then
-the tools are listed again once before deciding).
+with_proof=True)``), checked by ``client.cache.listing_proofs`` with the same pins.
+A tool without a proof is unverified (dropped and its calls refused, unless
+``keep_unverified``); one whose proof or checkpoint does not verify is dropped and
+refused always. A call is decided on the tool as last listed, its proof checked again
+at the time of the call (a sunset may have passed, the checkpoint may have aged past
+the policy's bound: then the tools are listed again once before deciding).
 """
 
 from __future__ import annotations
@@ -43,12 +50,17 @@ from deplog.client.cache.guard import Decision, Guard, Verdict
 from deplog.client.cache.listing_proofs import ListedTool, VerifyCheckpoint, verify_listing
 from deplog.client.cache.mcp import (
     DEPRECATION_KEY,
-    IDENTITY_KEY,
+    LISTING_REASONS,
     REFUSAL_KEY,
+    ListedIdentity,
+    Pins,
+    check_listed,
+    checked_pins,
+    decide_listed,
     deprecation_annotation,
-    identity_decision,
     may_list,
     refusal_annotation,
+    unlisted_refusal,
 )
 from deplog.client.mcp.compat import to_wire
 
@@ -67,49 +79,69 @@ MAX_LIST_PAGES = 1_000
 V = TypeVar("V")
 
 
-def refusal_result(decision: Decision) -> types.CallToolResult:
-    """The error result of a call deplog did not let through."""
+def refusal_result(decision: Decision, name: str | None = None) -> types.CallToolResult:
+    """The error result of a call deplog did not let through (to the tool called ``name``)."""
     through = decision.processed_through
-    at = "nothing verified yet" if through is None else f"checkpoint size {through.size}"
+    if decision.reason in LISTING_REASONS:
+        at = "decided on the tool server's listing alone"
+    else:
+        size = "nothing verified yet" if through is None else f"checkpoint size {through.size}"
+        at = f"processed through {size}"
+    subject = f"{decision.tool_id}@{decision.version}" if decision.tool_id else f"tool {name}"
     text = (
-        f"deplog refused {decision.tool_id}@{decision.version}: verdict {decision.verdict.value},"
-        f" reason {decision.reason}, processed through {at}"
+        f"deplog refused {subject}: verdict {decision.verdict.value},"
+        f" reason {decision.reason}, {at}"
     )
+    refusal = refusal_annotation(decision)
+    if name is not None:
+        refusal["name"] = name
     return types.CallToolResult.model_validate(
         {
             "content": [{"type": "text", "text": text}],
             "isError": True,
-            "_meta": {REFUSAL_KEY: refusal_annotation(decision)},
+            "_meta": {REFUSAL_KEY: refusal},
         }
     )
 
 
 class GuardedClientSession(ClientSession):
-    """``ClientSession`` whose tool list and tool calls go through a deplog ``Guard``."""
+    """``ClientSession`` whose tool list and tool calls go through a deplog ``Guard``, held
+    to the host's ``pins``."""
 
     def __init__(
-        self, *args: Any, guard: Guard, keep_unverified: bool = False, **kwargs: Any
+        self,
+        *args: Any,
+        guard: Guard,
+        keep_unverified: bool = False,
+        pins: Pins | None = None,
+        require_pins: bool = False,
+        **kwargs: Any,
     ) -> None:
+        pinned = checked_pins(pins)  # before anything is set up: a typo fails here
         super().__init__(*args, **kwargs)
         self.guard = guard
         self.keep_unverified = keep_unverified
-        self._listed: OrderedDict[str, tuple[object, float]] = OrderedDict()
-        """Per tool name: its ``dev.deplog/tool`` value (None: none) and when it was listed
-        (at most ``MAX_LISTED`` names, the longest unlisted forgotten first)."""
+        self.pins = pinned
+        self.require_pins = require_pins
+        self._listed: OrderedDict[str, tuple[ListedIdentity | Decision | None, float]] = (
+            OrderedDict()
+        )
+        """Per tool name: what the listing rules made of it (``check_listed``) and when it
+        was listed (at most ``MAX_LISTED`` names, the longest unlisted forgotten first)."""
 
     async def list_tools(self, *args: Any, **kwargs: Any) -> Any:
         return self.guard_listing(await super().list_tools(*args, **kwargs))
 
     def guard_listing(self, result: Any) -> Any:
-        """A ``ListToolsResult`` fetched just now, with the guard's verdicts applied (the
-        listed identities are remembered for ``call_tool``)."""
+        """A ``ListToolsResult`` fetched just now, with the guard's verdicts applied (what
+        the listing rules made of each tool is remembered for ``call_tool``)."""
         listed_at = time.time()
         cached_at = datetime.fromtimestamp(listed_at, UTC)
         kept = []
-        for tool in result.tools:
-            identity = (tool.meta or {}).get(IDENTITY_KEY)
-            _remember(self._listed, tool.name, (identity, listed_at))
-            decision = identity_decision(identity, self.guard, cached_at=cached_at)
+        for tool, listed in zip(result.tools, to_wire(result)["tools"], strict=True):
+            checked = check_listed(listed, self.pins, require_pins=self.require_pins)
+            _remember(self._listed, tool.name, (checked, listed_at))
+            decision = decide_listed(checked, self.guard, cached_at=cached_at)
             if decision is None:
                 kept.append(tool)
             elif may_list(decision, keep_unverified=self.keep_unverified):
@@ -119,11 +151,11 @@ class GuardedClientSession(ClientSession):
     async def call_tool(self, name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
         decision = await self._decide(name)
         if decision is not None and not may_list(decision, keep_unverified=self.keep_unverified):
-            return refusal_result(decision)
+            return refusal_result(decision, name)
         return await super().call_tool(name, arguments, *args, **kwargs)
 
     async def _decide(self, name: str) -> Decision | None:
-        """The guard's decision on a tool's listed identity; None for a tool without one."""
+        """The decision on a tool as last listed; None for a tool that is not deplog's."""
         if name not in self._listed:
             await self._relist()
         decision = self._decision(name)
@@ -133,9 +165,11 @@ class GuardedClientSession(ClientSession):
         return decision
 
     def _decision(self, name: str) -> Decision | None:
-        identity, listed_at = self._listed.get(name, (None, 0.0))
+        if name not in self._listed:
+            return unlisted_refusal(name, self.pins, require_pins=self.require_pins)
+        checked, listed_at = self._listed[name]
         cached_at = datetime.fromtimestamp(listed_at, UTC)
-        return identity_decision(identity, self.guard, cached_at=cached_at)
+        return decide_listed(checked, self.guard, cached_at=cached_at)
 
     async def _relist(self) -> None:
         await _list_every_page(self)
@@ -143,18 +177,24 @@ class GuardedClientSession(ClientSession):
 
 class ProvenClientSession(ClientSession):
     """``ClientSession`` that lists and calls only the tools whose stamped map proofs show
-    them servable under checkpoints ``verify_checkpoint`` accepts (no follower needed)."""
+    them servable under checkpoints ``verify_checkpoint`` accepts (no follower needed),
+    held to the host's ``pins``."""
 
     def __init__(
         self,
         *args: Any,
         verify_checkpoint: VerifyCheckpoint,
         keep_unverified: bool = False,
+        pins: Pins | None = None,
+        require_pins: bool = False,
         **kwargs: Any,
     ) -> None:
+        pinned = checked_pins(pins)  # before anything is set up: a typo fails here
         super().__init__(*args, **kwargs)
         self.verify_checkpoint = verify_checkpoint
         self.keep_unverified = keep_unverified
+        self.pins = pinned
+        self.require_pins = require_pins
         self._listed: OrderedDict[str, dict[str, Any]] = OrderedDict()
         """Per tool name: the tool as last listed (wire form), its proof included (at most
         ``MAX_LISTED`` names, the longest unlisted forgotten first)."""
@@ -167,12 +207,12 @@ class ProvenClientSession(ClientSession):
         distinct checkpoint verified once); the listed tools are remembered for calls."""
         now = datetime.now(UTC)
         wire = to_wire(result)
-        proven = {t.position: t for t in verify_listing(wire, self.verify_checkpoint, now)}
+        proven = {t.position: t for t in self._verify(wire, now)}
         kept = []
         for position, (tool, listed) in enumerate(zip(result.tools, wire["tools"], strict=True)):
             _remember(self._listed, tool.name, listed)
             checked = proven.get(position)
-            if checked is None:  # no deplog identity: not deplog's to decide
+            if checked is None:  # not deplog's to decide
                 kept.append(tool)
                 continue
             decision = checked.decision(now)
@@ -183,6 +223,10 @@ class ProvenClientSession(ClientSession):
     async def call_tool(self, name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
         if name not in self._listed:
             await _list_every_page(self)
+        if name not in self._listed:
+            refused = unlisted_refusal(name, self.pins, require_pins=self.require_pins)
+            if refused is not None:
+                return refusal_result(refused, name)
         checked = self._check(name)
         if checked is not None and checked.verdict == Verdict.STALE:
             await _list_every_page(self)  # the server may hold a newer proof by now
@@ -190,15 +234,20 @@ class ProvenClientSession(ClientSession):
         if checked is not None:
             decision = checked.decision(datetime.now(UTC))
             if not self._may_use(checked, decision):
-                return refusal_result(decision)
+                return refusal_result(decision, name)
         return await super().call_tool(name, arguments, *args, **kwargs)
 
+    def _verify(self, wire: dict[str, Any], now: datetime) -> list[ListedTool]:
+        return verify_listing(
+            wire, self.verify_checkpoint, now, pins=self.pins, require_pins=self.require_pins
+        )
+
     def _check(self, name: str) -> ListedTool | None:
-        """The tool as last listed, its proof checked now; None without a deplog identity."""
+        """The tool as last listed, its proof checked now; None when it is not deplog's."""
         listed = self._listed.get(name)
         if listed is None:
             return None
-        checked = verify_listing({"tools": [listed]}, self.verify_checkpoint, datetime.now(UTC))
+        checked = self._verify({"tools": [listed]}, datetime.now(UTC))
         return checked[0] if checked else None
 
     def _may_use(self, checked: ListedTool, decision: Decision) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from deplog.client.cache.guard import Guard
@@ -55,11 +56,29 @@ def build_server() -> Any:
 
 
 async def serve(transport: str, url: str, log_key: str, state: str, port: int) -> None:
-    server = build_server()
+    def prepare(guard: Guard) -> Any:
+        server = build_server()
+        stamp_tools(server, IDENTITIES, proofs=guard)
+        return server
+
+    await serve_with(prepare, IDENTITIES, transport, url, log_key, state, port)
+
+
+async def serve_with(
+    prepare: Callable[[Guard], Any],
+    identities: Mapping[str, ToolVersion],
+    transport: str,
+    url: str,
+    log_key: str,
+    state: str,
+    port: int,
+) -> None:
+    """Serve ``prepare(guard)``'s server (the guard over the server's own follower of the
+    authority at ``url``), announcing verdict changes on ``identities``."""
     async with Follower(url, read_verifier_key(log_key), state) as follower:
         guard = Guard(follower.state)
-        stamp_tools(server, IDENTITIES, proofs=guard)
-        notifier = ListChangedNotifier(server, guard, IDENTITIES)
+        server = prepare(guard)
+        notifier = ListChangedNotifier(server, guard, identities)
         follower.add_listener(notifier.on_advance)
         await follower.sync()
         stop = asyncio.Event()

@@ -8,6 +8,10 @@ from the guarded listing, refuse the call without reaching the server, and reach
 the client as ``notifications/tools/list_changed`` from the server. How fast is a
 figure (bench/bench_propagation.py, bench/bench_mcp.py); ``PUSH_BOUND`` only
 catches a push that never came.
+
+A lying server (``tests.integration.mcp_lying_server``) says false things about its
+tools to escape the log's notices: each lie must be refused with its own reason, by
+both sessions, while its honest tools are listed and called.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from deplog.client.cache.mcp import (
     IDENTITY_KEY,
     PROOF_KEY,
     REFUSAL_KEY,
+    ToolVersion,
     schema_digest,
 )
 from deplog.client.follow.follower import Follower
@@ -43,6 +48,7 @@ from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.harness import ORIGIN, AuthorityProcess, wait_for_push_subscribers
+from tests.integration.mcp_lying_server import OLD_SCHEMA, PINS
 
 JSON = {"Content-Type": "application/json"}
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -80,11 +86,14 @@ async def wait_for_port(port: int, deadline: float) -> None:
 
 @contextlib.asynccontextmanager
 async def server_streams(
-    transport: str, authority: AuthorityProcess, state: Path
+    transport: str,
+    authority: AuthorityProcess,
+    state: Path,
+    module: str = "tests.integration.mcp_tool_server",
 ) -> AsyncIterator[tuple[Any, Any]]:
-    """The client's streams to a freshly started MCP server process."""
+    """The client's streams to a freshly started MCP server process (``module``)."""
     key = authority.keys / (ORIGIN.replace("/", "_") + ".pub")
-    args = ["-m", "tests.integration.mcp_tool_server", transport, authority.url, str(key)]
+    args = ["-m", module, transport, authority.url, str(key)]
     if transport == "stdio":
         params = StdioServerParameters(
             command=sys.executable, args=[*args, str(state)], cwd=str(Path.cwd())
@@ -329,3 +338,153 @@ async def test_proofs_under_another_log_are_never_used_even_when_keeping_unverif
     assert listed == {"echo"}
     refusal = refused["_meta"][REFUSAL_KEY]
     assert (refusal["verdict"], refusal["reason"]) == ("unknown", "unverified_note")
+
+
+# -- a server that lies about its tools ------------------------------------------------------
+
+LYING = "tests.integration.mcp_lying_server"
+LIED_ABOUT = {
+    "fetch": "identity_missing",  # revoked; lists no identity (pinned)
+    "lookup": "identity_mismatch",  # revoked; lists itself as another tool (pinned)
+    "summarize": "schema_digest_mismatch",  # declares the digest its notice names, lists another
+    "translate": "schema_mismatch",  # declares no digest, lists another definition
+    "measure": "schema_undigestable",  # a float in its schema
+    "count": "schema_undigestable",  # an integer beyond 2^53 in its schema
+}
+
+
+@pytest.fixture
+async def lies_logged(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> AuthorityProcess:
+    """The authority with the notices the lying server's tools would escape."""
+    revoked = {"action": "revoke", "reasons": ["security"], "advisories": ["CVE-2026-1234"]}
+    old = schema_digest(OLD_SCHEMA)
+    notices: list[dict[str, Any]] = [
+        {"tool": "tool:org.acme/fetch", "affected": {"versions": ["2.0.0"]}, **revoked},
+        {"tool": "tool:org.acme/lookup", **revoked},
+        {"tool": "tool:org.acme/summarize", "schema_digest": old},
+        {"tool": "tool:org.acme/translate", "schema_digest": old},
+    ]
+    for sequence, fields in enumerate(notices, 1):
+        body = make_envelope(publisher, sequence, **fields).canonical_bytes()
+        async with http.post(authority.url + "/v1/notices", data=body, headers=JSON) as response:
+            assert response.status == 201
+    return authority
+
+
+@contextlib.asynccontextmanager
+async def host_session(
+    kind: str, authority: AuthorityProcess, tmp_path: Path, read: Any, write: Any, **options: Any
+) -> AsyncIterator[Any]:
+    """The agent's session of ``kind``: ``guarded`` over a follower of its own, ``proven``
+    trusting the log key alone."""
+    if kind == "guarded":
+        async with Follower(authority.url, authority.log_verifier, tmp_path / "c.db") as follower:
+            await follower.sync()
+            guard = Guard(follower.state)
+            async with GuardedClientSession(read, write, guard=guard, **options) as session:
+                yield session
+        return
+    verify = trusting(authority)
+    async with ProvenClientSession(read, write, verify_checkpoint=verify, **options) as session:
+        yield session
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("kind", ["guarded", "proven"])
+async def test_a_lying_servers_tools_are_each_refused_with_their_own_reason(
+    kind: str, transport: str, lies_logged: AuthorityProcess, tmp_path: Path
+) -> None:
+    async with (
+        server_streams(transport, lies_logged, tmp_path / "server.db", LYING) as (read, write),
+        host_session(kind, lies_logged, tmp_path, read, write, pins=PINS) as session,
+    ):
+        await session.initialize()
+        listed = names(await session.list_tools())
+        refused = {name: to_wire(await session.call_tool(name, {})) for name in LIED_ABOUT}
+        searched = to_wire(await session.call_tool("search", {"query": "q"}))
+        echoed = to_wire(await session.call_tool("echo", {"text": "hi"}))
+    assert listed == {"search", "echo"}
+    refusals = {name: result["_meta"][REFUSAL_KEY] for name, result in refused.items()}
+    assert {name: refusal["reason"] for name, refusal in refusals.items()} == LIED_ABOUT
+    for name, result in refused.items():
+        reason = LIED_ABOUT[name]
+        assert result["isError"] is True and f"reason {reason}, " in result["content"][0]["text"]
+        on_the_log = reason == "schema_mismatch"  # the others are decided on the listing
+        assert ("checkpoint_size" in refusals[name]) == on_the_log
+    assert (refusals["fetch"]["tool_id"], refusals["lookup"]["tool_id"]) == (
+        "tool:org.acme/fetch",
+        "tool:org.acme/lookup",
+    )  # the host's pins, not what the server said
+    assert not searched.get("isError") and "results for q" in str(searched["content"])
+    assert not echoed.get("isError") and "hi" in str(echoed["content"])
+
+
+@pytest.mark.parametrize("kind", ["guarded", "proven"])
+async def test_requiring_pins_refuses_every_tool_the_host_did_not_pin(
+    kind: str, lies_logged: AuthorityProcess, tmp_path: Path
+) -> None:
+    options = {"pins": PINS, "require_pins": True}
+    async with (
+        server_streams("stdio", lies_logged, tmp_path / "server.db", LYING) as (read, write),
+        host_session(kind, lies_logged, tmp_path, read, write, **options) as session,
+    ):
+        await session.initialize()
+        listed = names(await session.list_tools())
+        others = ["echo", *LIED_ABOUT]
+        refused = {name: to_wire(await session.call_tool(name, {})) for name in others}
+        searched = to_wire(await session.call_tool("search", {"query": "q"}))
+    assert listed == {"search"}
+    assert {name: result["_meta"][REFUSAL_KEY]["reason"] for name, result in refused.items()} == {
+        "echo": "not_pinned",
+        "fetch": "identity_missing",
+        "lookup": "identity_mismatch",
+        "summarize": "not_pinned",
+        "translate": "not_pinned",
+        "measure": "not_pinned",
+        "count": "not_pinned",
+    }
+    assert refused["echo"]["content"][0]["text"] == (
+        "deplog refused tool echo: verdict refuse, reason not_pinned,"
+        " decided on the tool server's listing alone"
+    )
+    assert not searched.get("isError")
+
+
+@pytest.mark.parametrize("kind", ["guarded", "proven"])
+async def test_a_tool_the_host_pinned_that_the_server_does_not_list_is_refused_not_listed(
+    kind: str, authority: AuthorityProcess, tmp_path: Path
+) -> None:
+    pins = {
+        "search": ToolVersion("tool:org.acme/search", "1.0.0"),
+        "archive": ToolVersion("tool:org.acme/archive", "1.0.0"),
+    }
+    async with (
+        server_streams("stdio", authority, tmp_path / "server.db") as (read, write),
+        host_session(kind, authority, tmp_path, read, write, pins=pins) as session,
+    ):
+        await session.initialize()
+        refused = to_wire(await session.call_tool("archive", {}))
+        searched = to_wire(await session.call_tool("search", {"query": "q"}))
+    refusal = refused["_meta"][REFUSAL_KEY]
+    assert (refused["isError"], refusal["reason"], refusal["tool_id"]) == (
+        True,
+        "not_listed",
+        "tool:org.acme/archive",
+    )
+    assert not searched.get("isError") and "results for q" in str(searched["content"])
+
+
+async def test_without_pins_the_servers_word_is_the_only_identity_there_is(
+    lies_logged: AuthorityProcess, tmp_path: Path
+) -> None:
+    """What the docs warn of: a revoked tool that drops or changes its identity on an
+    unpinned server is not deplog's to decide. Its definition still is checked."""
+    async with (
+        server_streams("stdio", lies_logged, tmp_path / "server.db", LYING) as (read, write),
+        host_session("guarded", lies_logged, tmp_path, read, write) as session,
+    ):
+        await session.initialize()
+        listed = names(await session.list_tools())
+    assert listed == {"search", "echo", "fetch", "lookup"}

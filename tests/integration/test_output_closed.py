@@ -30,6 +30,7 @@ def test_deplog_ends_quietly_when_its_reader_goes_away(tmp_path: Path) -> None:
     unproven = [
         {
             "name": f"t{i}",
+            "inputSchema": {"type": "object"},
             "_meta": {IDENTITY_KEY: {"tool_id": f"tool:org.a/t{i}", "version": "1.0.0"}},
         }
         for i in range(5000)
