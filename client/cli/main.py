@@ -100,14 +100,15 @@ def _cmd_verify_receipt(args: argparse.Namespace) -> int:
 async def _first_sync(follower: Follower, args: argparse.Namespace) -> SyncResult:
     """The first verified step, with progress. ``--once`` fails fast; the long-running
     mode retries an unreachable authority with backoff (up to ``--interval`` between
-    tries), saying so on stderr once per kind of failure."""
+    tries), saying so on stderr once per kind of failure. A refused redirect is the
+    URL's to fix, not the network's: it fails at once."""
     delay, told = 1.0, set()
     while True:
         with Progress("verifying entries", quiet=args.json) as progress:
             try:
                 return await follower.sync(progress.update)
             except FetchError as err:
-                if args.once:
+                if args.once or err.code == ErrorCode.REDIRECT_REFUSED:
                     raise
                 if err.code not in told:
                     told.add(err.code)

@@ -181,6 +181,11 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     _E.FETCH_FAILED: UNREACHABLE + ", or it answered an HTTP error",
     _E.RESPONSE_TOO_LARGE: "the authority's answer is over its size bound",
     _E.BAD_RESPONSE: "the authority's answer is not what was asked",
+    _E.REDIRECT_REFUSED: (
+        "the server redirected to another origin (scheme, host or port), from https to "
+        "http, or more than 3 times, which deplog never follows: give the URL it redirects "
+        "to directly (curl -sI URL shows its Location)"
+    ),
     _E.BAD_CHECKPOINT: "a signed checkpoint of the empty tree has another root",
     _E.ROLLBACK: "the log signed a checkpoint smaller than the trusted one",
     _E.FORK: "the log signed two trees of one size: a proven fork (evidence saved)",

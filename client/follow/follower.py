@@ -27,11 +27,11 @@ a hostile network path its rules are:
    silently killing one half of it.
 5. With a ``fallback`` source (the JSON API behind a tiles source), a step
    the source fails for a reason another path may not have (a failed or
-   unusable fetch, a tile that does not hash to the tree, a suspected fork,
-   a stale copy's older checkpoint: ``RETRY_ELSEWHERE``) is taken again at
-   once through the fallback, to the fallback's own latest checkpoint; the
-   first failure is still counted as rule 2 says. The fallback also
-   announces checkpoints when the source does not.
+   unusable fetch, a refused redirect, a tile that does not hash to the tree,
+   a suspected fork, a stale copy's older checkpoint: ``RETRY_ELSEWHERE``) is
+   taken again at once through the fallback, to the fallback's own latest
+   checkpoint; the first failure is still counted as rule 2 says. The
+   fallback also announces checkpoints when the source does not.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ RETRY_ELSEWHERE = frozenset(
         ErrorCode.FETCH_FAILED,
         ErrorCode.RESPONSE_TOO_LARGE,
         ErrorCode.BAD_RESPONSE,
+        ErrorCode.REDIRECT_REFUSED,
         ErrorCode.BAD_TILE,
         ErrorCode.MALFORMED_TILE,
         ErrorCode.MALFORMED_BUNDLE,
