@@ -194,7 +194,9 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     ),
     _E.NO_STATE: NO_STATE_YET,
     _E.STATE_FOR_ANOTHER_LOG: (
-        "the state file follows another log: give that log's key, or another --state"
+        "the state file was built for another log (another origin, or another log key: an "
+        "authority started over with new keys is another log): give that log's key, follow "
+        "into a new --state, or delete the old state file"
     ),
     _E.BAD_STATE: "the state file is inconsistent with itself: follow again into a new --state",
     _E.BAD_JOURNAL: "the journal is not a directory of signed envelopes",

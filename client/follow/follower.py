@@ -150,7 +150,10 @@ class Follower:
     ``malformed_tile``, ``malformed_bundle``). A long advance commits every
     ``chunk_size`` entries and resumes from the last chunk after a kill;
     ``memory_mib`` bounds the tool statuses kept in memory
-    (``client.follow.state``).
+    (``client.follow.state``). A state file built for another log (another
+    origin, or another log key under the same origin) is refused when the
+    follower is made: ``StateError`` ``state_for_another_log`` (the state's
+    invariant 4), never a fork.
     """
 
     def __init__(
@@ -184,7 +187,11 @@ class Follower:
         if len(policy.logs) != 1:
             raise ValueError("a follower follows exactly one log")
         self.state = LocalState(state_path, policy.logs[0].verifier.name, memory_mib=memory_mib)
-        self.trust = TrustedState(self.state, policy, evidence_dir)
+        try:
+            self.trust = TrustedState(self.state, policy, evidence_dir)
+        except BaseException:  # another log's state (StateError): close it, then say so
+            self.state.close()
+            raise
         self.page_size = page_size
         self.fallback = fallback
         self.chunk_size = chunk_size
@@ -415,7 +422,11 @@ class SyncFollower:
         **kwargs: Any,
     ) -> None:
         self._loop = asyncio.new_event_loop()
-        self.follower = Follower(source, trust, state_path, **kwargs)
+        try:
+            self.follower = Follower(source, trust, state_path, **kwargs)
+        except BaseException:  # another log's state, say: nothing is left open
+            self._loop.close()
+            raise
 
     @property
     def state(self) -> LocalState:
