@@ -158,6 +158,7 @@ class ErrorCode(enum.StrEnum):
     FETCH_FAILED = "fetch_failed"
     RESPONSE_TOO_LARGE = "response_too_large"
     BAD_RESPONSE = "bad_response"
+    REDIRECT_REFUSED = "redirect_refused"
     BAD_CHECKPOINT = "bad_checkpoint"
     ROLLBACK = "rollback"
     FORK = "fork"

@@ -208,6 +208,76 @@ def test_follow_into_an_impossible_state_path_names_the_flag(
     assert status == 2 and err.startswith("deplog: --state: ")
 
 
+def another_log_key(tmp_path: Path) -> str:
+    """The key of an authority started over under the same origin (a fresh log key)."""
+    (tmp_path / "started-over").mkdir()
+    return LocalLog(tmp_path / "started-over").signer.verifier().vkey()
+
+
+def refused_as_another_log(err: str, state: Path, local: LocalLog) -> None:
+    """The one line of ``state_for_another_log``: the file, the key it was built for, the fix."""
+    assert err == (
+        f"deplog: --state: state_for_another_log: {state} was built for the log key "
+        f"{local.signer.verifier().vkey()}, not for the log key given (an authority started "
+        "over with new keys is another log, not a fork of the old one); follow into a new "
+        f"--state FILE, or delete {state} to start over\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["follow", "http://127.0.0.1:9", "--once", "--tiles", "off"],
+        [
+            "monitor",
+            "http://127.0.0.1:9",
+            "--once",
+            "--tiles",
+            "off",
+            "--namespace",
+            "org.acme",
+            "--key-id",
+            "00000000",
+        ],
+    ],
+    ids=["follow", "monitor"],
+)
+def test_following_into_a_state_of_another_log_key_is_a_usage_error_naming_it(
+    command: list[str],
+    tmp_path: Path,
+    synced: Path,
+    local: LocalLog,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Refused before anything is fetched (nothing listens at the URL), with no evidence."""
+    key = another_log_key(tmp_path)
+    before = sorted(tmp_path.iterdir())
+    status, _, err = run(capsys, *command, "--log-key", key, "--state", str(synced))
+    assert status == 2
+    refused_as_another_log(err, synced, local)
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_inventory_diff_refuses_a_state_of_another_log_key_naming_it(
+    tmp_path: Path, synced: Path, local: LocalLog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "started-over").mkdir()
+    restarted = LocalLog(tmp_path / "started-over")
+    assert restarted.log.published is not None
+    note = tmp_path / "checkpoint"
+    note.write_bytes(restarted.log.published.note)
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text("[]")
+    status, _, err = run(
+        capsys,
+        *("inventory", "diff", str(inventory), "--state", str(synced)),
+        *("--from", str(note), "--to", str(note)),
+        *("--log-key", restarted.signer.verifier().vkey()),
+    )
+    assert status == 2
+    refused_as_another_log(err, synced, local)
+
+
 # --- verdicts and exit statuses ------------------------------------------------------
 
 

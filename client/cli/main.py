@@ -27,6 +27,7 @@ from deplog.client.cli.messages import explain
 from deplog.client.cli.trust import (
     add_follow_arguments,
     add_tiles_argument,
+    another_log_error,
     fork_error,
     load_trust,
     log_origin,
@@ -100,14 +101,15 @@ def _cmd_verify_receipt(args: argparse.Namespace) -> int:
 async def _first_sync(follower: Follower, args: argparse.Namespace) -> SyncResult:
     """The first verified step, with progress. ``--once`` fails fast; the long-running
     mode retries an unreachable authority with backoff (up to ``--interval`` between
-    tries), saying so on stderr once per kind of failure."""
+    tries), saying so on stderr once per kind of failure. A refused redirect is the
+    URL's to fix, not the network's: it fails at once."""
     delay, told = 1.0, set()
     while True:
         with Progress("verifying entries", quiet=args.json) as progress:
             try:
                 return await follower.sync(progress.update)
             except FetchError as err:
-                if args.once:
+                if args.once or err.code == ErrorCode.REDIRECT_REFUSED:
                     raise
                 if err.code not in told:
                     told.add(err.code)
@@ -266,8 +268,7 @@ def _cmd_inventory_diff(args: argparse.Namespace) -> int:
     at = verdicts.time_flag("--at", args.at)
     state = verdicts.open_state(args.state)
     try:
-        if state.origin != log_key.name:
-            raise StateError(ErrorCode.STATE_FOR_ANOTHER_LOG)
+        state.bind_log_key(log_key)  # reads only: a state of another log is refused
         _emit(inventory.diff(state, items, old, new, at), args.format)
     finally:
         state.close()
@@ -419,6 +420,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CLIError as err:
         print(f"deplog: {err.message}", file=sys.stderr)
         return err.exit_status
+    except StateError as err:
+        failure = (
+            another_log_error(err)
+            if err.code == ErrorCode.STATE_FOR_ANOTHER_LOG
+            else CLIError(explain(err))
+        )
+        print(f"deplog: {failure.message}", file=sys.stderr)
+        return failure.exit_status
     except DeplogError as err:
         print(f"deplog: {explain(err)}", file=sys.stderr)
         return 1

@@ -181,6 +181,11 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     _E.FETCH_FAILED: UNREACHABLE + ", or it answered an HTTP error",
     _E.RESPONSE_TOO_LARGE: "the authority's answer is over its size bound",
     _E.BAD_RESPONSE: "the authority's answer is not what was asked",
+    _E.REDIRECT_REFUSED: (
+        "the server redirected to another origin (scheme, host or port), from https to "
+        "http, or more than 3 times, which deplog never follows: give the URL it redirects "
+        "to directly (curl -sI URL shows its Location)"
+    ),
     _E.BAD_CHECKPOINT: "a signed checkpoint of the empty tree has another root",
     _E.ROLLBACK: "the log signed a checkpoint smaller than the trusted one",
     _E.FORK: "the log signed two trees of one size: a proven fork (evidence saved)",
@@ -189,7 +194,9 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     ),
     _E.NO_STATE: NO_STATE_YET,
     _E.STATE_FOR_ANOTHER_LOG: (
-        "the state file follows another log: give that log's key, or another --state"
+        "the state file was built for another log (another origin, or another log key: an "
+        "authority started over with new keys is another log): give that log's key, follow "
+        "into a new --state, or delete the old state file"
     ),
     _E.BAD_STATE: "the state file is inconsistent with itself: follow again into a new --state",
     _E.BAD_JOURNAL: "the journal is not a directory of signed envelopes",

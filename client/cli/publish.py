@@ -21,10 +21,16 @@ Rules:
    unverified.reason``, and the command exits 4: never silently dropped.
 
 Exit codes (``EXIT_CODES``): 0 logged (or already logged) and saved; 1 refused
-by the authority (nothing logged; the envelope is kept); 2 usage error
-(argparse, or a flag or file found wrong before signing); 3 not confirmed
-(unreachable, timed out, rate limited or unavailable: the notice may or may
-not be logged, resubmitting is safe); 4 logged but the receipt did not verify.
+by the authority (nothing logged; the envelope is kept), a redirect the client
+does not follow included; 2 usage error (argparse, or a flag or file found
+wrong before signing, such as a ``--url`` whose checkpoint redirects where the
+client does not follow); 3 not confirmed (unreachable, timed out, rate limited
+or unavailable: the notice may or may not be logged, resubmitting is safe); 4
+logged but the receipt did not verify.
+
+Both requests (the checkpoint for ``--log-key``, the POST) go through
+``client.follow.http``'s ``HttpClient``, so they follow redirects by its rule 6
+only: within the URL's origin, and a POST only by 307 or 308, which resend it.
 
 The default sequence number is the time in microseconds, never repeated in
 one process (``SequenceClock``), so threads publishing with one key in the
@@ -35,24 +41,26 @@ unique per publisher, not increasing (``client.model.rules``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
-import http.client
 import json
 import re
 import shlex
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from deplog.client.cli.messages import UNREACHABLE, explain_code
-from deplog.client.errors import CLIError, DeplogError
+import aiohttp
+
+from deplog.client.cli.messages import UNREACHABLE, explain, explain_code
+from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.files import write_atomic
+from deplog.client.follow.http import HttpClient, HttpLogSource
+from deplog.client.follow.source import FetchError
 from deplog.client.model.entries import NoticeEntry, encode_entry
 from deplog.client.model.notice import (
     MAX_ENVELOPE_BYTES,
@@ -69,7 +77,7 @@ from deplog.client.model.notice import (
 )
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.keyfile import load_signer, read_verifier_key
-from deplog.client.tlog.note import MAX_NOTE_SIZE, Signer, Verifier
+from deplog.client.tlog.note import Signer, Verifier
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from deplog.client.tlog.timestamps import now_timestamp
 
@@ -231,9 +239,10 @@ def _check_log_key_against(url: str, log_key: Verifier) -> None:
     checkpoint must verify with it. Unreachable now means unchecked, not refused: the
     envelope is then saved and the receipt still verified once it comes."""
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/checkpoint", timeout=HTTP_TIMEOUT) as r:
-            note = bytes(r.read(MAX_NOTE_SIZE + 1))
-    except (urllib.error.URLError, OSError, http.client.HTTPException):
+        note = asyncio.run(_served_checkpoint(url))
+    except FetchError as err:
+        if err.code == ErrorCode.REDIRECT_REFUSED:
+            raise _usage("--url", explain(err)) from None
         return
     try:
         open_checkpoint(note, log_key)
@@ -243,6 +252,11 @@ def _check_log_key_against(url: str, log_key: Verifier) -> None:
             f"{err.code}: the checkpoint the authority at --url serves does not verify with "
             "this key; give that log's verifier key (its keys/<origin>.pub)",
         ) from None
+
+
+async def _served_checkpoint(url: str) -> bytes:
+    async with HttpLogSource(url, timeout=HTTP_TIMEOUT) as source:
+        return await source.checkpoint()
 
 
 def _check_url(url: str) -> None:
@@ -402,34 +416,50 @@ class _Answer:
     body: bytes
 
 
+async def _send(url: str, body: bytes) -> tuple[_Answer, str]:
+    """POST ``body`` to the authority's notices; the answer (at most ``MAX_RESPONSE``
+    bytes of it) and its Retry-After header."""
+    async with (
+        HttpClient(HTTP_TIMEOUT, None) as client,
+        client.request(
+            url.rstrip("/") + "/v1/notices",
+            method="POST",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        ) as response,
+    ):
+        read = bytearray()
+        async for chunk in response.content.iter_chunked(64 * 1024):
+            read += chunk
+            if len(read) >= MAX_RESPONSE:
+                break
+        answer = _Answer(response.status, bytes(read[:MAX_RESPONSE]))
+        return answer, response.headers.get("Retry-After", "")
+
+
 def _post(url: str, envelope: Envelope) -> _Answer:
     """POST the envelope; a failure says whether resubmitting can help (exit 3) or not (1)."""
-    request = urllib.request.Request(
-        url.rstrip("/") + "/v1/notices",
-        data=envelope.canonical_bytes(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
     try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:
-            return _Answer(int(response.status), bytes(response.read(MAX_RESPONSE)))
-    except urllib.error.HTTPError as err:
-        try:
-            code = str(json.loads(err.read(4096))["error"])
-        except (ValueError, KeyError, TypeError, OSError):
-            code = ""
-        if _ERROR_CODE.fullmatch(code) is None:  # printed: only a well-formed code
-            code = "no error code"
-        retry_after = err.headers.get("Retry-After", "")
-        later = f", retry after {retry_after} s" if retry_after.isdigit() else ""
-        sentence = explain_code(code).partition(": ")[2] or "no sentence for that code"
-        if err.code in _RETRYABLE_STATUSES or err.code >= 500:
-            raise CLIError(
-                f"not confirmed ({err.code} {code}{later}): {sentence}", EXIT_NOT_CONFIRMED
-            ) from None
-        raise CLIError(f"refused ({err.code} {code}): {sentence}", EXIT_REFUSED) from None
-    except (urllib.error.URLError, OSError, http.client.HTTPException):
+        answer, retry_after = asyncio.run(_send(url, envelope.canonical_bytes()))
+    except FetchError as err:  # a redirect it does not follow: nothing was logged there
+        raise CLIError(f"not logged: {explain(err)}", EXIT_REFUSED) from None
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
         raise CLIError(f"not confirmed: {UNREACHABLE}", EXIT_NOT_CONFIRMED) from None
+    if answer.status < 300:
+        return answer
+    try:
+        code = str(json.loads(answer.body[:4096])["error"])
+    except (ValueError, KeyError, TypeError):
+        code = ""
+    if _ERROR_CODE.fullmatch(code) is None:  # printed: only a well-formed code
+        code = "no error code"
+    later = f", retry after {retry_after} s" if retry_after.isdigit() else ""
+    sentence = explain_code(code).partition(": ")[2] or "no sentence for that code"
+    if answer.status in _RETRYABLE_STATUSES or answer.status >= 500:
+        raise CLIError(
+            f"not confirmed ({answer.status} {code}{later}): {sentence}", EXIT_NOT_CONFIRMED
+        )
+    raise CLIError(f"refused ({answer.status} {code}): {sentence}", EXIT_REFUSED)
 
 
 def _resubmit_command(envelope_path: Path, args: argparse.Namespace) -> str:

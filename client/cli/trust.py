@@ -31,7 +31,7 @@ from deplog.client.audit.offline import AuditInputError
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.follow.http import DEFAULT_TIMEOUT, HttpLogSource
 from deplog.client.follow.source import LogSource
-from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB
+from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB, StateError
 from deplog.client.follow.tiles import TilesLogSource, publishes_tiles
 from deplog.client.follow.trust import ForkError, SuspectedForkError
 from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault, database_files
@@ -45,6 +45,7 @@ __all__ = [
     "TILES_OFF",
     "add_follow_arguments",
     "add_tiles_argument",
+    "another_log_error",
     "fork_error",
     "load_trust",
     "log_origin",
@@ -146,6 +147,20 @@ def fork_error(err: ForkError | SuspectedForkError) -> CLIError:
         f"corrupted it); the state did not advance; run again to retry; unproven "
         f"evidence: {err.evidence}",
         EXIT_NOT_PROVEN,
+    )
+
+
+def another_log_error(err: StateError) -> CLIError:
+    """The one wording of a state file built for another log (``client.follow.state``
+    invariant 4), for every command that opens a state with a log key: a usage error
+    (exit 2) naming the file, the log it was built for, and the two ways out."""
+    path = err.path or "the state file"
+    return CLIError(
+        f"--state: {err.code}: {path} was built for {err.built_for or 'another log'}, "
+        "not for the log key given (an authority started over with new keys is another "
+        f"log, not a fork of the old one); follow into a new --state FILE, or delete {path} "
+        "to start over",
+        2,
     )
 
 

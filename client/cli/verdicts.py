@@ -19,19 +19,20 @@ Rules:
 1. A read-only command never creates a state file: a missing one is the one
    sentence ``messages.NO_STATE_YET`` and exit 1.
 2. With ``--url``, a command that reads the state also asks the authority for
-   its checkpoint (one request, short timeout) and warns on stderr when the log
+   its checkpoint (one request, short timeout, redirects followed only within
+   its origin: ``client.follow.http`` rule 6) and warns on stderr when the log
    is ahead of the state; the warning never changes the result or the exit
-   status, and an unreachable authority only skips it.
+   status, and an unreachable authority only skips it. A redirect it does not
+   follow skips it too, saying so on stderr (the URL is the user's to fix).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sqlite3
 import sys
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
@@ -39,13 +40,15 @@ from typing import Any, Final
 from deplog.client.cache.guard import DEFAULT_FRESHNESS, Decision, Guard, Verdict
 from deplog.client.cli.messages import NO_STATE_YET, explain
 from deplog.client.cli.trust import positive_seconds, state_fault
-from deplog.client.errors import CLIError, DeplogError
+from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.files import write_atomic
+from deplog.client.follow.http import HttpLogSource
+from deplog.client.follow.source import FetchError
 from deplog.client.follow.state import LocalState, TrustedCheckpoint
 from deplog.client.model.notice import parse_timestamp
 from deplog.client.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint
-from deplog.client.tlog.note import MAX_NOTE_SIZE, parse_note
+from deplog.client.tlog.note import parse_note
 from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
@@ -168,12 +171,16 @@ def warn_if_behind(url: str | None, state: LocalState) -> None:
     if url is None or state.trusted is None:
         return
     try:
-        with urllib.request.urlopen(
-            url.rstrip("/") + "/checkpoint", timeout=BEHIND_TIMEOUT
-        ) as answer:
-            note = bytes(answer.read(MAX_NOTE_SIZE + 1))
+        note = asyncio.run(_served_checkpoint(url))
         size = Checkpoint.from_text(parse_note(note)[0]).size
-    except (OSError, ValueError, urllib.error.URLError, DeplogError):
+    except FetchError as err:
+        if err.code == ErrorCode.REDIRECT_REFUSED:
+            print(
+                f"deplog: warning: --url: {explain(err)}; the state was not compared with it",
+                file=sys.stderr,
+            )
+        return
+    except (OSError, ValueError, DeplogError):
         return
     if size > state.size:
         print(
@@ -181,6 +188,11 @@ def warn_if_behind(url: str | None, state: LocalState) -> None:
             f"serves size {size}: run deplog follow to catch up",
             file=sys.stderr,
         )
+
+
+async def _served_checkpoint(url: str) -> bytes:
+    async with HttpLogSource(url, timeout=BEHIND_TIMEOUT) as source:
+        return await source.checkpoint()
 
 
 def _seconds(text: str) -> timedelta:

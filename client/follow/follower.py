@@ -27,11 +27,11 @@ a hostile network path its rules are:
    silently killing one half of it.
 5. With a ``fallback`` source (the JSON API behind a tiles source), a step
    the source fails for a reason another path may not have (a failed or
-   unusable fetch, a tile that does not hash to the tree, a suspected fork,
-   a stale copy's older checkpoint: ``RETRY_ELSEWHERE``) is taken again at
-   once through the fallback, to the fallback's own latest checkpoint; the
-   first failure is still counted as rule 2 says. The fallback also
-   announces checkpoints when the source does not.
+   unusable fetch, a refused redirect, a tile that does not hash to the tree,
+   a suspected fork, a stale copy's older checkpoint: ``RETRY_ELSEWHERE``) is
+   taken again at once through the fallback, to the fallback's own latest
+   checkpoint; the first failure is still counted as rule 2 says. The
+   fallback also announces checkpoints when the source does not.
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ RETRY_ELSEWHERE = frozenset(
         ErrorCode.FETCH_FAILED,
         ErrorCode.RESPONSE_TOO_LARGE,
         ErrorCode.BAD_RESPONSE,
+        ErrorCode.REDIRECT_REFUSED,
         ErrorCode.BAD_TILE,
         ErrorCode.MALFORMED_TILE,
         ErrorCode.MALFORMED_BUNDLE,
@@ -152,7 +153,10 @@ class Follower:
     ``malformed_tile``, ``malformed_bundle``). A long advance commits every
     ``chunk_size`` entries and resumes from the last chunk after a kill;
     ``memory_mib`` bounds the tool statuses kept in memory
-    (``client.follow.state``).
+    (``client.follow.state``). A state file built for another log (another
+    origin, or another log key under the same origin) is refused when the
+    follower is made: ``StateError`` ``state_for_another_log`` (the state's
+    invariant 4), never a fork.
     """
 
     def __init__(
@@ -186,7 +190,11 @@ class Follower:
         if len(policy.logs) != 1:
             raise ValueError("a follower follows exactly one log")
         self.state = LocalState(state_path, policy.logs[0].verifier.name, memory_mib=memory_mib)
-        self.trust = TrustedState(self.state, policy, evidence_dir)
+        try:
+            self.trust = TrustedState(self.state, policy, evidence_dir)
+        except BaseException:  # another log's state (StateError): close it, then say so
+            self.state.close()
+            raise
         self.page_size = page_size
         self.fallback = fallback
         self.chunk_size = chunk_size
@@ -418,7 +426,11 @@ class SyncFollower:
         **kwargs: Any,
     ) -> None:
         self._loop = asyncio.new_event_loop()
-        self.follower = Follower(source, trust, state_path, **kwargs)
+        try:
+            self.follower = Follower(source, trust, state_path, **kwargs)
+        except BaseException:  # another log's state, say: nothing is left open
+            self._loop.close()
+            raise
 
     @property
     def state(self) -> LocalState:

@@ -23,15 +23,29 @@ so both hold a server to the same rules, each refusal a ``FetchError``:
    lines make one note; a line or an event over 1 MiB ends the stream with
    ``response_too_large``, and 60 s without a byte (the authority sends a
    keep-alive every 15 s) with ``fetch_failed``.
+6. Redirects are followed only within one origin: the same scheme, host and
+   port as the URL redirected from (so never from https to http), with no user
+   name or password in the location, at most ``MAX_REDIRECTS`` hops, and a POST
+   only by 307 or 308 (which keep its method and body). Anything else is
+   ``redirect_refused``, and nothing is asked of the other origin: a log, its
+   tiles or a publisher's notice are read from and sent to the URL given, or
+   one of its own paths, never a host a server names (give the final URL
+   instead). ``HttpClient.request`` is this rule for every HTTP request the
+   client makes: the JSON API, tiles, ``deplog export``, ``publish`` and
+   ``check --url``. A redirect without a location is answered as it came (a
+   status other than 200: ``fetch_failed``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any, Final, Self
 
 import aiohttp
+from aiohttp import hdrs
 from aiohttp.http_exceptions import LineTooLong
+from yarl import URL
 
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.source import PAGE_SIZE, FetchError
@@ -46,10 +60,13 @@ __all__ = [
     "MAX_EVENT_BYTES",
     "MAX_PAGE_BYTES",
     "MAX_PROOF_BYTES",
+    "MAX_REDIRECTS",
     "PUSH_READ_TIMEOUT",
+    "REDIRECT_STATUSES",
     "HttpClient",
     "HttpLogSource",
     "read_bounded",
+    "redirect_target",
 ]
 
 DEFAULT_TIMEOUT: Final = 10.0
@@ -64,19 +81,57 @@ MAX_EVENT_BYTES: Final = MAX_CHECKPOINT_BYTES
 """A pushed event carries one checkpoint note."""
 PUSH_READ_TIMEOUT: Final = 60.0
 """Seconds of silence after which the checkpoint stream counts as lost."""
+MAX_REDIRECTS: Final = 3
+"""Redirects one request may follow (rule 6); one more is ``redirect_refused``."""
+REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
+_METHOD_KEEPING: Final = frozenset({307, 308})
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 _MAX_JSON_DEPTH: Final = 4
 _CHUNK: Final = 64 * 1024
 
 
+def _origin(url: URL) -> tuple[str, str, int]:
+    """``url``'s (scheme, host, port), the port its scheme's default if none is given."""
+    scheme, host = url.scheme.lower(), (url.host or "").lower()
+    if scheme not in _DEFAULT_PORTS or not host:
+        raise ValueError("not an http or https URL")
+    return scheme, host, url.port or _DEFAULT_PORTS[scheme]
+
+
+def _refused(why: str) -> FetchError:
+    """A redirect not followed (rule 6); ``why`` is value-free and says what to do."""
+    return FetchError(ErrorCode.REDIRECT_REFUSED, f"{why}, not followed: give the URL it leads to")
+
+
+def redirect_target(url: URL | str, location: str) -> URL:
+    """Where a redirect from ``url`` to ``location`` leads, if rule 6 lets it be followed:
+    the same origin, no user info; otherwise ``redirect_refused``, saying which it was."""
+    base = URL(url)
+    try:
+        target = base.join(URL(location)).with_fragment(None)
+        here, there = _origin(base), _origin(target)
+    except ValueError:
+        raise _refused("redirected to a malformed URL") from None
+    if here[0] == "https" and there[0] == "http":
+        raise _refused("redirected from https to http")
+    if there != here:
+        raise _refused("redirected to another origin")
+    if target.user is not None or target.password is not None:
+        raise _refused("redirected to a URL with credentials")
+    return target
+
+
 class HttpClient:
     """An HTTP client's session: without ``session`` it opens its own on first use and
-    ``close`` ends it; a session passed in belongs to the caller, who closes it."""
+    ``close`` ends it; a session passed in belongs to the caller, who closes it.
+    ``requests`` counts the HTTP requests made (redirect hops included)."""
 
     def __init__(self, timeout: float, session: aiohttp.ClientSession | None) -> None:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._session = session
         self._own_session = session is None
+        self.requests = 0
 
     async def __aenter__(self) -> Self:
         return self
@@ -93,6 +148,43 @@ class HttpClient:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self.timeout)
         return self._session
+
+    @asynccontextmanager
+    async def request(
+        self,
+        url: str,
+        *,
+        method: str = hdrs.METH_GET,
+        params: Mapping[str, int] | None = None,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: aiohttp.ClientTimeout | None = None,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The response to ``method url``, after the redirects rule 6 follows (and
+        ``redirect_refused`` for any other); the caller reads it inside the block.
+        Connection failures and timeouts are aiohttp's and asyncio's, for the caller
+        to name."""
+        target: URL | str = url
+        for _ in range(MAX_REDIRECTS + 1):
+            self.requests += 1
+            async with self._http().request(
+                method,
+                target,
+                params=params,
+                data=data,
+                headers=headers,
+                timeout=timeout or self.timeout,
+                allow_redirects=False,
+            ) as response:
+                location = response.headers.get(hdrs.LOCATION)
+                if response.status not in REDIRECT_STATUSES or location is None:
+                    yield response
+                    return
+                target = redirect_target(response.url, location)
+                if method != hdrs.METH_GET and response.status not in _METHOD_KEEPING:
+                    raise _refused("redirected without the request's method and body")
+            params = None  # the location is the whole URL of the next hop
+        raise _refused(f"redirected more than {MAX_REDIRECTS} times")
 
 
 async def read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
@@ -160,7 +252,7 @@ class HttpLogSource(HttpClient):
             total=None, sock_connect=self.timeout.total, sock_read=PUSH_READ_TIMEOUT
         )
         try:
-            async with self._http().get(
+            async with self.request(
                 self.url + "/v1/checkpoints/stream", timeout=timeout
             ) as response:
                 if response.status != 200:
@@ -173,9 +265,7 @@ class HttpLogSource(HttpClient):
     async def _get(self, path: str, query: dict[str, int], limit: int) -> bytes:
         """The body of a 200 answer to GET ``path``, read up to ``limit`` bytes (rules 1, 2)."""
         try:
-            async with self._http().get(
-                self.url + path, params=query, timeout=self.timeout
-            ) as response:
+            async with self.request(self.url + path, params=query) as response:
                 if response.status != 200:
                     raise FetchError(ErrorCode.FETCH_FAILED, f"HTTP {response.status}")
                 return await read_bounded(response, limit)

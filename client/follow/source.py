@@ -18,7 +18,8 @@ tiles, a file, a test double) is one implementation. The rules:
    hostile source can neither stall a sync nor stretch a page past its bound.
 3. A source that cannot answer raises ``FetchError``: ``fetch_failed`` (not
    reachable, refused, no such range), ``response_too_large`` or
-   ``bad_response`` (an answer it would not read or could not decode). Codes
+   ``bad_response`` (an answer it would not read or could not decode), or
+   ``redirect_refused`` (sent elsewhere: ``client.follow.http`` rule 6). Codes
    and messages are value-free.
 
 ``sync_step`` is the one sequence of a verified step (an interrupted advance
@@ -65,7 +66,12 @@ class FetchError(DeplogError):
     """The authority could not be reached or answered something unusable."""
 
     codes = frozenset(
-        {ErrorCode.FETCH_FAILED, ErrorCode.RESPONSE_TOO_LARGE, ErrorCode.BAD_RESPONSE}
+        {
+            ErrorCode.FETCH_FAILED,
+            ErrorCode.RESPONSE_TOO_LARGE,
+            ErrorCode.BAD_RESPONSE,
+            ErrorCode.REDIRECT_REFUSED,
+        }
     )
     code = ErrorCode.FETCH_FAILED
 

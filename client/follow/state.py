@@ -25,6 +25,16 @@ what came from the network is never trusted before verification. The invariants:
    target's entries are done and rebuild its root. So a kill at any moment
    leaves the old trusted state plus proven progress to resume from, never a
    partly processed prefix that reads as "processed through" anything.
+4. A state file belongs to one log: its origin and its verifier key, the
+   ``log_key`` row, recorded by the first verified step. The trust state binds
+   the state to the key it follows with (``bind_log_key``) before anything is
+   fetched, and another origin or another recorded key is ``StateError``
+   ``state_for_another_log`` naming the file and what it was built for: an
+   authority started over under the same origin with new keys is another log,
+   never a fork of the old one (no evidence, nothing retried). A state written
+   before keys were recorded adopts the key on its next verified step (an
+   advance, or a refresh at its size); until then it is another log's when its
+   trusted checkpoint carries no valid signature by the key.
 
 Memory is bounded by ``status_budget`` (notices): tool statuses are folded on
 demand from one tool's stored notices and kept in an LRU whose folds hold at
@@ -55,6 +65,7 @@ from deplog.client.model.registry import PublisherRegistry
 from deplog.client.model.rules import InvalidEntry
 from deplog.client.model.status import FoldNotice, InvalidMark, StatusIndex
 from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.note import Verifier, open_note, parse_note
 from deplog.client.tlog.proofs import EMPTY_ROOT, TreeFrontier
 
 __all__ = [
@@ -100,6 +111,11 @@ _INVALID_TABLE = (
     ) STRICT""",
     "CREATE INDEX IF NOT EXISTS invalid_by_tool ON invalid_entries (tool_id, idx)",
 )
+
+_LOG_KEY_TABLE = """CREATE TABLE IF NOT EXISTS log_key (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        vkey TEXT NOT NULL
+    ) STRICT"""
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS trusted (
@@ -212,9 +228,27 @@ def _decode_frontier(size: int, text: str) -> TreeFrontier:
 
 
 class StateError(DeplogError):
-    """The local state file is unusable (absent, another log's, or inconsistent)."""
+    """The local state file is unusable (absent, another log's, or inconsistent).
+
+    For ``state_for_another_log`` (invariant 4), ``path`` is the state file and
+    ``built_for`` says, for its operator, which log it was built for: its
+    recorded verifier key, else the key name and id on its trusted checkpoint,
+    else its origin.
+    """
 
     codes = frozenset({ErrorCode.NO_STATE, ErrorCode.STATE_FOR_ANOTHER_LOG, ErrorCode.BAD_STATE})
+
+    def __init__(
+        self,
+        code: ErrorCode | None = None,
+        message: str | None = None,
+        *,
+        path: Path | None = None,
+        built_for: str | None = None,
+    ) -> None:
+        super().__init__(code, message)
+        self.path = path
+        self.built_for = built_for
 
 
 @dataclass(frozen=True)
@@ -265,6 +299,8 @@ class LocalState:
         self._conn.execute(_PENDING_TABLE)  # state files written before chunked advances
         for statement in _INVALID_TABLE:  # and before entries that fail validation were kept
             self._conn.execute(statement)
+        self._conn.execute(_LOG_KEY_TABLE)  # and before recorded keys (invariant 4)
+        self._log_key: Verifier | None = None
         # Reads go through their own connection, which sees committed data only:
         # an advance in progress (its transaction is open across awaits on the
         # same thread) must never be visible to the guard or to reports.
@@ -298,9 +334,7 @@ class LocalState:
             return
         origin, note, size, root, frontier, registry, verified_at = row
         if origin != self.origin:
-            raise StateError(
-                ErrorCode.STATE_FOR_ANOTHER_LOG, "the state file belongs to another log"
-            )
+            raise self._another_log(str(origin), bytes(note))
         self.frontier = _decode_frontier(size, frontier)
         if self.frontier.root() != bytes(root):
             raise StateError(ErrorCode.BAD_STATE, "stored frontier does not match the stored root")
@@ -309,6 +343,48 @@ class LocalState:
         self.trusted = TrustedCheckpoint(
             bytes(note), checkpoint, datetime.fromtimestamp(verified_at, UTC)
         )
+
+    # -- the log it belongs to (invariant 4) -----------------------------------
+
+    @property
+    def log_key(self) -> str | None:
+        """The verifier key recorded for the state's log, if a verified step recorded one."""
+        row = self._conn.execute("SELECT vkey FROM log_key").fetchone()
+        return None if row is None else str(row[0])
+
+    def bind_log_key(self, key: Verifier) -> None:
+        """Follow the state with ``key``: refused as another log's (``state_for_another_log``)
+        unless the state was built for it; a state with no recorded key keeps it on its
+        next verified step, if its trusted checkpoint (if any) is signed by it."""
+        recorded = self.log_key
+        trusted = self.trusted
+        if key.name != self.origin:
+            raise self._another_log(self.origin, None if trusted is None else trusted.note)
+        if recorded is not None and recorded != key.vkey():
+            raise self._another_log(self.origin, None)
+        if recorded is None and trusted is not None and not _signed_by(trusted.note, key):
+            raise self._another_log(self.origin, trusted.note)
+        self._log_key = key
+
+    def _another_log(self, origin: str, note: bytes | None) -> StateError:
+        """``state_for_another_log`` naming the file and the log it was built for."""
+        built_for = self.log_key
+        if built_for is None and note is not None:
+            built_for = _signer_named(note, origin)
+        return StateError(
+            ErrorCode.STATE_FOR_ANOTHER_LOG,
+            "the state file belongs to another log",
+            path=self.path,
+            built_for=f"the log key {built_for}" if built_for else f"the log {origin}",
+        )
+
+    def _record_log_key(self, conn: sqlite3.Connection) -> None:
+        """Record the bound key with a verified step, if the state has none yet."""
+        if self._log_key is not None:
+            conn.execute(
+                "INSERT INTO log_key (id, vkey) VALUES (1, ?) ON CONFLICT (id) DO NOTHING",
+                (self._log_key.vkey(),),
+            )
 
     # -- reads ---------------------------------------------------------------
 
@@ -490,6 +566,7 @@ class LocalState:
         then let the in-memory view follow it."""
         old_size = self.size
         writer.conn.execute("DELETE FROM pending")
+        self._record_log_key(writer.conn)
         writer.conn.execute(
             "INSERT INTO trusted (id, origin, note, size, root, frontier, registry, verified_at) "
             "VALUES (1, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET note = excluded.note, "
@@ -545,6 +622,7 @@ class LocalState:
         if self.trusted is None:
             return
         with self._lock:
+            self._record_log_key(self._conn)
             self._conn.execute(
                 "UPDATE trusted SET note = ?, verified_at = ?", (note, verified_at.timestamp())
             )
@@ -555,6 +633,25 @@ def _invalid_entry(idx: int, code: str, cause: str | None, tool_id: str | None) 
     return InvalidEntry(
         int(idx), ErrorCode(code), None if cause is None else ErrorCode(cause), tool_id
     )
+
+
+def _signed_by(note: bytes, key: Verifier) -> bool:
+    """Whether ``note`` carries a valid signature by ``key``."""
+    try:
+        open_note(note, [key])
+    except DeplogError:
+        return False
+    return True
+
+
+def _signer_named(note: bytes, name: str) -> str | None:
+    """``name+<key id>`` of the first signature on ``note`` by a key named ``name``."""
+    try:
+        signatures = parse_note(note)[1]
+    except DeplogError:
+        return None
+    ids = [sig.key_id.hex() for sig in signatures if sig.name == name]
+    return f"{name}+{ids[0]}" if ids else None
 
 
 _SEQUENCES_PER_QUERY = 1000  # bound parameters per query, well under SQLite's limit

@@ -10,9 +10,11 @@ proofs from hash tiles itself, as the Go sumdb client does. The rules:
    Content-Length and while it streams (a hash tile: exactly its width of
    32-byte hashes; an entry bundle: its width of 65535-byte entries with their
    length prefixes; the checkpoint: one note). Past it is ``response_too_large``,
-   unread. Redirects are followed (at most ``MAX_REDIRECTS``) only within the
-   base URL's scheme; any other redirect, any status but 200 and 404, and any
-   connection failure is ``fetch_failed``.
+   unread. Redirects are ``client.follow.http``'s rule 6: followed only within
+   the base URL's origin, at most ``MAX_REDIRECTS`` hops, any other is
+   ``redirect_refused`` (tiles a CDN serves from another host are read from
+   that host's URL, given as ``--tiles``). Any status but 200 and 404, and any
+   connection failure, is ``fetch_failed``.
 2. Every tile is authenticated before use against the root of the checkpoint
    note this source fetched (parsed here, unverified: the trust state still
    checks its signatures and the proofs independently). A tile that does not
@@ -54,6 +56,7 @@ from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.http import (
     DEFAULT_TIMEOUT,
     MAX_CHECKPOINT_BYTES,
+    MAX_REDIRECTS,
     HttpClient,
     read_bounded,
 )
@@ -89,7 +92,6 @@ BUNDLES_PER_CALL: Final = 4
 """Entry bundles one ``entries`` call fetches in parallel (1024 leaves, over a 1000-leaf page)."""
 CACHE_TILES: Final = 1024
 """Authenticated hash tiles kept (8 MiB at most); a 10^9-leaf tree has ~16 k tiles above level 0."""
-MAX_REDIRECTS: Final = 3
 _KEEP_TREES: Final = 4
 
 
@@ -141,11 +143,9 @@ class TilesLogSource(HttpClient):
         parts = urllib.parse.urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError("a tiles URL is http or https")
-        self._scheme = parts.scheme
         super().__init__(timeout, session)
         self._trees: OrderedDict[int, bytes] = OrderedDict()
         self._cache: OrderedDict[HashTile, bytes] = OrderedDict()
-        self.requests = 0
 
     # --- the LogSource questions ------------------------------------------------------
 
@@ -268,26 +268,15 @@ class TilesLogSource(HttpClient):
 
     async def _get(self, path: str, limit: int) -> bytes | None:
         """The body of a 200 answer for ``path`` (None for 404), within ``limit`` (rule 1)."""
-        url = f"{self.url}/{path}"
         try:
-            for _ in range(MAX_REDIRECTS + 1):
-                self.requests += 1
-                async with self._http().get(
-                    url, timeout=self.timeout, allow_redirects=False
-                ) as response:
-                    if response.status in (301, 302, 303, 307, 308):
-                        url = urllib.parse.urljoin(url, response.headers.get("Location", ""))
-                        if urllib.parse.urlsplit(url).scheme != self._scheme:
-                            raise FetchError(ErrorCode.FETCH_FAILED, "redirect to another scheme")
-                        continue
-                    if response.status == 404:
-                        return None
-                    if response.status != 200:
-                        raise FetchError(ErrorCode.FETCH_FAILED, f"HTTP {response.status}")
-                    return await read_bounded(response, limit)
+            async with self.request(f"{self.url}/{path}") as response:
+                if response.status == 404:
+                    return None
+                if response.status != 200:
+                    raise FetchError(ErrorCode.FETCH_FAILED, f"HTTP {response.status}")
+                return await read_bounded(response, limit)
         except (aiohttp.ClientError, TimeoutError, ValueError):
             raise FetchError(ErrorCode.FETCH_FAILED, "tiles unreachable") from None
-        raise FetchError(ErrorCode.FETCH_FAILED, "too many redirects")
 
 
 async def publishes_tiles(source: TilesLogSource) -> bool:

@@ -207,6 +207,7 @@ class TrustedState:
         logs = [entry.verifier for entry in self.policy.logs]
         if len(logs) != 1 or logs[0].name != state.origin:
             raise ValueError("the trust policy must name exactly the state's log")
+        state.bind_log_key(logs[0])  # another key's state is refused here, not as a fork
         self.state = state
         self.log_key = logs[0]
         self.evidence_dir = evidence_dir or state.path.parent

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -214,3 +215,56 @@ def test_follow_and_status_commands(
     shown = json.loads(status.stdout)
     assert (shown["status"], shown["notices"]) == ("revoked", [1])
     assert shown["processed_through"]["size"] == 2
+
+
+async def test_following_an_authority_started_over_into_the_old_state_is_another_logs(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """``rm -rf data keys`` and a fresh start under the same origin, on the same URL: the
+    old state is named as another log's (exit 2, the key it was built for, the fix), never
+    a suspected fork to retry, and no evidence is written; the fix it names works."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key_file = authority.keys / f"{authority.log_verifier.name.replace('/', '_')}.pub"
+
+    def deplog(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "deplog.client.cli.main", *args],
+            cwd=cache,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def follow(state: str) -> subprocess.CompletedProcess[str]:
+        return deplog(
+            "follow", authority.url, "--once", "--log-key", str(key_file), "--state", state
+        )
+
+    await publish(http, authority.url, publisher, 1)
+    assert follow("deplog-state.db").returncode == 0
+    old_key, url = authority.log_verifier.vkey(), authority.url
+    authority.stop()
+    shutil.rmtree(authority.data)
+    shutil.rmtree(authority.keys)
+    authority.init()  # the same origin, a new log key
+    authority.add_publisher(publisher, "org.acme")
+    assert authority.start(authority.port) == url
+    async with aiohttp.ClientSession() as fresh:  # no connection kept to the old process
+        for sequence in (1, 2):  # a longer log: without the recorded key, a suspected fork
+            await publish(fresh, authority.url, publisher, sequence)
+    assert authority.log_verifier.vkey() != old_key
+
+    refused = follow("deplog-state.db")
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        f"deplog: --state: state_for_another_log: deplog-state.db was built for the log key "
+        f"{old_key}, not for the log key given (an authority started over with new keys is "
+        "another log, not a fork of the old one); follow into a new --state FILE, or delete "
+        "deplog-state.db to start over\n"
+    )
+    assert sorted(path.name for path in cache.iterdir()) == ["deplog-state.db"]  # no evidence
+    assert follow("new-state.db").returncode == 0
+    (cache / "deplog-state.db").unlink()
+    assert follow("deplog-state.db").stdout.startswith("trusted ")

@@ -295,12 +295,12 @@ async def test_a_stalled_tile_is_fetch_failed(local_700: LocalLog, tiles: Tamper
         assert refused.value.code == ErrorCode.FETCH_FAILED
 
 
-async def test_a_redirect_to_another_scheme_is_not_followed(tiles: TamperingProxy) -> None:
+async def test_a_redirect_to_another_scheme_is_refused(tiles: TamperingProxy) -> None:
     tiles.redirect["checkpoint"] = "ftp://127.0.0.1/checkpoint"
     async with TilesLogSource(tiles.url) as source:
         with pytest.raises(FetchError) as refused:
             await source.checkpoint()
-        assert refused.value.code == ErrorCode.FETCH_FAILED
+        assert refused.value.code == ErrorCode.REDIRECT_REFUSED
 
 
 # --- the JSON API as the fallback ------------------------------------------------------------
