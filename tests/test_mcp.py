@@ -13,7 +13,7 @@ import pytest
 
 from deplog.client.cache import guard as guard_module
 from deplog.client.cache import mcp as mcp_module
-from deplog.client.cache.guard import Decision, Guard
+from deplog.client.cache.guard import Decision, Guard, Verdict
 from deplog.client.cache.mcp import (
     DEPRECATION_KEY,
     IDENTITY_KEY,
@@ -25,6 +25,7 @@ from deplog.client.cache.mcp import (
     guard_tools_list,
     http_date,
     identity_annotation,
+    may_list,
     refusal_annotation,
     schema_digest,
     unlisted_refusal,
@@ -322,3 +323,15 @@ def test_a_refusal_names_verdict_reason_notices_and_checkpoint(
         "checkpoint_size": trusted.state.size,
         "checkpoint": trusted.state.trusted.note.decode() if trusted.state.trusted else None,
     }
+
+
+@pytest.mark.parametrize("keep_unverified", [False, True])
+def test_a_tool_the_log_holds_an_invalid_entry_about_is_never_listed(
+    keep_unverified: bool,
+) -> None:
+    """``keep_unverified`` lets through what deplog could not verify, never what the log
+    itself says no verifier can vouch for (docs/fold-spec.md 3.1)."""
+    decision = Decision(Verdict.UNKNOWN, "invalid_entry", "tool:org.acme/search", "1.0.0", None)
+    assert not may_list(decision, keep_unverified=keep_unverified)
+    stale = Decision(Verdict.STALE, "checkpoint_stale", "tool:org.acme/search", "1.0.0", None)
+    assert may_list(stale, keep_unverified=True)

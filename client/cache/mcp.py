@@ -316,9 +316,13 @@ def deprecation_annotation(decision: Decision) -> dict[str, Any]:
 
 def may_list(decision: Decision, *, keep_unverified: bool = False) -> bool:
     """Whether a tool with this decision is listed (and callable): served or warned, and,
-    with ``keep_unverified``, stale or unknown too."""
+    with ``keep_unverified``, stale or unknown too, but never a tool the log holds an
+    invalid entry about (``invalid_entry``): the log itself says it cannot be vouched for,
+    which is no lack of verification."""
     return decision.may_serve or (
-        keep_unverified and decision.verdict in (Verdict.STALE, Verdict.UNKNOWN)
+        keep_unverified
+        and decision.verdict in (Verdict.STALE, Verdict.UNKNOWN)
+        and decision.reason != "invalid_entry"
     )
 
 
