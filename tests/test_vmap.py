@@ -1245,6 +1245,31 @@ def test_the_record_item_vectors_decode_to_their_notices(vectors: dict[str, Any]
     assert value.notices[0].index == 12345
 
 
+def test_the_invalid_record_vector_holds_a_mark_and_evaluates_unknown(
+    vectors: dict[str, Any],
+) -> None:
+    """fold-spec 3.1: an entry that fails validation is an item ``u8 3 || u8 0 || u64
+    index`` in its tool's record, which makes every version ``unknown``."""
+    case = vectors["invalid_record"]
+    record = StatusRecord.decode(bytes.fromhex(case["record"]), case["tool_id"])
+    notice, mark = record.notices
+    assert (notice.action, mark.action, mark.index) == ("deprecate", "invalid", 9)
+    assert bytes.fromhex(case["items"][1]["item"]) == bytes((3, 0)) + (9).to_bytes(8, "big")
+    status = evaluate(case["tool_id"], record, "1.0.0", datetime(2026, 3, 1, tzinfo=UTC))
+    assert status.to_json() == case["status_at_2026_03_01"]
+    assert (status.status, status.invalid) == ("unknown", (9,))
+
+
+def test_a_malformed_invalid_item_is_a_malformed_record(vectors: dict[str, Any]) -> None:
+    case = vectors["invalid_record"]
+    first = case["items"][0]["item"]
+    for bad in case["malformed_items"]:
+        data = bytes.fromhex("01" + first + bad)
+        assert rejected(lambda d=data: StatusRecord.decode(d, case["tool_id"])) == (
+            ErrorCode.MALFORMED_MAP_RECORD
+        )
+
+
 class UnheldStore(MemoryNodeStore):
     """Rows only through reads (no rows held): the update reads its paths ahead."""
 

@@ -22,6 +22,7 @@ from deplog.client.model.entries import (
     sign_publisher_statement,
 )
 from deplog.client.model.notice import Envelope, Notice
+from deplog.client.model.status import InvalidMark
 from deplog.client.model.vmap import (
     EMPTY_ROOT,
     MapProofDocument,
@@ -359,6 +360,42 @@ def _record_items() -> list[dict[str, Any]]:
     ] + [{"record": record.encode().hex()}]
 
 
+def _invalid_record() -> dict[str, Any]:
+    """A record holding a notice and the mark of an entry that fails validation
+    (fold-spec 3.1): its items, its bytes, and what it evaluates to (``unknown``), with
+    marks that are not items of the one encoding."""
+    tool = "tool:org.example/search"
+    notice = Notice.from_json(
+        {
+            "tool_id": tool,
+            "action": "deprecate",
+            "affected": {"versions": ["1.0.0"]},
+            "reasons": ["superseded"],
+            "effective_at": "2026-02-01T00:00:00Z",
+            "issued_at": "2026-01-15T09:30:00Z",
+            "publisher": _PUBLISHER,
+            "sequence": 1,
+        }
+    )
+    mark = InvalidMark(tool, 9)
+    record = StatusRecord.of(tool, [(7, notice), (9, mark)])
+    status = evaluate(tool, record, "1.0.0", datetime(2026, 3, 1, tzinfo=UTC))
+    return {
+        "tool_id": tool,
+        "items": [
+            {"index": 7, "notice": notice.to_json(), "item": record_item_bytes(7, notice).hex()},
+            {"index": 9, "invalid": True, "item": record_item_bytes(9, mark).hex()},
+        ],
+        "record": record.encode().hex(),
+        "status_at_2026_03_01": status.to_json(),
+        "malformed_items": [
+            "0301" + (9).to_bytes(8, "big").hex(),  # flags other than 0
+            "0300" + (2**53).to_bytes(8, "big").hex(),  # an index above 2^53-1
+            "0300" + (9).to_bytes(7, "big").hex(),  # cut short
+        ],
+    }
+
+
 def _status(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: obj[k] for k in ("status", "notices", "pending", "withdrawn", "sunset_at")}
 
@@ -395,6 +432,7 @@ def generate() -> dict[str, Any]:
             _tree_case("shared prefixes", shaped, [*shaped, _key("probe")]),
         ],
         "record_items": _record_items(),
+        "invalid_record": _invalid_record(),
         "log": _log_case(),
         "lines": {
             "valid": [map_line(_key("root"))],
