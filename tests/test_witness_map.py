@@ -15,11 +15,12 @@ from deplog.authority.witness.core import Witness, WitnessState
 from deplog.authority.witness.mapverify import MapVerifier
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.source import FetchError
+from deplog.client.model.status import InvalidMark
 from deplog.client.model.vmap import VerifiableMap, map_line
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer
 from deplog.client.tlog.proofs import consistency_path, leaf_hash
-from tests.builders import LocalLog, admitted
+from tests.builders import LocalLog, admitted, make_envelope, notice_leaf
 from tests.map_formats import write_first_draft_map
 
 MAP_WITNESS = "map.witness.example/w"
@@ -166,3 +167,35 @@ def test_a_mirror_of_another_record_format_is_dropped_and_mirrored_again(
     assert verifier.map.size() == local.log.tree.size
     verifier.close()
     state.close()
+
+
+def test_a_map_folding_an_unauthorized_notice_as_valid_is_declined(
+    local: LocalLog, witness: Witness
+) -> None:
+    """The witness replays the registry and applies the admission rules (the one
+    validator): a log that slipped in a notice signed by a key its publisher never
+    registered, and folded it as a valid notice, is not cosigned; the map every
+    verifier folds (the notice as the mark of an invalid entry) is."""
+    local.publish()
+    forged = notice_leaf(make_envelope(Signer.generate("acme"), 9, tool="tool:org.acme/fetch"))
+    log = local.log
+    log.conn.execute("BEGIN")
+    log.tree.append_entry(forged)
+    log.conn.execute("COMMIT")
+    leaves = log.tree.leaf_data(0, log.tree.size)
+    at = len(leaves) - 1
+
+    def signed(map_root: bytes) -> bytes:
+        checkpoint = Checkpoint(
+            log.origin, len(leaves), log.tree.current_root(), (map_line(map_root),)
+        )
+        return sign_checkpoint(checkpoint, local.signer)
+
+    naive = VerifiableMap().fold(admitted(leaves))
+    honest = VerifiableMap().fold(
+        [*admitted(leaves[:-1]), (at, InvalidMark("tool:org.acme/fetch", at))]
+    )
+    with pytest.raises(DeplogError) as declined:
+        witness.add_checkpoint(body(local, 0, signed(naive)), 1000)
+    assert declined.value.code == ErrorCode.MAP_NOT_REPRODUCED
+    assert witness.add_checkpoint(body(local, 0, signed(honest)), 1001)
