@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.doctext import section
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = {"deplog.client": ROOT / "client", "deplog.authority": ROOT / "authority"}
 
@@ -268,11 +270,10 @@ def test_an_installed_wheel_lives_beside_a_foreign_client_package(tmp_path: Path
     assert (follower, guard) == ("deplog.client.follow.follower", "deplog.client.cache.guard")
 
 
-def test_the_readme_layout_names_every_sub_package() -> None:
-    readme = (ROOT / "README.md").read_text()
-    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+def test_the_architecture_layout_names_every_sub_package() -> None:
+    layout = section(ROOT / "docs" / "architecture.md", "## Layout")
     packages = {name for name, path in MODULES if path.name == "__init__.py"}
     for package in packages:
         directory = package.removeprefix("deplog.").split(".")
         label = f"{directory[-1]}/" if len(directory) > 1 else f"{directory[0]}/"
-        assert label in layout, f"README Layout lacks {package}"
+        assert label in layout, f"docs/architecture.md Layout lacks {package}"

@@ -1,6 +1,6 @@
 """Options built from config dataclasses (authority/options.py), and the serve commands built so.
 
-The README's "Limits" table is the oracle written apart from the code: its
+The "Limits" table of docs/operators.md is the oracle written apart from the code: its
 defaults must be the dataclass defaults, so the documentation cannot drift.
 """
 
@@ -29,8 +29,9 @@ from deplog.authority.sequencer import MAP_FLUSH_IDLE, SequencerLimits
 from deplog.authority.witness import cli as witness_cli
 from deplog.authority.witnessing import WitnessingConfig
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES
+from tests.doctext import ROOT, section, table
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+OPERATORS = ROOT / "docs" / "operators.md"
 
 
 @dataclass(frozen=True)
@@ -187,14 +188,13 @@ def test_witness_serve_shows_its_listen_defaults() -> None:
     assert from_options(witness_cli.ServeOptions, args) == witness_cli.ServeOptions()
 
 
-# The README's Limits table
+# The Limits table of docs/operators.md
 
 
 def limits_table() -> dict[str, tuple[str, str]]:
-    """Each row of the README's Limits table: limit -> (default, flag column)."""
-    section = README.read_text().split("## Limits", 1)[1].split("\n## ", 1)[0]
-    rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| ")]
-    return {limit.strip(): (default.strip(), flag.strip()) for limit, default, flag in rows[1:]}
+    """Each row of the operators' Limits table: limit -> (default, flag column)."""
+    rows = table(section(OPERATORS, "## Limits"))
+    return {limit: (default, flag) for limit, default, flag in rows}
 
 
 def numbers(text: str) -> list[float]:
@@ -210,13 +210,13 @@ FLAGGED = {
 }
 
 
-def test_the_readme_names_only_real_serve_flags() -> None:
+def test_the_limits_table_names_only_real_serve_flags() -> None:
     assert FLAGGED  # the table was found and has flagged rows
     assert set(FLAGGED) <= set(SERVE_OPTIONS)
 
 
 @pytest.mark.parametrize("flag", sorted(FLAGGED))
-def test_the_readme_limits_table_states_the_dataclass_default(flag: str) -> None:
+def test_the_limits_table_states_the_dataclass_default(flag: str) -> None:
     config_field, spec = SERVE_OPTIONS[flag]
     shown = spec.show(config_field.default)
     documented = FLAGGED[flag]
@@ -225,14 +225,14 @@ def test_the_readme_limits_table_states_the_dataclass_default(flag: str) -> None
         assert documented == shown
 
 
-def test_the_readme_states_the_map_rows_a_writer_holds() -> None:
+def test_the_limits_table_states_the_map_rows_a_writer_holds() -> None:
     held = ROWS["tool-status map rows held in memory before they are written (SQLite)"][0]
     assert numbers(held) == [MAP_LAYER_ENTRIES, MAP_LAYER_GROUPS, MAP_LAYER_RECORD_BYTES >> 20]
     assert MAP_LAYER_RECORD_BYTES % (1 << 20) == 0
     assert f"{MAP_FLUSH_IDLE * 1000:g} ms without a submission" in held
 
 
-def test_the_readme_states_the_fixed_request_limits() -> None:
+def test_the_limits_table_states_the_fixed_request_limits() -> None:
     defaults = ServerConfig(Path("db"), "o")
     assert numbers(ROWS["request body"][0]) == [defaults.max_body / 1024]
     assert defaults.max_body == MAX_ENVELOPE_BYTES

@@ -12,7 +12,7 @@ What a run checks afterwards (BRIEF.md section 6, issue 12):
 * every notice acknowledged (201 or 200) is in the log exactly once after a
   restart without the fault: no acknowledgement without a durable notice;
 * every receipt and every served checkpoint carries the embedded witness's
-  cosignature (the README's promise);
+  cosignature (the promise of docs/operators.md, "What a receipt promises");
 * after a transient fault, appends succeed again in the same process;
 * while appends fail, ``/healthz`` does not say ``ok``.
 """

@@ -1,4 +1,4 @@
-"""The README walkthrough, command by command, against a real authority."""
+"""The README's walkthrough, command by command, against a real authority."""
 
 from __future__ import annotations
 

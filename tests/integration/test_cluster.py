@@ -266,7 +266,7 @@ async def test_after_a_database_outage_every_process_learns_again_within_its_pol
     envelope = make_envelope(publisher, 1).canonical_bytes()  # the same bytes every try
     while True:  # A's first append after the restart may still meet a dropped connection
         status, body = await post(http, cluster[0].url, envelope)
-        if status in (200, 201):  # 200: committed by a try that answered 503 (README)
+        if status in (200, 201):  # 200: committed by a try that answered 503 (docs)
             break
         assert status == 503 and time.monotonic() < deadline
         await asyncio.sleep(0.2)

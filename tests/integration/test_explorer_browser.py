@@ -8,7 +8,7 @@ requests, so the authority itself stays honest and only the bytes the page
 sees change.
 
 Screenshots of every page, at desktop and phone widths, go to
-``tests/artifacts/explorer/`` (git-ignored; named in the README).
+``tests/artifacts/explorer/`` (git-ignored; named in docs/architecture.md, "Tests").
 
 With ``CI=true`` a missing Chromium or Playwright fails these tests; elsewhere
 they are skipped with the reason.

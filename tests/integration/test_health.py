@@ -1,6 +1,6 @@
 """``/healthz`` of a real authority tells the truth under real faults, and recovers.
 
-States (README, "Health"): 200 ``ok``; 503 ``degraded`` with stable ``reasons``
+States (docs/operators.md, "Health"): 200 ``ok``; 503 ``degraded`` with stable ``reasons``
 while appends fail (``storage_unavailable``), while the embedded witness cannot
 cosign (``embedded_witness_unavailable``), or while the served embedded
 cosignature is older than three refresh intervals (``cosignatures_stale``).

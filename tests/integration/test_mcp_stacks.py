@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import socket
 import sys
 import time
@@ -47,11 +46,12 @@ from deplog.client.mcp.session import GuardedClientSession, ProvenClientSession
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
+from tests.doctext import ROOT, code_blocks, section
 from tests.integration.harness import ORIGIN, AuthorityProcess, wait_for_push_subscribers
 from tests.integration.mcp_lying_server import OLD_SCHEMA, PINS
 
 JSON = {"Content-Type": "application/json"}
-README = Path(__file__).resolve().parents[2] / "README.md"
+MCP_DOC = ROOT / "docs" / "mcp.md"
 NO_POLLING = 3600.0
 PUSH_BOUND = 10.0
 
@@ -192,16 +192,15 @@ async def test_the_server_stamps_the_digest_of_the_schema_it_lists(
     assert IDENTITY_KEY not in tools["echo"].get("_meta", {})
 
 
-def readme_mcp_example(session: str) -> str:
-    """The README's MCP client example that opens ``session``."""
-    section = README.read_text().split("## In MCP stacks", 1)[1]
-    examples = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+def mcp_doc_example(session: str) -> str:
+    """The example of docs/mcp.md, "Sessions", that opens ``session``."""
+    examples = code_blocks(section(MCP_DOC, "## Sessions"), "python")
     [example] = [code for code in examples if f"{session}(" in code]
-    return str(example)
+    return example
 
 
 @pytest.mark.parametrize("session", ["GuardedClientSession", "ProvenClientSession"])
-async def test_the_readme_client_example_runs_as_printed(
+async def test_the_mcp_doc_session_example_runs_as_printed(
     session: str,
     authority: AuthorityProcess,
     publisher: Signer,
@@ -212,12 +211,12 @@ async def test_the_readme_client_example_runs_as_printed(
         os.environ,
         DEPLOG_URL=authority.url,
         DEPLOG_LOG_KEY=authority.log_verifier.vkey(),
-        DEPLOG_CHECKOUT=str(README.parent),
+        DEPLOG_CHECKOUT=str(ROOT),
     )
 
     async def run() -> list[str]:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", readme_mcp_example(session), cwd=tmp_path, env=env,
+            sys.executable, "-c", mcp_doc_example(session), cwd=tmp_path, env=env,
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, _ = await asyncio.wait_for(process.communicate(), 60)

@@ -1,7 +1,8 @@
 """A newcomer walks every ``deplog`` subcommand into its error paths, against a real authority.
 
 Each case asserts what issue 11 asks of them all: no traceback, an exit status from the
-README's tables, and the flag or file at fault named in the one line on stderr.
+exit statuses of docs/deplog-command.md, and the flag or file at fault named in the one
+line on stderr.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import pytest
 
 from deplog.client.tlog.keyfile import create_signer
 from deplog.client.tlog.note import Signer
+from tests.doctext import ROOT, exit_statuses
 from tests.integration.harness import AuthorityProcess
 
-DOCUMENTED_EXITS = frozenset({0, 1, 2, 3, 4, 5, 6, 7, 65, 73, 74, 77, 130, 141})
-"""Every exit status the README documents for deplog."""
+DOCUMENTED_EXITS = exit_statuses(ROOT / "docs" / "deplog-command.md", "## Exit statuses")
+"""Every exit status docs/deplog-command.md documents for deplog, read from its table."""
 
 
 def deplog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,6 @@
-"""A newcomer operating ``authority`` and ``witness`` from the README, down every error path:
-each ends in one line on stderr, no traceback, an exit status from the README's table,
-and the file, flag or port it is about named in the message."""
+"""A newcomer operating ``authority`` and ``witness`` from the docs, down every error path:
+each ends in one line on stderr, no traceback, an exit status from the table of
+docs/operators.md, and the file, flag or port it is about named in the message."""
 
 from __future__ import annotations
 
@@ -15,12 +15,15 @@ from pathlib import Path
 import pytest
 
 from deplog.client.tlog.note import Signer
+from tests.doctext import ROOT, exit_statuses
 from tests.integration.attached_faults import needs_strace
 from tests.integration.harness import AuthorityProcess
 from tests.integration.syscall_faults import Fault, refused_start
 
-DOCUMENTED_EXITS = {0, 1, 2, 65, 69, 73, 74, 77}
-"""README, "Exit statuses of authority and witness"."""
+DOCUMENTED_EXITS = exit_statuses(
+    ROOT / "docs" / "operators.md", "### Exit statuses of authority and witness"
+)
+"""docs/operators.md, "Exit statuses of authority and witness", read from its table."""
 NOT_A_KEY = "garbage"
 
 

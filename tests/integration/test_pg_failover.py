@@ -180,7 +180,7 @@ async def test_a_database_outage_is_503_storage_unavailable_and_appends_resume(
     during = {o for t, o in load.timeline if window["stopped"] + 0.5 < t < resumed}
     # A notice committed just before the stop can still be waiting for its cosignature,
     # which the embedded witness (its record in the same database) cannot give: that
-    # append fails closed with its own code, the notice already durable (README).
+    # append fails closed with its own code, the notice already durable (docs/operators.md).
     assert during <= {
         "503 storage_unavailable",
         "503 embedded_witness_unavailable",

@@ -1,11 +1,11 @@
 """The publication path of a real authority: what is served, pushed and receipted, under load
 and under faults of the embedded witness.
 
-The promises under test (README, "Receipts" and "Health"): every served, pushed or
-receipted checkpoint carries the embedded witness's cosignature for its own size; the
-served size never goes back; an append that cannot get that cosignature fails with 503
-``embedded_witness_unavailable`` and a resubmission returns the receipt once the witness
-is back; ``/healthz`` says so while it lasts.
+The promises under test (docs/operators.md, "What a receipt promises" and "Health"):
+every served, pushed or receipted checkpoint carries the embedded witness's cosignature
+for its own size; the served size never goes back; an append that cannot get that
+cosignature fails with 503 ``embedded_witness_unavailable`` and a resubmission returns the
+receipt once the witness is back; ``/healthz`` says so while it lasts.
 """
 
 from __future__ import annotations
