@@ -126,6 +126,7 @@ from deplog.client.tlog.timestamps import format_timestamp
 __all__ = [
     "EXIT_NOT_PROVEN",
     "ExportError",
+    "describe_cosignature",
     "export",
     "mirror",
     "read_bounded",
