@@ -217,7 +217,9 @@ def _witness_setup(
         session = aiohttp.ClientSession()
         for external in config.witnesses:
             remote = RemoteWitness(external.url, session, options.timeout)
-            tracks.append(WitnessTrack(external.verifier(), remote, True))
+            tracks.append(
+                WitnessTrack(external.verifier(), remote, True, tree_lines=external.tree_lines)
+            )
         witnessing = Witnessing(
             tracks,
             state.consistency_proof,
@@ -511,16 +513,26 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_witness_add(args: argparse.Namespace) -> int:
-    """Add an external witness (its submission URL and cosigner key) to the config."""
+    """Add an external witness (its submission URL and cosigner key, Ed25519 or ML-DSA-44)
+    to the config; ``--tree-lines`` for an Ed25519 witness that signs the first three lines
+    of a checkpoint only (litewitness)."""
     verifier = Verifier.parse_cosigner(args.key)
     if not args.url.startswith(WITNESS_URL_SCHEMES):
         raise CLIError(
             "--url must start with http:// or https:// (the witness's submission prefix)"
         )
+    if args.tree_lines and verifier.sig_type != SIG_TYPE_COSIGNATURE_V1:
+        raise CLIError(
+            "--tree-lines applies to Ed25519 (type 0x04) witness keys: an ML-DSA-44 "
+            "cosignature covers the tree lines only already; add it without --tree-lines"
+        )
     config = _load_config(args.data)
     known = [w for w in config.witnesses if w.key == verifier.vkey()]
-    config.with_witness(args.url, verifier).save(args.data / CONFIG_FILE)
-    if not known:
+    config.with_witness(args.url, verifier, args.tree_lines).save(args.data / CONFIG_FILE)
+    if known and known[0].tree_lines != args.tree_lines:
+        form = "first three lines only" if args.tree_lines else "whole checkpoint"
+        print(f"witness {verifier.name} now accepted signing the {form}; restart the authority")
+    elif not known:
         print(f"witness {verifier.name} added; restart the authority to use it")
     elif known[0].url == args.url:
         print(f"witness {verifier.name} is already configured at that URL; nothing changed")
@@ -537,14 +549,16 @@ def _cmd_witness_list(args: argparse.Namespace) -> int:
     config = _load_config(args.data)
     if args.json:
         witnesses = [
-            {"name": w.verifier().name, "url": w.url, "key": w.key} for w in config.witnesses
+            {"name": w.verifier().name, "url": w.url, "key": w.key, "tree_lines": w.tree_lines}
+            for w in config.witnesses
         ]
         print(json.dumps({"witnesses": witnesses}, indent=2))
         return 0
     if not config.witnesses:
         print("no external witnesses: add one with 'authority witness add'")
     for witness in config.witnesses:
-        print(f"{witness.verifier().name}  {witness.url}  {witness.key}")
+        form = "  (signs the tree lines only)" if witness.tree_lines else ""
+        print(f"{witness.verifier().name}  {witness.url}  {witness.key}{form}")
     return 0
 
 
@@ -578,7 +592,9 @@ def _cmd_policy(args: argparse.Namespace) -> int:
             f"embedded one and {len(witnesses) - 1} external): add witnesses with 'authority "
             "witness add --url URL --key VKEY', or lower --quorum"
         )
-    print(Policy.k_of_n(instance.signer.verifier(), witnesses, k).to_text(), end="")
+    tree_lines = [w.verifier() for w in config.witnesses if w.tree_lines]
+    policy = Policy.k_of_n(instance.signer.verifier(), witnesses, k, tree_lines)
+    print(policy.to_text(), end="")
     return 0
 
 
@@ -657,11 +673,21 @@ def parser() -> argparse.ArgumentParser:
     sp = wsub.add_parser("add", help="add an external witness, or change its URL")
     common(sp)
     sp.add_argument("--url", required=True, help="the witness's submission prefix URL")
-    sp.add_argument("--key", required=True, help="its cosigner verifier key (type 0x04)")
+    sp.add_argument(
+        "--key",
+        required=True,
+        help="its cosigner verifier key: Ed25519 (type 0x04) or ML-DSA-44 (type 0x06)",
+    )
+    sp.add_argument(
+        "--tree-lines",
+        action="store_true",
+        help="an Ed25519 witness that signs a checkpoint's first three lines only "
+        "(litewitness): accept that form of its cosignature too",
+    )
     sp.set_defaults(func=_cmd_witness_add)
     sp = wsub.add_parser("list", help="list the external witnesses")
     common(sp)
-    json_flag(sp, '{"witnesses": [{"name", "url", "key"}]}')
+    json_flag(sp, '{"witnesses": [{"name", "url", "key", "tree_lines"}]}')
     sp.set_defaults(func=_cmd_witness_list)
     sp = wsub.add_parser("remove", help="remove an external witness")
     common(sp)

@@ -6,7 +6,8 @@ Rules:
    also its key name), ``log_key`` (the stem of the log key's files in the keys
    directory) and, once an external witness is added, ``witnesses``: a list of
    ``{"url": ..., "key": ...}``, each a tlog-witness submission prefix
-   (http:// or https://) and that witness's cosigner verifier key (type 0x04).
+   (http:// or https://) and that witness's cosigner verifier key (type 0x04 or
+   0x06, rule 6).
 2. A file that is anything else is refused whole with :class:`ConfigError`
    (``malformed_config``), whose one-line message names the file and the field
    and never quotes a value; nothing of it is used.
@@ -20,6 +21,13 @@ Rules:
    the order above, two-space indented, a final newline, no ``witnesses`` until
    there is one), atomically and mode 0644: it holds no secret, only a key file
    name and public keys.
+6. A witness's key is a cosigner key of either type of tlog-cosignature v1.1:
+   Ed25519 (0x04) or ML-DSA-44 (0x06). An Ed25519 witness that signs the
+   checkpoint's first three lines only (litewitness) carries ``"tree_lines":
+   true`` (``authority witness add --tree-lines``): its cosignatures are then
+   accepted in that form too (``client.tlog.cosignature``). The member is written
+   only when true, and refused for an ML-DSA-44 key (which signs the tree lines
+   only anyway) or with any value but ``true``.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from typing import Any, Final
 from deplog.client.errors import DeplogError, ErrorCode, FormatError
 from deplog.client.files import write_atomic
 from deplog.client.tlog.keyfile import is_key_file_stem, key_file_name
-from deplog.client.tlog.note import Verifier, is_valid_key_name
+from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Verifier, is_valid_key_name
 
 __all__ = [
     "CONFIG_FILE",
@@ -48,7 +56,7 @@ DEFAULT_ORIGIN: Final = "localhost/deplog"
 WITNESS_URL_SCHEMES: Final = ("http://", "https://")
 
 _MEMBERS: Final = ("origin", "log_key", "witnesses")
-_WITNESS_MEMBERS: Final = ("url", "key")
+_WITNESS_MEMBERS: Final = ("url", "key", "tree_lines")
 
 
 class ConfigError(FormatError):
@@ -64,6 +72,8 @@ class ExternalWitness:
     url: str
     key: str
     """Its cosigner verifier key, as ``Verifier.vkey()`` writes it."""
+    tree_lines: bool = False
+    """Whether it may sign the checkpoint's first three lines only (rule 6)."""
 
     def verifier(self) -> Verifier:
         return Verifier.parse_cosigner(self.key)
@@ -93,16 +103,21 @@ class AuthorityConfig:
         """The embedded witness's key name."""
         return f"{self.origin}/witness"
 
-    def with_witness(self, url: str, verifier: Verifier) -> AuthorityConfig:
+    def with_witness(
+        self, url: str, verifier: Verifier, tree_lines: bool = False
+    ) -> AuthorityConfig:
         """This configuration plus the witness, replacing any entry with the same key."""
         vkey = verifier.vkey()
         kept = tuple(w for w in self.witnesses if w.key != vkey)
-        return replace(self, witnesses=(*kept, ExternalWitness(url, vkey)))
+        return replace(self, witnesses=(*kept, ExternalWitness(url, vkey, tree_lines)))
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"origin": self.origin, "log_key": self.log_key}
         if self.witnesses:
-            obj["witnesses"] = [{"url": w.url, "key": w.key} for w in self.witnesses]
+            obj["witnesses"] = [
+                {"url": w.url, "key": w.key, **({"tree_lines": True} if w.tree_lines else {})}
+                for w in self.witnesses
+            ]
         return obj
 
     @classmethod
@@ -161,13 +176,19 @@ def _object(
 
 def _witness(obj: object, index: int) -> ExternalWitness:
     what = f"witness {index}"
-    members = _object(obj, _WITNESS_MEMBERS, what, required=_WITNESS_MEMBERS)
+    members = _object(obj, _WITNESS_MEMBERS, what, required=("url", "key"))
     url, key = members["url"], members["key"]
     if not isinstance(url, str) or not url.startswith(WITNESS_URL_SCHEMES):
         raise ConfigError(message=f"{what}: 'url' must be http:// or https://")
     if not isinstance(key, str) or not _is_cosigner_key(key):
         raise ConfigError(message=f"{what}: 'key' must be a cosigner verifier key")
-    return ExternalWitness(url, key)
+    if "tree_lines" not in members:
+        return ExternalWitness(url, key)
+    if members["tree_lines"] is not True:
+        raise ConfigError(message=f"{what}: 'tree_lines' is true or absent")
+    if Verifier.parse_cosigner(key).sig_type != SIG_TYPE_COSIGNATURE_V1:
+        raise ConfigError(message=f"{what}: 'tree_lines' applies to Ed25519 (0x04) keys only")
+    return ExternalWitness(url, key, True)
 
 
 def _is_cosigner_key(vkey: str) -> bool:

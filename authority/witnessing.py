@@ -243,6 +243,8 @@ class WitnessTrack:
     failing: str | None = None
     """Why the latest request failed, None once it cosigned again (rule 4)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    tree_lines: bool = False
+    """An external witness that may sign the first three lines only (``config.py`` rule 6)."""
 
     @property
     def name(self) -> str:
@@ -393,7 +395,7 @@ class Witnessing:
         _, lines = parse_note(text.encode() + b"\n" + body)
         for line in lines:
             if (line.name, line.key_id) == (witness.name, witness.verifier.key_id):
-                verify_cosignature(text, line, witness.verifier)
+                verify_cosignature(text, line, witness.verifier, tree_lines=witness.tree_lines)
                 return line
         raise WitnessAnswerError(
             ErrorCode.NO_COSIGNATURE, "the witness answered without its cosignature"
@@ -437,7 +439,9 @@ class Witnessing:
         for witness in self.witnesses:
             for line in lines:
                 if (line.name, line.key_id) == (witness.name, witness.verifier.key_id):
-                    cosigned = verify_cosignature(text, line, witness.verifier)
+                    cosigned = verify_cosignature(
+                        text, line, witness.verifier, tree_lines=witness.tree_lines
+                    )
                     self._keep(checkpoint.size, witness, line, float(cosigned.timestamp))
 
     async def witness_new(self, checkpoint: StoredCheckpoint) -> None:

@@ -103,7 +103,14 @@ def test_witness_list_prints_text_and_the_documented_json(authority: Authority) 
     )
     listed = json.loads(authority.run("witness", "list", "--json")[1])
     assert listed == {
-        "witnesses": [{"name": "a.witness.example", "url": "https://a.example/", "key": WITNESS_A}]
+        "witnesses": [
+            {
+                "name": "a.witness.example",
+                "url": "https://a.example/",
+                "key": WITNESS_A,
+                "tree_lines": False,
+            }
+        ]
     }
 
 
@@ -250,3 +257,49 @@ def test_copy_of_a_log_whose_map_is_of_an_older_format_is_one_line(
     assert status != 0 and "Traceback" not in err
     assert "start the authority on it once" in err and err.strip().count("\n") == 0
     assert not (tmp_path / "copy.db").exists()
+
+
+WITNESS_PQ = Signer.generate("pq.witness.example", 0x06).verifier().vkey()
+
+
+def test_witness_add_takes_mldsa_and_tree_lines_witnesses_and_policy_names_them(
+    authority: Authority,
+) -> None:
+    from deplog.client.tlog.policy import Policy
+
+    assert (
+        authority.run("witness", "add", "--key", WITNESS_PQ, "--url", "https://pq.example/")[0] == 0
+    )
+    status, out, _ = authority.run(
+        "witness", "add", "--key", WITNESS_A, "--url", "https://a.example/", "--tree-lines"
+    )
+    assert status == 0 and "added" in out
+    saved = json.loads((authority.data / CONFIG_FILE).read_text())
+    assert saved["witnesses"] == [
+        {"url": "https://pq.example/", "key": WITNESS_PQ},
+        {"url": "https://a.example/", "key": WITNESS_A, "tree_lines": True},
+    ]
+    assert (
+        authority.run("witness", "list")[1].splitlines()[1].endswith("(signs the tree lines only)")
+    )
+    status, out, _ = authority.run("policy", "--quorum", "3")
+    assert status == 0
+    assert "#deplog: tree-lines a.witness.example\n" in out
+    policy = Policy.parse(out)
+    assert policy.witnesses["pq.witness.example"].verifier.sig_type == 0x06
+    assert policy.witnesses["a.witness.example"].tree_lines
+    # Adding it again without the flag changes how it is accepted, and says so.
+    status, out, _ = authority.run(
+        "witness", "add", "--key", WITNESS_A, "--url", "https://a.example/"
+    )
+    assert "now accepted signing the whole checkpoint" in out
+    assert not authority.config().witnesses[1].tree_lines
+
+
+def test_tree_lines_is_refused_for_an_mldsa_witness(authority: Authority) -> None:
+    status, _, err = authority.run(
+        "witness", "add", "--key", WITNESS_PQ, "--url", "https://pq.example/", "--tree-lines"
+    )
+    assert status == 1 and err.count("\n") == 1
+    assert "--tree-lines applies to Ed25519 (type 0x04) witness keys" in err
+    assert authority.config().witnesses == ()

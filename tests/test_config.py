@@ -243,3 +243,25 @@ def test_witness_add_on_an_uninitialized_directory_says_so(
     assert added == 1
     assert "is not initialized" in capsys.readouterr().err
     assert not (data / CONFIG_FILE).exists()
+
+
+def test_tree_lines_is_true_or_absent_and_only_for_ed25519_keys(path: Path) -> None:
+    from deplog.client.tlog.cosignature import cosigner
+    from deplog.client.tlog.note import Signer
+
+    ed = cosigner(Signer.generate("ed.example")).verifier().vkey()
+    pq = Signer.generate("pq.example", 0x06).verifier().vkey()
+    base = {"origin": "o.example/log", "log_key": "o.example_log"}
+    good = {**base, "witnesses": [{"url": "https://e/", "key": ed, "tree_lines": True}]}
+    assert AuthorityConfig.from_json(good).witnesses[0].tree_lines
+    assert AuthorityConfig.from_json(good).to_json() == good
+    for entry, message in (
+        ({"url": "https://e/", "key": ed, "tree_lines": False}, "true or absent"),
+        ({"url": "https://e/", "key": ed, "tree_lines": "yes"}, "true or absent"),
+        ({"url": "https://p/", "key": pq, "tree_lines": True}, "Ed25519 (0x04) keys only"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            AuthorityConfig.from_json({**base, "witnesses": [entry]})
+        assert message in str(err.value)
+    pq_only = {**base, "witnesses": [{"url": "https://p/", "key": pq}]}
+    assert AuthorityConfig.from_json(pq_only).witnesses[0].verifier().sig_type == 0x06

@@ -357,3 +357,33 @@ async def test_the_explorer_can_be_turned_off(tmp_path: Path) -> None:
 def test_a_prefix_that_could_capture_an_api_path_is_refused(prefix: str) -> None:
     with pytest.raises(ValueError):
         parse_prefix(prefix)
+
+
+def test_the_cosigners_table_names_each_type_and_a_tree_lines_cosignature() -> None:
+    from deplog.authority.explorer import pages
+    from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
+    from deplog.client.tlog.cosignature import cosign, cosigner
+    from deplog.client.tlog.note import NoteSignature, add_signature_lines, cosigned_message
+
+    log = Signer.generate("x.example/log")
+    lite = cosigner(Signer.generate("lite.example"))
+    pq = Signer.generate("pq.example", 0x06)
+    checkpoint = Checkpoint("x.example/log", 3, bytes(32), ("deplog-map/v1 " + "A" * 43 + "=",))
+    text = checkpoint.to_text()
+    three = "".join(line + "\n" for line in text.split("\n")[:3]).encode()
+    lite_line = NoteSignature(
+        lite.name, lite.key_id, (100).to_bytes(8, "big") + lite.sign(cosigned_message(three, 100))
+    )
+    note = add_signature_lines(sign_checkpoint(checkpoint, log), lite_line, cosign(text, pq, 100))
+    served = pages.Served(
+        note, 3, 100.0, log.verifier(), (lite.verifier(), pq.verifier()), 2, (lite.verifier(),)
+    )
+    view = pages.checkpoint_view(served, 200.0)
+    shown = [(c["name"], c["algorithm"], c["statement"]) for c in view["cosigners"]]
+    assert shown == [
+        ("lite.example", "ed25519", "tree_lines"),
+        ("pq.example", "ml-dsa-44", "tree_lines"),
+    ]
+    assert view["policy_met"]
+    policy = served.policy()
+    assert policy is not None and "#deplog: tree-lines lite.example\n" in policy.to_text()

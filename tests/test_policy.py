@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.cosignature import Cosignature, CosignatureError, cosign, cosigner
 from deplog.client.tlog.note import (
+    NoteSignature,
     Signer,
     UnverifiedNoteError,
     Verifier,
@@ -577,3 +578,163 @@ def test_our_cosignature_has_the_spec_layout_and_verifies_with_a_type_4_key() ->
     assert Verifier.parse_cosigner(vkey(w)).verify(
         cosigned_message(SPEC_TEXT.encode(), 1679315147), line.signature[8:]
     )
+
+
+# --- ML-DSA-44 witnesses, tree-lines witnesses and the map quorum (deplog's lines) ----
+
+MLDSA = [Signer.from_seed(f"pq{i}.example", bytes([200 + i]) * 32, 0x06) for i in range(2)]
+MAP_LINE = "deplog-map/v1 " + base64.b64encode(bytes(32)).decode()
+
+
+def mapped() -> Signed:
+    checkpoint = Checkpoint(ORIGIN, 42, bytes(range(32)), (MAP_LINE,))
+    return Signed(checkpoint, sign_checkpoint(checkpoint, LOG))
+
+
+def three_lines(signer: Signer, checkpoint: Checkpoint, timestamp: int) -> NoteSignature:
+    """litewitness's form: cosignature/v1 over the first three lines only."""
+    text = "".join(line + "\n" for line in checkpoint.to_text().split("\n")[:3]).encode()
+    sig = signer.sign(cosigned_message(text, timestamp))
+    return NoteSignature(signer.name, signer.key_id, timestamp.to_bytes(8, "big") + sig)
+
+
+def mixed_policy(extra: str = "") -> Policy:
+    return Policy.parse(
+        f"log {vkey(LOG)}\n"
+        f"witness E {vkey(WITNESSES[0])}\n"
+        f"witness L {vkey(WITNESSES[1])}\n"
+        "#deplog: tree-lines L\n"
+        f"witness P {vkey(MLDSA[0])}\n"
+        "group all-three all E L P\n"
+        "quorum all-three\n" + extra
+    )
+
+
+def test_mldsa_witness_lines_parse_and_render_back() -> None:
+    policy = mixed_policy()
+    assert policy.witnesses["P"].verifier.sig_type == 0x06
+    assert policy.witnesses["L"].tree_lines and not policy.witnesses["E"].tree_lines
+    assert Policy.parse(policy.to_text()) == policy
+    assert "#deplog: tree-lines L\n" in policy.to_text()
+
+
+def test_a_mixed_quorum_counts_ed25519_and_mldsa_cosignatures() -> None:
+    signed = mapped()
+    text = signed.checkpoint.to_text()
+    lines = [
+        cosign(text, WITNESSES[0], NOW - 10),
+        three_lines(WITNESSES[1], signed.checkpoint, NOW - 20),
+        cosign(text, MLDSA[0], NOW - 30),
+    ]
+    policy = mixed_policy()
+    verified = policy.verify(add_signature_lines(signed.note, *lines), now=NOW, max_age=60)
+    assert verified.witnessed_at == NOW - 30
+    shown = {(c.name, c.algorithm, c.statement) for c in verified.cosignatures}
+    assert shown == {
+        ("w0.example", "ed25519", "full_body"),
+        ("w1.example", "ed25519", "tree_lines"),
+        ("pq0.example", "ml-dsa-44", "tree_lines"),
+    }
+    with pytest.raises(PolicyError) as err:
+        policy.verify(add_signature_lines(signed.note, *lines[:2]), now=NOW, max_age=None)
+    assert err.value.code == "quorum_not_met"
+
+
+def test_only_a_tree_lines_witness_may_sign_the_tree_lines_only() -> None:
+    signed = mapped()
+    text = signed.checkpoint.to_text()
+    # E is not marked: its three-line cosignature is a bad cosignature, as the spec says.
+    note = add_signature_lines(
+        signed.note,
+        three_lines(WITNESSES[0], signed.checkpoint, NOW),
+        three_lines(WITNESSES[1], signed.checkpoint, NOW),
+        cosign(text, MLDSA[0], NOW),
+    )
+    with pytest.raises(CosignatureError) as err:
+        mixed_policy().verify(note, now=NOW, max_age=None)
+    assert err.value.code == "bad_cosignature"
+    # A marked witness's full-body cosignature is still accepted, and says so.
+    note = add_signature_lines(signed.note, cosign(text, WITNESSES[1], NOW))
+    (found,) = mixed_policy().cosignatures(note)
+    assert found.statement == "full_body"
+
+
+def test_the_directives_are_comments_to_every_other_parser() -> None:
+    text = mixed_policy("#deplog: map-quorum E\n").to_text()
+    stripped = "".join(
+        line + "\n" for line in text.splitlines() if not line.lstrip().startswith("#")
+    )
+    other = Policy.parse(stripped)  # what a parser that skips comments reads
+    assert not any(w.tree_lines for w in other.witnesses.values())
+    assert other.map_quorum is None
+    # "# deplog:" (with a space) is an ordinary comment to deplog too.
+    spaced = Policy.parse(text.replace("#deplog:", "# deplog:"))
+    assert spaced == other
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("#deplog: tree-lines X\n", "no witness defined on an earlier line"),
+        ("#deplog: tree-lines L\n", "twice"),
+        ("#deplog: tree-lines P\n", "Ed25519 (0x04) witness"),
+        ("#deplog: tree-lines all-three\n", "no witness"),
+        ("#deplog: tree-lines\n", "wrong number of items"),
+        ("#deplog: tree-lines E E\n", "wrong number of items"),
+        ("#deplog: treelines E\n", "unknown #deplog: line"),
+        ("#deplog:\n", "unknown #deplog: line"),
+        ("  #deplog:map-quorum nothing\n", "map-quorum is not a witness or group"),
+        ("#deplog: map-quorum none\n", "map-quorum is not a witness or group"),
+        ("#deplog: map-quorum E\n#deplog: map-quorum E\n", "more than one map-quorum"),
+        ("#deplog: map-quorum L\n", "can never be met"),
+        ("#deplog: map-quorum P\n", "can never be met"),
+        ("#deplog: map-quorum all-three\n", "can never be met"),
+    ],
+)
+def test_bad_deplog_lines_are_refused_with_their_line_number(extra: str, message: str) -> None:
+    with pytest.raises(PolicyFormatError) as err:
+        mixed_policy(extra)
+    assert message in err.value.detail
+    assert err.value.line is not None and err.value.line >= 8
+    assert err.value.code == "malformed_policy"
+
+
+def test_a_tree_lines_witness_never_counts_toward_the_map_quorum() -> None:
+    signed = mapped()
+    text = signed.checkpoint.to_text()
+    policy = Policy.parse(
+        f"log {vkey(LOG)}\n"
+        f"witness M {vkey(WITNESSES[0])}\n"
+        f"witness L {vkey(WITNESSES[1])}\n"
+        "#deplog: tree-lines L\n"
+        f"witness P {vkey(MLDSA[0])}\n"
+        "group map any M L\n"
+        "group tree any map P\n"
+        "quorum tree\n"
+        "#deplog: map-quorum map\n"
+    )
+    # The tree quorum is met by L or P, but the map quorum only by M's full body.
+    for lines in (
+        [three_lines(WITNESSES[1], signed.checkpoint, NOW)],
+        [cosign(text, WITNESSES[1], NOW)],  # L's full body: still a tree-lines witness
+        [cosign(text, MLDSA[0], NOW)],
+    ):
+        with pytest.raises(PolicyError) as err:
+            policy.verify(add_signature_lines(signed.note, *lines), now=NOW, max_age=None)
+        assert err.value.code == "quorum_not_met"
+        assert "map" in str(err.value)
+    note = add_signature_lines(
+        signed.note, cosign(text, WITNESSES[0], NOW - 50), cosign(text, MLDSA[0], NOW)
+    )
+    verified = policy.verify(note, now=NOW, max_age=None)
+    assert (verified.witnessed_at, verified.map_witnessed_at) == (NOW - 50, NOW - 50)
+    assert Policy.parse(policy.to_text()) == policy
+
+
+def test_k_of_n_marks_tree_lines_witnesses() -> None:
+    witnesses = [WITNESSES[0].verifier(), WITNESSES[1].verifier(), MLDSA[0].verifier()]
+    policy = Policy.k_of_n(LOG.verifier(), witnesses, 2, tree_lines=[witnesses[1]])
+    assert [w.tree_lines for w in policy.witnesses.values()] == [False, True, False]
+    assert Policy.parse(policy.to_text()) == policy
+    with pytest.raises(PolicyFormatError):
+        Policy.k_of_n(LOG.verifier(), witnesses, 1, tree_lines=[witnesses[2]])

@@ -641,3 +641,25 @@ def test_every_thread_answers_after_postgresql_dropped_its_connections(
         assert stored(state) == (5, log.root(5))
     finally:
         state.close()
+
+
+def test_an_mldsa_witness_cosigns_the_tree_lines_with_a_type_6_key(
+    state: WitnessState, log: MinimalLog
+) -> None:
+    from deplog.client.tlog.cosignature import verify_cosignature
+    from deplog.client.tlog.note import NoteSignature, parse_note
+
+    key = Signer.generate(WITNESS_NAME, 0x06)
+    state.add_log(log.vkey, NOW)
+    witness = Witness(state, key)
+    assert witness.verifier().sig_type == 0x06
+    request = log.request(0, 5)
+    line = witness.add_checkpoint(request, NOW)
+    note = request[request.index(b"\n\n") + 2 :]
+    text, _ = parse_note(note)
+    _, (sig,) = parse_note(text.encode() + b"\n" + line)
+    assert isinstance(sig, NoteSignature) and len(sig.signature) == 8 + 2420
+    cosig = verify_cosignature(text, sig, witness.verifier())
+    assert (cosig.timestamp, cosig.statement, cosig.algorithm) == (NOW, "tree_lines", "ml-dsa-44")
+    # The same checks as any witness: an old size it did not record is refused.
+    assert refusal(witness, log.request(0, 6)).code == "old_size_mismatch"

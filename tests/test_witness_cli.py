@@ -78,3 +78,36 @@ def test_an_unusable_data_directory_is_one_line_without_a_traceback(
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err
         assert err.startswith(f"{prog}: cannot use {missing / 'data'}")
+
+
+def test_init_type_ml_dsa_44_makes_a_type_6_key_and_keeps_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from deplog.client.tlog.note import Verifier
+
+    data, keys = tmp_path / "data", tmp_path / "keys"
+    args = ["init", "--data", str(data), "--keys", str(keys), "--name", NAME]
+    assert main([*args, "--type", "ml-dsa-44"]) == 0
+    out = capsys.readouterr().out
+    assert "created ml-dsa-44 witness key" in out
+    vkey = out.strip().splitlines()[-1].removeprefix("witness verifier key: ")
+    assert Verifier.parse_cosigner(vkey).sig_type == 0x06
+    assert (keys / "witness.example_w1.key").stat().st_mode & 0o777 == 0o600
+    assert main([*args, "--type", "ml-dsa-44"]) == 0  # idempotent
+    assert main(args) == 1  # the default type is ed25519: another key
+    err = capsys.readouterr().err
+    assert "is an ml-dsa-44 key, not ed25519" in err and err.count("\n") == 1
+
+
+def test_serve_refuses_verify_map_with_an_mldsa_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, keys = tmp_path / "data", tmp_path / "keys"
+    args = ["init", "--data", str(data), "--keys", str(keys), "--name", NAME, "--type"]
+    assert main([*args, "ml-dsa-44"]) == 0
+    capsys.readouterr()
+    serve = ["serve", "--data", str(data), "--keys", str(keys), "--port", "0"]
+    assert main([*serve, "--verify-map", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("witness: --verify-map needs an Ed25519 witness key")
+    assert "witness init --type ed25519" in err and err.count("\n") == 1

@@ -29,7 +29,7 @@ from deplog.client.model.entries import NoticeEntry, PublisherEntry
 from deplog.client.model.notice import parse_tool_id
 from deplog.client.model.rules import decode_leaf, readable_tool_id
 from deplog.client.tlog.checkpoint import Checkpoint
-from deplog.client.tlog.cosignature import cosignatures
+from deplog.client.tlog.cosignature import ALGORITHMS, cosignatures
 from deplog.client.tlog.note import Verifier, parse_note
 from deplog.client.tlog.policy import Policy
 
@@ -77,12 +77,15 @@ class Served:
     log_key: Verifier
     witnesses: tuple[Verifier, ...]
     policy_quorum: int
+    tree_lines: tuple[Verifier, ...] = ()
+    """The witnesses that may sign a checkpoint's first three lines only."""
 
     def policy(self) -> Policy | None:
         """The tlog-policy ``authority policy`` prints, or None without witnesses."""
         if not self.witnesses:
             return None
-        return Policy.k_of_n(self.log_key, list(self.witnesses), _required(self))
+        witnesses = list(self.witnesses)
+        return Policy.k_of_n(self.log_key, witnesses, _required(self), self.tree_lines)
 
 
 def _not_found() -> HTTPRequestError:
@@ -106,7 +109,10 @@ def checkpoint_view(served: Served, now: float) -> dict[str, Any]:
     """
     text, _ = parse_note(served.note)
     checkpoint = Checkpoint.from_text(text)
-    valid = {c.name: c for c in cosignatures(served.note, list(served.witnesses))}
+    valid = {
+        c.name: c
+        for c in cosignatures(served.note, list(served.witnesses), tree_lines=served.tree_lines)
+    }
     required = _required(served)
     cosigners = []
     for witness in served.witnesses:
@@ -118,6 +124,8 @@ def checkpoint_view(served: Served, now: float) -> dict[str, Any]:
                 "cosigned": cosig is not None,
                 "timestamp": None if cosig is None else _iso(cosig.timestamp),
                 "age": None if cosig is None else max(0, int(now - cosig.timestamp)),
+                "algorithm": ALGORITHMS[witness.sig_type],
+                "statement": None if cosig is None else cosig.statement,
             }
         )
     counted = sum(1 for c in cosigners if c["cosigned"])
@@ -274,7 +282,11 @@ def notice_page(reader: LogReader, served: Served, raw_index: str) -> dict[str, 
         "leaf_b64": base64.b64encode(leaf).decode("ascii"),
         "raw": _raw(leaf),
         "log_key": served.log_key.vkey(),
-        "witness_keys": [w.vkey() for w in served.witnesses],
+        # One per line; " tree-lines" after a witness that may sign the first three lines
+        # only (explorer.js reads it).
+        "witness_keys": [
+            w.vkey() + (" tree-lines" if w in served.tree_lines else "") for w in served.witnesses
+        ],
         "quorum": _required(served),
     }
     finding = reader.invalid_entry(index)

@@ -82,6 +82,7 @@ class Explorer:
             log_key=self.log_key,
             witnesses=tuple(w.verifier for w in witnesses),
             policy_quorum=self.config.policy_quorum,
+            tree_lines=tuple(w.verifier for w in witnesses if w.tree_lines),
         )
 
     def limit(self, state: AuthorityState) -> RateLimiter:

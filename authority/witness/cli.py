@@ -3,7 +3,11 @@
 A thin layer over :mod:`authority.witness`. The data directory holds
 ``witness.json`` (name and key file stem) and ``witness.db``; the keys
 directory holds the cosigning key ``<stem>.key`` (0600, signed-note private
-key encoding with signature type 0x04) and its verifier key ``<stem>.pub``.
+key encoding with signature type 0x04 for Ed25519, the default, or 0x06 for
+ML-DSA-44 with ``init --type ml-dsa-44``, tlog-cosignature v1.1) and its
+verifier key ``<stem>.pub``. The key file says which type the witness signs
+with. ``serve --verify-map`` needs an Ed25519 key: its statement is about the
+``deplog-map/v1`` line, which an ML-DSA-44 cosignature does not sign.
 
 ``serve`` answers ``POST /add-checkpoint`` (the add-checkpoint work runs on a
 small thread pool, off the event loop), ``GET /healthz`` and ``GET /metrics``.
@@ -41,13 +45,19 @@ from deplog.authority.witness.mapverify import MapVerifier, http_entries
 from deplog.authority.witness.server import build_app, render_error
 from deplog.client.errors import CLIError
 from deplog.client.files import exclusive_lock, require_writable, write_atomic
+from deplog.client.tlog.cosignature import ALGORITHMS
 from deplog.client.tlog.keyfile import (
     create_signer,
     is_key_file_stem,
     key_file_name,
     load_signer,
 )
-from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer, is_valid_key_name
+from deplog.client.tlog.note import (
+    COSIGNER_TYPES,
+    SIG_TYPE_COSIGNATURE_V1,
+    Signer,
+    is_valid_key_name,
+)
 from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
@@ -91,9 +101,16 @@ class WitnessConfig:
         return self.data / DB_FILE
 
 
-def init(data: Path, keys: Path, name: str, out: IO[str]) -> tuple[WitnessConfig, Signer]:
-    """Create (or reopen) the data directory, config, database and cosigning key. Idempotent;
-    a name that can never be a key name is refused before anything is created."""
+KEY_TYPES = {name: sig_type for sig_type, name in ALGORITHMS.items()}
+"""``init --type`` names: ``ed25519`` (type 0x04) and ``ml-dsa-44`` (type 0x06)."""
+
+
+def init(
+    data: Path, keys: Path, name: str, out: IO[str], sig_type: int = SIG_TYPE_COSIGNATURE_V1
+) -> tuple[WitnessConfig, Signer]:
+    """Create (or reopen) the data directory, config, database and cosigning key of type
+    ``sig_type``. Idempotent; a name that can never be a key name is refused before
+    anything is created, and so is reopening a witness whose key has another type."""
     if not is_valid_key_name(name):
         raise CLIError(
             "--name must be a key name, without spaces or '+' (e.g. witness.example/w1); "
@@ -111,10 +128,15 @@ def init(data: Path, keys: Path, name: str, out: IO[str]) -> tuple[WitnessConfig
     data.mkdir(parents=True, exist_ok=True)
     if private.exists():
         with key_file(private, "witness init"):
-            signer = load_signer(keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)
+            signer = load_signer(keys, config.key_stem, COSIGNER_TYPES)
+        if signer.sig_type != sig_type:
+            raise CLIError(
+                f"{private} is an {ALGORITHMS[signer.sig_type]} key, not {ALGORITHMS[sig_type]}: "
+                "give its --type, or another --name for a new witness"
+            )
     else:
-        signer = create_signer(keys, config.key_stem, name, SIG_TYPE_COSIGNATURE_V1)
-        print(f"created witness key {private} (mode 0600)", file=out)
+        signer = create_signer(keys, config.key_stem, name, sig_type)
+        print(f"created {ALGORITHMS[sig_type]} witness key {private} (mode 0600)", file=out)
     if not config_path.exists():
         text = json.dumps({"name": name, "key": config.key_stem}, indent=2) + "\n"
         write_atomic(config_path, [text.encode()])
@@ -158,7 +180,7 @@ async def _serve(config: WitnessConfig, witness: Witness, sock: socket.socket) -
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
-    init(args.data, args.keys, args.name, sys.stdout)
+    init(args.data, args.keys, args.name, sys.stdout, KEY_TYPES[args.type])
     return 0
 
 
@@ -224,7 +246,13 @@ def _start(args: argparse.Namespace, sock: socket.socket) -> int:
     """Everything ``serve`` does once its port is bound: read, lock, open, serve."""
     config = _read_config(args.data)
     with key_file(args.keys / f"{config.key_stem}.key", "witness init"):
-        signer = load_signer(args.keys, config.key_stem, SIG_TYPE_COSIGNATURE_V1)
+        signer = load_signer(args.keys, config.key_stem, COSIGNER_TYPES)
+    if args.verify_map is not None and signer.sig_type != SIG_TYPE_COSIGNATURE_V1:
+        raise CLIError(
+            "--verify-map needs an Ed25519 witness key: an ML-DSA-44 cosignature does not sign "
+            "the map line; run the map-verifying witness under its own name "
+            "('witness init --type ed25519 --name ...')"
+        )
     with exclusive_lock(args.data / LOCK_FILE) as owned:
         if not owned:
             raise CLIError(f"another witness is already serving {args.data}")
@@ -270,6 +298,13 @@ def parser() -> argparse.ArgumentParser:
     data_arg(sp)
     sp.add_argument("--keys", type=Path, required=True, help="directory of key files")
     sp.add_argument("--name", required=True, help="witness key name, e.g. witness.example/w1")
+    sp.add_argument(
+        "--type",
+        choices=list(KEY_TYPES),
+        default="ed25519",
+        help="cosignature type (tlog-cosignature v1.1): ed25519 (cosignature/v1, type 0x04, "
+        "the default) or ml-dsa-44 (type 0x06, post-quantum); --verify-map needs ed25519",
+    )
     sp.set_defaults(func=_cmd_init)
 
     sp = sub.add_parser("add-log", help="trust a log's key for its checkpoints' origin")

@@ -69,7 +69,7 @@ from deplog.client.tlog.checkpoint import (
 )
 from deplog.client.tlog.cosignature import cosign
 from deplog.client.tlog.note import (
-    SIG_TYPE_COSIGNATURE_V1,
+    COSIGNER_TYPES,
     InvalidNoteSignatureError,
     KeyFormatError,
     NoteFormatError,
@@ -619,7 +619,9 @@ class WitnessState:
 
 
 class Witness:
-    """Checks add-checkpoint requests against the state and cosigns with a type 0x04 key.
+    """Checks add-checkpoint requests against the state and cosigns with its key: Ed25519
+    ``cosignature/v1`` over the whole checkpoint text (type 0x04), or ML-DSA-44 over the
+    ``cosigned_message`` of its first three lines (type 0x06, tlog-cosignature v1.1).
 
     ``before_commit``, None by default, is called with the checkpoint after
     every check passed and before the compare-and-swap: tests stall a request
@@ -633,15 +635,15 @@ class Witness:
     """
 
     def __init__(self, state: WitnessState, signer: Signer) -> None:
-        if signer.sig_type != SIG_TYPE_COSIGNATURE_V1:
-            raise ValueError("a witness cosigns with a type 0x04 (cosignature/v1) key")
+        if signer.sig_type not in COSIGNER_TYPES:
+            raise ValueError("a witness cosigns with a type 0x04 or 0x06 (cosigner) key")
         self.state = state
         self.signer = signer
         self.before_commit: Callable[[Checkpoint], None] | None = None
         self.statement: Callable[[Checkpoint], None] | None = None
 
     def verifier(self) -> Verifier:
-        """The witness's cosigner verifier key (type 0x04)."""
+        """The witness's cosigner verifier key (type 0x04 or 0x06)."""
         return self.signer.verifier()
 
     def add_checkpoint(self, body: bytes, now: int) -> bytes:

@@ -45,9 +45,13 @@ with ``EXIT_NOT_PROVEN`` (4).
 
 ``audit checkpoint --policy FILE`` checks a C2SP tlog-policy (log signature
 and witness quorum, :mod:`client.policy`) and adds one line per valid
-cosignature to its success line; the quorum time is the witnessed time. With
-``--policy``, ``--log-key`` is optional; if given it is the only log accepted
-(tlog-policy: a policy may leave the logs to context).
+cosignature to its success line, naming its type (``ed25519`` or ``ml-dsa-44``) and,
+for one over the first three lines only, ``tree lines only`` (JSON: ``algorithm``
+and ``statement``, ``full_body`` or ``tree_lines``); the quorum time is the
+witnessed time. ``audit receipt --policy FILE`` checks a receipt's checkpoint the
+same way before its inclusion proof. With ``--policy``, ``--log-key`` is optional;
+if given it is the only log accepted (tlog-policy: a policy may leave the logs to
+context).
 """
 
 from __future__ import annotations
@@ -71,7 +75,6 @@ from deplog.client.audit.offline import (
     ReplayReport,
     audit_checkpoint,
     audit_consistency,
-    audit_receipt,
     replay,
 )
 from deplog.client.audit.tiledir import MirrorReport, mirror_tiles, tiles_dir_leaves
@@ -92,7 +95,7 @@ from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
 from deplog.client.follow.tiles import TilesLogSource
 from deplog.client.model import canonical
 from deplog.client.model.canonical import JSONFormatError
-from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, encode_entry
+from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, decode_entry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
 from deplog.client.model.rules import InvalidEntry
 from deplog.client.model.semver import Version
@@ -105,17 +108,25 @@ from deplog.client.model.vmap import (
 from deplog.client.progress import Progress
 from deplog.client.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin
+from deplog.client.tlog.cosignature import TREE_LINES, Cosignature
 from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
 from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyError, PolicyLog
-from deplog.client.tlog.proofs import ConsistencyProof, TreeFrontier, TreeMismatchError, leaf_hash
+from deplog.client.tlog.proofs import (
+    ConsistencyProof,
+    TreeFrontier,
+    TreeMismatchError,
+    leaf_hash,
+    verify_inclusion,
+)
 from deplog.client.tlog.receipt import MAX_RECEIPT_SIZE, Receipt
 from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
     "EXIT_NOT_PROVEN",
     "ExportError",
+    "describe_cosignature",
     "export",
     "mirror",
     "read_bounded",
@@ -258,14 +269,24 @@ def _checkpoint_verifier(args: argparse.Namespace, max_age: float | None) -> _Ch
             raise PolicyError(ErrorCode.STALE_CHECKPOINT, "no witness quorum dates it")
         lines = [f"quorum {'none required' if when is None else f'met at {_rfc3339(when)}'}"]
         lines += [
-            f"  cosigned by {c.name} at {_rfc3339(c.timestamp)}" for c in verified.cosignatures
+            f"  cosigned by {c.name} at {_rfc3339(c.timestamp)}{describe_cosignature(c)}"
+            for c in verified.cosignatures
         ]
         shape = {
             "quorum_met_at": None if when is None else _rfc3339(when),
             "cosignatures": [
-                {"name": c.name, "timestamp": _rfc3339(c.timestamp)} for c in verified.cosignatures
+                {
+                    "name": c.name,
+                    "timestamp": _rfc3339(c.timestamp),
+                    "algorithm": c.algorithm,
+                    "statement": c.statement,
+                }
+                for c in verified.cosignatures
             ],
         }
+        if policy.map_quorum is not None:
+            met = verified.map_witnessed_at
+            shape["map_quorum_met_at"] = None if met is None else _rfc3339(met)
         return verified.checkpoint, lines, shape
 
     return verify
@@ -284,17 +305,42 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
 
 
 def _cmd_receipt(args: argparse.Namespace) -> int:
+    """A receipt against ``--log-key``, or against a whole ``--policy`` (its checkpoint's
+    cosignatures and quorum too, as ``audit checkpoint --policy`` checks them)."""
+    verify = _checkpoint_verifier(args, None)
     if args.envelope is not None:
         body = read_bounded(args.envelope, MAX_ENVELOPE_BYTES)
         leaf = encode_entry(NoticeEntry(Envelope.parse(body)))
     else:
         leaf = read_bounded(args.leaf, MAX_ENTRY_BYTES)
-    receipt = read_bounded(args.receipt, MAX_RECEIPT_SIZE)
-    checkpoint = audit_receipt(receipt, leaf, read_log_key(args.log_key), args.origin)
-    index = Receipt.parse(receipt).index
-    shape = {"ok": True, "index": index, "checkpoint": _checkpoint_json(checkpoint)}
-    _result(args, [f"ok: entry {index} is included in {_describe(checkpoint)}"], shape)
+    data = read_bounded(args.receipt, MAX_RECEIPT_SIZE)
+    receipt = Receipt.parse(data)
+    checkpoint, policy_lines, policy_shape = verify(receipt.checkpoint)
+    decode_entry(leaf)
+    verify_inclusion(
+        leaf_hash(leaf), receipt.index, checkpoint.size, receipt.proof, checkpoint.root_hash
+    )
+    first = f"ok: entry {receipt.index} is included in {_describe(checkpoint)}"
+    if policy_lines:
+        first += f"; {policy_lines[0]}"
+    shape = {
+        "ok": True,
+        "index": receipt.index,
+        "checkpoint": _checkpoint_json(checkpoint),
+        **policy_shape,
+    }
+    _result(args, [first, *policy_lines[1:]], shape)
     return 0
+
+
+def describe_cosignature(cosig: Cosignature) -> str:
+    """What a cosignature line adds after its time: nothing for the spec's Ed25519
+    full-body form, else `` (ed25519, tree lines only)`` or `` (ml-dsa-44, tree lines
+    only)``: its type, and that it covers only the origin, size and root (no extension
+    line, so not the map line)."""
+    if cosig.algorithm == "ed25519" and cosig.statement != TREE_LINES:
+        return ""
+    return f" ({cosig.algorithm}, tree lines only)"
 
 
 def _cmd_consistency(args: argparse.Namespace) -> int:
@@ -743,8 +789,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sp.add_argument("file", type=Path, help="the signed checkpoint note")
     sp.add_argument("--policy", type=Path, help="a C2SP tlog-policy file to verify against")
 
-    sp = add("receipt", "verify that a receipt proves an entry is in the log", _cmd_receipt)
+    sp = add(
+        "receipt",
+        "verify that a receipt proves an entry is in the log",
+        _cmd_receipt,
+        key_required=False,
+    )
     sp.add_argument("receipt", type=Path, help="the .tlog-proof file")
+    sp.add_argument(
+        "--policy",
+        type=Path,
+        help="a C2SP tlog-policy file: also verify the receipt's cosignatures and quorum",
+    )
     given = sp.add_mutually_exclusive_group(required=True)
     given.add_argument("--envelope", type=Path, help="the signed envelope JSON that was logged")
     given.add_argument("--leaf", type=Path, help="the exact leaf bytes")

@@ -3,7 +3,8 @@
 Thin over the library: ``keygen`` writes a publisher key pair, ``publish``
 (``client.cli.publish``) signs a notice, saves it, submits it and keeps its
 receipt, ``verify-receipt`` checks a receipt offline with nothing but the log's
-verifier key.
+verifier key, or with a whole witness policy (``--policy``: its cosignatures,
+Ed25519 or ML-DSA-44, and quorum too).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import asyncio
 import importlib.metadata
 import json
 import sys
+import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,7 +50,8 @@ from deplog.client.progress import Progress
 from deplog.client.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.keyfile import create_signer, key_file_name
-from deplog.client.tlog.receipt import Receipt, verify_receipt
+from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyLog
+from deplog.client.tlog.receipt import Receipt, verify_receipt, verify_receipt_with_policy
 from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
@@ -93,9 +97,30 @@ def _cmd_verify_receipt(args: argparse.Namespace) -> int:
         decode_entry(leaf)
     else:
         raise CLIError("give the logged data: --envelope FILE or --leaf FILE", 2)
-    checkpoint = verify_receipt(receipt, leaf, auditcli.read_log_key(args.log_key))
-    print(f"ok: entry {receipt.index} is in {checkpoint.origin} at tree size {checkpoint.size}")
+    if args.policy is None:
+        if args.log_key is None:
+            raise CLIError("give the log key (--log-key) or a witness policy (--policy FILE)", 2)
+        checkpoint = verify_receipt(receipt, leaf, auditcli.read_log_key(args.log_key))
+        print(f"ok: entry {receipt.index} is in {checkpoint.origin} at tree size {checkpoint.size}")
+        return 0
+    policy = Policy.parse(auditcli.read_bounded(args.policy, MAX_POLICY_SIZE))
+    if args.log_key is not None:  # then the only log accepted, as for deplog audit
+        policy = replace(policy, logs=(PolicyLog(auditcli.read_log_key(args.log_key)),))
+    verified = verify_receipt_with_policy(receipt, leaf, policy, now=time.time())
+    checkpoint, when = verified.checkpoint, verified.witnessed_at
+    quorum = "none required" if when is None else f"met at {_iso(when)}"
+    print(
+        f"ok: entry {receipt.index} is in {checkpoint.origin} at tree size {checkpoint.size}; "
+        f"quorum {quorum}"
+    )
+    for cosig in verified.cosignatures:
+        described = auditcli.describe_cosignature(cosig)
+        print(f"  cosigned by {cosig.name} at {_iso(cosig.timestamp)}{described}")
     return 0
+
+
+def _iso(timestamp: int) -> str:
+    return format_timestamp(datetime.fromtimestamp(timestamp, UTC))
 
 
 async def _first_sync(follower: Follower, args: argparse.Namespace) -> SyncResult:
@@ -306,7 +331,13 @@ def parser() -> argparse.ArgumentParser:
     publishcli.register(sub)
 
     sp = sub.add_parser("verify-receipt", help="verify a receipt offline")
-    sp.add_argument("--log-key", required=True, help="log verifier key, or a file holding it")
+    sp.add_argument("--log-key", help="log verifier key, or a file holding it")
+    sp.add_argument(
+        "--policy",
+        type=Path,
+        help="a C2SP tlog-policy file: also verify the receipt's cosignatures and quorum "
+        "(then --log-key, if given, is the only log accepted)",
+    )
     sp.add_argument("receipt", type=Path, help="the .tlog-proof file")
     sp.add_argument("--envelope", type=Path, help="the signed envelope JSON that was published")
     sp.add_argument("--leaf", type=Path, help="the exact leaf bytes")

@@ -153,7 +153,11 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
         "the checkpoint's origin is not the log key's name: pass --origin if the log "
         "signs under another origin"
     ),
-    _E.BAD_COSIGNATURE: "a witness cosignature does not verify",
+    _E.BAD_COSIGNATURE: (
+        "a witness cosignature does not verify (an Ed25519 witness that signs only a "
+        "checkpoint's first three lines, like litewitness, needs '#deplog: tree-lines NAME' "
+        "in the policy, or 'authority witness add --tree-lines')"
+    ),
     _E.WRONG_COSIGNER: "a cosignature was made by another key than the one checked",
     _E.MALFORMED_PROOF: "a proof is not the API's JSON shape",
     _E.BAD_PROOF_REQUEST: "a proof was asked for a leaf or size outside the tree",
@@ -164,9 +168,13 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     _E.MISSING_ENTRIES: "there are fewer entries than the checkpoint's size",
     _E.ENTRIES_ROOT_MISMATCH: "the entries do not hash to the checkpoint's root",
     _E.MALFORMED_RECEIPT: "not a C2SP tlog-proof receipt",
-    _E.MALFORMED_POLICY: "not a C2SP tlog-policy file",
+    _E.MALFORMED_POLICY: (
+        "not a C2SP tlog-policy file, or a '#deplog:' line that is not tree-lines or map-quorum"
+    ),
     _E.LOG_NOT_IN_POLICY: "the checkpoint's origin names no log of the policy",
-    _E.QUORUM_NOT_MET: "the policy's witness quorum has not cosigned the checkpoint",
+    _E.QUORUM_NOT_MET: (
+        "the policy's witness quorum (or its '#deplog: map-quorum') has not cosigned the checkpoint"
+    ),
     _E.STALE_CHECKPOINT: "the quorum's newest cosignature is older than the freshness bound",
     _E.MALFORMED_EVIDENCE: "not a fork evidence file",
     _E.OTHER_LOG: "the evidence is about another log key",

@@ -1,39 +1,78 @@
-"""C2SP tlog-cosignature v1.0.1: Ed25519 ``cosignature/v1`` timestamped cosignatures.
+"""C2SP tlog-cosignature v1.1: timestamped Ed25519 and ML-DSA-44 cosignatures.
 
-A cosignature is a note signature line on a checkpoint, by a cosigner key of
-signature type 0x04 (so the same Ed25519 key has another key ID than as a log
-key). Its bytes after the key ID are a big-endian u64 POSIX timestamp and an
-Ed25519 signature over ``cosignature/v1\\ntime <timestamp>\\n`` followed by the
-checkpoint's note text. It states that, as of that time, this is the largest
-consistent tree the cosigner has seen for the origin; that statement is what
-bounds a checkpoint's staleness for a client that trusts the cosigner.
+A cosignature is a note signature line on a checkpoint by a cosigner key. Its
+bytes after the key ID are a ``timestamped_signature``: a big-endian u64 POSIX
+timestamp, then the signature. Two types exist, told apart by the key's type
+byte (so one key ID never means two algorithms):
+
+* type 0x04, Ed25519 ``cosignature/v1``: 64 bytes over ``cosignature/v1\\ntime
+  <timestamp>\\n`` followed by the checkpoint's whole note text, extension lines
+  included;
+* type 0x06, ML-DSA-44: 2420 bytes over the binary ``cosigned_message`` (label
+  ``subtree/v1\\n\\0``, cosigner name, timestamp, origin, start 0, end = size,
+  root), which holds the first three lines' values and no extension line.
+
+Either states that, as of that time, this is the largest consistent tree the
+cosigner has seen for the origin; that statement is what bounds a checkpoint's
+staleness for a client that trusts the cosigner. The spec adds that no semantic
+statement is made about extension lines, even by a full-body Ed25519 signature.
+
+So an Ed25519 cosignature over the first three lines only (what litewitness,
+torchwood up to v0.5.0, signs) states exactly what a full-body one states about
+the tree. It is not the spec's form, so it is accepted only for a key the
+caller marks as signing the tree lines (``tree_lines``; a policy's
+``#deplog: tree-lines`` line), and every verified :class:`Cosignature` says which
+lines it covers in ``statement``: ``full_body`` (the note text as signed,
+extension lines and so the ``deplog-map/v1`` line included) or ``tree_lines``
+(origin, size and root only: an ML-DSA-44 cosignature, or such an Ed25519 one).
+A statement about the map line (a map-verifying witness's) needs ``full_body``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from deplog.client.errors import ErrorCode, VerificationError
 from deplog.client.tlog.note import (
+    COSIGNER_TYPES,
+    SIG_TYPE_COSIGNATURE_MLDSA44,
     SIG_TYPE_COSIGNATURE_V1,
     NoteSignature,
     Signer,
     Verifier,
     cosigned_message,
     parse_note,
+    subtree_cosigned_message,
 )
+from deplog.client.tlog.note import tree_lines as checkpoint_tree
 
 __all__ = [
+    "ALGORITHMS",
+    "FULL_BODY",
     "TIMESTAMP_SIZE",
+    "TREE_LINES",
     "Cosignature",
     "CosignatureError",
+    "Statement",
     "cosign",
     "cosignatures",
     "cosigner",
+    "tree_lines_text",
     "verify_cosignature",
 ]
 
 TIMESTAMP_SIZE = 8
+
+Statement = Literal["full_body", "tree_lines"]
+FULL_BODY: Final[Statement] = "full_body"
+"""The signature covers the whole note text, extension lines included."""
+TREE_LINES: Final[Statement] = "tree_lines"
+"""The signature covers the origin, size and root lines only."""
+
+ALGORITHMS: Final = {SIG_TYPE_COSIGNATURE_V1: "ed25519", SIG_TYPE_COSIGNATURE_MLDSA44: "ml-dsa-44"}
+"""The name each cosigner key type is shown with (``witness init --type``, JSON output)."""
 
 
 class CosignatureError(VerificationError):
@@ -45,54 +84,103 @@ class CosignatureError(VerificationError):
 
 @dataclass(frozen=True)
 class Cosignature:
-    """A verified cosignature: who signed, and the time it vouches for."""
+    """A verified cosignature: who signed, the time it vouches for, its key type, and
+    which lines of the checkpoint it covers (``statement``)."""
 
     name: str
     key_id: bytes
     timestamp: int
+    sig_type: int = SIG_TYPE_COSIGNATURE_V1
+    statement: Statement = FULL_BODY
+
+    @property
+    def algorithm(self) -> str:
+        """``ed25519`` or ``ml-dsa-44``."""
+        return ALGORITHMS[self.sig_type]
 
 
 def cosigner(signer: Signer) -> Signer:
-    """The cosigning (type 0x04) form of a key; its key ID differs from the log form's."""
+    """The cosigning (type 0x04) form of an Ed25519 key; its key ID differs from the log
+    form's. An ML-DSA-44 key is a cosigner key already and is returned as it is."""
+    if signer.sig_type == SIG_TYPE_COSIGNATURE_MLDSA44:
+        return signer
     return signer.with_sig_type(SIG_TYPE_COSIGNATURE_V1)
 
 
+def tree_lines_text(text: bytes) -> bytes | None:
+    """The first three lines of a checkpoint body (origin, size, root, each with its
+    newline), or None if ``text`` is not a checkpoint body."""
+    if checkpoint_tree(text) is None:
+        return None
+    return b"".join(line + b"\n" for line in text.split(b"\n", 3)[:3])
+
+
 def cosign(text: str, signer: Signer, timestamp: int) -> NoteSignature:
-    """A ``cosignature/v1`` line over the checkpoint note ``text`` at ``timestamp``."""
-    if signer.sig_type != SIG_TYPE_COSIGNATURE_V1:
-        raise ValueError("cosign with a type 0x04 key (see cosigner())")
-    message = cosigned_message(text.encode("utf-8"), timestamp)
+    """A cosignature line over the checkpoint note ``text`` at ``timestamp``: Ed25519
+    ``cosignature/v1`` over the whole text (type 0x04), or ML-DSA-44 over the
+    ``cosigned_message`` of its first three lines (type 0x06; ``text`` must be a
+    checkpoint body)."""
+    if signer.sig_type not in COSIGNER_TYPES:
+        raise ValueError("cosign with a type 0x04 or 0x06 key (see cosigner())")
+    raw = text.encode("utf-8")
+    if signer.sig_type == SIG_TYPE_COSIGNATURE_V1:
+        message = cosigned_message(raw, timestamp)
+    else:
+        tree = checkpoint_tree(raw)
+        if tree is None:
+            raise ValueError("an ML-DSA-44 cosignature is made over a checkpoint body")
+        origin, size, root = tree
+        message = subtree_cosigned_message(signer.name, timestamp, origin, 0, size, root)
     body = timestamp.to_bytes(TIMESTAMP_SIZE, "big") + signer.sign(message)
     return NoteSignature(signer.name, bytes(signer.key_id), body)
 
 
-def verify_cosignature(text: str, signature: NoteSignature, verifier: Verifier) -> Cosignature:
-    """Check one signature line against a cosigner key; returns its timestamp."""
-    if verifier.sig_type != SIG_TYPE_COSIGNATURE_V1:
-        raise ValueError("verify cosignatures with a type 0x04 key")
+def verify_cosignature(
+    text: str, signature: NoteSignature, verifier: Verifier, *, tree_lines: bool = False
+) -> Cosignature:
+    """Check one signature line against a cosigner key; returns its timestamp and statement.
+
+    With ``tree_lines`` an Ed25519 line that does not verify over the whole text is
+    also tried over the first three lines (``statement`` is then ``tree_lines``).
+    """
+    if verifier.sig_type not in COSIGNER_TYPES:
+        raise ValueError("verify cosignatures with a type 0x04 or 0x06 key")
     if signature.name != verifier.name or signature.key_id != verifier.key_id:
         raise CosignatureError(ErrorCode.WRONG_COSIGNER, "signature is by another key")
-    if not verifier.verify_note_signature(text.encode("utf-8"), signature.signature):
-        raise CosignatureError()
+    raw = text.encode("utf-8")
+    statement: Statement = TREE_LINES if verifier.is_mldsa else FULL_BODY
+    if not verifier.verify_note_signature(raw, signature.signature):
+        prefix = tree_lines_text(raw) if tree_lines and not verifier.is_mldsa else None
+        if prefix is None or prefix == raw:
+            raise CosignatureError()
+        if not verifier.verify_note_signature(prefix, signature.signature):
+            raise CosignatureError()
+        statement = TREE_LINES
     timestamp = int.from_bytes(signature.signature[:TIMESTAMP_SIZE], "big")
-    return Cosignature(verifier.name, verifier.key_id, timestamp)
+    return Cosignature(verifier.name, verifier.key_id, timestamp, verifier.sig_type, statement)
 
 
-def cosignatures(note: bytes, verifiers: list[Verifier]) -> list[Cosignature]:
+def cosignatures(
+    note: bytes, verifiers: list[Verifier], *, tree_lines: Collection[Verifier] = ()
+) -> list[Cosignature]:
     """Every valid cosignature on a signed note by one of ``verifiers``, newest first per key.
 
     Lines by unknown keys are ignored (signed-note); a line by a known key that
-    does not verify is an error, as for any note signature.
+    does not verify is an error, as for any note signature. The keys in
+    ``tree_lines`` may have signed the first three lines only (see the module
+    docstring); every other key's Ed25519 lines must cover the whole text.
     """
     text, lines = parse_note(note)
     known = {(v.name, v.key_id): v for v in verifiers}
+    lenient = {(v.name, v.key_id) for v in tree_lines}
     found: dict[tuple[str, bytes], Cosignature] = {}
     for line in lines:
-        verifier = known.get((line.name, line.key_id))
+        key = (line.name, line.key_id)
+        verifier = known.get(key)
         if verifier is None:
             continue
-        cosig = verify_cosignature(text, line, verifier)
-        best = found.get((line.name, line.key_id))
+        cosig = verify_cosignature(text, line, verifier, tree_lines=key in lenient)
+        best = found.get(key)
         if best is None or cosig.timestamp > best.timestamp:
-            found[(line.name, line.key_id)] = cosig
+            found[key] = cosig
     return list(found.values())

@@ -10,7 +10,7 @@ a file holding it (``read_verifier_key``), so ``keys/<name>.pub`` can be passed
 as it is.
 
 The signature type byte is part of both encodings, so a witness's cosigning key
-(type 0x04, tlog-cosignature) is stored as such and cannot be loaded by mistake
+(type 0x04 or 0x06, tlog-cosignature) is stored as such and cannot be loaded by mistake
 as a log key (type 0x01), whose key ID differs.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Collection
 from pathlib import Path
 from typing import Final
 
@@ -67,8 +68,11 @@ def create_signer(keys_dir: Path, stem: str, name: str, sig_type: int = SIG_TYPE
     return signer
 
 
-def load_signer(keys_dir: Path, stem: str, sig_type: int = SIG_TYPE_ED25519) -> Signer:
-    """Read ``<stem>.key`` of the given type, refusing a file that group or others can read."""
+def load_signer(
+    keys_dir: Path, stem: str, sig_type: int | Collection[int] = SIG_TYPE_ED25519
+) -> Signer:
+    """Read ``<stem>.key`` of the given type (or one of the given types, such as a witness's
+    Ed25519 or ML-DSA-44 cosigner key), refusing a file that group or others can read."""
     private = keys_dir / f"{stem}.key"
     try:
         mode = private.stat().st_mode

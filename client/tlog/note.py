@@ -1,4 +1,4 @@
-"""Signed notes (C2SP signed-note v1.0.0) with Ed25519 keys.
+"""Signed notes (C2SP signed-note v1.0.0) with Ed25519 and ML-DSA-44 keys.
 
 A note is UTF-8 text followed by a blank line and one or more signature lines,
 ``— <key name> base64(key ID || signature)``. Everything here is a pure
@@ -24,7 +24,12 @@ Keys come in the verifier key (``name+hex8+base64(type||key)``) and private key
 (``PRIVATE+KEY+name+hex8+base64(type||seed)``) encodings of Go's ``note``
 package. Type 0x01 keys sign the note text itself; type 0x04 keys are
 tlog-cosignature ``cosignature/v1`` keys, whose signatures cover a timestamped
-message instead (see :meth:`Verifier.verify_note_signature`).
+message instead; type 0x06 keys are tlog-cosignature v1.1 ML-DSA-44 cosigner keys
+(FIPS 204, 1312-byte public keys), whose signatures cover the binary
+``cosigned_message`` built from a checkpoint's first three lines (see
+:meth:`Verifier.verify_note_signature`). An ML-DSA-44 private key is its 32-byte
+FIPS 204 seed (``xi``), so its private key encoding has the same shape as an
+Ed25519 one: ``PRIVATE+KEY+name+hex8+base64(0x06||seed)``.
 """
 
 from __future__ import annotations
@@ -32,23 +37,32 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import os
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 import nacl.exceptions
 import nacl.signing
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.mldsa import MLDSA44PrivateKey, MLDSA44PublicKey
 
 from deplog.client.errors import ErrorCode, FormatError, VerificationError
 
 __all__ = [
+    "COSIGNATURE_MLDSA44_SIZE",
     "COSIGNATURE_V1_SIZE",
+    "COSIGNER_TYPES",
     "ED25519_KEY_SIZE",
     "ED25519_SIGNATURE_SIZE",
     "KEY_ID_SIZE",
     "MAX_NOTE_SIZE",
     "MAX_SIGNATURES",
+    "MLDSA44_KEY_SIZE",
+    "MLDSA44_SEED_SIZE",
+    "MLDSA44_SIGNATURE_SIZE",
+    "SIG_TYPE_COSIGNATURE_MLDSA44",
     "SIG_TYPE_COSIGNATURE_V1",
     "SIG_TYPE_ED25519",
     "InvalidNoteSignatureError",
@@ -68,6 +82,8 @@ __all__ = [
     "open_note",
     "parse_note",
     "sign_note",
+    "subtree_cosigned_message",
+    "tree_lines",
 ]
 
 SIG_TYPE_ED25519 = 0x01
@@ -75,6 +91,12 @@ SIG_TYPE_ED25519 = 0x01
 
 SIG_TYPE_COSIGNATURE_V1 = 0x04
 """Signature type byte of timestamped Ed25519 witness cosignatures (tlog-cosignature)."""
+
+SIG_TYPE_COSIGNATURE_MLDSA44 = 0x06
+"""Signature type byte of timestamped ML-DSA-44 witness cosignatures (tlog-cosignature v1.1)."""
+
+COSIGNER_TYPES = (SIG_TYPE_COSIGNATURE_V1, SIG_TYPE_COSIGNATURE_MLDSA44)
+"""The cosigner key types a witness key may have: Ed25519 (0x04) and ML-DSA-44 (0x06)."""
 
 MAX_NOTE_SIZE = 1 << 20
 """Largest note accepted, in bytes; bounds the work an untrusted note can cause."""
@@ -87,12 +109,32 @@ ED25519_KEY_SIZE = 32
 ED25519_SIGNATURE_SIZE = 64
 COSIGNATURE_V1_SIZE = 8 + ED25519_SIGNATURE_SIZE
 """A ``cosignature/v1`` payload: big-endian u64 timestamp, then the Ed25519 signature."""
+MLDSA44_KEY_SIZE = 1312
+MLDSA44_SIGNATURE_SIZE = 2420
+MLDSA44_SEED_SIZE = 32
+COSIGNATURE_MLDSA44_SIZE = 8 + MLDSA44_SIGNATURE_SIZE
+"""An ML-DSA-44 ``timestamped_signature``: big-endian u64 timestamp, then the signature."""
+SUBTREE_LABEL = b"subtree/v1\n\0"
+"""The 12-byte label that starts every ML-DSA-44 ``cosigned_message`` (tlog-cosignature)."""
+
+_KEY_SIZES = {
+    SIG_TYPE_ED25519: ED25519_KEY_SIZE,
+    SIG_TYPE_COSIGNATURE_V1: ED25519_KEY_SIZE,
+    SIG_TYPE_COSIGNATURE_MLDSA44: MLDSA44_KEY_SIZE,
+}
+_SEED_SIZES = {
+    SIG_TYPE_ED25519: ED25519_KEY_SIZE,
+    SIG_TYPE_COSIGNATURE_V1: ED25519_KEY_SIZE,
+    SIG_TYPE_COSIGNATURE_MLDSA44: MLDSA44_SEED_SIZE,
+}
 
 _SIG_PREFIX = "\u2014 "
 _PRIVATE_PREFIX = "PRIVATE+KEY+"
 _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f]")
 _HEX8 = re.compile("[0-9a-f]{8}")
-_SUPPORTED_TYPES = (SIG_TYPE_ED25519, SIG_TYPE_COSIGNATURE_V1)
+_SUPPORTED_TYPES = (SIG_TYPE_ED25519, *COSIGNER_TYPES)
+_DECIMAL = re.compile(rb"0|[1-9][0-9]{0,18}")
+_MAX_TIMESTAMP = (1 << 63) - 1
 # Unicode spaces, plus surrogates, which cannot be encoded as UTF-8 at all.
 _BAD_NAME_CATEGORIES = ("Zs", "Zl", "Zp", "Cs")
 
@@ -178,16 +220,74 @@ def cosigned_message(text: bytes, timestamp: int) -> bytes:
     return b"cosignature/v1\ntime " + str(timestamp).encode("ascii") + b"\n" + text
 
 
+def tree_lines(text: bytes) -> tuple[bytes, int, bytes] | None:
+    """The origin, size and root hash of a checkpoint body's first three lines, or None.
+
+    The lines are read as tlog-checkpoint reads them (non-empty origin, canonical
+    decimal size below 2^63, canonical base64 of a 32-byte root); extension lines
+    after them are not looked at. Anything that is not a checkpoint body is None.
+    """
+    lines = text.split(b"\n", 3)
+    if len(lines) < 4 or not lines[0]:
+        return None
+    origin, size_text, root_text = lines[:3]
+    if not _DECIMAL.fullmatch(size_text) or int(size_text) > _MAX_TIMESTAMP:
+        return None
+    try:
+        root = decode_base64(root_text.decode("ascii"))
+    except UnicodeDecodeError:
+        return None
+    if root is None or len(root) != 32:
+        return None
+    return origin, int(size_text), root
+
+
+def subtree_cosigned_message(
+    cosigner_name: str, timestamp: int, origin: bytes, start: int, end: int, root: bytes
+) -> bytes:
+    """The ``cosigned_message`` an ML-DSA-44 cosignature signs (tlog-cosignature v1.1).
+
+    ``"subtree/v1\\n\\0"``, the cosigner name and the log origin each with a one-byte
+    length (1 to 255 bytes), the u64 timestamp, start and end, and the 32-byte hash,
+    integers big-endian (RFC 8446 section 3). For a checkpoint, start is 0 and end
+    is its size; extension lines are not part of it.
+    """
+    name = cosigner_name.encode("utf-8")
+    for value in (timestamp, start, end):
+        if isinstance(value, bool) or not 0 <= value <= _MAX_TIMESTAMP:
+            raise NoteFormatError(message="cosigned message integer out of range")
+    if not 1 <= len(name) <= 255 or not 1 <= len(origin) <= 255 or len(root) != 32:
+        raise NoteFormatError(message="cosigned message field has the wrong length")
+    return b"".join(
+        [
+            SUBTREE_LABEL,
+            bytes([len(name)]),
+            name,
+            timestamp.to_bytes(8, "big"),
+            bytes([len(origin)]),
+            origin,
+            start.to_bytes(8, "big"),
+            end.to_bytes(8, "big"),
+            root,
+        ]
+    )
+
+
 def _check_key_fields(name: str, sig_type: int) -> None:
     if not is_valid_key_name(name):
         raise KeyFormatError(message="key name is empty or contains spaces or '+'")
     if sig_type not in _SUPPORTED_TYPES:
         raise KeyFormatError(message="unsupported signature type")
+    if sig_type == SIG_TYPE_COSIGNATURE_MLDSA44 and len(name.encode("utf-8")) > 255:
+        raise KeyFormatError(message="an ML-DSA-44 cosigner name is at most 255 bytes")
 
 
 @dataclass(frozen=True)
 class Verifier:
-    """A public key that can check note signatures: the (name, key ID) pair names it."""
+    """A public key that can check note signatures: the (name, key ID) pair names it.
+
+    Types 0x01 and 0x04 hold a 32-byte Ed25519 key, type 0x06 a 1312-byte ML-DSA-44 key.
+    """
 
     name: str
     key_id: bytes
@@ -196,9 +296,9 @@ class Verifier:
 
     def __post_init__(self) -> None:
         _check_key_fields(self.name, self.sig_type)
-        if len(self.public_key) != ED25519_KEY_SIZE:
-            raise KeyFormatError(message="Ed25519 public keys are 32 bytes")
-        # For both supported types the ID is a MUST, not the spec's general
+        if len(self.public_key) != _KEY_SIZES[self.sig_type]:
+            raise KeyFormatError(message="public key has the wrong length for its type")
+        # For every supported type the ID is a MUST, not the spec's general
         # recommendation: signed-note "Ed25519 signatures", tlog-cosignature "Format".
         if self.key_id != key_id(self.name, self.sig_type, self.public_key):
             raise KeyFormatError(message="key ID does not match name and key")
@@ -207,12 +307,27 @@ class Verifier:
     def from_public_key(
         cls, name: str, public_key: bytes, sig_type: int = SIG_TYPE_ED25519
     ) -> Verifier:
-        """A verifier for a raw 32-byte Ed25519 public key, computing its key ID."""
+        """A verifier for a raw public key of the type's length, computing its key ID."""
         _check_key_fields(name, sig_type)
         return cls(name, key_id(name, sig_type, public_key), public_key, sig_type)
 
+    @property
+    def is_mldsa(self) -> bool:
+        """Whether this is an ML-DSA-44 (type 0x06) cosigner key."""
+        return self.sig_type == SIG_TYPE_COSIGNATURE_MLDSA44
+
     def verify(self, message: bytes, signature: bytes) -> bool:
-        """Whether ``signature`` (64 raw bytes, no key ID) is a valid Ed25519 signature."""
+        """Whether ``signature`` (raw, no key ID or timestamp) is valid on ``message``:
+        Ed25519 (64 bytes) for types 0x01 and 0x04, pure ML-DSA-44 with an empty
+        context (2420 bytes, FIPS 204) for type 0x06."""
+        if self.is_mldsa:
+            if len(signature) != MLDSA44_SIGNATURE_SIZE:
+                return False
+            try:
+                MLDSA44PublicKey.from_public_bytes(self.public_key).verify(signature, message)
+            except (InvalidSignature, ValueError):
+                return False
+            return True
         if len(signature) != ED25519_SIGNATURE_SIZE:
             return False
         try:
@@ -226,16 +341,27 @@ class Verifier:
 
         Type 0x01 signs the text itself. Type 0x04 carries a big-endian u64
         timestamp (at most 2^63-1) before the signature and signs the
-        ``cosignature/v1`` message built from it (tlog-cosignature).
+        ``cosignature/v1`` message built from it (tlog-cosignature). Type 0x06
+        carries the same timestamp before a 2420-byte ML-DSA-44 signature of the
+        ``cosigned_message`` of the checkpoint in ``text`` (start 0, end its size,
+        its root, this key's name): text that is not a checkpoint body fails.
         """
         if self.sig_type == SIG_TYPE_ED25519:
             return self.verify(text, signature)
-        if len(signature) != COSIGNATURE_V1_SIZE:
+        size = COSIGNATURE_MLDSA44_SIZE if self.is_mldsa else COSIGNATURE_V1_SIZE
+        if len(signature) != size:
             return False
         timestamp = int.from_bytes(signature[:8], "big")
-        if timestamp >= 1 << 63:
+        if timestamp > _MAX_TIMESTAMP:
             return False
-        return self.verify(cosigned_message(text, timestamp), signature[8:])
+        if not self.is_mldsa:
+            return self.verify(cosigned_message(text, timestamp), signature[8:])
+        tree = tree_lines(text)
+        if tree is None or not 1 <= len(tree[0]) <= 255:
+            return False
+        origin, end, root = tree
+        message = subtree_cosigned_message(self.name, timestamp, origin, 0, end, root)
+        return self.verify(message, signature[8:])
 
     def vkey(self) -> str:
         """The verifier key encoding ``name+hex8+base64(type||public key)``."""
@@ -249,11 +375,12 @@ class Verifier:
 
     @classmethod
     def parse_cosigner(cls, vkey: str) -> Verifier:
-        """Parse a type 0x04 ``cosignature/v1`` verifier key (tlog-cosignature, "Format")."""
-        return cls._parse(vkey, SIG_TYPE_COSIGNATURE_V1)
+        """Parse a cosigner verifier key (tlog-cosignature, "Format"): type 0x04
+        (Ed25519 ``cosignature/v1``) or type 0x06 (ML-DSA-44)."""
+        return cls._parse(vkey, *COSIGNER_TYPES)
 
     @classmethod
-    def _parse(cls, vkey: str, expected_type: int) -> Verifier:
+    def _parse(cls, vkey: str, *expected_types: int) -> Verifier:
         # Split on '+' at most twice: the base64 key material may contain '+'.
         parts = vkey.split("+", 2)
         if len(parts) != 3:
@@ -262,24 +389,45 @@ class Verifier:
         blob = decode_base64(blob_b64)
         if not is_valid_key_name(name) or not _HEX8.fullmatch(id_hex) or blob is None:
             raise KeyFormatError(message="verifier key is malformed")
-        if len(blob) != 1 + ED25519_KEY_SIZE or blob[0] != expected_type:
+        if blob[:1] not in [bytes([t]) for t in expected_types]:
             raise KeyFormatError(message="verifier key has the wrong type or length")
-        return cls(name, bytes.fromhex(id_hex), blob[1:], expected_type)
+        if len(blob) != 1 + _KEY_SIZES[blob[0]]:
+            raise KeyFormatError(message="verifier key has the wrong type or length")
+        return cls(name, bytes.fromhex(id_hex), blob[1:], blob[0])
 
 
 class Signer:
-    """An Ed25519 private key with its key name; never prints its key material."""
+    """An Ed25519 or ML-DSA-44 private key with its key name; never prints its key material.
 
-    __slots__ = ("_key", "key_id", "name", "public_key", "sig_type")
+    An Ed25519 key is a ``nacl.signing.SigningKey``, an ML-DSA-44 key (type 0x06
+    only) a ``MLDSA44PrivateKey``; both are kept with their 32-byte seed.
+    """
+
+    __slots__ = ("_key", "_seed", "key_id", "name", "public_key", "sig_type")
 
     def __init__(
-        self, name: str, signing_key: nacl.signing.SigningKey, sig_type: int = SIG_TYPE_ED25519
+        self,
+        name: str,
+        signing_key: nacl.signing.SigningKey | MLDSA44PrivateKey,
+        sig_type: int = SIG_TYPE_ED25519,
+        *,
+        seed: bytes | None = None,
     ) -> None:
         _check_key_fields(name, sig_type)
+        mldsa = sig_type == SIG_TYPE_COSIGNATURE_MLDSA44
+        if mldsa != isinstance(signing_key, MLDSA44PrivateKey):
+            raise KeyFormatError(message="type 0x06 keys, and only they, are ML-DSA-44 keys")
         self._key = signing_key
+        if isinstance(signing_key, MLDSA44PrivateKey):
+            if seed is None or len(seed) != MLDSA44_SEED_SIZE:
+                raise KeyFormatError(message="an ML-DSA-44 key is kept with its 32-byte seed")
+            self._seed = seed
+            self.public_key = signing_key.public_key().public_bytes_raw()
+        else:
+            self._seed = bytes(signing_key)
+            self.public_key = bytes(signing_key.verify_key)
         self.name = name
         self.sig_type = sig_type
-        self.public_key = bytes(signing_key.verify_key)
         self.key_id = key_id(name, sig_type, self.public_key)
 
     def __repr__(self) -> str:
@@ -288,21 +436,35 @@ class Signer:
     @classmethod
     def generate(cls, name: str, sig_type: int = SIG_TYPE_ED25519) -> Signer:
         """A fresh random key."""
+        if sig_type == SIG_TYPE_COSIGNATURE_MLDSA44:
+            return cls.from_seed(name, os.urandom(MLDSA44_SEED_SIZE), sig_type)
         return cls(name, nacl.signing.SigningKey.generate(), sig_type)
 
     @classmethod
     def from_seed(cls, name: str, seed: bytes, sig_type: int = SIG_TYPE_ED25519) -> Signer:
-        """The key derived from a 32-byte RFC 8032 seed."""
-        if len(seed) != ED25519_KEY_SIZE:
-            raise KeyFormatError(message="Ed25519 seeds are 32 bytes")
+        """The key derived from a 32-byte seed: RFC 8032 for Ed25519, FIPS 204 ``xi`` for
+        ML-DSA-44 (type 0x06)."""
+        _check_key_fields(name, sig_type)
+        if len(seed) != _SEED_SIZES[sig_type]:
+            raise KeyFormatError(message="seeds are 32 bytes")
+        if sig_type == SIG_TYPE_COSIGNATURE_MLDSA44:
+            return cls(name, MLDSA44PrivateKey.from_seed_bytes(seed), sig_type, seed=bytes(seed))
         return cls(name, nacl.signing.SigningKey(seed), sig_type)
 
     def with_sig_type(self, sig_type: int) -> Signer:
-        """The same key used for another signature type (so with another key ID)."""
+        """The same Ed25519 key used for another signature type (so with another key ID)."""
+        if (
+            self.sig_type == SIG_TYPE_COSIGNATURE_MLDSA44
+            or sig_type == SIG_TYPE_COSIGNATURE_MLDSA44
+        ):
+            raise KeyFormatError(message="an ML-DSA-44 key has one signature type, 0x06")
         return Signer(self.name, self._key, sig_type)
 
     def sign(self, message: bytes) -> bytes:
-        """The 64-byte Ed25519 signature of ``message``."""
+        """The signature of ``message``: 64-byte Ed25519, or 2420-byte ML-DSA-44 (pure,
+        empty context, hedged: two signatures of one message differ)."""
+        if isinstance(self._key, MLDSA44PrivateKey):
+            return self._key.sign(message)
         return bytes(self._key.sign(message).signature)
 
     def verifier(self) -> Verifier:
@@ -311,12 +473,14 @@ class Signer:
 
     def skey(self) -> str:
         """The private key encoding ``PRIVATE+KEY+name+hex8+base64(type||seed)`` (Go ``note``)."""
-        blob = encode_base64(bytes([self.sig_type]) + bytes(self._key))
+        blob = encode_base64(bytes([self.sig_type]) + self._seed)
         return f"{_PRIVATE_PREFIX}{self.name}+{self.key_id.hex()}+{blob}"
 
     @classmethod
-    def parse(cls, skey: str, sig_type: int = SIG_TYPE_ED25519) -> Signer:
-        """Parse a private key of the given type; errors never include key material."""
+    def parse(cls, skey: str, sig_type: int | Collection[int] = SIG_TYPE_ED25519) -> Signer:
+        """Parse a private key of the given type (or of one of the given types); errors
+        never include key material."""
+        types = (sig_type,) if isinstance(sig_type, int) else tuple(sig_type)
         if not skey.startswith(_PRIVATE_PREFIX):
             raise KeyFormatError(message="private key must start with PRIVATE+KEY+")
         parts = skey[len(_PRIVATE_PREFIX) :].split("+", 2)
@@ -326,9 +490,9 @@ class Signer:
         blob = decode_base64(blob_b64)
         if not is_valid_key_name(name) or not _HEX8.fullmatch(id_hex) or blob is None:
             raise KeyFormatError(message="private key is malformed")
-        if len(blob) != 1 + ED25519_KEY_SIZE or blob[0] != sig_type:
+        if not blob or blob[0] not in types or len(blob) != 1 + _SEED_SIZES[blob[0]]:
             raise KeyFormatError(message="private key has the wrong type or length")
-        signer = cls.from_seed(name, blob[1:], sig_type)
+        signer = cls.from_seed(name, blob[1:], blob[0])
         if signer.key_id != bytes.fromhex(id_hex):
             raise KeyFormatError(message="private key ID does not match its key")
         return signer

@@ -21,9 +21,10 @@ Syntax, all from tlog-policy "Policy file syntax and structure":
   held as ``str`` decoded with ``surrogateescape``, which round-trips any
   octets exactly, PEP 383);
 * ``log <vkey> [<url>]`` with a type 0x01 key (tlog-checkpoint) whose name is
-  the log's origin; ``witness <name> <vkey> [<url>]`` with a type 0x04
-  ``cosignature/v1`` key; two logs, or two witnesses, wrapping the same
-  Ed25519 public key are duplicates and refused even if their names and key
+  the log's origin; ``witness <name> <vkey> [<url>]`` with a cosigner key
+  (tlog-cosignature v1.1): type 0x04 (Ed25519 ``cosignature/v1``) or type 0x06
+  (ML-DSA-44), so one quorum may mix both; two logs, or two witnesses, wrapping
+  the same public key are duplicates and refused even if their names and key
   IDs differ ("Public key representation"). A log key may also be a witness
   key: the spec only forbids duplicates within each kind;
 * ``group <name> all|any|<k> <member>...`` with n >= 1 members and
@@ -35,6 +36,32 @@ Syntax, all from tlog-policy "Policy file syntax and structure":
   witness contributes to the quorum in only one way ("Defining a witness
   group"; sigsum-go reads it the same way); ``none`` is never a member;
 * exactly one ``quorum <name>`` line.
+
+deplog's own lines. tlog-policy has no way to say how a witness signs, so deplog
+reads two lines of its own, written as comments so that every other
+implementation's parser skips them (and so applies the spec's stricter rule to
+the witness they name; the file stays a valid tlog-policy). A comment line whose
+first non-blank octets are ``#deplog:`` is one of:
+
+* ``#deplog: tree-lines <witness>``: this Ed25519 (type 0x04) witness may sign
+  ``cosignature/v1`` over the checkpoint's first three lines only (litewitness,
+  torchwood up to v0.5.0, does): tlog-cosignature says a cosigner makes no
+  statement about extension lines, so that form states what a full-body one
+  states about the tree. Its cosignatures are then accepted in either form and
+  each says which (``Cosignature.statement``); every other witness's must cover
+  the whole text, as the spec says. The witness must be defined on an earlier
+  line, be named once, and be type 0x04 (an ML-DSA-44 cosignature covers the
+  tree lines only anyway).
+* ``#deplog: map-quorum <name>``: the witness or group (defined on an earlier
+  line) whose cosignatures must also vouch for the checkpoint's
+  ``deplog-map/v1`` line, as map-verifying witnesses (``witness serve
+  --verify-map``) do. Only full-body Ed25519 cosignatures by witnesses not
+  marked ``tree-lines`` count toward it: neither a tree-lines witness nor an
+  ML-DSA-44 one ever signs the map line. A map quorum that such witnesses
+  alone could never meet is refused when the policy is read; at most one.
+
+Any other ``#deplog:`` line is refused, so a typo is never read as a comment
+(``# deplog:``, with a space, is an ordinary comment).
 
 Limits ("Implementation limits" asks for at least 32 of each): at most
 :data:`MAX_LOGS` logs, :data:`MAX_WITNESSES` witnesses, :data:`MAX_GROUPS`
@@ -55,15 +82,16 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, Literal
 
 from deplog.client.errors import ErrorCode, FormatError, VerificationError
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
-from deplog.client.tlog.cosignature import Cosignature, cosignatures
+from deplog.client.tlog.cosignature import FULL_BODY, Cosignature, cosignatures
 from deplog.client.tlog.note import (
+    COSIGNER_TYPES,
     SIG_TYPE_COSIGNATURE_V1,
     SIG_TYPE_ED25519,
     KeyFormatError,
@@ -90,11 +118,15 @@ __all__ = [
     "VerifiedCheckpoint",
 ]
 
+DIRECTIVE: Final = b"#deplog:"
+"""How deplog's own policy lines start (see the module docstring)."""
+
 MAX_LOGS: Final = 256
 MAX_WITNESSES: Final = 256
 MAX_GROUPS: Final = 256
-MAX_POLICY_SIZE: Final = 64 * 1024
-"""Largest policy accepted, in octets."""
+MAX_POLICY_SIZE: Final = 512 * 1024
+"""Largest policy accepted, in octets: room for every witness line with an ML-DSA-44 key
+(some 1,800 octets each)."""
 
 MAX_CLOCK_SKEW: Final = 60
 """Seconds a cosignature may be dated in our future and still count (tlog-cosignature: a
@@ -168,11 +200,14 @@ class PolicyLog:
 
 @dataclass(frozen=True)
 class PolicyWitness:
-    """A known witness: its policy-local name, type 0x04 cosigner key and optional URL."""
+    """A known witness: its policy-local name, cosigner key (type 0x04 or 0x06) and
+    optional URL; ``tree_lines`` if its Ed25519 cosignatures may cover the first three
+    lines only (``#deplog: tree-lines``)."""
 
     name: str
     verifier: Verifier
     url: str | None = None
+    tree_lines: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,6 +232,7 @@ class _Rules:
         self.witnesses: dict[str, PolicyWitness] = {}
         self.groups: dict[str, PolicyGroup] = {}
         self.quorum: str | None = None
+        self.map_quorum: str | None = None
         # Same public key: a duplicate (tlog-policy "Public key representation").
         # Same name and key ID with another key (a 2^-32 accident): signature
         # lines would be ambiguous, so that is refused too.
@@ -228,8 +264,10 @@ class _Rules:
 
     def add_witness(self, witness: PolicyWitness) -> None:
         self._new_name(witness.name)
-        if witness.verifier.sig_type != SIG_TYPE_COSIGNATURE_V1:
-            raise PolicyFormatError("witness keys must be type 0x04 (cosignature/v1) vkeys")
+        if witness.verifier.sig_type not in COSIGNER_TYPES:
+            raise PolicyFormatError("witness keys must be type 0x04 or 0x06 (cosigner) vkeys")
+        if witness.tree_lines:
+            self._check_tree_lines(witness)
         if witness.url is not None:
             _check_token(witness.url, "URL")
         if witness.verifier.public_key in self._witness_keys:
@@ -265,6 +303,50 @@ class _Rules:
             raise PolicyFormatError("quorum is not defined on an earlier line")
         self.quorum = name
 
+    @staticmethod
+    def _check_tree_lines(witness: PolicyWitness) -> None:
+        if witness.verifier.sig_type != SIG_TYPE_COSIGNATURE_V1:
+            raise PolicyFormatError(
+                "tree-lines names an Ed25519 (0x04) witness; ML-DSA-44 signs the tree lines only"
+            )
+
+    def mark_tree_lines(self, name: str) -> None:
+        """``#deplog: tree-lines <witness>``."""
+        witness = self.witnesses.get(name)
+        if witness is None:
+            raise PolicyFormatError("tree-lines names no witness defined on an earlier line")
+        if witness.tree_lines:
+            raise PolicyFormatError("tree-lines names this witness twice")
+        marked = PolicyWitness(witness.name, witness.verifier, witness.url, True)
+        self._check_tree_lines(marked)
+        self.witnesses[name] = marked
+
+    def set_map_quorum(self, name: str) -> None:
+        """``#deplog: map-quorum <name>``; checked against the tree-lines marks by
+        :meth:`finish`, once they are all known."""
+        if self.map_quorum is not None:
+            raise PolicyFormatError("more than one map-quorum line")
+        if name not in self.witnesses and name not in self.groups:
+            raise PolicyFormatError("map-quorum is not a witness or group of an earlier line")
+        self.map_quorum = name
+
+    def finish(self) -> None:
+        """The checks that need the whole file: a map quorum its eligible witnesses (full
+        body Ed25519, not tree-lines) can meet."""
+        if self.map_quorum is not None and not self._can_vouch_for_map(self.map_quorum):
+            raise PolicyFormatError(
+                "map-quorum can never be met: only full-body Ed25519 witnesses sign the "
+                "map line, not tree-lines or ML-DSA-44 ones"
+            )
+
+    def _can_vouch_for_map(self, name: str) -> bool:
+        witness = self.witnesses.get(name)
+        if witness is not None:
+            return witness.verifier.sig_type == SIG_TYPE_COSIGNATURE_V1 and not witness.tree_lines
+        group = self.groups[name]
+        eligible = sum(1 for m in group.members if self._can_vouch_for_map(m))
+        return eligible >= group.threshold
+
 
 def _threshold(token: bytes, members: int) -> int:
     if token == b"any":
@@ -299,8 +381,20 @@ def _parse_line(rules: _Rules, items: list[bytes]) -> None:
         raise PolicyFormatError("unknown keyword")
 
 
+def _parse_directive(rules: _Rules, items: list[bytes]) -> None:
+    """A ``#deplog:`` line's items after the prefix (module docstring)."""
+    if items[:1] == [b"tree-lines"] and len(items) == 2:
+        rules.mark_tree_lines(_decode(items[1]))
+    elif items[:1] == [b"map-quorum"] and len(items) == 2:
+        rules.set_map_quorum(_decode(items[1]))
+    elif items[:1] in ([b"tree-lines"], [b"map-quorum"]):
+        raise PolicyFormatError("wrong number of items for this #deplog: line")
+    else:
+        raise PolicyFormatError("unknown #deplog: line (tree-lines or map-quorum)")
+
+
 def _vkey(token: bytes, sig_type: int) -> Verifier:
-    """A vkey of the type the line needs: 0x01 for logs, 0x04 for witnesses."""
+    """A vkey of the type the line needs: 0x01 for logs, 0x04 or 0x06 for witnesses."""
     wanted, other = Verifier.parse, Verifier.parse_cosigner
     if sig_type == SIG_TYPE_COSIGNATURE_V1:
         wanted, other = other, wanted
@@ -312,7 +406,8 @@ def _vkey(token: bytes, sig_type: int) -> Verifier:
         found = other(_decode(token)).sig_type
     except KeyFormatError:
         raise PolicyFormatError("malformed vkey") from None
-    raise PolicyFormatError(f"vkey has signature type 0x{found:02x}, not 0x{sig_type:02x}")
+    wanted_types = "0x04 or 0x06" if sig_type == SIG_TYPE_COSIGNATURE_V1 else f"0x{sig_type:02x}"
+    raise PolicyFormatError(f"vkey has signature type 0x{found:02x}, not {wanted_types}")
 
 
 @dataclass(frozen=True)
@@ -321,15 +416,17 @@ class VerifiedCheckpoint:
 
     ``log`` is the policy log whose signature verified; ``cosignatures`` are the
     valid, not future-dated cosignatures by policy witnesses (one per witness,
-    its newest); ``witnessed_at`` is the quorum time (POSIX seconds), or None
-    under ``quorum none``, where the caller has nothing better than the time it
-    fetched the checkpoint.
+    its newest; each says its key type and ``statement``); ``witnessed_at`` is the
+    quorum time (POSIX seconds), or None under ``quorum none``, where the caller has
+    nothing better than the time it fetched the checkpoint. With a map quorum,
+    ``map_witnessed_at`` is its time, and ``witnessed_at`` is at most that.
     """
 
     checkpoint: Checkpoint
     log: Verifier
     cosignatures: tuple[Cosignature, ...]
     witnessed_at: int | None
+    map_witnessed_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -346,6 +443,7 @@ class Policy:
     witnesses: Mapping[str, PolicyWitness]
     groups: Mapping[str, PolicyGroup]
     quorum: str
+    map_quorum: str | None = None
     _by_key: Mapping[tuple[str, bytes], str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -361,6 +459,9 @@ class Policy:
                 raise PolicyFormatError("group mapping key differs from its name")
             rules.add_group(group)
         rules.set_quorum(self.quorum)
+        if self.map_quorum is not None:
+            rules.set_map_quorum(self.map_quorum)
+        rules.finish()
         object.__setattr__(self, "logs", tuple(rules.logs))
         object.__setattr__(self, "witnesses", MappingProxyType(rules.witnesses))
         object.__setattr__(self, "groups", MappingProxyType(rules.groups))
@@ -378,35 +479,49 @@ class Policy:
         lines = data.split(b"\n")
         if lines[-1] == b"":
             lines.pop()  # the newline that terminates the last line
+        map_quorum_line = None
         for number, raw in enumerate(lines, start=1):
             try:
                 if not _ALLOWED.fullmatch(raw):
                     raise PolicyFormatError("control character (only tab and newline allowed)")
                 line = raw.strip(b" \t")
-                if line and not line.startswith(b"#"):
+                if line.startswith(DIRECTIVE):
+                    items = _WHITESPACE.split(line[len(DIRECTIVE) :].strip(b" \t"))
+                    _parse_directive(rules, items)
+                    map_quorum_line = number if items[0] == b"map-quorum" else map_quorum_line
+                elif line and not line.startswith(b"#"):
                     _parse_line(rules, _WHITESPACE.split(line))
             except PolicyFormatError as err:
                 raise PolicyFormatError(err.detail, number) from None
         if rules.quorum is None:
             raise PolicyFormatError("no quorum line", len(lines) + 1)
-        return cls(tuple(rules.logs), rules.witnesses, rules.groups, rules.quorum)
+        try:
+            rules.finish()
+        except PolicyFormatError as err:
+            raise PolicyFormatError(err.detail, map_quorum_line) from None
+        return cls(tuple(rules.logs), rules.witnesses, rules.groups, rules.quorum, rules.map_quorum)
 
     def to_text(self) -> str:
         """The canonical file: logs, witnesses, groups in definition order, then the quorum.
 
-        One space between items, ``any``/``all`` where they fit, no comments;
-        :meth:`parse` reads it back to an equal policy.
+        One space between items, ``any``/``all`` where they fit, no comments but
+        deplog's own lines (a ``tree-lines`` line right after its witness, the
+        ``map-quorum`` line last); :meth:`parse` reads it back to an equal policy.
         """
         lines: list[str] = []
         for log in self.logs:
             lines.append(" ".join(["log", log.verifier.vkey(), *_optional(log.url)]))
         for w in self.witnesses.values():
             lines.append(" ".join(["witness", w.name, w.verifier.vkey(), *_optional(w.url)]))
+            if w.tree_lines:
+                lines.append(f"{DIRECTIVE.decode()} tree-lines {w.name}")
         for g in self.groups.values():
             n = len(g.members)
             k = "all" if g.threshold == n else "any" if g.threshold == 1 else str(g.threshold)
             lines.append(" ".join(["group", g.name, k, *g.members]))
         lines.append(f"quorum {self.quorum}")
+        if self.map_quorum is not None:
+            lines.append(f"{DIRECTIVE.decode()} map-quorum {self.map_quorum}")
         return "".join(line + "\n" for line in lines)
 
     @classmethod
@@ -415,14 +530,22 @@ class Policy:
         return cls((PolicyLog(log_key),), {}, {}, NONE)
 
     @classmethod
-    def k_of_n(cls, log_key: Verifier, witnesses: list[Verifier], k: int) -> Policy:
+    def k_of_n(
+        cls,
+        log_key: Verifier,
+        witnesses: list[Verifier],
+        k: int,
+        tree_lines: Collection[Verifier] = (),
+    ) -> Policy:
         """Trust one log and require cosignatures from ``k`` of ``witnesses``.
 
         Witnesses are named by their key names, which must then be distinct;
         the group is named ``+quorum``, a name no key name can take (key names
-        never contain ``+``), so it cannot collide with a witness.
+        never contain ``+``), so it cannot collide with a witness. The witnesses
+        in ``tree_lines`` are marked ``#deplog: tree-lines``.
         """
-        defined = {v.name: PolicyWitness(v.name, v) for v in witnesses}
+        marked = set(tree_lines)
+        defined = {v.name: PolicyWitness(v.name, v, None, v in marked) for v in witnesses}
         if len(defined) != len(witnesses):
             raise PolicyFormatError("two witness keys share a key name")
         group = PolicyGroup("+quorum", k, tuple(defined))
@@ -431,6 +554,15 @@ class Policy:
     def witness_verifiers(self) -> list[Verifier]:
         """The cosigner keys of every witness in the policy."""
         return [w.verifier for w in self.witnesses.values()]
+
+    def tree_lines_verifiers(self) -> list[Verifier]:
+        """The keys of the witnesses marked ``#deplog: tree-lines``."""
+        return [w.verifier for w in self.witnesses.values() if w.tree_lines]
+
+    def cosignatures(self, note: bytes) -> list[Cosignature]:
+        """Every valid cosignature on ``note`` by a policy witness, each witness's in the
+        form the policy accepts from it (a tree-lines witness's in either form)."""
+        return cosignatures(note, self.witness_verifiers(), tree_lines=self.tree_lines_verifiers())
 
     def quorum_time(
         self, cosigs: Iterable[Cosignature]
@@ -446,6 +578,25 @@ class Policy:
         """
         if self.quorum == NONE:
             return NO_QUORUM
+        return self._time(self.quorum, cosigs)
+
+    def map_quorum_time(self, cosigs: Iterable[Cosignature]) -> int | None:
+        """Since when the map quorum vouches for the checkpoint's map line, or None if it
+        is not met (or the policy has none): as :meth:`quorum_time`, counting only
+        full-body Ed25519 cosignatures by witnesses not marked ``tree-lines``."""
+        if self.map_quorum is None:
+            return None
+        eligible = [
+            c
+            for c in cosigs
+            if c.statement == FULL_BODY
+            and c.sig_type == SIG_TYPE_COSIGNATURE_V1
+            and (name := self._by_key.get((c.name, c.key_id))) is not None
+            and not self.witnesses[name].tree_lines
+        ]
+        return self._time(self.map_quorum, eligible)
+
+    def _time(self, root: str, cosigs: Iterable[Cosignature]) -> int | None:
         times: dict[str, int] = {}
         for cosig in cosigs:
             name = self._by_key.get((cosig.name, cosig.key_id))
@@ -456,7 +607,7 @@ class Policy:
             member_times = sorted((times[m] for m in group.members if m in times), reverse=True)
             if len(member_times) >= group.threshold:
                 times[group.name] = member_times[group.threshold - 1]
-        return times.get(self.quorum)
+        return times.get(root)
 
     def verify(self, note: bytes, *, now: float, max_age: float | None) -> VerifiedCheckpoint:
         """Check a signed checkpoint note against the policy, at time ``now`` (POSIX seconds).
@@ -465,11 +616,14 @@ class Policy:
            its origin (tlog-policy "Defining a log"): no such log is
            ``log_not_in_policy``; a failing signature keeps the note's error code.
         2. Cosignatures by policy witnesses are verified (lines by unknown keys
-           are ignored; a witness's invalid line is ``bad_cosignature``). A
+           are ignored; a witness's invalid line is ``bad_cosignature``; a line of
+           a ``tree-lines`` witness may cover the first three lines only). A
            witness counts at its newest cosignature; if that one is dated more
            than :data:`MAX_CLOCK_SKEW` seconds after ``now`` the witness does
            not count at all (fail closed: its clock or key is not to be relied on).
-        3. The quorum must be met (``quorum_not_met``), and with ``max_age`` the
+        3. The quorum must be met (``quorum_not_met``), and so must the map quorum
+           if the policy has one (``quorum_not_met``; the quorum time is then the
+           earlier of the two), and with ``max_age`` the
            quorum time must be at most ``max_age`` seconds before ``now``
            (``stale_checkpoint``). Under ``quorum none`` no witness vouches for
            freshness, so ``max_age`` cannot be enforced: ``witnessed_at`` is
@@ -478,21 +632,24 @@ class Policy:
         if max_age is not None and not max_age >= 0:
             raise ValueError("max_age must be a non-negative number of seconds")
         checkpoint, log = self._open(note)
-        valid = [
-            c
-            for c in cosignatures(note, self.witness_verifiers())
-            if c.timestamp <= now + MAX_CLOCK_SKEW
-        ]
+        valid = [c for c in self.cosignatures(note) if c.timestamp <= now + MAX_CLOCK_SKEW]
         when = self.quorum_time(valid)
         if when is None:
             raise PolicyError(ErrorCode.QUORUM_NOT_MET, "the witness quorum has not cosigned")
+        map_when = self.map_quorum_time(valid)
+        if self.map_quorum is not None:
+            if map_when is None:
+                raise PolicyError(
+                    ErrorCode.QUORUM_NOT_MET, "the map quorum has not cosigned the map line"
+                )
+            when = map_when if when is NO_QUORUM else min(when, map_when)
         if when is NO_QUORUM:
             return VerifiedCheckpoint(checkpoint, log, tuple(valid), None)
         if max_age is not None and now - when > max_age:
             raise PolicyError(
                 ErrorCode.STALE_CHECKPOINT, "the quorum's newest cosignature is too old"
             )
-        return VerifiedCheckpoint(checkpoint, log, tuple(valid), when)
+        return VerifiedCheckpoint(checkpoint, log, tuple(valid), when, map_when)
 
     def _open(self, note: bytes) -> tuple[Checkpoint, Verifier]:
         """Verify the log signature, trying each policy log named like the note's origin.

@@ -11,7 +11,10 @@ never trusted (the spec says it is unauthenticated; :func:`verify_receipt`
 ignores it); base64 is canonical; the index has no leading zeros and is below
 2^63; the embedded checkpoint must be a well-formed checkpoint note when the
 receipt is parsed, and is verified against the log key when the receipt is.
-Witness cosignatures on the checkpoint are for the caller's witness policy.
+Witness cosignatures on the checkpoint are for the caller's witness policy:
+:func:`verify_receipt_with_policy` checks the whole policy (log signature, every
+policy witness's cosignature, Ed25519 or ML-DSA-44, in the form the policy
+accepts from it, and the quorum) before the inclusion proof.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from deplog.client.tlog.note import (
     encode_base64,
     parse_note,
 )
+from deplog.client.tlog.policy import Policy, VerifiedCheckpoint
 from deplog.client.tlog.proofs import (
     HASH_SIZE,
     MAX_PROOF_HASHES,
@@ -43,6 +47,7 @@ __all__ = [
     "ReceiptFormatError",
     "format_receipt",
     "verify_receipt",
+    "verify_receipt_with_policy",
 ]
 
 HEADER = b"c2sp.org/tlog-proof@v1"
@@ -156,3 +161,18 @@ def verify_receipt(
         leaf_hash(leaf), receipt.index, checkpoint.size, receipt.proof, checkpoint.root_hash
     )
     return checkpoint
+
+
+def verify_receipt_with_policy(
+    receipt: Receipt, leaf: bytes, policy: Policy, *, now: float, max_age: float | None = None
+) -> VerifiedCheckpoint:
+    """Verify the receipt's checkpoint against a witness ``policy`` (``Policy.verify``: a
+    policy log's signature, the cosignatures, the quorum and, with ``max_age``, its age),
+    then the inclusion proof of ``leaf`` in it. Returns the verified checkpoint, whose
+    cosignatures each say their type and the lines they cover."""
+    verified = policy.verify(receipt.checkpoint, now=now, max_age=max_age)
+    checkpoint = verified.checkpoint
+    verify_inclusion(
+        leaf_hash(leaf), receipt.index, checkpoint.size, receipt.proof, checkpoint.root_hash
+    )
+    return verified

@@ -293,3 +293,78 @@ async def test_markup_in_a_notice_renders_inert_and_the_notice_still_verifies(
     assert await page.title() == title
     await tab.screenshot("notice-markup-inert")
     assert tab.errors == []
+
+
+class ExtraCosigners:
+    """Two more witnesses for the browser: one signing like litewitness (Ed25519 over the
+    first three lines only) and an ML-DSA-44 one; ``add`` cosigns a served note."""
+
+    def __init__(self) -> None:
+        from deplog.client.tlog.cosignature import cosigner
+
+        self.lite = cosigner(Signer.generate("lite.witness.test/w1"))
+        self.pq = Signer.generate("pq.witness.test/w1", 0x06)
+
+    def add(self, note: bytes) -> bytes:
+        from deplog.client.tlog.cosignature import cosign
+        from deplog.client.tlog.note import NoteSignature, add_signature_lines, cosigned_message
+
+        text = note[: note.rindex(b"\n\n") + 1]
+        three = b"".join(line + b"\n" for line in text.split(b"\n")[:3])
+        assert three != text  # the checkpoint carries its map line
+        when = 1_767_225_600
+        signature = self.lite.sign(cosigned_message(three, when))
+        lite = NoteSignature(self.lite.name, self.lite.key_id, when.to_bytes(8, "big") + signature)
+        return add_signature_lines(note, lite, cosign(text.decode(), self.pq, when))
+
+    def box_lines(self, tree_lines: bool) -> list[str]:
+        lite = self.lite.verifier().vkey() + (" tree-lines" if tree_lines else "")
+        return [lite, self.pq.verifier().vkey()]
+
+
+async def _verify_with_extra_cosigners(tab: Tab, index: int, tree_lines: bool, quorum: int) -> str:
+    extra = ExtraCosigners()
+
+    async def add(route: Route) -> None:
+        response = await route.fetch()
+        await route.fulfill(response=response, body=extra.add(await response.body()))
+
+    await tab.page.route("**/checkpoint", add)
+    await tab.page.goto(f"{tab.url}/notices/{index}")
+    box = tab.page.locator("#witness-keys")
+    embedded = (await box.input_value()).strip()
+    await box.fill("\n".join([embedded, *extra.box_lines(tree_lines)]))
+    await tab.page.locator("#verification").evaluate(
+        f"(el) => {{ el.dataset.quorum = '{quorum}'; }}"
+    )
+    await tab.page.get_by_role("button", name="Verify in my browser").click()
+    result = tab.page.locator("#verify-result")
+    await expect(result).not_to_have_class("", timeout=15000)
+    await expect(result.locator(".banner")).not_to_have_text("Verifying…", timeout=15000)
+    return await result.inner_text()
+
+
+async def test_a_tree_lines_witness_verifies_and_an_mldsa_one_is_said_unchecked(
+    tab: Tab, seeded: Seeded
+) -> None:
+    text = await _verify_with_extra_cosigners(tab, seeded.deprecated, True, 2)
+    assert "VERIFIED in your browser" in text and "FAILED" not in text
+    assert "over the tree lines only: origin, size and root, not the extension lines" in text
+    assert "ML-DSA-44 cosignature by witness pq.witness.test/w1+" in text
+    assert "cannot be checked in the browser (WebCrypto has no ML-DSA)" in text
+    assert "Witness quorum: 2 of 2 required (counting only cosignatures checked in this " in text
+    assert "1 ML-DSA-44 not checked" in text
+    await tab.screenshot("notice-tree-lines-and-ml-dsa")
+    assert tab.errors == []
+
+
+async def test_the_mldsa_cosignature_does_not_count_toward_the_quorum(
+    tab: Tab, seeded: Seeded
+) -> None:
+    text = await _verify_with_extra_cosigners(tab, seeded.deprecated, True, 3)
+    assert "✗ FAILED: Witness quorum: 2 of 3 required" in text
+
+
+async def test_a_three_line_cosignature_without_tree_lines_fails(tab: Tab, seeded: Seeded) -> None:
+    text = await _verify_with_extra_cosigners(tab, seeded.deprecated, False, 1)
+    assert "✗ FAILED: bad cosignature by lite.witness.test/w1" in text

@@ -5,7 +5,11 @@
 //    signature lines are "— <name> base64(key ID || signature)"; a key ID is
 //    SHA-256(name || 0x0A || type || public key)[:4]; type 0x01 signs the text itself.
 //  - C2SP tlog-cosignature: type 0x04 lines carry an 8-byte big-endian timestamp and an
-//    Ed25519 signature over "cosignature/v1\ntime <t>\n" + the note text.
+//    Ed25519 signature over "cosignature/v1\ntime <t>\n" + the note text. A witness key
+//    followed by "tree-lines" (a witness that signs like litewitness) may instead have
+//    signed "cosignature/v1\ntime <t>\n" + the first three lines only; the report says
+//    so. Type 0x06 lines are ML-DSA-44 (tlog-cosignature v1.1): WebCrypto has no ML-DSA,
+//    so they are reported as not checked here and never counted toward the quorum.
 //  - RFC 9162 section 2.1.3.2: the inclusion proof of leaf hash SHA-256(0x00 || leaf).
 // Everything shown is set with textContent: nothing fetched ever becomes markup.
 "use strict";
@@ -52,19 +56,25 @@
     return crypto.subtle.verify({ name: "Ed25519" }, key, signature, message);
   }
 
-  // A verifier key "name+hex8+base64(type || key)", its key ID checked.
+  const MLDSA44 = 0x06;
+
+  // A verifier key "name+hex8+base64(type || key)", its key ID checked: Ed25519 (types
+  // 0x01 and 0x04, 32-byte keys) or ML-DSA-44 (type 0x06, 1312-byte keys).
   async function parseVerifierKey(vkey) {
     // Key names never contain "+", but base64 may: split at the first two only.
     const m = /^([^+]+)\+([0-9a-f]{8})\+(.+)$/.exec(vkey.trim());
     if (!m) throw new Error("malformed verifier key");
     const parts = m.slice(1);
     const raw = b64decode(parts[2]);
-    if (raw.length !== 33) throw new Error("not an Ed25519 verifier key");
+    const sizes = { 1: 33, 4: 33, 6: 1313 };
+    if (raw.length !== sizes[raw[0]]) throw new Error("not an Ed25519 or ML-DSA-44 verifier key");
     const type = raw[0];
     const publicKey = raw.slice(1);
     const id = (await sha256(concat(enc.encode(parts[0] + "\n"), raw))).slice(0, 4);
     if (hex(id) !== parts[1]) throw new Error("key ID does not match the key");
-    return { name: parts[0], id, type, publicKey, text: vkey.trim() };
+    // An ML-DSA-44 key is some 1,760 characters: reports name it by name and key ID.
+    const text = type === MLDSA44 ? parts[0] + "+" + parts[1] + " (ML-DSA-44)" : vkey.trim();
+    return { name: parts[0], id, type, publicKey, text };
   }
 
   // A signed note: its text and signature lines (structure only).
@@ -107,19 +117,35 @@
     return true;
   }
 
-  // Returns the newest verified timestamp, null if the key has no line, or throws on a bad one.
+  // The first three lines of a checkpoint body, each with its newline.
+  function treeLines(text) {
+    return text.split("\n").slice(0, 3).join("\n") + "\n";
+  }
+
+  // { time, treeLines } for the newest verified cosignature, null if the key has no line,
+  // { unchecked: true } for an ML-DSA-44 key that has one, or throws on a bad one.
   async function verifyCosignature(note, key) {
-    if (key.type !== 0x04) throw new Error("a witness key must be a cosignature/v1 key");
+    if (key.type === MLDSA44) {
+      return linesBy(note, key).length ? { unchecked: true } : null;
+    }
+    if (key.type !== 0x04) throw new Error("a witness key must be a cosigner (0x04 or 0x06) key");
     let newest = null;
     for (const line of linesBy(note, key)) {
       if (line.sig.length !== 72) throw new Error("bad cosignature by " + key.name);
       let t = 0n;
       for (const b of line.sig.slice(0, 8)) t = (t << 8n) | BigInt(b);
-      const message = enc.encode("cosignature/v1\ntime " + t.toString() + "\n" + note.text);
-      if (!(await ed25519Verify(key.publicKey, line.sig.slice(8), message))) {
-        throw new Error("bad cosignature by " + key.name);
+      const header = "cosignature/v1\ntime " + t.toString() + "\n";
+      const signature = line.sig.slice(8);
+      let lines = false;
+      if (!(await ed25519Verify(key.publicKey, signature, enc.encode(header + note.text)))) {
+        const three = treeLines(note.text);
+        lines =
+          key.treeLines &&
+          three !== note.text &&
+          (await ed25519Verify(key.publicKey, signature, enc.encode(header + three)));
+        if (!lines) throw new Error("bad cosignature by " + key.name);
       }
-      if (newest === null || t > newest) newest = t;
+      if (newest === null || t > newest.time) newest = { time: t, treeLines: lines };
     }
     return newest;
   }
@@ -179,7 +205,18 @@
     const witnessText = document.getElementById("witness-keys").value;
     const witnesses = [];
     for (const line of witnessText.split("\n")) {
-      if (line.trim()) witnesses.push(await parseVerifierKey(line));
+      // "<vkey>" or "<vkey> tree-lines" (a witness that may sign the first three lines only).
+      const words = line.trim().split(/\s+/);
+      if (!words[0]) continue;
+      if (words.length > 2 || (words.length === 2 && words[1] !== "tree-lines")) {
+        throw new Error("a witness line is a verifier key, optionally followed by tree-lines");
+      }
+      const key = await parseVerifierKey(words[0]);
+      key.treeLines = words.length === 2;
+      if (key.treeLines && key.type !== 0x04) {
+        throw new Error("tree-lines applies to Ed25519 (0x04) witness keys only");
+      }
+      witnesses.push(key);
     }
     const quorum = witnesses.length ? Math.max(1, Number(section.dataset.quorum || "1")) : 0;
 
@@ -189,22 +226,41 @@
     report(logOk, "Checkpoint signature by the log key " + logKey.text + " (size " + checkpoint.size + ")");
 
     let cosigned = 0;
+    let unchecked = 0;
     for (const w of witnesses) {
       try {
-        const t = await verifyCosignature(note, w);
-        if (t === null) {
+        const found = await verifyCosignature(note, w);
+        if (found === null) {
           report(null, "No cosignature by witness " + w.text);
+        } else if (found.unchecked) {
+          unchecked += 1;
+          report(
+            null,
+            "ML-DSA-44 cosignature by witness " + w.text + " cannot be checked in the browser " +
+              "(WebCrypto has no ML-DSA), so it is not counted here; check it with deplog audit " +
+              "checkpoint --policy",
+          );
         } else {
           cosigned += 1;
-          const when = new Date(Number(t) * 1000).toISOString();
-          report(true, "Cosignature by witness " + w.text + " at " + when);
+          const when = new Date(Number(found.time) * 1000).toISOString();
+          const form = found.treeLines
+            ? " (over the tree lines only: origin, size and root, not the extension lines)"
+            : "";
+          report(true, "Cosignature by witness " + w.text + " at " + when + form);
         }
       } catch (err) {
         report(false, err.message + " (" + w.text + ")");
       }
     }
     if (witnesses.length) {
-      report(cosigned >= quorum, "Witness quorum: " + cosigned + " of " + quorum + " required");
+      const suffix = unchecked
+        ? " (counting only cosignatures checked in this browser; " + unchecked +
+          " ML-DSA-44 not checked)"
+        : "";
+      report(
+        cosigned >= quorum,
+        "Witness quorum: " + cosigned + " of " + quorum + " required" + suffix,
+      );
     }
 
     const entries = await fetchOk(
