@@ -22,7 +22,8 @@ The oracle is the verifiers, never the authority:
   none, the map auditor matches every checkpoint's map line, a map-verifying witness
   cosigns; every entry's and tool's explorer page answers 200, and every tool's map proof
   (JSON and binary) verifies against the verified checkpoint and gives the follower's own
-  status for every version its notices name.
+  status for every version its notices name; restarted, the authority takes its log and
+  map back as they are.
 
 Notices the schema refuses are posted too: the authority's code must be the one
 ``Notice.from_json`` (``Envelope.parse`` for byte-level faults) refuses them with.
@@ -240,7 +241,7 @@ digests = st.from_regex(r"[0-9a-f]{64}", fullmatch=True).map(lambda h: "sha256:"
 replacement_tools = st.one_of(
     st.sampled_from([*ACME_TOOLS, BETA_TOOL]),
     st.from_regex(
-        r"tool:[a-z0-9]{1,10}(\.[a-z0-9-]{0,8}[a-z0-9]){1,3}/[a-z0-9][a-z0-9._-]{0,20}",
+        r"tool:[a-z0-9]{1,10}(\.[a-z0-9]([a-z0-9-]{0,8}[a-z0-9])?){1,3}/[a-z0-9][a-z0-9._-]{0,20}",
         fullmatch=True,
     ),
 )
@@ -933,6 +934,17 @@ def verify_everything_admitted(bench: Bench, workdir: Path) -> dict[str, float]:
         for version in others:
             assert evaluate(tool, record, version, now).to_json() == followed[tool, version]
     lap("map proofs")
+
+    # The authority itself, restarted on its files, takes its log and map back as they are.
+    port = bench.authority.port
+    bench.authority.stop()
+    bench.authority.start(port)
+    status, _, health = bench.http.get("/healthz")
+    assert status == 200 and "invalid_entries" not in json.loads(health), health
+    assert bench.checkpoint()[0] == served
+    checked = bench.authority.run_cli("check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    lap("restart")
     return took
 
 
