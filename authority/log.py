@@ -70,7 +70,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -640,7 +640,7 @@ class Log:
         checker = EntryChecker(
             self.registry,
             self.verifier,
-            self._valid_notice_at,
+            lambda target: self._valid_notice_at(target, logged),
             lambda publisher, sequence: (publisher, sequence) in logged,
         )
         try:
@@ -793,17 +793,25 @@ class Log:
                 ErrorCode.STORED_ROOT_MISMATCH, "the map root differs from the signed one"
             )
 
-    def _valid_notice_at(self, index: int) -> Notice | None:
+    def _valid_notice_at(
+        self, index: int, batch: Mapping[tuple[str, int], tuple[int, bytes]] | None = None
+    ) -> Notice | None:
         """The valid notice at ``index`` (a withdraw's possible target), or None: the leaf
-        is a notice this log admitted, so its (publisher, sequence) row names this index."""
+        is a notice this log admitted, so its (publisher, sequence) row names this index.
+        ``batch``: the rows of the batch being admitted (``_admit_notice``'s ``logged``),
+        which hold the notices it admitted before this one, not written yet: verifiers judge
+        entry by entry, so a withdraw may name a notice of its own batch."""
         if not 0 <= index < self.tree.size:
             return None
         decoded = decode_leaf(self.tree.leaf_data(index, index + 1)[0])
         if not isinstance(decoded, NoticeEntry):
             return None
         notice = decoded.envelope.notice
-        row = store.notices_by_sequence(self.conn, [(notice.publisher, notice.sequence)])
-        return notice if row.get((notice.publisher, notice.sequence), (-1,))[0] == index else None
+        key = (notice.publisher, notice.sequence)
+        row = batch.get(key) if batch is not None else None
+        if row is None:
+            row = store.notices_by_sequence(self.conn, [key]).get(key)
+        return notice if row is not None and row[0] == index else None
 
     def _registry_before(self, size: int) -> PublisherRegistry:
         """The registry the log's publisher entries below ``size`` make, replayed from the

@@ -12,11 +12,14 @@ import pytest
 
 from deplog.authority.log import Log, StorageError
 from deplog.authority.storage import store
+from deplog.client.model.notice import Envelope
+from deplog.client.model.rules import InvalidEntry, LogReplay
+from deplog.client.model.vmap import VerifiableMap, require_map_root
 from deplog.client.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
-from tests.builders import make_envelope, notice_leaf, register
+from tests.builders import admitted, make_envelope, notice_leaf, register
 from tests.conftest import Backend
 
 ORIGIN = "unit.deplog.example/log"
@@ -82,6 +85,59 @@ def test_duplicate_in_one_batch_is_logged_once(log: Log, publisher: Signer) -> N
     assert (first.index, first.created) == (1, True)
     assert (second.index, second.created) == (1, False)
     assert log.tree.size == 2
+
+
+def withdraw_of(publisher: Signer, sequence: int, target: int) -> Envelope:
+    return make_envelope(
+        publisher, sequence, action="withdraw", affected=None, withdraws=target, reasons=["other"]
+    )
+
+
+def test_a_withdraw_of_a_notice_admitted_earlier_in_its_batch_is_admitted(
+    log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    """Verifiers judge the log entry by entry: a withdraw of the notice just before it is
+    valid there, whichever batch brought the two, so the authority admits it too (it used to
+    look the target up among committed notices only, and refused it bad_withdraw_target)."""
+    target = log.tree.size
+    results = log.sequence([make_envelope(publisher, 1), withdraw_of(publisher, 2, target)])
+    assert [r.error.code if r.error else r.index for r in results] == [target, target + 1]
+    leaves = log.tree.leaf_data(0, target + 2)
+    history = LogReplay(log_signer.verifier())
+    judged = [history.judge(index, leaf) for index, leaf in enumerate(leaves)]
+    assert not [j for j in judged if isinstance(j, InvalidEntry)]
+    # The map the checkpoint commits to is the verifiers' fold: the notice, withdrawn.
+    assert results[1].checkpoint is not None
+    checkpoint, _ = open_checkpoint(results[1].checkpoint.note, log_signer.verifier())
+    reference = VerifiableMap()
+    assert require_map_root(checkpoint) == reference.fold(admitted(leaves))
+
+
+def test_a_withdraw_of_a_batch_mate_that_is_not_its_valid_notice_is_refused(
+    log: Log, publisher: Signer
+) -> None:
+    """The batch-mate is another publisher's, or was refused (its index went to the next
+    one): the withdraw is refused as the verifiers would find it invalid."""
+    other = Signer.generate("other")
+    register(log, other)
+    log.publish()
+    target = log.tree.size
+    results = log.sequence(
+        [
+            make_envelope(other, 1),
+            withdraw_of(publisher, 1, target),  # other's notice
+            make_envelope(publisher, 2, tool="tool:org.acme/fetch"),
+            make_envelope(publisher, 2),  # reuses sequence 2: refused
+            withdraw_of(publisher, 3, target + 2),  # the index the refused one did not get
+        ]
+    )
+    assert [r.error.code if r.error else r.index for r in results] == [
+        target,
+        "bad_withdraw_target",
+        target + 1,
+        "sequence_reused",
+        "bad_withdraw_target",
+    ]
 
 
 def test_checkpoints_and_leaves_survive_reopening(

@@ -569,3 +569,83 @@ def test_sixteen_threads_publishing_with_one_key_each_get_every_notice_logged_on
         for p in envelopes
     }
     assert indexes == set(range(1, len(leaves)))
+
+
+# --- notices the verifiers once refused after the authority admitted them -------------------
+# ``canonical.loads_checked`` called canonical leaves non-canonical when they held more
+# than 16 brackets or a ``\u`` escape: three ranges, or a backslash in the message, got a
+# 201 and then stopped every follower (``noncanonical_entry``). Each trigger, as a user
+# types it, must be followed, replayed and browsed like any other notice.
+
+
+def assert_every_verifier_takes_it(
+    authority: AuthorityProcess, workdir: Path, tool: str, index: int
+) -> None:
+    """``deplog follow --once`` goes through with no entry failing validation, the offline
+    replay of an export passes, and the API's and the explorer's pages of the tool and of
+    the entry answer 200."""
+    key = str(authority.keys / "test.deplog.example_log.pub")
+    followed = deplog("follow", authority.url, "--once", "--log-key", key, cwd=workdir)
+    assert followed.code == 0, followed.stderr
+    assert "fails validation" not in followed.stderr, followed.stderr
+    exported = deplog("export", authority.url, "--out", "export", "--log-key", key, cwd=workdir)
+    assert exported.code == 0, exported.stderr
+    replayed = deplog("audit", "replay", "--log-key", key, "export", cwd=workdir)
+    assert replayed.code == 0, replayed.stdout + replayed.stderr
+    with urllib.request.urlopen(f"{authority.url}/v1/tools/{tool}", timeout=30) as response:
+        described = json.loads(response.read())
+    assert [n["index"] for n in described["notices"]] == [index]
+    assert described["invalid"] == []
+    for page in (f"/tools/{tool}", f"/notices/{index}"):
+        with urllib.request.urlopen(authority.url + page, timeout=30) as response:
+            assert response.status == 200
+            assert response.headers.get_content_type() == "text/html"
+
+
+def publish_revoke(authority: AuthorityProcess, workdir: Path, *flags: str) -> None:
+    key = str(authority.keys / "test.deplog.example_log.pub")
+    run = deplog(
+        "publish",
+        "--url",
+        authority.url,
+        "--log-key",
+        key,
+        "--key",
+        "keys/acme.key",
+        "--tool",
+        TOOL,
+        "--action",
+        "revoke",
+        "--reason",
+        "critical_bug",
+        "--out",
+        "out",
+        *flags,
+        cwd=workdir,
+    )
+    assert run.code == EXIT_OK, run.stderr
+    assert "logged at index 1 (verified)" in run.stdout
+
+
+def test_a_notice_with_three_ranges_is_followed_replayed_and_browsed(
+    authority: AuthorityProcess, workdir: Path
+) -> None:
+    ranges = ("1.0.0..1.1.0", "2.0.0..2.1.0", "3.0.0..3.1.0")
+    publish_revoke(authority, workdir, *(arg for r in ranges for arg in ("--range", r)))
+    assert_every_verifier_takes_it(authority, workdir, TOOL, 1)
+    # The follower folded it: versions in the ranges are revoked, the others are not.
+    assert deplog("check", TOOL, "3.0.5", cwd=workdir).code == 5
+    assert deplog("check", TOOL, "2.1.0", cwd=workdir).code == 0
+
+
+def test_a_notice_whose_message_holds_backslashes_is_followed_replayed_and_browsed(
+    authority: AuthorityProcess, workdir: Path
+) -> None:
+    message = "moved to C:\\users\\shared"
+    publish_revoke(authority, workdir, "--version", "1.0.0", "--message", message)
+    assert_every_verifier_takes_it(authority, workdir, TOOL, 1)
+    assert deplog("check", TOOL, "1.0.0", cwd=workdir).code == 5
+    [saved] = (workdir / "out").glob("*.envelope.json")
+    assert Envelope.parse(saved.read_bytes()).notice.message == message
+    with urllib.request.urlopen(f"{authority.url}/notices/1", timeout=30) as response:
+        assert "moved to C:\\users\\shared" in response.read().decode()
