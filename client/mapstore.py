@@ -40,10 +40,8 @@ witness in theirs. Rules:
    its dirty pages, and one-node rows spread a batch over more than twice as many.
    A batch writes its rows in a few multi-row upserts (``client.dbapi.insert_rows``),
    not a statement per row. In memory too a group is its stored bytes (the cache, the
-   layer): where ``_prefixtree.c`` is built, a batch runs over them (``StoredTree``,
-   ``update_groups``) and hands back the bytes of the groups it changed, so rows are
-   Python objects only while the Python's batch runs or a reader decodes a group
-   (``decode_group``); the Python here is the definition of both.
+   layer): a batch walks the groups on its paths decoded (the cache keeps the last
+   ``DECODED_GROUPS`` so) and hands back the bytes of the groups it changed.
 8. A writer whose cache holds rows back (``MapCache`` with ``layer_entries``, the
    authority's on SQLite, where it is the one process writing and reading) folds each
    batch into memory only: the batch's groups, records, root and size go to the
@@ -94,7 +92,6 @@ from deplog.client.model.vmap import (
     InnerNode,
     MapFormatError,
     MapProof,
-    PrefixTree,
     StatusRecord,
     VerifiableMap,
     extend_record_bytes,
@@ -116,7 +113,6 @@ __all__ = [
     "SqliteNodeStore",
     "SqliteRecords",
     "StoredMap",
-    "StoredTree",
     "ViewMoved",
     "group_id",
 ]
@@ -165,16 +161,11 @@ _IN_CHUNK = 500
 GROUP_BITS = 4
 """Split bits per group (rule 7): a group holds at most 2^4 - 1 inner nodes."""
 DECODED_GROUPS = 4096
-"""Groups a cache keeps decoded beside their bytes for the Python's batch (which walks
-and rewrites rows as objects) and reads of whole groups: the compiled batch needs none."""
+"""Groups a cache keeps decoded beside their bytes, for batches (which walk and rewrite
+rows as objects) and reads of whole groups."""
 
 K = TypeVar("K")
 V = TypeVar("V")
-
-try:  # the hot paths compiled (``_prefixtree.c``); without a compiler, the Python below
-    from deplog.client.model import _prefixtree as _compiled
-except ImportError:  # pragma: no cover - an install without a C compiler
-    _compiled = None  # type: ignore[assignment]
 
 
 class _Lru(Generic[K]):
@@ -279,13 +270,6 @@ def _decode_entry(blob: bytes, at: int) -> tuple[_Row, int]:
 
 def _decode_group(blob: bytes) -> _Group:
     """The encoded group's rows; KeyError for bytes it did not write (altered storage)."""
-    if _compiled is not None:
-        return _compiled.decode_group(blob, ChildRef, InnerNode)
-    return _decode_group_in_python(blob)
-
-
-def _decode_group_in_python(blob: bytes) -> _Group:
-    """``_decode_group``'s definition (the compiled one is held to it by the tests)."""
     group: _Group = {}
     at = 0
     try:
@@ -300,7 +284,7 @@ def _decode_group_in_python(blob: bytes) -> _Group:
 
 
 def _find_in_group(blob: bytes, node: bytes) -> _Row:
-    """The row of ``node`` in an encoded group, decoding only it (a lookup in the Python)."""
+    """The row of ``node`` in an encoded group, decoding only it (a lookup's read)."""
     at = 0
     try:
         while at < len(blob):
@@ -451,8 +435,8 @@ class MapCache:
     """A writer's bounded copy of map rows and records (rule 5): groups as their stored
     bytes and records, each bounded by bytes, least recently used first out; and, holding
     rows back (rule 8), the layer of rows not written yet, which is never evicted. A batch
-    reads its groups' bytes from here and hands back new bytes for the groups it changed
-    (``StoredTree``): the rows are Python objects only for the length of a read.
+    walks its paths through the groups kept decoded and hands back the new bytes of the
+    groups it changed.
 
     ``layer_entries``, ``layer_groups`` and ``layer_record_bytes`` bound the layer: an
     ``advance`` that leaves it larger than any of them writes all of it. Zero (the
@@ -738,9 +722,8 @@ class SqliteNodeStore:
     A missing or unreadable row raises ``KeyError``, as the in-memory store does; its
     holder reports that as altered storage. With a ``cache`` (writers only, rule 5),
     groups come from memory when it holds them, and a cache that holds rows back keeps
-    a batch's in its layer (rule 8). ``StoredTree`` updates a batch over the groups'
-    stored bytes (``update_groups``); the methods of a ``NodeStore`` serve the Python's
-    batch (its definition) and reads, decoding rows as they go.
+    a batch's in its layer (rule 8). Rows are decoded as they are read: one row of a
+    group for a lookup, whole groups (kept decoded by the cache) for a batch.
     """
 
     def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
@@ -787,8 +770,8 @@ class SqliteNodeStore:
         if blob is None:
             raise KeyError("map node missing")
         cache = self.cache
-        if _compiled is None and (cache is None or gid not in cache.decoded):
-            return _find_in_group(blob, node)  # one row decoded in Python, not fifteen
+        if cache is None or gid not in cache.decoded:
+            return _find_in_group(blob, node)  # one row decoded, not fifteen
         row = self._decoded_group(gid, blob).get(node)
         if row is None:
             raise KeyError("map node missing")
@@ -815,7 +798,7 @@ class SqliteNodeStore:
 
     def held(self) -> Mapping[bytes, InnerNode]:
         """The nodes of the groups the cache holds, each group decoded on first need (the
-        Python's batch walks its paths here; none without a cache)."""
+        batch walks its paths here; none without a cache)."""
         return {} if self.cache is None else _HeldNodes(self.cache)
 
     def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
@@ -844,29 +827,12 @@ class SqliteNodeStore:
     def write(
         self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
     ) -> None:
-        """Store a batch of the Python's: each group a node of the batch is in rewritten
-        whole, with the values of its leaf children (``keep``)."""
+        """Store a batch: each group a node of the batch is in rewritten whole, with the
+        values of its leaf children (``keep``)."""
         value = None
         if root is not None and root.bits == KEY_BITS:
             value = leaves[root.id]  # one key in the map: the batch just set it
         self.keep(root, value, self._rows(inners, leaves))
-
-    def update_groups(self, keys: list[bytes], values: list[bytes]) -> ChildRef:
-        """The batch ``keys -> values`` (sorted, distinct) by the compiled update over the
-        groups' stored bytes (``StoredTree``), kept (``keep``); the new root."""
-        assert _compiled is not None
-        held: tuple[dict[bytes, bytes], ...] = ()
-        cache = self.cache
-        if cache is not None:  # the groups ``group`` finds without a query, looked up in C
-            layer = cache.layer
-            held = (cache.groups.entries,)
-            if isinstance(layer, MapLayer):
-                held = (layer.groups, *held)
-        root, value, groups = _compiled.update_groups(
-            keys, values, self.root(), self.root_value(), held, self.group, ChildRef
-        )
-        self.keep(root, value, groups)
-        return root
 
     def keep(
         self, root: ChildRef | None, value: bytes | None, groups: Mapping[bytes, bytes]
@@ -932,9 +898,9 @@ class SqliteNodeStore:
 
 class _HeldNodes(Mapping[bytes, InnerNode]):
     """``SqliteNodeStore.held``: the inner nodes of the groups in a cache (its layer's and
-    its least recently used ones), by id, for one batch of the Python's: a group is
-    decoded (through the cache's decoded groups) and its nodes indexed on first need, so
-    the batch reads a cached path without a query. The map must not change meanwhile."""
+    its least recently used ones), by id, for one batch: a group is decoded (through the
+    cache's decoded groups) and its nodes indexed on first need, so the batch reads a
+    cached path without a query. The map must not change meanwhile."""
 
     def __init__(self, cache: MapCache) -> None:
         self.cache = cache
@@ -1146,24 +1112,6 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
         return int(self.conn.execute("SELECT count(*) FROM map_record").fetchone()[0])
 
 
-class StoredTree(PrefixTree):
-    """A ``PrefixTree`` over a ``SqliteNodeStore`` whose batches run over the groups' stored
-    bytes (rule 7), compiled (``_prefixtree.update_groups``): rows become Python objects
-    only where the Python's batch runs (``compiled`` False, or no compiler), the
-    function's definition, which the tests hold the compiled one to."""
-
-    store: SqliteNodeStore
-
-    def __init__(self, store: SqliteNodeStore, *, compiled: bool = True) -> None:
-        super().__init__(store, compiled=compiled)
-
-    def _batch(self, changes: Mapping[bytes, bytes]) -> ChildRef:
-        if not self.compiled or _compiled is None:
-            return super()._batch(changes)
-        keys = sorted(changes)
-        return self.store.update_groups(keys, [changes[key] for key in keys])
-
-
 class StoredMap(VerifiableMap):
     """A ``VerifiableMap`` whose rows and records live in SQLite on ``conn``.
 
@@ -1179,7 +1127,6 @@ class StoredMap(VerifiableMap):
         self.stored = SqliteRecords(conn, cache)
         self.nodes = SqliteNodeStore(conn, cache)
         super().__init__(self.nodes, self.stored)
-        self.tree: StoredTree = StoredTree(self.nodes)
 
     def forget(self) -> None:
         """Drop the cache (rule 5) and go back to the layer last committed (rule 8): after

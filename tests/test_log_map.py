@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from deplog.authority.http import server
 from deplog.authority.log import Log, StorageError
 from deplog.authority.storage.copy import copy_log
 from deplog.authority.storage.database import open_database
@@ -627,36 +626,13 @@ def test_kills_at_random_slices_while_tools_keep_joining_the_map_start_at_the_si
     reopened.close()
 
 
-def test_an_authority_without_the_compiled_map_update_warns_once_at_start(
-    tmp_path: Path,
-    log_signer: Signer,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """An install without a C compiler runs the update's Python: same roots, slower appends,
-    which the operator is told at start, in one line that names what to do."""
-    monkeypatch.setattr(server, "COMPILED_UPDATE", False)
-    config = server.ServerConfig(tmp_path / "log.db", ORIGIN, tiles=False)
-    with caplog.at_level(logging.WARNING, logger="deplog.authority"):
-        log, _ = server._open_log(config, log_signer)
-    log.close()
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [
-        "the tool-status map's batch update is not compiled (installed without a C "
-        "compiler): appends run its Python, slower; reinstall with one"
-    ]
-
-
 @sqlite_only
-@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
 def test_a_cyclic_map_row_in_the_writers_cache_fails_the_batch_as_altered_storage(
-    log: Log, publisher: Signer, compiled: bool
+    log: Log, publisher: Signer
 ) -> None:
-    """A row whose child names the row again (memory or storage altered): the batch update,
-    compiled or not, refuses it as a row it cannot read, so the batch fails
-    ``storage_unavailable`` and rolls back (no traceback as a bug, no endless walk), and
-    nothing is appended."""
-    log.map.tree.compiled = compiled
+    """A row whose child names the row again (memory or storage altered): the batch update
+    refuses it as a row it cannot read, so the batch fails ``storage_unavailable`` and
+    rolls back (no traceback as a bug, no endless walk), and nothing is appended."""
     log.sequence(batch(publisher, 1, 40))
     cache = log.map.cache
     assert cache is not None

@@ -18,7 +18,6 @@ from deplog.client.mapstore import (
     MapCache,
     SqliteNodeStore,
     StoredMap,
-    StoredTree,
     group_id,
 )
 from deplog.client.model.vmap import (
@@ -422,7 +421,7 @@ def test_a_writers_held_nodes_are_the_nodes_of_its_cached_groups(conn: sqlite3.C
     those, to the node stored; a store without a cache holds none."""
     rng = random.Random(12)
     start_map(conn)
-    StoredTree(SqliteNodeStore(conn)).update(
+    PrefixTree(SqliteNodeStore(conn)).update(
         {rng.randbytes(32): rng.randbytes(32) for _ in range(300)}
     )
     store = SqliteNodeStore(conn, MapCache(max_group_bytes=3_000))

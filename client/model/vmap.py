@@ -14,10 +14,7 @@ Rules it keeps:
    input is fixed-length except the record, which is last.
 4. A batch update reads and rehashes only the nodes on the changed keys' paths,
    one hash per node, then hands every written row to the store at once, so a
-   storage backend commits a batch (and its root) in one transaction. Its hot loop
-   (``_Batch``) also exists compiled (``_prefixtree.c``, built when a C compiler is
-   at hand): the tests hold the two to the same roots and the same rows in the same
-   order, and this module stays the definition.
+   storage backend commits a batch (and its root) in one transaction.
 5. Parsers are strict and total: one encoding per proof and per record, no
    trailing bytes, every bad input a stable code and no value in the message.
 """
@@ -49,17 +46,7 @@ from deplog.client.model.status import FoldNotice, InvalidMark, StatusIndex, Ver
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import decode_base64, encode_base64, parse_note
 
-try:  # the batch update compiled (``_prefixtree.c``); without a compiler, the Python below
-    from deplog.client.model import _prefixtree as _compiled
-except ImportError:  # pragma: no cover - an install without a C compiler
-    _compiled = None  # type: ignore[assignment]
-
-COMPILED_UPDATE: Final = _compiled is not None
-"""Whether batch updates run compiled (``_prefixtree.c``, built at install when a C
-compiler is there) rather than ``_Batch``'s Python: the same roots and rows, faster."""
-
 __all__ = [
-    "COMPILED_UPDATE",
     "EMPTY_ROOT",
     "KEY_BITS",
     "MAP_LINE_KEYWORD",
@@ -666,21 +653,11 @@ class _Batch:
 
     @functools.cached_property
     def ints(self) -> list[int]:
-        """The keys as integers, for the Python's prefix arithmetic (the compiled update
-        reads the bytes)."""
+        """The keys as integers, for the prefix arithmetic."""
         return [int.from_bytes(k, "big") for k in self.keys]
 
-    def run(self, old: ChildRef | None, *, compiled: bool) -> ChildRef:
-        """The new root over ``old`` (None: the empty map), the rows in ``written``; by
-        the compiled update when asked and built (the same function: the tests hold the
-        two to the same roots and rows)."""
-        if compiled and _compiled is not None:
-            values = [self.changes[key] for key in self.keys]
-            # It reads a dict directly; rows of another mapping it reads through ``row``.
-            held = self.held if isinstance(self.held, dict) else {}
-            return _compiled.update(
-                self.keys, values, old, held, self.row, self.written, ChildRef, InnerNode
-            )
+    def run(self, old: ChildRef | None) -> ChildRef:
+        """The new root over ``old`` (None: the empty map), the rows in ``written``."""
         count = len(self.keys)
         return self.build(0, count) if old is None else self.merge(old, 0, count)
 
@@ -843,11 +820,8 @@ def _split_point(key: int, bit: int) -> int:
 class PrefixTree:
     """A path-compressed binary prefix tree over 32-byte keys and 32-byte values."""
 
-    def __init__(self, store: NodeStore | None = None, *, compiled: bool = True) -> None:
+    def __init__(self, store: NodeStore | None = None) -> None:
         self.store: NodeStore = store if store is not None else MemoryNodeStore()
-        self.compiled = compiled
-        """Update by the compiled batch when it is built (``COMPILED_UPDATE``); False:
-        always by the Python, the function's definition."""
 
     def root(self) -> bytes:
         """The root hash (``EMPTY_ROOT`` for no keys)."""
@@ -872,7 +846,7 @@ class PrefixTree:
         old = self.store.root()
         if old is not None and old.id not in batch.held:
             batch.read_paths(old)
-        new = batch.run(old, compiled=self.compiled)
+        new = batch.run(old)
         self.store.write(new, batch.written, dict(changes))
         return new
 

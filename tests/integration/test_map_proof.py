@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 from datetime import UTC, datetime
 
 import aiohttp
@@ -15,7 +14,6 @@ from deplog.authority.storage.database import open_database
 from deplog.client import verify_tool_status
 from deplog.client.mapstore import StoredMap
 from deplog.client.model.vmap import (
-    COMPILED_UPDATE,
     MapProof,
     MapProofDocument,
     VerifiableMap,
@@ -210,15 +208,3 @@ async def test_an_idle_authority_writes_the_map_rows_it_held_and_its_metrics_say
         assert (stored.size(), stored.root()) == (checkpoint.size, require_map_root(checkpoint))
     finally:
         conn.close()
-
-
-async def test_an_authority_built_with_a_compiler_says_its_map_update_is_compiled(
-    authority: AuthorityProcess, http: aiohttp.ClientSession
-) -> None:
-    """CI builds ``client/model/_prefixtree.c``: the served metric says the authority runs
-    it (an install without a compiler says 0, and its start logs a warning)."""
-    async with http.get(authority.url + "/metrics") as response:
-        text = await response.text()
-    assert sample(text, "deplog_map_update_compiled") == (1 if COMPILED_UPDATE else 0)
-    if os.environ.get("CI"):
-        assert COMPILED_UPDATE
