@@ -64,7 +64,7 @@ from bench.common import pct
 from bench.nomap_authority import NoMapLog
 from deplog.authority.log import Log
 from deplog.client import verify_tool_status
-from deplog.client.model.vmap import MapProofDocument
+from deplog.client.map.proof import MapProofDocument
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.keyfile import load_signer
 from deplog.client.tlog.note import Signer, Verifier

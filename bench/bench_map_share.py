@@ -45,8 +45,10 @@ from bench.bench_map_append import prefill
 from bench.nomap_authority import NoMapLog
 from deplog.authority.http.plumbing import settle_collector
 from deplog.authority.log import Log
-from deplog.client import mapstore
-from deplog.client.model import vmap
+from deplog.client.map.cache import MapCache
+from deplog.client.map.sqlstore import SqliteNodeStore
+from deplog.client.map.stored import StoredMap
+from deplog.client.map.tree import PrefixTree
 from deplog.client.model.notice import Envelope
 from deplog.client.tlog.keyfile import load_signer
 from deplog.client.tlog.note import Signer
@@ -56,11 +58,11 @@ from tests.integration.harness import ORIGIN, AuthorityProcess
 STEPS: list[tuple[str, Any, str]] = [
     ("sequence", Log, "sequence"),
     ("fold", Log, "_fold_map"),
-    ("  tree update", vmap.PrefixTree, "update"),
-    ("    groups kept", mapstore.SqliteNodeStore, "keep"),
-    ("  slices", mapstore.StoredMap, "write_slice"),
+    ("  tree update", PrefixTree, "update"),
+    ("    groups kept", SqliteNodeStore, "keep"),
+    ("  slices", StoredMap, "write_slice"),
     ("commit", Log, "_commit"),
-    ("  map cache commit", mapstore.MapCache, "commit"),
+    ("  map cache commit", MapCache, "commit"),
     ("publish", Log, "publish"),
 ]
 """(label, owner, method): the steps timed; the fold of the baseline is its own method."""

@@ -16,7 +16,7 @@ For each size N it builds an in-memory map of N random keys, then measures:
     absent proof, p50 / p99 over 2000 calls.
 The baseline, in the same run, is a full build of the same N keys.
 
-``--sqlite-sizes``: the same batches against ``client/mapstore.py``'s tables in a
+``--sqlite-sizes``: the same batches against ``client/map/``'s SQL tables in a
 WAL, synchronous=FULL file (the authority's settings), each batch one committed
 transaction: reads on the paths, rows written, the commit's fsync; once as a holder
 without a cache folds (a follower, a map-verifying witness: SQLite's default page cache,
@@ -61,18 +61,15 @@ from bench.common import free_port, pct
 from deplog.authority.http.server import ServerConfig, build_app
 from deplog.authority.log import WRITER_CACHE_KIB, Log
 from deplog.authority.storage import store as log_store
-from deplog.client.mapstore import STORE_FORMAT, MapCache, SqliteNodeStore, StoredMap
+from deplog.client.map.cache import MapCache
+from deplog.client.map.hashing import map_key
+from deplog.client.map.nodes import ChildRef, InnerNode, MemoryNodeStore
+from deplog.client.map.proof import MapProof, verify_status
+from deplog.client.map.record import StatusRecord
+from deplog.client.map.sqlstore import STORE_FORMAT, SqliteNodeStore
+from deplog.client.map.stored import StoredMap
+from deplog.client.map.tree import PrefixTree
 from deplog.client.model.notice import Envelope, Notice
-from deplog.client.model.vmap import (
-    ChildRef,
-    InnerNode,
-    MapProof,
-    MemoryNodeStore,
-    PrefixTree,
-    StatusRecord,
-    map_key,
-    verify_status,
-)
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register
 from tests.map_formats import first_draft_record

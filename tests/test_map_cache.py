@@ -1,9 +1,9 @@
 """The writer's map cache never changes a root or a proof: the cached log agrees with an
 uncached reader and with a fold from scratch over random batches, across batches that
 fail mid-way (a quota hit, an aborting trigger) and restarts after them. On SQLite the
-log holds its map rows back (``client.mapstore`` rule 8): each test runs with rows held
-(``held``, the reader proving through the writer's layer) and with rows written by every
-batch (``written``, as on PostgreSQL)."""
+log holds its map rows back (``client.map.stored`` rule *rows held back*): each test runs
+with rows held (``held``, the reader proving through the writer's layer) and with rows
+written by every batch (``written``, as on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,12 @@ from pathlib import Path
 import pytest
 
 from deplog.authority.log import Log, StorageError
-from deplog.client.mapstore import MapCache, StoredMap, group_id
+from deplog.client.map.cache import MapCache
+from deplog.client.map.groups import group_id
+from deplog.client.map.proof import verify_map_proof
+from deplog.client.map.stored import StoredMap
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model.notice import Envelope
-from deplog.client.model.vmap import VerifiableMap, verify_map_proof
 from deplog.client.tlog.note import Signer
 from tests.builders import admitted, advance_leaves, make_envelope, notice_leaf, register
 

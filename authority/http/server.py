@@ -119,11 +119,11 @@ from deplog.authority.witnessing import (
     Witnessing,
 )
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.mapstore import ViewMoved
+from deplog.client.map.layer import ViewMoved
+from deplog.client.map.proof import MapProof, MapProofDocument
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
-from deplog.client.model.vmap import MapProof, MapProofDocument
 from deplog.client.storage_faults import StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer, parse_note

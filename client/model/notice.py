@@ -93,7 +93,7 @@ MAX_NAMESPACE_CHARS: Final = 253
 MAX_TOOL_NAME_CHARS: Final = 128
 
 # The closed enumerations of a notice, each defined once and in a fixed order: the map
-# record (client/model/vmap.py) encodes each value as its position here, so a value is
+# record (client/map/record.py) encodes each value as its position here, so a value is
 # only ever appended, never inserted or reordered (tests/vectors/vmap-v1.json holds the
 # bytes).
 Action = Literal["deprecate", "revoke", "withdraw"]

@@ -12,14 +12,10 @@ import pytest
 
 from deplog.authority.storage.database import open_database
 from deplog.client import verify_tool_status
-from deplog.client.mapstore import StoredMap
-from deplog.client.model.vmap import (
-    MapProof,
-    MapProofDocument,
-    VerifiableMap,
-    require_map_root,
-    verify_map_proof,
-)
+from deplog.client.map.line import require_map_root
+from deplog.client.map.proof import MapProof, MapProofDocument, verify_map_proof
+from deplog.client.map.stored import StoredMap
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from tests.builders import admitted, make_envelope
@@ -186,10 +182,10 @@ async def test_proofs_read_while_appends_race_on_each_show_the_map_of_their_chec
 async def test_an_idle_authority_writes_the_map_rows_it_held_and_its_metrics_say_so(
     authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
 ) -> None:
-    """On SQLite a batch's map rows are held in memory (``client.mapstore`` rule 8); once
-    no submission comes, the sequencer writes them (on PostgreSQL every batch does): the
-    tables are then at the served size, and ``/metrics`` counts no entry held and no
-    failed write."""
+    """On SQLite a batch's map rows are held in memory (``client.map.stored`` rule *rows
+    held back*); once no submission comes, the sequencer writes them (on PostgreSQL every
+    batch does): the tables are then at the served size, and ``/metrics`` counts no entry
+    held and no failed write."""
     for seq in (1, 2, 3):
         await publish(http, authority.url, publisher, seq)
     checkpoint = await served(http, authority)
