@@ -1282,3 +1282,34 @@ def test_the_update_refuses_a_cycle_of_rows_instead_of_looping(
     changes = {high[:31] + b"\x01": b"c" * 32, high[:31] + b"\x02": b"d" * 32}
     with pytest.raises(MapStorageError, match="map node malformed"):
         PrefixTree(store).update(dict(list(changes.items())[:keys]))
+
+
+class RootHeldStore(MemoryNodeStore):
+    """Holds only the root's row in memory: every other row a batch walks through is read
+    through ``inner``, as a store's rows outside its cache are."""
+
+    def held(self) -> Mapping[bytes, InnerNode]:
+        root = self.root()
+        return (
+            {} if root is None or root.id not in self._inners else {root.id: self._inners[root.id]}
+        )
+
+
+@pytest.mark.parametrize("store_type", [MemoryNodeStore, RootHeldStore], ids=["held", "read"])
+def test_a_row_the_store_has_lost_is_its_storage_error_and_changes_nothing(
+    store_type: type[MemoryNodeStore],
+) -> None:
+    rng = random.Random(7)
+    store = store_type()
+    keys = [rng.randbytes(32) for _ in range(50)]
+    PrefixTree(store).update({key: rng.randbytes(32) for key in keys})
+    root = store.root()
+    assert root is not None
+    for node in [node for node in store._inners if node != root.id]:
+        del store._inners[node]  # every row below the root gone from storage
+    before = (store.root(), dict(store._inners))
+    with pytest.raises(MapStorageError, match="map node missing"):
+        PrefixTree(store).update({keys[0]: b"c" * 32})
+    with pytest.raises(MapStorageError, match="map node missing"):
+        PrefixTree(store).lookup(keys[0])
+    assert (store.root(), dict(store._inners)) == before

@@ -535,6 +535,10 @@ class Replacement:
 class Notice:
     """A validated notice; construct it with ``from_json`` so the rules always hold."""
 
+    # A field the fold reads (client/model/status.py ``FoldNotice``) goes into the map
+    # record's codec too (client/map/record.py ``RecordNotice``), or records and proofs
+    # drop it; a field the fold does not read is listed there as dropped (with why).
+    # tests/test_map_record.py fails until a new field is one or the other.
     tool_id: str
     action: Action
     reasons: tuple[str, ...]
