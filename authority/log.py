@@ -84,7 +84,11 @@ from deplog.authority.storage.database import (
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
-from deplog.client.mapstore import STORE_FORMAT, MapCache, StoredMap
+from deplog.client.map.cache import MapCache
+from deplog.client.map.errors import MapStorageError
+from deplog.client.map.line import map_line, map_root_of
+from deplog.client.map.sqlstore import STORE_FORMAT
+from deplog.client.map.stored import StoredMap
 from deplog.client.model.entries import (
     MAX_ENTRY_BYTES,
     EntryFormatError,
@@ -104,7 +108,6 @@ from deplog.client.model.rules import (
     fold_item,
 )
 from deplog.client.model.status import InvalidMark
-from deplog.client.model.vmap import map_line, map_root_of
 from deplog.client.storage_faults import CORRUPT, StorageFault, opening_database
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
@@ -323,7 +326,7 @@ class Log:
         try:
             with self._snapshot():
                 return self.map.warm()
-        except KeyError:  # a group that does not decode: altered storage, as at open
+        except MapStorageError:  # a group that does not decode: altered storage, as at open
             self._close_quietly()
             raise StorageFault(
                 CORRUPT, self.path, "storage_corrupt: a stored map group does not decode"
@@ -350,7 +353,7 @@ class Log:
         self._begin()
         try:
             write()
-        except (*self.db.errors, KeyError):  # type: ignore[misc]
+        except (*self.db.errors, MapStorageError):  # type: ignore[misc]
             self._rollback()
             raise StorageError() from None
         except BaseException:  # a bug: no transaction is left open for the next batch
@@ -582,7 +585,7 @@ class Log:
             store.insert_notices(self.conn, rows)
             self._fold_map(start, fresh)
             self._end_write()
-        except (*self.db.errors, TreeCorruptError, KeyError):  # type: ignore[misc]
+        except (*self.db.errors, TreeCorruptError, MapStorageError):  # type: ignore[misc]
             self._rollback()
             raise StorageError() from None
         except BaseException:
@@ -850,10 +853,13 @@ class Log:
                 self.conn, self.tree.size, json.dumps(registry.to_json(), sort_keys=True)
             )
             self._end_write()
+        except MapStorageError:  # a DeplogError, but the storage's, not the statement's
+            self._rollback()
+            raise StorageError() from None
         except DeplogError:
             self._rollback()
             raise
-        except (*self.db.errors, TreeCorruptError, KeyError):  # type: ignore[misc]
+        except (*self.db.errors, TreeCorruptError):  # type: ignore[misc]
             self._rollback()
             raise StorageError() from None
         self._commit()

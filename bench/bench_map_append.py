@@ -3,7 +3,7 @@
 Run by hand (not in CI):
     python bench/bench_map_append.py [--tools-before 10000] [--requests 3000] [--rounds 3]
         [--publishers 50] [--tools-per-publisher 4] [--proof-readers 0] [--max-batch N]
-        [--wait-instead US_PER_NOTICE,US_PER_BATCH | --uncompiled | --control]
+        [--wait-instead US_PER_NOTICE,US_PER_BATCH | --control]
 
 What a publisher sees: real ``authority serve`` processes on 127.0.0.1, 50 publishers
 (``--publishers``) posting pre-signed notices (closed loop, each sequentially) about 4
@@ -32,8 +32,6 @@ checked against the checkpoint it carries.
 ``--wait-instead US_PER_NOTICE,US_PER_BATCH`` replaces the authority with the map by the
 baseline sleeping that long where the fold ran: what the fold would cost if it took no
 CPU in the server but still sat on the batch's cycle (as in a helper process).
-``--uncompiled`` runs the map's hot paths in their Python (``bench/uncompiled_authority.py``:
-what an install without a C compiler runs) instead of ``client/model/_prefixtree.c``.
 ``--control`` replaces it by the baseline itself (an A/A run): the ratio's spread on this
 machine when nothing differs, to read the other runs' intervals against. ``--max-batch``
 is passed to both servers (smaller batches: several in flight at once).
@@ -66,7 +64,7 @@ from bench.common import pct
 from bench.nomap_authority import NoMapLog
 from deplog.authority.log import Log
 from deplog.client import verify_tool_status
-from deplog.client.model.vmap import MapProofDocument
+from deplog.client.map.proof import MapProofDocument
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.keyfile import load_signer
 from deplog.client.tlog.note import Signer, Verifier
@@ -77,7 +75,6 @@ PUBLISHERS = 50
 BOOTSTRAP = 10_000
 """Resamples of the rounds for the interval of a median ratio (``median_interval``)."""
 LAUNCHER = Path(__file__).resolve().parent / "nomap_authority.py"
-UNCOMPILED = Path(__file__).resolve().parent / "uncompiled_authority.py"
 
 
 @dataclass
@@ -98,13 +95,6 @@ class NoMapAuthority(AuthorityProcess):
             return super().start(port)
         finally:
             del os.environ["DEPLOG_BENCH_FOLD_WAIT"]
-
-
-class UncompiledAuthority(AuthorityProcess):
-    """``authority serve`` with the map's batch update in its Python (no C compiler)."""
-
-    def command(self) -> list[str]:
-        return [sys.executable, str(UNCOMPILED), *super().command()[3:]]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -223,11 +213,6 @@ def main() -> None:
         help="in place of the map, the baseline sleeping this long where the fold ran",
     )
     instead.add_argument(
-        "--uncompiled",
-        action="store_true",
-        help="the map's hot paths in their Python, as without a C compiler",
-    )
-    instead.add_argument(
         "--control",
         action="store_true",
         help="in place of the map, the baseline itself: the bench's own spread (A/A)",
@@ -249,15 +234,7 @@ def main() -> None:
     signers = [Signer.generate(f"bench{i}") for i in range(args.publishers)]
     per = max(1, args.requests // args.publishers)
     baseline_tried = bool(args.wait_instead or args.control)
-    tried = (
-        "with wait"
-        if args.wait_instead
-        else "control"
-        if args.control
-        else "uncompiled"
-        if args.uncompiled
-        else "with map"
-    )
+    tried = "with wait" if args.wait_instead else "control" if args.control else "with map"
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         templates = {tried: root / "tried", "without": root / "without"}
@@ -276,8 +253,6 @@ def main() -> None:
                     process: AuthorityProcess = NoMapAuthority(copy)
                 elif baseline_tried:
                     process = NoMapAuthority(copy, wait=args.wait_instead)
-                elif args.uncompiled:
-                    process = UncompiledAuthority(copy)
                 else:
                     process = AuthorityProcess(copy)
                 if args.max_batch:

@@ -11,7 +11,7 @@ set up as the log's (WAL, synchronous=FULL, the writer's page cache), first fold
 sends: 50 publishers, about 13 notices a batch, 200 tools; ``--hot 0`` spreads the
 notices over ``--tools`` tools at random instead). Two writers: ``held``, the
 authority's on SQLite (its rows held in memory and written past ``authority.log``'s
-``MAP_LAYER_*`` bounds, and once more at the end: ``client.mapstore`` rule 8), and
+``MAP_LAYER_*`` bounds, and once more at the end: ``client.map.stored`` rule *rows held back*), and
 ``written``, which writes every batch's rows in its transaction (as on PostgreSQL).
 Reported per notice, median of ``--rounds`` fresh files: the fold (records, tree, rows
 written or held, the rows written at the end spread over the batches) and the commit.
@@ -44,7 +44,8 @@ from deplog.authority.log import (
     MAP_LAYER_RECORD_BYTES,
     WRITER_CACHE_KIB,
 )
-from deplog.client.mapstore import MapCache, StoredMap
+from deplog.client.map.cache import MapCache
+from deplog.client.map.stored import StoredMap
 from deplog.client.model.notice import Notice
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope

@@ -4,13 +4,13 @@ Run by hand (not in CI):
     python bench/bench_map_restart.py [--tools 10000 100000] [--held 4071] [--rounds 3]
 
 On SQLite the authority holds the map rows of up to ``MAP_LAYER_ENTRIES`` entries in
-memory (``client.mapstore`` rule 8); a kill loses them, and the next ``Log`` open folds
-those entries again from the log before it serves. For each log of ``--tools`` notices
-about as many tools (built offline through ``Log.sequence``, batches of 512), then
-``--held`` more notices in batches of 25 about tools already in the map: the open time
-after a clean close (the rows written), and after the connection was dropped with the
-rows held (what a SIGKILL leaves), each the median of ``--rounds`` opens of fresh
-copies, in turn. The difference is the crash's cost; each open also fills the writer's
+memory (``client.map.stored`` rule *rows held back*); a kill loses them, and the next
+``Log`` open folds those entries again from the log before it serves. For each log of
+``--tools`` notices about as many tools (built offline through ``Log.sequence``, batches
+of 512), then ``--held`` more notices in batches of 25 about tools already in the map:
+the open time after a clean close (the rows written), and after the connection was
+dropped with the rows held (what a SIGKILL leaves), each the median of ``--rounds`` opens
+of fresh copies, in turn. The difference is the crash's cost; each open also fills the writer's
 map cache (``Log.warm_map``) as a server's does.
 """
 

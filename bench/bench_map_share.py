@@ -2,7 +2,7 @@
 
 Run by hand (not in CI):
     python bench/bench_map_share.py [--tools-before 10000] [--publishers 50]
-        [--tools-per-publisher 4] [--batches 100] [--warmup 20] [--rounds 3] [--uncompiled]
+        [--tools-per-publisher 4] [--batches 100] [--warmup 20] [--rounds 3]
 
 No HTTP: ``Log.sequence`` in this process on batches shaped as ``bench_map_append.py``
 sends them (one notice from each of ``--publishers`` publishers a batch, each naming its
@@ -21,9 +21,6 @@ the commit (``Log._commit``, the SQL commit and ``MapCache.commit``), the latter
 the checkpoint (``Log.publish``), and the collector's passes by generation. Thread CPU,
 not wall time: the fsync a commit waits for is not in it, and the machine's other work
 moves it less. The difference of the two ``Log.sequence`` figures is the map's share.
-``--uncompiled`` runs the map's hot paths in their Python (``client/model/vmap.py`` and
-``client/mapstore.py``, what an install without a C compiler runs) instead of
-``client/model/_prefixtree.c``.
 """
 
 from __future__ import annotations
@@ -46,11 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_map_append import prefill
 from bench.nomap_authority import NoMapLog
-from bench.uncompiled_authority import uncompiled
 from deplog.authority.http.plumbing import settle_collector
 from deplog.authority.log import Log
-from deplog.client import mapstore
-from deplog.client.model import vmap
+from deplog.client.map.cache import MapCache
+from deplog.client.map.sqlstore import SqliteNodeStore
+from deplog.client.map.stored import StoredMap
+from deplog.client.map.tree import PrefixTree
 from deplog.client.model.notice import Envelope
 from deplog.client.tlog.keyfile import load_signer
 from deplog.client.tlog.note import Signer
@@ -60,11 +58,11 @@ from tests.integration.harness import ORIGIN, AuthorityProcess
 STEPS: list[tuple[str, Any, str]] = [
     ("sequence", Log, "sequence"),
     ("fold", Log, "_fold_map"),
-    ("  tree update", vmap.PrefixTree, "update"),
-    ("    groups kept", mapstore.SqliteNodeStore, "keep"),
-    ("  slices", mapstore.StoredMap, "write_slice"),
+    ("  tree update", PrefixTree, "update"),
+    ("    groups kept", SqliteNodeStore, "keep"),
+    ("  slices", StoredMap, "write_slice"),
     ("commit", Log, "_commit"),
-    ("  map cache commit", mapstore.MapCache, "commit"),
+    ("  map cache commit", MapCache, "commit"),
     ("publish", Log, "publish"),
 ]
 """(label, owner, method): the steps timed; the fold of the baseline is its own method."""
@@ -144,14 +142,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--uncompiled",
-        action="store_true",
-        help="the map's hot paths in their Python, as without a C compiler",
-    )
     args = parser.parse_args()
-    if args.uncompiled:
-        uncompiled()
     signers = [Signer.generate(f"bench{i}") for i in range(args.publishers)]
     work = batches(signers, args.warmup + args.batches, args.tools_per_publisher)
     instrument()

@@ -7,18 +7,16 @@ Run by hand (not in CI):
 
 For each size N it builds an in-memory map of N random keys, then measures:
   * batch update of 1, 100 and 1000 changed keys (half updates of present keys, half
-    new keys): wall time and node hashes (rows written), median of 5 batches, and the
-    same by the update's Python (``PrefixTree(compiled=False)``, what an install
-    without a C compiler runs) in 5 batches taken in turn with them;
+    new keys): wall time and node hashes (rows written), median of 10 batches;
   * the binary proof size of 2000 random present keys with a one-notice record (the
     path is the part that grows with N), mean / p50 / p99 / max, with the compact
     record and, on the same paths, the spec's first-draft JSON record; and of 2000
     random absent keys;
   * verification (``verify_status``: record decode, fold, path) of a present and an
     absent proof, p50 / p99 over 2000 calls.
-The baseline, in the same run, is a full build of the same N keys (compiled when built).
+The baseline, in the same run, is a full build of the same N keys.
 
-``--sqlite-sizes``: the same batches against ``client/mapstore.py``'s tables in a
+``--sqlite-sizes``: the same batches against ``client/map/``'s SQL tables in a
 WAL, synchronous=FULL file (the authority's settings), each batch one committed
 transaction: reads on the paths, rows written, the commit's fsync; once as a holder
 without a cache folds (a follower, a map-verifying witness: SQLite's default page cache,
@@ -63,18 +61,15 @@ from bench.common import free_port, pct
 from deplog.authority.http.server import ServerConfig, build_app
 from deplog.authority.log import WRITER_CACHE_KIB, Log
 from deplog.authority.storage import store as log_store
-from deplog.client.mapstore import STORE_FORMAT, MapCache, SqliteNodeStore, StoredMap
+from deplog.client.map.cache import MapCache
+from deplog.client.map.hashing import map_key
+from deplog.client.map.nodes import ChildRef, InnerNode, MemoryNodeStore
+from deplog.client.map.proof import MapProof, verify_status
+from deplog.client.map.record import StatusRecord
+from deplog.client.map.sqlstore import STORE_FORMAT, SqliteNodeStore
+from deplog.client.map.stored import StoredMap
+from deplog.client.map.tree import PrefixTree
 from deplog.client.model.notice import Envelope, Notice
-from deplog.client.model.vmap import (
-    ChildRef,
-    InnerNode,
-    MapProof,
-    MemoryNodeStore,
-    PrefixTree,
-    StatusRecord,
-    map_key,
-    verify_status,
-)
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register
 from tests.map_formats import first_draft_record
@@ -131,26 +126,22 @@ def run(size: int) -> None:
     tree.update({k: os.urandom(32) for k in keys} | {map_key(TOOL): record.value()})
     rebuild = time.perf_counter() - start
     print(f"N={size:>9,}  full build {rebuild * 1000:9.1f} ms, {store.written:,} node hashes")
-    python = PrefixTree(store, compiled=False)
     for changed in (1, 100, 1000):
-        times: dict[PrefixTree, list[float]] = {tree: [], python: []}
+        times: list[float] = []
         hashes = []
-        for turn in range(10):  # the compiled update and the Python's in turn, 5 batches each
-            updating = tree if turn % 2 == 0 else python
+        for _ in range(10):
             batch = {k: os.urandom(32) for k in random.sample(keys, changed - changed // 2)}
             added = [os.urandom(32) for _ in range(changed // 2)]
             batch |= {k: os.urandom(32) for k in added}
             keys += added
             start = time.perf_counter()
-            updating.update(batch)
-            times[updating].append(time.perf_counter() - start)
+            tree.update(batch)
+            times.append(time.perf_counter() - start)
             hashes.append(store.written)
-        compiled, interpreted = statistics.median(times[tree]), statistics.median(times[python])
+        took = statistics.median(times)
         print(
-            f"  batch of {changed:>4} keys: {compiled * 1000:8.3f} ms, "
-            f"{statistics.median(hashes):,.0f} node hashes "
-            f"({compiled / rebuild:.2%} of a rebuild); the Python's update "
-            f"{interpreted * 1000:8.3f} ms ({interpreted / compiled:.1f}x)"
+            f"  batch of {changed:>4} keys: {took * 1000:8.3f} ms, "
+            f"{statistics.median(hashes):,.0f} node hashes ({took / rebuild:.2%} of a rebuild)"
         )
     root, key = tree.root(), map_key(TOOL)
     paths = [tree.lookup(probe).steps for probe in keys[:2000]]

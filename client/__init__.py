@@ -8,6 +8,7 @@ through its sub-package:
 * ``deplog.client.tlog``: C2SP signed notes, checkpoints, cosignatures, tlog-proof
   receipts, tlog-policy, RFC 9162 proofs, key files, fork evidence;
 * ``deplog.client.model``: canonical JSON, SemVer, notices, entries and the pure folds;
+* ``deplog.client.map``: the verifiable tool-status map, its proofs and its SQL store;
 * ``deplog.client.follow``: log sources, the trusted state, the follower;
 * ``deplog.client.cache``: the guard, a guarded cache, MCP and inventory helpers;
 * ``deplog.client.audit``: offline audits and the export they read.
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from deplog.client.cache.listing_proofs import verify_listing
     from deplog.client.errors import DeplogError
     from deplog.client.follow.follower import Follower, SyncFollower
-    from deplog.client.model.vmap import verify_tool_status
+    from deplog.client.map.proof import verify_tool_status
     from deplog.client.tlog.note import Verifier
     from deplog.client.tlog.policy import Policy
     from deplog.client.tlog.receipt import verify_receipt
@@ -58,7 +59,7 @@ _HOME = {
     "Verifier": "deplog.client.tlog.note",
     "verify_listing": "deplog.client.cache.listing_proofs",
     "verify_receipt": "deplog.client.tlog.receipt",
-    "verify_tool_status": "deplog.client.model.vmap",
+    "verify_tool_status": "deplog.client.map.proof",
 }
 
 

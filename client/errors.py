@@ -102,13 +102,14 @@ class ErrorCode(enum.StrEnum):
     # client/model/status.py
     INDEX_NOT_INCREASING = "index_not_increasing"
     UNKNOWN_WITHDRAW_TARGET = "unknown_withdraw_target"
-    # client/model/vmap.py: proofs and records, the checkpoint line, verification
+    # client/map/: proofs and records, the checkpoint line, verification, the stored rows
     MALFORMED_MAP_PROOF = "malformed_map_proof"
     MALFORMED_MAP_RECORD = "malformed_map_record"
     MALFORMED_MAP_LINE = "malformed_map_line"
     MISSING_MAP_LINE = "missing_map_line"
     BAD_MAP_PROOF = "bad_map_proof"
     MAP_CHECKPOINT_MISMATCH = "map_checkpoint_mismatch"
+    MAP_ROW_UNREADABLE = "map_row_unreadable"
     # client/audit/mapaudit.py
     BAD_MAP_ROOT = "bad_map_root"
     # authority/witness/mapverify.py: the map-verifying witness's refusals

@@ -1,6 +1,6 @@
 """Committed states of a dict that one thread keeps changing, read by others without a copy.
 
-The writer's map layer (``client.mapstore``, rule 8) is thousands of entries, a batch
+The writer's map layer (``client.map.layer``) is thousands of entries, a batch
 changes a few dozen of them, and readers in the writer's process read the layer as of the
 writer's last commit. Copying it at every commit cost O(layer) a batch. Instead its owner
 records, before the first change of a key since the last commit, the value the key had

@@ -32,7 +32,7 @@ from deplog.authority.log import Log
 from deplog.client.errors import ErrorCode
 from deplog.client.follow.source import FetchError, MemoryLogSource, sync_step
 from deplog.client.follow.trust import Advanced, TrustedState
-from deplog.client.mapstore import StoredMap
+from deplog.client.map.stored import StoredMap
 from deplog.client.model import canonical
 from deplog.client.model.entries import (
     NoticeEntry,

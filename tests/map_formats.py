@@ -8,17 +8,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
+from deplog.client.map.hashing import map_key, value_hash
+from deplog.client.map.nodes import ChildRef, MemoryNodeStore
+from deplog.client.map.tree import PrefixTree
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.model.notice import Notice
-from deplog.client.model.vmap import (
-    ChildRef,
-    MemoryNodeStore,
-    PrefixTree,
-    VerifiableMap,
-    map_key,
-    value_hash,
-)
 from deplog.client.tlog.note import encode_base64
 from deplog.client.tlog.proofs import leaf_hash
 from tests.builders import admitted

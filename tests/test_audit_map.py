@@ -11,7 +11,8 @@ import pytest
 from deplog.client.audit.bundle import write_entries
 from deplog.client.audit.mapaudit import MapRootError, audit_map
 from deplog.client.cli.main import main as deplog_main
-from deplog.client.model.vmap import VerifiableMap, map_line
+from deplog.client.map.line import map_line
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.proofs import TreeMismatchError
 from tests.builders import LocalLog, admitted

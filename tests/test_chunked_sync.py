@@ -25,8 +25,9 @@ from deplog.client.follow.reader import StateReader
 from deplog.client.follow.source import FetchError, MemoryLogSource, OnProgress, sync_step
 from deplog.client.follow.state import LocalState, status_budget
 from deplog.client.follow.trust import Advanced, MapMismatchError, TrustedState
-from deplog.client.mapstore import StoredMap
-from deplog.client.model.vmap import VerifiableMap, map_line, require_map_root
+from deplog.client.map.line import map_line, require_map_root
+from deplog.client.map.stored import StoredMap
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.evidence import MAP_MISMATCH, read_evidence
 from deplog.client.tlog.note import Signer

@@ -15,8 +15,9 @@ from deplog.client.follow.follower import Follower, SyncFollower
 from deplog.client.follow.mapcheck import MapProver
 from deplog.client.follow.source import MemoryLogSource
 from deplog.client.follow.trust import MapMismatchError
-from deplog.client.mapstore import StoredMap
-from deplog.client.model.vmap import MAP_LINE_KEYWORD, VerifiableMap, map_line, require_map_root
+from deplog.client.map.line import MAP_LINE_KEYWORD, map_line, require_map_root
+from deplog.client.map.stored import StoredMap
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.evidence import MAP_MISMATCH, read_evidence
 from tests.builders import LocalLog, admitted

@@ -130,7 +130,7 @@ def in_package(name: str, package: str) -> bool:
 MAP_WITNESS = "deplog.authority.witness.mapverify"
 MAP_WITNESS_MAY_IMPORT = (
     *WITNESS_MAY_IMPORT,
-    "deplog.client.mapstore",
+    "deplog.client.map",
     "deplog.client.model",
     "deplog.client.follow.http",
 )

@@ -12,9 +12,10 @@ import pytest
 
 from deplog.authority.log import Log, StorageError
 from deplog.authority.storage import store
+from deplog.client.map.line import require_map_root
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model.notice import Envelope
 from deplog.client.model.rules import InvalidEntry, LogReplay
-from deplog.client.model.vmap import VerifiableMap, require_map_root
 from deplog.client.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer

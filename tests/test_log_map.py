@@ -13,27 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from deplog.authority.http import server
 from deplog.authority.log import Log, StorageError
 from deplog.authority.storage.copy import copy_log
 from deplog.authority.storage.database import open_database
 from deplog.client.errors import CLIError
-from deplog.client.mapstore import (
-    STORE_FORMAT,
-    MapView,
-    StoredMap,
-    _decode_group,
-    _encode_group,
-    group_id,
-)
+from deplog.client.map.groups import decode_group, encode_group, group_id
+from deplog.client.map.hashing import EMPTY_ROOT
+from deplog.client.map.layer import MapView
+from deplog.client.map.line import map_line, require_map_root
+from deplog.client.map.proof import verify_map_proof
+from deplog.client.map.sqlstore import STORE_FORMAT
+from deplog.client.map.stored import StoredMap
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model.notice import Envelope
-from deplog.client.model.vmap import (
-    EMPTY_ROOT,
-    VerifiableMap,
-    map_line,
-    require_map_root,
-    verify_map_proof,
-)
 from deplog.client.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
@@ -318,7 +310,7 @@ def test_a_map_of_another_record_format_is_folded_again_and_the_next_checkpoint_
     assert record is not None and record.notices
 
 
-# -- rows held back (client.mapstore rule 8) ---------------------------------------------
+# -- rows held back (client.map.stored) --------------------------------------------------
 
 
 def tables(db_path: str) -> tuple[int, bytes]:
@@ -627,43 +619,21 @@ def test_kills_at_random_slices_while_tools_keep_joining_the_map_start_at_the_si
     reopened.close()
 
 
-def test_an_authority_without_the_compiled_map_update_warns_once_at_start(
-    tmp_path: Path,
-    log_signer: Signer,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """An install without a C compiler runs the update's Python: same roots, slower appends,
-    which the operator is told at start, in one line that names what to do."""
-    monkeypatch.setattr(server, "COMPILED_UPDATE", False)
-    config = server.ServerConfig(tmp_path / "log.db", ORIGIN, tiles=False)
-    with caplog.at_level(logging.WARNING, logger="deplog.authority"):
-        log, _ = server._open_log(config, log_signer)
-    log.close()
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [
-        "the tool-status map's batch update is not compiled (installed without a C "
-        "compiler): appends run its Python, slower; reinstall with one"
-    ]
-
-
 @sqlite_only
-@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
 def test_a_cyclic_map_row_in_the_writers_cache_fails_the_batch_as_altered_storage(
-    log: Log, publisher: Signer, compiled: bool
+    log: Log, publisher: Signer
 ) -> None:
-    """A row whose child names the row again (memory or storage altered): the batch update,
-    compiled or not, refuses it as a row it cannot read, so the batch fails
+    """A row whose child names the row again (memory or storage altered): the batch update
+    refuses it as a row it cannot read (``MapStorageError``), so the batch fails
     ``storage_unavailable`` and rolls back (no traceback as a bug, no endless walk), and
     nothing is appended."""
-    log.map.tree.compiled = compiled
     log.sequence(batch(publisher, 1, 40))
     cache = log.map.cache
     assert cache is not None
     root = log.map.nodes.root()
     assert root is not None
     gid = group_id(root.id)
-    rows = _decode_group(log.map.nodes.group(gid) or b"")
+    rows = decode_group(log.map.nodes.group(gid) or b"")
     node, left, _, _ = rows[root.id]
     rows[root.id] = (
         node._replace(right=node.right._replace(id=root.id, bits=node.bit)),
@@ -671,7 +641,7 @@ def test_a_cyclic_map_row_in_the_writers_cache_fails_the_batch_as_altered_storag
         None,
         None,
     )
-    cyclic = _encode_group(rows)
+    cyclic = encode_group(rows)
     if cache.layer is not None and gid in cache.layer.groups:
         cache.live.set_group(gid, cyclic)
     else:

@@ -1,6 +1,7 @@
-"""A writer that holds the map's rows back (``client.mapstore`` rule 8): every batch folds
-into a layer above the tables, the tables stay a map at a committed size until the layer
-is written, readers prove through the layer as committed, and a rollback goes back to it.
+"""A writer that holds the map's rows back (``client.map.stored`` rule *rows held back*):
+every batch folds into a layer above the tables, the tables stay a map at a committed size
+until the layer is written, readers prove through the layer as committed, and a rollback
+goes back to it.
 
 Real SQLite files, real notices; the reference is an in-memory ``VerifiableMap`` folded
 from scratch, and every proof is checked by the client's verifier."""
@@ -14,8 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from deplog.client.mapstore import MapCache, MapView, StoredMap, ViewMoved
-from deplog.client.model.vmap import MapProofError, VerifiableMap, verify_map_proof
+from deplog.client.map.cache import MapCache
+from deplog.client.map.errors import MapProofError, MapStorageError
+from deplog.client.map.layer import MapView, ViewMoved
+from deplog.client.map.proof import verify_map_proof
+from deplog.client.map.stored import StoredMap
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.tlog.note import Signer
 from tests.builders import admitted, advance_leaves, make_envelope, notice_leaf
 
@@ -400,7 +405,7 @@ def test_a_reader_that_ignored_slices_after_its_view_would_prove_a_mixture(
             read_at, proof = StoredMap(writer.reader).prove_at_size(tool_id, view)
             assert read_at == view.layer.size
             verify_map_proof(root, tool_id, proof)
-        except (KeyError, MapProofError):
+        except (MapStorageError, MapProofError):
             failed += 1
     assert failed > 0
     with pytest.raises(ViewMoved):

@@ -1,5 +1,5 @@
-"""Proofs served while the writer writes the map's held rows in slices (``client.mapstore``
-rule 8): a real aiohttp server on 127.0.0.1 over a real SQLite log, its map cache's
+"""Proofs served while the writer writes the map's held rows in slices (``client.map.stored``
+rule *slices*): a real aiohttp server on 127.0.0.1 over a real SQLite log, its map cache's
 bounds made small so that slices land between the proofs. Every proof a reader gets
 verifies against the checkpoint it carries and shows the reference fold's record at
 that checkpoint's size, whether the reader's view was current or a slice came between
@@ -19,14 +19,10 @@ from aiohttp.test_utils import TestClient
 
 from deplog.authority.http.server import _STATE
 from deplog.client import verify_tool_status
-from deplog.client.mapstore import MapCache
-from deplog.client.model.vmap import (
-    MapProof,
-    MapProofDocument,
-    VerifiableMap,
-    require_map_root,
-    verify_map_proof,
-)
+from deplog.client.map.cache import MapCache
+from deplog.client.map.line import require_map_root
+from deplog.client.map.proof import MapProof, MapProofDocument, verify_map_proof
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from tests.builders import admitted, make_envelope, serving_log

@@ -13,24 +13,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deplog.client.mapstore import (
-    STORE_FORMAT,
-    MapCache,
-    SqliteNodeStore,
-    StoredMap,
-    StoredTree,
-    group_id,
-)
-from deplog.client.model.vmap import (
-    EMPTY_ROOT,
-    InnerNode,
-    PrefixTree,
-    VerifiableMap,
-    bit_of,
-    map_key,
-    root_from_path,
-    verify_map_proof,
-)
+from deplog.client.map.cache import MapCache
+from deplog.client.map.errors import MapStorageError
+from deplog.client.map.groups import group_id
+from deplog.client.map.hashing import EMPTY_ROOT, bit_of, map_key
+from deplog.client.map.nodes import InnerNode
+from deplog.client.map.proof import verify_map_proof
+from deplog.client.map.sqlstore import STORE_FORMAT, SqliteNodeStore
+from deplog.client.map.stored import StoredMap
+from deplog.client.map.tree import PrefixTree, root_from_path
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.tlog.note import Signer
 from tests.builders import admitted, advance_leaves, make_envelope, notice_leaf
 from tests.map_formats import (
@@ -175,7 +167,7 @@ def test_property_clustered_keys_in_batches_match_the_in_memory_tree(
     conn.close()
 
 
-def test_a_row_missing_on_a_changed_path_is_a_key_error(conn: sqlite3.Connection) -> None:
+def test_a_row_missing_on_a_changed_path_is_a_storage_error(conn: sqlite3.Connection) -> None:
     """Read ahead (``inner_many``) or one by one, an altered store is never a wrong root."""
     rng = random.Random(8)
     store = SqliteNodeStore(conn)
@@ -186,14 +178,14 @@ def test_a_row_missing_on_a_changed_path_is_a_key_error(conn: sqlite3.Connection
     root = store.root()
     assert root is not None
     conn.execute("DELETE FROM map_group WHERE id = ?", (group_id(root.id),))
-    with pytest.raises(KeyError):
+    with pytest.raises(MapStorageError):
         store.inner_many([root.id])
-    with pytest.raises(KeyError):
+    with pytest.raises(MapStorageError):
         tree.update({next(iter(items)): rng.randbytes(32)})
 
 
 @pytest.mark.parametrize("cut", [1, 20, 64])
-def test_a_truncated_group_row_is_a_key_error_for_readers_and_writers(
+def test_a_truncated_group_row_is_a_storage_error_for_readers_and_writers(
     conn: sqlite3.Connection, cut: int
 ) -> None:
     rng = random.Random(10)
@@ -206,10 +198,10 @@ def test_a_truncated_group_row_is_a_key_error_for_readers_and_writers(
         "UPDATE map_group SET nodes = substr(nodes, 1, length(nodes) - ?) WHERE id = ?",
         (cut, group_id(root.id)),
     )
-    with pytest.raises(KeyError):
+    with pytest.raises(MapStorageError):
         for key in items:  # some path ends in the altered row's last node
             PrefixTree(SqliteNodeStore(conn)).lookup(key)
-    with pytest.raises(KeyError):
+    with pytest.raises(MapStorageError):
         PrefixTree(SqliteNodeStore(conn, MapCache())).update({rng.randbytes(32): b"v" * 32})
 
 
@@ -233,14 +225,14 @@ def test_a_stored_map_folds_to_the_in_memory_maps_root_and_proves_the_same(
 def test_a_holder_without_a_cache_keeps_a_batchs_groups_for_that_batch_only(
     conn: sqlite3.Connection, publisher: Signer
 ) -> None:
-    """A follower's or a witness's map (rule 5: no cache across transactions) keeps the
-    groups it reads for one batch, and nothing after it, whether the batch folded or
-    failed."""
+    """A follower's or a witness's map (no cache across transactions: ``client.map.cache``
+    rule *the cache holds what its transaction sees*) keeps the groups it reads for one
+    batch, and nothing after it, whether the batch folded or failed."""
     stored = StoredMap(conn)
     advance_leaves(stored, 0, leaves_for(publisher, 30, 30))
     assert stored.nodes.cache is None
     conn.execute("DELETE FROM map_group WHERE id = ?", (group_id(stored.nodes.root().id),))  # type: ignore[union-attr]
-    with pytest.raises(KeyError):
+    with pytest.raises(MapStorageError):
         advance_leaves(stored, 30, leaves_for(publisher, 31, 31)[30:])
     assert stored.nodes.cache is None
 
@@ -375,7 +367,7 @@ def test_a_map_past_the_size_kept_is_dropped_whatever_its_format(
 
 
 def test_a_database_without_a_map_cannot_prove(conn: sqlite3.Connection) -> None:
-    with pytest.raises(KeyError):
+    with pytest.raises(MapStorageError):
         StoredMap(conn).prove_at_size("tool:org.acme/t1")
 
 
@@ -403,7 +395,7 @@ def test_a_map_of_another_format_is_dropped_whole_and_this_formats_is_kept(
     conn = connect(tmp_path / "old.db")
     old_root = write_old(conn, leaves)
     assert StoredMap(conn).format() == old_format
-    with pytest.raises(KeyError):  # never proven from
+    with pytest.raises(MapStorageError):  # never proven from
         StoredMap(conn).prove_at_size("tool:org.acme/t0")
     assert StoredMap.create_schema(conn) is True
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
@@ -422,7 +414,7 @@ def test_a_writers_held_nodes_are_the_nodes_of_its_cached_groups(conn: sqlite3.C
     those, to the node stored; a store without a cache holds none."""
     rng = random.Random(12)
     start_map(conn)
-    StoredTree(SqliteNodeStore(conn)).update(
+    PrefixTree(SqliteNodeStore(conn)).update(
         {rng.randbytes(32): rng.randbytes(32) for _ in range(300)}
     )
     store = SqliteNodeStore(conn, MapCache(max_group_bytes=3_000))

@@ -344,7 +344,7 @@ async def test_stop_of_an_idle_sequencer_closes_the_log_at_once_and_a_second_sto
     await asyncio.wait_for(sequencer.stop(), timeout=5)
 
 
-# -- the map's rows held back (client.mapstore rule 8; SQLite only) ----------------------
+# -- the map's rows held back (client.map.stored, rows held back; SQLite only) ----------
 
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 

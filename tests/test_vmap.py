@@ -1,7 +1,7 @@
-"""Tests for client/model/vmap.py: the deplog-map/v1 tree, records, proofs and line.
+"""Tests for client/map/: the deplog-map/v1 tree, records, proofs and line.
 
 The oracle is tests/vmap_reference.py (a from-scratch recursive partition, sharing no
-code with vmap.py) and the checked-in vectors in tests/vectors/vmap-v1.json.
+code with client/map/) and the checked-in vectors in tests/vectors/vmap-v1.json.
 """
 
 from __future__ import annotations
@@ -19,44 +19,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.map.errors import MapFormatError, MapLineError, MapStorageError
+from deplog.client.map.hashing import EMPTY_ROOT, bit_of, leaf_hash, map_key, node_hash, value_hash
+from deplog.client.map.line import map_line, map_root_of, require_map_root
+from deplog.client.map.nodes import ChildRef, InnerNode, MemoryNodeStore
+from deplog.client.map.proof import (
+    MapProof,
+    MapProofDocument,
+    verify_map_proof,
+    verify_proof_document,
+    verify_status,
+)
+from deplog.client.map.record import (
+    RecordNotice,
+    StatusRecord,
+    evaluate,
+    extend_record_bytes,
+    fold_notices,
+    record_item_bytes,
+)
+from deplog.client.map.tree import KeyPath, PathStep, PrefixTree, root_from_path
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry
 from deplog.client.model.notice import Notice
 from deplog.client.model.registry import PublisherRegistry
 from deplog.client.model.rules import EntryChecker
 from deplog.client.model.status import StatusError, StatusIndex
-from deplog.client.model.vmap import (
-    EMPTY_ROOT,
-    ChildRef,
-    InnerNode,
-    KeyPath,
-    MapFormatError,
-    MapLineError,
-    MapProof,
-    MapProofDocument,
-    MemoryNodeStore,
-    PathStep,
-    PrefixTree,
-    RecordNotice,
-    StatusRecord,
-    VerifiableMap,
-    bit_of,
-    evaluate,
-    extend_record_bytes,
-    fold_notices,
-    leaf_hash,
-    map_key,
-    map_line,
-    map_root_of,
-    node_hash,
-    record_item_bytes,
-    require_map_root,
-    root_from_path,
-    value_hash,
-    verify_map_proof,
-    verify_proof_document,
-    verify_status,
-)
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer, Verifier, decode_base64, encode_base64
 from deplog.client.tlog.proofs import leaf_hash as log_leaf_hash
@@ -1279,18 +1268,48 @@ class UnheldStore(MemoryNodeStore):
 
 @pytest.mark.parametrize("store_type", [MemoryNodeStore, UnheldStore], ids=["held", "read"])
 @pytest.mark.parametrize("keys", [1, 2], ids=["one-key-walk", "merge"])
-def test_the_python_update_refuses_a_cycle_of_rows_instead_of_looping(
+def test_the_update_refuses_a_cycle_of_rows_instead_of_looping(
     store_type: type[MemoryNodeStore], keys: int
 ) -> None:
-    """A row whose child names the row again (altered storage): the Python update raises
-    the stores' KeyError, as the compiled one does, rather than recursing or walking on
-    for ever."""
+    """A row whose child names the row again (altered storage): the update raises the
+    stores' ``MapStorageError`` rather than recursing or walking on for ever."""
     store = store_type()
     low, high = bytes(32), b"\x80" + bytes(31)
-    PrefixTree(store, compiled=False).update({low: b"a" * 32, high: b"b" * 32})
+    PrefixTree(store).update({low: b"a" * 32, high: b"b" * 32})
     (root_id,) = store._inners
     row = store._inners[root_id]
     store._inners[root_id] = row._replace(right=ChildRef(root_id, 0, row.right.hash))
     changes = {high[:31] + b"\x01": b"c" * 32, high[:31] + b"\x02": b"d" * 32}
-    with pytest.raises(KeyError, match="map node malformed"):
-        PrefixTree(store, compiled=False).update(dict(list(changes.items())[:keys]))
+    with pytest.raises(MapStorageError, match="map node malformed"):
+        PrefixTree(store).update(dict(list(changes.items())[:keys]))
+
+
+class RootHeldStore(MemoryNodeStore):
+    """Holds only the root's row in memory: every other row a batch walks through is read
+    through ``inner``, as a store's rows outside its cache are."""
+
+    def held(self) -> Mapping[bytes, InnerNode]:
+        root = self.root()
+        return (
+            {} if root is None or root.id not in self._inners else {root.id: self._inners[root.id]}
+        )
+
+
+@pytest.mark.parametrize("store_type", [MemoryNodeStore, RootHeldStore], ids=["held", "read"])
+def test_a_row_the_store_has_lost_is_its_storage_error_and_changes_nothing(
+    store_type: type[MemoryNodeStore],
+) -> None:
+    rng = random.Random(7)
+    store = store_type()
+    keys = [rng.randbytes(32) for _ in range(50)]
+    PrefixTree(store).update({key: rng.randbytes(32) for key in keys})
+    root = store.root()
+    assert root is not None
+    for node in [node for node in store._inners if node != root.id]:
+        del store._inners[node]  # every row below the root gone from storage
+    before = (store.root(), dict(store._inners))
+    with pytest.raises(MapStorageError, match="map node missing"):
+        PrefixTree(store).update({keys[0]: b"c" * 32})
+    with pytest.raises(MapStorageError, match="map node missing"):
+        PrefixTree(store).lookup(keys[0])
+    assert (store.root(), dict(store._inners)) == before

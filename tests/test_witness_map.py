@@ -15,8 +15,9 @@ from deplog.authority.witness.core import Witness, WitnessState
 from deplog.authority.witness.mapverify import MapVerifier
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.source import FetchError
+from deplog.client.map.line import map_line
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model.status import InvalidMark
-from deplog.client.model.vmap import VerifiableMap, map_line
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer
 from deplog.client.tlog.proofs import consistency_path, leaf_hash

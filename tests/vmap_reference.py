@@ -2,7 +2,7 @@
 
 No storage, no batches, no integers: the root and lookups of a key set come from a
 recursive partition of the sorted keys by their first differing bit, each time from
-scratch. It shares no code with client/model/vmap.py, so the differential tests
+scratch. It shares no code with client/map/, so the differential tests
 compare two readings of the spec.
 """
 

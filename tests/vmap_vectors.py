@@ -15,6 +15,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from deplog.client.map.hashing import EMPTY_ROOT, leaf_hash, map_key, node_hash, value_hash
+from deplog.client.map.line import map_line
+from deplog.client.map.proof import MapProofDocument
+from deplog.client.map.record import StatusRecord, evaluate, record_item_bytes
+from deplog.client.map.tree import PrefixTree
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model.entries import (
     NoticeEntry,
     PublisherStatement,
@@ -23,20 +29,6 @@ from deplog.client.model.entries import (
 )
 from deplog.client.model.notice import Envelope, Notice
 from deplog.client.model.status import InvalidMark
-from deplog.client.model.vmap import (
-    EMPTY_ROOT,
-    MapProofDocument,
-    PrefixTree,
-    StatusRecord,
-    VerifiableMap,
-    evaluate,
-    leaf_hash,
-    map_key,
-    map_line,
-    node_hash,
-    record_item_bytes,
-    value_hash,
-)
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer, encode_base64
 from deplog.client.tlog.proofs import leaf_hash as log_leaf_hash

@@ -119,11 +119,11 @@ from deplog.authority.witnessing import (
     Witnessing,
 )
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.mapstore import ViewMoved
+from deplog.client.map.layer import ViewMoved
+from deplog.client.map.proof import MapProof, MapProofDocument
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
-from deplog.client.model.vmap import COMPILED_UPDATE, MapProof, MapProofDocument
 from deplog.client.storage_faults import StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer, parse_note
@@ -999,11 +999,6 @@ async def _post_admin_publisher(request: web.Request) -> web.Response:
 def _open_log(config: ServerConfig, signer: Signer) -> tuple[Log, TilesDirectory | None]:
     """Open the log, fill its map cache, then complete its tiles directory before anything
     is served."""
-    if not COMPILED_UPDATE:
-        log.warning(
-            "the tool-status map's batch update is not compiled (installed without a C "
-            "compiler): appends run its Python, slower; reinstall with one"
-        )
     opened = Log(config.database, signer, config.origin, max_bytes=config.max_db_bytes)
     opened.warm_map()
     if config.tiles_path is None:
@@ -1076,12 +1071,6 @@ def build_app(
             "Log entries folded into the tool-status map whose rows are held in memory, "
             "not yet written (SQLite).",
             lambda: float(state.sequencer.log.map.unwritten),
-        )
-        metrics.gauge(
-            "deplog_map_update_compiled",
-            "1 if the tool-status map's batch update runs compiled, 0 if it runs its Python "
-            "(installed without a C compiler: appends are slower).",
-            lambda: float(COMPILED_UPDATE),
         )
         metrics.counter(
             "deplog_map_flush_failures_total",

@@ -36,8 +36,8 @@ from deplog.authority.storage.database import (
 from deplog.authority.storage.tree import StoredHashTree
 from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError, DeplogError
-from deplog.client.mapstore import StoredMap
-from deplog.client.model.vmap import map_root_of
+from deplog.client.map.line import map_root_of
+from deplog.client.map.stored import StoredMap
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Verifier
 

@@ -20,11 +20,12 @@ from deplog.authority.storage import store
 from deplog.authority.storage.database import Database, open_database
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.errors import DeplogError
-from deplog.client.mapstore import MapView, StoredMap
+from deplog.client.map.layer import MapView
+from deplog.client.map.proof import MapProof
+from deplog.client.map.stored import StoredMap
 from deplog.client.model.entries import NoticeEntry
 from deplog.client.model.rules import decode_leaf
 from deplog.client.model.status import FoldNotice, InvalidMark, StatusIndex
-from deplog.client.model.vmap import MapProof
 from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_hash
 
 __all__ = [
@@ -179,7 +180,7 @@ class LogReader:
         ``ViewMoved``: read again)."""
         try:
             return self.map.prove_at_size(tool_id, view, moved)
-        except (KeyError, DeplogError):  # a missing row, a stored record that does not decode
+        except DeplogError:  # a missing row (MapStorageError), a record that does not decode
             raise IntegrityError() from None
 
     def invalid_entry(self, index: int) -> tuple[str, str | None, str | None] | None:

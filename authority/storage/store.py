@@ -37,7 +37,8 @@ import sqlite_utils
 
 from deplog.authority.storage.tree import StoredHashTree
 from deplog.client.dbapi import Connection, insert_rows
-from deplog.client.mapstore import STORE_FORMAT, StoredMap
+from deplog.client.map.sqlstore import STORE_FORMAT
+from deplog.client.map.stored import StoredMap
 
 __all__ = [
     "BUSY_TIMEOUT_MS",

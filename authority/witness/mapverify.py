@@ -58,13 +58,14 @@ from typing import NamedTuple
 from deplog.authority.witness.core import WitnessError
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.http import HttpLogSource
-from deplog.client.mapstore import StoredMap
+from deplog.client.map.errors import MapLineError
+from deplog.client.map.line import map_root_of
+from deplog.client.map.stored import StoredMap
 from deplog.client.model.entries import NoticeEntry
 from deplog.client.model.notice import Notice
 from deplog.client.model.registry import PublisherRegistry
 from deplog.client.model.rules import EntryChecker, InvalidEntry, fold_item
 from deplog.client.model.status import InvalidMark
-from deplog.client.model.vmap import MapLineError, map_root_of
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.proofs import TreeFrontier, leaf_hash

@@ -6,7 +6,7 @@ Rules:
    unsigned one proves nothing and is refused with its own code.
 2. The entries are judged once, in log order, by the one validator
    (``client.model.rules``, replaying the registry from entry 0) and folded by the
-   one map function (``client.model.vmap.fold_notices``), entries that fail
+   one map function (``client.map.record.fold_notices``), entries that fail
    validation as their marks (docs/fold-spec.md); at each checkpoint's size the tree root
    of the entries so far must be the checkpoint's root (else they are not the
    entries it signed: ``entries_root_mismatch``), and the map root must be its
@@ -26,10 +26,11 @@ from itertools import islice
 
 from deplog.client.audit.offline import audit_checkpoint
 from deplog.client.errors import ErrorCode, VerificationError
+from deplog.client.map.line import map_root_of
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model.notice import Notice
 from deplog.client.model.rules import LogReplay, fold_item
 from deplog.client.model.status import InvalidMark
-from deplog.client.model.vmap import VerifiableMap, map_root_of
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.proofs import TreeFrontier, TreeMismatchError, leaf_hash

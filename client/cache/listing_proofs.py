@@ -45,13 +45,10 @@ from deplog.client.cache.mcp import (
     checked_pins,
 )
 from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.map.errors import MapProofError
+from deplog.client.map.line import require_map_root
+from deplog.client.map.proof import MapProofDocument, verify_status
 from deplog.client.model.status import VersionStatus
-from deplog.client.model.vmap import (
-    MapProofDocument,
-    MapProofError,
-    require_map_root,
-    verify_status,
-)
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import parse_note
 

@@ -93,18 +93,14 @@ from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
 from deplog.client.follow.tiles import TilesLogSource
+from deplog.client.map.line import require_map_root
+from deplog.client.map.proof import MapProof, MapProofDocument, verify_tool_status
 from deplog.client.model import canonical
 from deplog.client.model.canonical import JSONFormatError
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, decode_entry, encode_entry
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
 from deplog.client.model.rules import InvalidEntry
 from deplog.client.model.semver import Version
-from deplog.client.model.vmap import (
-    MapProof,
-    MapProofDocument,
-    require_map_root,
-    verify_tool_status,
-)
 from deplog.client.progress import Progress
 from deplog.client.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin

@@ -117,6 +117,10 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     _E.MISSING_MAP_LINE: "the checkpoint has no deplog-map/v1 line",
     _E.BAD_MAP_PROOF: "the map proof does not lead to the map root, or is about another tool",
     _E.MAP_CHECKPOINT_MISMATCH: "the map proof was made at another checkpoint",
+    _E.MAP_ROW_UNREADABLE: (
+        "a row of the tool-status map's tables is missing or does not decode: the database "
+        "was altered or damaged"
+    ),
     _E.MAP_ROOT_MISMATCH: (
         "a signed checkpoint's deplog-map/v1 root is not the map its entries fold to: the log "
         "signed a false map (proven; evidence saved, the follower stopped)"

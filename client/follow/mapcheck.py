@@ -3,7 +3,7 @@ against the root every checkpoint commits to.
 
 Rules:
 
-1. The map lives in the follower's state file (``client/mapstore.py`` tables)
+1. The map lives in the follower's state file (``client.map.stored`` tables)
    and advances in the advance's own transactions, page by page, with exactly
    the entries the trust state verified: it commits with each chunk of the
    advance (so a chunk on disk holds the map folded through its last entry,
@@ -21,7 +21,7 @@ Rules:
 5. The map can only be recomputed from entry 0: a state file that followed the
    log before it kept a map has none, and is never checked (``checking`` is
    false); a fresh state keeps one from its first advance. A map in another
-   record format (``client.mapstore`` rule 4) is dropped at the next advance
+   record format (``client.map.stored`` rule *one format*) is dropped at the next advance
    and counts as none; ``MapProver`` never proves from one. Dropping an
    interrupted advance's progress (``LocalState.discard_pending``) drops the
    map too, since its rows hold that progress: a state still at size 0 then
@@ -38,10 +38,12 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from deplog.client.mapstore import StoredMap
+from deplog.client.map.errors import MapStorageError
+from deplog.client.map.line import map_root_of
+from deplog.client.map.proof import MapProofDocument
+from deplog.client.map.stored import StoredMap
 from deplog.client.model.notice import Notice
 from deplog.client.model.status import InvalidMark
-from deplog.client.model.vmap import MapProofDocument, map_root_of
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import parse_note
 
@@ -109,7 +111,7 @@ class MapProver:
         with self._lock:
             try:
                 folded, proof = StoredMap(self.conn).prove_at_size(tool_id)
-            except (KeyError, sqlite3.OperationalError):  # no map (or no map tables) here
+            except (MapStorageError, sqlite3.OperationalError):  # no map (or tables) here
                 return None
         if folded != size:
             return None

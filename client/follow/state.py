@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.mapstore import StoredMap
+from deplog.client.map.stored import StoredMap
 from deplog.client.model import canonical
 from deplog.client.model.notice import Notice
 from deplog.client.model.registry import PublisherRegistry

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACTIONS",
+    "EVENT_KINDS",
     "MAX_ENVELOPE_BYTES",
     "REASONS",
     "Affected",
@@ -91,21 +92,26 @@ MAX_ADVISORIES: Final = 32
 MAX_NAMESPACE_CHARS: Final = 253
 MAX_TOOL_NAME_CHARS: Final = 128
 
+# The closed enumerations of a notice, each defined once and in a fixed order: the map
+# record (client/map/record.py) encodes each value as its position here, so a value is
+# only ever appended, never inserted or reordered (tests/vectors/vmap-v1.json holds the
+# bytes).
 Action = Literal["deprecate", "revoke", "withdraw"]
 ACTIONS: Final[tuple[str, ...]] = ("deprecate", "revoke", "withdraw")
-REASONS: Final[frozenset[str]] = frozenset(
-    {
-        "superseded",
-        "end_of_life",
-        "security",
-        "critical_bug",
-        "schema_change",
-        "moved",
-        "policy",
-        "other",
-    }
+"""What a notice does, in record-code order."""
+REASONS: Final[tuple[str, ...]] = (
+    "superseded",
+    "end_of_life",
+    "security",
+    "critical_bug",
+    "schema_change",
+    "moved",
+    "policy",
+    "other",
 )
+"""Why, the closed set of the contract, in record-code order."""
 EVENT_KINDS: Final[tuple[str, ...]] = ("introduced", "fixed", "last_affected")
+"""The OSV events of a ``SEMVER`` range, in record-code order."""
 
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 _NAMESPACE_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})+", re.ASCII)
@@ -529,6 +535,10 @@ class Replacement:
 class Notice:
     """A validated notice; construct it with ``from_json`` so the rules always hold."""
 
+    # A field the fold reads (client/model/status.py ``FoldNotice``) goes into the map
+    # record's codec too (client/map/record.py ``RecordNotice``), or records and proofs
+    # drop it; a field the fold does not read is listed there as dropped (with why).
+    # tests/test_map_record.py fails until a new field is one or the other.
     tool_id: str
     action: Action
     reasons: tuple[str, ...]

@@ -19,7 +19,7 @@ the time of the question:
 
 Everything is keyed by ``tool_id``: a lookup costs O(notices about that tool).
 The fold reads only the fields of ``FoldNotice``: a signed ``Notice`` has them,
-and so does an item of a map record (``client.model.vmap.RecordNotice``), which
+and so does an item of a map record (``client.map.record.RecordNotice``), which
 keeps nothing else, so a map proof's record and the full log fold the same way.
 """
 

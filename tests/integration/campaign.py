@@ -31,8 +31,9 @@ import aiohttp
 from deplog.authority.log import Log
 from deplog.authority.witness.core import WitnessState
 from deplog.authority.witnessing import request_body
+from deplog.client.map.line import map_root_of
+from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model.entries import NoticeEntry, decode_entry
-from deplog.client.model.vmap import VerifiableMap, map_root_of
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, verify_consistency
@@ -52,8 +53,8 @@ class AuthorityReport:
     witness_sizes: list[int] = field(default_factory=list)
     logged: int = 0
     unwritten: list[int] = field(default_factory=list)
-    """SQLite: the log entries past the map's tables after each kill (rule 8 of
-    ``client.mapstore``: rows held in memory and lost with the process)."""
+    """SQLite: the log entries past the map's tables after each kill (``client.map.stored``
+    rule *rows held back*: rows held in memory and lost with the process)."""
 
 
 async def submit_forever(

@@ -69,6 +69,9 @@ from deplog.client.cli.main import main as deplog_main
 from deplog.client.cli.publish import EXIT_OK, EXIT_REFUSED
 from deplog.client.errors import DeplogError
 from deplog.client.follow.follower import Follower
+from deplog.client.map.line import map_root_of, require_map_root
+from deplog.client.map.proof import MapProof, verify_map_proof
+from deplog.client.map.record import evaluate
 from deplog.client.model import canonical
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, decode_entry, encode_entry
 from deplog.client.model.notice import (
@@ -88,13 +91,6 @@ from deplog.client.model.notice import (
 )
 from deplog.client.model.rules import InvalidEntry, LogReplay, RuleViolation
 from deplog.client.model.semver import MAX_VERSION_LENGTH, Version
-from deplog.client.model.vmap import (
-    MapProof,
-    evaluate,
-    map_root_of,
-    require_map_root,
-    verify_map_proof,
-)
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.keyfile import key_file_name
 from deplog.client.tlog.note import Signer

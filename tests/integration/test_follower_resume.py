@@ -20,7 +20,7 @@ import pytest
 
 from deplog.authority.log import Log
 from deplog.client.follow.state import LocalState
-from deplog.client.model.vmap import require_map_root
+from deplog.client.map.line import require_map_root
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.keyfile import load_signer
 from deplog.client.tlog.note import Signer, parse_note

@@ -17,7 +17,7 @@ import pytest
 
 from deplog.authority.cli import main as authority_main
 from deplog.client import verify_tool_status
-from deplog.client.model.vmap import MapProofDocument
+from deplog.client.map.proof import MapProofDocument
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.cosignature import cosignatures
 from deplog.client.tlog.note import Signer

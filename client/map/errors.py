@@ -1,0 +1,46 @@
+"""The tool-status map's errors: one class per meaning, each with its stable codes.
+
+* ``MapFormatError``: bytes from anyone (a proof, a record) that are not the format's
+  one encoding. A verifier's answer to a bad input.
+* ``MapLineError``: a checkpoint whose ``deplog-map/v1`` line is malformed, repeated or
+  missing where a map root is needed.
+* ``MapProofError``: a well-formed proof that does not show its claim.
+* ``MapStorageError``: a row of a holder's own map (a node, a group of nodes, a leaf
+  value, ``map_state``) that is missing or does not decode. Only altered or damaged
+  storage causes it, never a request: a writer rolls its batch back, a reader refuses
+  to answer from the map, and nothing is ever proven from such a row.
+"""
+
+from __future__ import annotations
+
+from deplog.client.errors import DeplogError, ErrorCode, FormatError, VerificationError
+
+__all__ = ["MapFormatError", "MapLineError", "MapProofError", "MapStorageError"]
+
+
+class MapFormatError(FormatError):
+    """A map proof or status record that is not the format's one encoding."""
+
+    codes = frozenset({ErrorCode.MALFORMED_MAP_PROOF, ErrorCode.MALFORMED_MAP_RECORD})
+    code = ErrorCode.MALFORMED_MAP_PROOF
+
+
+class MapLineError(FormatError):
+    """A checkpoint whose ``deplog-map/v1`` line is malformed, repeated, or missing."""
+
+    codes = frozenset({ErrorCode.MALFORMED_MAP_LINE, ErrorCode.MISSING_MAP_LINE})
+    code = ErrorCode.MALFORMED_MAP_LINE
+
+
+class MapProofError(VerificationError):
+    """A well-formed map proof that does not show its claim under the given root."""
+
+    codes = frozenset({ErrorCode.BAD_MAP_PROOF, ErrorCode.MAP_CHECKPOINT_MISMATCH})
+    code = ErrorCode.BAD_MAP_PROOF
+
+
+class MapStorageError(DeplogError):
+    """A row of the map's own storage that is missing or does not decode (altered storage);
+    the message says which kind of row, never its bytes."""
+
+    code = ErrorCode.MAP_ROW_UNREADABLE

@@ -1,0 +1,141 @@
+"""The map's rows held above its tables: a writer's layer, as it is and as committed.
+
+A writer that holds its map's rows back (``cache`` rule *held rows*) folds batches into
+a layer instead of the tables, and writes it later (``stored`` rule *rows held back*).
+Rules:
+
+1. **A layer is the difference from the tables at one size.** ``MapLayer`` holds the
+   groups and records that differ from the tables at size ``base``, and the root and
+   size they bring the map to: the tables with the layer above them are the map at
+   ``size``.
+2. **A committed layer never changes.** ``CommittedLayer`` is the layer as of one of
+   the writer's commits, for readers in its process and for rollbacks. It shares the
+   live layer's dicts (``client.history``), which record each change before they make
+   it, so taking one costs O(1) and a reader in another thread never sees a later
+   batch's rows.
+3. **A reader's view is taken before its read.** ``MapView`` is what a reader takes
+   before it reads (the layer as of the last commit, and the slices written by then);
+   ``ViewMoved`` tells it to take a new one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from deplog.client.history import History, Snapshot
+from deplog.client.map.nodes import ChildRef
+
+__all__ = ["CommittedLayer", "MapLayer", "MapView", "ViewMoved"]
+
+
+@dataclass
+class MapLayer:
+    """The map's rows folded above its tables and not written yet: the groups and records
+    that differ from the tables at size ``base``, and the root and size they bring the map
+    to (rule *a layer is the difference from the tables at one size*). A writer's own
+    layer changes batch by batch, its rows only through ``set_group``, ``set_record`` and
+    ``drop_rows``; ``commit`` hands readers the layer as it is then (``CommittedLayer``),
+    without a copy (``client.history``)."""
+
+    base: int
+    size: int
+    root: ChildRef | None
+    root_value: bytes | None
+    """The root leaf's value when the root is a leaf (``map_state.root_value``)."""
+    groups: dict[bytes, bytes] = field(default_factory=dict)
+    """Group id -> the group's stored bytes (``groups``)."""
+    records: dict[str, bytes] = field(default_factory=dict)
+    record_bytes: int = 0
+    _groups: History[bytes, bytes] = field(init=False, repr=False, compare=False)
+    _records: History[str, bytes] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._groups = History(self.groups)
+        self._records = History(self.records)
+
+    def set_group(self, gid: bytes, group: bytes) -> None:
+        self._groups.set(gid, group)
+
+    def set_record(self, tool_id: str, record: bytes) -> None:
+        old = self.records.get(tool_id)
+        self.record_bytes += len(record) - (0 if old is None else len(old))
+        self._records.set(tool_id, record)
+
+    def drop_rows(self, written: MapLayer) -> tuple[dict[bytes, bytes], dict[str, bytes]]:
+        """Drop the groups and records ``written`` (the tables hold them now) that this
+        layer has not changed since; those dropped."""
+        groups = {gid: g for gid, g in written.groups.items() if self.groups.get(gid) is g}
+        records = {t: r for t, r in written.records.items() if self.records.get(t) is r}
+        for gid in groups:
+            self._groups.pop(gid)
+        for tool_id, record in records.items():
+            self._records.pop(tool_id)
+            self.record_bytes -= len(record)
+        return groups, records
+
+    def commit(self) -> CommittedLayer:
+        """The layer as it is now, for readers and rollbacks; it never changes."""
+        return CommittedLayer(
+            self.base,
+            self.size,
+            self.root,
+            self.root_value,
+            self._groups.commit(),
+            self._records.commit(),
+            self.record_bytes,
+        )
+
+    def revert(self, committed: CommittedLayer) -> None:
+        """Go back to ``committed``, this layer's last commit."""
+        assert committed.of(self)
+        self.base, self.size = committed.base, committed.size
+        self.root, self.root_value = committed.root, committed.root_value
+        self.record_bytes = committed.record_bytes
+        self._groups.revert()
+        self._records.revert()
+
+
+@dataclass(frozen=True)
+class CommittedLayer:
+    """A writer's layer as of one of its commits: what readers in its process read above
+    the tables, and what a write in slices writes. It shares the live layer's dicts
+    (``client.history``), so taking it costs nothing, and it never changes (rule *a
+    committed layer never changes*)."""
+
+    base: int
+    size: int
+    root: ChildRef | None
+    root_value: bytes | None
+    groups: Snapshot[bytes, bytes]
+    records: Snapshot[str, bytes]
+    record_bytes: int
+
+    def of(self, layer: MapLayer) -> bool:
+        """True if this is a commit of ``layer``."""
+        return self.groups.of(layer.groups)
+
+    def copy(self) -> MapLayer:
+        """A new live layer as this one is (a writer's own)."""
+        return MapLayer(
+            self.base,
+            self.size,
+            self.root,
+            self.root_value,
+            self.groups.copy(),
+            self.records.copy(),
+            self.record_bytes,
+        )
+
+
+class ViewMoved(Exception):
+    """The writer wrote slices of its layer since the reader took its view: take a new one."""
+
+
+@dataclass(frozen=True)
+class MapView:
+    """What a reader in the writer's process takes before it reads: the layer as of the
+    writer's last commit (None: nothing held), and the slices the writer had written by
+    then (``MapCache.slices``)."""
+
+    layer: CommittedLayer | None = None
+    slices: int = 0

@@ -1,0 +1,501 @@
+"""The map's SQL tables and the two stores over them: the tree's rows and the records.
+
+The SQL lives here, beside the code that runs it (``SCHEMA`` is SQLite's DDL; the
+authority keeps PostgreSQL's beside its own schema). Rules:
+
+1. **Common SQL.** The queries are the common subset of SQLite and PostgreSQL
+   (``client.dbapi``), and reads of many rows go ``_IN_CHUNK`` ids to a query.
+2. **The caller's transaction.** The stores write (a batch's rows in a few multi-row
+   upserts) but never begin, commit or roll back: ``stored`` rule *one transaction*.
+3. **A row read is checked.** A missing row, or one that does not decode, is
+   ``MapStorageError`` (``groups`` rule *one reading of the bytes*); a record is
+   decoded strictly on read (``malformed_map_record``), so an altered row is never a
+   wrong proof.
+4. **The cache first.** With a writer's cache (``cache``), groups and records come from
+   memory when it holds them and are kept there once read or written, and a cache that
+   holds rows back keeps a batch's in its layer instead of the tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from typing import Any, Final, TypeVar
+
+from deplog.client.dbapi import Connection, insert_rows
+from deplog.client.errors import ErrorCode
+from deplog.client.map.cache import MapCache
+from deplog.client.map.errors import MapFormatError, MapStorageError
+from deplog.client.map.groups import (
+    Group,
+    Row,
+    _encode_row,
+    _find_in_group,
+    decode_group,
+    encode_group,
+    group_id,
+)
+from deplog.client.map.hashing import KEY_BITS
+from deplog.client.map.nodes import ChildRef, InnerNode
+from deplog.client.map.record import StatusRecord
+
+__all__ = ["SCHEMA", "STORE_FORMAT", "SqliteNodeStore", "SqliteRecords"]
+
+STORE_FORMAT: Final = 3
+"""The layout of these tables: 3 stores inner nodes in groups (``groups``) with the compact
+binary records of ``docs/fold-spec.md`` section 3; 2 had one row per inner node and a
+leaf table; 1 (no ``format`` column) held the first draft's JSON records."""
+
+SCHEMA: Final = (
+    # One row per group of inner nodes (``groups``): ``nodes`` is their ``encode_group``. A
+    # rowid table: its rows (up to about 1.1 KB) are too large for a WITHOUT ROWID
+    # table's pages, where a batch's upserts measured about twice as slow.
+    """CREATE TABLE IF NOT EXISTS map_group (
+        id BLOB PRIMARY KEY,
+        nodes BLOB NOT NULL
+    ) STRICT""",
+    """CREATE TABLE IF NOT EXISTS map_record (
+        tool_id TEXT PRIMARY KEY,
+        record BLOB NOT NULL
+    ) STRICT, WITHOUT ROWID""",
+    # One row: the record format, the log size folded in and the root reference (NULL
+    # id: the empty map; ``root_value`` is the leaf's value when the root is a leaf).
+    """CREATE TABLE IF NOT EXISTS map_state (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        format INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        root_id BLOB,
+        root_bits INTEGER,
+        root_hash BLOB,
+        root_value BLOB
+    ) STRICT""",
+)
+
+
+_IN_CHUNK: Final = 500
+"""Ids per ``WHERE ... IN`` read, under every SQLite build's bound on parameters."""
+_ROOT_COLUMNS: Final = "root_id = ?, root_bits = ?, root_hash = ?, root_value = ?"
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class SqliteNodeStore:
+    """The ``NodeStore`` of a ``PrefixTree`` over ``map_group``/``map_state``.
+
+    A missing or unreadable row raises ``MapStorageError``, as the in-memory store does;
+    its holder reports that as altered storage. With a ``cache`` (writers only), groups
+    come from memory when it holds them, and a cache that holds rows back keeps a batch's
+    in its layer (rule *the cache first*). Rows are decoded as they are read: one row of
+    a group for a lookup, whole groups (kept decoded by the cache) for a batch.
+    """
+
+    def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
+        self.conn = conn
+        self.cache = cache
+
+    def root(self) -> ChildRef | None:
+        """The root reference, None for the empty map (or no map yet)."""
+        if self.cache is not None and self.cache.layer is not None:
+            return self.cache.layer.root
+        row = self.conn.execute(
+            "SELECT root_id, root_bits, root_hash FROM map_state WHERE id = 1"
+        ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        return ChildRef(bytes(row[0]), int(row[1]), bytes(row[2]))
+
+    def root_value(self) -> bytes | None:
+        """The root leaf's value, None unless the root is a leaf."""
+        if self.cache is not None and self.cache.layer is not None:
+            return self.cache.layer.root_value
+        row = self.conn.execute("SELECT root_value FROM map_state WHERE id = 1").fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
+
+    def group(self, gid: bytes) -> bytes | None:
+        """The stored bytes of group ``gid`` as the map has them now (None: no such group):
+        the cache's, else read (and cached)."""
+        cache = self.cache
+        if cache is not None:
+            blob = cache.group(gid)
+            if blob is not None:
+                return blob
+        row = self.conn.execute("SELECT nodes FROM map_group WHERE id = ?", (gid,)).fetchone()
+        if row is None:
+            return None
+        blob = bytes(row[0])
+        if cache is not None:
+            cache.groups.put(gid, blob)
+        return blob
+
+    def _row(self, node: bytes) -> Row:
+        gid = group_id(node)
+        blob = self.group(gid)
+        if blob is None:
+            raise MapStorageError(message="map node missing")
+        cache = self.cache
+        if cache is None or gid not in cache.decoded:
+            return _find_in_group(blob, node)  # one row decoded, not fifteen
+        row = self._decoded_group(gid, blob).get(node)
+        if row is None:
+            raise MapStorageError(message="map node missing")
+        return row
+
+    def _decoded_group(self, gid: bytes, blob: bytes) -> Group:
+        return decode_group(blob) if self.cache is None else self.cache.decoded_group(gid, blob)
+
+    def _groups(self, ids: Sequence[bytes]) -> dict[bytes, Group]:
+        """The groups of ``ids`` (those that exist) decoded: the cache's, the rest read in one
+        query per 500 ids (and cached)."""
+        found, missing = _cached_and_missing(None if self.cache is None else self.cache.group, ids)
+        for gid, blob in _rows_in(
+            self.conn, "SELECT id, nodes FROM map_group WHERE id IN", missing
+        ):
+            found[bytes(gid)] = blob = bytes(blob)
+            if self.cache is not None:
+                self.cache.groups.put(bytes(gid), blob)
+        return {gid: self._decoded_group(gid, blob) for gid, blob in found.items()}
+
+    def inner(self, node: bytes) -> InnerNode:
+        """The inner node with this id."""
+        return self._row(node)[0]
+
+    def held(self) -> Mapping[bytes, InnerNode]:
+        """The nodes of the groups the cache holds, each group decoded on first need (the
+        batch walks its paths here; none without a cache)."""
+        return {} if self.cache is None else _HeldNodes(self.cache)
+
+    def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
+        """The inner nodes with these ids, in their order: the groups the cache lacks in
+        one query per 500."""
+        ids = [group_id(node) for node in nodes]
+        groups = self._groups(list(dict.fromkeys(ids)))
+        try:
+            return [groups[gid][node][0] for gid, node in zip(ids, nodes, strict=True)]
+        except KeyError:
+            raise MapStorageError(message="map node missing") from None
+
+    def leaf_value(self, key: bytes, parent: bytes | None) -> bytes:
+        """The value of the leaf with this key, kept in its parent's row (``groups``)."""
+        if parent is None:
+            root, value = self.root(), self.root_value()
+            if root is None or value is None or root.id != key:
+                raise MapStorageError(message="map leaf missing")
+            return value
+        node, lv, rv, _ = self._row(parent)
+        value = lv if node.left.id == key else rv if node.right.id == key else None
+        if value is None:
+            raise MapStorageError(message="map leaf missing")
+        return value
+
+    def write(
+        self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
+    ) -> None:
+        """Store a batch: each group a node of the batch is in rewritten whole, with the
+        values of its leaf children (``keep``)."""
+        value = None
+        if root is not None and root.bits == KEY_BITS:
+            value = leaves[root.id]  # one key in the map: the batch just set it
+        self.keep(root, value, self._rows(inners, leaves))
+
+    def keep(
+        self, root: ChildRef | None, value: bytes | None, groups: Mapping[bytes, bytes]
+    ) -> None:
+        """A batch's groups (stored bytes) and root: into the cache's layer when it has one
+        open (``StoredMap.advance_notices`` opens it), else written in the caller's
+        transaction."""
+        cache = self.cache
+        if cache is not None and cache.layer is not None:
+            layer = cache.live
+            layer.root, layer.root_value = root, value
+            cache.hold_groups(groups)
+            return
+        self.write_groups(groups)
+        self.write_root(root, value)
+        if cache is not None:  # after the writes: a failed one leaves the cache as it was
+            cache.put_groups(groups)
+
+    def _rows(
+        self, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
+    ) -> dict[bytes, bytes]:
+        """Each group a batch's nodes are in, rewritten with their rows: its stored bytes."""
+        touched: dict[bytes, list[InnerNode]] = {}
+        for node in inners:
+            gid = group_id(node.id)
+            nodes = touched.get(gid)
+            if nodes is None:
+                touched[gid] = [node]
+            else:
+                nodes.append(node)
+        before = self._groups(list(touched))
+        values = _LeafValues(self, leaves, before, touched)
+        after: dict[bytes, bytes] = {}
+        for gid, nodes in touched.items():
+            kept = before.get(gid)
+            group = {} if kept is None else kept.copy()
+            for node in nodes:
+                nid, _, left, right = node
+                lv = values.of(left, group.get(nid)) if left.bits == KEY_BITS else None
+                rv = values.of(right, group.get(nid)) if right.bits == KEY_BITS else None
+                group[nid] = (node, lv, rv, _encode_row((node, lv, rv, None)))
+            after[gid] = blob = encode_group(group)
+            if self.cache is not None:  # what the next batch reads, decoded already
+                self.cache.remember(gid, blob, group)
+        return after
+
+    def root_leaf(self) -> tuple[bytes, bytes] | None:
+        """The root's key and value when the root is a leaf."""
+        root, value = self.root(), self.root_value()
+        return None if root is None or value is None else (root.id, value)
+
+    def write_groups(self, groups: Mapping[bytes, bytes]) -> None:
+        """Upsert ``groups`` (stored bytes) in the caller's transaction."""
+        insert_rows(
+            self.conn,
+            "INSERT INTO map_group (id, nodes)",
+            list(groups.items()),
+            "ON CONFLICT (id) DO UPDATE SET nodes = excluded.nodes",
+        )
+
+    def write_root(
+        self, root: ChildRef | None, value: bytes | None, size: int | None = None
+    ) -> None:
+        """Set ``map_state``'s root (and its size, unless None) in the caller's transaction."""
+        row = (None, None, None, None) if root is None else (root.id, root.bits, root.hash, value)
+        if size is None:
+            self.conn.execute(f"UPDATE map_state SET {_ROOT_COLUMNS} WHERE id = 1", row)
+        else:
+            self.conn.execute(
+                f"UPDATE map_state SET size = ?, {_ROOT_COLUMNS} WHERE id = 1", (size, *row)
+            )
+
+    def warm(self) -> int:
+        """Fill the cache with the tables' groups, shallowest first, up to its bound; the
+        number of groups read. Every group read is decoded whole once, so altered bytes
+        fail here (``MapStorageError``). Without a cache, nothing to fill."""
+        cache = self.cache
+        if cache is None:
+            return 0
+        read, after = 0, b""
+        while cache.groups.total < cache.groups.capacity:
+            rows = self.conn.execute(
+                "SELECT id, nodes FROM map_group WHERE id > ? ORDER BY id LIMIT ?",
+                (after, _IN_CHUNK),
+            ).fetchall()
+            for gid, blob in rows:
+                if cache.groups.total + len(blob) > cache.groups.capacity:
+                    return read
+                decode_group(bytes(blob))
+                if cache.group(bytes(gid)) is None:
+                    cache.groups.put(bytes(gid), bytes(blob))
+                read += 1
+            if len(rows) < _IN_CHUNK:
+                break
+            after = bytes(rows[-1][0])
+        return read
+
+
+class _HeldNodes(Mapping[bytes, InnerNode]):
+    """``SqliteNodeStore.held``: the inner nodes of the groups in a cache (its layer's and
+    its least recently used ones), by id, for one batch: a group is decoded (through the
+    cache's decoded groups) and its nodes indexed on first need, so the batch reads a
+    cached path without a query. The map must not change meanwhile."""
+
+    def __init__(self, cache: MapCache) -> None:
+        self.cache = cache
+        self.nodes: dict[bytes, InnerNode] = {}
+        self.indexed: set[bytes] = set()
+
+    def get(self, node: bytes, default: Any = None) -> Any:  # the batch's hot lookup
+        found = self.nodes.get(node)
+        if found is not None:
+            return found
+        gid = group_id(node)
+        if gid in self.indexed or not self._index(gid):
+            return default
+        return self.nodes.get(node, default)
+
+    def _index(self, gid: bytes) -> bool:
+        blob = self.cache.group(gid)
+        if blob is None:
+            return False
+        self.indexed.add(gid)
+        for nid, row in self.cache.decoded_group(gid, blob).items():
+            self.nodes[nid] = row[0]
+        return True
+
+    def __getitem__(self, node: bytes) -> InnerNode:
+        found = self.get(node)
+        if found is None:
+            raise KeyError(node)
+        return found  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[bytes]:
+        layer = self.cache.layer
+        for gid in [*self.cache.groups.entries, *([] if layer is None else layer.groups.keys())]:
+            if gid not in self.indexed:
+                self._index(gid)
+        return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _LeafValues:
+    """The value of each leaf child a batch's nodes point at: the batch's own, else the one
+    its previous parent kept. That parent is in the batch too (its child changed), so its
+    row before the batch is among the ones read before the write, or the leaf was the
+    root."""
+
+    def __init__(
+        self,
+        store: SqliteNodeStore,
+        changed: Mapping[bytes, bytes],
+        groups: Mapping[bytes, Group],
+        written: Mapping[bytes, list[InnerNode]],
+    ) -> None:
+        self.store = store
+        self.changed = changed
+        self.groups = groups
+        self.written = written
+        self.kept: dict[bytes, bytes] | None = None
+
+    def of(self, ref: ChildRef, old: Row | None) -> bytes:
+        """The value of the leaf ``ref``; ``old`` is its new parent's row before."""
+        value = self.changed.get(ref.id)
+        if value is None and old is not None:  # mostly: the same parent as before
+            value = (
+                old[1]
+                if old[0].left.id == ref.id
+                else old[2]
+                if old[0].right.id == ref.id
+                else None
+            )
+        if value is None:
+            if self.kept is None:
+                self.kept = self._kept()
+            value = self.kept.get(ref.id)
+        if value is None:
+            raise MapStorageError(message="map leaf missing")
+        return value
+
+    def _kept(self) -> dict[bytes, bytes]:
+        """The leaf values the batch's rewritten nodes kept before it."""
+        kept: dict[bytes, bytes] = {}
+        for gid, nodes in self.written.items():
+            group = self.groups.get(gid)
+            if group is None:
+                continue
+            for node in nodes:
+                old = group.get(node.id)
+                if old is None:
+                    continue
+                if old[1] is not None:
+                    kept[old[0].left.id] = old[1]
+                if old[2] is not None:
+                    kept[old[0].right.id] = old[2]
+        root = self.store.root_leaf()
+        if root is not None:
+            kept[root[0]] = root[1]
+        return kept
+
+
+def _cached_and_missing(
+    get: Callable[[K], V | None] | None, keys: Iterable[K]
+) -> tuple[dict[K, V], list[K]]:
+    """What a cache's ``get`` (None: no cache) finds of ``keys``, and the keys it lacks, in
+    their order."""
+    found: dict[K, V] = {}
+    missing: list[K] = []
+    for key in keys:
+        cached = None if get is None else get(key)
+        if cached is None:
+            missing.append(key)
+        else:
+            found[key] = cached
+    return found, missing
+
+
+def _rows_in(conn: Connection, select: str, keys: Sequence[object]) -> Iterator[Any]:
+    """The rows of ``select`` (ending ``IN``) over ``keys``, ``_IN_CHUNK`` keys a query."""
+    for start in range(0, len(keys), _IN_CHUNK):
+        chunk = keys[start : start + _IN_CHUNK]
+        yield from conn.execute(f"{select} ({', '.join('?' * len(chunk))})", chunk).fetchall()
+
+
+class SqliteRecords(MutableMapping[str, StatusRecord]):
+    """Tool id -> status record in ``map_record``; records are decoded strictly on read, so
+    an altered row is ``malformed_map_record``, never a wrong proof."""
+
+    def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
+        self.conn = conn
+        self.cache = cache
+
+    def __getitem__(self, tool_id: str) -> StatusRecord:
+        return StatusRecord.decode(self.raw(tool_id), tool_id)
+
+    def raw(self, tool_id: str) -> bytes:
+        """The stored record bytes of a tool (KeyError if it is not in the map)."""
+        if self.cache is not None:
+            cached = self.cache.record(tool_id)
+            if cached is not None:
+                return cached
+        row = self.conn.execute(
+            "SELECT record FROM map_record WHERE tool_id = ?", (tool_id,)
+        ).fetchone()
+        if row is None:
+            raise KeyError(tool_id)
+        record = bytes(row[0])
+        if self.cache is not None:
+            self.cache.records.put(tool_id, record)
+        return record
+
+    def get_many_raw(self, tool_ids: Sequence[str]) -> dict[str, bytes]:
+        """The stored record bytes of those of ``tool_ids`` in the map: the cache's, and
+        the rest read ``_IN_CHUNK`` at a time."""
+        found, missing = _cached_and_missing(
+            None if self.cache is None else self.cache.record, tool_ids
+        )
+        select = "SELECT tool_id, record FROM map_record WHERE tool_id IN"
+        for tool_id, record in _rows_in(self.conn, select, missing):
+            found[str(tool_id)] = bytes(record)
+            if self.cache is not None:
+                self.cache.records.put(str(tool_id), bytes(record))
+        return found
+
+    def __setitem__(self, tool_id: str, record: StatusRecord) -> None:
+        if record.tool_id != tool_id:
+            raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
+        self.put_raw(tool_id, record.encode())
+
+    def put_raw(self, tool_id: str, record: bytes) -> None:
+        """Store a record's canonical bytes as they are (the append path's records)."""
+        self.put_many_raw({tool_id: record})
+
+    def put_many_raw(self, records: Mapping[str, bytes]) -> None:
+        """``put_raw`` for many tools in one statement."""
+        self.write(records)
+        if self.cache is not None:  # after the write: a failed one leaves it as it was
+            for tool_id, record in records.items():
+                self.cache.records.put(tool_id, record)
+
+    def write(self, records: Mapping[str, bytes] | Iterable[tuple[str, bytes]]) -> None:
+        """Upsert records' bytes in the caller's transaction, leaving the cache alone (a
+        writer's layer as it is written: ``StoredMap.flush``)."""
+        rows = list(records.items()) if isinstance(records, Mapping) else list(records)
+        insert_rows(
+            self.conn,
+            "INSERT INTO map_record (tool_id, record)",
+            rows,
+            "ON CONFLICT (tool_id) DO UPDATE SET record = excluded.record",
+        )
+
+    def __delitem__(self, tool_id: str) -> None:
+        raise TypeError("a tool never leaves the map")
+
+    def __iter__(self) -> Iterator[str]:
+        """The tools in the tables (a layer's not yet written are not)."""
+        rows = self.conn.execute("SELECT tool_id FROM map_record ORDER BY tool_id").fetchall()
+        return iter(str(row[0]) for row in rows)
+
+    def __len__(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM map_record").fetchone()[0])
