@@ -81,6 +81,7 @@ from deplog.authority.storage.database import (
     open_database,
     unavailable,
 )
+from deplog.authority.storage.errors import IntegrityError, StorageError
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
@@ -113,10 +114,8 @@ from deplog.client.tlog.timestamps import now_timestamp
 
 __all__ = [
     "Admitted",
-    "IntegrityError",
     "Log",
     "Sequenced",
-    "StorageError",
 ]
 
 logger = logging.getLogger("deplog.authority")
@@ -142,28 +141,6 @@ of a bound (more if the write would not be over before the bound at the batches'
 thousands of groups at once while the writer keeps up."""
 MAP_SLICE_RECORD_BYTES = 256 << 10
 """The fewest record bytes a batch writes in a slice."""
-
-
-class StorageError(DeplogError):
-    """The database failed (disk full, read-only, I/O error): nothing was changed."""
-
-    code = ErrorCode.STORAGE_UNAVAILABLE
-
-
-class IntegrityError(DeplogError):
-    """Stored data that fails its own hash check or no longer matches what the authority
-    signed: refuse to serve it, and to start on it."""
-
-    codes = frozenset(
-        {
-            ErrorCode.STORAGE_CORRUPT,
-            ErrorCode.STORED_ROOT_MISMATCH,
-            ErrorCode.CHECKPOINT_INVALID,
-            ErrorCode.TREE_TRUNCATED,
-            ErrorCode.REGISTRY_MISMATCH,
-        }
-    )
-    code = ErrorCode.STORAGE_CORRUPT
 
 
 @dataclass(frozen=True)

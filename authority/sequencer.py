@@ -46,8 +46,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from deplog.authority.log import Log, Sequenced, StorageError
+from deplog.authority.log import Log, Sequenced
 from deplog.authority.options import MILLISECONDS, option
+from deplog.authority.storage.errors import StorageError
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.tiles import TilesDirectory
 from deplog.client.errors import DeplogError, ErrorCode

@@ -66,7 +66,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
-from deplog.authority.log import IntegrityError, Log
+from deplog.authority.log import Log
+from deplog.authority.storage.errors import IntegrityError
 from deplog.client.dbapi import Connection
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.files import write_atomic

@@ -30,8 +30,8 @@ from deplog.authority.http.plumbing import (
 from deplog.authority.http.push import TooManySubscribersError
 from deplog.authority.http.server import MapNotPublishedError, RequestError
 from deplog.authority.http.status import HTTP_STATUS, http_status
-from deplog.authority.log import IntegrityError, StorageError
 from deplog.authority.sequencer import OverloadedError, ShuttingDownError
+from deplog.authority.storage.errors import IntegrityError, StorageError
 from deplog.authority.witness.core import (
     ConflictingRootError,
     LogConfigError,

@@ -10,8 +10,9 @@ import sqlite3
 import psycopg
 import pytest
 
-from deplog.authority.log import Log, StorageError
+from deplog.authority.log import Log
 from deplog.authority.storage import store
+from deplog.authority.storage.errors import StorageError
 from deplog.client.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from deplog.authority.log import Log, StorageError
+from deplog.authority.log import Log
+from deplog.authority.storage.errors import StorageError
 from deplog.client.mapstore import MapCache, StoredMap, group_id
 from deplog.client.model.notice import Envelope
 from deplog.client.model.vmap import VerifiableMap, verify_map_proof

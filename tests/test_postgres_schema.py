@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from deplog.authority.log import Log, StorageError
+from deplog.authority.log import Log
 from deplog.authority.storage import postgres, schema_postgres, store
 from deplog.authority.storage.database import open_database, redact_url
+from deplog.authority.storage.errors import StorageError
 from deplog.client.errors import CLIError
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register

@@ -105,11 +105,12 @@ from deplog.authority.http.limits import Rate, RateLimiter
 from deplog.authority.http.metrics import Metrics
 from deplog.authority.http.plumbing import METRICS, HTTPRequestError, errors_and_metrics
 from deplog.authority.http.push import PushHub
-from deplog.authority.log import IntegrityError, Log, StorageError
+from deplog.authority.log import Log
 from deplog.authority.options import MEBIBYTES, option
 from deplog.authority.sequencer import Published, Sequencer, SequencerLimits
 from deplog.authority.storage import audit, store
 from deplog.authority.storage.database import open_database
+from deplog.authority.storage.errors import IntegrityError, StorageError
 from deplog.authority.storage.reader import LogReader
 from deplog.authority.supervise import Supervisor
 from deplog.authority.tiles import DEFAULT_PARTIAL_GRACE, TilesDirectory, served_tile

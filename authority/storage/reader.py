@@ -15,9 +15,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from deplog.authority.log import IntegrityError
 from deplog.authority.storage import store
 from deplog.authority.storage.database import Database, open_database
+from deplog.authority.storage.errors import IntegrityError
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.errors import DeplogError
 from deplog.client.mapstore import MapView, StoredMap
