@@ -7,7 +7,7 @@ through the server's admin Unix socket (``<data>/admin.sock``, mode 0600), so
 the server's single writer stays the only writer. With ``--db postgresql://...``
 the lock is per data directory: any number of ``serve`` processes, each with its
 own data directory and port, share one log in the database, which orders their
-writes (``authority/log.py``) and their publications (``authority/cluster.py``).
+writes (``authority/log.py``) and their publications (``authority/storage/cluster.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import socket
-import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -50,13 +49,8 @@ from deplog.authority.options import add_options, from_options, option
 from deplog.authority.sequencer import SequencerLimits
 from deplog.authority.storage import schema_postgres
 from deplog.authority.storage.audit import audit_storage
-from deplog.authority.storage.database import (
-    Database,
-    SqliteDatabase,
-    is_postgres_url,
-    open_database,
-    reaching,
-)
+from deplog.authority.storage.backends import is_postgres_url, open_database
+from deplog.authority.storage.database import Database, reaching
 from deplog.authority.witnessing import (
     RemoteWitness,
     Witnessing,
@@ -69,7 +63,7 @@ from deplog.client.files import exclusive_lock, require_writable
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.progress import Progress
-from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault
+from deplog.client.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.keyfile import load_or_create_signer, load_signer
 from deplog.client.tlog.note import (
     SIG_TYPE_COSIGNATURE_V1,
@@ -192,12 +186,12 @@ def _open_instance(data: Path, keys: Path) -> Instance:
 
 
 def _witness_setup(
-    instance: Instance, keys: Path, options: WitnessingConfig, db_url: str | None = None
+    instance: Instance, keys: Path, options: WitnessingConfig
 ) -> Callable[[AuthorityState], Witnessing] | None:
     """The embedded witness plus every external witness in the config, as a factory the
     server calls once its state exists (the proofs come from its reader threads). With a
-    shared PostgreSQL log the embedded witness's state is in that database, and requests
-    to every witness follow its progress there (``authority/cluster.py``)."""
+    log shared by many processes the embedded witness's state is in its database, and
+    requests to every witness follow its progress there (``storage/cluster.py``)."""
     config = instance.config
     local = None
     if options.embedded:
@@ -207,7 +201,7 @@ def _witness_setup(
             config.embedded_witness_key,
             config.embedded_witness_name,
             instance.signer.verifier(),
-            database=db_url,
+            instance.database,
         )
     if local is None and not config.witnesses:
         return None
@@ -263,16 +257,15 @@ async def _serve(
 
 def _audit(db: Database) -> tuple[int, str | None]:
     """The full storage audit (proof of corruption when it finds a problem), its progress
-    on stderr; a database it cannot read is a classified fault (SQLite) or one line naming
-    it (PostgreSQL, exit 69)."""
-    if isinstance(db, SqliteDatabase) and not db.path.exists():
-        raise CLIError(f"{db.path} does not exist: run 'authority init' first")
+    on stderr; a database it cannot read is one line for its operator
+    (``Database.fault``: a file's classified by evidence, a server's exit 69)."""
+    if not db.exists():
+        raise CLIError(f"{db.describe()} does not exist: run 'authority init' first")
     try:
-        with reaching(db), Progress(f"checking {db.describe()}", unit="leaves") as shown:
+        with Progress(f"checking {db.describe()}", unit="leaves") as shown:
             return audit_storage(db, shown.update)
-    except sqlite3.Error as err:
-        assert isinstance(db, SqliteDatabase)
-        raise database_fault(err, db.path) from None
+    except db.errors as err:
+        raise db.fault(err) from None
 
 
 def _db_url(args: argparse.Namespace) -> str | None:
@@ -327,10 +320,7 @@ def _cmd_copy(args: argparse.Namespace) -> int:
 
     verifier = _open_instance(args.data, args.keys).signer.verifier()
 
-    def database(target: str) -> Database:
-        return open_database(target if is_postgres_url(target) else Path(target))
-
-    source, target = database(args.source), database(args.target)
+    source, target = open_database(args.source), open_database(args.target)
     quiet = args.json
 
     def progress(line: str) -> None:
@@ -374,8 +364,7 @@ def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -
             raise CLIError(f"another authority is already serving {args.data}")
         if serve.verify_on_start:
             db = instance.database
-            fresh = isinstance(db, SqliteDatabase) and not db.path.exists()
-            size, problem = (0, None) if fresh else _audit(db)
+            size, problem = _audit(db) if db.exists() else (0, None)
             if problem is not None:
                 raise StorageFault(CORRUPT, db.describe(), f"{problem}, {size} leaves")
         config = from_options(
@@ -387,7 +376,7 @@ def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -
             limits=from_options(SequencerLimits, args),
             explorer=from_options(ExplorerConfig, args),
         )
-        witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args), url)
+        witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args))
         asyncio.run(_serve(instance, sock, config, witnesses))
     return 0
 
@@ -431,15 +420,16 @@ async def _admin_post(socket_path: Path, statement: PublisherStatement) -> int:
 
 def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -> int:
     instance = replace(_open_instance(args.data, args.keys), db_url=_db_url(args))
+    db = instance.database
     with exclusive_lock(args.data / LOCK_FILE) as owned:
-        # On PostgreSQL the database orders every writer: append directly even while
-        # servers run (their next batch sees the change).
-        if owned or instance.db_url is not None:
-            log = Log(instance.database, instance.signer, instance.origin)
+        # A shared database orders every writer: append directly even while servers run
+        # (their next batch sees the change).
+        if owned or db.shared:
+            log = Log(db, instance.signer, instance.origin)
             try:
                 index = log.append_publisher(statement)
                 checkpoint = log.publish()
-                if instance.db_url is not None:  # the servers publish it now, not at a refresh
+                if db.shared:  # the servers publish it now, not at a refresh
                     _announce_signed(log, checkpoint.size)
                 return index
             finally:
@@ -450,7 +440,7 @@ def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -
 def _announce_signed(log: Log, size: int) -> None:
     """Best effort: the statement is appended and signed already; without the
     notification the servers publish it at their next refresh."""
-    from deplog.authority.cluster import announce_signed
+    from deplog.authority.storage.cluster import announce_signed
 
     with contextlib.suppress(*log.db.errors):
         announce_signed(log.conn, size)
@@ -499,9 +489,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if problem is not None:
         raise StorageFault(CORRUPT, db.describe(), f"{problem}, {size} leaves")
     with exclusive_lock(args.data / LOCK_FILE) as owned:
-        # Opening the log checks the latest checkpoint against the tree (on PostgreSQL
-        # whatever else runs: the database orders writers).
-        if owned or instance.db_url is not None:
+        # Opening the log checks the latest checkpoint against the tree (on a shared
+        # database whatever else runs: the database orders writers).
+        if owned or db.shared:
             Log(db, instance.signer, instance.origin).close()
     if args.json:
         print(json.dumps({"size": size, "problem": None}))

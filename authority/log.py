@@ -75,12 +75,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deplog.authority.storage import store
-from deplog.authority.storage.database import (
-    Database,
-    SqliteDatabase,
-    open_database,
-    unavailable,
-)
+from deplog.authority.storage.backends import open_database
+from deplog.authority.storage.database import Database
 from deplog.authority.storage.errors import IntegrityError, StorageError
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.dbapi import Connection
@@ -106,7 +102,7 @@ from deplog.client.model.rules import (
 )
 from deplog.client.model.status import InvalidMark
 from deplog.client.model.vmap import map_line, map_root_of
-from deplog.client.storage_faults import CORRUPT, StorageFault, opening_database
+from deplog.client.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import format_receipt
@@ -123,9 +119,6 @@ _INVALID_REPORTED = 20
 """Entries that fail validation ``/healthz`` names (it counts them all)."""
 _MAP_REBUILD_CHUNK = 4096
 """Entries folded per batch when a database from before the map is brought up."""
-WRITER_CACHE_KIB = 64 * 1024
-"""SQLite's page cache on the writer's connection (64 MiB, against SQLite's default
-2 MB): the pages of the map's paths and the tree's recent nodes stay in memory."""
 MAP_LAYER_ENTRIES = 4096
 """Log entries the map folds in memory before a batch writes its rows (SQLite,
 ``client.mapstore`` rule 8): also the most a start folds again after a crash."""
@@ -200,14 +193,13 @@ class Log:
         max_bytes: int | None = None,
     ) -> None:
         """Open and check the log in ``db`` (a SQLite path, created if needed, or a
-        PostgreSQL database made by ``authority migrate``); ``max_bytes`` caps a SQLite
-        file, so a quota is reached as a clean refusal rather than a full disk."""
+        PostgreSQL database made by ``authority migrate``); ``max_bytes`` caps the
+        database where the backend has a quota (``Database.limit_size``: a SQLite file),
+        so a quota is reached as a clean refusal rather than a full disk."""
         if signer.name != origin:
             raise ValueError("the log key's name must be the log origin")
         self.db = open_database(db)
-        self.path: Path | str = (
-            self.db.path if isinstance(self.db, SqliteDatabase) else self.db.describe()
-        )
+        self.path = self.db.describe()
         self.signer = signer
         self.verifier = signer.verifier()
         self.origin = origin
@@ -226,27 +218,21 @@ class Log:
                 slice_groups=MAP_SLICE_GROUPS,
                 slice_record_bytes=MAP_SLICE_RECORD_BYTES,
             )
-            if self.db.kind == "sqlite"
+            if self.db.holds_map_rows
             else MapCache()
         )
-        if isinstance(self.db, SqliteDatabase):
-            with opening_database(self.db.path, self._close_quietly):
-                self._open(max_bytes)
-        else:
-            with self._opening_postgres():
-                self._open(None)
+        with self.db.opening(self._close_quietly):
+            self._open(max_bytes)
 
     def _open(self, max_bytes: int | None) -> None:
-        self.conn = self.db.connect()
+        self.conn = self.db.connect_writer()
         try:
             self.db.prepare(self.conn)
-        except CLIError:  # a PostgreSQL schema that is not this software's
+        except CLIError:  # a schema that is not this software's (``authority migrate``)
             self._close_quietly()
             raise
-        if isinstance(self.db, SqliteDatabase):
-            self.conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
-        if max_bytes is not None and isinstance(self.db, SqliteDatabase):
-            store.limit_size(self.conn, max_bytes)  # type: ignore[arg-type]
+        if max_bytes is not None:
+            self.db.limit_size(self.conn, max_bytes)
         try:
             with self._snapshot():
                 self._reload()
@@ -268,16 +254,6 @@ class Log:
             if isinstance(err.__context__, self.db.errors):
                 raise err.__context__ from None
             raise
-
-    @contextlib.contextmanager
-    def _opening_postgres(self) -> Iterator[None]:
-        """A PostgreSQL database that cannot be reached at start: one line naming it
-        (never its password) and what to do, exit 69 as for a listen address."""
-        try:
-            yield
-        except self.db.errors as err:
-            self._close_quietly()
-            raise unavailable(self.db, err) from None
 
     def close(self) -> None:
         """Write the map's rows not yet written (a failure only leaves them to the next
@@ -345,12 +321,13 @@ class Log:
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
         """Reads outside a write transaction that must agree with each other: one
-        repeatable-read transaction on PostgreSQL (other writers commit meanwhile); on
-        SQLite this process is the only writer, so plain reads agree already."""
-        if self.db.kind == "sqlite" or self.conn.in_transaction:
+        snapshot (``Database.begin_read``) where other processes write the log meanwhile
+        (``Database.shared``); where this process is the only writer, plain reads agree
+        already."""
+        if not self.db.shared or self.conn.in_transaction:
             yield
             return
-        self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self.db.begin_read(self.conn)
         try:
             yield
         finally:
@@ -449,7 +426,7 @@ class Log:
         try:
             if self._stale and self.db.broken(self.conn):
                 self._close_quietly()
-                self.conn = self.db.connect()
+                self.conn = self.db.connect_writer()
             head = self.db.begin_write(self.conn)
             if self._stale or (head is not None and head != self.tree.size):
                 self._reload()
@@ -459,14 +436,11 @@ class Log:
 
     def _begin_unordered(self) -> None:
         """A write transaction that needs no place in the log's order (a checkpoint row
-        over committed leaves, the published note): only SQLite's one-writer lock."""
+        over committed leaves, the published note: ``Database.begin_unordered``)."""
         try:
             if self._stale:
                 self._refresh()
-            if self.db.kind == "sqlite":
-                self.db.begin_write(self.conn)
-            else:
-                self.conn.execute("BEGIN")
+            self.db.begin_unordered(self.conn)
         except self.db.errors:
             self._rollback()
             raise StorageError() from None
@@ -475,7 +449,7 @@ class Log:
         """Reconnect if the connection was lost, and reload the state (after a failure)."""
         if self.db.broken(self.conn):
             self._close_quietly()
-            self.conn = self.db.connect()
+            self.conn = self.db.connect_writer()
         with self._snapshot():
             self._reload()
 
@@ -499,10 +473,10 @@ class Log:
                     self._reload()
 
     def _end_write(self) -> None:
-        """Record, before committing, what the transaction leaves: the head (PostgreSQL)
-        and the map root at the new size, for the checkpoint signed after the commit."""
-        if self.db.kind == "postgresql":
-            store.set_head(self.conn, self.tree.size)
+        """Record, before committing, what the transaction leaves: the log's size where
+        the database keeps it (``Database.set_head``) and the map root at the new size,
+        for the checkpoint signed after the commit."""
+        self.db.set_head(self.conn, self.tree.size)
         self._write_invalid()
         self._map_at = (self.tree.size, self.map.root())
 

@@ -43,7 +43,7 @@ Rules:
    cosign a smaller one (a superseded round, not a failure); a witness claiming
    a size this log never gave it is reported as a possible fork.
 6. With ``shared`` (many processes on one PostgreSQL log, ``authority/
-   cluster.py`` rule 2), each request to a witness also holds that witness's
+   storage/cluster.py`` rule 2), each request to a witness also holds that witness's
    database lock and starts from the size the log's processes together got it
    to cosign, which it then advances: "this log" in rule 5 is every process,
    and requests to one witness are serialized across all of them.
@@ -66,13 +66,14 @@ import aiohttp
 
 from deplog.authority.http.status import http_status
 from deplog.authority.options import option
+from deplog.authority.storage.database import Database, WitnessStore, reaching
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.supervise import Supervisor
 from deplog.authority.witness.core import SizeConflictError, Witness, WitnessState
 from deplog.authority.witness.server import SIZE_CONTENT_TYPE
 
 if TYPE_CHECKING:
-    from deplog.authority.cluster import WitnessProgress
+    from deplog.authority.storage.cluster import WitnessProgress
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.storage_faults import database_fault
 from deplog.client.tlog.checkpoint import Checkpoint
@@ -196,14 +197,15 @@ class LocalWitness:
 
 
 def open_embedded_witness(
-    path: Path, keys: Path, stem: str, name: str, log_key: Verifier, database: str | None = None
+    path: Path, keys: Path, stem: str, name: str, log_key: Verifier, database: Database
 ) -> LocalWitness:
-    """The embedded witness of a log: key ``<stem>.key`` (created on first use), state at
-    ``path`` (or, for a log on PostgreSQL, in its ``database``, shared by every process of
-    the log), trusting exactly this log's key."""
+    """The embedded witness of the log in ``database``: key ``<stem>.key`` (created on
+    first use), state at ``path`` (or, for a log whose processes share the database, in
+    it: ``Database.embedded_witness_store``), trusting exactly this log's key."""
     signer, _ = load_or_create_signer(keys, stem, name, SIG_TYPE_COSIGNATURE_V1)
-    if database is not None:
-        return LocalWitness(Witness(_shared_state(database, log_key), signer))
+    store = database.embedded_witness_store()
+    if store is not None:
+        return LocalWitness(Witness(_shared_state(database, store, log_key), signer))
     state = WitnessState(path)
     try:
         state.add_log(log_key.vkey(), int(time.time()))
@@ -213,14 +215,11 @@ def open_embedded_witness(
     return LocalWitness(Witness(state, signer))
 
 
-def _shared_state(url: str, log_key: Verifier) -> WitnessState:
-    """The embedded witness's state in the log's PostgreSQL database; a database that
-    cannot be reached is the one line (exit 69) of any command on it."""
-    from deplog.authority.storage.database import open_database, reaching
-    from deplog.authority.storage.witness_postgres import open_witness_state
-
-    with reaching(open_database(url)):
-        state = open_witness_state(url)
+def _shared_state(database: Database, store: WitnessStore, log_key: Verifier) -> WitnessState:
+    """The embedded witness's state in the log's shared database; a database that cannot
+    be reached is the one line (exit 69) of any command on it."""
+    with reaching(database):
+        state = WitnessState.over(store)
         try:
             state.add_log(log_key.vkey(), int(time.time()))
         except BaseException:

@@ -112,7 +112,7 @@ WITNESS_MAY_IMPORT = (
     # How the authority and witness commands end (one line, one exit table); nothing of the log.
     "deplog.authority.command",
     # The sqlite3-shaped connection protocol: the embedded witness's state can live in the
-    # log's PostgreSQL database (storage/witness_postgres.py); it knows nothing of the log.
+    # log's shared database (``WitnessState.over``); it knows nothing of the log.
     "deplog.client.dbapi",
     # The one table of HTTP statuses: the shared middleware answers the witness's codes by it.
     "deplog.authority.http.status",

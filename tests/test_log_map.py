@@ -15,8 +15,8 @@ import pytest
 
 from deplog.authority.http import server
 from deplog.authority.log import Log
+from deplog.authority.storage.backends import open_database
 from deplog.authority.storage.copy import copy_log
-from deplog.authority.storage.database import open_database
 from deplog.authority.storage.errors import StorageError
 from deplog.client.errors import CLIError
 from deplog.client.mapstore import (

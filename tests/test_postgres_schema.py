@@ -12,8 +12,9 @@ import pytest
 
 from deplog.authority.log import Log
 from deplog.authority.storage import postgres, schema_postgres, store
-from deplog.authority.storage.database import open_database, redact_url
+from deplog.authority.storage.backends import open_database
 from deplog.authority.storage.errors import StorageError
+from deplog.authority.storage.postgres import redact_url
 from deplog.client.errors import CLIError
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register

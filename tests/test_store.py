@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from deplog.authority.storage import store
+from deplog.authority.storage import sqlite, store
 
 
 @pytest.fixture
 def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
-    c = store.connect(tmp_path / "log.db")
-    store.create_schema(c)
+    c = sqlite.connect(tmp_path / "log.db")
+    sqlite.create_schema(c)
     yield c
     c.close()
 
@@ -30,7 +30,7 @@ def test_creating_the_schema_leaves_the_connection_settings_alone(
 def test_creating_the_schema_again_keeps_every_row(conn: sqlite3.Connection) -> None:
     store.insert_checkpoint(conn, 0, b"\x00" * 32, b"note", "2026-01-01T00:00:00Z")
     store.save_registry_snapshot(conn, 1, "{}")
-    store.create_schema(conn)
+    sqlite.create_schema(conn)
     assert store.checkpoint_at(conn, 0) == store.StoredCheckpoint(0, b"\x00" * 32, b"note")
     assert store.registry_snapshot(conn) == (1, "{}")
 

@@ -109,7 +109,7 @@ from deplog.authority.log import Log
 from deplog.authority.options import MEBIBYTES, option
 from deplog.authority.sequencer import Published, Sequencer, SequencerLimits
 from deplog.authority.storage import audit, store
-from deplog.authority.storage.database import open_database
+from deplog.authority.storage.backends import open_database
 from deplog.authority.storage.errors import IntegrityError, StorageError
 from deplog.authority.storage.reader import LogReader
 from deplog.authority.supervise import Supervisor
@@ -138,7 +138,7 @@ from deplog.client.tlog.tiles import (
 from deplog.client.waiting import wait_until
 
 if TYPE_CHECKING:
-    from deplog.authority.cluster import Cluster
+    from deplog.authority.storage.cluster import Cluster
 
 __all__ = [
     "FULL_TILE_CACHE",
@@ -250,8 +250,8 @@ class ServerConfig:
     @property
     def tiles_path(self) -> Path | None:
         """Where the tiles directory is, or None when tiles are off or come from the
-        database (a shared PostgreSQL log, rule 7)."""
-        if not self.tiles or self.db_url is not None:
+        database (a log many processes share, rule 7)."""
+        if not self.tiles or open_database(self.database).shared:
             return None
         return self.tiles_dir if self.tiles_dir is not None else self.db_path.parent / TILES_DIR
 
@@ -367,9 +367,8 @@ class AuthorityState:
         # Its own niced process (see storage/audit.py): rehashing a large log must
         # not take the interpreter lock from the request handlers, and it can be killed.
         # A database URL travels in the environment, never in argv (its password).
-        target, env = str(self.config.db_path), None
-        if self.config.db_url is not None:
-            target, env = "-", {**os.environ, audit.DB_ENV: self.config.db_url}
+        target, variables = open_database(self.config.database).passed_to_child(audit.DB_ENV)
+        env = {**os.environ, **variables} if variables else None
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -1033,11 +1032,7 @@ def build_app(
     async def open_log(app: web.Application) -> None:
         loop = asyncio.get_running_loop()
         log, tiles = await loop.run_in_executor(None, lambda: _open_log(config, signer))
-        cluster = None
-        if config.db_url is not None:
-            from deplog.authority.cluster import Cluster
-
-            cluster = Cluster(config.db_url)
+        cluster = open_database(config.database).cluster()
         state = AuthorityState(config, log, witnessing, tiles, cluster)
         await state.start()
         app[_STATE] = state

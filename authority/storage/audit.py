@@ -30,7 +30,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from deplog.authority.storage.database import Database, is_postgres_url, open_database
+from deplog.authority.storage.backends import open_database
+from deplog.authority.storage.database import Database
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.progress import Progress
 
@@ -100,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     lower_priority(0, os.getppid())
     target = os.environ.get(DB_ENV, "") if args.db == "-" else args.db
-    db = open_database(target if is_postgres_url(target) else Path(target))
+    db = open_database(target)
     try:
         with Progress(f"storage audit of {db.describe()}", unit="leaves") as shown:
             size, problem = audit_storage(db, shown.update)

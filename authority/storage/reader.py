@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from deplog.authority.storage import store
-from deplog.authority.storage.database import Database, open_database
+from deplog.authority.storage.backends import open_database
+from deplog.authority.storage.database import Database
 from deplog.authority.storage.errors import IntegrityError
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.errors import DeplogError

@@ -56,7 +56,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from deplog.client.dbapi import Connection
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
@@ -97,6 +97,7 @@ __all__ = [
     "OldSizeTooLargeError",
     "RecordedCheckpoint",
     "SizeConflictError",
+    "StateStore",
     "StorageUnavailableError",
     "UnknownLogError",
     "UntrustedCheckpointError",
@@ -321,6 +322,32 @@ def parse_logs_file(text: str) -> list[Verifier]:
     return verifiers
 
 
+class StateStore(Protocol):
+    """Another database than a SQLite file for the witness's state (``WitnessState.over``):
+    the embedded witness of a log whose processes share one database keeps its state there
+    (the log's storage provides it: ``authority.storage.database.WitnessStore``)."""
+
+    @property
+    def name(self) -> str:
+        """The database, for messages."""
+
+    @property
+    def begin(self) -> str:
+        """The first statement of its write transaction."""
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        """What its driver raises."""
+
+    @property
+    def schema(self) -> Sequence[str]:
+        """The statements that create the state's tables if they are missing."""
+
+    @property
+    def connect(self) -> Callable[[], Connection]:
+        """Makes a connection with the state's tables in reach."""
+
+
 class WitnessState:
     """The witness's database: trusted logs, the record per origin, evidence.
 
@@ -350,31 +377,21 @@ class WitnessState:
             conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
 
     @classmethod
-    def over(
-        cls,
-        connect: Callable[[], Connection],
-        *,
-        name: str,
-        begin: str,
-        errors: tuple[type[Exception], ...],
-        schema: Sequence[str],
-    ) -> WitnessState:
-        """The state over connections from ``connect`` to another database than a SQLite
-        file (``name`` for messages, ``begin`` its write transaction's first statement,
-        ``errors`` what its driver raises), creating it with the ``schema`` statements;
-        the embedded witness of a log on PostgreSQL (``storage/witness_postgres.py``)."""
+    def over(cls, store: StateStore) -> WitnessState:
+        """The state in ``store``, another database than a SQLite file, its tables created
+        if missing: the embedded witness of a log whose processes share one database."""
         state = cls.__new__(cls)
-        state.path = Path(name)
+        state.path = Path(store.name)
         state._local = threading.local()
         state._lock = threading.Lock()
         state._connections = []
-        state._connect = connect
-        state._begin = begin
-        state.errors = errors
+        state._connect = store.connect
+        state._begin = store.begin
+        state.errors = store.errors
         state.failing = None
         try:
             with state._transaction() as conn:
-                for statement in schema:
+                for statement in store.schema:
                     conn.execute(statement)
         except BaseException:
             state.close()

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import aiohttp
 import pytest
 
-from deplog.authority.storage.database import open_database
+from deplog.authority.storage.backends import open_database
 from deplog.client import verify_tool_status
 from deplog.client.mapstore import StoredMap
 from deplog.client.model.vmap import (
