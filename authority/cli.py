@@ -38,7 +38,6 @@ from deplog.authority.config import (
 from deplog.authority.explorer.config import ExplorerConfig
 from deplog.authority.http.plumbing import Listen, ServingRunner, bind, serve_until_signalled
 from deplog.authority.http.server import (
-    AuthorityState,
     ServerConfig,
     build_admin_app,
     build_app,
@@ -46,6 +45,7 @@ from deplog.authority.http.server import (
 )
 from deplog.authority.log import Log
 from deplog.authority.options import add_options, from_options, option
+from deplog.authority.publication import Publication
 from deplog.authority.sequencer import SequencerLimits
 from deplog.authority.storage import schema_postgres
 from deplog.authority.storage.audit import audit_storage
@@ -187,9 +187,10 @@ def _open_instance(data: Path, keys: Path) -> Instance:
 
 def _witness_setup(
     instance: Instance, keys: Path, options: WitnessingConfig
-) -> Callable[[AuthorityState], Witnessing] | None:
+) -> Callable[[Publication], Witnessing] | None:
     """The embedded witness plus every external witness in the config, as a factory the
-    server calls once its state exists (the proofs come from its reader threads). With a
+    server's publication calls once it exists (the proofs come from its reader threads,
+    its background work runs under its supervisor). With a
     log shared by many processes the embedded witness's state is in its database, and
     requests to every witness follow its progress there (``storage/cluster.py``)."""
     config = instance.config
@@ -206,7 +207,7 @@ def _witness_setup(
     if local is None and not config.witnesses:
         return None
 
-    def build(state: AuthorityState) -> Witnessing:
+    def build(publication: Publication) -> Witnessing:
         tracks = [] if local is None else [WitnessTrack(local.witness.verifier(), local, False)]
         session = aiohttp.ClientSession()
         for external in config.witnesses:
@@ -214,11 +215,11 @@ def _witness_setup(
             tracks.append(WitnessTrack(external.verifier(), remote, True))
         witnessing = Witnessing(
             tracks,
-            state.consistency_proof,
+            publication.consistency_proof,
             quorum=options.quorum,
             timeout=options.timeout,
-            supervisor=state.supervisor,
-            shared=state.cluster,
+            supervisor=publication.supervisor,
+            shared=publication.cluster,
         )
         witnessing.session = session
         return witnessing
@@ -230,7 +231,7 @@ async def _serve(
     instance: Instance,
     sock: socket.socket,
     config: ServerConfig,
-    witnessing: Callable[[AuthorityState], Witnessing] | None,
+    witnessing: Callable[[Publication], Witnessing] | None,
 ) -> None:
     app = build_app(config, instance.signer, witnessing)
     runner = ServingRunner(app, error_response, access_log=None, keepalive_timeout=30)

@@ -74,6 +74,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
+from deplog.authority import collectors
 from deplog.authority.storage import store
 from deplog.authority.storage.backends import open_database
 from deplog.authority.storage.database import Database
@@ -101,7 +104,7 @@ from deplog.client.model.rules import (
     fold_item,
 )
 from deplog.client.model.status import InvalidMark
-from deplog.client.model.vmap import map_line, map_root_of
+from deplog.client.model.vmap import COMPILED_UPDATE, map_line, map_root_of
 from deplog.client.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
@@ -254,6 +257,23 @@ class Log:
             if isinstance(err.__context__, self.db.errors):
                 raise err.__context__ from None
             raise
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        """The map's rows held in memory, and whether its batch update runs compiled."""
+        collectors.gauge(
+            registry,
+            "deplog_map_unwritten_entries",
+            "Log entries folded into the tool-status map whose rows are held in memory, "
+            "not yet written (SQLite).",
+            lambda: float(self.map.unwritten),
+        )
+        collectors.gauge(
+            registry,
+            "deplog_map_update_compiled",
+            "1 if the tool-status map's batch update runs compiled, 0 if it runs its Python "
+            "(installed without a C compiler: appends are slower).",
+            lambda: float(COMPILED_UPDATE),
+        )
 
     def close(self) -> None:
         """Write the map's rows not yet written (a failure only leaves them to the next

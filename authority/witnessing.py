@@ -63,14 +63,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
+from prometheus_client import CollectorRegistry
 
-from deplog.authority.http.status import http_status
+from deplog.authority import collectors
 from deplog.authority.options import option
 from deplog.authority.storage.database import Database, WitnessStore, reaching
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.supervise import Supervisor
 from deplog.authority.witness.core import SizeConflictError, Witness, WitnessState
-from deplog.authority.witness.server import SIZE_CONTENT_TYPE
+from deplog.authority.witness.server import SIZE_CONFLICT_STATUS, SIZE_CONTENT_TYPE
 
 if TYPE_CHECKING:
     from deplog.authority.storage.cluster import WitnessProgress
@@ -108,7 +109,6 @@ __all__ = [
 log = logging.getLogger("deplog.witnessing")
 
 MAX_WITNESS_RESPONSE = 64 * 1024
-_SIZE_CONFLICT = http_status(ErrorCode.OLD_SIZE_MISMATCH)
 
 ProofSource = Callable[[int, int], Awaitable[Sequence[bytes]]]
 """Returns the RFC 9162 consistency proof between two sizes of this log."""
@@ -167,7 +167,7 @@ class RemoteWitness:
         async with self.session.post(self.url, data=body, timeout=self.timeout) as response:
             data = (await response.content.read(MAX_WITNESS_RESPONSE + 1))[:MAX_WITNESS_RESPONSE]
             status, content_type = response.status, response.content_type
-        if status == _SIZE_CONFLICT and content_type == SIZE_CONTENT_TYPE:
+        if status == SIZE_CONFLICT_STATUS and content_type == SIZE_CONTENT_TYPE:
             raise SizeConflictError(_parse_size(data))
         if status != 200:
             raise WitnessAnswerError(ErrorCode.WITNESS_REFUSED, f"the witness answered {status}")
@@ -472,6 +472,25 @@ class Witnessing:
         for witness in self.witnesses:
             if isinstance(witness.client, LocalWitness):
                 witness.client.close()
+
+    def register_metrics(
+        self, registry: CollectorRegistry, served: Callable[[], StoredCheckpoint]
+    ) -> None:
+        """Each witness's lag behind the ``served`` checkpoint and its cosignature's age."""
+        collectors.labeled_gauge(
+            registry,
+            "deplog_witness_lag_entries",
+            "Entries the witness's latest cosignature is behind the published checkpoint.",
+            "witness",
+            lambda: self.lag(served()),
+        )
+        collectors.labeled_gauge(
+            registry,
+            "deplog_witness_cosignature_age_seconds",
+            "Seconds since the witness last cosigned.",
+            "witness",
+            lambda: self.cosignature_age(time.time()),
+        )
 
     def lag(self, published: Checkpoint | StoredCheckpoint) -> dict[str, float]:
         """Entries each witness is behind the published checkpoint (for /metrics)."""

@@ -28,8 +28,9 @@ from deplog.authority.http.plumbing import (
     errors_and_metrics,
 )
 from deplog.authority.http.push import TooManySubscribersError
-from deplog.authority.http.server import MapNotPublishedError, RequestError
+from deplog.authority.http.server import RequestError
 from deplog.authority.http.status import HTTP_STATUS, http_status
+from deplog.authority.publication import MapNotPublishedError
 from deplog.authority.sequencer import OverloadedError, ShuttingDownError
 from deplog.authority.storage.errors import IntegrityError, StorageError
 from deplog.authority.witness.core import (
@@ -141,6 +142,7 @@ SERVER_MODULES = {
         "authority/http/limits.py",
         "authority/http/push.py",
         "authority/log.py",
+        "authority/publication.py",
         "authority/sequencer.py",
         "authority/storage/reader.py",
         "authority/witnessing.py",

@@ -32,6 +32,7 @@ from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 __all__ = [
     "BODY_TIMEOUT",
     "MAX_IN_FLIGHT",
+    "SIZE_CONFLICT_STATUS",
     "SIZE_CONTENT_TYPE",
     "TEXT_CONTENT_TYPE",
     "WITNESS",
@@ -48,6 +49,9 @@ WORKER_THREADS = 4
 
 SIZE_CONTENT_TYPE = "text/x.tlog.size"
 """Content type of an old-size conflict body: the recorded size (tlog-witness, "add-checkpoint")."""
+SIZE_CONFLICT_STATUS = 409
+"""The status of an old-size conflict (tlog-witness, "add-checkpoint"; ``http/status.py``
+gives ``old_size_mismatch`` the same): a log that reads it retries from the body's size."""
 
 TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 
