@@ -142,6 +142,7 @@ SERVER_MODULES = {
         "authority/http/limits.py",
         "authority/http/push.py",
         "authority/log.py",
+        "authority/replay.py",
         "authority/publication.py",
         "authority/sequencer.py",
         "authority/storage/reader.py",
