@@ -8,29 +8,30 @@ any of them (``client.dbapi``, their common subset) and never names one: where a
 backend differs, the code asks its ``Database`` what it can do, and each backend's own
 SQL (its DDL, its few statements of its own) stays in its module.
 
-Rules:
-  1. ``describe()`` names the database for messages and logs, never with a secret (a
-     PostgreSQL URL without its password, nor a ``password=`` parameter); ``redact``
-     masks one in a driver's message. Only ``passed_to_child`` gives what reopens it,
-     and then a secret goes in the child's environment, never on its command line.
-  2. ``begin_write`` starts the one kind of transaction that may write the log, in the
-     log's order, and returns the committed log size where the database keeps it (a
-     writer that is not the only one compares it with its in-memory state);
-     ``set_head`` records the new size in that transaction. ``begin_unordered`` starts a
-     write that needs no place in the order (a checkpoint row over committed leaves, the
-     published note).
-  3. ``prepare`` makes a database usable by ``Log`` (create what is missing, or check a
-     schema made by ``authority migrate``) and refuses otherwise; ``require_current``
-     refuses, read-only, a database that holds no log of this version.
-  4. ``shared``: other processes append to the same log at the same time and the
-     database orders them. Then plain reads need a snapshot (``begin_read``) to agree
-     with each other, commands append beside running servers, publication is a round
-     among the processes (``cluster``), tiles are read from the database, the embedded
-     witness keeps its state there (``embedded_witness_store``), and the writer never
-     holds the map's rows back (``holds_map_rows``).
-  5. A failure to open the database at start is one line for its operator (``opening``,
-     ``unreachable``), never a traceback: classified by evidence for a file, "cannot
-     use the database" (exit 69) for a server.
+Rules, cited by name:
+  * **Names.** ``describe()`` names the database for messages and logs, never with a
+    secret (a PostgreSQL URL without its password, nor a ``password=`` parameter);
+    ``redact`` masks one in a driver's message. Only ``passed_to_child`` gives what
+    reopens it, and then a secret goes in the child's environment, never in its argv.
+  * **Order.** ``begin_write`` starts the one kind of transaction that may write the
+    log, in the log's order, and returns the committed log size where the database
+    keeps it (a writer that is not the only one compares it with its in-memory state);
+    ``set_head`` records the new size in that transaction. ``begin_unordered`` starts
+    a write that needs no place in the order (a checkpoint row over committed leaves,
+    the published note).
+  * **Schema.** ``prepare`` makes a database usable by ``Log`` (create what is missing,
+    or check a schema made by ``authority migrate``) and refuses otherwise;
+    ``require_current`` refuses, read-only, a database that holds no log of this
+    version.
+  * **Shared.** ``shared``: other processes append to the same log at the same time and
+    the database orders them. Then plain reads need a snapshot (``begin_read``) to
+    agree with each other, commands append beside running servers, publication is a
+    round among the processes (``cluster``), tiles are read from the database, the
+    embedded witness keeps its state there (``embedded_witness_store``), and the
+    writer never holds the map's rows back (``holds_map_rows``).
+  * **Failures at start.** A failure to open the database at start is one line for its
+    operator (``fault``, ``opening``, ``unreachable``), never a traceback: classified by
+    evidence for a file, "cannot use the database" (exit 69) for a server.
 """
 
 from __future__ import annotations
@@ -82,9 +83,9 @@ class Database(ABC):
     errors: tuple[type[Exception], ...]
     """Exceptions meaning "the database failed" (not "the data is wrong")."""
     shared: ClassVar[bool]
-    """Whether other processes append to this log at the same time (rule 4)."""
+    """Whether other processes append to this log at the same time (*Shared*)."""
 
-    # -- where it is (rule 1) -----------------------------------------------------
+    # -- where it is (*Names*) -----------------------------------------------------
 
     @abstractmethod
     def describe(self) -> str:
@@ -113,7 +114,7 @@ class Database(ABC):
         """Remove what a failed attempt created of a database that did not exist
         (``exists`` was false), so nothing half-made is left."""
 
-    # -- connections and transactions (rules 2 and 3) -----------------------------
+    # -- connections and transactions (*Order*, *Schema*) -----------------------------
 
     @abstractmethod
     def connect(self, readonly: bool = False) -> Connection:
@@ -125,20 +126,20 @@ class Database(ABC):
 
     @abstractmethod
     def prepare(self, conn: Connection) -> None:
-        """Make the schema usable, or refuse (rule 3)."""
+        """Make the schema usable, or refuse (*Schema*)."""
 
     @abstractmethod
     def require_current(self, conn: Connection) -> None:
-        """Refuse (``CLIError``) a database without a log of this version (rule 3)."""
+        """Refuse (``CLIError``) a database without a log of this version (*Schema*)."""
 
     @abstractmethod
     def begin_write(self, conn: Connection) -> int | None:
-        """Start a write transaction in the log's order (rule 2); the committed log size
+        """Start a write transaction in the log's order (*Order*); the committed log size
         where the database keeps one, else None."""
 
     @abstractmethod
     def begin_unordered(self, conn: Connection) -> None:
-        """Start a write transaction that needs no place in the log's order (rule 2)."""
+        """Start a write transaction that needs no place in the log's order (*Order*)."""
 
     @abstractmethod
     def begin_read(self, conn: Connection) -> None:
@@ -147,7 +148,7 @@ class Database(ABC):
     @abstractmethod
     def set_head(self, conn: Connection, size: int) -> None:
         """Record, in the open write transaction, that the log now has ``size`` leaves
-        (rule 2), where the database keeps that count apart from the leaves."""
+        (*Order*), where the database keeps that count apart from the leaves."""
 
     @abstractmethod
     def limit_size(self, conn: Connection, max_bytes: int) -> None:
@@ -158,7 +159,7 @@ class Database(ABC):
         """True when ``conn`` can no longer be used (lost, closed): reconnect."""
         return False
 
-    # -- failures at start (rule 5) -----------------------------------------------
+    # -- failures at start (*Failures at start*) -----------------------------------------------
 
     @abstractmethod
     def fault(self, err: Exception) -> CLIError:
@@ -179,7 +180,7 @@ class Database(ABC):
         is not that (a file's failures are classified by evidence: ``opening``)."""
         return None
 
-    # -- processes sharing the log (rule 4) ---------------------------------------
+    # -- processes sharing the log (*Shared*) ---------------------------------------
 
     @property
     def holds_map_rows(self) -> bool:

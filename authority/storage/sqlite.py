@@ -4,20 +4,23 @@ The embedded default (``--data``'s ``log.db``). The queries every backend runs a
 ``store``, ``tree`` and ``reader`` (the common subset, ``client.dbapi``); what is
 SQLite's alone is here, behind :class:`SqliteDatabase`.
 
-Rules:
-  1. One file in WAL mode with ``synchronous=FULL``: a commit returns only after the WAL
-     is on disk, so a transaction that committed survives a kill or a power cut.
-  2. One process writes it (the server holds ``authority.lock``), through one
-     connection: a write transaction is ``BEGIN IMMEDIATE``; readers use their own
-     connections and see committed snapshots, so plain reads by the writer agree with
-     each other without a transaction (``Database.shared`` is false).
-  3. ``create_schema`` creates what is missing and never touches existing rows: the
-     authority brings a file up to date when it opens it (no ``migrate``). The
-     tool-status map's tables are ``client.mapstore``'s (the client keeps its own map
-     in the same tables); a map of another record format is dropped there and folded
-     again from the log.
-  4. A failure to open or read the file is classified by evidence
-     (``client.storage_faults``), and a file the failed attempt created is removed.
+Rules, cited by name:
+  * **Durable.** One file in WAL mode with ``synchronous=FULL``: a commit returns only
+    after the WAL is on disk, so a transaction that committed survives a kill or a
+    power cut.
+  * **One writer.** One process writes it (the server holds ``authority.lock``),
+    through one connection: a write transaction is ``BEGIN IMMEDIATE``; readers use
+    their own connections and see committed snapshots, so plain reads by the writer
+    agree with each other without a transaction (``Database.shared`` is false), and
+    the writer may hold the map's rows back.
+  * **Schema at open.** ``create_schema`` creates what is missing and never touches
+    existing rows: the authority brings a file up to date when it opens it (no
+    ``migrate``). The tool-status map's tables are ``client.mapstore``'s (the client
+    keeps its own map in the same tables); a map of another record format is dropped
+    there and folded again from the log.
+  * **Faults by evidence.** A failure to open or read the file is classified by
+    evidence (``client.storage_faults``), and a file the failed attempt created is
+    removed.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
 
 
 def create_schema(conn: sqlite3.Connection) -> None:
-    """Create every table that is missing (rule 3); existing data is never touched."""
+    """Create every table that is missing (*Schema at open*); existing data is never touched."""
     for statement in TREE_SCHEMA:
         conn.execute(statement)
     if StoredMap.create_schema(conn):
@@ -231,6 +234,7 @@ class SqliteDatabase(Database):
 
     @contextlib.contextmanager
     def opening(self, close: Callable[[], None]) -> Iterator[None]:
-        """Rule 4; an ``OSError`` is classified too, and files the attempt created go."""
+        """*Faults by evidence*: an ``OSError`` is classified too, and the files a failed
+        attempt created are removed."""
         with opening_database(self.path, close):
             yield
