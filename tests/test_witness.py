@@ -499,7 +499,7 @@ def test_stalled_request_cannot_roll_back_a_larger_checkpoint_committed_meanwhil
             stalled.set()
             assert release.wait(10)
 
-    witness.before_commit = stall_size_5
+    witness.test_hook_before_commit = stall_size_5
     results: dict[str, bytes | DeplogError] = {}
     first = threading.Thread(target=_run, args=(witness, log.request(recorded, 5), results, "a"))
     first.start()

@@ -638,10 +638,10 @@ class WitnessState:
 class Witness:
     """Checks add-checkpoint requests against the state and cosigns with a type 0x04 key.
 
-    ``before_commit``, None by default, is called with the checkpoint after
-    every check passed and before the compare-and-swap: tests stall a request
-    there to show that a concurrent update makes it fail instead of rolling
-    the record back.
+    ``test_hook_before_commit`` exists only for tests: None in service, it is called
+    with the checkpoint after every check passed and before the compare-and-swap, so a
+    test can stall a request there to show that a concurrent update makes it fail
+    instead of rolling the record back.
 
     ``statement``, None by default, is an operator's additional statement
     (c2sp.org/tlog-cosignature): called with a checkpoint that passed every
@@ -654,7 +654,8 @@ class Witness:
             raise ValueError("a witness cosigns with a type 0x04 (cosignature/v1) key")
         self.state = state
         self.signer = signer
-        self.before_commit: Callable[[Checkpoint], None] | None = None
+        self.test_hook_before_commit: Callable[[Checkpoint], None] | None = None
+        """For tests only: stalls or faults a request just before its swap (None here)."""
         self.statement: Callable[[Checkpoint], None] | None = None
 
     def verifier(self) -> Verifier:
@@ -705,8 +706,8 @@ class Witness:
             raise
         if self.statement is not None:
             self.statement(checkpoint)
-        if self.before_commit is not None:
-            self.before_commit(checkpoint)
+        if self.test_hook_before_commit is not None:
+            self.test_hook_before_commit(checkpoint)
         timestamp = self.state.compare_and_swap(
             origin, recorded, checkpoint.size, checkpoint.root_hash, now
         )
