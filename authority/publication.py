@@ -106,12 +106,7 @@ from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import parse_note
 from deplog.client.waiting import wait_until
 
-__all__ = [
-    "MAP_PROOF_WAIT",
-    "STALE_REFRESHES",
-    "MapNotPublishedError",
-    "Publication",
-]
+__all__ = ["MAP_PROOF_WAIT", "MapNotPublishedError", "Publication"]
 
 log = logging.getLogger("deplog.authority")
 

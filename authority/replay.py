@@ -52,7 +52,7 @@ from deplog.client.model.vmap import map_root_of
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Verifier
 
-__all__ = ["INVALID_REPORTED", "Replay", "Writer"]
+__all__ = ["Replay", "Writer"]
 
 logger = logging.getLogger("deplog.authority")
 INVALID_REPORTED = 20

@@ -61,8 +61,6 @@ from deplog.client.storage_faults import StorageFault
 
 __all__ = [
     "OverloadedError",
-    "Prove",
-    "Publish",
     "Published",
     "Receipted",
     "Sequencer",

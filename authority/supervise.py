@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 
 from deplog.authority import collectors
 
-__all__ = ["BACKOFF_BASE", "BACKOFF_CAP", "Supervisor", "Work"]
+__all__ = ["Supervisor"]
 
 log = logging.getLogger("deplog.supervise")
 

@@ -90,11 +90,9 @@ from deplog.client.tlog.note import (
 )
 
 __all__ = [
-    "MAX_WITNESS_RESPONSE",
     "Cosigner",
     "EmbeddedWitnessUnavailableError",
     "LocalWitness",
-    "ProofSource",
     "QuorumUnavailableError",
     "RemoteWitness",
     "SharedProgress",

@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import free_port, pct
 from deplog.authority.http.server import ServerConfig, build_app
 from deplog.authority.log import WRITER_CACHE_KIB, Log
-from deplog.authority.storage import sqlite as log_sqlite
+from deplog.authority.storage.sqlite import SqliteDatabase
 from deplog.client.mapstore import STORE_FORMAT, MapCache, SqliteNodeStore, StoredMap
 from deplog.client.model.notice import Envelope, Notice
 from deplog.client.model.vmap import (
@@ -194,7 +194,7 @@ def run(size: int) -> None:
 def run_sqlite(size: int, directory: Path, writer: bool) -> None:
     """Batch updates against the SQLite node store, each batch one durable transaction;
     ``writer``: with the authority writer's row cache and page cache size."""
-    conn = log_sqlite.connect(directory / f"map-{size}-{writer}.db")
+    conn = SqliteDatabase(directory / f"map-{size}-{writer}.db").connect()
     if writer:
         conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
     StoredMap.create_schema(conn)

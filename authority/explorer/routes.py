@@ -46,7 +46,7 @@ from deplog.authority.storage.reader import LogReader
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.tlog.note import Verifier
 
-__all__ = ["MAX_RENDERS", "Explorer", "add_explorer"]
+__all__ = ["Explorer", "add_explorer"]
 
 MAX_RENDERS = 1
 

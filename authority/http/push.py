@@ -25,7 +25,6 @@ from deplog.authority import collectors
 from deplog.client.errors import DeplogError, ErrorCode
 
 __all__ = [
-    "KEEPALIVE_SECONDS",
     "PushHub",
     "TooManySubscribersError",
     "sse_event",

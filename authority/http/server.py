@@ -84,10 +84,7 @@ from deplog.client.tlog.tiles import (
 __all__ = [
     "FULL_TILE_CACHE",
     "MAX_ENTRIES_PER_REQUEST",
-    "MAX_INT",
     "PARTIAL_TILE_CACHE",
-    "TILES_DIR",
-    "AuthorityState",
     "RequestError",
     "ServerConfig",
     "build_admin_app",
@@ -201,7 +198,7 @@ def error_response(err: DeplogError, status: int) -> web.Response:
     return web.json_response({"error": err.code}, status=status)
 
 
-class AuthorityState:
+class _AuthorityState:
     """What the handlers share: the publication (with its sequencer), the reader threads,
     the push stream and the rate limits, all made once the log is open."""
 
@@ -284,7 +281,7 @@ class AuthorityState:
                 log.error("stopping the %s failed: %s", name, type(err).__name__)
 
 
-_STATE = web.AppKey("state", AuthorityState)
+_STATE = web.AppKey("state", _AuthorityState)
 
 
 def _int_param(request: web.Request, name: str) -> int:
@@ -370,7 +367,7 @@ def _tile_leaves(tile: EntryTile | HashTile) -> int:
 
 
 async def _get_tile_from_database(
-    request: web.Request, state: AuthorityState, tile: EntryTile | HashTile
+    request: web.Request, state: _AuthorityState, tile: EntryTile | HashTile
 ) -> web.Response:
     """*Tiles*: a tile of a tree no larger than the served one, read from the database.
     A tile's bytes never change, so a digest of them is an ETag every process agrees on
@@ -543,7 +540,7 @@ def build_app(
     async def open_log(app: web.Application) -> None:
         loop = asyncio.get_running_loop()
         log, tiles = await loop.run_in_executor(None, lambda: _open_log(config, signer))
-        state = AuthorityState(config, log, witnessing, tiles)
+        state = _AuthorityState(config, log, witnessing, tiles)
         await state.start()
         app[_STATE] = state
         state.register_metrics(metrics.registry)

@@ -2,7 +2,7 @@
 
 The storage code (``store``, ``tree``, ``reader``, the map) is written once, in the two
 databases' common SQL subset, against ``client.dbapi.Connection``. This module gives a
-psycopg 3 connection that shape (:class:`PgConnection`) and is the driver
+psycopg 3 connection that shape (:class:`_PgConnection`) and is the driver
 (:class:`PostgresDatabase`); the schema, its migrations and the statements on the order
 row are ``schema_postgres``'s. Imported only for a ``postgresql://`` target
 (``backends.open_database``), so the SQLite default never needs psycopg.
@@ -23,7 +23,7 @@ Rules:
      server re-arms ``idle_in_transaction_session_timeout`` only when it answers ready
      for a query (seen with psycopg 3.3 on PostgreSQL 15): without it, a process frozen
      just after an ``executemany`` would hold the log's order forever.
-  6. A URL is named without its password (:func:`redact_url`), and travels to a child
+  6. A URL is named without its password (:func:`_redact_url`), and travels to a child
      process in its environment, never in its argv.
 """
 
@@ -44,16 +44,7 @@ from deplog.authority.storage.database import Database, WitnessStore, unavailabl
 from deplog.client.dbapi import Connection, Cursor
 from deplog.client.errors import CLIError
 
-__all__ = [
-    "CONNECT_TIMEOUT_S",
-    "SESSION",
-    "SNAPSHOT",
-    "PgConnection",
-    "PostgresDatabase",
-    "connect",
-    "redact_url",
-    "translate",
-]
+__all__ = ["SESSION", "PostgresDatabase"]
 
 CONNECT_TIMEOUT_S = 5
 SESSION = {
@@ -71,12 +62,12 @@ SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
 @functools.lru_cache(maxsize=512)
-def translate(sql: str) -> str:
+def _translate(sql: str) -> str:
     """sqlite3's ``?`` placeholders as psycopg's ``%s`` (rule 1)."""
     return sql.replace("%", "%%").replace("?", "%s")
 
 
-class PgConnection:
+class _PgConnection:
     """One psycopg connection behind the sqlite3-shaped API (see the module rules)."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
@@ -86,7 +77,7 @@ class PgConnection:
         params = tuple(parameters)
         if not params:  # psycopg sends a statement without parameters as it is
             return self.raw.execute(sql)
-        cursor: Cursor = self.raw.execute(translate(sql), params)
+        cursor: Cursor = self.raw.execute(_translate(sql), params)
         return cursor
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> None:
@@ -94,7 +85,7 @@ class PgConnection:
         if not rows:
             return
         with self.raw.cursor() as cursor:
-            cursor.executemany(translate(sql), rows)
+            cursor.executemany(_translate(sql), rows)
         self.raw.execute("SELECT 1")  # rule 5
 
     @property
@@ -110,7 +101,7 @@ class PgConnection:
         self.raw.close()
 
 
-def connect(url: str, *, readonly: bool = False, application: str = "deplog") -> PgConnection:
+def _connect(url: str, *, readonly: bool = False, application: str = "deplog") -> _PgConnection:
     """A connection with the session settings of rule 4. A read-only one reads each of its
     transactions from one snapshot (``REPEATABLE READ``) and cannot write."""
     conninfo = make_conninfo(url, connect_timeout=CONNECT_TIMEOUT_S, application_name=application)
@@ -124,10 +115,10 @@ def connect(url: str, *, readonly: bool = False, application: str = "deplog") ->
     except BaseException:
         conn.close()
         raise
-    return PgConnection(conn)
+    return _PgConnection(conn)
 
 
-def redact_url(url: str) -> str:
+def _redact_url(url: str) -> str:
     """``url`` without its password (rule 6), in the userinfo or as a query parameter."""
     parts = urlsplit(url)
     netloc = parts.netloc
@@ -150,7 +141,7 @@ class PostgresDatabase(Database):
         self.errors = (psycopg.Error,)
 
     def describe(self) -> str:
-        return redact_url(self.url)
+        return _redact_url(self.url)
 
     def passed_to_child(self, variable: str) -> tuple[str, dict[str, str]]:
         return "-", {variable: self.url}
@@ -166,7 +157,7 @@ class PostgresDatabase(Database):
         return text.replace(password, "***") if password else text
 
     def connect(self, readonly: bool = False) -> Connection:
-        return connect(self.url, readonly=readonly)
+        return _connect(self.url, readonly=readonly)
 
     def prepare(self, conn: Connection) -> None:
         schema_postgres.require_current(conn, self.describe())
@@ -193,7 +184,7 @@ class PostgresDatabase(Database):
         SQLite file only)."""
 
     def broken(self, conn: Connection) -> bool:
-        pg: PgConnection = conn  # type: ignore[assignment]
+        pg: _PgConnection = conn  # type: ignore[assignment]
         return pg.broken
 
     def fault(self, err: Exception) -> CLIError:
@@ -207,7 +198,7 @@ class PostgresDatabase(Database):
 
     def embedded_witness_store(self) -> WitnessStore:
         def connect_witness() -> Connection:
-            conn = connect(self.url, application="deplog-embedded-witness")
+            conn = _connect(self.url, application="deplog-embedded-witness")
             conn.execute(f"SET search_path = {schema_postgres.EMBEDDED_WITNESS_SCHEMA}")
             return conn
 

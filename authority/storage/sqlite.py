@@ -13,7 +13,7 @@ Rules, cited by name:
     their own connections and see committed snapshots, so plain reads by the writer
     agree with each other without a transaction (``Database.shared`` is false), and
     the writer may hold the map's rows back.
-  * **Schema at open.** ``create_schema`` creates what is missing and never touches
+  * **Schema at open.** ``prepare`` creates what is missing and never touches
     existing rows: the authority brings a file up to date when it opens it (no
     ``migrate``). The tool-status map's tables are ``client.mapstore``'s (the client
     keeps its own map in the same tables); a map of another record format is dropped
@@ -40,22 +40,14 @@ from deplog.client.errors import CLIError
 from deplog.client.mapstore import STORE_FORMAT, StoredMap
 from deplog.client.storage_faults import database_fault, database_files, opening_database
 
-__all__ = [
-    "BUSY_TIMEOUT_MS",
-    "TREE_SCHEMA",
-    "WRITER_CACHE_KIB",
-    "SqliteDatabase",
-    "connect",
-    "create_schema",
-    "limit_size",
-]
+__all__ = ["SqliteDatabase"]
 
 BUSY_TIMEOUT_MS = 5000
 WRITER_CACHE_KIB = 64 * 1024
 """SQLite's page cache on the writer's connection (64 MiB, against SQLite's default
 2 MB): the pages of the map's paths and the tree's recent nodes stay in memory."""
 
-TREE_SCHEMA = (
+_TREE_SCHEMA = (
     """CREATE TABLE IF NOT EXISTS leaves (
         idx INTEGER PRIMARY KEY,
         data BLOB NOT NULL,
@@ -80,7 +72,7 @@ TREE_SCHEMA = (
 """The tree's tables (``tree.py``: leaves and stored subtree hashes), append-only."""
 
 
-def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     """A connection with explicit transactions (``BEGIN``/``COMMIT``) and durable commits."""
     if readonly:
         conn = sqlite3.connect(
@@ -95,7 +87,7 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
-def limit_size(conn: sqlite3.Connection, max_bytes: int) -> None:
+def _limit_size(conn: sqlite3.Connection, max_bytes: int) -> None:
     """Refuse to grow the database beyond ``max_bytes`` (writes then fail like a full disk)."""
     page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
     conn.execute(f"PRAGMA max_page_count = {max(1, max_bytes // page_size)}")
@@ -108,9 +100,9 @@ def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
     return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
 
 
-def create_schema(conn: sqlite3.Connection) -> None:
+def _create_schema(conn: sqlite3.Connection) -> None:
     """Create every table that is missing (*Schema at open*); existing data is never touched."""
-    for statement in TREE_SCHEMA:
+    for statement in _TREE_SCHEMA:
         conn.execute(statement)
     if StoredMap.create_schema(conn):
         logging.getLogger("deplog.authority").info(
@@ -191,15 +183,15 @@ class SqliteDatabase(Database):
                 file.unlink()
 
     def connect(self, readonly: bool = False) -> Connection:
-        return connect(self.path, readonly=readonly)
+        return _connect(self.path, readonly=readonly)
 
     def connect_writer(self) -> Connection:
-        conn = connect(self.path)
+        conn = _connect(self.path)
         conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
         return conn
 
     def prepare(self, conn: Connection) -> None:
-        create_schema(conn)  # type: ignore[arg-type]
+        _create_schema(conn)  # type: ignore[arg-type]
 
     def require_current(self, conn: Connection) -> None:
         found = conn.execute(
@@ -226,7 +218,7 @@ class SqliteDatabase(Database):
         """Nothing to do: the leaves are the only count of a SQLite log."""
 
     def limit_size(self, conn: Connection, max_bytes: int) -> None:
-        limit_size(conn, max_bytes)  # type: ignore[arg-type]
+        _limit_size(conn, max_bytes)  # type: ignore[arg-type]
 
     def fault(self, err: Exception) -> CLIError:
         assert isinstance(err, sqlite3.Error | OSError)

@@ -35,7 +35,6 @@ __all__ = [
     "NoticeRow",
     "StoredCheckpoint",
     "checkpoint_at",
-    "insert_checkpoint",
     "insert_checkpoint_once",
     "insert_invalid_entries",
     "insert_notices",
@@ -73,15 +72,6 @@ def checkpoint_at(conn: Connection, size: int) -> StoredCheckpoint | None:
         "SELECT size, root, note FROM checkpoints WHERE size = ?", (size,)
     ).fetchone()
     return None if row is None else StoredCheckpoint(row[0], bytes(row[1]), bytes(row[2]))
-
-
-def insert_checkpoint(
-    conn: Connection, size: int, root: bytes, note: bytes, signed_at: str
-) -> None:
-    conn.execute(
-        "INSERT INTO checkpoints (size, root, note, signed_at) VALUES (?, ?, ?, ?)",
-        (size, root, note, signed_at),
-    )
 
 
 NOTICE_LOOKUP_CHUNK = 128

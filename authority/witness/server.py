@@ -30,13 +30,8 @@ from deplog.authority.witness.core import (
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 
 __all__ = [
-    "BODY_TIMEOUT",
-    "MAX_IN_FLIGHT",
     "SIZE_CONFLICT_STATUS",
     "SIZE_CONTENT_TYPE",
-    "TEXT_CONTENT_TYPE",
-    "WITNESS",
-    "WORKER_THREADS",
     "BusyError",
     "build_app",
     "render_error",
