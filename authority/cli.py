@@ -190,9 +190,9 @@ def _witness_setup(
 ) -> Callable[[Publication], Witnessing] | None:
     """The embedded witness plus every external witness in the config, as a factory the
     server's publication calls once it exists (the proofs come from its reader threads,
-    its background work runs under its supervisor). With a
-    log shared by many processes the embedded witness's state is in its database, and
-    requests to every witness follow its progress there (``storage/cluster.py``)."""
+    its background work runs under its supervisor). With a log shared by many processes
+    the embedded witness's state is in its database, and requests to every witness follow
+    its progress there (``storage/cluster.py``)."""
     config = instance.config
     local = None
     if options.embedded:

@@ -16,11 +16,11 @@ cosigned it; otherwise external cosignatures are gathered in the background
 and added to the served checkpoint as they arrive. A quorum witness may need
 the checkpoint's entries before it cosigns (``witness serve --verify-map``
 folds them): the server serves the entries of every checkpoint it asks
-witnesses to cosign, before publication (``http/server.py`` rule 4), since
-they are committed and signed; only their cosignatures are withheld. A refresh loop re-submits
-the current checkpoint to every witness on an interval, so the served
-cosignatures always carry recent timestamps: that is what lets a client bound
-staleness by witness time instead of trusting the log's word.
+witnesses to cosign, before publication (``publication.py``: *Entries before
+publication*), since they are committed and signed; only their cosignatures are
+withheld. A refresh loop re-submits the current checkpoint to every witness on an
+interval, so the served cosignatures always carry recent timestamps: that is what
+lets a client bound staleness by witness time instead of trusting the log's word.
 
 Rules:
 

@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily
 
 from deplog.authority.http.metrics import Metrics
 from deplog.authority.http.plumbing import METRICS, HTTPRequestError, errors_and_metrics
+from deplog.authority.http.status import HTTP_STATUS
 from deplog.authority.witness.core import (
     MAX_BODY_SIZE,
     SizeConflictError,
@@ -44,9 +45,9 @@ WORKER_THREADS = 4
 
 SIZE_CONTENT_TYPE = "text/x.tlog.size"
 """Content type of an old-size conflict body: the recorded size (tlog-witness, "add-checkpoint")."""
-SIZE_CONFLICT_STATUS = 409
-"""The status of an old-size conflict (tlog-witness, "add-checkpoint"; ``http/status.py``
-gives ``old_size_mismatch`` the same): a log that reads it retries from the body's size."""
+SIZE_CONFLICT_STATUS = HTTP_STATUS[ErrorCode.OLD_SIZE_MISMATCH]
+"""The status of an old-size conflict (tlog-witness, "add-checkpoint": 409), from the one
+table: a log that reads it, with a size body, retries from that size."""
 
 TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 
