@@ -59,11 +59,11 @@ from deplog.authority.witnessing import (
     open_embedded_witness,
 )
 from deplog.client.errors import CLIError
-from deplog.client.files import exclusive_lock, require_writable
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
-from deplog.client.progress import Progress
-from deplog.client.storage_faults import CORRUPT, StorageFault
+from deplog.client.plumbing.files import exclusive_lock, require_writable
+from deplog.client.plumbing.progress import Progress
+from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.keyfile import load_or_create_signer, load_signer
 from deplog.client.tlog.note import (
     SIG_TYPE_COSIGNATURE_V1,

@@ -81,7 +81,6 @@ from deplog.authority.storage.backends import open_database
 from deplog.authority.storage.database import Database
 from deplog.authority.storage.errors import IntegrityError, StorageError
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
-from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.mapstore import MapCache, StoredMap
 from deplog.client.model.entries import (
@@ -101,7 +100,8 @@ from deplog.client.model.rules import (
     decode_leaf,
 )
 from deplog.client.model.vmap import COMPILED_UPDATE, map_line
-from deplog.client.storage_faults import CORRUPT, StorageFault
+from deplog.client.plumbing.dbapi import Connection
+from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import format_receipt

@@ -101,10 +101,10 @@ from deplog.authority.witnessing import (
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.mapstore import ViewMoved
 from deplog.client.model.vmap import MapProof
-from deplog.client.storage_faults import StorageFault
+from deplog.client.plumbing.storage_faults import StorageFault
+from deplog.client.plumbing.waiting import wait_until
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import parse_note
-from deplog.client.waiting import wait_until
 
 __all__ = ["MAP_PROOF_WAIT", "MapNotPublishedError", "Publication"]
 

@@ -40,7 +40,6 @@ from typing import Protocol
 from deplog.authority.storage import store
 from deplog.authority.storage.errors import IntegrityError
 from deplog.authority.storage.tree import StoredHashTree
-from deplog.client.dbapi import Connection
 from deplog.client.errors import ErrorCode
 from deplog.client.mapstore import STORE_FORMAT, StoredMap
 from deplog.client.model.entries import NoticeEntry, PublisherEntry
@@ -49,6 +48,7 @@ from deplog.client.model.registry import PublisherRegistry
 from deplog.client.model.rules import EntryChecker, InvalidEntry, decode_leaf, fold_item
 from deplog.client.model.status import InvalidMark
 from deplog.client.model.vmap import map_root_of
+from deplog.client.plumbing.dbapi import Connection
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Verifier
 

@@ -57,7 +57,7 @@ from deplog.authority.tiles import TilesDirectory
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import Envelope
-from deplog.client.storage_faults import StorageFault
+from deplog.client.plumbing.storage_faults import StorageFault
 
 __all__ = [
     "OverloadedError",

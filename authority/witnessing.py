@@ -76,7 +76,7 @@ from deplog.authority.witness.server import SIZE_CONFLICT_STATUS, SIZE_CONTENT_T
 if TYPE_CHECKING:
     from deplog.authority.storage.cluster import WitnessProgress
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.storage_faults import database_fault
+from deplog.client.plumbing.storage_faults import database_fault
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.cosignature import verify_cosignature
 from deplog.client.tlog.keyfile import load_or_create_signer

@@ -2,8 +2,11 @@
 
 * ``client/tlog`` is C2SP and RFC 9162 only: it imports nothing of deplog but itself
   and the base errors, so another project could lift it out whole.
-* ``authority/witness`` is a standalone tlog-witness: base errors, ``client/tlog``
-  and the shared HTTP plumbing, nothing of the log.
+* ``client/plumbing`` is what every part shares and nothing of deplog's model (files,
+  the connection protocol, database faults, progress, waits): it imports only itself
+  and the base errors.
+* ``authority/witness`` is a standalone tlog-witness: base errors, ``client/tlog``,
+  ``client/plumbing`` and the shared HTTP plumbing, nothing of the log.
 * ``client`` never imports ``authority``; nothing imports top-level ``client`` or
   ``authority`` (they install as ``deplog.client`` and ``deplog.authority``).
 * The authority is layered (``AUTHORITY_LAYERS``): storage, then the log, then
@@ -103,25 +106,21 @@ def allowed(name: str, prefixes: tuple[str, ...]) -> bool:
 
 
 TLOG_MAY_IMPORT = ("deplog.client.tlog", "deplog.client.errors")
+PLUMBING_MAY_IMPORT = ("deplog.client.plumbing", "deplog.client.errors")
 WITNESS_MAY_IMPORT = (
     "deplog.authority.witness",
     "deplog.client.tlog",
     "deplog.client.errors",
-    # Atomic writes and the data-directory lock, shared with the authority and the client.
-    "deplog.client.files",
-    # One classification of database start-up failures (and exit codes) for every command.
-    "deplog.client.storage_faults",
+    # Atomic writes and locks, database faults and the connection protocol (the embedded
+    # witness's state can live in the log's shared database): nothing of the log.
+    "deplog.client.plumbing",
+    # The HTTP plumbing both servers share: middleware and serve loop, metrics, statuses.
     "deplog.authority.http.plumbing",
     "deplog.authority.http.metrics",
-    # Command-line options built from config dataclasses; knows nothing of the log.
-    "deplog.authority.options",
-    # How the authority and witness commands end (one line, one exit table); nothing of the log.
-    "deplog.authority.command",
-    # The sqlite3-shaped connection protocol: the embedded witness's state can live in the
-    # log's shared database (``WitnessState.over``); it knows nothing of the log.
-    "deplog.client.dbapi",
-    # The one table of HTTP statuses: the shared middleware answers the witness's codes by it.
     "deplog.authority.http.status",
+    # Command-line options built from config dataclasses; how commands end.
+    "deplog.authority.options",
+    "deplog.authority.command",
 )
 
 
@@ -143,6 +142,7 @@ STANDALONE = [
     (module, path, rules)
     for package, rules in (
         ("deplog.client.tlog", TLOG_MAY_IMPORT),
+        ("deplog.client.plumbing", PLUMBING_MAY_IMPORT),
         ("deplog.authority.witness", WITNESS_MAY_IMPORT),
     )
     for module, path in MODULES

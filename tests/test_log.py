@@ -12,7 +12,7 @@ import pytest
 
 from deplog.authority.log import Log
 from deplog.authority.storage.errors import StorageError
-from deplog.client.storage_faults import CORRUPT, StorageFault
+from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt

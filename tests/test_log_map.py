@@ -35,7 +35,7 @@ from deplog.client.model.vmap import (
     require_map_root,
     verify_map_proof,
 )
-from deplog.client.storage_faults import CORRUPT, StorageFault
+from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
 from tests.builders import admitted, make_envelope, register

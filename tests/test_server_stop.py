@@ -4,7 +4,8 @@ same turn of the event loop.
 Python 3.11's ``asyncio.wait_for`` returns the inner result, and drops the cancellation,
 when both are ready in one turn: a loop that waited with it for "a wake-up or an
 interval" went on forever after a stop that came with a wake-up (a NOTIFY, say), and a
-server on PostgreSQL never finished stopping. The loops wait with ``client.waiting.wait_until``.
+server on PostgreSQL never finished stopping. The loops wait with
+``client.plumbing.waiting.wait_until``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Rules:
     problem names positions only (a leaf index, a subtree level), never data.
   * A PostgreSQL database is named ``-`` on the command line and its URL is read from
     ``$DEPLOG_DB``, so its password never appears in a process listing.
-  * The command shows its progress on stderr (``client/progress.py``: a bar on a
+  * The command shows its progress on stderr (``client/plumbing/progress.py``: a bar on a
     terminal, a plain line every 10 s otherwise; a serving authority passes its
     own stderr on, so the operator sees it), prints one JSON line
     ``{"size": n, "problem": str | null}`` on stdout and exits 0 when storage is
@@ -36,7 +36,7 @@ from pathlib import Path
 from deplog.authority.storage.backends import open_database
 from deplog.authority.storage.database import Database
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
-from deplog.client.progress import Progress
+from deplog.client.plumbing.progress import Progress
 
 __all__ = [
     "DB_ENV",

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from deplog.client.dbapi import Connection
+from deplog.client.plumbing.dbapi import Connection
 
 __all__ = [
     "PUBLISHED_CHANNEL",

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from deplog.authority.storage.audit import audit_storage
 from deplog.authority.storage.database import Database, reaching
 from deplog.authority.storage.tree import StoredHashTree
-from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.mapstore import StoredMap
 from deplog.client.model.vmap import map_root_of
+from deplog.client.plumbing.dbapi import Connection
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Verifier
 

@@ -4,7 +4,7 @@ A backend is a driver behind this one interface (``sqlite.py``, the embedded def
 ``postgres.py``, a database many authority processes share), chosen at start by
 ``backends.open_database`` from ``--db``. Everything above storage (``Log``,
 ``LogReader``, the audit, the copy, tiles, the map, publication) runs the same SQL on
-any of them (``client.dbapi``, their common subset) and never names one: where a
+any of them (``client.plumbing.dbapi``, their common subset) and never names one: where a
 backend differs, the code asks its ``Database`` what it can do, and each backend's own
 SQL (its DDL, its few statements of its own) stays in its module.
 
@@ -42,8 +42,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError
+from deplog.client.plumbing.dbapi import Connection
 
 if TYPE_CHECKING:
     from deplog.authority.storage.cluster import Cluster

@@ -1,7 +1,7 @@
 """The PostgreSQL backend: a log many authority processes share, and its connections.
 
 The storage code (``store``, ``tree``, ``reader``, the map) is written once, in the two
-databases' common SQL subset, against ``client.dbapi.Connection``. This module gives a
+databases' common SQL subset, against ``client.plumbing.dbapi.Connection``. This module gives a
 psycopg 3 connection that shape (:class:`_PgConnection`) and is the driver
 (:class:`PostgresDatabase`); the schema, its migrations and the statements on the order
 row are ``schema_postgres``'s. Imported only for a ``postgresql://`` target
@@ -41,8 +41,8 @@ from psycopg.conninfo import make_conninfo
 from deplog.authority.storage import schema_postgres
 from deplog.authority.storage.cluster import Cluster
 from deplog.authority.storage.database import Database, WitnessStore, unavailable
-from deplog.client.dbapi import Connection, Cursor
 from deplog.client.errors import CLIError
+from deplog.client.plumbing.dbapi import Connection, Cursor
 
 __all__ = ["SESSION", "PostgresDatabase"]
 

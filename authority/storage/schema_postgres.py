@@ -38,8 +38,8 @@ time, and any delete: no SQL reaching the table rolls the witness back.
 
 from __future__ import annotations
 
-from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError
+from deplog.client.plumbing.dbapi import Connection
 
 __all__ = [
     "CURRENT_VERSION",

@@ -1,7 +1,7 @@
 """The SQLite backend: the log in one file, its connections and its DDL.
 
 The embedded default (``--data``'s ``log.db``). The queries every backend runs are in
-``store``, ``tree`` and ``reader`` (the common subset, ``client.dbapi``); what is
+``store``, ``tree`` and ``reader`` (the common subset, ``client.plumbing.dbapi``); what is
 SQLite's alone is here, behind :class:`SqliteDatabase`.
 
 Rules, cited by name:
@@ -19,7 +19,7 @@ Rules, cited by name:
     keeps its own map in the same tables); a map of another record format is dropped
     there and folded again from the log.
   * **Faults by evidence.** A failure to open or read the file is classified by
-    evidence (``client.storage_faults``), and a file the failed attempt created is
+    evidence (``client.plumbing.storage_faults``), and a file the failed attempt created is
     removed.
 """
 
@@ -35,10 +35,10 @@ from typing import ClassVar
 import sqlite_utils
 
 from deplog.authority.storage.database import Database
-from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError
 from deplog.client.mapstore import STORE_FORMAT, StoredMap
-from deplog.client.storage_faults import database_fault, database_files, opening_database
+from deplog.client.plumbing.dbapi import Connection
+from deplog.client.plumbing.storage_faults import database_fault, database_files, opening_database
 
 __all__ = ["SqliteDatabase"]
 

@@ -1,6 +1,6 @@
 """The authority's database: the tree, signed checkpoints and lookup indexes.
 
-The queries here are the common subset of every backend's SQL (``client.dbapi``): they
+The queries here are the common subset of every backend's SQL (``client.plumbing.dbapi``): they
 run unchanged on SQLite and PostgreSQL. Each backend's DDL is its own (``sqlite.py``,
 ``schema_postgres.py``), and so are its few statements of its own (``Database``). Only
 the log's writer writes; readers use their own connections and see committed snapshots.
@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from deplog.client.dbapi import Connection, insert_rows
+from deplog.client.plumbing.dbapi import Connection, insert_rows
 
 __all__ = [
     "NoticeRow",

@@ -32,7 +32,7 @@ from importlib import metadata
 
 from pymerkle import BaseMerkleTree
 
-from deplog.client.dbapi import Connection, insert_rows
+from deplog.client.plumbing.dbapi import Connection, insert_rows
 from deplog.client.tlog.proofs import TreeFrontier, leaf_hash, node_hash
 
 __all__ = [

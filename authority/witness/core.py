@@ -58,9 +58,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from deplog.client.dbapi import Connection
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
-from deplog.client.storage_faults import opening_database
+from deplog.client.plumbing.dbapi import Connection
+from deplog.client.plumbing.storage_faults import opening_database
 from deplog.client.tlog.checkpoint import (
     Checkpoint,
     CheckpointFormatError,

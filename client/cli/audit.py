@@ -86,7 +86,6 @@ from deplog.client.cli.trust import (
     read_log_key,
 )
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
-from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
 from deplog.client.follow.tiles import TilesLogSource
@@ -102,8 +101,9 @@ from deplog.client.model.vmap import (
     require_map_root,
     verify_tool_status,
 )
-from deplog.client.progress import Progress
-from deplog.client.storage_faults import file_fault
+from deplog.client.plumbing.files import write_atomic
+from deplog.client.plumbing.progress import Progress
+from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin
 from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
 from deplog.client.tlog.keyfile import read_verifier_key
