@@ -7,7 +7,7 @@ through the server's admin Unix socket (``<data>/admin.sock``, mode 0600), so
 the server's single writer stays the only writer. With ``--db postgresql://...``
 the lock is per data directory: any number of ``serve`` processes, each with its
 own data directory and port, share one log in the database, which orders their
-writes (``authority/log.py``) and their publications (``authority/cluster.py``).
+writes (``authority/log.py``) and their publications (``authority/storage/cluster.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import socket
-import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -39,7 +38,6 @@ from deplog.authority.config import (
 from deplog.authority.explorer.config import ExplorerConfig
 from deplog.authority.http.plumbing import Listen, ServingRunner, bind, serve_until_signalled
 from deplog.authority.http.server import (
-    AuthorityState,
     ServerConfig,
     build_admin_app,
     build_app,
@@ -47,16 +45,12 @@ from deplog.authority.http.server import (
 )
 from deplog.authority.log import Log
 from deplog.authority.options import add_options, from_options, option
+from deplog.authority.publication import Publication
 from deplog.authority.sequencer import SequencerLimits
 from deplog.authority.storage import schema_postgres
 from deplog.authority.storage.audit import audit_storage
-from deplog.authority.storage.database import (
-    Database,
-    SqliteDatabase,
-    is_postgres_url,
-    open_database,
-    reaching,
-)
+from deplog.authority.storage.backends import is_postgres_url, open_database
+from deplog.authority.storage.database import Database, reaching
 from deplog.authority.witnessing import (
     RemoteWitness,
     Witnessing,
@@ -65,11 +59,11 @@ from deplog.authority.witnessing import (
     open_embedded_witness,
 )
 from deplog.client.errors import CLIError
-from deplog.client.files import exclusive_lock, require_writable
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
-from deplog.client.progress import Progress
-from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault
+from deplog.client.plumbing.files import exclusive_lock, require_writable
+from deplog.client.plumbing.progress import Progress
+from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.keyfile import load_or_create_signer, load_signer
 from deplog.client.tlog.note import (
     SIG_TYPE_COSIGNATURE_V1,
@@ -192,12 +186,13 @@ def _open_instance(data: Path, keys: Path) -> Instance:
 
 
 def _witness_setup(
-    instance: Instance, keys: Path, options: WitnessingConfig, db_url: str | None = None
-) -> Callable[[AuthorityState], Witnessing] | None:
+    instance: Instance, keys: Path, options: WitnessingConfig
+) -> Callable[[Publication], Witnessing] | None:
     """The embedded witness plus every external witness in the config, as a factory the
-    server calls once its state exists (the proofs come from its reader threads). With a
-    shared PostgreSQL log the embedded witness's state is in that database, and requests
-    to every witness follow its progress there (``authority/cluster.py``)."""
+    server's publication calls once it exists (the proofs come from its reader threads,
+    its background work runs under its supervisor). With a log shared by many processes
+    the embedded witness's state is in its database, and requests to every witness follow
+    its progress there (``storage/cluster.py``)."""
     config = instance.config
     local = None
     if options.embedded:
@@ -207,12 +202,12 @@ def _witness_setup(
             config.embedded_witness_key,
             config.embedded_witness_name,
             instance.signer.verifier(),
-            database=db_url,
+            instance.database,
         )
     if local is None and not config.witnesses:
         return None
 
-    def build(state: AuthorityState) -> Witnessing:
+    def build(publication: Publication) -> Witnessing:
         tracks = [] if local is None else [WitnessTrack(local.witness.verifier(), local, False)]
         session = aiohttp.ClientSession()
         for external in config.witnesses:
@@ -222,11 +217,11 @@ def _witness_setup(
             )
         witnessing = Witnessing(
             tracks,
-            state.consistency_proof,
+            publication.consistency_proof,
             quorum=options.quorum,
             timeout=options.timeout,
-            supervisor=state.supervisor,
-            shared=state.cluster,
+            supervisor=publication.supervisor,
+            shared=publication.cluster,
         )
         witnessing.session = session
         return witnessing
@@ -238,7 +233,7 @@ async def _serve(
     instance: Instance,
     sock: socket.socket,
     config: ServerConfig,
-    witnessing: Callable[[AuthorityState], Witnessing] | None,
+    witnessing: Callable[[Publication], Witnessing] | None,
 ) -> None:
     app = build_app(config, instance.signer, witnessing)
     runner = ServingRunner(app, error_response, access_log=None, keepalive_timeout=30)
@@ -265,16 +260,15 @@ async def _serve(
 
 def _audit(db: Database) -> tuple[int, str | None]:
     """The full storage audit (proof of corruption when it finds a problem), its progress
-    on stderr; a database it cannot read is a classified fault (SQLite) or one line naming
-    it (PostgreSQL, exit 69)."""
-    if isinstance(db, SqliteDatabase) and not db.path.exists():
-        raise CLIError(f"{db.path} does not exist: run 'authority init' first")
+    on stderr; a database it cannot read is one line for its operator
+    (``Database.fault``: a file's classified by evidence, a server's exit 69)."""
+    if not db.exists():
+        raise CLIError(f"{db.describe()} does not exist: run 'authority init' first")
     try:
-        with reaching(db), Progress(f"checking {db.describe()}", unit="leaves") as shown:
+        with Progress(f"checking {db.describe()}", unit="leaves") as shown:
             return audit_storage(db, shown.update)
-    except sqlite3.Error as err:
-        assert isinstance(db, SqliteDatabase)
-        raise database_fault(err, db.path) from None
+    except db.errors as err:
+        raise db.fault(err) from None
 
 
 def _db_url(args: argparse.Namespace) -> str | None:
@@ -329,10 +323,7 @@ def _cmd_copy(args: argparse.Namespace) -> int:
 
     verifier = _open_instance(args.data, args.keys).signer.verifier()
 
-    def database(target: str) -> Database:
-        return open_database(target if is_postgres_url(target) else Path(target))
-
-    source, target = database(args.source), database(args.target)
+    source, target = open_database(args.source), open_database(args.target)
     quiet = args.json
 
     def progress(line: str) -> None:
@@ -376,8 +367,7 @@ def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -
             raise CLIError(f"another authority is already serving {args.data}")
         if serve.verify_on_start:
             db = instance.database
-            fresh = isinstance(db, SqliteDatabase) and not db.path.exists()
-            size, problem = (0, None) if fresh else _audit(db)
+            size, problem = _audit(db) if db.exists() else (0, None)
             if problem is not None:
                 raise StorageFault(CORRUPT, db.describe(), f"{problem}, {size} leaves")
         config = from_options(
@@ -389,7 +379,7 @@ def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -
             limits=from_options(SequencerLimits, args),
             explorer=from_options(ExplorerConfig, args),
         )
-        witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args), url)
+        witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args))
         asyncio.run(_serve(instance, sock, config, witnesses))
     return 0
 
@@ -433,15 +423,16 @@ async def _admin_post(socket_path: Path, statement: PublisherStatement) -> int:
 
 def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -> int:
     instance = replace(_open_instance(args.data, args.keys), db_url=_db_url(args))
+    db = instance.database
     with exclusive_lock(args.data / LOCK_FILE) as owned:
-        # On PostgreSQL the database orders every writer: append directly even while
-        # servers run (their next batch sees the change).
-        if owned or instance.db_url is not None:
-            log = Log(instance.database, instance.signer, instance.origin)
+        # A shared database orders every writer: append directly even while servers run
+        # (their next batch sees the change).
+        if owned or db.shared:
+            log = Log(db, instance.signer, instance.origin)
             try:
                 index = log.append_publisher(statement)
                 checkpoint = log.publish()
-                if instance.db_url is not None:  # the servers publish it now, not at a refresh
+                if db.shared:  # the servers publish it now, not at a refresh
                     _announce_signed(log, checkpoint.size)
                 return index
             finally:
@@ -452,7 +443,7 @@ def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -
 def _announce_signed(log: Log, size: int) -> None:
     """Best effort: the statement is appended and signed already; without the
     notification the servers publish it at their next refresh."""
-    from deplog.authority.cluster import announce_signed
+    from deplog.authority.storage.cluster import announce_signed
 
     with contextlib.suppress(*log.db.errors):
         announce_signed(log.conn, size)
@@ -501,9 +492,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if problem is not None:
         raise StorageFault(CORRUPT, db.describe(), f"{problem}, {size} leaves")
     with exclusive_lock(args.data / LOCK_FILE) as owned:
-        # Opening the log checks the latest checkpoint against the tree (on PostgreSQL
-        # whatever else runs: the database orders writers).
-        if owned or instance.db_url is not None:
+        # Opening the log checks the latest checkpoint against the tree (on a shared
+        # database whatever else runs: the database orders writers).
+        if owned or db.shared:
             Log(db, instance.signer, instance.origin).close()
     if args.json:
         print(json.dumps({"size": size, "problem": None}))

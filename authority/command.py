@@ -7,11 +7,11 @@ Rules:
    witness"): 0 done, 1 refused (a stable code and its sentence, or the command's
    own message), 2 usage (argparse), 65/73/74/77 storage (``storage_faults``),
    69 the listen address is unavailable (``plumbing.bind``), 141 quietly when the
-   output's reader went away (``client.files.output_closed``).
+   output's reader went away (``client.plumbing.files.output_closed``).
 2. A ``DeplogError`` prints its code first, then its sentence: scripts match the
    code, people read the sentence.
 3. A file or directory that cannot be used is named, with its kind's status
-   (:func:`deplog.client.storage_faults.file_fault`).
+   (:func:`deplog.client.plumbing.storage_faults.file_fault`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from importlib import metadata
 from pathlib import Path
 
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
-from deplog.client.files import output_closed
-from deplog.client.storage_faults import file_fault
+from deplog.client.plumbing.files import output_closed
+from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.keyfile import KeyFileError
 
 __all__ = ["EXIT_REFUSED", "EXIT_USAGE", "add_version", "key_file", "refusal", "run"]

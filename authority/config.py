@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from deplog.client.errors import DeplogError, ErrorCode, FormatError
-from deplog.client.files import write_atomic
+from deplog.client.plumbing.files import write_atomic
 from deplog.client.tlog.keyfile import is_key_file_stem, key_file_name
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Verifier, is_valid_key_name
 

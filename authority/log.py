@@ -2,9 +2,10 @@
 
 ``Log`` is a process's only writer. It is not thread-safe and is confined to one
 thread (the sequencer's); every method does blocking storage and signing work.
-On SQLite it is the log's single writer; on PostgreSQL any number of ``Log``
-objects, in any number of processes, append to one log in one order, decided by
-the database (``storage/schema_postgres.py``: the ``log_head`` row lock).
+Where one process owns the database (SQLite) it is the log's single writer; on a
+database many processes share (``Database.shared``: PostgreSQL) any number of
+``Log`` objects, in any number of processes, append to one log in one order, decided
+by the database (``Database.begin_write``: PostgreSQL's ``log_head`` row lock).
 
 Invariants:
   * An entry is admitted only if the one validator (``client.model.rules``) accepts
@@ -13,9 +14,8 @@ Invariants:
     publisher, in any order) and its withdraw target; a refused entry changes
     nothing. Admission and verification are one function, so no follower,
     auditor or witness can find an entry this log admitted invalid.
-  * The publisher registry is checked against the log at every start: replayed
-    from the publisher entries (the indexes that hold no notice), it must equal
-    the stored snapshot, or the start is refused (``registry_mismatch``).
+  * The publisher registry is checked against the log at every start, replayed from
+    its publisher entries (``replay.py``: *Registry from the leaves*).
   * An identical resubmission is answered with the logged entry, never logged
     twice: the idempotent path that lets a publisher retry safely.
   * A checkpoint is signed only over leaves that are already committed, and the
@@ -24,44 +24,42 @@ Invariants:
   * Every checkpoint is persisted before anyone can see it.
   * The publisher registry snapshot is saved in the same transaction as the
     publisher entry that changed it, so it always reflects the whole log.
-  * Every write transaction starts in the log's order (``Database.begin_write``); a
+  * Every write transaction starts in the log's order (``Database.begin_write``) and
+    records the new size where the database keeps one (``Database.set_head``); a
     ``Log`` whose in-memory state (tree edge, registry, map, latest checkpoint) is not
     at the committed size reloads it under the lock before checking anything, so
     another process's appends and registry changes are seen by the next batch. A
     failed or lost transaction leaves the state stale: the next write reconnects if
-    needed and reloads.
+    needed and reloads. Reads outside a write transaction that must agree with each
+    other take one snapshot where other processes write meanwhile (``_snapshot``).
   * A checkpoint is signed after the commit, inserted unless its size has one, and
     read back: the stored root for a size is the only one ever served.
-  * An entry of the log that fails validation (none, but for altered storage or a
-    bug) is folded as every verifier folds it when the map is folded again from
-    the leaves (docs/fold-spec.md, "Entries that fail validation"): its mark makes
-    its tool ``unknown``, it is recorded in ``invalid_entries`` and logged, and
-    nothing stops.
-  * The tool-status map (``client.mapstore``) is folded in the same transaction
+  * An entry of the log that fails validation is folded as every verifier folds it,
+    recorded and logged, and nothing stops (``replay.py``: *Invalid entries*).
+  * The tool-status map (``client.map``) is folded in the same transaction
     as the entries it folds (``_fold_map``), so every committed size has its map
     root, and every checkpoint carries exactly one ``deplog-map/v1`` line with the
-    root of its own size. A database from before the map is brought up by one
-    fold of its whole log at start-up (logged); its latest checkpoint, signed
-    without the line, keeps it (one body per size) until the next append. A map
-    in another record format (``client.mapstore`` rule 4) is dropped and folded
-    again the same way; the latest checkpoint keeps the old root (logged).
-  * On SQLite, where this writer is the one process writing the map and serving its
-    proofs, a batch folds the map in memory and its rows are written later, coalesced
-    (``client.mapstore`` rule 8, bounds ``MAP_LAYER_*``): by the batch that takes the
-    layer past a bound, a slice a batch once past three quarters of one (rule 9), a
-    slice a transaction by an idle sequencer (``write_map_slice``), and by ``close``.
-    The map's tables are then at a committed size at or below the log's; the map is
-    a function of the log, so a start folds the entries after it
-    (``_bring_up_map``) and checks the root against the latest checkpoint's line. On
-    PostgreSQL every batch writes its rows: other processes read and extend them.
+    root of its own size. A start folds what the map lacks, all of a database from
+    before the map or of a map in another record format (``client.map.stored`` *One format*),
+    in one transaction, and checks its root against the latest checkpoint's line
+    (``_bring_up_map``; ``replay.py``: *Catch up*, *Root check*).
+  * Where the writer may hold the map's rows back (``Database.holds_map_rows``: it is
+    the one process writing the map and serving its proofs, SQLite), a batch folds the
+    map in memory and its rows are written later, coalesced (``client.map.stored``
+    *Rows held back*, bounds ``MAP_LAYER_*``): by the batch that takes the layer past a
+    bound, a slice a batch once past three quarters of one (*Slices*), a slice a
+    transaction by an idle sequencer (``write_map_slice``), and by ``close``. The map's
+    tables are then at a committed size at or below the log's; the map is a function of
+    the log, so a start folds the entries after it. Elsewhere every batch writes its
+    rows: other processes read and extend them.
   * The map's rows are cached in memory for the writer (``MapCache``, bounded, filled
     at a server's start with the shallowest groups: ``warm_map``), and the writer's
-    connection has a larger SQLite page cache (``WRITER_CACHE_KIB``): a batch reads
-    its paths without a query per node. The cache is forgotten by every ``_reload``:
-    after a rollback (no row of a rolled-back transaction is ever served; the rows not
-    written yet go back to those of the last commit) and, on PostgreSQL, whenever the
-    head found under the lock is not this writer's own last size (another process
-    moved the tables since this one's last transaction).
+    connection is tuned for it (``Database.connect_writer``: SQLite's larger page
+    cache): a batch reads its paths without a query per node. The cache is forgotten
+    by every ``_reload``: after a rollback (no row of a rolled-back transaction is ever
+    served; the rows not written yet go back to those of the last commit) and, on a
+    shared database, whenever the head found under the lock is not this writer's own
+    last size (another process moved the tables since this one's last transaction).
 """
 
 from __future__ import annotations
@@ -70,30 +68,28 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
+from deplog.authority import collectors
+from deplog.authority.replay import Replay
 from deplog.authority.storage import store
-from deplog.authority.storage.database import (
-    Database,
-    SqliteDatabase,
-    open_database,
-    unavailable,
-)
+from deplog.authority.storage.backends import open_database
+from deplog.authority.storage.database import Database
+from deplog.authority.storage.errors import IntegrityError, StorageError
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
-from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.map.cache import MapCache
 from deplog.client.map.errors import MapStorageError
-from deplog.client.map.line import map_line, map_root_of
-from deplog.client.map.sqlstore import STORE_FORMAT
+from deplog.client.map.line import map_line
 from deplog.client.map.stored import StoredMap
 from deplog.client.model.entries import (
     MAX_ENTRY_BYTES,
     EntryFormatError,
     NoticeEntry,
-    PublisherEntry,
     PublisherStatement,
     encode_entry,
     sign_publisher_statement,
@@ -105,10 +101,9 @@ from deplog.client.model.rules import (
     InvalidEntry,
     RuleViolation,
     decode_leaf,
-    fold_item,
 )
-from deplog.client.model.status import InvalidMark
-from deplog.client.storage_faults import CORRUPT, StorageFault, opening_database
+from deplog.client.plumbing.dbapi import Connection
+from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import format_receipt
@@ -116,23 +111,14 @@ from deplog.client.tlog.timestamps import now_timestamp
 
 __all__ = [
     "Admitted",
-    "IntegrityError",
     "Log",
     "Sequenced",
-    "StorageError",
 ]
 
 logger = logging.getLogger("deplog.authority")
-_INVALID_REPORTED = 20
-"""Entries that fail validation ``/healthz`` names (it counts them all)."""
-_MAP_REBUILD_CHUNK = 4096
-"""Entries folded per batch when a database from before the map is brought up."""
-WRITER_CACHE_KIB = 64 * 1024
-"""SQLite's page cache on the writer's connection (64 MiB, against SQLite's default
-2 MB): the pages of the map's paths and the tree's recent nodes stay in memory."""
 MAP_LAYER_ENTRIES = 4096
 """Log entries the map folds in memory before a batch writes its rows (SQLite,
-``client.mapstore`` rule 8): also the most a start folds again after a crash."""
+``client.map.stored`` *Rows held back*): also the most a start folds again after a crash."""
 MAP_LAYER_GROUPS = 4096
 """Changed groups of map nodes held in memory before a batch writes them, as their stored
 bytes (measured: 2.5 MiB for 3,316 groups and 4,000 records, bookkeeping included)."""
@@ -145,28 +131,6 @@ of a bound (more if the write would not be over before the bound at the batches'
 thousands of groups at once while the writer keeps up."""
 MAP_SLICE_RECORD_BYTES = 256 << 10
 """The fewest record bytes a batch writes in a slice."""
-
-
-class StorageError(DeplogError):
-    """The database failed (disk full, read-only, I/O error): nothing was changed."""
-
-    code = ErrorCode.STORAGE_UNAVAILABLE
-
-
-class IntegrityError(DeplogError):
-    """Stored data that fails its own hash check or no longer matches what the authority
-    signed: refuse to serve it, and to start on it."""
-
-    codes = frozenset(
-        {
-            ErrorCode.STORAGE_CORRUPT,
-            ErrorCode.STORED_ROOT_MISMATCH,
-            ErrorCode.CHECKPOINT_INVALID,
-            ErrorCode.TREE_TRUNCATED,
-            ErrorCode.REGISTRY_MISMATCH,
-        }
-    )
-    code = ErrorCode.STORAGE_CORRUPT
 
 
 @dataclass(frozen=True)
@@ -226,24 +190,20 @@ class Log:
         max_bytes: int | None = None,
     ) -> None:
         """Open and check the log in ``db`` (a SQLite path, created if needed, or a
-        PostgreSQL database made by ``authority migrate``); ``max_bytes`` caps a SQLite
-        file, so a quota is reached as a clean refusal rather than a full disk."""
+        PostgreSQL database made by ``authority migrate``); ``max_bytes`` caps the
+        database where the backend has a quota (``Database.limit_size``: a SQLite file),
+        so a quota is reached as a clean refusal rather than a full disk."""
         if signer.name != origin:
             raise ValueError("the log key's name must be the log origin")
         self.db = open_database(db)
-        self.path: Path | str = (
-            self.db.path if isinstance(self.db, SqliteDatabase) else self.db.describe()
-        )
+        self.path = self.db.describe()
         self.signer = signer
         self.verifier = signer.verifier()
         self.origin = origin
         self._stale = False
         self._map_at: tuple[int, bytes] | None = None
         self._registry_size = -1
-        self._invalid_due: list[InvalidEntry] = []
-        self.invalid_entries: tuple[int, tuple[InvalidEntry, ...]] = (0, ())
-        """How many entries of this log fail validation, and the first few (``/healthz``):
-        replaced whole when more are found, so any thread may read it."""
+        self.replay = Replay(self)
         self._map_cache = (
             MapCache(
                 layer_entries=MAP_LAYER_ENTRIES,
@@ -252,34 +212,28 @@ class Log:
                 slice_groups=MAP_SLICE_GROUPS,
                 slice_record_bytes=MAP_SLICE_RECORD_BYTES,
             )
-            if self.db.kind == "sqlite"
+            if self.db.holds_map_rows
             else MapCache()
         )
-        if isinstance(self.db, SqliteDatabase):
-            with opening_database(self.db.path, self._close_quietly):
-                self._open(max_bytes)
-        else:
-            with self._opening_postgres():
-                self._open(None)
+        with self.db.opening(self._close_quietly):
+            self._open(max_bytes)
 
     def _open(self, max_bytes: int | None) -> None:
-        self.conn = self.db.connect()
+        self.conn = self.db.connect_writer()
         try:
             self.db.prepare(self.conn)
-        except CLIError:  # a PostgreSQL schema that is not this software's
+        except CLIError:  # a schema that is not this software's (``authority migrate``)
             self._close_quietly()
             raise
-        if isinstance(self.db, SqliteDatabase):
-            self.conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
-        if max_bytes is not None and isinstance(self.db, SqliteDatabase):
-            store.limit_size(self.conn, max_bytes)  # type: ignore[arg-type]
+        if max_bytes is not None:
+            self.db.limit_size(self.conn, max_bytes)
         try:
             with self._snapshot():
                 self._reload()
                 self.published = self._check_stored_checkpoint()
-                self._check_registry()
+                self.replay.check_registry(self.registry)
             self._bring_up_map()
-            self._read_invalid()
+            self.replay.read_invalid()
             if self.published is None or self.published.size < self.tree.size:
                 self.published = self._sign_checkpoint()
         except TreeCorruptError:
@@ -295,15 +249,21 @@ class Log:
                 raise err.__context__ from None
             raise
 
-    @contextlib.contextmanager
-    def _opening_postgres(self) -> Iterator[None]:
-        """A PostgreSQL database that cannot be reached at start: one line naming it
-        (never its password) and what to do, exit 69 as for a listen address."""
-        try:
-            yield
-        except self.db.errors as err:
-            self._close_quietly()
-            raise unavailable(self.db, err) from None
+    @property
+    def invalid_entries(self) -> tuple[int, tuple[InvalidEntry, ...]]:
+        """How many entries of this log fail validation, and the first few (``/healthz``;
+        ``replay.py``: *Invalid entries*); any thread may read it."""
+        return self.replay.invalid_entries
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        """The map's rows held in memory, not yet written."""
+        collectors.gauge(
+            registry,
+            "deplog_map_unwritten_entries",
+            "Log entries folded into the tool-status map whose rows are held in memory, "
+            "not yet written (SQLite).",
+            lambda: float(self.map.unwritten),
+        )
 
     def close(self) -> None:
         """Write the map's rows not yet written (a failure only leaves them to the next
@@ -336,13 +296,14 @@ class Log:
             return 0
 
     def flush_map(self) -> None:
-        """Write all the map's rows folded but not yet written (``client.mapstore`` rule 8)
-        in a transaction of their own; StorageError if that fails (they stay in memory)."""
+        """Write all the map's rows folded but not yet written (``client.map.stored`` *Rows
+        held back*) in a transaction of their own; StorageError if that fails (they stay in
+        memory)."""
         if self.map.unwritten:
             self._write_map(self.map.flush)
 
     def write_map_slice(self) -> bool:
-        """Write the next slice of the map's rows held (rule 8) in a transaction of its own
+        """Write the next slice of the map's rows held back in a transaction of its own
         (what an idle sequencer does, a slice at a time); True while rows remain held.
         StorageError if that fails (they stay in memory)."""
         if self.map.unwritten:
@@ -371,12 +332,13 @@ class Log:
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
         """Reads outside a write transaction that must agree with each other: one
-        repeatable-read transaction on PostgreSQL (other writers commit meanwhile); on
-        SQLite this process is the only writer, so plain reads agree already."""
-        if self.db.kind == "sqlite" or self.conn.in_transaction:
+        snapshot (``Database.begin_read``) where other processes write the log meanwhile
+        (``Database.shared``); where this process is the only writer, plain reads agree
+        already."""
+        if not self.db.shared or self.conn.in_transaction:
             yield
             return
-        self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self.db.begin_read(self.conn)
         try:
             yield
         finally:
@@ -395,7 +357,7 @@ class Log:
         snapshot = store.registry_snapshot(self.conn)
         size = -1 if snapshot is None else snapshot[0]
         if size != self._registry_size or not hasattr(self, "registry"):
-            self.registry = (
+            self.registry: PublisherRegistry = (
                 PublisherRegistry()
                 if snapshot is None
                 else PublisherRegistry.from_json(json.loads(snapshot[1]))
@@ -409,7 +371,7 @@ class Log:
             # whose commit reported a failure. Fold its entries again, in memory; if that
             # batch wrote the layer (past a bound) or a slice, the tables' records hold
             # its items already: they are dropped before folding (repair).
-            self._catch_up_map(self.tree.size, hold=True, repair=True)
+            self.replay.catch_up(self.tree.size, hold=True, repair=True)
             folded = self.map.size()
         self._map_at = None if folded is None else (folded, self.map.root())
         if hasattr(self, "published"):
@@ -475,7 +437,7 @@ class Log:
         try:
             if self._stale and self.db.broken(self.conn):
                 self._close_quietly()
-                self.conn = self.db.connect()
+                self.conn = self.db.connect_writer()
             head = self.db.begin_write(self.conn)
             if self._stale or (head is not None and head != self.tree.size):
                 self._reload()
@@ -485,14 +447,11 @@ class Log:
 
     def _begin_unordered(self) -> None:
         """A write transaction that needs no place in the log's order (a checkpoint row
-        over committed leaves, the published note): only SQLite's one-writer lock."""
+        over committed leaves, the published note: ``Database.begin_unordered``)."""
         try:
             if self._stale:
                 self._refresh()
-            if self.db.kind == "sqlite":
-                self.db.begin_write(self.conn)
-            else:
-                self.conn.execute("BEGIN")
+            self.db.begin_unordered(self.conn)
         except self.db.errors:
             self._rollback()
             raise StorageError() from None
@@ -501,7 +460,7 @@ class Log:
         """Reconnect if the connection was lost, and reload the state (after a failure)."""
         if self.db.broken(self.conn):
             self._close_quietly()
-            self.conn = self.db.connect()
+            self.conn = self.db.connect_writer()
         with self._snapshot():
             self._reload()
 
@@ -525,11 +484,11 @@ class Log:
                     self._reload()
 
     def _end_write(self) -> None:
-        """Record, before committing, what the transaction leaves: the head (PostgreSQL)
-        and the map root at the new size, for the checkpoint signed after the commit."""
-        if self.db.kind == "postgresql":
-            store.set_head(self.conn, self.tree.size)
-        self._write_invalid()
+        """Record, before committing, what the transaction leaves: the log's size where
+        the database keeps it (``Database.set_head``) and the map root at the new size,
+        for the checkpoint signed after the commit."""
+        self.db.set_head(self.conn, self.tree.size)
+        self.replay.write_invalid()
         self._map_at = (self.tree.size, self.map.root())
 
     def admit_notices(self, envelopes: Sequence[Envelope]) -> list[Admitted | DeplogError]:
@@ -643,7 +602,7 @@ class Log:
         checker = EntryChecker(
             self.registry,
             self.verifier,
-            lambda target: self._valid_notice_at(target, logged),
+            lambda target: self.replay.valid_notice_at(target, logged),
             lambda publisher, sequence: (publisher, sequence) in logged,
         )
         try:
@@ -665,89 +624,13 @@ class Log:
             return
         if notices and len(notices) != end - start:
             raise ValueError("a batch's notices are all of its entries")
-        self._catch_up_map(start, repair=True)  # none to fold but after a failed commit
+        self.replay.catch_up(start, repair=True)  # none to fold but after a failed commit
         self.map.advance_notices(start, end, enumerate(notices, start))
-
-    def _catch_up_map(self, size: int, *, hold: bool = False, repair: bool = False) -> None:
-        """Fold committed entries the map lacks below ``size`` (at start, what a stop left
-        unwritten; later none, but after a commit that reported a failure and still took
-        effect). Each is judged by the one validator first, as every verifier judges it
-        (an entry that fails is recorded and folded as its mark). ``hold``: outside a
-        write transaction, so into memory only, whatever the layer's bounds (a cache
-        that holds rows: SQLite's; the next batch writes them and the invalid entries)."""
-        position = self.map.size() or 0
-        if position >= size:
-            return
-        at = position  # the entry being judged: a sequence is used if a notice before it has it
-        logged: dict[tuple[str, int], tuple[int, bytes]] = {}
-
-        def used_before(publisher: str, sequence: int) -> bool:
-            return logged.get((publisher, sequence), (at,))[0] < at
-
-        checker = EntryChecker(
-            self._registry_before(position), self.verifier, self._valid_notice_at, used_before
-        )
-        while position < size:
-            end = min(position + _MAP_REBUILD_CHUNK, size)
-            leaves = self.tree.leaf_data(position, end)
-            decoded = [decode_leaf(leaf) for leaf in leaves]
-            logged = store.notices_by_sequence(
-                self.conn,
-                [
-                    (d.envelope.notice.publisher, d.envelope.notice.sequence)
-                    for d in decoded
-                    if isinstance(d, NoticeEntry)
-                ],
-            )
-            items: list[tuple[int, Notice | InvalidMark]] = []
-            for at, (leaf, entry) in enumerate(zip(leaves, decoded, strict=True), position):
-                judged = checker.judge(at, leaf, entry)
-                if isinstance(judged, InvalidEntry):
-                    self._found_invalid(judged)
-                if (item := fold_item(judged)) is not None:
-                    items.append((at, item))
-            self.map.advance_notices(position, end, items, hold=hold, repair=repair)
-            position = end
-        if not hold:
-            self._write_invalid()
-
-    def _found_invalid(self, entry: InvalidEntry) -> None:
-        """An entry of this log that fails validation: logged once, kept for its table."""
-        logger.warning(
-            "log entry %d fails validation (%s%s); it is folded as every verifier folds it%s",
-            entry.index,
-            entry.code,
-            f", {entry.cause}" if entry.cause else "",
-            f": {entry.tool_id} is unknown" if entry.tool_id else "",
-        )
-        self._invalid_due.append(entry)
-
-    def _write_invalid(self) -> None:
-        """Record the invalid entries found, in the caller's write transaction."""
-        if self._invalid_due:
-            store.insert_invalid_entries(
-                self.conn,
-                [
-                    (e.index, str(e.code), e.cause and str(e.cause), e.tool_id)
-                    for e in self._invalid_due
-                ],
-            )
-            self._invalid_due = []
-            self._read_invalid()
-
-    def _read_invalid(self) -> None:
-        count, rows = store.invalid_entries(self.conn, self.tree.size, _INVALID_REPORTED)
-        self.invalid_entries = (
-            count,
-            tuple(
-                InvalidEntry(i, ErrorCode(code), None if cause is None else ErrorCode(cause), tool)
-                for i, code, cause, tool in rows
-            ),
-        )
 
     def _bring_up_map(self) -> None:
         """Fold whatever the map lacks (all of a database from before the map) in one
-        transaction; then check its root against the latest checkpoint's line."""
+        transaction; then check its root against the latest checkpoint's line
+        (``replay.py``: *Catch up*, *Root check*)."""
         folded = None if self._map_at is None else self._map_at[0]  # read with the tree
         if folded is None or folded < self.tree.size:
             self._begin()
@@ -767,7 +650,7 @@ class Log:
                     self.map.advance_notices(0, 0, [])  # the map's row, at size 0
                 # A stop in the middle of a write in slices may have left records past the
                 # tables' size: those items are dropped before the entries fold again.
-                self._catch_up_map(self.tree.size, repair=folded is not None)
+                self.replay.catch_up(self.tree.size, repair=folded is not None)
                 self.map.flush()
                 self._end_write()
             except BaseException:
@@ -776,68 +659,8 @@ class Log:
             self._commit()
         elif folded > self.tree.size:
             raise IntegrityError(ErrorCode.STORAGE_CORRUPT, "the map is ahead of the log")
-        if self.published is not None and self.published.size == self.tree.size:
-            latest, _ = open_checkpoint(self.published.note, self.verifier)
-            committed = map_root_of(latest.extensions)
-            if committed is None or (self._map_at is not None and committed == self._map_at[1]):
-                return
-            if folded is None:
-                # No map (of this record format: ``StoredMap.create_schema`` dropped one
-                # of another) under a checkpoint with a line: the map was folded again
-                # from the log, and the line is the old format's until the next append.
-                logger.warning(
-                    "the tool-status map was rebuilt in record format %d; the checkpoint "
-                    "of size %d keeps the old format's root until the next append",
-                    STORE_FORMAT,
-                    self.tree.size,
-                )
-                return
-            raise IntegrityError(
-                ErrorCode.STORED_ROOT_MISMATCH, "the map root differs from the signed one"
-            )
-
-    def _valid_notice_at(
-        self, index: int, batch: Mapping[tuple[str, int], tuple[int, bytes]] | None = None
-    ) -> Notice | None:
-        """The valid notice at ``index`` (a withdraw's possible target), or None: the leaf
-        is a notice this log admitted, so its (publisher, sequence) row names this index.
-        ``batch``: the rows of the batch being admitted (``_admit_notice``'s ``logged``),
-        which hold the notices it admitted before this one, not written yet: verifiers judge
-        entry by entry, so a withdraw may name a notice of its own batch."""
-        if not 0 <= index < self.tree.size:
-            return None
-        decoded = decode_leaf(self.tree.leaf_data(index, index + 1)[0])
-        if not isinstance(decoded, NoticeEntry):
-            return None
-        notice = decoded.envelope.notice
-        key = (notice.publisher, notice.sequence)
-        row = batch.get(key) if batch is not None else None
-        if row is None:
-            row = store.notices_by_sequence(self.conn, [key]).get(key)
-        return notice if row is not None and row[0] == index else None
-
-    def _registry_before(self, size: int) -> PublisherRegistry:
-        """The registry the log's publisher entries below ``size`` make, replayed from the
-        leaves, never read from the snapshot (a leaf altered in storage makes another
-        registry, or none: a mismatch either way)."""
-        registry = PublisherRegistry()
-        checker = EntryChecker(registry, self.verifier, lambda _: None, lambda _p, _s: False)
-        for index in store.registry_entry_indexes(self.conn, size):
-            leaf = self.tree.leaf_data(index, index + 1)[0]
-            decoded = decode_leaf(leaf)
-            if isinstance(decoded, PublisherEntry):
-                checker.judge(index, leaf, decoded)  # an invalid one changes nothing
-        return registry
-
-    def _check_registry(self) -> None:
-        """Refuse to start on a stored registry the log's own publisher entries do not
-        make (an edited snapshot would let a proof signed by this log vouch for a
-        revoked key's notices)."""
-        if self._registry_before(self.tree.size).to_json() != self.registry.to_json():
-            raise IntegrityError(
-                ErrorCode.REGISTRY_MISMATCH,
-                "the stored publisher registry is not the one the log's registry entries make",
-            )
+        root = None if self._map_at is None else self._map_at[1]
+        self.replay.check_map_root(self.published, root, rebuilt=folded is None)
 
     def append_publisher(self, statement: PublisherStatement) -> int:
         """Sign a publisher statement with the log key and append it; returns its index."""

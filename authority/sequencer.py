@@ -46,19 +46,21 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from deplog.authority.log import Log, Sequenced, StorageError
+from prometheus_client import CollectorRegistry
+
+from deplog.authority import collectors
+from deplog.authority.log import Log, Sequenced
 from deplog.authority.options import MILLISECONDS, option
+from deplog.authority.storage.errors import StorageError
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.tiles import TilesDirectory
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import Envelope
-from deplog.client.storage_faults import StorageFault
+from deplog.client.plumbing.storage_faults import StorageFault
 
 __all__ = [
     "OverloadedError",
-    "Prove",
-    "Publish",
     "Published",
     "Receipted",
     "Sequencer",
@@ -193,6 +195,28 @@ class Sequencer:
     @property
     def pending(self) -> int:
         return self._queue.qsize()
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        """The queue, the batches and the map's idle writes; and the log's own."""
+        collectors.gauge(
+            registry,
+            "deplog_pending_submissions",
+            "Submissions waiting to be sequenced.",
+            lambda: float(self.pending),
+        )
+        collectors.counter(
+            registry,
+            "deplog_batches_total",
+            "Batches sequenced since start.",
+            lambda: float(self.batches),
+        )
+        collectors.counter(
+            registry,
+            "deplog_map_flush_failures_total",
+            "Writes of the tool-status map's held rows that failed (kept, retried later).",
+            lambda: float(self.map_flush_failures),
+        )
+        self.log.register_metrics(registry)
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn`` on the writer thread, after whatever is running there."""

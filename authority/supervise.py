@@ -30,7 +30,11 @@ import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-__all__ = ["BACKOFF_BASE", "BACKOFF_CAP", "Supervisor", "Work"]
+from prometheus_client import CollectorRegistry
+
+from deplog.authority import collectors
+
+__all__ = ["Supervisor"]
 
 log = logging.getLogger("deplog.supervise")
 
@@ -103,6 +107,16 @@ class Supervisor:
         self._logged[name] = described
         then = "not restarted" if delay is None else f"restarting in {delay:.1f} s"
         log.error("background task %s failed (%s); %s", name, described, then)
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        """``deplog_background_failures_total{task}`` (rule 2)."""
+        collectors.labeled_counter(
+            registry,
+            "deplog_background_failures_total",
+            "Unexpected failures of background tasks (each restarted), by task.",
+            "task",
+            lambda: self.failures,
+        )
 
     async def stop(self) -> None:
         """Cancel every task and wait until each has ended (rule 5)."""

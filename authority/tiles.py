@@ -66,11 +66,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
-from deplog.authority.log import IntegrityError, Log
-from deplog.client.dbapi import Connection
+from deplog.authority.log import Log
+from deplog.authority.storage.errors import IntegrityError
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.files import write_atomic
-from deplog.client.storage_faults import CORRUPT, FaultKind, StorageFault
+from deplog.client.plumbing.dbapi import Connection
+from deplog.client.plumbing.files import write_atomic
+from deplog.client.plumbing.storage_faults import CORRUPT, FaultKind, StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.proofs import leaf_hash
 from deplog.client.tlog.tiles import (

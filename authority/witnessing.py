@@ -16,11 +16,11 @@ cosigned it; otherwise external cosignatures are gathered in the background
 and added to the served checkpoint as they arrive. A quorum witness may need
 the checkpoint's entries before it cosigns (``witness serve --verify-map``
 folds them): the server serves the entries of every checkpoint it asks
-witnesses to cosign, before publication (``http/server.py`` rule 4), since
-they are committed and signed; only their cosignatures are withheld. A refresh loop re-submits
-the current checkpoint to every witness on an interval, so the served
-cosignatures always carry recent timestamps: that is what lets a client bound
-staleness by witness time instead of trusting the log's word.
+witnesses to cosign, before publication (``publication.py``: *Entries before
+publication*), since they are committed and signed; only their cosignatures are
+withheld. A refresh loop re-submits the current checkpoint to every witness on an
+interval, so the served cosignatures always carry recent timestamps: that is what
+lets a client bound staleness by witness time instead of trusting the log's word.
 
 Rules:
 
@@ -43,7 +43,7 @@ Rules:
    cosign a smaller one (a superseded round, not a failure); a witness claiming
    a size this log never gave it is reported as a possible fork.
 6. With ``shared`` (many processes on one PostgreSQL log, ``authority/
-   cluster.py`` rule 2), each request to a witness also holds that witness's
+   storage/cluster.py`` rule 2), each request to a witness also holds that witness's
    database lock and starts from the size the log's processes together got it
    to cosign, which it then advances: "this log" in rule 5 is every process,
    and requests to one witness are serialized across all of them.
@@ -63,18 +63,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
+from prometheus_client import CollectorRegistry
 
-from deplog.authority.http.status import http_status
+from deplog.authority import collectors
 from deplog.authority.options import option
+from deplog.authority.storage.database import Database, WitnessStore, reaching
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.supervise import Supervisor
 from deplog.authority.witness.core import SizeConflictError, Witness, WitnessState
-from deplog.authority.witness.server import SIZE_CONTENT_TYPE
+from deplog.authority.witness.server import SIZE_CONFLICT_STATUS, SIZE_CONTENT_TYPE
 
 if TYPE_CHECKING:
-    from deplog.authority.cluster import WitnessProgress
+    from deplog.authority.storage.cluster import WitnessProgress
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.storage_faults import database_fault
+from deplog.client.plumbing.storage_faults import database_fault
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.cosignature import verify_cosignature
 from deplog.client.tlog.keyfile import load_or_create_signer
@@ -88,11 +90,9 @@ from deplog.client.tlog.note import (
 )
 
 __all__ = [
-    "MAX_WITNESS_RESPONSE",
     "Cosigner",
     "EmbeddedWitnessUnavailableError",
     "LocalWitness",
-    "ProofSource",
     "QuorumUnavailableError",
     "RemoteWitness",
     "SharedProgress",
@@ -107,7 +107,6 @@ __all__ = [
 log = logging.getLogger("deplog.witnessing")
 
 MAX_WITNESS_RESPONSE = 64 * 1024
-_SIZE_CONFLICT = http_status(ErrorCode.OLD_SIZE_MISMATCH)
 
 ProofSource = Callable[[int, int], Awaitable[Sequence[bytes]]]
 """Returns the RFC 9162 consistency proof between two sizes of this log."""
@@ -166,7 +165,7 @@ class RemoteWitness:
         async with self.session.post(self.url, data=body, timeout=self.timeout) as response:
             data = (await response.content.read(MAX_WITNESS_RESPONSE + 1))[:MAX_WITNESS_RESPONSE]
             status, content_type = response.status, response.content_type
-        if status == _SIZE_CONFLICT and content_type == SIZE_CONTENT_TYPE:
+        if status == SIZE_CONFLICT_STATUS and content_type == SIZE_CONTENT_TYPE:
             raise SizeConflictError(_parse_size(data))
         if status != 200:
             raise WitnessAnswerError(ErrorCode.WITNESS_REFUSED, f"the witness answered {status}")
@@ -196,14 +195,15 @@ class LocalWitness:
 
 
 def open_embedded_witness(
-    path: Path, keys: Path, stem: str, name: str, log_key: Verifier, database: str | None = None
+    path: Path, keys: Path, stem: str, name: str, log_key: Verifier, database: Database
 ) -> LocalWitness:
-    """The embedded witness of a log: key ``<stem>.key`` (created on first use), state at
-    ``path`` (or, for a log on PostgreSQL, in its ``database``, shared by every process of
-    the log), trusting exactly this log's key."""
+    """The embedded witness of the log in ``database``: key ``<stem>.key`` (created on
+    first use), state at ``path`` (or, for a log whose processes share the database, in
+    it: ``Database.embedded_witness_store``), trusting exactly this log's key."""
     signer, _ = load_or_create_signer(keys, stem, name, SIG_TYPE_COSIGNATURE_V1)
-    if database is not None:
-        return LocalWitness(Witness(_shared_state(database, log_key), signer))
+    store = database.embedded_witness_store()
+    if store is not None:
+        return LocalWitness(Witness(_shared_state(database, store, log_key), signer))
     state = WitnessState(path)
     try:
         state.add_log(log_key.vkey(), int(time.time()))
@@ -213,14 +213,11 @@ def open_embedded_witness(
     return LocalWitness(Witness(state, signer))
 
 
-def _shared_state(url: str, log_key: Verifier) -> WitnessState:
-    """The embedded witness's state in the log's PostgreSQL database; a database that
-    cannot be reached is the one line (exit 69) of any command on it."""
-    from deplog.authority.storage.database import open_database, reaching
-    from deplog.authority.storage.witness_postgres import open_witness_state
-
-    with reaching(open_database(url)):
-        state = open_witness_state(url)
+def _shared_state(database: Database, store: WitnessStore, log_key: Verifier) -> WitnessState:
+    """The embedded witness's state in the log's shared database; a database that cannot
+    be reached is the one line (exit 69) of any command on it."""
+    with reaching(database):
+        state = WitnessState.over(store)
         try:
             state.add_log(log_key.vkey(), int(time.time()))
         except BaseException:
@@ -477,6 +474,25 @@ class Witnessing:
         for witness in self.witnesses:
             if isinstance(witness.client, LocalWitness):
                 witness.client.close()
+
+    def register_metrics(
+        self, registry: CollectorRegistry, served: Callable[[], StoredCheckpoint]
+    ) -> None:
+        """Each witness's lag behind the ``served`` checkpoint and its cosignature's age."""
+        collectors.labeled_gauge(
+            registry,
+            "deplog_witness_lag_entries",
+            "Entries the witness's latest cosignature is behind the published checkpoint.",
+            "witness",
+            lambda: self.lag(served()),
+        )
+        collectors.labeled_gauge(
+            registry,
+            "deplog_witness_cosignature_age_seconds",
+            "Seconds since the witness last cosigned.",
+            "witness",
+            lambda: self.cosignature_age(time.time()),
+        )
 
     def lag(self, published: Checkpoint | StoredCheckpoint) -> dict[str, float]:
         """Entries each witness is behind the published checkpoint (for /metrics)."""

@@ -37,7 +37,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from deplog.authority.log import Log
-from deplog.authority.storage import store
+from deplog.authority.storage.sqlite import SqliteDatabase
 from deplog.authority.storage.tree import StoredHashTree
 from deplog.client.follow.follower import Follower
 from deplog.client.tlog.keyfile import load_signer
@@ -87,8 +87,9 @@ def build_fast(authority: AuthorityProcess, entries: int) -> Signer:
     publisher = Signer.generate("bench")
     log_signer = load_log_signer(authority)
     path = authority.data / "log.db"
-    conn = store.connect(path)
-    store.create_schema(conn)
+    db = SqliteDatabase(path)
+    conn = db.connect()
+    db.prepare(conn)
     tree = StoredHashTree(conn)
     conn.execute("BEGIN")
     tree.append_entry(

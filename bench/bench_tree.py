@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pymerkle import SqliteTree
 
 from deplog.authority.log import Log
-from deplog.authority.storage import store
+from deplog.authority.storage.sqlite import SqliteDatabase
 from deplog.authority.storage.tree import StoredHashTree
 from deplog.client.tlog.note import Signer
 
@@ -51,8 +51,9 @@ def pct(values: list[float], p: float) -> float:
 
 def build(path: Path, size: int) -> float:
     """Append ``size`` leaves in batches; returns the worst single append in seconds."""
-    conn = store.connect(path)
-    store.create_schema(conn)
+    db = SqliteDatabase(path)
+    conn = db.connect()
+    db.prepare(conn)
     tree = StoredHashTree(conn)
     worst = 0.0
     while tree.size < size:

@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import free_port, pct
 from deplog.authority.http.server import ServerConfig, build_app
 from deplog.authority.log import WRITER_CACHE_KIB, Log
-from deplog.authority.storage import store as log_store
+from deplog.authority.storage.sqlite import SqliteDatabase
 from deplog.client.map.cache import MapCache
 from deplog.client.map.hashing import map_key
 from deplog.client.map.nodes import ChildRef, InnerNode, MemoryNodeStore
@@ -185,7 +185,7 @@ def run(size: int) -> None:
 def run_sqlite(size: int, directory: Path, writer: bool) -> None:
     """Batch updates against the SQLite node store, each batch one durable transaction;
     ``writer``: with the authority writer's row cache and page cache size."""
-    conn = log_store.connect(directory / f"map-{size}-{writer}.db")
+    conn = SqliteDatabase(directory / f"map-{size}-{writer}.db").connect()
     if writer:
         conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
     StoredMap.create_schema(conn)

@@ -115,7 +115,7 @@ class ErrorCode(enum.StrEnum):
     # authority/witness/mapverify.py: the map-verifying witness's refusals
     MAP_NOT_REPRODUCED = "map_not_reproduced"
     ENTRIES_UNAVAILABLE = "entries_unavailable"
-    # authority/http/server.py: the map is ahead of the served checkpoint
+    # authority/publication.py: the map is ahead of the served checkpoint
     MAP_NOT_PUBLISHED = "map_not_published"
     # client/tlog/note.py
     MALFORMED_NOTE = "malformed_note"

@@ -113,7 +113,7 @@ class Backend:
 def migrated(url: str) -> str:
     """``url``'s database with the log's schema (what ``authority migrate`` does)."""
     from deplog.authority.storage import schema_postgres
-    from deplog.authority.storage.database import open_database
+    from deplog.authority.storage.backends import open_database
 
     db = open_database(url)
     conn = db.connect()

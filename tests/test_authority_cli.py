@@ -14,7 +14,7 @@ from deplog.authority.cli import ADMIN_SOCKET, LOCK_FILE
 from deplog.authority.cli import main as authority_main
 from deplog.authority.config import CONFIG_FILE, AuthorityConfig
 from deplog.authority.witness.cli import main as witness_main
-from deplog.client.files import exclusive_lock
+from deplog.client.plumbing.files import exclusive_lock
 from deplog.client.tlog.cosignature import cosigner
 from deplog.client.tlog.note import Signer
 from tests.map_formats import write_format_two_tables

@@ -17,7 +17,7 @@ import pytest
 
 from deplog.authority.log import Log
 from deplog.authority.tiles import CHECKPOINT_FILE, TilesDirectory, partial_tiles
-from deplog.client.storage_faults import StorageFault
+from deplog.client.plumbing.storage_faults import StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.tiles import EntryTile, HashTile

@@ -1,4 +1,4 @@
-"""``authority.cluster``: what processes sharing one PostgreSQL log agree on, rule by rule.
+"""``authority.storage.cluster``: what processes sharing one PostgreSQL log agree on, rule by rule.
 
 Each ``Cluster`` here stands for one authority process (its own connections) on a
 real, migrated database of the session's throwaway cluster; no mocks.
@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 
-from deplog.authority.cluster import PUBLISHED_CHANNEL, Cluster
+from deplog.authority.storage.cluster import PUBLISHED_CHANNEL, Cluster
 from tests.conftest import migrated
 
 SETTLE = 0.3

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deplog.client.dbapi import MAX_PARAMETERS, insert_rows
+from deplog.client.plumbing.dbapi import MAX_PARAMETERS, insert_rows
 
 
 @pytest.fixture

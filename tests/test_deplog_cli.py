@@ -25,7 +25,7 @@ from deplog.client.cli.verdicts import EXIT_REFUSE, EXIT_STALE, EXIT_UNKNOWN
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import ForkError, SuspectedForkError, TrustedState
-from deplog.client.storage_faults import file_fault
+from deplog.client.plumbing.storage_faults import file_fault
 from tests.builders import ORIGIN, LocalLog
 
 TOOL = "tool:org.acme/search"

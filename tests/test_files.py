@@ -1,4 +1,5 @@
-"""Atomic writes and the data-directory lock (client/files.py), on real files and processes."""
+"""Atomic writes and the data-directory lock (client/plumbing/files.py), on real files and
+processes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from deplog.client.files import exclusive_lock, write_atomic
+from deplog.client.plumbing.files import exclusive_lock, write_atomic
 
 
 @pytest.fixture
@@ -143,7 +144,8 @@ def test_the_lock_file_is_created_0600(tmp_path: Path) -> None:
 
 
 HOLD = (
-    "import sys, time; from pathlib import Path; from deplog.client.files import exclusive_lock\n"
+    "import sys, time; from pathlib import Path\n"
+    "from deplog.client.plumbing.files import exclusive_lock\n"
     "with exclusive_lock(Path(sys.argv[1])) as owned:\n"
     "    print(owned, flush=True); time.sleep(60)\n"
 )

@@ -28,10 +28,11 @@ from deplog.authority.http.plumbing import (
     errors_and_metrics,
 )
 from deplog.authority.http.push import TooManySubscribersError
-from deplog.authority.http.server import MapNotPublishedError, RequestError
+from deplog.authority.http.server import RequestError
 from deplog.authority.http.status import HTTP_STATUS, http_status
-from deplog.authority.log import IntegrityError, StorageError
+from deplog.authority.publication import MapNotPublishedError
 from deplog.authority.sequencer import OverloadedError, ShuttingDownError
+from deplog.authority.storage.errors import IntegrityError, StorageError
 from deplog.authority.witness.core import (
     ConflictingRootError,
     LogConfigError,
@@ -141,6 +142,8 @@ SERVER_MODULES = {
         "authority/http/limits.py",
         "authority/http/push.py",
         "authority/log.py",
+        "authority/replay.py",
+        "authority/publication.py",
         "authority/sequencer.py",
         "authority/storage/reader.py",
         "authority/witnessing.py",

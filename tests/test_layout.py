@@ -2,10 +2,19 @@
 
 * ``client/tlog`` is C2SP and RFC 9162 only: it imports nothing of deplog but itself
   and the base errors, so another project could lift it out whole.
-* ``authority/witness`` is a standalone tlog-witness: base errors, ``client/tlog``
-  and the shared HTTP plumbing, nothing of the log.
+* ``client/plumbing`` is what every part shares and nothing of deplog's model (files,
+  the connection protocol, database faults, progress, waits): it imports only itself
+  and the base errors.
+* ``authority/witness`` is a standalone tlog-witness: base errors, ``client/tlog``,
+  ``client/plumbing`` and the shared HTTP plumbing, nothing of the log.
 * ``client`` never imports ``authority``; nothing imports top-level ``client`` or
   ``authority`` (they install as ``deplog.client`` and ``deplog.authority``).
+* The authority is layered (``AUTHORITY_LAYERS``): storage, then the log, then
+  publication, then HTTP, then the command line, over a foundation any layer may use.
+  A module imports nothing of a layer above its own; the standalone witness is used
+  from publication up.
+* No module imports another that imports it back, however indirectly, type-only
+  imports included.
 * Every module declares ``__all__``; what it defines and leaves out is private.
 """
 
@@ -99,25 +108,21 @@ def allowed(name: str, prefixes: tuple[str, ...]) -> bool:
 
 
 TLOG_MAY_IMPORT = ("deplog.client.tlog", "deplog.client.errors")
+PLUMBING_MAY_IMPORT = ("deplog.client.plumbing", "deplog.client.errors")
 WITNESS_MAY_IMPORT = (
     "deplog.authority.witness",
     "deplog.client.tlog",
     "deplog.client.errors",
-    # Atomic writes and the data-directory lock, shared with the authority and the client.
-    "deplog.client.files",
-    # One classification of database start-up failures (and exit codes) for every command.
-    "deplog.client.storage_faults",
+    # Atomic writes and locks, database faults and the connection protocol (the embedded
+    # witness's state can live in the log's shared database): nothing of the log.
+    "deplog.client.plumbing",
+    # The HTTP plumbing both servers share: middleware and serve loop, metrics, statuses.
     "deplog.authority.http.plumbing",
     "deplog.authority.http.metrics",
-    # Command-line options built from config dataclasses; knows nothing of the log.
-    "deplog.authority.options",
-    # How the authority and witness commands end (one line, one exit table); nothing of the log.
-    "deplog.authority.command",
-    # The sqlite3-shaped connection protocol: the embedded witness's state can live in the
-    # log's PostgreSQL database (storage/witness_postgres.py); it knows nothing of the log.
-    "deplog.client.dbapi",
-    # The one table of HTTP statuses: the shared middleware answers the witness's codes by it.
     "deplog.authority.http.status",
+    # Command-line options built from config dataclasses; how commands end.
+    "deplog.authority.options",
+    "deplog.authority.command",
 )
 
 
@@ -139,6 +144,7 @@ STANDALONE = [
     (module, path, rules)
     for package, rules in (
         ("deplog.client.tlog", TLOG_MAY_IMPORT),
+        ("deplog.client.plumbing", PLUMBING_MAY_IMPORT),
         ("deplog.authority.witness", WITNESS_MAY_IMPORT),
     )
     for module, path in MODULES
@@ -159,6 +165,151 @@ def test_standalone_packages_import_only_what_they_may(
     # "from deplog.client import errors"-style parents are fine when the leaf is allowed
     outside -= {"deplog.client", "deplog.authority", "deplog.authority.http"}
     assert not outside
+
+
+# The authority's layers, lowest first: each module may import its own layer and those
+# below, never one above. A module belongs to the longest prefix listed.
+AUTHORITY_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # Command-line options, how commands end, the config file, supervised background
+    # tasks, metrics read at scrape time: nothing of the log.
+    (
+        "foundation",
+        (
+            "deplog.authority.options",
+            "deplog.authority.command",
+            "deplog.authority.config",
+            "deplog.authority.supervise",
+            "deplog.authority.collectors",
+        ),
+    ),
+    # The Database interface and its backends, the queries they share, storage errors.
+    ("storage", ("deplog.authority.storage",)),
+    # The one writer, its replay, the sequencer that drives it, the tiles it writes.
+    (
+        "log",
+        (
+            "deplog.authority.log",
+            "deplog.authority.replay",
+            "deplog.authority.sequencer",
+            "deplog.authority.tiles",
+        ),
+    ),
+    # What is served, and the witnesses that must cosign it first.
+    ("publication", ("deplog.authority.publication", "deplog.authority.witnessing")),
+    # The API, the explorer and the HTTP plumbing they share.
+    ("http", ("deplog.authority.http", "deplog.authority.explorer")),
+    ("cli", ("deplog.authority.cli",)),
+)
+# The standalone witness keeps to its own allowlist (above); the log's side of
+# witnessing is the lowest layer that may use it.
+WITNESS = "deplog.authority.witness"
+WITNESS_USED_FROM = "publication"
+LAYER_NAMES = [name for name, _ in AUTHORITY_LAYERS]
+
+
+def layer_of(module: str) -> int | None:
+    """The index of ``module``'s layer, or None outside the layers (the client, the
+    package itself, the witness)."""
+    if in_package(module, WITNESS):
+        return LAYER_NAMES.index(WITNESS_USED_FROM)
+    found = [
+        (len(prefix), rank)
+        for rank, (_, prefixes) in enumerate(AUTHORITY_LAYERS)
+        for prefix in prefixes
+        if in_package(module, prefix)
+    ]
+    return max(found)[1] if found else None
+
+
+def module_imports(path: Path, module: str) -> set[str]:
+    """The deplog modules ``path`` imports, anywhere in the file (``if TYPE_CHECKING``
+    and inside functions included): ``from a import b`` is ``a.b`` when that is a
+    module, else ``a``."""
+    known = {name for name, _ in MODULES}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                name = f"{base}.{alias.name}"
+                if name in known:
+                    found.add(name)
+                elif base in known:
+                    found.add(base)
+    found.discard(module)
+    return found
+
+
+LAYERED = [
+    (module, path)
+    for module, path in MODULES
+    if layer_of(module) is not None and not in_package(module, WITNESS)
+]
+
+
+def test_every_authority_module_outside_the_witness_has_a_layer() -> None:
+    unplaced = {
+        module
+        for module, _ in MODULES
+        if in_package(module, "deplog.authority")
+        and module != "deplog.authority"
+        and layer_of(module) is None
+    }
+    assert not unplaced, "add the module to AUTHORITY_LAYERS"
+
+
+@pytest.mark.parametrize(("module", "path"), LAYERED, ids=[m for m, _ in LAYERED])
+def test_no_authority_module_imports_a_layer_above_its_own(module: str, path: Path) -> None:
+    own = layer_of(module)
+    assert own is not None
+    above = {
+        f"{name} ({LAYER_NAMES[rank]})"
+        for name in module_imports(path, module)
+        if (rank := layer_of(name)) is not None and rank > own
+    }
+    assert not above, f"a {LAYER_NAMES[own]} module imports a layer above it"
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    """Tarjan's strongly connected components over every import: each must be one module."""
+    graph = {module: module_imports(path, module) for module, path in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    assert not cycles
 
 
 @pytest.mark.parametrize(

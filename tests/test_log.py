@@ -10,13 +10,13 @@ import sqlite3
 import psycopg
 import pytest
 
-from deplog.authority.log import Log, StorageError
-from deplog.authority.storage import store
+from deplog.authority.log import Log
+from deplog.authority.storage.errors import StorageError
 from deplog.client.map.line import require_map_root
 from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model.notice import Envelope
 from deplog.client.model.rules import InvalidEntry, LogReplay
-from deplog.client.storage_faults import CORRUPT, StorageFault
+from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
@@ -168,7 +168,10 @@ def test_leaves_committed_without_a_checkpoint_are_covered_on_open(
 def test_a_second_root_for_a_signed_size_is_refused_by_storage(log: Log) -> None:
     assert log.published is not None
     with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):
-        store.insert_checkpoint(log.conn, log.published.size, b"\x00" * 32, b"x", "now")
+        log.conn.execute(
+            "INSERT INTO checkpoints (size, root, note, signed_at) VALUES (?, ?, ?, ?)",
+            (log.published.size, b"\x00" * 32, b"x", "now"),
+        )
 
 
 def test_open_refuses_a_tree_whose_root_no_longer_matches(

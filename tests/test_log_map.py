@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from deplog.authority.log import Log, StorageError
+from deplog.authority.log import Log
+from deplog.authority.storage.backends import open_database
 from deplog.authority.storage.copy import copy_log
-from deplog.authority.storage.database import open_database
+from deplog.authority.storage.errors import StorageError
 from deplog.client.errors import CLIError
 from deplog.client.map.groups import decode_group, encode_group, group_id
 from deplog.client.map.hashing import EMPTY_ROOT
@@ -26,7 +27,7 @@ from deplog.client.map.sqlstore import STORE_FORMAT
 from deplog.client.map.stored import StoredMap
 from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model.notice import Envelope
-from deplog.client.storage_faults import CORRUPT, StorageFault
+from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
 from tests.builders import admitted, make_envelope, register

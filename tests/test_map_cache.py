@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from deplog.authority.log import Log, StorageError
+from deplog.authority.log import Log
+from deplog.authority.storage.errors import StorageError
 from deplog.client.map.cache import MapCache
 from deplog.client.map.groups import group_id
 from deplog.client.map.proof import verify_map_proof

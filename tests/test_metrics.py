@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from deplog.authority import collectors
 from deplog.authority.http.metrics import LATENCY_BUCKETS, Metrics
 from tests.scrape import names, sample
 
@@ -61,8 +62,12 @@ def test_latency_falls_in_the_fixed_cumulative_buckets() -> None:
 def test_gauges_and_counters_are_read_when_scraped() -> None:
     metrics = Metrics()
     owner = {"pending": 4.0, "batches": 1.0}
-    metrics.gauge("deplog_pending_submissions", "Queued.", lambda: owner["pending"])
-    metrics.counter("deplog_batches_total", "Batches.", lambda: owner["batches"])
+    collectors.gauge(
+        metrics.registry, "deplog_pending_submissions", "Queued.", lambda: owner["pending"]
+    )
+    collectors.counter(
+        metrics.registry, "deplog_batches_total", "Batches.", lambda: owner["batches"]
+    )
     assert sample(scrape(metrics), "deplog_pending_submissions") == 4
     owner.update(pending=0.0, batches=9.0)
     text = scrape(metrics)
@@ -74,8 +79,12 @@ def test_gauges_and_counters_are_read_when_scraped() -> None:
 def test_labeled_gauges_carry_any_configured_name_escaped() -> None:
     metrics = Metrics()
     awkward = 'witness "one"\\with\nnewline'
-    metrics.labeled_gauge(
-        "deplog_witness_lag_entries", "Lag.", "witness", lambda: {awkward: 3.0, "plain": 0.0}
+    collectors.labeled_gauge(
+        metrics.registry,
+        "deplog_witness_lag_entries",
+        "Lag.",
+        "witness",
+        lambda: {awkward: 3.0, "plain": 0.0},
     )
     text = scrape(metrics)
     assert sample(text, "deplog_witness_lag_entries", witness=awkward) == 3
@@ -84,14 +93,14 @@ def test_labeled_gauges_carry_any_configured_name_escaped() -> None:
 
 def test_a_name_registered_twice_is_refused() -> None:
     metrics = Metrics()
-    metrics.gauge("deplog_entries", "Leaves.", lambda: 1.0)
+    collectors.gauge(metrics.registry, "deplog_entries", "Leaves.", lambda: 1.0)
     with pytest.raises(ValueError, match="deplog_entries"):
-        metrics.gauge("deplog_entries", "Leaves again.", lambda: 2.0)
+        collectors.gauge(metrics.registry, "deplog_entries", "Leaves again.", lambda: 2.0)
 
 
 def test_openmetrics_is_served_to_a_scraper_that_asks_for_it() -> None:
     metrics = Metrics()
-    metrics.counter("deplog_batches_total", "Batches.", lambda: 2.0)
+    collectors.counter(metrics.registry, "deplog_batches_total", "Batches.", lambda: 2.0)
     body, content_type = metrics.exposition("application/openmetrics-text; version=1.0.0")
     assert content_type.startswith("application/openmetrics-text")
     assert b"deplog_batches_total 2.0\n" in body

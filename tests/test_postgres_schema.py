@@ -10,9 +10,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from deplog.authority.log import Log, StorageError
-from deplog.authority.storage import postgres, schema_postgres, store
-from deplog.authority.storage.database import open_database, redact_url
+from deplog.authority.log import Log
+from deplog.authority.storage import schema_postgres, store
+from deplog.authority.storage.backends import open_database
+from deplog.authority.storage.errors import StorageError
+from deplog.authority.storage.postgres import PostgresDatabase
 from deplog.client.errors import CLIError
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register
@@ -165,7 +167,7 @@ def test_a_log_refuses_a_database_without_the_schema(pg_cluster: object, pg_url:
     assert caught.value.exit_status == 78
     assert "authority migrate" in caught.value.message
     assert "hunter2" not in caught.value.message
-    assert redact_url(password_url) in caught.value.message
+    assert PostgresDatabase(password_url).describe() in caught.value.message
 
 
 def test_an_unreachable_database_is_one_line_exit_69_without_the_password() -> None:
@@ -177,12 +179,15 @@ def test_an_unreachable_database_is_one_line_exit_69_without_the_password() -> N
     assert "postgresql://u@127.0.0.1:9/nowhere" in message
 
 
-def test_redact_url_drops_every_password() -> None:
-    assert redact_url("postgresql://a:b@h:1/d") == "postgresql://a@h:1/d"
-    assert redact_url("postgresql://h/d?password=x&sslmode=require") == (
+def test_a_database_is_described_without_any_password() -> None:
+    def described(url: str) -> str:
+        return PostgresDatabase(url).describe()
+
+    assert described("postgresql://a:b@h:1/d") == "postgresql://a@h:1/d"
+    assert described("postgresql://h/d?password=x&sslmode=require") == (
         "postgresql://h/d?sslmode=require"
     )
-    assert redact_url("postgresql://a@h/d") == "postgresql://a@h/d"
+    assert described("postgresql://a@h/d") == "postgresql://a@h/d"
 
 
 def test_concurrent_migrations_are_serialized(pg_url: str) -> None:
@@ -261,7 +266,7 @@ def test_a_transaction_left_idle_after_any_statement_ends_at_the_idle_timeout(
 ) -> None:
     """Rule 5 of authority/storage/postgres.py: a writer frozen after a pipelined
     ``executemany`` loses its transaction (and the log's order) like after any other."""
-    conn = postgres.connect(pg_url)
+    conn = PostgresDatabase(pg_url).connect()
     try:
         conn.execute("SET idle_in_transaction_session_timeout = '1s'")
         conn.execute("CREATE TABLE frozen (a integer)")

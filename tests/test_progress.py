@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from deplog.client.progress import Progress
+from deplog.client.plumbing.progress import Progress
 
 
 class _Clock:

@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from deplog.authority.log import Log, StorageError
+from deplog.authority.log import Log
 from deplog.authority.sequencer import (
     OverloadedError,
     Published,
@@ -28,6 +28,7 @@ from deplog.authority.sequencer import (
     SequencerLimits,
     ShuttingDownError,
 )
+from deplog.authority.storage.errors import StorageError
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.storage.tree import StoredHashTree
 from deplog.authority.witnessing import QuorumUnavailableError

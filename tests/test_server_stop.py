@@ -4,7 +4,8 @@ same turn of the event loop.
 Python 3.11's ``asyncio.wait_for`` returns the inner result, and drops the cancellation,
 when both are ready in one turn: a loop that waited with it for "a wake-up or an
 interval" went on forever after a stop that came with a wake-up (a NOTIFY, say), and a
-server on PostgreSQL never finished stopping. The loops wait with ``client.waiting.wait_until``.
+server on PostgreSQL never finished stopping. The loops wait with
+``client.plumbing.waiting.wait_until``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ async def test_the_published_poll_ends_on_a_stop_that_comes_with_a_wake_up(
         state = app[_STATE]
         (poll,) = [t for t in state.supervisor._tasks if t.get_name() == "published_poll"]
         await asyncio.sleep(0.2)  # the poll is waiting for a wake-up or its interval
-        state._learn_now.set()
+        state.publication._learn_now.set()
         poll.cancel()  # in the same turn as the wake-up
         done, _ = await asyncio.wait([poll], timeout=STOPPED_WITHIN)
         assert done, "the poll went on after it was stopped"

@@ -28,7 +28,7 @@ from deplog.authority.storage.audit import (
     audit_storage,
     lower_priority,
 )
-from deplog.authority.storage.database import is_postgres_url
+from deplog.authority.storage.backends import is_postgres_url
 from tests.builders import LocalLog
 from tests.conftest import Backend
 from tests.dbrows import table_rows

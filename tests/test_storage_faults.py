@@ -1,4 +1,4 @@
-"""The classification of database failures (client/storage_faults.py), rule by rule.
+"""The classification of database failures (client/plumbing/storage_faults.py), rule by rule.
 
 Real files and real SQLite errors; the syscall-level faults (EACCES, EIO,
 ENOSPC from the kernel) are injected into real servers by
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deplog.client.storage_faults import (
+from deplog.client.plumbing.storage_faults import (
     CORRUPT,
     DISK_FULL,
     IO_ERROR,

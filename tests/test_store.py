@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 from deplog.authority.storage import store
+from deplog.authority.storage.sqlite import SqliteDatabase
 
 
 @pytest.fixture
 def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
-    c = store.connect(tmp_path / "log.db")
-    store.create_schema(c)
+    db = SqliteDatabase(tmp_path / "log.db")
+    c = db.connect()
+    db.prepare(c)
     yield c
     c.close()
 
@@ -27,10 +29,15 @@ def test_creating_the_schema_leaves_the_connection_settings_alone(
     assert conn.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
 
 
-def test_creating_the_schema_again_keeps_every_row(conn: sqlite3.Connection) -> None:
-    store.insert_checkpoint(conn, 0, b"\x00" * 32, b"note", "2026-01-01T00:00:00Z")
+def test_creating_the_schema_again_keeps_every_row(
+    tmp_path: Path, conn: sqlite3.Connection
+) -> None:
+    conn.execute(
+        "INSERT INTO checkpoints (size, root, note, signed_at) VALUES (?, ?, ?, ?)",
+        (0, b"\x00" * 32, b"note", "2026-01-01T00:00:00Z"),
+    )
     store.save_registry_snapshot(conn, 1, "{}")
-    store.create_schema(conn)
+    SqliteDatabase(tmp_path / "log.db").prepare(conn)
     assert store.checkpoint_at(conn, 0) == store.StoredCheckpoint(0, b"\x00" * 32, b"note")
     assert store.registry_snapshot(conn) == (1, "{}")
 

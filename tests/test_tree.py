@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from deplog.authority.storage import store
 from deplog.authority.storage import tree as tree_module
+from deplog.authority.storage.sqlite import SqliteDatabase
 from deplog.authority.storage.tree import (
     StoredHashTree,
     TreeCorruptError,
@@ -39,8 +39,9 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def conn(db_path: Path) -> Iterator[sqlite3.Connection]:
-    c = store.connect(db_path)
-    store.create_schema(c)
+    db = SqliteDatabase(db_path)
+    c = db.connect()
+    db.prepare(c)
     yield c
     c.close()
 
@@ -94,13 +95,13 @@ def test_a_pymerkle_proof_of_another_shape_is_a_loud_error_naming_its_version() 
 
 
 def test_reopened_tree_resumes_with_same_root_and_frontier(db_path: Path) -> None:
-    first = store.connect(db_path)
-    store.create_schema(first)
+    first = SqliteDatabase(db_path).connect()
+    SqliteDatabase(db_path).prepare(first)
     tree = grow(first, 77)
     root = tree.current_root()
     first.close()
 
-    second = store.connect(db_path)
+    second = SqliteDatabase(db_path).connect()
     reopened = StoredHashTree(second)
     assert reopened.size == 77
     assert reopened.current_root() == root

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from deplog.client.waiting import wait_until
+from deplog.client.plumbing.waiting import wait_until
 
 
 async def test_an_event_set_meanwhile_ends_the_wait_with_true() -> None:

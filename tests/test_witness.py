@@ -168,10 +168,10 @@ def open_state(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], W
     rules hold on both, so every test here runs on both."""
     if request.param == "sqlite":
         return lambda: WitnessState(tmp_path / "witness.db")
-    from deplog.authority.storage.witness_postgres import open_witness_state
+    from deplog.authority.storage.postgres import PostgresDatabase
 
     url: str = request.getfixturevalue("pg_url")
-    return lambda: open_witness_state(url)
+    return lambda: WitnessState.over(PostgresDatabase(url).embedded_witness_store())
 
 
 @pytest.fixture
@@ -499,7 +499,7 @@ def test_stalled_request_cannot_roll_back_a_larger_checkpoint_committed_meanwhil
             stalled.set()
             assert release.wait(10)
 
-    witness.before_commit = stall_size_5
+    witness.test_hook_before_commit = stall_size_5
     results: dict[str, bytes | DeplogError] = {}
     first = threading.Thread(target=_run, args=(witness, log.request(recorded, 5), results, "a"))
     first.start()
@@ -613,9 +613,9 @@ def test_every_thread_answers_after_postgresql_dropped_its_connections(
     it again, for a request's reads and for a swap alike, instead of answering 503."""
     import psycopg
 
-    from deplog.authority.storage.witness_postgres import open_witness_state
+    from deplog.authority.storage.postgres import PostgresDatabase
 
-    state = open_witness_state(pg_url)
+    state = WitnessState.over(PostgresDatabase(pg_url).embedded_witness_store())
     try:
         state.add_log(log.vkey, NOW)
         witness = Witness(state, witness_key)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from deplog.authority.witness.cli import CONFIG_FILE, LOCK_FILE, main
-from deplog.client.files import exclusive_lock
+from deplog.client.plumbing.files import exclusive_lock
 
 NAME = "witness.example/w1"
 

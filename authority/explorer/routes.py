@@ -2,10 +2,10 @@
 
 Rules:
 
-1. Read-only: handlers read the served checkpoint from the state and
-   everything else through the state's reader threads (``AuthorityState.read``),
-   the pool the JSON API reads with; the sequencer's writer thread never does
-   explorer work. Reading and rendering run together on a reader thread, so a
+1. Read-only: handlers read the served checkpoint from the publication and
+   everything else through its reader threads (``Publication.readers``), the pool
+   the JSON API reads with; the sequencer's writer thread never does explorer
+   work. Reading and rendering run together on a reader thread, so a
    large page never blocks the event loop.
 2. At most ``MAX_RENDERS`` pages are read and rendered at once; the rest wait
    their turn. Rendering holds the interpreter lock, so this bounds how much of
@@ -25,7 +25,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -38,17 +38,15 @@ from deplog.authority.explorer.render import (
     load_assets,
     page_headers,
 )
-from deplog.authority.http.limits import RateLimitedError, RateLimiter
+from deplog.authority.http.limits import Rate, RateLimitedError, RateLimiter
 from deplog.authority.http.plumbing import HTTPRequestError, InternalError
 from deplog.authority.http.status import http_status
+from deplog.authority.publication import Publication
 from deplog.authority.storage.reader import LogReader
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.tlog.note import Verifier
 
-if TYPE_CHECKING:
-    from deplog.authority.http.server import AuthorityState
-
-__all__ = ["MAX_RENDERS", "Explorer", "add_explorer"]
+__all__ = ["Explorer", "add_explorer"]
 
 MAX_RENDERS = 1
 
@@ -62,42 +60,47 @@ class Explorer:
         self,
         config: ExplorerConfig,
         log_key: Verifier,
-        state: Callable[[], AuthorityState],
+        publication: Callable[[], Publication],
+        address_rate: Rate,
     ) -> None:
         self.config = config
         self.log_key = log_key
-        self.state = state
+        self.publication = publication
+        """The authority's publication, once its log is open (the app's start)."""
         self.assets = load_assets()
         self.renderer = Renderer(config.prefix, self.assets)
         self.cache = PageCache()
+        self._address_rate = address_rate
         self._limit: RateLimiter | None = None
         self._renders = asyncio.Semaphore(MAX_RENDERS)
 
-    def served(self, state: AuthorityState) -> pages.Served:
-        witnesses = () if state.witnessing is None else state.witnessing.witnesses
+    def served(self, publication: Publication) -> pages.Served:
+        witnessing = publication.witnessing
+        witnesses = () if witnessing is None else witnessing.witnesses
         return pages.Served(
-            note=state.note,
-            size=state.checkpoint.size,
-            published_at=state.published_at,
+            note=publication.note,
+            size=publication.checkpoint.size,
+            published_at=publication.published_at,
             log_key=self.log_key,
             witnesses=tuple(w.verifier for w in witnesses),
             policy_quorum=self.config.policy_quorum,
             tree_lines=tuple(w.verifier for w in witnesses if w.tree_lines),
         )
 
-    def limit(self, state: AuthorityState) -> RateLimiter:
+    def limit(self) -> RateLimiter:
+        """Rule 3's bucket, made on first use (inside the running event loop)."""
         if self._limit is None:
-            self._limit = RateLimiter(state.config.address_rate, ErrorCode.RATE_LIMITED)
+            self._limit = RateLimiter(self._address_rate, ErrorCode.RATE_LIMITED)
         return self._limit
 
     async def page(
         self, request: web.Request, template: str, build: PageBuilder
     ) -> web.StreamResponse:
         """Rate-limit, then serve the cached render or read and render on a reader thread."""
-        state = self.state()
+        publication = self.publication()
         try:
-            self.limit(state).take(request.remote or "unknown")
-            served = self.served(state)
+            self.limit().take(request.remote or "unknown")
+            served = self.served(publication)
             key = (request.path_qs, served.size)
             cached = self.cache.get(key)
             if cached is None:
@@ -108,7 +111,7 @@ class Explorer:
                     return self.renderer.render(template, context)
 
                 async with self._renders:
-                    body: bytes = await state.read(work)
+                    body: bytes = await publication.readers.read(work)
                 self.cache.put(key, 200, body)
             else:
                 body = cached[1]
@@ -119,12 +122,12 @@ class Explorer:
         )
 
     def error_page(self, err: DeplogError) -> web.Response:
-        """Rule 3: the code and its status, nothing from the request."""
+        """Rule 4: the code and its status, nothing from the request."""
         status = http_status(err.code)
         if status is None:
             err = InternalError()
             status = 500
-        size = self.state().checkpoint.size
+        size = self.publication().checkpoint.size
         body = self.renderer.render(
             "error.html", {"code": err.code, "status": status, "served": {"size": size}}
         )
@@ -188,14 +191,17 @@ class Explorer:
 
 def add_explorer(
     app: web.Application,
-    state: Callable[[], AuthorityState],
+    publication: Callable[[], Publication],
     config: ExplorerConfig,
     log_key: Verifier,
+    address_rate: Rate,
 ) -> Explorer | None:
-    """Register the explorer's routes on ``app`` under ``config.prefix`` (rule 4)."""
+    """Register the explorer's routes on ``app`` under ``config.prefix`` (rule 5), over the
+    ``publication`` of the authority it is part of; ``address_rate`` sizes rule 3's bucket
+    like the API's."""
     if not config.enabled:
         return None
-    explorer = Explorer(config, log_key, state)
+    explorer = Explorer(config, log_key, publication, address_rate)
     prefix = config.prefix
     router = app.router
     router.add_get(prefix or "/", explorer.home)

@@ -314,7 +314,7 @@ def settle_collector() -> None:
     young generation every ``YOUNG_COLLECTION_EVERY`` allocations instead of 700.
 
     A server's heap is long-lived state the default thresholds rescan over and over,
-    and the writer's map cache (``client.mapstore``) replaces hundreds of small
+    and the writer's map cache (``client.map``) replaces hundreds of small
     objects every batch: measured at the default, a run of 3,000 notices over HTTP
     spent 0.27-0.30 s collecting with the map and 0.15-0.17 s without, start-up's
     0.09 s included; settled, 0.09-0.12 s and 0.10 s (BENCHMARKS.md). The state this

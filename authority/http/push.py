@@ -19,11 +19,12 @@ import contextlib
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
+from deplog.authority import collectors
 from deplog.client.errors import DeplogError, ErrorCode
 
 __all__ = [
-    "KEEPALIVE_SECONDS",
     "PushHub",
     "TooManySubscribersError",
     "sse_event",
@@ -56,6 +57,21 @@ class PushHub:
     subscribers: set[asyncio.Queue[bytes | None]] = field(default_factory=set)
     latest: bytes | None = None
     dropped: int = 0
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        """The live streams and the subscribers dropped for falling behind."""
+        collectors.gauge(
+            registry,
+            "deplog_push_subscribers",
+            "Live checkpoint push streams.",
+            lambda: float(len(self.subscribers)),
+        )
+        collectors.counter(
+            registry,
+            "deplog_push_dropped_total",
+            "Push subscribers dropped for falling behind.",
+            lambda: float(self.dropped),
+        )
 
     def publish(self, note: bytes) -> None:
         """Offer a new note to every subscriber without ever waiting for one."""

@@ -1,2 +1,3 @@
-"""The log's storage: the SQLite schema, the stored hash tree, the read side and the
-offline storage audit."""
+"""The log's storage: the ``Database`` interface and its backends (SQLite, PostgreSQL),
+the queries they share (the stored hash tree, the indexes, the read side), the storage
+errors, the offline audit and copy, and the coordination of processes sharing a log."""

@@ -3,9 +3,9 @@
 Start-up checks only the root at the latest checkpoint (O(log n)); this finds
 what that cannot, such as a leaf's bytes altered on disk. ``authority check``
 and ``authority serve --verify-on-start`` call :func:`audit_storage` directly;
-a serving authority runs it in the background as its own niced, killable process,
-``python -m deplog.authority.storage.audit <db>``, so rehashing a large log
-never takes the interpreter lock from request handlers.
+a serving authority runs it in the background as its own niced, killable process
+(:func:`audit_in_process`: ``python -m deplog.authority.storage.audit <db>``), so
+rehashing a large log never takes the interpreter lock from request handlers.
 
 Rules:
   * The database is opened read-only: an audit never changes what it checks.
@@ -13,7 +13,7 @@ Rules:
     problem names positions only (a leaf index, a subtree level), never data.
   * A PostgreSQL database is named ``-`` on the command line and its URL is read from
     ``$DEPLOG_DB``, so its password never appears in a process listing.
-  * The command shows its progress on stderr (``client/progress.py``: a bar on a
+  * The command shows its progress on stderr (``client/plumbing/progress.py``: a bar on a
     terminal, a plain line every 10 s otherwise; a serving authority passes its
     own stderr on, so the operator sees it), prints one JSON line
     ``{"size": n, "problem": str | null}`` on stdout and exits 0 when storage is
@@ -24,15 +24,19 @@ Rules:
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from deplog.authority.storage.database import Database, is_postgres_url, open_database
+from deplog.authority.storage.backends import open_database
+from deplog.authority.storage.database import Database
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
-from deplog.client.progress import Progress
+from deplog.client.plumbing.progress import Progress
 
 __all__ = [
     "DB_ENV",
@@ -40,6 +44,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_UNREADABLE",
     "NICENESS",
+    "audit_in_process",
     "audit_storage",
     "lower_priority",
     "main",
@@ -52,6 +57,7 @@ EXIT_CORRUPT = 1
 EXIT_UNREADABLE = 2
 NICENESS = 10
 """How much lower than its parent's the command's priority is: it is a background job."""
+log = logging.getLogger("deplog.authority")
 
 
 def audit_storage(
@@ -87,6 +93,37 @@ def lower_priority(pid: int, parent: int) -> None:
     os.setpriority(os.PRIO_PROCESS, pid, target)
 
 
+async def audit_in_process(db: Database) -> str | None:
+    """The audit of ``db`` as the command runs it, in its own niced process: the problem
+    it found, or None (a command that could not run at all is logged and found nothing).
+    Cancelling this kills the process."""
+    # A database URL travels in the environment, never in argv (its password).
+    target, variables = db.passed_to_child(DB_ENV)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        __name__,
+        target,
+        env={**os.environ, **variables} if variables else None,
+        stdout=asyncio.subprocess.PIPE,
+        # Inherited: its progress lines reach the operator's stderr.
+        stderr=None,
+    )
+    with contextlib.suppress(ProcessLookupError):  # it may already have ended
+        lower_priority(process.pid, os.getpid())
+    try:
+        out, _ = await process.communicate()
+    except asyncio.CancelledError:
+        process.kill()
+        await process.wait()
+        raise
+    if process.returncode not in (EXIT_OK, EXIT_CORRUPT):
+        log.warning("the storage audit could not run (exit %s)", process.returncode)
+        return None
+    problem: str | None = json.loads(out)["problem"]
+    return problem
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m deplog.authority.storage.audit <db>``: audit at low priority, print JSON."""
     parser = argparse.ArgumentParser(
@@ -100,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     lower_priority(0, os.getppid())
     target = os.environ.get(DB_ENV, "") if args.db == "-" else args.db
-    db = open_database(target if is_postgres_url(target) else Path(target))
+    db = open_database(target)
     try:
         with Progress(f"storage audit of {db.describe()}", unit="leaves") as shown:
             size, problem = audit_storage(db, shown.update)

@@ -23,21 +23,14 @@ import contextlib
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-from deplog.authority.storage import schema_postgres, store
 from deplog.authority.storage.audit import audit_storage
-from deplog.authority.storage.database import (
-    Database,
-    PostgresDatabase,
-    SqliteDatabase,
-    reaching,
-)
+from deplog.authority.storage.database import Database, reaching
 from deplog.authority.storage.tree import StoredHashTree
-from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.map.line import map_root_of
 from deplog.client.map.stored import StoredMap
+from deplog.client.plumbing.dbapi import Connection
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Verifier
 
@@ -66,7 +59,7 @@ TABLES = (
 )
 """Every table of a log, in the order they are written, with their columns and key."""
 _BEFORE_HEAD = [table for table, _, _ in TABLES].index("checkpoints")
-"""The tables written before ``log_head`` moves (PostgreSQL)."""
+"""The tables written before the head moves (``Database.set_head``)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +108,7 @@ def _table_digest(conn: Connection, table: str, columns: tuple[str, ...], key: s
 @contextlib.contextmanager
 def _read_snapshot(db: Database, conn: Connection) -> Iterator[None]:
     """Rule 1: one read transaction over the whole source."""
-    conn.execute("BEGIN" if db.kind == "sqlite" else "BEGIN ISOLATION LEVEL REPEATABLE READ")
+    db.begin_read(conn)
     try:
         yield
     finally:
@@ -124,30 +117,16 @@ def _read_snapshot(db: Database, conn: Connection) -> Iterator[None]:
 
 
 def _require_source(db: Database, conn: Connection) -> None:
-    if isinstance(db, SqliteDatabase):
-        if not db.path.exists():
-            raise CLIError(f"{db.path} does not exist: nothing to copy")
-        found = conn.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
-            "('leaves', 'checkpoints', 'map_state')"
-        ).fetchone()[0]
-        if found != 3 or StoredMap.other_format(conn):  # type: ignore[arg-type]
-            raise CLIError(
-                f"{db.path} is not a log of this version: start the authority on it once "
-                "(it brings the log up to date), then copy"
-            )
-    else:
-        schema_postgres.require_current(conn, db.describe())
+    if not db.exists():
+        raise CLIError(f"{db.describe()} does not exist: nothing to copy")
+    db.require_current(conn)
 
 
 def _open_target(db: Database) -> Connection:
     """Rule 2: a connection to an empty target, schema in place."""
     conn = db.connect()
     try:
-        if isinstance(db, SqliteDatabase):
-            store.create_schema(conn)  # type: ignore[arg-type]
-        else:
-            schema_postgres.require_current(conn, db.describe())
+        db.prepare(conn)
         if (
             conn.execute("SELECT count(*) FROM leaves").fetchone()[0]
             or conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
@@ -171,25 +150,22 @@ def copy_log(
     """Copy the log in ``source`` into the empty ``target`` and verify it (rules 1-4)."""
     if source.describe() == target.describe():
         raise CLIError("--from and --to are the same database")
-    created = isinstance(target, SqliteDatabase) and not target.path.exists()
+    created = not target.exists()
     try:
         return _copy(source, target, verifier, progress)
     except BaseException:
         if created:
-            assert isinstance(target, SqliteDatabase)
-            for suffix in ("", "-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    Path(f"{target.path}{suffix}").unlink()
+            target.discard()
         raise
 
 
 def _copy(
     source: Database, target: Database, verifier: Verifier, progress: Callable[[str], None]
 ) -> CopyReport:
-    if isinstance(source, SqliteDatabase) and not source.path.exists():
-        raise CLIError(f"{source.path} does not exist: nothing to copy")
-    if isinstance(target, SqliteDatabase) and not target.path.parent.is_dir():
-        raise CLIError(f"{target.path.parent} is not a directory: create it, then copy")
+    if not source.exists():
+        raise CLIError(f"{source.describe()} does not exist: nothing to copy")
+    if (problem := target.cannot_create()) is not None:
+        raise CLIError(f"{problem}: create it, then copy")
     with reaching(source):
         src = source.connect(readonly=True)
     try:
@@ -204,8 +180,8 @@ def _copy(
                 target.begin_write(dst)
                 try:
                     for number, (table, columns, key) in enumerate(TABLES):
-                        if number == _BEFORE_HEAD and isinstance(target, PostgresDatabase):
-                            store.set_head(dst, size)
+                        if number == _BEFORE_HEAD:
+                            target.set_head(dst, size)
                         digest, count = hashlib.sha256(), 0
                         insert = (
                             f"INSERT INTO {table} ({', '.join(columns)}) "

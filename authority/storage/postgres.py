@@ -1,8 +1,11 @@
-"""A connection to PostgreSQL that speaks the slice of sqlite3's API our SQL code uses.
+"""The PostgreSQL backend: a log many authority processes share, and its connections.
 
 The storage code (``store``, ``tree``, ``reader``, the map) is written once, in the two
-databases' common SQL subset, against ``client.dbapi.Connection``. This adapter gives a
-psycopg 3 connection that shape.
+databases' common SQL subset, against ``client.plumbing.dbapi.Connection``. This module gives a
+psycopg 3 connection that shape (:class:`_PgConnection`) and is the driver
+(:class:`PostgresDatabase`); the schema, its migrations and the statements on the order
+row are ``schema_postgres``'s. Imported only for a ``postgresql://`` target
+(``backends.open_database``), so the SQLite default never needs psycopg.
 
 Rules:
   1. ``?`` placeholders become ``%s`` (and a literal ``%`` becomes ``%%``) in a statement
@@ -20,21 +23,28 @@ Rules:
      server re-arms ``idle_in_transaction_session_timeout`` only when it answers ready
      for a query (seen with psycopg 3.3 on PostgreSQL 15): without it, a process frozen
      just after an ``executemany`` would hold the log's order forever.
+  6. A URL is named without its password (:func:`_redact_url`), and travels to a child
+     process in its environment, never in its argv.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
-from deplog.client.dbapi import Cursor
+from deplog.authority.storage import schema_postgres
+from deplog.authority.storage.cluster import Cluster
+from deplog.authority.storage.database import Database, WitnessStore, unavailable
+from deplog.client.errors import CLIError
+from deplog.client.plumbing.dbapi import Connection, Cursor
 
-__all__ = ["CONNECT_TIMEOUT_S", "SESSION", "PgConnection", "connect", "translate"]
+__all__ = ["SESSION", "PostgresDatabase"]
 
 CONNECT_TIMEOUT_S = 5
 SESSION = {
@@ -47,15 +57,17 @@ for the log's order (another writer's batch takes milliseconds), and a process t
 between ``BEGIN`` and ``COMMIT`` loses its transaction (and the order) after
 ``idle_in_transaction_session_timeout``."""
 _KEEPALIVES = "keepalives=1 keepalives_idle=5 keepalives_interval=2 keepalives_count=3"
+SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+"""A read transaction whose reads all see one snapshot, while other processes commit."""
 
 
 @functools.lru_cache(maxsize=512)
-def translate(sql: str) -> str:
+def _translate(sql: str) -> str:
     """sqlite3's ``?`` placeholders as psycopg's ``%s`` (rule 1)."""
     return sql.replace("%", "%%").replace("?", "%s")
 
 
-class PgConnection:
+class _PgConnection:
     """One psycopg connection behind the sqlite3-shaped API (see the module rules)."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
@@ -65,7 +77,7 @@ class PgConnection:
         params = tuple(parameters)
         if not params:  # psycopg sends a statement without parameters as it is
             return self.raw.execute(sql)
-        cursor: Cursor = self.raw.execute(translate(sql), params)
+        cursor: Cursor = self.raw.execute(_translate(sql), params)
         return cursor
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> None:
@@ -73,7 +85,7 @@ class PgConnection:
         if not rows:
             return
         with self.raw.cursor() as cursor:
-            cursor.executemany(translate(sql), rows)
+            cursor.executemany(_translate(sql), rows)
         self.raw.execute("SELECT 1")  # rule 5
 
     @property
@@ -89,7 +101,7 @@ class PgConnection:
         self.raw.close()
 
 
-def connect(url: str, *, readonly: bool = False, application: str = "deplog") -> PgConnection:
+def _connect(url: str, *, readonly: bool = False, application: str = "deplog") -> _PgConnection:
     """A connection with the session settings of rule 4. A read-only one reads each of its
     transactions from one snapshot (``REPEATABLE READ``) and cannot write."""
     conninfo = make_conninfo(url, connect_timeout=CONNECT_TIMEOUT_S, application_name=application)
@@ -103,4 +115,97 @@ def connect(url: str, *, readonly: bool = False, application: str = "deplog") ->
     except BaseException:
         conn.close()
         raise
-    return PgConnection(conn)
+    return _PgConnection(conn)
+
+
+def _redact_url(url: str) -> str:
+    """``url`` without its password (rule 6), in the userinfo or as a query parameter."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}@{host}" if user else host
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k.lower() != "password"])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+class PostgresDatabase(Database):
+    """A PostgreSQL database shared by any number of authority processes: the database
+    orders their writes (``schema_postgres``: the ``log_head`` row lock)."""
+
+    shared: ClassVar[bool] = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.errors = (psycopg.Error,)
+
+    def describe(self) -> str:
+        return _redact_url(self.url)
+
+    def passed_to_child(self, variable: str) -> tuple[str, dict[str, str]]:
+        return "-", {variable: self.url}
+
+    def discard(self) -> None:
+        """Nothing to do: a server's database always exists (``authority migrate``)."""
+
+    def redact(self, text: str) -> str:
+        password = urlsplit(self.url).password
+        for key, value in parse_qsl(urlsplit(self.url).query):
+            if key.lower() == "password":
+                password = value
+        return text.replace(password, "***") if password else text
+
+    def connect(self, readonly: bool = False) -> Connection:
+        return _connect(self.url, readonly=readonly)
+
+    def prepare(self, conn: Connection) -> None:
+        schema_postgres.require_current(conn, self.describe())
+
+    def require_current(self, conn: Connection) -> None:
+        schema_postgres.require_current(conn, self.describe())
+
+    def begin_write(self, conn: Connection) -> int | None:
+        conn.execute("BEGIN")
+        row = conn.execute(schema_postgres.TAKE_ORDER).fetchone()
+        return int(row[0])
+
+    def begin_unordered(self, conn: Connection) -> None:
+        conn.execute("BEGIN")
+
+    def begin_read(self, conn: Connection) -> None:
+        conn.execute(SNAPSHOT)
+
+    def set_head(self, conn: Connection, size: int) -> None:
+        conn.execute(schema_postgres.MOVE_HEAD, (size,))
+
+    def limit_size(self, conn: Connection, max_bytes: int) -> None:
+        """Nothing to do: the database server's own quotas apply (``--max-db-mb`` caps a
+        SQLite file only)."""
+
+    def broken(self, conn: Connection) -> bool:
+        pg: _PgConnection = conn  # type: ignore[assignment]
+        return pg.broken
+
+    def fault(self, err: Exception) -> CLIError:
+        return unavailable(self, err)
+
+    def unreachable(self, err: BaseException) -> CLIError | None:
+        return unavailable(self, err) if isinstance(err, self.errors) else None
+
+    def cluster(self) -> Cluster:
+        return Cluster(self.url)
+
+    def embedded_witness_store(self) -> WitnessStore:
+        def connect_witness() -> Connection:
+            conn = _connect(self.url, application="deplog-embedded-witness")
+            conn.execute(f"SET search_path = {schema_postgres.EMBEDDED_WITNESS_SCHEMA}")
+            return conn
+
+        return WitnessStore(
+            name=schema_postgres.EMBEDDED_WITNESS_SCHEMA,
+            connect=connect_witness,
+            begin="BEGIN",
+            errors=(psycopg.Error,),
+            schema=schema_postgres.EMBEDDED_WITNESS_DDL,
+        )

@@ -3,21 +3,31 @@
 A ``LogReader`` owns a read-only connection and is used by one thread at a
 time. Callers bound every size by the latest *published* checkpoint, so a
 reader never reveals a leaf that no signed checkpoint covers, and stored data
-that fails its own hash check is never served: the log's ``IntegrityError``
+that fails its own hash check is never served: ``IntegrityError``
 (``storage_corrupt``), the same finding as the writer's.
+
+A ``ReaderPool`` runs reads on a few threads of their own, never on the event loop
+and never on the writer's thread: each thread keeps its own ``LogReader``, and a
+database failure is ``StorageError`` (503 ``storage_unavailable``) that drops the
+thread's reader, so the next read reconnects (to a restarted database, say).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import json
+import threading
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from deplog.authority.log import IntegrityError
 from deplog.authority.storage import store
-from deplog.authority.storage.database import Database, open_database
+from deplog.authority.storage.backends import open_database
+from deplog.authority.storage.database import Database
+from deplog.authority.storage.errors import IntegrityError, StorageError
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.errors import DeplogError
 from deplog.client.map.layer import MapView
@@ -32,7 +42,10 @@ __all__ = [
     "MAX_SEARCH_ROWS",
     "MAX_TOOL_NOTICES",
     "LogReader",
+    "ReaderPool",
 ]
+
+_T = TypeVar("_T")
 
 # A tool with more notices than this is answered from its first ones only and
 # flagged ``truncated``; no publisher needs thousands of notices for one tool.
@@ -198,3 +211,49 @@ class LogReader:
             return {"publishers": []}
         state: dict[str, Any] = json.loads(snapshot[1])
         return {"publishers": state["publishers"]}
+
+
+class ReaderPool:
+    """Reads of the log on ``threads`` reader threads, each with its own ``LogReader``."""
+
+    def __init__(self, db: Database | Path | str, threads: int) -> None:
+        self.db = open_database(db)
+        self._threads = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="reader")
+        self._local = threading.local()
+        self._readers: list[LogReader] = []
+        self._lock = threading.Lock()
+
+    async def read(self, fn: Callable[[LogReader], _T]) -> _T:
+        """``fn`` of this thread's reader, on a reader thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, self._read, fn)
+
+    def _reader(self) -> LogReader:
+        reader: LogReader | None = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = LogReader(self.db)
+            self._local.reader = reader
+            with self._lock:
+                self._readers.append(reader)
+        return reader
+
+    def _read(self, fn: Callable[[LogReader], _T]) -> _T:
+        """Reader thread: a database failure is ``StorageError``, and the thread's reader
+        is dropped, so the next read reconnects (a restarted server)."""
+        try:
+            return fn(self._reader())
+        except self.db.errors:
+            reader: LogReader | None = getattr(self._local, "reader", None)
+            if reader is not None:
+                self._local.reader = None
+                with self._lock:
+                    self._readers.remove(reader)
+                with contextlib.suppress(Exception):
+                    reader.close()
+            raise StorageError() from None
+
+    def close(self) -> None:
+        """Wait for the reads under way, then close every reader."""
+        self._threads.shutdown(wait=True)
+        for reader in self._readers:
+            reader.close()

@@ -1,6 +1,6 @@
 """The log's schema on PostgreSQL: tables, append-only triggers, the order row, versions.
 
-The tables are the SQLite store's (``store``, ``tree``, ``client.mapstore``) with
+The tables are the SQLite store's (``store``, ``tree``, ``client.map``) with
 PostgreSQL types (``bytea``, ``bigint``, text in ``"C"`` collation so ordering is byte
 order, as in SQLite). ``authority migrate --db URL`` creates or upgrades it: one
 transaction, serialized by an advisory lock, idempotent; ``schema_version`` holds the
@@ -25,17 +25,30 @@ there is nothing to fence. A lease row with fencing tokens would need a clock, a
 to tune and a token check on every write that a bug could forget; a session advisory lock
 outlives the transactions under it, so a writer could keep the lock after a failed commit
 and its holder is not tied to the rows it writes. The row lock is the write itself.
+
+The embedded witness (``--db postgresql://...``: every authority process is the same
+embedded witness, one key in the shared keys directory, so its record is one too): the
+tables of ``witness.core.WitnessState`` live in the schema ``embedded_witness`` of the
+log's database, where the state's compare-and-swap (the same SQL as on SQLite) orders the
+processes' requests. They are created when the witness opens (not by ``migrate``), in one
+transaction under an advisory lock, so processes starting together do not race on
+``CREATE``; besides the swap, a trigger refuses any update that lowers a record's size or
+time, and any delete: no SQL reaching the table rolls the witness back.
 """
 
 from __future__ import annotations
 
-from deplog.client.dbapi import Connection
 from deplog.client.errors import CLIError
+from deplog.client.plumbing.dbapi import Connection
 
 __all__ = [
     "CURRENT_VERSION",
+    "EMBEDDED_WITNESS_DDL",
+    "EMBEDDED_WITNESS_SCHEMA",
     "EXIT_CONFIG",
     "MIGRATIONS",
+    "MOVE_HEAD",
+    "TAKE_ORDER",
     "migrate",
     "require_current",
     "schema_version",
@@ -45,6 +58,12 @@ CURRENT_VERSION = 3
 EXIT_CONFIG = 78
 """Exit status of a database without the current schema (sysexits ``EX_CONFIG``)."""
 _MIGRATE_LOCK = 0x6465706C6F67  # "deplog": serializes concurrent migrations
+
+TAKE_ORDER = "SELECT size FROM log_head WHERE id = 1 FOR UPDATE"
+"""The first statement of every write transaction after ``BEGIN``: the log's order (the
+row lock) and the committed log size."""
+MOVE_HEAD = "UPDATE log_head SET size = ? WHERE id = 1"
+"""Records the size a write transaction commits (rule 3)."""
 
 _V1 = (
     """CREATE TABLE schema_version (
@@ -95,7 +114,7 @@ _V1 = (
         size bigint NOT NULL,
         state text NOT NULL
     )""",
-    # The tool-status map (client/mapstore.py's tables).
+    # The tool-status map (client/map/'s tables).
     """CREATE TABLE map_inner (
         id bytea PRIMARY KEY,
         bit integer NOT NULL,
@@ -213,7 +232,7 @@ _V1 = (
 )
 
 _V2 = (
-    # The map's inner nodes in groups with their leaves' values (client/mapstore.py, rule 7,
+    # The map's inner nodes in groups with their leaves' values (client/map/groups.py,
     # store format 3). Its rows go: the authority folds the map again from the log at
     # start-up, to the same root (only the layout moved), so every line stays true.
     "DROP TABLE map_inner",
@@ -296,3 +315,47 @@ def require_current(conn: Connection, name: str) -> None:
             EXIT_CONFIG,
         )
     raise CLIError(f"{name} {problem}: run 'authority migrate --db URL' first", EXIT_CONFIG)
+
+
+EMBEDDED_WITNESS_SCHEMA = "embedded_witness"
+"""The schema of the embedded witness's state, beside the log's tables."""
+EMBEDDED_WITNESS_DDL = (
+    f"SELECT pg_advisory_xact_lock(hashtext('{EMBEDDED_WITNESS_SCHEMA}'))",
+    f"CREATE SCHEMA IF NOT EXISTS {EMBEDDED_WITNESS_SCHEMA}",
+    f"""CREATE TABLE IF NOT EXISTS {EMBEDDED_WITNESS_SCHEMA}.logs (
+        origin TEXT PRIMARY KEY,
+        vkey TEXT NOT NULL,
+        added_at BIGINT NOT NULL
+    )""",
+    f"""CREATE TABLE IF NOT EXISTS {EMBEDDED_WITNESS_SCHEMA}.checkpoints (
+        origin TEXT PRIMARY KEY REFERENCES {EMBEDDED_WITNESS_SCHEMA}.logs(origin),
+        size BIGINT NOT NULL CHECK (size >= 0),
+        root BYTEA NOT NULL CHECK (length(root) = 32),
+        updated_at BIGINT NOT NULL
+    )""",
+    f"""CREATE TABLE IF NOT EXISTS {EMBEDDED_WITNESS_SCHEMA}.evidence (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        origin TEXT NOT NULL REFERENCES {EMBEDDED_WITNESS_SCHEMA}.logs(origin),
+        reason TEXT NOT NULL,
+        received_at BIGINT NOT NULL,
+        body BYTEA NOT NULL,
+        digest BYTEA NOT NULL UNIQUE
+    )""",
+    # The record never moves back, whatever SQL reaches the table (the swap never does).
+    f"""CREATE OR REPLACE FUNCTION {EMBEDDED_WITNESS_SCHEMA}.no_rollback() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF TG_OP = 'DELETE' THEN
+                RAISE EXCEPTION 'a witness record is never deleted';
+            END IF;
+            IF NEW.size < OLD.size OR NEW.updated_at < OLD.updated_at THEN
+                RAISE EXCEPTION 'a witness record never moves back';
+            END IF;
+            RETURN NEW;
+        END $$""",
+    f"""CREATE OR REPLACE TRIGGER no_rollback BEFORE UPDATE OR DELETE
+        ON {EMBEDDED_WITNESS_SCHEMA}.checkpoints
+        FOR EACH ROW EXECUTE FUNCTION {EMBEDDED_WITNESS_SCHEMA}.no_rollback()""",
+)
+"""The embedded witness's tables, created (under the lock of the first statement) when it
+opens; the SQLite file's are ``witness.core._SCHEMA``."""

@@ -1,10 +1,9 @@
 """The authority's database: the tree, signed checkpoints and lookup indexes.
 
-On SQLite (the default): one file, WAL mode, ``synchronous=FULL``: a commit returns
-only after the WAL is on disk, so a transaction that committed survives a kill or a
-power cut. Only the sequencer thread writes; readers use their own connections and see
-committed snapshots. The queries here are the common subset of SQLite and PostgreSQL
-(``client.dbapi``); the DDL below is SQLite's, PostgreSQL's is ``schema_postgres``.
+The queries here are the common subset of every backend's SQL (``client.plumbing.dbapi``): they
+run unchanged on SQLite and PostgreSQL. Each backend's DDL is its own (``sqlite.py``,
+``schema_postgres.py``), and so are its few statements of its own (``Database``). Only
+the log's writer writes; readers use their own connections and see committed snapshots.
 
 Tables besides the tree's (see ``tree.py``):
   * ``checkpoints``: every checkpoint the authority signed, keyed by size, so a
@@ -21,134 +20,35 @@ Tables besides the tree's (see ``tree.py``):
     reflects, so a restart does not replay the log.
   * ``published``: under a publication quorum, the last checkpoint that met it,
     with its cosignatures, so a restart never serves a withheld checkpoint.
-  * ``map_*``: the tool-status map at the log's size (``client/mapstore.py``),
+  * ``map_*``: the tool-status map at the log's size (``client/map/``),
     written in the transaction of the entries it folds.
 """
 
 from __future__ import annotations
 
-import logging
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-import sqlite_utils
-
-from deplog.authority.storage.tree import StoredHashTree
-from deplog.client.dbapi import Connection, insert_rows
-from deplog.client.map.sqlstore import STORE_FORMAT
-from deplog.client.map.stored import StoredMap
+from deplog.client.plumbing.dbapi import Connection, insert_rows
 
 __all__ = [
-    "BUSY_TIMEOUT_MS",
     "NoticeRow",
     "StoredCheckpoint",
     "checkpoint_at",
-    "connect",
-    "create_schema",
-    "insert_checkpoint",
     "insert_checkpoint_once",
     "insert_invalid_entries",
     "insert_notices",
     "invalid_entries",
     "invalid_entry_indexes",
     "latest_checkpoint",
-    "limit_size",
     "notices_by_sequence",
     "published_note",
     "registry_entry_indexes",
     "registry_snapshot",
     "save_published_note",
     "save_registry_snapshot",
-    "set_head",
     "tool_entry_indexes",
 ]
-
-BUSY_TIMEOUT_MS = 5000
-
-
-def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
-    """A connection with explicit transactions (``BEGIN``/``COMMIT``) and durable commits."""
-    if readonly:
-        conn = sqlite3.connect(
-            f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
-        )
-    else:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    if not readonly:
-        conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    return conn
-
-
-def limit_size(conn: sqlite3.Connection, max_bytes: int) -> None:
-    """Refuse to grow the database beyond ``max_bytes`` (writes then fail like a full disk)."""
-    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-    conn.execute(f"PRAGMA max_page_count = {max(1, max_bytes // page_size)}")
-
-
-def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
-    """sqlite-utils over our connection, leaving it as ``connect`` set it up: no plugin
-    hooks run on it and no pragma changes. Its writes inside our transaction are
-    savepoints, so they commit only with it."""
-    return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
-
-
-def create_schema(conn: sqlite3.Connection) -> None:
-    """Create every table that is missing (SQLite); existing data is never touched."""
-    StoredHashTree.create_schema(conn)
-    if StoredMap.create_schema(conn):
-        logging.getLogger("deplog.authority").info(
-            "dropped a tool-status map of another store format: it is folded again "
-            "from the log in format %d",
-            STORE_FORMAT,
-        )
-    db = _database(conn)
-    db.table("checkpoints").create(
-        {"size": int, "root": bytes, "note": bytes, "signed_at": str},
-        pk="size",
-        not_null={"root", "note", "signed_at"},
-        if_not_exists=True,
-        strict=True,
-    )
-    db.table("notices").create(
-        {"publisher": str, "sequence": int, "idx": int, "digest": bytes},
-        pk=("publisher", "sequence"),
-        not_null={"idx", "digest"},
-        if_not_exists=True,
-        strict=True,
-    )
-    conn.execute("CREATE INDEX IF NOT EXISTS notices_by_idx ON notices (idx)")
-    db.table("tool_entries").create(
-        {"tool_id": str, "idx": int},
-        pk=("tool_id", "idx"),
-        if_not_exists=True,
-        strict=True,
-    )
-    db.table("invalid_entries").create(
-        {"idx": int, "code": str, "cause": str, "tool_id": str},
-        pk="idx",
-        not_null={"code"},
-        if_not_exists=True,
-        strict=True,
-    )
-    conn.execute("CREATE INDEX IF NOT EXISTS invalid_by_tool ON invalid_entries (tool_id, idx)")
-    db.table("published").create(
-        {"id": int, "size": int, "note": bytes},
-        pk="id",
-        not_null={"size", "note"},
-        if_not_exists=True,
-        strict=True,
-    )
-    db.table("registry").create(
-        {"id": int, "size": int, "state": str},
-        pk="id",
-        not_null={"size", "state"},
-        if_not_exists=True,
-        strict=True,
-    )
 
 
 @dataclass(frozen=True)
@@ -172,15 +72,6 @@ def checkpoint_at(conn: Connection, size: int) -> StoredCheckpoint | None:
         "SELECT size, root, note FROM checkpoints WHERE size = ?", (size,)
     ).fetchone()
     return None if row is None else StoredCheckpoint(row[0], bytes(row[1]), bytes(row[2]))
-
-
-def insert_checkpoint(
-    conn: Connection, size: int, root: bytes, note: bytes, signed_at: str
-) -> None:
-    conn.execute(
-        "INSERT INTO checkpoints (size, root, note, signed_at) VALUES (?, ?, ?, ?)",
-        (size, root, note, signed_at),
-    )
 
 
 NOTICE_LOOKUP_CHUNK = 128
@@ -307,11 +198,6 @@ def save_registry_snapshot(conn: Connection, size: int, state: str) -> None:
         "ON CONFLICT (id) DO UPDATE SET size = excluded.size, state = excluded.state",
         (size, state),
     )
-
-
-def set_head(conn: Connection, size: int) -> None:
-    """Move ``log_head`` (PostgreSQL only) to the size the transaction commits."""
-    conn.execute("UPDATE log_head SET size = ? WHERE id = 1", (size,))
 
 
 def insert_checkpoint_once(

@@ -27,19 +27,17 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 
 from pymerkle import BaseMerkleTree
 
-from deplog.client.dbapi import Connection, insert_rows
+from deplog.client.plumbing.dbapi import Connection, insert_rows
 from deplog.client.tlog.proofs import TreeFrontier, leaf_hash, node_hash
 
 __all__ = [
     "AUDIT_PROGRESS_STEP",
     "KNOWN_HASHES",
-    "SCHEMA",
     "StoredHashTree",
     "TreeCorruptError",
 ]
@@ -54,30 +52,6 @@ def _ignore(done: int, total: int) -> None:
     """The progress callback of an audit nobody watches."""
 
 
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS leaves (
-        idx INTEGER PRIMARY KEY,
-        data BLOB NOT NULL,
-        hash BLOB NOT NULL
-    ) STRICT""",
-    """CREATE TABLE IF NOT EXISTS nodes (
-        level INTEGER NOT NULL,
-        idx INTEGER NOT NULL,
-        hash BLOB NOT NULL,
-        PRIMARY KEY (level, idx)
-    ) STRICT, WITHOUT ROWID""",
-    # Append-only: contiguous indices are what make a leaf index meaningful.
-    """CREATE TRIGGER IF NOT EXISTS leaves_append_only_update BEFORE UPDATE ON leaves
-        BEGIN SELECT RAISE(ABORT, 'leaves are append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS leaves_append_only_delete BEFORE DELETE ON leaves
-        BEGIN SELECT RAISE(ABORT, 'leaves are append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS nodes_append_only_update BEFORE UPDATE ON nodes
-        BEGIN SELECT RAISE(ABORT, 'nodes are append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS nodes_append_only_delete BEFORE DELETE ON nodes
-        BEGIN SELECT RAISE(ABORT, 'nodes are append-only'); END""",
-)
-
-
 class TreeCorruptError(Exception):
     """Stored hashes that cannot be what our own appends wrote: storage was altered."""
 
@@ -85,7 +59,7 @@ class TreeCorruptError(Exception):
 class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
     """A pymerkle tree whose subroots are read from the ``nodes`` table.
 
-    One instance per SQLite connection. The writer instance appends; reader
+    One instance per connection. The writer instance appends; reader
     instances are opened on their own connections and pinned to a published
     size with ``pin``, so they never see a leaf that no checkpoint covers.
     Transactions are the caller's: ``append_entry`` writes rows (queued inside
@@ -105,11 +79,6 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         self._leaf_rows_due: list[tuple[int, bytes, bytes]] = []
         self._node_rows_due: list[tuple[int, int, bytes]] = []
         self.frontier = self._load_frontier(self.size)
-
-    @staticmethod
-    def create_schema(conn: sqlite3.Connection) -> None:
-        for statement in SCHEMA:
-            conn.execute(statement)
 
     # -- pymerkle storage interface ---------------------------------------
 

@@ -44,7 +44,7 @@ from deplog.authority.witness.core import (
 from deplog.authority.witness.mapverify import MapVerifier, http_entries
 from deplog.authority.witness.server import build_app, render_error
 from deplog.client.errors import CLIError
-from deplog.client.files import exclusive_lock, require_writable, write_atomic
+from deplog.client.plumbing.files import exclusive_lock, require_writable, write_atomic
 from deplog.client.tlog.cosignature import ALGORITHMS
 from deplog.client.tlog.keyfile import (
     create_signer,

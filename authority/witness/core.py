@@ -56,11 +56,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-from deplog.client.dbapi import Connection
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
-from deplog.client.storage_faults import opening_database
+from deplog.client.plumbing.dbapi import Connection
+from deplog.client.plumbing.storage_faults import opening_database
 from deplog.client.tlog.checkpoint import (
     Checkpoint,
     CheckpointFormatError,
@@ -97,6 +97,7 @@ __all__ = [
     "OldSizeTooLargeError",
     "RecordedCheckpoint",
     "SizeConflictError",
+    "StateStore",
     "StorageUnavailableError",
     "UnknownLogError",
     "UntrustedCheckpointError",
@@ -321,6 +322,32 @@ def parse_logs_file(text: str) -> list[Verifier]:
     return verifiers
 
 
+class StateStore(Protocol):
+    """Another database than a SQLite file for the witness's state (``WitnessState.over``):
+    the embedded witness of a log whose processes share one database keeps its state there
+    (the log's storage provides it: ``authority.storage.database.WitnessStore``)."""
+
+    @property
+    def name(self) -> str:
+        """The database, for messages."""
+
+    @property
+    def begin(self) -> str:
+        """The first statement of its write transaction."""
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        """What its driver raises."""
+
+    @property
+    def schema(self) -> Sequence[str]:
+        """The statements that create the state's tables if they are missing."""
+
+    @property
+    def connect(self) -> Callable[[], Connection]:
+        """Makes a connection with the state's tables in reach."""
+
+
 class WitnessState:
     """The witness's database: trusted logs, the record per origin, evidence.
 
@@ -350,31 +377,21 @@ class WitnessState:
             conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} COMMIT;")
 
     @classmethod
-    def over(
-        cls,
-        connect: Callable[[], Connection],
-        *,
-        name: str,
-        begin: str,
-        errors: tuple[type[Exception], ...],
-        schema: Sequence[str],
-    ) -> WitnessState:
-        """The state over connections from ``connect`` to another database than a SQLite
-        file (``name`` for messages, ``begin`` its write transaction's first statement,
-        ``errors`` what its driver raises), creating it with the ``schema`` statements;
-        the embedded witness of a log on PostgreSQL (``storage/witness_postgres.py``)."""
+    def over(cls, store: StateStore) -> WitnessState:
+        """The state in ``store``, another database than a SQLite file, its tables created
+        if missing: the embedded witness of a log whose processes share one database."""
         state = cls.__new__(cls)
-        state.path = Path(name)
+        state.path = Path(store.name)
         state._local = threading.local()
         state._lock = threading.Lock()
         state._connections = []
-        state._connect = connect
-        state._begin = begin
-        state.errors = errors
+        state._connect = store.connect
+        state._begin = store.begin
+        state.errors = store.errors
         state.failing = None
         try:
             with state._transaction() as conn:
-                for statement in schema:
+                for statement in store.schema:
                     conn.execute(statement)
         except BaseException:
             state.close()
@@ -623,10 +640,10 @@ class Witness:
     ``cosignature/v1`` over the whole checkpoint text (type 0x04), or ML-DSA-44 over the
     ``cosigned_message`` of its first three lines (type 0x06, tlog-cosignature v1.1).
 
-    ``before_commit``, None by default, is called with the checkpoint after
-    every check passed and before the compare-and-swap: tests stall a request
-    there to show that a concurrent update makes it fail instead of rolling
-    the record back.
+    ``test_hook_before_commit`` exists only for tests: None in service, it is called
+    with the checkpoint after every check passed and before the compare-and-swap, so a
+    test can stall a request there to show that a concurrent update makes it fail
+    instead of rolling the record back.
 
     ``statement``, None by default, is an operator's additional statement
     (c2sp.org/tlog-cosignature): called with a checkpoint that passed every
@@ -639,7 +656,8 @@ class Witness:
             raise ValueError("a witness cosigns with a type 0x04 or 0x06 (cosigner) key")
         self.state = state
         self.signer = signer
-        self.before_commit: Callable[[Checkpoint], None] | None = None
+        self.test_hook_before_commit: Callable[[Checkpoint], None] | None = None
+        """For tests only: stalls or faults a request just before its swap (None here)."""
         self.statement: Callable[[Checkpoint], None] | None = None
 
     def verifier(self) -> Verifier:
@@ -690,8 +708,8 @@ class Witness:
             raise
         if self.statement is not None:
             self.statement(checkpoint)
-        if self.before_commit is not None:
-            self.before_commit(checkpoint)
+        if self.test_hook_before_commit is not None:
+            self.test_hook_before_commit(checkpoint)
         timestamp = self.state.compare_and_swap(
             origin, recorded, checkpoint.size, checkpoint.root_hash, now
         )

@@ -26,10 +26,10 @@ This is the one module of ``authority/witness`` that knows deplog entries
    ``entries_unavailable`` (503): the log resubmits its served checkpoint on its
    refresh interval, and the witness cosigns it then. A deplog authority serves
    the entries of every checkpoint it sent out for cosigning, published or not
-   (``authority/http/server.py`` rule 4), so this witness can be part of the
-   authority's publication quorum. A checkpoint below the mirror's size is
-   refused the same way (the mirror holds one size).
-5. A mirror whose map is in another record format (``client.mapstore`` rule 4),
+   (``authority/publication.py``: *Entries before publication*), so this witness
+   can be part of the authority's publication quorum. A checkpoint below the
+   mirror's size is refused the same way (the mirror holds one size).
+5. A mirror whose map is in another record format (``client.map.stored`` *One format*),
    or that was made before rule 6 (no validation history), is dropped whole at
    start, map, tree edge and history in one transaction, and mirrored again from
    entry 0.

@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily
 
 from deplog.authority.http.metrics import Metrics
 from deplog.authority.http.plumbing import METRICS, HTTPRequestError, errors_and_metrics
+from deplog.authority.http.status import HTTP_STATUS
 from deplog.authority.witness.core import (
     MAX_BODY_SIZE,
     SizeConflictError,
@@ -30,12 +31,8 @@ from deplog.authority.witness.core import (
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 
 __all__ = [
-    "BODY_TIMEOUT",
-    "MAX_IN_FLIGHT",
+    "SIZE_CONFLICT_STATUS",
     "SIZE_CONTENT_TYPE",
-    "TEXT_CONTENT_TYPE",
-    "WITNESS",
-    "WORKER_THREADS",
     "BusyError",
     "build_app",
     "render_error",
@@ -48,6 +45,9 @@ WORKER_THREADS = 4
 
 SIZE_CONTENT_TYPE = "text/x.tlog.size"
 """Content type of an old-size conflict body: the recorded size (tlog-witness, "add-checkpoint")."""
+SIZE_CONFLICT_STATUS = HTTP_STATUS[ErrorCode.OLD_SIZE_MISMATCH]
+"""The status of an old-size conflict (tlog-witness, "add-checkpoint": 409), from the one
+table: a log that reads it, with a size body, retries from that size."""
 
 TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 

@@ -11,7 +11,7 @@ Reading streams one entry at a time, so memory stays bounded by the largest
 entry whatever the file's size. A file that ends inside a length prefix or an
 entry (truncation, or trailing bytes after the last whole entry) is refused
 with :class:`BundleFormatError`, naming the index of the entry where it broke.
-Writing is atomic (:func:`deplog.client.files.write_atomic`): a reader sees the
+Writing is atomic (:func:`deplog.client.plumbing.files.write_atomic`): a reader sees the
 old file or the complete new one.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
-from deplog.client.files import write_atomic
+from deplog.client.plumbing.files import write_atomic
 from deplog.client.tlog.tiles import (
     MAX_ENTRY_SIZE,
     BundleFormatError,

@@ -37,8 +37,8 @@ from typing import Final
 
 from deplog.client.audit.offline import AuditInputError
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.files import write_atomic
 from deplog.client.follow.tiles import cut_to_width, full_tile, max_tile_bytes
+from deplog.client.plumbing.files import write_atomic
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import MAX_NOTE_SIZE, parse_note
 from deplog.client.tlog.tiles import (

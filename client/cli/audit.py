@@ -89,7 +89,6 @@ from deplog.client.cli.trust import (
     read_log_key,
 )
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
-from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
 from deplog.client.follow.tiles import TilesLogSource
@@ -101,8 +100,9 @@ from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, decode_ent
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
 from deplog.client.model.rules import InvalidEntry
 from deplog.client.model.semver import Version
-from deplog.client.progress import Progress
-from deplog.client.storage_faults import file_fault
+from deplog.client.plumbing.files import write_atomic
+from deplog.client.plumbing.progress import Progress
+from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin
 from deplog.client.tlog.cosignature import TREE_LINES, Cosignature
 from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence

@@ -38,7 +38,6 @@ from deplog.client.cli.trust import (
     writing_state,
 )
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
-from deplog.client.files import output_closed
 from deplog.client.follow.follower import Follower, SyncResult
 from deplog.client.follow.source import FetchError
 from deplog.client.follow.state import StateError
@@ -46,8 +45,9 @@ from deplog.client.follow.trust import ForkError, SuspectedForkError
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry, encode_entry
 from deplog.client.model.notice import Envelope, parse_publisher_id
-from deplog.client.progress import Progress
-from deplog.client.storage_faults import file_fault
+from deplog.client.plumbing.files import output_closed
+from deplog.client.plumbing.progress import Progress
+from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.keyfile import create_signer, key_file_name
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyLog

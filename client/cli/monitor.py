@@ -41,7 +41,7 @@ from deplog.client.follow.monitor import (
 )
 from deplog.client.follow.trust import ForkError, SuspectedForkError
 from deplog.client.model.notice import parse_namespace
-from deplog.client.progress import Progress
+from deplog.client.plumbing.progress import Progress
 from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy

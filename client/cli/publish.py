@@ -58,7 +58,6 @@ import aiohttp
 
 from deplog.client.cli.messages import UNREACHABLE, explain, explain_code
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
-from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpClient, HttpLogSource
 from deplog.client.follow.source import FetchError
 from deplog.client.model.entries import NoticeEntry, encode_entry
@@ -75,6 +74,7 @@ from deplog.client.model.notice import (
     parse_tool_id,
     parse_version,
 )
+from deplog.client.plumbing.files import write_atomic
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.keyfile import load_signer, read_verifier_key
 from deplog.client.tlog.note import Signer, Verifier

@@ -34,7 +34,12 @@ from deplog.client.follow.source import LogSource
 from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB, StateError
 from deplog.client.follow.tiles import TilesLogSource, publishes_tiles
 from deplog.client.follow.trust import ForkError, SuspectedForkError
-from deplog.client.storage_faults import CORRUPT, StorageFault, database_fault, database_files
+from deplog.client.plumbing.storage_faults import (
+    CORRUPT,
+    StorageFault,
+    database_fault,
+    database_files,
+)
 from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy
@@ -100,7 +105,7 @@ def load_trust(log_key: str | None, policy: Path | None) -> Verifier | Policy:
 
 
 def state_fault(err: sqlite3.Error | OSError, path: Path) -> StorageFault:
-    """``client.storage_faults``' classification of a follower state file, with advice
+    """``client.plumbing.storage_faults``' classification of a follower state file, with advice
     for a state: it is a verified copy of the log, so a corrupt one is rebuilt, not
     restored."""
     fault = database_fault(err, path)
@@ -113,7 +118,7 @@ def state_fault(err: sqlite3.Error | OSError, path: Path) -> StorageFault:
 @contextlib.contextmanager
 def writing_state(path: Path) -> Iterator[None]:
     """Run a command that writes the state file ``path``: a state SQLite cannot open or
-    write is one line naming it, with ``client.storage_faults``' exit status (77
+    write is one line naming it, with ``client.plumbing.storage_faults``' exit status (77
     permission, 73 disk full, 74 I/O, 65 proven corruption). Whatever ends the run, the
     files it created for a state that never held a verified checkpoint are removed, so a
     failed first follow leaves nothing behind."""

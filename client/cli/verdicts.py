@@ -41,12 +41,12 @@ from deplog.client.cache.guard import DEFAULT_FRESHNESS, Decision, Guard, Verdic
 from deplog.client.cli.messages import NO_STATE_YET, explain
 from deplog.client.cli.trust import positive_seconds, state_fault
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
-from deplog.client.files import write_atomic
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.source import FetchError
 from deplog.client.follow.state import LocalState, TrustedCheckpoint
 from deplog.client.model.notice import parse_timestamp
-from deplog.client.storage_faults import file_fault
+from deplog.client.plumbing.files import write_atomic
+from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import parse_note
 from deplog.client.tlog.timestamps import format_timestamp

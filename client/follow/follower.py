@@ -67,9 +67,9 @@ from deplog.client.follow.trust import (
 )
 from deplog.client.model.rules import InvalidEntry
 from deplog.client.model.status import StatusChange
+from deplog.client.plumbing.waiting import wait_until
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
-from deplog.client.waiting import wait_until
 
 __all__ = [
     "RETRY_ELSEWHERE",

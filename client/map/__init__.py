@@ -23,5 +23,5 @@ map-verifying witness):
 * ``cache`` and ``layer``: a writer's bounded cache and the rows it holds back.
 
 The map imports only ``client/errors``, ``client/tlog``, ``client/model`` and
-``client/dbapi``, ``client/history`` for its SQL side.
+``client/plumbing/dbapi``, ``client/history`` for its SQL side.
 """

@@ -4,7 +4,7 @@ The SQL lives here, beside the code that runs it (``SCHEMA`` is SQLite's DDL; th
 authority keeps PostgreSQL's beside its own schema). Rules:
 
 1. **Common SQL.** The queries are the common subset of SQLite and PostgreSQL
-   (``client.dbapi``), and reads of many rows go ``_IN_CHUNK`` ids to a query.
+   (``client.plumbing.dbapi``), and reads of many rows go ``_IN_CHUNK`` ids to a query.
 2. **The caller's transaction.** The stores write (a batch's rows in a few multi-row
    upserts) but never begin, commit or roll back: ``stored`` rule *one transaction*.
 3. **A row read is checked.** A missing row, or one that does not decode, is
@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, Final, TypeVar
 
-from deplog.client.dbapi import Connection, insert_rows
 from deplog.client.errors import ErrorCode
 from deplog.client.map.cache import MapCache
 from deplog.client.map.errors import MapFormatError, MapStorageError
@@ -37,6 +36,7 @@ from deplog.client.map.groups import (
 from deplog.client.map.hashing import KEY_BITS
 from deplog.client.map.nodes import ChildRef, InnerNode
 from deplog.client.map.record import StatusRecord
+from deplog.client.plumbing.dbapi import Connection, insert_rows
 
 __all__ = ["SCHEMA", "STORE_FORMAT", "SqliteNodeStore", "SqliteRecords"]
 

@@ -2,7 +2,7 @@
 
 One facade for every holder of a map: the authority keeps it in its log database, a
 follower in its state database, the auditor and a map-verifying witness in theirs.
-How it writes (layers, slices, caches) is told in ``docs/architecture-map.md``. Rules:
+How it writes (layers, slices, caches) is told in ``docs/architecture.md``. Rules:
 
 1. **One transaction.** The tables are written only through ``StoredMap``, and never
    commit on their own: the caller's transaction covers a batch's rows, its records,
@@ -44,7 +44,6 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Final
 
-from deplog.client.dbapi import Connection
 from deplog.client.map.cache import MapCache
 from deplog.client.map.errors import MapStorageError
 from deplog.client.map.hashing import map_key, value_hash
@@ -55,6 +54,7 @@ from deplog.client.map.sqlstore import SCHEMA, STORE_FORMAT, SqliteNodeStore, Sq
 from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model.notice import Notice
 from deplog.client.model.status import InvalidMark
+from deplog.client.plumbing.dbapi import Connection
 
 __all__ = ["StoredMap"]
 

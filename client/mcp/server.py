@@ -46,7 +46,7 @@ from deplog.client.mcp.compat import (
     on_tools_listed,
     tool_manager,
 )
-from deplog.client.waiting import wait_until
+from deplog.client.plumbing.waiting import wait_until
 
 __all__ = ["MAX_CLIENTS", "ListChangedNotifier", "ToolVersion", "stamp_tools"]
 

@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from deplog.authority.cli import main as authority_main
-from deplog.authority.cluster import ROUND_LOCK
+from deplog.authority.storage.cluster import ROUND_LOCK
 from deplog.authority.witness.core import WitnessState
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.cosignature import cosignatures

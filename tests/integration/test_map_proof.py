@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import aiohttp
 import pytest
 
-from deplog.authority.storage.database import open_database
+from deplog.authority.storage.backends import open_database
 from deplog.client import verify_tool_status
 from deplog.client.map.line import require_map_root
 from deplog.client.map.proof import MapProof, MapProofDocument, verify_map_proof

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from deplog.authority.command import run
 from deplog.client.cache.mcp import IDENTITY_KEY
-from deplog.client.files import EXIT_OUTPUT_CLOSED
+from deplog.client.plumbing.files import EXIT_OUTPUT_CLOSED
 from deplog.client.tlog.note import Signer
 
 

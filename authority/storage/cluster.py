@@ -26,7 +26,7 @@ cosigned note) and the witnesses' progress. Rules:
    (``listen``), and polls the row every ``poll_interval`` seconds besides, so a
    lost notification or a broken listening connection delays learning by one
    interval at most. A learned note is served only after its log signature
-   checks out (``AuthorityState.learn``): the row is the database's word. A
+   checks out (``Publication._learn``): the row is the database's word. A
    checkpoint signed by a writer that runs no rounds (an admin command) is
    announced on ``deplog_signed`` (``announce_signed``): every process then
    publishes the latest signed checkpoint, and rule 1 makes one round do it.
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from deplog.client.dbapi import Connection
+from deplog.client.plumbing.dbapi import Connection
 
 __all__ = [
     "PUBLISHED_CHANNEL",

@@ -1,0 +1,108 @@
+"""Values their owners keep, read by Prometheus when ``/metrics`` is scraped.
+
+Each part of a server registers what it measures, beside the code that measures it, on
+the registry it is given (an application's, ``http/metrics.py``): the sequencer its
+queue and batches, the log its map, the publication its checkpoint and failures, the
+witnessing its witnesses' lag, the push hub its streams, the supervisor its tasks'
+failures. ``http/metrics.py`` keeps only the request series and the exposition.
+
+Rules:
+  * A value is read by a callback at scrape time, never copied per event; callbacks
+    are cheap reads of in-memory state, made on the scraping thread (the event loop).
+  * Labels are names from the code or the operator's configuration (task names, error
+    codes, witness names), never request values, so the number of series is fixed.
+  * A name registered twice on one registry is refused (``ValueError``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+__all__ = ["counter", "gauge", "labeled_counter", "labeled_gauge"]
+
+_Samples = Callable[[], Iterable[tuple[tuple[str, ...], float]]]
+
+
+class _ReadAtScrape:
+    """One metric family whose samples are read from their owner when scraped."""
+
+    def __init__(
+        self,
+        family: type[CounterMetricFamily | GaugeMetricFamily],
+        name: str,
+        help_text: str,
+        labels: tuple[str, ...],
+        samples: _Samples,
+    ) -> None:
+        self._family, self._name, self._help = family, name, help_text
+        self._labels, self._samples = labels, samples
+
+    def _empty(self) -> CounterMetricFamily | GaugeMetricFamily:
+        return self._family(self._name, self._help, labels=self._labels)
+
+    def describe(self) -> list[Metric]:
+        """The family without samples: lets the registry refuse a duplicate name."""
+        return [self._empty()]
+
+    def collect(self) -> list[Metric]:
+        metric = self._empty()
+        for label_values, value in self._samples():
+            metric.add_metric(label_values, value)
+        return [metric]
+
+
+def gauge(
+    registry: CollectorRegistry, name: str, help_text: str, read: Callable[[], float]
+) -> None:
+    """A value read at scrape time."""
+    registry.register(_ReadAtScrape(GaugeMetricFamily, name, help_text, (), lambda: [((), read())]))
+
+
+def counter(
+    registry: CollectorRegistry, name: str, help_text: str, read: Callable[[], float]
+) -> None:
+    """A monotonic count kept by its owner and read at scrape time (``name`` ends in
+    ``_total``)."""
+    registry.register(
+        _ReadAtScrape(CounterMetricFamily, name, help_text, (), lambda: [((), read())])
+    )
+
+
+def labeled_gauge(
+    registry: CollectorRegistry,
+    name: str,
+    help_text: str,
+    label: str,
+    read: Callable[[], Mapping[str, float]],
+) -> None:
+    """A gauge per label value; values are names from configuration, never requests."""
+    _labeled(registry, GaugeMetricFamily, name, help_text, label, read)
+
+
+def labeled_counter(
+    registry: CollectorRegistry,
+    name: str,
+    help_text: str,
+    label: str,
+    read: Callable[[], Mapping[str, float]],
+) -> None:
+    """A count per label value, kept by its owner; values are names from the code
+    (task names, error codes), never requests."""
+    _labeled(registry, CounterMetricFamily, name, help_text, label, read)
+
+
+def _labeled(
+    registry: CollectorRegistry,
+    family: type[CounterMetricFamily | GaugeMetricFamily],
+    name: str,
+    help_text: str,
+    label: str,
+    read: Callable[[], Mapping[str, float]],
+) -> None:
+    def samples() -> list[tuple[tuple[str, ...], float]]:
+        return [((value_label,), value) for value_label, value in sorted(read().items())]
+
+    registry.register(_ReadAtScrape(family, name, help_text, (label,), samples))

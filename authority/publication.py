@@ -1,0 +1,588 @@
+"""Publication: the checkpoint the authority serves, and how a checkpoint comes to be served.
+
+The log signs and stores a checkpoint as soon as its batch commits (``log.py``); the
+checkpoint is *published* (served by ``GET /checkpoint``, pushed to subscribers, put
+into receipts, written as the tiles directory's ``checkpoint`` file) only once it is
+cosigned as publication requires (``witnessing.py``: the embedded witness always, and
+a quorum of external witnesses if the operator set one). ``Publication`` owns the
+sequencer, whose ``publish`` hook is :meth:`Publication.publish`, and the served
+checkpoint; its background loops keep the served cosignatures fresh and, with many
+processes on one log, learn what the others published.
+
+Rules, cited by name:
+
+* **Serve forward.** The served checkpoint changes only in ``_serve``, called with the
+  publication lock held, and never to a smaller size.
+* **One rendering.** The served note is rendered only by ``_render``: the served
+  checkpoint with the cosignature lines gathered for that very size
+  (``Witnessing.note_for``). ``GET /checkpoint`` returns it and every push carries it
+  (``on_note``); a witness's late line re-renders it, and a line for another size
+  leaves it as it is.
+* **Publish.** ``publish`` takes the lock, has a larger checkpoint witnessed as
+  publication requires, then serves it; a receipt's note is rendered the same way for
+  the receipt's own size, and never lacks the embedded cosignature: without it the
+  append fails with 503 ``embedded_witness_unavailable`` (the notice stays durable; a
+  resubmission returns the receipt once the witness cosigns), as a missed publication
+  quorum fails with ``witness_quorum_unavailable``. Each failed publication is counted
+  by reason (``deplog_publication_failures_total``); a run of them is logged once. With
+  a tiles directory, ``_render`` also queues the note for its ``checkpoint`` file on the
+  writer thread (after the tiles of every batch committed before it), and ``publish``
+  returns only once the file holds it: a receipt's checkpoint is in the directory by
+  the time the receipt is sent.
+* **What publish returns.** ``publish`` returns the checkpoint actually served
+  (``Published``), at least the size it was asked to publish, and receipts prove into
+  it (``prove``: from the database, which may be past this process's own appends).
+* **Entries before publication.** ``entries_size`` is the largest checkpoint this
+  process signed and sent out for witnessing, served or not, and ``GET /v1/entries``
+  serves entries up to it. A map-verifying witness (``witness serve --verify-map``)
+  must fold a checkpoint's entries before it cosigns, so a publication quorum that
+  requires one would wait forever on entries served only under the published
+  checkpoint. Those entries are committed and immutable, and their checkpoint is signed
+  (one root per size): withholding a checkpoint is about its cosignatures, never about
+  its data. Proofs and the map stay at the served checkpoint (they vouch for what is
+  served).
+* **Start.** Until a publication succeeds after start, the served checkpoint is the one
+  last saved under a quorum, or else the latest checkpoint with whatever lines the
+  witnesses gave it; ``health`` reports the missing embedded cosignature.
+* **Background.** Re-cosigning, external witnessing rounds and learning run under the
+  server's one ``Supervisor``; ``stop_steps`` are the shutdown steps of this part, each
+  run even when an earlier one failed.
+* **Rounds.** With a cluster (many processes on one log, ``Database.cluster``,
+  ``storage/cluster.py``), publishing is a round: under the round lock, a ``published``
+  row that already covers the checkpoint is learned; otherwise the latest signed
+  checkpoint of the database (which may hold other processes' entries) is witnessed,
+  saved as the row, notified, and served once committed. Every process learns rows from
+  the others (``_learn``: notification, or polling every ``Cluster.poll_interval``),
+  and serves one only after its log signature and its witnesses' lines verify; a row
+  that does not is logged, counted (``deplog_published_rejected_total``) and never
+  served. The refresh loop shares the fresh lines it gathered through the row too, so
+  every process serves recent cosignatures.
+* **Health.** ``health`` names why publication is degraded, as stable codes: the
+  storage while appends fail and none succeeded since; the code of a failed
+  publication until one succeeds, the refresh loop's included;
+  ``embedded_witness_unavailable`` while the embedded witness cannot cosign;
+  ``cosignatures_stale`` when the served embedded cosignature is older than
+  ``STALE_REFRESHES`` refresh intervals.
+* **Map proofs at the served checkpoint.** A map proof is made at the served checkpoint
+  and nowhere else: the map is at one size (the last committed batch's: its tables,
+  and where the writer holds rows back, ``Database.holds_map_rows``, the rows it folded
+  and has not written yet, read above them, ``client.map.stored`` *Rows held back*), so a proof
+  read while that batch is not yet served waits for its publication, at most
+  ``map_proof_wait`` seconds (counted by the ``deplog_map_proofs_waiting`` gauge), then
+  fails with 503 ``map_not_published``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from deplog.authority import collectors
+from deplog.authority.log import Log
+from deplog.authority.sequencer import Published, Sequencer, SequencerLimits
+from deplog.authority.storage import store
+from deplog.authority.storage.cluster import Cluster
+from deplog.authority.storage.errors import IntegrityError, StorageError
+from deplog.authority.storage.reader import LogReader, ReaderPool
+from deplog.authority.supervise import Supervisor
+from deplog.authority.tiles import TilesDirectory
+from deplog.authority.witnessing import (
+    EmbeddedWitnessUnavailableError,
+    QuorumUnavailableError,
+    Witnessing,
+)
+from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.map.layer import ViewMoved
+from deplog.client.map.proof import MapProof
+from deplog.client.plumbing.storage_faults import StorageFault
+from deplog.client.plumbing.waiting import wait_until
+from deplog.client.tlog.checkpoint import open_checkpoint
+from deplog.client.tlog.note import parse_note
+
+__all__ = ["MAP_PROOF_WAIT", "MapNotPublishedError", "Publication"]
+
+log = logging.getLogger("deplog.authority")
+
+STALE_REFRESHES = 3
+"""Refresh intervals after which the served embedded cosignature counts as stale."""
+MAP_PROOF_WAIT = 5.0
+"""Seconds a map proof waits for the publication of the batch its map is at, by default
+(``--map-proof-wait``)."""
+_PUBLICATION_FAILURES = (EmbeddedWitnessUnavailableError, QuorumUnavailableError, StorageError)
+_PUBLICATION_CODES = frozenset(
+    error.code for error in (EmbeddedWitnessUnavailableError, QuorumUnavailableError)
+)
+
+
+class MapNotPublishedError(DeplogError):
+    """The map is at a batch whose checkpoint is not served yet (its publication waits for
+    witnesses): no proof can be made at the served checkpoint now; retry."""
+
+    code = ErrorCode.MAP_NOT_PUBLISHED
+    retry_after = 1
+
+
+class Publication:
+    """The sequencer, the served checkpoint and note, and the witnessing behind them.
+
+    ``checkpoint``, ``note`` and ``entries_size`` follow the module's rules; read them on
+    the event loop, which is the only place they change.
+    """
+
+    def __init__(
+        self,
+        log: Log,
+        readers: ReaderPool,
+        supervisor: Supervisor,
+        *,
+        limits: SequencerLimits | None = None,
+        witnessing: Callable[[Publication], Witnessing] | None = None,
+        tiles: TilesDirectory | None = None,
+        cluster: Cluster | None = None,
+        refresh_interval: float = 10.0,
+        map_proof_wait: float = MAP_PROOF_WAIT,
+        on_note: Callable[[bytes], None] = lambda _: None,
+    ) -> None:
+        self.readers = readers
+        self.supervisor = supervisor
+        self.cluster = cluster
+        self.refresh_interval = refresh_interval
+        self.map_proof_wait = map_proof_wait
+        self.on_note = on_note
+        """Called with every note rendered (*One rendering*): the push stream's feed."""
+        self.sequencer = Sequencer(log, limits, publish=self.publish, tiles=tiles, prove=self.prove)
+        self._checkpoint_file: asyncio.Future[None] | None = None
+        self._publishing = asyncio.Lock()
+        published = log.published
+        assert published is not None  # Log always publishes on open
+        self.checkpoint = published
+        self.entries_size = published.size
+        self.note = published.note
+        self.published_at = time.time()
+        self._next_serve = asyncio.Event()
+        self._learned_note: bytes | None = None
+        self.map_proofs_waiting = 0
+        self.failures: dict[str, int] = {}
+        """Failed publications by reason (``deplog_publication_failures_total``)."""
+        self._failing: str | None = None
+        self.published_rejected = 0
+        self.poll_failures = 0
+        self._rejected_size: int | None = None
+        self._learn_now = asyncio.Event()
+        self._signed_elsewhere = asyncio.Event()
+        self.witnessing = witnessing(self) if witnessing is not None else None
+        if self.witnessing is not None:
+            self.witnessing.on_change = self._cosigned
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        """The served checkpoint, publication failures and the waits on it; and those of
+        the sequencer and the witnessing."""
+        collectors.gauge(
+            registry,
+            "deplog_entries",
+            "Leaves in the latest published checkpoint.",
+            lambda: float(self.checkpoint.size),
+        )
+        collectors.gauge(
+            registry,
+            "deplog_checkpoint_age_seconds",
+            "Seconds since the latest checkpoint was published.",
+            lambda: time.time() - self.published_at,
+        )
+        collectors.gauge(
+            registry,
+            "deplog_map_proofs_waiting",
+            "Map proof requests waiting for the publication of the batch the map is at.",
+            lambda: float(self.map_proofs_waiting),
+        )
+        collectors.labeled_counter(
+            registry,
+            "deplog_publication_failures_total",
+            "Checkpoints not published (appends answered 503), by reason.",
+            "reason",
+            lambda: self.failures,
+        )
+        collectors.counter(
+            registry,
+            "deplog_published_rejected_total",
+            "Published rows from the shared database not served: they did not verify.",
+            lambda: float(self.published_rejected),
+        )
+        collectors.counter(
+            registry,
+            "deplog_published_poll_failures_total",
+            "Polls of the shared database's published checkpoint that failed.",
+            lambda: float(self.poll_failures),
+        )
+        self.sequencer.register_metrics(registry)
+        if self.witnessing is not None:
+            self.witnessing.register_metrics(registry, lambda: self.checkpoint)
+
+    async def start(self) -> None:
+        """Publish the latest checkpoint (*Start*), start the sequencer, then the loops."""
+        if self.cluster is not None:
+            await self.cluster.prepare()
+        try:
+            await self.publish(self.checkpoint, force=True)
+        except _PUBLICATION_FAILURES:
+            # Serve what last met the quorum (*Start*); the refresh loop keeps trying.
+            saved = await self.sequencer.call(self.sequencer.log.last_published)
+            async with self._publishing:
+                if saved is not None and self.witnessing is not None:
+                    self.witnessing.remember(*saved)
+                    self.checkpoint = saved[0]
+                self._render()
+        await self.sequencer.start()
+        if self.cluster is not None:
+            self.supervisor.spawn("published_listener", self._listen_published)
+            self.supervisor.spawn("published_poll", self._poll_published)
+        if self.witnessing is not None and self.refresh_interval > 0:
+            self.supervisor.spawn("cosignature_refresh", self._refresh_cosignatures)
+
+    def stop_steps(self) -> list[tuple[str, Callable[[], Any]]]:
+        """The shutdown steps of this part, in order (*Background*); the owner runs each,
+        after stopping the supervisor's tasks, even when an earlier one failed."""
+        # The sequencer drains its queue: publishing still needs the witnesses.
+        steps: list[tuple[str, Callable[[], Any]]] = [("sequencer", self.sequencer.stop)]
+        if self.witnessing is not None:
+            steps.append(("witnesses", self.witnessing.stop))
+        if self.cluster is not None:
+            steps.append(("cluster connections", self.cluster.close))
+        return steps
+
+    async def publish(self, checkpoint: store.StoredCheckpoint, force: bool = False) -> Published:
+        """Witness a larger checkpoint and serve it; returns the served checkpoint and note,
+        at least ``checkpoint``'s size, for receipts (*Publish*, *What publish returns*,
+        *Rounds*)."""
+        async with self._publishing:
+            try:
+                if checkpoint.size > self.checkpoint.size or force:
+                    if self.cluster is None:
+                        await self._witness(checkpoint)
+                        self._serve(checkpoint)
+                    else:
+                        await self._publish_round(checkpoint, force)
+                    if self._checkpoint_file is not None:
+                        await asyncio.shield(self._checkpoint_file)
+                if self.checkpoint.size < checkpoint.size:
+                    raise StorageError()  # a round that could not read what it published
+                if self.witnessing is not None and not self.witnessing.cosigned_by_embedded(
+                    self.checkpoint.size
+                ):
+                    raise EmbeddedWitnessUnavailableError()
+            except _PUBLICATION_FAILURES as err:
+                self._failed(err.code, checkpoint.size)
+                raise
+            if self._failing is not None:
+                log.info("publication resumed at size %d", self.checkpoint.size)
+                self._failing = None
+            return Published(self.checkpoint, self.note)
+
+    async def _publish_round(self, checkpoint: store.StoredCheckpoint, force: bool) -> None:
+        """*Rounds*: one round under the cluster's lock; the caller holds ``_publishing``.
+        ``force`` (at start) witnesses the latest checkpoint even if it is published."""
+        assert self.cluster is not None
+        try:
+            async with self.cluster.round() as round_:
+                row = round_.published
+                if not force and row is not None and row[0] >= checkpoint.size:
+                    await self._learn(*row)
+                    if self.checkpoint.size >= checkpoint.size:
+                        return
+                latest = await self._latest_signed()
+                if latest is None or latest.size < checkpoint.size:
+                    raise StorageError()
+                note = latest.note
+                if self.witnessing is not None:
+                    await self.witnessing.witness_new(latest)
+                    note = self.witnessing.note_for(latest)
+                await round_.save(latest.size, note)
+        except self.cluster.errors as err:
+            log.warning("publication round failed: %s", type(err).__name__)
+            raise StorageError() from None
+        self._serve(latest)
+
+    async def _latest_signed(self) -> store.StoredCheckpoint | None:
+        """The database's latest checkpoint, once its log signature verified (another
+        process may have signed it)."""
+        latest = await self.readers.read(lambda r: r.latest_checkpoint())
+        if latest is not None:
+            self._verified(latest)
+        return latest
+
+    def _verified(self, stored: store.StoredCheckpoint) -> None:
+        """Raise ``IntegrityError`` unless ``stored`` is signed by this log's key as stored."""
+        try:
+            checkpoint, _ = open_checkpoint(stored.note, self.sequencer.log.verifier)
+        except DeplogError:
+            raise IntegrityError(
+                ErrorCode.CHECKPOINT_INVALID, "a stored checkpoint is not signed by the log key"
+            ) from None
+        if (checkpoint.size, checkpoint.root_hash) != (stored.size, stored.root):
+            raise IntegrityError(ErrorCode.CHECKPOINT_INVALID, "a checkpoint row disagrees")
+
+    async def _learn(self, size: int, note: bytes) -> None:
+        """Serve a ``published`` row from the database if it is not behind the served
+        checkpoint and verifies (*Rounds*); the caller holds ``_publishing``."""
+        if size < self.checkpoint.size:
+            return
+        stored = await self.readers.read(lambda r: r.checkpoint_at(size))
+        try:
+            if stored is None:
+                raise IntegrityError(ErrorCode.CHECKPOINT_INVALID, "no checkpoint row")
+            self._verified(stored)
+            if parse_note(note)[0] != parse_note(stored.note)[0]:
+                raise IntegrityError(ErrorCode.CHECKPOINT_INVALID, "another checkpoint text")
+            if self.witnessing is not None:
+                self.witnessing.remember(stored, note)
+        except DeplogError as err:
+            self.published_rejected += 1
+            if self._rejected_size != size:
+                log.error("published checkpoint %d not served: %s (%s)", size, err.code, err)
+                self._rejected_size = size
+            return
+        if size > self.checkpoint.size:
+            self._serve(stored)
+        else:
+            self._render()  # the same size with fresher lines
+
+    async def _listen_published(self) -> None:
+        """Supervised: wake the poller on every notification of a new published row."""
+        assert self.cluster is not None
+        await self.cluster.listen(self._learn_now.set, self._signed_elsewhere_now)
+
+    def _signed_elsewhere_now(self) -> None:
+        self._signed_elsewhere.set()
+        self._learn_now.set()
+
+    async def _poll_published(self) -> None:
+        """Supervised: learn the published row when notified, and every poll interval.
+
+        A database failure does not end the loop (a supervisor's backoff would stretch
+        the interval): it is counted (``deplog_published_poll_failures_total``), logged
+        once until a poll succeeds again, and the next poll comes one interval later."""
+        assert self.cluster is not None
+        failing = False
+        failures: tuple[type[Exception], ...] = (*self.cluster.errors, StorageError)
+        while True:
+            await wait_until(self._learn_now, self.cluster.poll_interval)
+            self._learn_now.clear()
+            try:
+                await self._poll_once()
+                if self._signed_elsewhere.is_set():
+                    self._signed_elsewhere.clear()
+                    await self._publish_signed_elsewhere()
+            except failures as err:
+                self.poll_failures += 1
+                if not failing:
+                    log.warning("reading the published checkpoint failed: %s", type(err).__name__)
+                    failing = True
+                continue
+            if failing:
+                log.info("reading the published checkpoint works again")
+                failing = False
+
+    async def _publish_signed_elsewhere(self) -> None:
+        """An admin command signed a checkpoint no round publishes: publish it now rather
+        than at the next refresh (every process tries; one round does it, *Serve
+        forward*)."""
+        latest = await self._latest_signed()
+        if latest is not None and latest.size > self.checkpoint.size:
+            with contextlib.suppress(*_PUBLICATION_FAILURES):  # withheld: the refresh retries
+                await self.publish(latest)
+
+    async def _poll_once(self) -> None:
+        assert self.cluster is not None
+        row = await self.cluster.published()
+        if row is None or row[0] < self.checkpoint.size:
+            return
+        if row[0] == self.checkpoint.size and row[1] == self._learned_note:
+            return
+        async with self._publishing:
+            await self._learn(*row)
+        self._learned_note = row[1]
+
+    async def _share_lines(self) -> None:
+        """Save the served checkpoint's fresh lines as the published row (*Rounds*), merged
+        with the row's own, unless the row has moved past it (then learn it)."""
+        assert self.cluster is not None and self.witnessing is not None
+        async with self._publishing:
+            try:
+                async with self.cluster.round() as round_:
+                    row = round_.published
+                    if row is not None and row[0] > self.checkpoint.size:
+                        await self._learn(*row)
+                        return
+                    if row is not None and row[0] == self.checkpoint.size:
+                        with contextlib.suppress(DeplogError):
+                            self.witnessing.remember(self.checkpoint, row[1])
+                    if self.witnessing.cosigned_by_embedded(self.checkpoint.size):
+                        await round_.save(
+                            self.checkpoint.size, self.witnessing.note_for(self.checkpoint)
+                        )
+            except self.cluster.errors as err:
+                log.warning("sharing cosignatures failed: %s", type(err).__name__)
+                return
+            self._render()
+
+    async def prove(self, indexes: Sequence[int], size: int) -> list[tuple[bytes, ...]]:
+        """Inclusion proofs at ``size`` from the database (it may be past this process's
+        own appends: *What publish returns*)."""
+        proofs = await self.readers.read(lambda r: [r.inclusion(i, size).hashes for i in indexes])
+        return [tuple(p) for p in proofs]
+
+    async def consistency_proof(self, old: int, new: int) -> Sequence[bytes]:
+        """The consistency proof between two sizes, for the witnesses' requests."""
+        proof = await self.readers.read(lambda r: r.consistency(old, new))
+        hashes: Sequence[bytes] = proof.hashes
+        return hashes
+
+    async def _witness(self, checkpoint: store.StoredCheckpoint) -> None:
+        if self.witnessing is None:
+            return
+        # Its entries are served from now on (*Entries before publication*).
+        self.entries_size = max(self.entries_size, checkpoint.size)
+        await self.witnessing.witness_new(checkpoint)
+        if self.witnessing.quorum:
+            note = self.witnessing.note_for(checkpoint)
+            await self.sequencer.call(self.sequencer.log.save_published, checkpoint, note)
+
+    def _failed(self, code: str, size: int) -> None:
+        self.failures[code] = self.failures.get(code, 0) + 1
+        if self._failing != code:
+            log.warning("checkpoint %d not published: %s; appends get 503 until it is", size, code)
+            self._failing = code
+
+    def _serve(self, checkpoint: store.StoredCheckpoint) -> None:
+        """Make ``checkpoint`` the served one (*Serve forward*); the caller holds the lock."""
+        assert self._publishing.locked() and checkpoint.size >= self.checkpoint.size
+        self.checkpoint, self.published_at = checkpoint, time.time()
+        if self.witnessing is not None:
+            self.witnessing.forget_below(checkpoint.size)
+        self._render()
+        self._next_serve.set()
+        self._next_serve = asyncio.Event()
+
+    def _render(self) -> None:
+        """Render the served note and hand it on (*One rendering*): the only writer of
+        ``note``."""
+        if self.witnessing is not None:
+            self.note = self.witnessing.note_for(self.checkpoint)
+        else:
+            self.note = self.checkpoint.note
+        self.on_note(self.note)
+        self._queue_checkpoint_file()
+
+    def _queue_checkpoint_file(self) -> None:
+        """Queue the served note for the tiles directory's ``checkpoint`` file (*Publish*)."""
+        tiles = self.sequencer.tiles
+        if tiles is None:
+            return
+        try:
+            written = self.sequencer.schedule(
+                _write_checkpoint_file, tiles, self.checkpoint.size, self.note
+            )
+        except RuntimeError:  # the writer thread has stopped: we are shutting down
+            return
+        written.add_done_callback(_consume_failure)
+        self._checkpoint_file = written
+
+    def _cosigned(self, size: int) -> None:
+        """A witness gave a line for ``size``: the served note changes only if it is its size."""
+        if size == self.checkpoint.size:
+            self._render()
+
+    async def _refresh_cosignatures(self) -> None:
+        """Re-submit the served checkpoint to every witness, so timestamps stay recent; and
+        publish the latest checkpoint if its publication failed."""
+        assert self.witnessing is not None
+        while True:
+            await asyncio.sleep(self.refresh_interval)
+            if self.cluster is None:
+                latest = self.sequencer.log.published
+            else:  # the database's latest, whichever process signed it
+                latest = await self._latest_signed()
+            if latest is not None and latest.size > self.checkpoint.size:
+                with contextlib.suppress(*_PUBLICATION_FAILURES):  # withheld: try again later
+                    await self.publish(latest)
+                continue
+            await self.witnessing.cosign_all(self.checkpoint, self.witnessing.witnesses)
+            if self.cluster is not None:
+                await self._share_lines()
+
+    def health(self, now: float) -> list[str]:
+        """Why publication is degraded, as stable codes (*Health*); empty when it is ok."""
+        reasons = []
+        failing = self.sequencer.failing
+        if failing is not None and failing not in _PUBLICATION_CODES:
+            reasons.append(failing)  # the storage: clears when an append succeeds
+        if self._failing is not None:
+            reasons.append(self._failing)  # clears when a publication succeeds
+        if self.witnessing is not None:
+            if self.witnessing.embedded_failing:
+                reasons.append(EmbeddedWitnessUnavailableError.code)
+            age = self.witnessing.embedded_age(self.checkpoint.size, now)
+            bound = STALE_REFRESHES * self.refresh_interval
+            if age is not None and bound > 0 and age > bound:
+                reasons.append("cosignatures_stale")
+        return sorted(set(reasons))
+
+    async def map_proof(self, tool_id: str) -> tuple[bytes, MapProof]:
+        """The served note and the proof of ``tool_id`` in the map at its size (*Map proofs
+        at the served checkpoint*).
+
+        The map may be one batch ahead of the served checkpoint (committed, not yet
+        published) or, by the time the read returns, one behind: read again after
+        the next publication, or at once, until both agree or ``map_proof_wait`` ends.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.map_proof_wait
+        while True:
+            served = self._next_serve
+            stored = self.sequencer.log.map
+            view = stored.view  # the rows the writer holds, as of its last commit
+            try:
+                size, proof = await self.readers.read(
+                    functools.partial(
+                        LogReader.map_proof,
+                        tool_id=tool_id,
+                        view=view,
+                        moved=lambda: stored.slices != view.slices,  # noqa: B023
+                    )
+                )
+            except ViewMoved:  # the writer wrote a slice meanwhile: read again
+                size = -1
+            if size == self.checkpoint.size:
+                return self.note, proof
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise MapNotPublishedError()
+            if size > self.checkpoint.size:
+                self.map_proofs_waiting += 1
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(served.wait(), remaining)
+                finally:
+                    self.map_proofs_waiting -= 1
+
+
+def _write_checkpoint_file(tiles: TilesDirectory, size: int, note: bytes) -> None:
+    """Writer thread: a checkpoint file that cannot be written fails the publication."""
+    try:
+        tiles.publish_checkpoint(size, note)
+    except (OSError, StorageFault) as err:
+        log.error("writing the tiles directory's checkpoint failed: %s", err)
+        raise StorageError() from None
+
+
+def _consume_failure(future: asyncio.Future[None]) -> None:
+    """Failures are logged where they happen; a write nobody awaits must not warn again."""
+    if not future.cancelled():
+        future.exception()

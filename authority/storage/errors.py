@@ -1,0 +1,41 @@
+"""What a failure of the log's storage means, whichever layer finds it.
+
+Two meanings, each one class with stable codes (``client.errors``); the transport maps
+them to statuses once (``http/status.py``: both are 503):
+
+* :class:`StorageError`: the database failed (disk full, read-only, I/O error, a lost
+  connection); nothing was changed, and retrying later may succeed.
+* :class:`IntegrityError`: stored data fails its own hash check or no longer matches
+  what the authority signed; it is never served, and the authority does not start on it.
+
+The writer (``log.py``), the readers (``reader.py``), the tiles and the publication all
+raise these, so they live with the storage they describe, below every one of them.
+"""
+
+from __future__ import annotations
+
+from deplog.client.errors import DeplogError, ErrorCode
+
+__all__ = ["IntegrityError", "StorageError"]
+
+
+class StorageError(DeplogError):
+    """The database failed (disk full, read-only, I/O error): nothing was changed."""
+
+    code = ErrorCode.STORAGE_UNAVAILABLE
+
+
+class IntegrityError(DeplogError):
+    """Stored data that fails its own hash check or no longer matches what the authority
+    signed: refuse to serve it, and to start on it."""
+
+    codes = frozenset(
+        {
+            ErrorCode.STORAGE_CORRUPT,
+            ErrorCode.STORED_ROOT_MISMATCH,
+            ErrorCode.CHECKPOINT_INVALID,
+            ErrorCode.TREE_TRUNCATED,
+            ErrorCode.REGISTRY_MISMATCH,
+        }
+    )
+    code = ErrorCode.STORAGE_CORRUPT

@@ -1,0 +1,233 @@
+"""The SQLite backend: the log in one file, its connections and its DDL.
+
+The embedded default (``--data``'s ``log.db``). The queries every backend runs are in
+``store``, ``tree`` and ``reader`` (the common subset, ``client.plumbing.dbapi``); what is
+SQLite's alone is here, behind :class:`SqliteDatabase`.
+
+Rules, cited by name:
+  * **Durable.** One file in WAL mode with ``synchronous=FULL``: a commit returns only
+    after the WAL is on disk, so a transaction that committed survives a kill or a
+    power cut.
+  * **One writer.** One process writes it (the server holds ``authority.lock``),
+    through one connection: a write transaction is ``BEGIN IMMEDIATE``; readers use
+    their own connections and see committed snapshots, so plain reads by the writer
+    agree with each other without a transaction (``Database.shared`` is false), and
+    the writer may hold the map's rows back.
+  * **Schema at open.** ``prepare`` creates what is missing and never touches
+    existing rows: the authority brings a file up to date when it opens it (no
+    ``migrate``). The tool-status map's tables are ``client.map``'s (the client
+    keeps its own map in the same tables); a map of another record format is dropped
+    there and folded again from the log.
+  * **Faults by evidence.** A failure to open or read the file is classified by
+    evidence (``client.plumbing.storage_faults``), and a file the failed attempt created is
+    removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import sqlite_utils
+
+from deplog.authority.storage.database import Database
+from deplog.client.errors import CLIError
+from deplog.client.map.sqlstore import STORE_FORMAT
+from deplog.client.map.stored import StoredMap
+from deplog.client.plumbing.dbapi import Connection
+from deplog.client.plumbing.storage_faults import database_fault, database_files, opening_database
+
+__all__ = ["SqliteDatabase"]
+
+BUSY_TIMEOUT_MS = 5000
+WRITER_CACHE_KIB = 64 * 1024
+"""SQLite's page cache on the writer's connection (64 MiB, against SQLite's default
+2 MB): the pages of the map's paths and the tree's recent nodes stay in memory."""
+
+_TREE_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS leaves (
+        idx INTEGER PRIMARY KEY,
+        data BLOB NOT NULL,
+        hash BLOB NOT NULL
+    ) STRICT""",
+    """CREATE TABLE IF NOT EXISTS nodes (
+        level INTEGER NOT NULL,
+        idx INTEGER NOT NULL,
+        hash BLOB NOT NULL,
+        PRIMARY KEY (level, idx)
+    ) STRICT, WITHOUT ROWID""",
+    # Append-only: contiguous indices are what make a leaf index meaningful.
+    """CREATE TRIGGER IF NOT EXISTS leaves_append_only_update BEFORE UPDATE ON leaves
+        BEGIN SELECT RAISE(ABORT, 'leaves are append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS leaves_append_only_delete BEFORE DELETE ON leaves
+        BEGIN SELECT RAISE(ABORT, 'leaves are append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS nodes_append_only_update BEFORE UPDATE ON nodes
+        BEGIN SELECT RAISE(ABORT, 'nodes are append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS nodes_append_only_delete BEFORE DELETE ON nodes
+        BEGIN SELECT RAISE(ABORT, 'nodes are append-only'); END""",
+)
+"""The tree's tables (``tree.py``: leaves and stored subtree hashes), append-only."""
+
+
+def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """A connection with explicit transactions (``BEGIN``/``COMMIT``) and durable commits."""
+    if readonly:
+        conn = sqlite3.connect(
+            f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+        )
+    else:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    if not readonly:
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+def _limit_size(conn: sqlite3.Connection, max_bytes: int) -> None:
+    """Refuse to grow the database beyond ``max_bytes`` (writes then fail like a full disk)."""
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    conn.execute(f"PRAGMA max_page_count = {max(1, max_bytes // page_size)}")
+
+
+def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
+    """sqlite-utils over our connection, leaving it as ``connect`` set it up: no plugin
+    hooks run on it and no pragma changes. Its writes inside our transaction are
+    savepoints, so they commit only with it."""
+    return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    """Create every table that is missing (*Schema at open*); existing data is never touched."""
+    for statement in _TREE_SCHEMA:
+        conn.execute(statement)
+    if StoredMap.create_schema(conn):
+        logging.getLogger("deplog.authority").info(
+            "dropped a tool-status map of another store format: it is folded again "
+            "from the log in format %d",
+            STORE_FORMAT,
+        )
+    db = _database(conn)
+    db.table("checkpoints").create(
+        {"size": int, "root": bytes, "note": bytes, "signed_at": str},
+        pk="size",
+        not_null={"root", "note", "signed_at"},
+        if_not_exists=True,
+        strict=True,
+    )
+    db.table("notices").create(
+        {"publisher": str, "sequence": int, "idx": int, "digest": bytes},
+        pk=("publisher", "sequence"),
+        not_null={"idx", "digest"},
+        if_not_exists=True,
+        strict=True,
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS notices_by_idx ON notices (idx)")
+    db.table("tool_entries").create(
+        {"tool_id": str, "idx": int},
+        pk=("tool_id", "idx"),
+        if_not_exists=True,
+        strict=True,
+    )
+    db.table("invalid_entries").create(
+        {"idx": int, "code": str, "cause": str, "tool_id": str},
+        pk="idx",
+        not_null={"code"},
+        if_not_exists=True,
+        strict=True,
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS invalid_by_tool ON invalid_entries (tool_id, idx)")
+    db.table("published").create(
+        {"id": int, "size": int, "note": bytes},
+        pk="id",
+        not_null={"size", "note"},
+        if_not_exists=True,
+        strict=True,
+    )
+    db.table("registry").create(
+        {"id": int, "size": int, "state": str},
+        pk="id",
+        not_null={"size", "state"},
+        if_not_exists=True,
+        strict=True,
+    )
+
+
+class SqliteDatabase(Database):
+    """The embedded default: one SQLite file in WAL mode, written by one process."""
+
+    shared: ClassVar[bool] = False
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.errors = (sqlite3.Error,)
+
+    def describe(self) -> str:
+        return str(self.path)
+
+    def passed_to_child(self, variable: str) -> tuple[str, dict[str, str]]:
+        return str(self.path), {}
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def cannot_create(self) -> str | None:
+        return None if self.path.parent.is_dir() else f"{self.path.parent} is not a directory"
+
+    def discard(self) -> None:
+        for file in database_files(self.path):
+            with contextlib.suppress(FileNotFoundError):
+                file.unlink()
+
+    def connect(self, readonly: bool = False) -> Connection:
+        return _connect(self.path, readonly=readonly)
+
+    def connect_writer(self) -> Connection:
+        conn = _connect(self.path)
+        conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
+        return conn
+
+    def prepare(self, conn: Connection) -> None:
+        _create_schema(conn)  # type: ignore[arg-type]
+
+    def require_current(self, conn: Connection) -> None:
+        found = conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+            "('leaves', 'checkpoints', 'map_state')"
+        ).fetchone()[0]
+        if found != 3 or StoredMap.other_format(conn):  # type: ignore[arg-type]
+            raise CLIError(
+                f"{self.path} is not a log of this version: start the authority on it once "
+                "(it brings the log up to date), then copy"
+            )
+
+    def begin_write(self, conn: Connection) -> int | None:
+        conn.execute("BEGIN IMMEDIATE")
+        return None
+
+    def begin_unordered(self, conn: Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+
+    def begin_read(self, conn: Connection) -> None:
+        conn.execute("BEGIN")
+
+    def set_head(self, conn: Connection, size: int) -> None:
+        """Nothing to do: the leaves are the only count of a SQLite log."""
+
+    def limit_size(self, conn: Connection, max_bytes: int) -> None:
+        _limit_size(conn, max_bytes)  # type: ignore[arg-type]
+
+    def fault(self, err: Exception) -> CLIError:
+        assert isinstance(err, sqlite3.Error | OSError)
+        return database_fault(err, self.path)
+
+    @contextlib.contextmanager
+    def opening(self, close: Callable[[], None]) -> Iterator[None]:
+        """*Faults by evidence*: an ``OSError`` is classified too, and the files a failed
+        attempt created are removed."""
+        with opening_database(self.path, close):
+            yield
