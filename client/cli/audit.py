@@ -1,74 +1,32 @@
-"""``deplog audit ...`` and ``deplog export``: the auditor's command line.
+"""``deplog audit ...``: the auditor's commands, over files only (never the network).
 
-Thin over :mod:`client.audit` and :mod:`client.bundle`. The ``audit``
-commands read files only and never touch the network; ``export`` is the one
-command that fetches (through the follower's ``HttpLogSource``, with its
-bounds, checks and error codes), and it writes exactly the files ``audit
-replay`` reads: ``DIR/checkpoint`` (the signed note, verbatim, cosignatures
-included) and ``DIR/entries`` (every leaf as a tlog-tiles entry bundle).
+Thin over ``client.audit``. Rules:
 
-``--log-key`` takes a verifier key (``name+hex8+base64``) or the path of a
-file holding one, such as the authority's ``keys/<origin>.pub``. ``--origin``
-names the checkpoints' origin when it differs from the key name (C2SP
-tlog-checkpoint: they SHOULD match, need not; sum.golang.org's key
-``sum.golang.org`` signs ``go.sum database tree``). Each command
-prints one line on success; on failure it prints one line to stderr naming
-the error code (and, for a replay, the first bad index) and exits with 1.
-Input files are read with size limits, so a hostile file cannot exhaust
-memory.
-
-``audit map DIR`` recomputes the tool-status map from ``DIR/entries`` and checks
-the ``deplog-map/v1`` root of ``DIR/checkpoint``, of every file in
-``DIR/checkpoints/`` and of each ``--checkpoint FILE``; it names the first size
-whose root is not the fold of the entries under it (``bad_map_root``).
-
-``audit status PROOF TOOL_ID VERSION`` checks a tool-status proof as served by
-``GET /v1/tools/{tool_id}/proof`` (or handed over in an MCP ``_meta`` annotation): the
-checkpoint it was made at (the JSON form carries it; ``--checkpoint FILE`` names it, and
-is then the one that counts) against ``--log-key`` or a whole ``--policy``, the proof
-against that checkpoint's ``deplog-map/v1`` root, and prints the version's status at
-``--at`` (default now). It exits by the verdict table of ``deplog check``: 0 active or
-deprecated, ``EXIT_REFUSE`` (5) revoked or sunset, ``EXIT_STALE`` (6) when ``--max-age``
-asks for a checkpoint its witness quorum cosigned more recently, ``EXIT_UNKNOWN`` (7) for a
-tool id or version that is not one; 1 when anything does not verify.
-
-``audit tools LISTING...`` checks a guarded MCP ``tools/list`` answer the same way for every
-listed deplog tool (``client.cache.listing_proofs``): each distinct checkpoint its proofs
-carry verified once, one line per tool, and the most severe tool's exit: 1 a proof or
-checkpoint that does not verify, then 5 refused (listed nonetheless), 6 stale, 7 no proof
-or no valid identity.
-
-``audit evidence`` exits 0 only when the file proves a fork (two signed
-roots for one size); a file that checks out but proves nothing (a failing,
-unsigned consistency proof: a suspicion) prints ``not proven: ...`` and exits
-with ``EXIT_NOT_PROVEN`` (4).
-
-``audit checkpoint --policy FILE`` checks a C2SP tlog-policy (log signature
-and witness quorum, :mod:`client.policy`) and adds one line per valid
-cosignature to its success line, naming its type (``ed25519`` or ``ml-dsa-44``) and,
-for one over the first three lines only, ``tree lines only`` (JSON: ``algorithm``
-and ``statement``, ``full_body`` or ``tree_lines``); the quorum time is the
-witnessed time. ``audit receipt --policy FILE`` checks a receipt's checkpoint the
-same way before its inclusion proof. With ``--policy``, ``--log-key`` is optional;
-if given it is the only log accepted (tlog-policy: a policy may leave the logs to
-context).
+1. ``--log-key`` takes a verifier key or a file holding one; ``--origin`` names the
+   checkpoints' origin when it is not the key name (C2SP tlog-checkpoint: they SHOULD
+   match, need not). With ``--policy`` (C2SP tlog-policy) the log key is optional and,
+   if given, the only log accepted; the witnessed time is the quorum's.
+2. Input files are read against size limits, so a hostile file cannot exhaust memory.
+3. Success prints one line (``--json``: one object); a failure prints one line naming
+   the error code (and, for a replay, the first bad index) and exits 1.
+4. ``status`` and ``tools`` exit by ``deplog check``'s verdict table
+   (``client.cli.verdicts``); ``evidence`` exits ``EXIT_NOT_PROVEN`` (4) for a file that
+   proves nothing; ``replay`` exits 1 when the log holds entries that fail validation.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from deplog.client.audit.bundle import read_entries, write_entries
+from deplog.client.audit.bundle import read_entries
 from deplog.client.audit.mapaudit import audit_map
 from deplog.client.audit.offline import (
     AuditInputError,
@@ -77,7 +35,7 @@ from deplog.client.audit.offline import (
     audit_consistency,
     replay,
 )
-from deplog.client.audit.tiledir import MirrorReport, mirror_tiles, tiles_dir_leaves
+from deplog.client.audit.tiledir import tiles_dir_leaves
 from deplog.client.cache.guard import Verdict
 from deplog.client.cache.listing_proofs import ListedTool, verify_listing
 from deplog.client.cli import verdicts
@@ -89,9 +47,7 @@ from deplog.client.cli.trust import (
     read_log_key,
 )
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
-from deplog.client.follow.http import HttpLogSource
-from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
-from deplog.client.follow.tiles import TilesLogSource
+from deplog.client.follow.source import PAGE_SIZE
 from deplog.client.map.line import require_map_root
 from deplog.client.map.proof import MapProof, MapProofDocument, verify_tool_status
 from deplog.client.model import canonical
@@ -100,57 +56,41 @@ from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, decode_ent
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
 from deplog.client.model.rules import InvalidEntry
 from deplog.client.model.semver import Version
-from deplog.client.plumbing.files import write_atomic
 from deplog.client.plumbing.progress import Progress
 from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin
 from deplog.client.tlog.cosignature import TREE_LINES, Cosignature
 from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
 from deplog.client.tlog.keyfile import read_verifier_key
-from deplog.client.tlog.note import MAX_NOTE_SIZE, Verifier, encode_base64, parse_note
-from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyError, PolicyLog
-from deplog.client.tlog.proofs import (
-    ConsistencyProof,
-    TreeFrontier,
-    TreeMismatchError,
-    leaf_hash,
-    verify_inclusion,
+from deplog.client.tlog.note import MAX_NOTE_SIZE, encode_base64, parse_note
+from deplog.client.tlog.policy import (
+    MAX_POLICY_SIZE,
+    Policy,
+    PolicyError,
+    PolicyLog,
+    VerifiedCheckpoint,
 )
+from deplog.client.tlog.proofs import ConsistencyProof, leaf_hash, verify_inclusion
 from deplog.client.tlog.receipt import MAX_RECEIPT_SIZE, Receipt
 from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
     "EXIT_NOT_PROVEN",
-    "ExportError",
-    "describe_cosignature",
-    "export",
-    "mirror",
-    "read_bounded",
-    "read_log_key",
+    "checkpoint_json",
+    "counting",
+    "describe",
+    "guarded",
+    "policy_lines",
     "register",
+    "result",
 ]
 
 MAX_PROOF_FILE: Final = 64 * 1024
 MAX_MAP_PROOF_FILE: Final = 16 * 1024 * 1024
-"""A tool-status proof file's bound: the proof carries the tool's whole record, which
-grows with its notices (docs/fold-spec.md: no per-tool cap in v1); 16 MiB is some
-300,000 notices on one tool."""
+"""A tool-status proof carries the tool's whole record (no per-tool cap in v1): 16 MiB is
+some 300,000 notices on one tool."""
 
 _Command = Callable[[argparse.Namespace], int]
-
-
-class ExportError(DeplogError):
-    """An authority URL export cannot use (``bad_url``).
-
-    What the authority answers is checked by the log source, whose ``FetchError``
-    codes export shares with the follower; leaves that miss the checkpoint's
-    root are ``TreeMismatchError``, as for a follower.
-    """
-
-    code = ErrorCode.BAD_URL
-
-
-# --- helpers ------------------------------------------------------------------
 
 
 def _origin(text: str) -> str:
@@ -161,30 +101,29 @@ def _origin(text: str) -> str:
         raise argparse.ArgumentTypeError("an origin is one non-empty line of text") from None
 
 
-def _failure(command: str, err: BaseException) -> int:
-    """Print the one-line failure message and return the exit status."""
-    if isinstance(err, DeplogError):
-        message = str(err.code)
-        cause = getattr(err, "cause", None)
-        if cause:
-            message += f" ({cause})"
-        index = getattr(err, "index", None)
-        if isinstance(index, int):
-            message += f" at index {index}"
-        if str(err) != err.code and not cause and not isinstance(index, int):
-            message += f": {err}"  # messages are value-free by design, so safe to print
-        else:
-            message += f"; {SENTENCES[err.code]}"
-    elif isinstance(err, OSError):
-        message = file_fault(err).message
+def _failure(command: str, err: DeplogError | OSError) -> int:
+    """Print the one-line failure message (rule 3) and return the exit status."""
+    if isinstance(err, OSError):
+        fault = file_fault(err)
+        print(f"deplog {command}: {fault.message}", file=sys.stderr)
+        return fault.exit_status
+    message = str(err.code)
+    cause = getattr(err, "cause", None)
+    if cause:
+        message += f" ({cause})"
+    index = getattr(err, "index", None)
+    if isinstance(index, int):
+        message += f" at index {index}"
+    if str(err) != err.code and not cause and not isinstance(index, int):
+        message += f": {err}"  # messages are value-free by design, so safe to print
     else:
-        message = str(err)
+        message += f"; {SENTENCES[err.code]}"
     print(f"deplog {command}: {message}", file=sys.stderr)
-    return file_fault(err).exit_status if isinstance(err, OSError) else 1
+    return 1
 
 
-def _guarded(name: str, fn: _Command) -> _Command:
-    """Run ``fn``, turning deplog and file errors into a one-line failure (exit 1)."""
+def guarded(name: str, fn: _Command) -> _Command:
+    """``fn``, with deplog and file errors turned into a one-line failure (rule 3)."""
 
     def run(args: argparse.Namespace) -> int:
         try:
@@ -197,22 +136,21 @@ def _guarded(name: str, fn: _Command) -> _Command:
     return run
 
 
-def _describe(checkpoint: Checkpoint) -> str:
+def describe(checkpoint: Checkpoint) -> str:
+    """A checkpoint in one line of output: origin, size and root."""
     return f"{checkpoint.origin} size {checkpoint.size} root {encode_base64(checkpoint.root_hash)}"
 
 
-# --- audit commands -------------------------------------------------------------
-
-
-def _result(args: argparse.Namespace, lines: list[str], shape: dict[str, Any]) -> None:
-    """A command's result: its text lines, or with ``--json`` one JSON object (README)."""
+def result(args: argparse.Namespace, lines: list[str], shape: dict[str, Any]) -> None:
+    """A command's result: its text lines, or with ``--json`` one JSON object (rule 3)."""
     if args.json:
         print(json.dumps(shape, sort_keys=True))
     else:
         print("\n".join(lines))
 
 
-def _checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:
+def checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:
+    """A checkpoint in ``--json`` output."""
     return {
         "origin": checkpoint.origin,
         "size": checkpoint.size,
@@ -220,7 +158,7 @@ def _checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:
     }
 
 
-def _counting(
+def counting(
     leaves: Iterator[bytes], total: int, on_progress: Callable[[int, int], None]
 ) -> Iterator[bytes]:
     """``leaves`` unchanged, reporting ``(done, total)`` every page and at the end."""
@@ -237,16 +175,25 @@ def _rfc3339(timestamp: int) -> str:
     return format_timestamp(datetime.fromtimestamp(timestamp, UTC))
 
 
+def policy_lines(verified: VerifiedCheckpoint) -> list[str]:
+    """The quorum line, then one line per valid cosignature: what a policy adds to output."""
+    when = verified.witnessed_at
+    return [
+        f"quorum {'none required' if when is None else f'met at {_rfc3339(when)}'}",
+        *(
+            f"  cosigned by {c.name} at {_rfc3339(c.timestamp)}{_algorithm(c)}"
+            for c in verified.cosignatures
+        ),
+    ]
+
+
 _CheckpointVerifier = Callable[[bytes], tuple[Checkpoint, list[str], dict[str, Any]]]
 
 
 def _checkpoint_verifier(args: argparse.Namespace, max_age: float | None) -> _CheckpointVerifier:
-    """Checks a note with ``--log-key``, or with a whole ``--policy`` (then the log key, if
-    given, is the only log accepted), and returns what a policy adds to the result: its
-    quorum line, a line per valid cosignature, and their JSON members. The flags are read
-    once, here (a bad one is a usage error before any note is looked at). Offline: no
-    freshness bound unless ``max_age`` (``stale_checkpoint``, also for a policy that
-    dates nothing), but cosignatures dated in the future never count."""
+    """Checks a note with ``--log-key`` or ``--policy`` (rule 1), returning the lines and
+    JSON members a policy adds; the flags are read here, before any note. Offline: no
+    freshness bound unless ``max_age`` (``stale_checkpoint``)."""
     if args.policy is None:
         if args.log_key is None:
             raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")
@@ -263,11 +210,6 @@ def _checkpoint_verifier(args: argparse.Namespace, max_age: float | None) -> _Ch
         when = verified.witnessed_at
         if max_age is not None and when is None:
             raise PolicyError(ErrorCode.STALE_CHECKPOINT, "no witness quorum dates it")
-        lines = [f"quorum {'none required' if when is None else f'met at {_rfc3339(when)}'}"]
-        lines += [
-            f"  cosigned by {c.name} at {_rfc3339(c.timestamp)}{describe_cosignature(c)}"
-            for c in verified.cosignatures
-        ]
         shape = {
             "quorum_met_at": None if when is None else _rfc3339(when),
             "cosignatures": [
@@ -283,7 +225,7 @@ def _checkpoint_verifier(args: argparse.Namespace, max_age: float | None) -> _Ch
         if policy.map_quorum is not None:
             met = verified.map_witnessed_at
             shape["map_quorum_met_at"] = None if met is None else _rfc3339(met)
-        return verified.checkpoint, lines, shape
+        return verified.checkpoint, policy_lines(verified), shape
 
     return verify
 
@@ -292,17 +234,15 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     checkpoint, policy_lines, policy_shape = _checkpoint_verifier(args, None)(
         read_bounded(args.file, MAX_NOTE_SIZE)
     )
-    first = f"ok: checkpoint {_describe(checkpoint)}"
+    first = f"ok: checkpoint {describe(checkpoint)}"
     if policy_lines:
         first += f"; {policy_lines[0]}"
-    shape = {"ok": True, "checkpoint": _checkpoint_json(checkpoint), **policy_shape}
-    _result(args, [first, *policy_lines[1:]], shape)
+    shape = {"ok": True, "checkpoint": checkpoint_json(checkpoint), **policy_shape}
+    result(args, [first, *policy_lines[1:]], shape)
     return 0
 
 
 def _cmd_receipt(args: argparse.Namespace) -> int:
-    """A receipt against ``--log-key``, or against a whole ``--policy`` (its checkpoint's
-    cosignatures and quorum too, as ``audit checkpoint --policy`` checks them)."""
     verify = _checkpoint_verifier(args, None)
     if args.envelope is not None:
         body = read_bounded(args.envelope, MAX_ENVELOPE_BYTES)
@@ -316,24 +256,22 @@ def _cmd_receipt(args: argparse.Namespace) -> int:
     verify_inclusion(
         leaf_hash(leaf), receipt.index, checkpoint.size, receipt.proof, checkpoint.root_hash
     )
-    first = f"ok: entry {receipt.index} is included in {_describe(checkpoint)}"
+    first = f"ok: entry {receipt.index} is included in {describe(checkpoint)}"
     if policy_lines:
         first += f"; {policy_lines[0]}"
     shape = {
         "ok": True,
         "index": receipt.index,
-        "checkpoint": _checkpoint_json(checkpoint),
+        "checkpoint": checkpoint_json(checkpoint),
         **policy_shape,
     }
-    _result(args, [first, *policy_lines[1:]], shape)
+    result(args, [first, *policy_lines[1:]], shape)
     return 0
 
 
-def describe_cosignature(cosig: Cosignature) -> str:
-    """What a cosignature line adds after its time: nothing for the spec's Ed25519
-    full-body form, else `` (ed25519, tree lines only)`` or `` (ml-dsa-44, tree lines
-    only)``: its type, and that it covers only the origin, size and root (no extension
-    line, so not the map line)."""
+def _algorithm(cosig: Cosignature) -> str:
+    """Nothing for the spec's Ed25519 full-body form, else its type and that it covers
+    only the origin, size and root (so not the map line)."""
     if cosig.algorithm == "ed25519" and cosig.statement != TREE_LINES:
         return ""
     return f" ({cosig.algorithm}, tree lines only)"
@@ -348,8 +286,8 @@ def _cmd_consistency(args: argparse.Namespace) -> int:
         read_log_key(args.log_key),
         args.origin,
     )
-    shape = {"ok": True, "old": _checkpoint_json(old), "new": _checkpoint_json(new)}
-    _result(args, [f"ok: {new.origin} size {new.size} is consistent with size {old.size}"], shape)
+    shape = {"ok": True, "old": checkpoint_json(old), "new": checkpoint_json(new)}
+    result(args, [f"ok: {new.origin} size {new.size} is consistent with size {old.size}"], shape)
     return 0
 
 
@@ -372,7 +310,7 @@ def _cmd_evidence(args: argparse.Namespace) -> int:
         "reporter": evidence.reporter,
         "detected_at": evidence.detected_at,
     }
-    _result(args, [line], shape)
+    result(args, [line], shape)
     return 0 if evidence.proven else EXIT_NOT_PROVEN
 
 
@@ -400,10 +338,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         leaves = read_entries(entries_path)
     total = Checkpoint.from_text(parse_note(note)[0]).size  # for display; replay verifies
     with Progress("replaying entries", quiet=args.json) as progress:
-        report = replay(_counting(leaves, total, progress.update), note, log_key, args.origin)
+        report = replay(counting(leaves, total, progress.update), note, log_key, args.origin)
     shape = {
         "ok": not report.invalid,
-        "checkpoint": _checkpoint_json(report.checkpoint),
+        "checkpoint": checkpoint_json(report.checkpoint),
         "notices": report.notices,
         "publisher_entries": report.publisher_entries,
         "publishers": list(report.publishers),
@@ -419,7 +357,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         ]
         if len(report.invalid) > _INVALID_SHOWN:
             lines.append(f"  ... and {len(report.invalid) - _INVALID_SHOWN} more (--json)")
-    _result(args, lines, shape)
+    result(args, lines, shape)
     return 1 if report.invalid else 0
 
 
@@ -490,7 +428,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     status = verify_tool_status(proof, checkpoint, args.tool_id, args.version, at)
     map_root = encode_base64(require_map_root(checkpoint))
     proven = f"  at {format_timestamp(at)}, proven ({parsed.result}) by the map {map_root} of "
-    proven += _describe(checkpoint)
+    proven += describe(checkpoint)
     if policy_lines:
         proven += f"; {policy_lines[0]}"
     lines = [f"ok: {verdicts.status_lines(status.to_json())[0]}", proven, *policy_lines[1:]]
@@ -500,10 +438,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
         "at": format_timestamp(at),
         "result": parsed.result,
         "map_root": map_root,
-        "checkpoint": _checkpoint_json(checkpoint),
+        "checkpoint": checkpoint_json(checkpoint),
         **policy_shape,
     }
-    _result(args, lines, shape)
+    result(args, lines, shape)
     return verdicts.status_exit(status.status)
 
 
@@ -590,9 +528,9 @@ def _cmd_tools(args: argparse.Namespace) -> int:
         except DeplogError:  # its proofs failed on it already: the table says so
             map_root = None
         proving = f"the map {map_root}" if map_root else "no map (no valid deplog-map/v1 line)"
-        line = f"  at {format_timestamp(at)}, by {proving} of {_describe(checkpoint)}"
+        line = f"  at {format_timestamp(at)}, by {proving} of {describe(checkpoint)}"
         lines += [line + (f"; {policy_lines[0]}" if policy_lines else ""), *policy_lines[1:]]
-        checkpoints.append({**_checkpoint_json(checkpoint), "map_root": map_root, **policy_shape})
+        checkpoints.append({**checkpoint_json(checkpoint), "map_root": map_root, **policy_shape})
     shape = {
         "ok": code == 0,
         "at": format_timestamp(at),
@@ -600,7 +538,7 @@ def _cmd_tools(args: argparse.Namespace) -> int:
         "without_identity": count - len(tools),
         "checkpoints": checkpoints,
     }
-    _result(args, lines, shape)
+    result(args, lines, shape)
     return code
 
 
@@ -616,124 +554,6 @@ def _listed_json(tool: ListedTool) -> dict[str, Any]:
         out["status"] = tool.status.to_json()
         out["checkpoint_size"] = tool.checkpoint.size
     return out
-
-
-# --- export ---------------------------------------------------------------------
-
-
-def export(
-    url: str,
-    out: Path,
-    log_key: Verifier | None,
-    on_progress: Callable[[int, int], None] | None = None,
-) -> tuple[Checkpoint, bool]:
-    """Copy the log at ``url`` into ``out/checkpoint`` and ``out/entries``.
-
-    Reads it through ``HttpLogSource``, the follower's source, so every answer
-    has the same bounds and checks (``FetchError``: ``fetch_failed``,
-    ``response_too_large``, ``bad_response``). Fetches the checkpoint, then its
-    leaves a page at a time, streamed into the bundle as they arrive, and
-    checks that they hash to the checkpoint's root before anything is renamed
-    into place (``entries_root_mismatch``). With ``log_key`` the checkpoint's signature
-    is verified too (returned flag True); without, the copy is only
-    self-consistent. ``entries`` is written before ``checkpoint``, so an
-    interrupted re-export never pairs a new checkpoint with old entries (a
-    replay would fail, not pass, on old ones). ``on_progress(done, total)``
-    hears of each page written. Runs its own event loop: call it from
-    synchronous code.
-    """
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ExportError(ErrorCode.BAD_URL, "the authority URL must be http or https")
-    with asyncio.Runner() as runner:
-        source = HttpLogSource(url)
-        try:
-            note = runner.run(source.checkpoint())
-            if log_key is not None:
-                checkpoint = audit_checkpoint(note, log_key)
-            else:
-                checkpoint = Checkpoint.from_text(parse_note(note)[0])
-            out.mkdir(parents=True, exist_ok=True)
-            leaves = _leaves_under(checkpoint, source, runner)
-            if on_progress is not None:
-                leaves = _counting(leaves, checkpoint.size, on_progress)
-            write_entries(out / "entries", leaves)
-            write_atomic(out / "checkpoint", [note])
-        finally:
-            runner.run(source.close())
-    return checkpoint, log_key is not None
-
-
-def _leaves_under(
-    checkpoint: Checkpoint, source: LogSource, runner: asyncio.Runner
-) -> Iterator[bytes]:
-    """Every leaf of ``checkpoint``'s tree; ``entries_root_mismatch`` unless they hash to its root.
-
-    A page is fetched only once the bundle writer has taken the last one, so
-    memory holds one page whatever the log's size.
-    """
-    frontier = TreeFrontier()
-    while frontier.size < checkpoint.size:
-        end = min(frontier.size + PAGE_SIZE, checkpoint.size)
-        for leaf in runner.run(fetch_page(source, frontier.size, end)):
-            frontier.append(leaf_hash(leaf))
-            yield leaf
-    if frontier.root() != checkpoint.root_hash:
-        raise TreeMismatchError(ErrorCode.ENTRIES_ROOT_MISMATCH, None)
-
-
-def mirror(url: str, out: Path, log_key: Verifier | None) -> tuple[MirrorReport, bool]:
-    """Mirror the tlog-tiles at ``url`` into the tiles directory ``out`` (resumable).
-
-    Reads through ``TilesLogSource`` (the follower's bounds; a partial tile
-    gone is read from its full tile); every tile is checked against the
-    fetched checkpoint's root before it is written (``client.audit.tiledir``),
-    and with ``log_key`` the checkpoint's signature is verified before any
-    tile is fetched (returned flag True). Runs its own event loop.
-    """
-    try:
-        source = TilesLogSource(url)
-    except ValueError:
-        raise ExportError(ErrorCode.BAD_URL, "the tiles URL must be http or https") from None
-
-    async def run() -> MirrorReport:
-        async with source:
-            note = await source.checkpoint()
-            if log_key is not None:
-                audit_checkpoint(note, log_key)
-            out.mkdir(parents=True, exist_ok=True)
-            return await mirror_tiles(out, note, source.fetch_tile)
-
-    return asyncio.run(run()), log_key is not None
-
-
-def _cmd_export(args: argparse.Namespace) -> int:
-    log_key = read_log_key(args.log_key) if args.log_key else None
-    how_ = "verified" if log_key else "root checked, signature not verified: pass --log-key"
-    if args.tiles_dir is not None:
-        report, _ = mirror(args.tiles or args.url, args.tiles_dir, log_key)
-        line = (
-            f"mirrored the tiles of {_describe(report.checkpoint)} to {args.tiles_dir}: "
-            f"{report.fetched} fetched, {report.kept} already there ({how_})"
-        )
-        shape = {
-            "checkpoint": _checkpoint_json(report.checkpoint),
-            "tiles_dir": str(args.tiles_dir),
-            "fetched": report.fetched,
-            "kept": report.kept,
-            "verified": log_key is not None,
-        }
-        _result(args, [line], shape)
-        return 0
-    if args.tiles is not None:
-        raise CLIError("--tiles applies to --tiles-dir", 2)
-    with Progress("exporting entries", quiet=args.json) as progress:
-        checkpoint, verified = export(args.url, args.out, log_key, progress.update)
-    how = "verified" if verified else "root checked, signature not verified: pass --log-key"
-    line = f"exported {checkpoint.size} entries of {_describe(checkpoint)} to {args.out} ({how})"
-    shape = {"checkpoint": _checkpoint_json(checkpoint), "out": str(args.out), "verified": verified}
-    _result(args, [line], shape)
-    return 0
 
 
 # --- wiring ---------------------------------------------------------------------
@@ -755,8 +575,7 @@ def _add_proof_trust(sp: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``audit`` (checkpoint, receipt, consistency, replay, map, status, tools,
-    evidence) and ``export``."""
+    """Add ``audit`` and its commands to ``deplog``."""
     audit = subparsers.add_parser("audit", help="verify log files offline")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
 
@@ -773,7 +592,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             help="the checkpoints' origin line, if not the log key's name",
         )
         sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-        sp.set_defaults(func=_guarded(f"audit {name}", fn))
+        sp.set_defaults(func=guarded(f"audit {name}", fn))
         return sp
 
     sp = add(
@@ -892,17 +711,3 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     sp = add("evidence", "verify a fork evidence file from a follower or witness", _cmd_evidence)
     sp.add_argument("file", type=Path, help="the fork-evidence JSON file")
-
-    sp = subparsers.add_parser("export", help="download a log for offline audit")
-    sp.add_argument("url", help="authority base URL")
-    where = sp.add_mutually_exclusive_group(required=True)
-    where.add_argument("--out", type=Path, help="directory to write (checkpoint, entries)")
-    where.add_argument(
-        "--tiles-dir",
-        type=Path,
-        help="mirror the log's C2SP tlog-tiles into this directory instead (resumable)",
-    )
-    sp.add_argument("--tiles", help="with --tiles-dir: where the tiles are (default: the URL)")
-    sp.add_argument("--log-key", help="log verifier key, or a file holding it")
-    sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    sp.set_defaults(func=_guarded("export", _cmd_export))

@@ -23,11 +23,13 @@ from typing import Any
 
 from deplog.client.cache import inventory
 from deplog.client.cli import audit as auditcli
+from deplog.client.cli import export as exportcli
 from deplog.client.cli import monitor as monitorcli
 from deplog.client.cli import publish as publishcli
 from deplog.client.cli import verdicts
 from deplog.client.cli.messages import explain
 from deplog.client.cli.trust import (
+    EXIT_NOT_PROVEN,
     add_follow_arguments,
     add_tiles_argument,
     another_log_error,
@@ -35,6 +37,8 @@ from deplog.client.cli.trust import (
     load_trust,
     log_origin,
     open_log,
+    read_bounded,
+    read_log_key,
     writing_state,
 )
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
@@ -100,27 +104,17 @@ def _cmd_verify_receipt(args: argparse.Namespace) -> int:
     if args.policy is None:
         if args.log_key is None:
             raise CLIError("give the log key (--log-key) or a witness policy (--policy FILE)", 2)
-        checkpoint = verify_receipt(receipt, leaf, auditcli.read_log_key(args.log_key))
+        checkpoint = verify_receipt(receipt, leaf, read_log_key(args.log_key))
         print(f"ok: entry {receipt.index} is in {checkpoint.origin} at tree size {checkpoint.size}")
         return 0
-    policy = Policy.parse(auditcli.read_bounded(args.policy, MAX_POLICY_SIZE))
+    policy = Policy.parse(read_bounded(args.policy, MAX_POLICY_SIZE))
     if args.log_key is not None:  # then the only log accepted, as for deplog audit
-        policy = replace(policy, logs=(PolicyLog(auditcli.read_log_key(args.log_key)),))
+        policy = replace(policy, logs=(PolicyLog(read_log_key(args.log_key)),))
     verified = verify_receipt_with_policy(receipt, leaf, policy, now=time.time())
-    checkpoint, when = verified.checkpoint, verified.witnessed_at
-    quorum = "none required" if when is None else f"met at {_iso(when)}"
-    print(
-        f"ok: entry {receipt.index} is in {checkpoint.origin} at tree size {checkpoint.size}; "
-        f"quorum {quorum}"
-    )
-    for cosig in verified.cosignatures:
-        described = auditcli.describe_cosignature(cosig)
-        print(f"  cosigned by {cosig.name} at {_iso(cosig.timestamp)}{described}")
+    where = f"{verified.checkpoint.origin} at tree size {verified.checkpoint.size}"
+    quorum, *cosigned = auditcli.policy_lines(verified)
+    print("\n".join([f"ok: entry {receipt.index} is in {where}; {quorum}", *cosigned]))
     return 0
-
-
-def _iso(timestamp: int) -> str:
-    return format_timestamp(datetime.fromtimestamp(timestamp, UTC))
 
 
 async def _first_sync(follower: Follower, args: argparse.Namespace) -> SyncResult:
@@ -287,7 +281,7 @@ def _cmd_inventory_check(args: argparse.Namespace) -> int:
 def _cmd_inventory_diff(args: argparse.Namespace) -> int:
     """What changed for the inventory between two signed checkpoints (local state only)."""
     items = inventory.parse_inventory(args.inventory.read_bytes())
-    log_key = auditcli.read_log_key(args.log_key)
+    log_key = read_log_key(args.log_key)
     old, _ = open_checkpoint(args.from_checkpoint.read_bytes(), log_key)
     new, _ = open_checkpoint(args.to_checkpoint.read_bytes(), log_key)
     at = verdicts.time_flag("--at", args.at)
@@ -358,7 +352,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--once",
         action="store_true",
-        help=f"sync once and exit (exit {auditcli.EXIT_NOT_PROVEN}: a suspected, unproven fork)",
+        help=f"sync once and exit (exit {EXIT_NOT_PROVEN}: a suspected, unproven fork)",
     )
     sp.add_argument(
         "--json", action="store_true", help="print the first verified step as one JSON object"
@@ -429,6 +423,7 @@ def parser() -> argparse.ArgumentParser:
             )
 
     auditcli.register(sub)
+    exportcli.register(sub)
     monitorcli.register(sub)
     return p
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from deplog.client.audit.bundle import read_entries
-from deplog.client.cli.audit import ExportError, export
+from deplog.client.cli.export import ExportError, export
 from deplog.client.follow.http import MAX_PAGE_BYTES
 from deplog.client.follow.source import FetchError
 from deplog.client.tlog.checkpoint import Checkpoint

@@ -19,7 +19,7 @@ import pytest
 
 from deplog.client.audit.offline import AuditInputError
 from deplog.client.audit.tiledir import mirror_tiles, tiles_dir_leaves
-from deplog.client.cli.audit import mirror
+from deplog.client.cli.export import mirror
 from deplog.client.cli.main import main
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.tiles import TilesLogSource

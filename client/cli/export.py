@@ -1,0 +1,158 @@
+"""``deplog export``: a log copied for offline audit, the one auditor's command that fetches.
+
+It reads through the follower's log sources (``HttpLogSource``, ``TilesLogSource``), so
+every answer has their bounds, checks and ``FetchError`` codes, and writes what ``deplog
+audit replay`` reads: ``DIR/checkpoint`` (the signed note, verbatim) and ``DIR/entries``
+(every leaf, one tlog-tiles entry bundle), or with ``--tiles-dir`` a mirror of the log's
+tiles (``client.audit.tiledir``). Rules:
+
+1. Leaves are checked against the checkpoint's root before anything is renamed into
+   place (``entries_root_mismatch``), and ``entries`` is written before ``checkpoint``,
+   so an interrupted export never pairs a new checkpoint with old entries.
+2. With ``--log-key`` the checkpoint's signature is verified before anything is
+   written; without, the copy is only self-consistent, and the output says so.
+3. A URL that is not http(s) is ``ExportError`` ``bad_url``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import urllib.parse
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from deplog.client.audit.bundle import write_entries
+from deplog.client.audit.offline import audit_checkpoint
+from deplog.client.audit.tiledir import MirrorReport, mirror_tiles
+from deplog.client.cli.audit import checkpoint_json, counting, describe, guarded, result
+from deplog.client.cli.trust import read_log_key
+from deplog.client.errors import CLIError, DeplogError, ErrorCode
+from deplog.client.follow.http import HttpLogSource
+from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
+from deplog.client.follow.tiles import TilesLogSource
+from deplog.client.plumbing.files import write_atomic
+from deplog.client.plumbing.progress import Progress
+from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.note import Verifier, parse_note
+from deplog.client.tlog.proofs import TreeFrontier, TreeMismatchError, leaf_hash
+
+__all__ = ["ExportError", "export", "mirror", "register"]
+
+_UNVERIFIED = "root checked, signature not verified: pass --log-key"
+
+
+class ExportError(DeplogError):
+    """An authority URL export cannot use (rule 3)."""
+
+    code = ErrorCode.BAD_URL
+
+
+def export(
+    url: str,
+    out: Path,
+    log_key: Verifier | None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> tuple[Checkpoint, bool]:
+    """Copy the log at ``url`` into ``out/checkpoint`` and ``out/entries`` (rules 1, 2); the
+    flag says whether the signature was verified. Runs its own event loop."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ExportError(ErrorCode.BAD_URL, "the authority URL must be http or https")
+    with asyncio.Runner() as runner:
+        source = HttpLogSource(url)
+        try:
+            note = runner.run(source.checkpoint())
+            if log_key is not None:
+                checkpoint = audit_checkpoint(note, log_key)
+            else:
+                checkpoint = Checkpoint.from_text(parse_note(note)[0])
+            out.mkdir(parents=True, exist_ok=True)
+            leaves = _leaves_under(checkpoint, source, runner)
+            if on_progress is not None:
+                leaves = counting(leaves, checkpoint.size, on_progress)
+            write_entries(out / "entries", leaves)
+            write_atomic(out / "checkpoint", [note])
+        finally:
+            runner.run(source.close())
+    return checkpoint, log_key is not None
+
+
+def _leaves_under(
+    checkpoint: Checkpoint, source: LogSource, runner: asyncio.Runner
+) -> Iterator[bytes]:
+    """Every leaf of ``checkpoint``'s tree, a page fetched only once the writer took the last
+    (memory: one page); ``entries_root_mismatch`` unless they hash to its root."""
+    frontier = TreeFrontier()
+    while frontier.size < checkpoint.size:
+        end = min(frontier.size + PAGE_SIZE, checkpoint.size)
+        for leaf in runner.run(fetch_page(source, frontier.size, end)):
+            frontier.append(leaf_hash(leaf))
+            yield leaf
+    if frontier.root() != checkpoint.root_hash:
+        raise TreeMismatchError(ErrorCode.ENTRIES_ROOT_MISMATCH, None)
+
+
+def mirror(url: str, out: Path, log_key: Verifier | None) -> tuple[MirrorReport, bool]:
+    """Mirror the tlog-tiles at ``url`` into the tiles directory ``out`` (resumable; rule 2
+    before any tile is fetched). Runs its own event loop."""
+    try:
+        source = TilesLogSource(url)
+    except ValueError:
+        raise ExportError(ErrorCode.BAD_URL, "the tiles URL must be http or https") from None
+
+    async def run() -> MirrorReport:
+        async with source:
+            note = await source.checkpoint()
+            if log_key is not None:
+                audit_checkpoint(note, log_key)
+            out.mkdir(parents=True, exist_ok=True)
+            return await mirror_tiles(out, note, source.fetch_tile)
+
+    return asyncio.run(run()), log_key is not None
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    log_key = read_log_key(args.log_key) if args.log_key else None
+    if args.tiles_dir is not None:
+        report, _ = mirror(args.tiles or args.url, args.tiles_dir, log_key)
+        how = "verified" if log_key else _UNVERIFIED
+        line = (
+            f"mirrored the tiles of {describe(report.checkpoint)} to {args.tiles_dir}: "
+            f"{report.fetched} fetched, {report.kept} already there ({how})"
+        )
+        shape = {
+            "checkpoint": checkpoint_json(report.checkpoint),
+            "tiles_dir": str(args.tiles_dir),
+            "fetched": report.fetched,
+            "kept": report.kept,
+            "verified": log_key is not None,
+        }
+        result(args, [line], shape)
+        return 0
+    if args.tiles is not None:
+        raise CLIError("--tiles applies to --tiles-dir", 2)
+    with Progress("exporting entries", quiet=args.json) as progress:
+        checkpoint, verified = export(args.url, args.out, log_key, progress.update)
+    how = "verified" if verified else _UNVERIFIED
+    line = f"exported {checkpoint.size} entries of {describe(checkpoint)} to {args.out} ({how})"
+    shape = {"checkpoint": checkpoint_json(checkpoint), "out": str(args.out), "verified": verified}
+    result(args, [line], shape)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``export`` to ``deplog``."""
+    sp = subparsers.add_parser("export", help="download a log for offline audit")
+    sp.add_argument("url", help="authority base URL")
+    where = sp.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", type=Path, help="directory to write (checkpoint, entries)")
+    where.add_argument(
+        "--tiles-dir",
+        type=Path,
+        help="mirror the log's C2SP tlog-tiles into this directory instead (resumable)",
+    )
+    sp.add_argument("--tiles", help="with --tiles-dir: where the tiles are (default: the URL)")
+    sp.add_argument("--log-key", help="log verifier key, or a file holding it")
+    sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    sp.set_defaults(func=guarded("export", _cmd_export))
