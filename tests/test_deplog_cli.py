@@ -474,7 +474,7 @@ def test_follow_and_monitor_word_a_suspected_fork_alike_and_exit_not_proven(
     assert error.exit_status == EXIT_NOT_PROVEN
     assert str(error).startswith("suspected_fork: ")
     assert "not proven" in str(error) and str(evidence) in str(error)
-    assert "fork_error" in vars(monitorcli) and "fork_error" in vars(deplog_main_module)
+    assert "follow_log" in vars(monitorcli) and "follow_log" in vars(deplog_main_module)
 
 
 def test_a_proven_fork_names_its_evidence_with_the_default_failure_status(

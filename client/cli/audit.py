@@ -83,6 +83,7 @@ __all__ = [
     "policy_lines",
     "register",
     "result",
+    "with_policy",
 ]
 
 MAX_PROOF_FILE: Final = 64 * 1024
@@ -187,6 +188,13 @@ def policy_lines(verified: VerifiedCheckpoint) -> list[str]:
     ]
 
 
+def with_policy(first: str, policy_lines: list[str]) -> list[str]:
+    """A result's lines: ``first`` with the policy's quorum line after it, then the rest."""
+    if not policy_lines:
+        return [first]
+    return [f"{first}; {policy_lines[0]}", *policy_lines[1:]]
+
+
 _CheckpointVerifier = Callable[[bytes], tuple[Checkpoint, list[str], dict[str, Any]]]
 
 
@@ -234,11 +242,8 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     checkpoint, policy_lines, policy_shape = _checkpoint_verifier(args, None)(
         read_bounded(args.file, MAX_NOTE_SIZE)
     )
-    first = f"ok: checkpoint {describe(checkpoint)}"
-    if policy_lines:
-        first += f"; {policy_lines[0]}"
     shape = {"ok": True, "checkpoint": checkpoint_json(checkpoint), **policy_shape}
-    result(args, [first, *policy_lines[1:]], shape)
+    result(args, with_policy(f"ok: checkpoint {describe(checkpoint)}", policy_lines), shape)
     return 0
 
 
@@ -249,23 +254,15 @@ def _cmd_receipt(args: argparse.Namespace) -> int:
         leaf = encode_entry(NoticeEntry(Envelope.parse(body)))
     else:
         leaf = read_bounded(args.leaf, MAX_ENTRY_BYTES)
-    data = read_bounded(args.receipt, MAX_RECEIPT_SIZE)
-    receipt = Receipt.parse(data)
+    receipt = Receipt.parse(read_bounded(args.receipt, MAX_RECEIPT_SIZE))
     checkpoint, policy_lines, policy_shape = verify(receipt.checkpoint)
     decode_entry(leaf)
     verify_inclusion(
         leaf_hash(leaf), receipt.index, checkpoint.size, receipt.proof, checkpoint.root_hash
     )
     first = f"ok: entry {receipt.index} is included in {describe(checkpoint)}"
-    if policy_lines:
-        first += f"; {policy_lines[0]}"
-    shape = {
-        "ok": True,
-        "index": receipt.index,
-        "checkpoint": checkpoint_json(checkpoint),
-        **policy_shape,
-    }
-    result(args, [first, *policy_lines[1:]], shape)
+    shape = {"ok": True, "index": receipt.index, "checkpoint": checkpoint_json(checkpoint)}
+    result(args, with_policy(first, policy_lines), {**shape, **policy_shape})
     return 0
 
 
@@ -301,9 +298,8 @@ def _cmd_evidence(args: argparse.Namespace) -> int:
         "have corrupted it: ask the log (or a mirror) for the proof again",
     }[finding]
     verdict = "proven" if evidence.proven else "not proven"
-    line = f"{verdict}: {finding}: {meaning} (reported by {evidence.reporter} at " + (
-        f"{evidence.detected_at})"
-    )
+    by = f"reported by {evidence.reporter} at {evidence.detected_at}"
+    line = f"{verdict}: {finding}: {meaning} ({by})"
     shape = {
         "proven": evidence.proven,
         "finding": finding,
@@ -428,10 +424,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
     status = verify_tool_status(proof, checkpoint, args.tool_id, args.version, at)
     map_root = encode_base64(require_map_root(checkpoint))
     proven = f"  at {format_timestamp(at)}, proven ({parsed.result}) by the map {map_root} of "
-    proven += describe(checkpoint)
-    if policy_lines:
-        proven += f"; {policy_lines[0]}"
-    lines = [f"ok: {verdicts.status_lines(status.to_json())[0]}", proven, *policy_lines[1:]]
+    lines = [
+        f"ok: {verdicts.status_lines(status.to_json())[0]}",
+        *with_policy(proven + describe(checkpoint), policy_lines),
+    ]
     shape = {
         "ok": True,
         "status": status.to_json(),
@@ -529,7 +525,7 @@ def _cmd_tools(args: argparse.Namespace) -> int:
             map_root = None
         proving = f"the map {map_root}" if map_root else "no map (no valid deplog-map/v1 line)"
         line = f"  at {format_timestamp(at)}, by {proving} of {describe(checkpoint)}"
-        lines += [line + (f"; {policy_lines[0]}" if policy_lines else ""), *policy_lines[1:]]
+        lines += with_policy(line, policy_lines)
         checkpoints.append({**checkpoint_json(checkpoint), "map_root": map_root, **policy_shape})
     shape = {
         "ok": code == 0,

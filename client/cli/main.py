@@ -1,10 +1,7 @@
-"""``deplog``: the publisher's and auditor's command line.
+"""``deplog``: the command line of publishers, cache operators and auditors.
 
-Thin over the library: ``keygen`` writes a publisher key pair, ``publish``
-(``client.cli.publish``) signs a notice, saves it, submits it and keeps its
-receipt, ``verify-receipt`` checks a receipt offline with nothing but the log's
-verifier key, or with a whole witness policy (``--policy``: its cosignatures,
-Ed25519 or ML-DSA-44, and quorum too).
+Thin over the library. Here: ``keygen``, ``verify-receipt``, ``follow``, ``status`` and
+``inventory``; the other commands live in the modules beside this one.
 """
 
 from __future__ import annotations
@@ -33,19 +30,16 @@ from deplog.client.cli.trust import (
     add_follow_arguments,
     add_tiles_argument,
     another_log_error,
-    fork_error,
+    follow_log,
     load_trust,
     log_origin,
-    open_log,
     read_bounded,
     read_log_key,
-    writing_state,
 )
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.follow.follower import Follower, SyncResult
 from deplog.client.follow.source import FetchError
 from deplog.client.follow.state import StateError
-from deplog.client.follow.trust import ForkError, SuspectedForkError
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry, encode_entry
 from deplog.client.model.notice import Envelope, parse_publisher_id
@@ -112,16 +106,16 @@ def _cmd_verify_receipt(args: argparse.Namespace) -> int:
         policy = replace(policy, logs=(PolicyLog(read_log_key(args.log_key)),))
     verified = verify_receipt_with_policy(receipt, leaf, policy, now=time.time())
     where = f"{verified.checkpoint.origin} at tree size {verified.checkpoint.size}"
-    quorum, *cosigned = auditcli.policy_lines(verified)
-    print("\n".join([f"ok: entry {receipt.index} is in {where}; {quorum}", *cosigned]))
+    lines = auditcli.with_policy(
+        f"ok: entry {receipt.index} is in {where}", auditcli.policy_lines(verified)
+    )
+    print("\n".join(lines))
     return 0
 
 
 async def _first_sync(follower: Follower, args: argparse.Namespace) -> SyncResult:
-    """The first verified step, with progress. ``--once`` fails fast; the long-running
-    mode retries an unreachable authority with backoff (up to ``--interval`` between
-    tries), saying so on stderr once per kind of failure. A refused redirect is the
-    URL's to fix, not the network's: it fails at once."""
+    """The first verified step, with progress; without ``--once``, an unreachable authority
+    is retried with backoff, said once per kind of failure (a refused redirect fails)."""
     delay, told = 1.0, set()
     while True:
         with Progress("verifying entries", quiet=args.json) as progress:
@@ -147,39 +141,25 @@ def _cmd_follow(args: argparse.Namespace) -> int:
     trust = load_trust(args.log_key, args.policy)
     log_name = log_origin(trust)
 
-    async def follow() -> None:
-        async with (
-            open_log(args.url, args.tiles, args.timeout) as (source, fallback),
-            Follower(
-                source, trust, args.state, fallback=fallback, memory_mib=args.memory_budget
-            ) as follower,
-        ):
+    def report(result: SyncResult) -> None:
+        print(
+            f"verified {log_name} at size {result.new_size} "
+            f"(was {result.old_size}; {len(result.tools)} tools changed)",
+            flush=True,
+        )
+        _warn_invalid(result)
 
-            def report(result: SyncResult) -> None:
-                print(
-                    f"verified {log_name} at size {result.new_size} "
-                    f"(was {result.old_size}; {len(result.tools)} tools changed)",
-                    flush=True,
-                )
-                _warn_invalid(result)
+    async def follow(follower: Follower) -> None:
+        first = await _first_sync(follower, args)
+        if args.json:
+            print(json.dumps(_sync_json(log_name, first), sort_keys=True), flush=True)
+        else:
+            print(f"trusted {log_name} at size {first.new_size}", flush=True)
+        _warn_invalid(first)
+        if not args.once:
+            await follower.run(args.interval, on_advance=report)
 
-            first = await _first_sync(follower, args)
-            if args.json:
-                print(json.dumps(_sync_json(log_name, first), sort_keys=True), flush=True)
-            else:
-                print(f"trusted {log_name} at size {first.new_size}", flush=True)
-            _warn_invalid(first)
-            if not args.once:
-                await follower.run(args.interval, on_advance=report)
-
-    try:
-        with writing_state(args.state):
-            asyncio.run(follow())
-    except KeyboardInterrupt:
-        return 130
-    except (ForkError, SuspectedForkError) as err:
-        raise fork_error(err) from None
-    return 0
+    return follow_log(args, trust, follow)
 
 
 def _sync_json(origin: str, result: SyncResult) -> dict[str, Any]:
@@ -195,8 +175,7 @@ def _sync_json(origin: str, result: SyncResult) -> dict[str, Any]:
 
 
 def _warn_invalid(result: SyncResult) -> None:
-    """One line on stderr per entry of the advance that fails validation: the log signed
-    an entry it should have refused (docs/fold-spec.md 3.1); following goes on."""
+    """One line on stderr per entry of the advance that fails validation (fold-spec 3.1)."""
     for entry in result.invalid:
         cause = f" ({entry.cause})" if entry.cause else ""
         tool = f"; {entry.tool_id} is unknown from now on" if entry.tool_id else ""
@@ -255,8 +234,7 @@ def _emit(report: dict[str, Any], fmt: str) -> None:
 
 
 def _cmd_inventory_check(args: argparse.Namespace) -> int:
-    """The status of every inventory entry at the trusted checkpoint (local state only);
-    exit by verdict."""
+    """Every inventory entry's status at the trusted checkpoint; exit by verdict."""
     items = inventory.parse_inventory(args.inventory.read_bytes())
     at = verdicts.time_flag("--at", args.at)
     state = verdicts.open_state(args.state)

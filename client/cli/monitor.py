@@ -1,21 +1,15 @@
 """``deplog monitor``: the publisher's alerting on what the log says in its name.
 
-Follows the log like ``deplog follow`` (the same verified steps, into its own
-state file) and prints one JSON line on stdout per ``MonitorEvent``
-(``client.follow.monitor`` documents the shape), plus ``checkpoint_size``, the
-size of the verified checkpoint it was found under, as soon as the advance
-that holds it is verified. Progress goes to stderr, so stdout is only events.
-
-Exit status: with ``--once``, 0 when the sync found nothing, ``EXIT_EVENTS``
-(3) when it printed events, ``EXIT_NOT_PROVEN`` (4) on a suspected,
-unproven fork; 1 on any error (a proven fork included); 130 on Ctrl-C.
-Without ``--once`` it runs until stopped or a proven fork.
+Follows the log as ``deplog follow`` does, into its own state file, and prints one JSON
+line on stdout per ``MonitorEvent`` (``client.follow.monitor``) with ``checkpoint_size``,
+the verified checkpoint it was found under; progress goes to stderr. With ``--once`` it
+exits 0 when it found nothing, ``EXIT_EVENTS`` (3) when it printed events,
+``EXIT_NOT_PROVEN`` (4) on a suspected fork, 1 on any error, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -24,11 +18,9 @@ from typing import Final
 from deplog.client.cli.trust import (
     add_follow_arguments,
     add_tiles_argument,
-    fork_error,
+    follow_log,
     load_trust,
     log_origin,
-    open_log,
-    writing_state,
 )
 from deplog.client.errors import CLIError, DeplogError
 from deplog.client.follow.follower import Follower, SyncResult
@@ -39,7 +31,6 @@ from deplog.client.follow.monitor import (
     MonitorEvent,
     parse_key_id,
 )
-from deplog.client.follow.trust import ForkError, SuspectedForkError
 from deplog.client.model.notice import parse_namespace
 from deplog.client.plumbing.progress import Progress
 from deplog.client.tlog.keyfile import read_verifier_key
@@ -101,33 +92,22 @@ def _follow(args: argparse.Namespace, trust: Verifier | Policy, monitor: Monitor
         nonlocal found
         found += _print_events(result, monitor)
 
-    async def follow() -> None:
-        async with (
-            open_log(args.url, args.tiles, args.timeout) as (source, fallback),
-            Follower(
-                source, trust, args.state, fallback=fallback, memory_mib=args.memory_budget
-            ) as follower,
-        ):
-            follower.trust.watch = monitor
-            follower.add_listener(report)
-            with Progress("verifying entries") as progress:
-                first = await follower.sync(progress.update)
-            print(
-                f"monitoring {args.namespace} on {log_origin(trust)}: verified to size "
-                f"{first.new_size}",
-                file=sys.stderr,
-                flush=True,
-            )
-            if not args.once:
-                await follower.run(args.interval)
+    async def follow(follower: Follower) -> None:
+        follower.trust.watch = monitor
+        follower.add_listener(report)
+        with Progress("verifying entries") as progress:
+            first = await follower.sync(progress.update)
+        print(
+            f"monitoring {args.namespace} on {log_origin(trust)}: verified to size "
+            f"{first.new_size}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if not args.once:
+            await follower.run(args.interval)
 
-    try:
-        with writing_state(args.state):
-            asyncio.run(follow())
-    except KeyboardInterrupt:
+    if follow_log(args, trust, follow):  # stopped by Ctrl-C
         return 130
-    except (ForkError, SuspectedForkError) as err:
-        raise fork_error(err) from None
     return EXIT_EVENTS if found else 0
 
 

@@ -1,41 +1,19 @@
 """``deplog publish``: sign a notice once, keep it, and submit it until it is receipted.
 
-Rules:
+Rules (exits: ``EXIT_CODES``):
 
-1. Every argument (key file, log key, tool, versions, ranges, dates, reasons,
-   replacement, withdraw target, URL, output directory) is checked before
-   anything is signed or sent; a bad one exits 2 naming its flag or file, and
-   nothing is signed, written or sent. A ``--log-key`` must also verify the
-   checkpoint the authority serves (when it answers), so a wrong key is caught
-   before the notice is logged, not after.
-2. The signed envelope is written to ``--out`` atomically (it is public, so
-   0644) before the POST, as ``<publisher>-<sequence>.envelope.json``; a
-   prepared envelope is never overwritten.
-3. Every failure after that point prints one line saying where the envelope
-   is and the exact ``deplog publish --resubmit`` command. Resubmitting posts
-   the same bytes: the authority answers an identical envelope with the
-   original receipt (200), so a notice is never logged twice.
+1. Every flag is checked before anything is signed or sent; a bad one exits 2 naming
+   it. A ``--log-key`` must also verify the checkpoint the authority serves (when it
+   answers), so a wrong key is caught before the notice is logged.
+2. The signed envelope is written to ``--out`` atomically (0644: it is public) before
+   the POST, as ``<publisher>-<sequence>.envelope.json``, and never overwritten.
+3. Every failure after that prints where the envelope is and the exact ``--resubmit``
+   command. A resubmission posts the same bytes, which the authority answers with the
+   original receipt, so a notice is never logged twice.
 4. A receipt is saved as ``<stem>.tlog-proof`` only once it parses and, with
-   ``--log-key``, verifies for this envelope; otherwise it is kept aside as
-   ``<stem>.tlog-proof.unverified`` with the reason in ``<stem>.tlog-proof.
-   unverified.reason``, and the command exits 4: never silently dropped.
-
-Exit codes (``EXIT_CODES``): 0 logged (or already logged) and saved; 1 refused
-by the authority (nothing logged; the envelope is kept), a redirect the client
-does not follow included; 2 usage error (argparse, or a flag or file found
-wrong before signing, such as a ``--url`` whose checkpoint redirects where the
-client does not follow); 3 not confirmed (unreachable, timed out, rate limited
-or unavailable: the notice may or may not be logged, resubmitting is safe); 4
-logged but the receipt did not verify.
-
-Both requests (the checkpoint for ``--log-key``, the POST) go through
-``client.follow.http``'s ``HttpClient``, so they follow redirects by its rule 6
-only: within the URL's origin, and a POST only by 307 or 308, which resend it.
-
-The default sequence number is the time in microseconds, never repeated in
-one process (``SequenceClock``), so threads publishing with one key in the
-same microsecond still get distinct numbers; sequence numbers only need to be
-unique per publisher, not increasing (``client.model.rules``).
+   ``--log-key``, verifies; otherwise it is kept aside as ``<stem>.tlog-proof.unverified``
+   with its reason beside it, and the command exits 4.
+5. Requests follow redirects by ``client.follow.http`` rule 6 only.
 """
 
 from __future__ import annotations
@@ -57,8 +35,9 @@ from typing import Any, Final
 import aiohttp
 
 from deplog.client.cli.messages import UNREACHABLE, explain, explain_code
+from deplog.client.cli.trust import served_checkpoint
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
-from deplog.client.follow.http import HttpClient, HttpLogSource
+from deplog.client.follow.http import HttpClient
 from deplog.client.follow.source import FetchError
 from deplog.client.model.entries import NoticeEntry, encode_entry
 from deplog.client.model.notice import (
@@ -146,12 +125,11 @@ def _flag(name: str) -> str:
 
 
 class SequenceClock:
-    """Default sequence numbers: microseconds since the Unix epoch, strictly increasing
-    within this process even when threads ask in the same microsecond.
+    """Default sequence numbers: microseconds since the epoch (a JSON safe integer until
+    2255), strictly increasing in this process; numbers need only be unique per publisher.
 
-    Microseconds fit a JSON safe integer until the year 2255. Two processes (or hosts)
-    sharing a key collide only if they sign in the very same microsecond; the authority
-    then refuses the second (``sequence_reused``), and it is published again."""
+    Two processes sharing a key collide only in the very same microsecond: the authority
+    refuses the second (``sequence_reused``), which is published again."""
 
     def __init__(self, now_ns: Callable[[], int] = time.time_ns) -> None:
         self._now_ns = now_ns
@@ -235,11 +213,10 @@ def _log_key(value: str | None) -> Verifier | None:
 
 
 def _check_log_key_against(url: str, log_key: Verifier) -> None:
-    """Catch a wrong ``--log-key`` before anything is logged: the authority's served
-    checkpoint must verify with it. Unreachable now means unchecked, not refused: the
-    envelope is then saved and the receipt still verified once it comes."""
+    """Rule 1's check of ``--log-key``; an authority unreachable now leaves it to the
+    receipt."""
     try:
-        note = asyncio.run(_served_checkpoint(url))
+        note = served_checkpoint(url, HTTP_TIMEOUT)
     except FetchError as err:
         if err.code == ErrorCode.REDIRECT_REFUSED:
             raise _usage("--url", explain(err)) from None
@@ -252,11 +229,6 @@ def _check_log_key_against(url: str, log_key: Verifier) -> None:
             f"{err.code}: the checkpoint the authority at --url serves does not verify with "
             "this key; give that log's verifier key (its keys/<origin>.pub)",
         ) from None
-
-
-async def _served_checkpoint(url: str) -> bytes:
-    async with HttpLogSource(url, timeout=HTTP_TIMEOUT) as source:
-        return await source.checkpoint()
 
 
 def _check_url(url: str) -> None:

@@ -1,34 +1,32 @@
-"""What the ``deplog`` commands trust, and the arguments of those that follow a log.
+"""What the ``deplog`` commands trust, and how those that follow a log read and run it.
 
-``--log-key`` takes a verifier key (``name+hex8+base64``) or the path of a
-file holding one, such as the authority's ``keys/<origin>.pub``; ``--policy``
-takes a C2SP tlog-policy file. Files are read with size limits, so a hostile
-file cannot exhaust memory. ``follow`` and ``monitor`` share their follower
-arguments (``add_follow_arguments``) so that both read a log the same way.
+Rules:
 
-``--tiles`` says where the log's C2SP tlog-tiles are read from (``open_log``):
-a URL (another host, a CDN), ``off`` (the authority's JSON API only), or
-``auto``, the default: tiles at the authority's base URL if it publishes them,
-which is asked once, at start-up, by fetching its checkpoint and the first
-level-0 hash tile of that tree; an authority that does not answer with one,
-or an empty log, is read through the JSON API. With tiles, the JSON API stays
-the fallback: a step the tiles fail (a bad tile, a failed fetch, a suspected
-fork) is retried through it at once (``client.follow.follower`` rule 5).
+1. ``--log-key`` takes a verifier key or a file holding one (``keys/<origin>.pub``),
+   ``--policy`` a C2SP tlog-policy file; files are read against size limits.
+2. ``follow`` and ``monitor`` share their arguments and their run (``follow_log``), so
+   both read a log, write a state and report a fork the same way.
+3. ``--tiles`` (``open_log``): a URL, ``off`` (the JSON API only), or ``auto``: tiles at
+   the authority's URL if it serves the first level-0 tile of its tree (asked once, at
+   start-up), else the JSON API. With tiles the JSON API is the fallback
+   (``client.follow.follower`` rule 5).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Final
 
 from deplog.client.audit.offline import AuditInputError
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
+from deplog.client.follow.follower import Follower
 from deplog.client.follow.http import DEFAULT_TIMEOUT, HttpLogSource
 from deplog.client.follow.source import LogSource
 from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB, StateError
@@ -51,6 +49,7 @@ __all__ = [
     "add_follow_arguments",
     "add_tiles_argument",
     "another_log_error",
+    "follow_log",
     "fork_error",
     "load_trust",
     "log_origin",
@@ -58,6 +57,7 @@ __all__ = [
     "positive_seconds",
     "read_bounded",
     "read_log_key",
+    "served_checkpoint",
     "state_fault",
     "writing_state",
 ]
@@ -105,8 +105,7 @@ def load_trust(log_key: str | None, policy: Path | None) -> Verifier | Policy:
 
 
 def state_fault(err: sqlite3.Error | OSError, path: Path) -> StorageFault:
-    """``client.plumbing.storage_faults``' classification of a follower state file, with advice
-    for a state: it is a verified copy of the log, so a corrupt one is rebuilt, not
+    """A state file's storage fault; a corrupt state is a copy of the log: rebuilt, not
     restored."""
     fault = database_fault(err, path)
     if fault.kind is not CORRUPT:
@@ -117,11 +116,8 @@ def state_fault(err: sqlite3.Error | OSError, path: Path) -> StorageFault:
 
 @contextlib.contextmanager
 def writing_state(path: Path) -> Iterator[None]:
-    """Run a command that writes the state file ``path``: a state SQLite cannot open or
-    write is one line naming it, with ``client.plumbing.storage_faults``' exit status (77
-    permission, 73 disk full, 74 I/O, 65 proven corruption). Whatever ends the run, the
-    files it created for a state that never held a verified checkpoint are removed, so a
-    failed first follow leaves nothing behind."""
+    """Run a command that writes the state file ``path``: SQLite's failures are its storage
+    fault (``state_fault``), and a failed first follow leaves no file behind."""
     if not path.parent.is_dir():
         raise CLIError(f"--state: the directory {path.parent} does not exist; create it first", 2)
     if path.is_dir():
@@ -141,9 +137,8 @@ def writing_state(path: Path) -> Iterator[None]:
 
 
 def fork_error(err: ForkError | SuspectedForkError) -> CLIError:
-    """The one wording of a fork for every command that follows the log (follow, monitor):
-    a proven fork names its evidence; a suspected one says why it is not proven and that
-    the state did not advance (exit ``EXIT_NOT_PROVEN``)."""
+    """The one wording of a fork, proven (its evidence) or suspected (exit
+    ``EXIT_NOT_PROVEN``: why it is not proven, and that the state did not advance)."""
     if isinstance(err, ForkError):
         return CLIError(f"fork detected; evidence saved to {err.evidence}")
     return CLIError(
@@ -156,9 +151,8 @@ def fork_error(err: ForkError | SuspectedForkError) -> CLIError:
 
 
 def another_log_error(err: StateError) -> CLIError:
-    """The one wording of a state file built for another log (``client.follow.state``
-    invariant 4), for every command that opens a state with a log key: a usage error
-    (exit 2) naming the file, the log it was built for, and the two ways out."""
+    """The one wording of a state built for another log (``client.follow.state`` rule 4):
+    a usage error naming the file, the log it was built for, and the two ways out."""
     path = err.path or "the state file"
     return CLIError(
         f"--state: {err.code}: {path} was built for {err.built_for or 'another log'}, "
@@ -183,6 +177,16 @@ def _holds_checkpoint(path: Path) -> bool:
         return True
 
 
+def served_checkpoint(url: str, timeout: float) -> bytes:
+    """The checkpoint note the authority at ``url`` serves, not verified (one request)."""
+
+    async def fetch() -> bytes:
+        async with HttpLogSource(url, timeout=timeout) as source:
+            return await source.checkpoint()
+
+    return asyncio.run(fetch())
+
+
 def log_origin(trust: Verifier | Policy) -> str:
     """The name of the log a trust setting follows, for messages."""
     if isinstance(trust, Verifier):
@@ -190,26 +194,23 @@ def log_origin(trust: Verifier | Policy) -> str:
     return trust.logs[0].verifier.name if trust.logs else "?"
 
 
-def positive_seconds(text: str) -> float:
-    """A positive, finite number of seconds (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number of seconds")
-    return value
+def _positive(unit: str) -> Callable[[str], float]:
+    """The argparse type of a positive, finite number of ``unit``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a positive number of {unit}")
+        return value
+
+    return parse
 
 
-def _positive_mib(text: str) -> float:
-    """A positive, finite number of MiB (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number of MiB")
-    return value
+positive_seconds = _positive("seconds")
+_positive_mib = _positive("MiB")
 
 
 def add_follow_arguments(parser: argparse.ArgumentParser, default_state: str) -> None:
@@ -249,7 +250,7 @@ def add_follow_arguments(parser: argparse.ArgumentParser, default_state: str) ->
 
 
 def add_tiles_argument(parser: argparse.ArgumentParser) -> None:
-    """``--tiles URL|auto|off``: where tlog-tiles are read from (see the module)."""
+    """``--tiles URL|auto|off`` (rule 3)."""
     parser.add_argument(
         "--tiles",
         default=TILES_AUTO,
@@ -263,7 +264,7 @@ def add_tiles_argument(parser: argparse.ArgumentParser) -> None:
 async def open_log(
     url: str, tiles: str, timeout: float
 ) -> AsyncIterator[tuple[LogSource, LogSource | None]]:
-    """The follower's log source and fallback for ``url`` and ``--tiles``, closed on exit."""
+    """The follower's log source and fallback for ``url`` and ``--tiles`` (rule 3)."""
     async with AsyncExitStack() as stack:
         api = await stack.enter_async_context(HttpLogSource(url, timeout=timeout))
         if tiles == TILES_OFF:
@@ -278,3 +279,30 @@ async def open_log(
             yield api, None
             return
         yield source, api
+
+
+def follow_log(
+    args: argparse.Namespace,
+    trust: Verifier | Policy,
+    session: Callable[[Follower], Awaitable[None]],
+) -> int:
+    """Run ``session`` over a follower of ``args.url`` into ``args.state`` (rule 2): 130 on
+    Ctrl-C, else 0; a fork is ``fork_error``."""
+
+    async def run() -> None:
+        async with (
+            open_log(args.url, args.tiles, args.timeout) as (source, fallback),
+            Follower(
+                source, trust, args.state, fallback=fallback, memory_mib=args.memory_budget
+            ) as follower,
+        ):
+            await session(follower)
+
+    try:
+        with writing_state(args.state):
+            asyncio.run(run())
+    except KeyboardInterrupt:
+        return 130
+    except (ForkError, SuspectedForkError) as err:
+        raise fork_error(err) from None
+    return 0

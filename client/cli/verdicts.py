@@ -1,35 +1,20 @@
 """What the read-only ``deplog`` commands decide, as exit statuses a script can branch on.
 
-``deplog check``, ``deplog status`` and ``deplog inventory check`` answer from
-the follower's verified local state only, and share one exit table
-(``VERDICT_EXITS``), the guard's verdicts (``client.cache.guard``):
+``check``, ``status`` and ``inventory check`` answer from the follower's verified state
+only and share one exit table, the guard's verdicts (``VERDICT_EXITS``): 0 serve or
+warn, 1 an error, 2 a usage error, 5 refuse, 6 stale, 7 unknown. Rules:
 
-    0  every entry may be served (active, or deprecated: serve and pass it on)
-    1  an error (the message says which)
-    2  a usage error (a flag or argument)
-    5  an entry must be refused (revoked, sunset, schema mismatch)
-    6  stale: the state was last verified longer ago than --max-age (or the
-       cached copy predates the latest notice): run deplog follow, refetch
-    7  unknown: not a deplog tool id or version (check)
-
-Several entries: the most severe wins (refuse over stale over unknown).
-
-Rules:
-
-1. A read-only command never creates a state file: a missing one is the one
-   sentence ``messages.NO_STATE_YET`` and exit 1.
-2. With ``--url``, a command that reads the state also asks the authority for
-   its checkpoint (one request, short timeout, redirects followed only within
-   its origin: ``client.follow.http`` rule 6) and warns on stderr when the log
-   is ahead of the state; the warning never changes the result or the exit
-   status, and an unreachable authority only skips it. A redirect it does not
-   follow skips it too, saying so on stderr (the URL is the user's to fix).
+1. Of several entries the most severe wins: refuse, then stale, then unknown.
+2. A read-only command never creates a state file: a missing one is
+   ``messages.NO_STATE_YET`` and exit 1.
+3. ``--url`` asks the authority for its checkpoint (one short request) and warns on
+   stderr when the log is ahead of the state; the warning never changes the result,
+   and an unreachable authority or a refused redirect only skips it.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sqlite3
 import sys
@@ -39,9 +24,8 @@ from typing import Any, Final
 
 from deplog.client.cache.guard import DEFAULT_FRESHNESS, Decision, Guard, Verdict
 from deplog.client.cli.messages import NO_STATE_YET, explain
-from deplog.client.cli.trust import positive_seconds, state_fault
+from deplog.client.cli.trust import positive_seconds, served_checkpoint, state_fault
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
-from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.source import FetchError
 from deplog.client.follow.state import LocalState, TrustedCheckpoint
 from deplog.client.model.notice import parse_timestamp
@@ -56,7 +40,6 @@ __all__ = [
     "EXIT_REFUSE",
     "EXIT_STALE",
     "EXIT_UNKNOWN",
-    "REFUSED_STATUSES",
     "VERDICT_EXITS",
     "add_state_arguments",
     "exit_for",
@@ -81,8 +64,6 @@ VERDICT_EXITS: Final[dict[Verdict, int]] = {
     Verdict.UNKNOWN: EXIT_UNKNOWN,
 }
 _SEVERITY: Final = (EXIT_REFUSE, EXIT_STALE, EXIT_UNKNOWN)
-REFUSED_STATUSES: Final = frozenset({"revoked", "sunset"})
-"""Version statuses a guard refuses to serve."""
 STATUS_EXITS: Final[dict[str, int]] = {
     "revoked": EXIT_REFUSE,
     "sunset": EXIT_REFUSE,
@@ -96,7 +77,7 @@ def status_exit(status: str) -> int:
 
 
 BEHIND_TIMEOUT: Final = 3.0
-"""Seconds the optional is-the-state-behind request may take (rule 2)."""
+"""Seconds the optional is-the-state-behind request may take (rule 3)."""
 
 
 def exit_for(codes: list[int]) -> int:
@@ -133,7 +114,7 @@ def status_lines(out: dict[str, Any]) -> list[str]:
 
 
 def open_state(path: Path) -> LocalState:
-    """The follower state at ``path`` for reading; never creates one (rule 1)."""
+    """The follower state at ``path`` for reading; never creates one (rule 2)."""
     if not path.exists():
         raise CLIError(f"{path}: no such state file; {NO_STATE_YET}")
     try:
@@ -167,11 +148,11 @@ def processed_through(trusted: TrustedCheckpoint) -> dict[str, Any]:
 
 
 def warn_if_behind(url: str | None, state: LocalState) -> None:
-    """Rule 2: one stderr line when the authority at ``url`` serves a larger tree."""
+    """Rule 3: one stderr line when the authority at ``url`` serves a larger tree."""
     if url is None or state.trusted is None:
         return
     try:
-        note = asyncio.run(_served_checkpoint(url))
+        note = served_checkpoint(url, BEHIND_TIMEOUT)
         size = Checkpoint.from_text(parse_note(note)[0]).size
     except FetchError as err:
         if err.code == ErrorCode.REDIRECT_REFUSED:
@@ -188,11 +169,6 @@ def warn_if_behind(url: str | None, state: LocalState) -> None:
             f"serves size {size}: run deplog follow to catch up",
             file=sys.stderr,
         )
-
-
-async def _served_checkpoint(url: str) -> bytes:
-    async with HttpLogSource(url, timeout=BEHIND_TIMEOUT) as source:
-        return await source.checkpoint()
 
 
 def _seconds(text: str) -> timedelta:
