@@ -64,7 +64,7 @@ from typing import Protocol
 
 from deplog.client.errors import DeplogError
 from deplog.client.follow.mapcheck import MapProver
-from deplog.client.follow.state import TrustedCheckpoint
+from deplog.client.follow.state import Folded, TrustedCheckpoint
 from deplog.client.model.notice import parse_tool_id
 from deplog.client.model.semver import Version
 from deplog.client.model.status import StatusIndex, VersionStatus
@@ -160,7 +160,7 @@ class GuardState(Protocol):
     @property
     def trusted(self) -> TrustedCheckpoint | None: ...
 
-    def tool_status(self, tool_id: str) -> tuple[StatusIndex, dict[int, float]]: ...
+    def tool_status(self, tool_id: str) -> Folded: ...
 
     @property
     def path(self) -> Path:

@@ -1,37 +1,22 @@
 """The follower: keeps a local state file in step with one log, one verified step at a time.
 
-Each step is ``client.follow.source.sync_step`` over the follower's log source
-(the authority's HTTP API unless it is given another ``LogSource``): a new
-checkpoint is verified, then its consistency proof, then the new entries page
-by page (memory stays bounded by one page), and the advance commits only when
-the tree matches the checkpoint. The source bounds and checks every answer
-(``client.follow.http``); the trust state decides (``client.follow.trust``).
-``run`` repeats steps on an interval with jittered exponential backoff after
-failures, and takes a step as soon as the source announces a checkpoint. Under
-a hostile network path its rules are:
+Each step is ``client.follow.source.sync_step`` over the follower's source (the
+authority's HTTP API unless given another ``LogSource``); the trust state decides
+(``client.follow.trust``). ``run`` polls with jittered exponential backoff and also acts
+on the checkpoints a source announces. Under a hostile network path:
 
-1. Only a proven fork (``ForkError``: two signed roots for one size) ends
-   ``run``, as soon as it is seen, by polling or on the push stream alike.
-2. A consistency proof that fails (``SuspectedForkError``) is retried with
-   backoff like any failed step; the state does not advance, so its freshness
-   runs out and a guard over it goes stale. After ``SUSPICION_ESCALATION``
-   consecutive suspicions the follower says so once, loudly (an ERROR log
-   line naming the unproven evidence file), and ``counters.suspicions``
-   counts every one.
-3. A pushed event that is over-long, malformed or not a verifiable
-   checkpoint is dropped and counted (``counters.push_dropped``); a broken
-   stream is reconnected with jittered backoff (``counters.push_reconnects``).
-   Polling goes on underneath whatever the stream does.
-4. Nothing but a ``DeplogError`` leaves ``run`` for a reason the network
-   chose; any other exception is a bug and ends ``run`` at once, never
-   silently killing one half of it.
-5. With a ``fallback`` source (the JSON API behind a tiles source), a step
-   the source fails for a reason another path may not have (a failed or
-   unusable fetch, a refused redirect, a tile that does not hash to the tree,
-   a suspected fork, a stale copy's older checkpoint: ``RETRY_ELSEWHERE``) is
-   taken again at once through the fallback, to the fallback's own latest
-   checkpoint; the first failure is still counted as rule 2 says. The
-   fallback also announces checkpoints when the source does not.
+1. Only a proven fork (``ForkError``) ends ``run``, as soon as it is seen, polled or
+   pushed.
+2. A failing consistency proof (``SuspectedForkError``) is retried like any failed step;
+   the state does not advance and goes stale. ``SUSPICION_ESCALATION`` in a row are said
+   once, loudly (an ERROR line naming the evidence); ``counters`` count every one.
+3. A pushed event that is over-long, malformed or no verifiable checkpoint is dropped
+   and counted; a broken stream is reopened with jittered backoff. Polling goes on.
+4. Only a ``DeplogError`` leaves ``run`` for a reason the network chose; anything else is
+   a bug and ends ``run`` at once.
+5. With a ``fallback`` source (the JSON API behind tiles), a step that fails for a reason
+   another path may not have (``RETRY_ELSEWHERE``) is taken again at once through it, to
+   its own latest checkpoint; the fallback also announces checkpoints.
 """
 
 from __future__ import annotations
@@ -106,15 +91,10 @@ class FollowerCounters:
     """What the follower has shrugged off so far, for metrics and alerting (rules 2, 3)."""
 
     suspicions: int = 0
-    """Every failing consistency proof between signed checkpoints."""
     consecutive_suspicions: int = 0
-    """Failing proofs since the last verified step; reset by one."""
     escalations: int = 0
-    """Times a suspicion persisted for ``SUSPICION_ESCALATION`` steps in a row."""
     push_dropped: int = 0
-    """Pushed events dropped: over-long, malformed or not a verifiable checkpoint."""
     push_reconnects: int = 0
-    """Times the checkpoint stream was reconnected after it ended or broke."""
     last_evidence: Path | None = None
     """The unproven evidence file of the latest suspicion."""
 
@@ -129,9 +109,7 @@ class SyncResult:
     verified_at: datetime
     changes: tuple[StatusChange, ...] = ()
     noticed: tuple[object, ...] = ()
-    """What the trust state's ``watch`` noted about the advance's entries, in log order."""
     invalid: tuple[InvalidEntry, ...] = ()
-    """The advance's entries that fail validation (docs/fold-spec.md 3.1), in log order."""
 
     @property
     def advanced(self) -> bool:
@@ -143,20 +121,10 @@ OnAdvance = Callable[[SyncResult], Awaitable[None] | None]
 
 
 class Follower:
-    """Follows one log into a local state file.
+    """Follows one log into a local state file: the library's way to keep a guard current.
 
-    ``source`` is the authority's base URL (read with an ``HttpLogSource``
-    whose request ``timeout`` may be given) or any ``LogSource``, which the
-    caller keeps and closes, as it does ``fallback`` (rule 5). Failures raise
-    the trust state's errors or the source's (``FetchError``: ``fetch_failed``,
-    ``response_too_large``, ``bad_response``; a tiles source's ``bad_tile``,
-    ``malformed_tile``, ``malformed_bundle``). A long advance commits every
-    ``chunk_size`` entries and resumes from the last chunk after a kill;
-    ``memory_mib`` bounds the tool statuses kept in memory
-    (``client.follow.state``). A state file built for another log (another
-    origin, or another log key under the same origin) is refused when the
-    follower is made: ``StateError`` ``state_for_another_log`` (the state's
-    invariant 4), never a fork.
+    ``source`` is the authority's base URL or a ``LogSource`` the caller keeps (as it does
+    ``fallback``). A state built for another log is refused here (``StateError``).
     """
 
     def __init__(
@@ -219,13 +187,8 @@ class Follower:
         return await self.sync_to(await self.source.checkpoint(), on_progress)
 
     async def sync_to(self, note: bytes, on_progress: OnProgress | None = None) -> SyncResult:
-        """One verified step to the checkpoint ``note`` (fetched, or pushed to us).
-
-        Steps run one at a time (a push can arrive during a poll); listeners
-        registered with ``add_listener`` hear about every advance.
-        ``on_progress(done, total)`` hears of each verified page of entries
-        (``source.OnProgress``: counted from where this step took the advance up).
-        """
+        """One verified step to the checkpoint ``note`` (fetched, or pushed to us); steps run
+        one at a time, and every listener hears of each advance."""
         async with self._step:
             old_size = self.state.size
             try:
@@ -310,16 +273,8 @@ class Follower:
         max_backoff: float = 300.0,
         push: bool = True,
     ) -> None:
-        """Stay in sync until ``stop`` is set; a proven fork ends the loop (ForkError).
-
-        Polls every ``interval`` seconds, with jittered exponential backoff
-        after failures. With ``push``, and a source that announces checkpoints
-        (``CheckpointStream``, as the HTTP source does), it also listens to the
-        announcements and takes a verified step as soon as a new checkpoint is
-        announced; they only hint, polling goes on underneath, and a dropped
-        stream is reconnected with jittered backoff. Whichever of the two ends
-        with an error (a fork, rule 1) ends the other and ``run`` at once.
-        """
+        """Stay in sync until ``stop`` is set, polling every ``interval`` seconds and, with
+        ``push``, following announced checkpoints; a proven fork ends it (rules 1 to 3)."""
         stop = stop or asyncio.Event()
         if on_advance is not None:
             self.add_listener(on_advance)
@@ -357,12 +312,7 @@ class Follower:
             await wait_until(stop, delay)
 
     async def listen(self, stop: asyncio.Event, max_backoff: float = 30.0) -> None:
-        """Follow the source's checkpoint announcements until ``stop``; each is verified.
-
-        Returns only when ``stop`` is set, and raises only a proven fork (rule
-        1): a broken stream or a bad event is counted, and the stream reopened
-        with jittered backoff (rule 3).
-        """
+        """Follow the source's checkpoint announcements until ``stop`` (rules 1, 3)."""
         announcer = self._announcer()
         if announcer is None:
             raise TypeError("this log source announces no checkpoints")
@@ -391,11 +341,7 @@ class Follower:
         return None
 
     async def _on_push(self, note: bytes) -> None:
-        """A pushed checkpoint is a hint: verified first, acted on only if it is news.
-
-        One the trust policy does not accept is a bad event, dropped and counted
-        (rule 3); a stale one is ignored; a proven fork ends ``run`` (rule 1).
-        """
+        """A pushed checkpoint is a hint: verified first, acted on only if it is news."""
         try:
             self.trust.check_checkpoint(note)
         except ForkError:

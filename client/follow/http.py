@@ -1,39 +1,22 @@
 """The authority's HTTP API as a ``LogSource``: every response bound and wire check, once.
 
-The follower and ``deplog export`` both read a log through ``HttpLogSource``,
-so both hold a server to the same rules, each refusal a ``FetchError``:
+The follower and ``deplog export`` read a log through ``HttpLogSource``; every refusal is
+a ``FetchError``. Rules:
 
-1. Every request has a total timeout (``DEFAULT_TIMEOUT`` unless given): a
-   server that stalls or trickles is ``fetch_failed``, as is any status but
-   200 and any connection failure.
-2. Every body is read against a bound, checked on its Content-Length and again
-   while it streams (a chunked body declares none): checkpoint 1 MiB, proof
-   64 KiB, entries page 128 MiB, one pushed event 1 MiB. A body past its bound
-   is ``response_too_large`` and is not read further.
-3. JSON is parsed strictly (``client.model.canonical.loads``: bounded depth, no
-   duplicate keys, no floats). A proof must parse as a ``ConsistencyProof``;
-   an entries page must be an object whose ``start`` is the index asked for
-   and whose ``entries`` are canonical base64 strings (RFC 4648 section 4).
-   Anything else is ``bad_response``. The page's length and each entry's size
-   are ``fetch_page``'s checks (``client.follow.source`` rule 2), which hold
-   for every source.
-4. Entries are asked for at most ``PAGE_SIZE`` at a time, the authority's
-   limit: a wider range is answered with its first page, and the caller pages.
-5. ``checkpoints`` reads the Server-Sent Events stream: each event's ``data:``
-   lines make one note; a line or an event over 1 MiB ends the stream with
-   ``response_too_large``, and 60 s without a byte (the authority sends a
-   keep-alive every 15 s) with ``fetch_failed``.
-6. Redirects are followed only within one origin: the same scheme, host and
-   port as the URL redirected from (so never from https to http), with no user
-   name or password in the location, at most ``MAX_REDIRECTS`` hops, and a POST
-   only by 307 or 308 (which keep its method and body). Anything else is
-   ``redirect_refused``, and nothing is asked of the other origin: a log, its
-   tiles or a publisher's notice are read from and sent to the URL given, or
-   one of its own paths, never a host a server names (give the final URL
-   instead). ``HttpClient.request`` is this rule for every HTTP request the
-   client makes: the JSON API, tiles, ``deplog export``, ``publish`` and
-   ``check --url``. A redirect without a location is answered as it came (a
-   status other than 200: ``fetch_failed``).
+1. Every request has a total timeout (``DEFAULT_TIMEOUT``); a stall, a connection
+   failure or any status but 200 is ``fetch_failed``.
+2. Every body is read against its bound, on its Content-Length and while it streams
+   (``MAX_*_BYTES``); past it is ``response_too_large``, unread.
+3. JSON is parsed strictly (``canonical.loads``); a proof must be a
+   ``ConsistencyProof``, an entries page start at the index asked with canonical base64
+   entries: else ``bad_response``.
+4. Entries are asked ``PAGE_SIZE`` at a time, the authority's limit.
+5. ``checkpoints`` reads the Server-Sent Events stream, one note an event; an event over
+   1 MiB is ``response_too_large``, 60 s of silence ``fetch_failed``.
+6. Redirects are followed only within one origin (scheme, host, port), with no
+   credentials in the location, at most ``MAX_REDIRECTS`` hops, and a POST only by 307
+   or 308; anything else is ``redirect_refused``, and nothing is asked of another
+   origin. ``HttpClient.request`` is this rule for every request the client makes.
 """
 
 from __future__ import annotations
@@ -123,9 +106,8 @@ def redirect_target(url: URL | str, location: str) -> URL:
 
 
 class HttpClient:
-    """An HTTP client's session: without ``session`` it opens its own on first use and
-    ``close`` ends it; a session passed in belongs to the caller, who closes it.
-    ``requests`` counts the HTTP requests made (redirect hops included)."""
+    """An HTTP session held to rule 6: its own, opened on first use and ended by ``close``,
+    or the caller's; ``requests`` counts requests made (redirect hops included)."""
 
     def __init__(self, timeout: float, session: aiohttp.ClientSession | None) -> None:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
@@ -160,10 +142,8 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
         timeout: aiohttp.ClientTimeout | None = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """The response to ``method url``, after the redirects rule 6 follows (and
-        ``redirect_refused`` for any other); the caller reads it inside the block.
-        Connection failures and timeouts are aiohttp's and asyncio's, for the caller
-        to name."""
+        """The response to ``method url`` after the redirects rule 6 follows; connection
+        failures and timeouts are left to the caller to name."""
         target: URL | str = url
         for _ in range(MAX_REDIRECTS + 1):
             self.requests += 1
@@ -201,11 +181,7 @@ async def read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
 
 
 class HttpLogSource(HttpClient):
-    """A log read over the authority's HTTP API, with rules 1 to 5.
-
-    Without ``session`` it opens its own on first use and ``close`` ends it;
-    a session passed in belongs to the caller, who closes it.
-    """
+    """A log read over the authority's HTTP API, with rules 1 to 5."""
 
     def __init__(
         self,
@@ -281,12 +257,8 @@ class HttpLogSource(HttpClient):
 
 
 async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """The data of each Server-Sent Event in ``content``, a line and an event at a time.
-
-    Only ``data:`` fields count (``event:`` names and ``:`` comments such as
-    keep-alives are skipped); a blank line ends an event, and its data lines
-    joined by newlines, plus the note's final newline, are yielded.
-    """
+    """The data of each Server-Sent Event in ``content`` (its ``data:`` lines joined, with the
+    note's final newline); other fields and comments are skipped."""
     data: list[str] = []
     size = 0
     while True:

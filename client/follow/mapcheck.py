@@ -1,34 +1,18 @@
-"""The follower's own tool-status map: recomputed from the entries it verifies, and held
-against the root every checkpoint commits to.
+"""The follower's own tool-status map: folded from the entries it verifies, held against
+the root every checkpoint commits to. Rules:
 
-Rules:
-
-1. The map lives in the follower's state file (``client.map.stored`` tables)
-   and advances in the advance's own transactions, page by page, with exactly
-   the entries the trust state verified: it commits with each chunk of the
-   advance (so a chunk on disk holds the map folded through its last entry,
-   and a rolled-back chunk rolls back its map rows), and a resumed advance
-   goes on from that map. A map that is not at the size the advance starts
-   from cannot be continued (rule 5).
-2. A checkpoint whose ``deplog-map/v1`` root is not the root of the map folded
-   from its entries is a log that signed a false statement about its own
-   history: ``trust.MapMismatchError``, a ``ForkError`` (proven ``map_mismatch``
-   evidence is written, and the follower stops, as for two signed roots).
-3. A malformed or repeated line is refused (``malformed_map_line``), so a
-   broken commitment is never read as "this log has no map".
-4. A checkpoint without a line commits to nothing and is not checked (a log
-   without the map, or the last size an authority signed before its upgrade).
-5. The map can only be recomputed from entry 0: a state file that followed the
-   log before it kept a map has none, and is never checked (``checking`` is
-   false); a fresh state keeps one from its first advance. A map in another
-   record format (``client.map.stored`` rule *one format*) is dropped at the next advance
-   and counts as none; ``MapProver`` never proves from one. Dropping an
-   interrupted advance's progress (``LocalState.discard_pending``) drops the
-   map too, since its rows hold that progress: a state still at size 0 then
-   folds it again from entry 0, any other keeps none.
-6. ``MapProver`` hands out proofs from that map at the trusted checkpoint only
-   (read in one snapshot with the map's size), so a cache can give an agent the
-   proof behind its decision; it has none for a checkpoint without a line.
+1. The map lives in the state file (``client.map.stored``) and advances in the advance's
+   own transactions with exactly the verified entries: a committed chunk holds the map
+   through its last entry, a rolled-back one rolls back its rows.
+2. A checkpoint whose ``deplog-map/v1`` root is not the fold of its entries is a log
+   that signed a false statement: ``MapMismatchError`` (a proven fork, evidence).
+3. A malformed or repeated line is refused (``malformed_map_line``), never read as "no
+   map"; a checkpoint without a line commits to nothing and is not checked.
+4. A map is recomputed only from entry 0: a state that followed the log before it kept
+   one, or whose map is of another record format, or whose interrupted advance was
+   dropped past size 0, keeps none and checks nothing.
+5. ``MapProver`` proves from that map at the trusted checkpoint only, read in one
+   snapshot with the map's size.
 """
 
 from __future__ import annotations
@@ -56,7 +40,7 @@ class FollowerMap:
     def __init__(self, conn: sqlite3.Connection, start: int) -> None:
         """The map of the state on ``conn`` for an advance that goes on from entry ``start``
         (the trusted size, or a resumed advance's last committed chunk)."""
-        StoredMap.discard_other_format(conn)  # rule 5: another format's map cannot go on
+        StoredMap.discard_other_format(conn)  # rule 4: another format's map cannot go on
         has_map = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'map_state'"
         ).fetchone()
@@ -65,19 +49,13 @@ class FollowerMap:
             has_map = (1,)
         self.map = StoredMap(conn) if has_map is not None else None
         if self.map is not None and (self.map.size() or 0) != start:
-            self.map = None  # rule 5: a map that is not at the advance's start cannot go on
-
-    @property
-    def checking(self) -> bool:
-        """Whether this state keeps a map to check checkpoints against."""
-        return self.map is not None
+            self.map = None  # rule 4: a map that is not at the advance's start cannot go on
 
     def add(
         self, start: int, end: int, notices: Sequence[tuple[int, Notice | InvalidMark]]
     ) -> None:
-        """Fold the verified entries ``[start, end)`` into the map: what the validator made
-        of them (``client.model.rules.fold_item``) as ``(index, notice or mark)``, in log
-        order (judged once, by the trust state)."""
+        """Fold the verified entries ``[start, end)``, as ``fold_item`` made them, in log
+        order."""
         if self.map is not None:
             self.map.advance_notices(start, end, notices)
 
@@ -89,8 +67,8 @@ class FollowerMap:
 
 
 class MapProver:
-    """JSON map proofs (``deplog.map_proof/v1``) from a follower state file's map, read on
-    a query-only connection of its own, so an advance in progress is never seen."""
+    """JSON map proofs (``deplog.map_proof/v1``) from a state file's map (rule 5), on a
+    query-only connection of its own, so an advance in progress is never seen."""
 
     def __init__(self, path: Path) -> None:
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -102,9 +80,8 @@ class MapProver:
         self.conn.close()
 
     def prove(self, note: bytes, size: int, tool_id: str) -> bytes | None:
-        """The proof of ``tool_id`` at the trusted checkpoint ``note`` of ``size``; None if
-        the checkpoint has no map line, the state keeps no map, or the map has moved on
-        (an advance committed since the caller read ``note``: ask again)."""
+        """The proof of ``tool_id`` at the trusted checkpoint ``note`` of ``size``; None without
+        a map line or a map, or when the map moved on since ``note`` (ask again)."""
         text, _ = parse_note(note)
         if map_root_of(Checkpoint.from_text(text).extensions) is None:
             return None

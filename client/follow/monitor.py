@@ -1,36 +1,20 @@
 """The publisher's own monitor: what the log says in my name that I did not say.
 
-A publisher's key can leak, and an authority can misbehave; both show in the
-log, which a follower verifies entry by entry. The monitor watches those
-verified entries (``TrustedState.watch``) for one namespace and reports, as
-one ``MonitorEvent`` each:
+A leaked key or a misbehaving authority shows in the log, which a follower verifies
+entry by entry. The monitor watches those verified entries (``TrustedState.watch``) for
+one namespace and reports each as a ``MonitorEvent``, whose ``to_json`` is one line of
+``deplog monitor`` (docs/publishers.md):
 
-1. ``notice``: a notice about a tool of the namespace that the publisher did
-   not publish: signed by a key id not in ``key_ids`` (``unknown_key``), or,
-   when a journal is given, whose envelope is not in it (``not_in_journal``).
-   Both reasons are listed when both hold.
-2. ``registry``: every authority statement touching the namespace or its
-   owner: ``register``, ``add_key``, ``revoke_key``, ``revoke_publisher``.
-   The owner is read from the registry as of that entry, so a namespace
-   registered later is watched from the entry that registers it.
-3. ``invalid``: an entry of the signed log that fails validation
-   (docs/fold-spec.md 3.1) and names a tool of the namespace, which is now
-   ``unknown`` to every verifier, or names no tool at all (it may have been
-   one of the publisher's notices, mangled).
+1. ``notice``: a notice about the namespace signed by a key id not in ``key_ids``
+   (``unknown_key``) or, with a journal, not in it (``not_in_journal``).
+2. ``registry``: every authority statement touching the namespace or its owner as of
+   that entry.
+3. ``invalid``: an entry that fails validation and names a tool of the namespace, or no
+   tool at all.
 
-Events come from verified entries only, and only of advances that committed
-(``Advanced.noticed``): an entry of a history the follower refused is never
-reported. The journal is a directory of signed envelopes, one
-``*.envelope.json`` file each (what ``deplog publish --out`` writes, before it
-posts); an envelope is matched by the SHA-256 of its canonical bytes, and the
-directory is read again before an envelope is called missing, so a notice
-published after the monitor started is found.
-
-``MonitorEvent.to_json`` is the shape of one line of ``deplog monitor``:
-``{"event": "notice", "index", "tool_id", "action", "publisher", "sequence",
-"key_id" (8 hex digits), "envelope_sha256", "reasons": [...]}`` or
-``{"event": "registry", "index", "action", "publisher", "namespaces": [...],
-"key_ids": [...]}`` or ``{"event": "invalid", "index", "code", "cause", "tool_id"}``.
+Events come from committed advances only. The journal is the ``*.envelope.json`` files
+``deplog publish --out`` writes, matched by the SHA-256 of their canonical bytes, and read
+again before an envelope is called missing.
 """
 
 from __future__ import annotations
@@ -57,13 +41,11 @@ __all__ = [
 ]
 
 JOURNAL_SUFFIX: Final = ".envelope.json"
-"""The journal's envelope files: ``deplog publish --out DIR`` writes ``DIR/<publisher>-<seq>``
-with this suffix."""
 
 
 class JournalError(DeplogError):
-    """A journal directory that cannot be read, or a file in it that is not an envelope;
-    ``path`` names it (for its operator: the message itself is value-free)."""
+    """A journal directory that cannot be read, or a file in it that is not an envelope
+    (``path``)."""
 
     code = ErrorCode.BAD_JOURNAL
 

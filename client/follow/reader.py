@@ -1,43 +1,35 @@
 """A read-only view of a follower's state file, for any number of worker processes.
 
-One follower per host (``deplog follow``) writes the state file; each worker
-opens it with ``StateReader`` and hands it to a ``Guard``. The rules:
+One follower per host (``deplog follow``) writes the file; each worker opens it with
+``StateReader`` and hands it to a ``Guard``. Rules:
 
-1. The reader never writes: the file is opened ``mode=ro`` and ``query_only``,
-   so a worker cannot corrupt the state or block the follower (SQLite WAL
-   readers do not block the writer, and the writer does not block them).
-2. Every read first asks SQLite whether another connection committed since
-   the last one (``PRAGMA data_version``, one cheap statement); if so, the
-   trusted checkpoint is reloaded and the folded statuses are dropped. A
-   worker thus sees each verified advance, and each ``touch`` that renews
-   ``verified_at``, on its next guard check.
-3. Freshness is the guard's, measured from the trusted checkpoint's
-   ``verified_at`` as the follower stored it: a worker whose follower died
-   goes stale after the freshness bound, like the follower's own guard.
-4. A fold made while the follower committed again is not cached, so no
-   status outlives the snapshot it was folded from.
-5. Folds stop at the trusted size (the state's invariant 1: entries of an
-   advance still in progress are never read), and the kept folds hold at most
-   ``memory_mib`` MiB of notices, as the follower's own.
+1. The reader never writes (``mode=ro``, ``query_only``), so it cannot corrupt the state
+   or block the follower.
+2. Every read first asks whether the follower committed since the last one (``PRAGMA
+   data_version``); if so the trusted checkpoint is reloaded and the folds dropped.
+3. Freshness is the guard's, from the stored ``verified_at``: a worker whose follower
+   died goes stale.
+4. A fold made while the follower committed again is not kept.
+5. Folds stop at the trusted size, and keep at most ``memory_mib`` MiB of notices.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 
 from deplog.client.errors import ErrorCode
 from deplog.client.follow.state import (
     DEFAULT_MEMORY_BUDGET_MIB,
+    FoldCache,
+    Folded,
     StateError,
     TrustedCheckpoint,
     _fold_tool,
     status_budget,
 )
-from deplog.client.model.status import StatusIndex
 from deplog.client.tlog.checkpoint import Checkpoint
 
 __all__ = ["StateReader"]
@@ -48,8 +40,7 @@ class StateReader:
 
     def __init__(self, path: Path | str, *, memory_mib: float = DEFAULT_MEMORY_BUDGET_MIB) -> None:
         self.path = Path(path)
-        self._budget = status_budget(memory_mib)
-        self._cached = 0
+        self._folds = FoldCache(status_budget(memory_mib))
         if not self.path.exists():
             raise StateError(ErrorCode.NO_STATE, "no follower state at that path")
         self._conn = sqlite3.connect(
@@ -61,7 +52,6 @@ class StateReader:
         self._lock = threading.RLock()
         self._version: int | None = None
         self._trusted: TrustedCheckpoint | None = None
-        self._statuses: OrderedDict[str, tuple[StatusIndex, dict[int, float]]] = OrderedDict()
         self.origin: str | None = None
         try:
             self._conn.execute("PRAGMA query_only = 1")
@@ -85,8 +75,7 @@ class StateReader:
         row = self._conn.execute(
             "SELECT origin, note, size, root, verified_at FROM trusted"
         ).fetchone()
-        self._statuses.clear()
-        self._cached = 0
+        self._folds.clear()
         self._version = version
         if row is None:
             self._trusted = None
@@ -109,21 +98,14 @@ class StateReader:
             self._refresh()
             return self._trusted
 
-    def tool_status(self, tool_id: str) -> tuple[StatusIndex, dict[int, float]]:
+    def tool_status(self, tool_id: str) -> Folded:
         """The fold of one tool's notices as of the follower's latest commit."""
         with self._lock:
             self._refresh()
-            cached = self._statuses.get(tool_id)
-            if cached is not None:
-                self._statuses.move_to_end(tool_id)
-                return cached
-            size = 0 if self._trusted is None else self._trusted.size
-            folded = _fold_tool(self._conn, tool_id, size)  # rule 5
-            notices = len(folded[1])
-            if self._data_version() == self._version and notices <= self._budget:  # rule 4
-                self._statuses[tool_id] = folded
-                self._cached += notices
-                while self._cached > self._budget:
-                    _, (_, evicted) = self._statuses.popitem(last=False)
-                    self._cached -= len(evicted)
+            folded = self._folds.get(tool_id)
+            if folded is None:
+                size = 0 if self._trusted is None else self._trusted.size
+                folded = _fold_tool(self._conn, tool_id, size)  # rule 5
+                if self._data_version() == self._version:  # rule 4
+                    self._folds.keep(tool_id, folded)
             return folded

@@ -1,32 +1,19 @@
 """Where a log is read from, and the one sequence of steps that reads it into the trust state.
 
-A ``LogSource`` answers three questions about one log: its latest checkpoint,
-a consistency proof between two tree sizes, and the leaves in a range. Every
-way of reading a log (the authority's HTTP API in ``client.follow.http``,
-tiles, a file, a test double) is one implementation. The rules:
+A ``LogSource`` answers three questions about one log: its latest checkpoint, a
+consistency proof between two sizes, and the leaves in a range. Every way of reading a
+log (the HTTP API, tiles, a file, a test double) is one implementation. Rules:
 
-1. A source is untrusted, whatever its transport. It promises the *shape* of
-   its answers (note bytes, a ``ConsistencyProof``, leaf bytes) and nothing
-   about their truth: signatures, rollbacks, forks, proofs, entries and roots
-   are checked by ``client.follow.trust`` before anything is kept, so a source
-   that lies is caught there, never trusted here.
-2. ``entries(start, end)`` answers a non-empty prefix of ``[start, end)`` (a
-   server's page limit, a tile boundary); the caller asks again from where it
-   ended. Callers read entries through ``fetch_page``, which holds every
-   source to that: an empty page, a page longer than asked or a leaf over
-   ``MAX_ENTRY_BYTES`` is ``FetchError`` ``bad_response``, so a broken or
-   hostile source can neither stall a sync nor stretch a page past its bound.
-3. A source that cannot answer raises ``FetchError``: ``fetch_failed`` (not
-   reachable, refused, no such range), ``response_too_large`` or
-   ``bad_response`` (an answer it would not read or could not decode), or
-   ``redirect_refused`` (sent elsewhere: ``client.follow.http`` rule 6). Codes
-   and messages are value-free.
-
-``sync_step`` is the one sequence of a verified step (an interrupted advance
-resumed, checkpoint, trust policy, consistency, pages of entries, proven
-chunks, finish). The follower and the tests' local log
-both step through it, so the order in which untrusted answers meet the checks
-is written once.
+1. A source is untrusted whatever its transport: it promises the shape of its answers,
+   never their truth, which ``client.follow.trust`` checks before anything is kept.
+2. ``entries(start, end)`` answers a non-empty prefix of ``[start, end)``; ``fetch_page``
+   holds every source to that (an empty page, a longer one, a leaf over
+   ``MAX_ENTRY_BYTES``: ``bad_response``), so a source can neither stall a sync nor
+   stretch a page.
+3. A source that cannot answer raises ``FetchError`` (``fetch_failed``,
+   ``response_too_large``, ``bad_response``, ``redirect_refused``), value-free.
+4. ``sync_step`` is the one order in which untrusted answers meet the checks: the
+   follower and the tests' local log both step through it.
 """
 
 from __future__ import annotations
@@ -104,16 +91,9 @@ class CheckpointStream(Protocol):
 
 
 class MemoryLogSource:
-    """A log held in memory: a checkpoint note and the leaves it is said to cover.
-
-    Proofs are computed from the leaves by the RFC 9162 reference functions of
-    ``client.tlog.proofs``. Nothing ties the note to the leaves: built from an
-    honest signed note it is an honest log, built from any other it is a log
-    that lies, and only the trust state may tell the two apart (rule 1). Each
-    answer holds at most ``page_size`` leaves, so callers page as over HTTP. A
-    range or proof outside the leaves is ``fetch_failed``, as a server's 400
-    would be.
-    """
+    """A log in memory, the test double: a checkpoint note and the leaves it is said to
+    cover, which nothing ties together (an honest log, or one that lies: rule 1); pages of
+    at most ``page_size`` leaves, and ``fetch_failed`` outside them."""
 
     def __init__(self, note: bytes, leaves: Iterable[bytes], *, page_size: int = PAGE_SIZE) -> None:
         if page_size < 1:
@@ -159,23 +139,10 @@ async def sync_step(
     chunk_size: int = CHUNK_SIZE,
     on_progress: OnProgress | None = None,
 ) -> Advanced | None:
-    """One verified step of ``trusted`` to the source's latest checkpoint, or to ``note``.
-
-    ``note`` is a checkpoint the caller already holds (one pushed to it). The
-    steps: an advance a kill interrupted is finished first (its stored target,
-    from its last committed chunk); then the trust policy accepts the
-    checkpoint and it does not go back; at the trusted size it is only seen
-    current again (``refresh``); above it, the source's consistency proof must
-    verify, then the new entries are verified page by page (at most
-    ``page_size`` leaves in memory), committed every ``chunk_size`` entries
-    once the source's consistency proof shows them part of the checkpoint's
-    tree, and the advance completes only if they rebuild that tree. Returns
-    what the step changed (None if nothing). ``on_progress(done, total)``
-    hears of each verified page (``OnProgress``: entries of the advance, from
-    where this call took it up). Any refusal (a ``TrustError`` from a check,
-    a ``FetchError`` from the source) leaves the trusted checkpoint where it
-    was.
-    """
+    """One verified step of ``trusted`` to the source's latest checkpoint, or to ``note``
+    (one the caller holds): an interrupted advance first, then the trust state's rules
+    in order, pages of ``page_size`` entries, a chunk committed every ``chunk_size``.
+    What it changed, or None; a refusal leaves the trusted checkpoint where it was."""
     if page_size < 1 or chunk_size < 1:
         raise ValueError("page_size and chunk_size must be at least 1")
     start_size = trusted.state.size

@@ -1,47 +1,24 @@
 """The follower's local state: one SQLite file, changed only by verified steps.
 
-Holds the trusted checkpoint (its signed note, size, root and the tree's right
-edge), the publisher registry replayed from the log, and every notice folded
-so far, indexed by tool and by (publisher, sequence) for the uniqueness rule.
-Entries of the signed tree that fail validation (``client.model.rules``) are kept
-as ``invalid_entries`` rows beside the notices: each read of a tool's status folds
-its marks with its notices, so the tool is ``unknown`` (docs/fold-spec.md, "Entries
-that fail validation"). The file's own integrity is assumed (it is local and ours);
-what came from the network is never trusted before verification. The invariants:
+It holds the trusted checkpoint (note, size, root, the tree's right edge), the registry
+replayed from the log, every notice folded so far (by tool, and by publisher and
+sequence) and the entries that fail validation (``invalid_entries``, whose marks make
+their tool ``unknown``: docs/fold-spec.md). The file itself is trusted; nothing from the
+network is stored before it is verified. Rules:
 
-1. The ``trusted`` row is the processed-through checkpoint: every entry below
-   its size is verified and stored. Every read (``tool_status``,
-   ``notice_at``, the guard, reports) sees only notices below that size.
-2. A long advance commits in chunks. Its target checkpoint (already accepted
-   by the trust policy and proven consistent with the trusted one) is the
-   ``pending`` row, stored with the chunks: how many of the log's entries are
-   done, the tree edge and the registry after them. A chunk is committed only
-   after its entries passed the admission rules and a consistency proof showed
-   that the tree they rebuild is a prefix of the target's tree. Notices at or
-   above the trusted size exist only beside a ``pending`` row, and are invisible
-   to reads (rule 1).
-3. The trusted row moves to the target, and the ``pending`` row goes, in the
-   one transaction of the advance's last chunk, and only once all the
-   target's entries are done and rebuild its root. So a kill at any moment
-   leaves the old trusted state plus proven progress to resume from, never a
-   partly processed prefix that reads as "processed through" anything.
-4. A state file belongs to one log: its origin and its verifier key, the
-   ``log_key`` row, recorded by the first verified step. The trust state binds
-   the state to the key it follows with (``bind_log_key``) before anything is
-   fetched, and another origin or another recorded key is ``StateError``
-   ``state_for_another_log`` naming the file and what it was built for: an
-   authority started over under the same origin with new keys is another log,
-   never a fork of the old one (no evidence, nothing retried). A state written
-   before keys were recorded adopts the key on its next verified step (an
-   advance, or a refresh at its size); until then it is another log's when its
-   trusted checkpoint carries no valid signature by the key.
-
-Memory is bounded by ``status_budget`` (notices): tool statuses are folded on
-demand from one tool's stored notices and kept in an LRU whose folds hold at
-most that many notices in all; an advance of fewer notices than the budget
-extends the kept folds of the tools it touched, a larger one drops them. A
-tool with more notices than the whole budget is folded for each question and
-never kept (a bigger budget keeps it); SQLite does the holding.
+1. The ``trusted`` row is the processed-through checkpoint: every entry below its size
+   is verified and stored, and every read sees only entries below it.
+2. A long advance commits in chunks toward its ``pending`` target (accepted by the
+   policy, proven consistent): a chunk commits only once its entries passed the
+   admission rules and a consistency proof showed them a prefix of the target's tree.
+3. ``trusted`` moves to the target, and ``pending`` goes, in the transaction of the last
+   chunk, once all the target's entries rebuild its root: a kill leaves the old trusted
+   state and proven progress, never a partly processed prefix.
+4. A state belongs to one log: its origin, and the verifier key its first verified step
+   records (``log_key``). Another is ``StateError`` ``state_for_another_log``, never a
+   fork; a state from before keys were recorded takes the key on its next verified step
+   if its trusted checkpoint is signed by it.
+5. The folds kept in memory hold at most ``status_budget`` notices in all.
 """
 
 from __future__ import annotations
@@ -73,6 +50,8 @@ __all__ = [
     "NOTICE_BYTES",
     "SCHEMA",
     "AdvanceWriter",
+    "FoldCache",
+    "Folded",
     "LocalState",
     "Pending",
     "StateError",
@@ -85,6 +64,10 @@ NOTICE_BYTES = 1500
 
 DEFAULT_MEMORY_BUDGET_MIB = 32
 """The default bound on the folded statuses kept in memory."""
+
+
+Folded = tuple[StatusIndex, dict[int, float]]
+"""A tool's fold and, per notice index, when it was processed."""
 
 
 def status_budget(memory_mib: float) -> int:
@@ -146,8 +129,7 @@ SCHEMA = (
 
 
 def _index_sequences(conn: sqlite3.Connection) -> None:
-    """Fill the ``sequences`` table from the notices of a state file written before it
-    existed (under the increasing rule), so the uniqueness check sees every one."""
+    """Fill ``sequences`` from the notices of a state file written before it existed."""
     has_table = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sequences'"
     ).fetchone()
@@ -175,12 +157,9 @@ def _fold_tool(
     below: int,
     start: int = 0,
     into: StatusIndex | None = None,
-) -> tuple[StatusIndex, dict[int, float]]:
-    """Fold a tool's stored notices and invalid entries' marks in ``[start, below)`` in log
-    order (into a copy of ``into``, if given).
-
-    Returns the status index and, per notice index, when it was processed.
-    """
+) -> Folded:
+    """Fold a tool's stored notices and marks in ``[start, below)`` (into a copy of
+    ``into``); the fold and, per notice index, when it was processed."""
     index = StatusIndex() if into is None else into.copy()
     processed: dict[int, float] = {}
     items: list[tuple[int, FoldNotice, float | None]] = [
@@ -208,9 +187,43 @@ def _fold_tool(
     return index, processed
 
 
+class FoldCache:
+    """Tool folds, least recently used first out, holding at most ``budget`` notices (rule 5)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._folds: OrderedDict[str, Folded] = OrderedDict()
+        self._notices = 0
+
+    def get(self, tool_id: str) -> Folded | None:
+        folded = self._folds.get(tool_id)
+        if folded is not None:
+            self._folds.move_to_end(tool_id)
+        return folded
+
+    def keep(self, tool_id: str, folded: Folded) -> None:
+        """Keep a fold that fits the budget, evicting the least recently used."""
+        if len(folded[1]) > self.budget:
+            return
+        self._folds[tool_id] = folded
+        self._notices += len(folded[1])
+        while self._notices > self.budget:
+            _, (_, evicted) = self._folds.popitem(last=False)
+            self._notices -= len(evicted)
+
+    def pop(self, tool_id: str) -> Folded | None:
+        folded = self._folds.pop(tool_id, None)
+        if folded is not None:
+            self._notices -= len(folded[1])
+        return folded
+
+    def clear(self) -> None:
+        self._folds.clear()
+        self._notices = 0
+
+
 def _rows(conn: sqlite3.Connection, query: str, args: tuple[object, ...]) -> list[Any]:
-    """The rows of a query on ``invalid_entries``, none in a state file from before it
-    (opened read-only, so the table is not made there)."""
+    """The rows of a query on ``invalid_entries``, none in a read-only older state file."""
     try:
         return conn.execute(query, args).fetchall()
     except sqlite3.OperationalError as err:
@@ -228,13 +241,8 @@ def _decode_frontier(size: int, text: str) -> TreeFrontier:
 
 
 class StateError(DeplogError):
-    """The local state file is unusable (absent, another log's, or inconsistent).
-
-    For ``state_for_another_log`` (invariant 4), ``path`` is the state file and
-    ``built_for`` says, for its operator, which log it was built for: its
-    recorded verifier key, else the key name and id on its trusted checkpoint,
-    else its origin.
-    """
+    """The local state file is unusable (absent, another log's, or inconsistent); for
+    ``state_for_another_log``, ``path`` and ``built_for``, the log it was built for."""
 
     codes = frozenset({ErrorCode.NO_STATE, ErrorCode.STATE_FOR_ANOTHER_LOG, ErrorCode.BAD_STATE})
 
@@ -266,8 +274,8 @@ class TrustedCheckpoint:
 
 @dataclass(frozen=True)
 class Pending:
-    """An advance interrupted between chunks (invariant 2): its target checkpoint note,
-    and the tree edge and registry after the first ``frontier.size`` entries."""
+    """An advance interrupted between chunks (rule 2): its target, and the tree edge and
+    registry after the first ``frontier.size`` entries."""
 
     note: bytes
     frontier: TreeFrontier
@@ -275,7 +283,7 @@ class Pending:
 
 
 class LocalState:
-    """The persisted trusted state of one log; written only by ``client.trust``."""
+    """The persisted trusted state of one log; written only by ``client.follow.trust``."""
 
     def __init__(
         self,
@@ -284,9 +292,8 @@ class LocalState:
         *,
         memory_mib: float = DEFAULT_MEMORY_BUDGET_MIB,
     ) -> None:
-        """Open or create the state of the log ``origin``; ``None`` opens an existing
-        state file for whichever log it follows (read-only uses such as ``deplog status``).
-        ``memory_mib`` bounds the folded statuses kept in memory."""
+        """Open or create the state of the log ``origin``; None opens an existing one,
+        whichever log it follows (read-only uses)."""
         self.path = Path(path)
         self.status_budget = status_budget(memory_mib)
         if origin is None and not self.path.exists():
@@ -296,21 +303,15 @@ class LocalState:
         self._conn.execute("PRAGMA synchronous = FULL")
         self._conn.execute("PRAGMA busy_timeout = 5000")
         _index_sequences(self._conn)
-        self._conn.execute(_PENDING_TABLE)  # state files written before chunked advances
-        for statement in _INVALID_TABLE:  # and before entries that fail validation were kept
+        for statement in (_PENDING_TABLE, *_INVALID_TABLE, _LOG_KEY_TABLE):  # older files
             self._conn.execute(statement)
-        self._conn.execute(_LOG_KEY_TABLE)  # and before recorded keys (invariant 4)
         self._log_key: Verifier | None = None
-        # Reads go through their own connection, which sees committed data only:
-        # an advance in progress (its transaction is open across awaits on the
-        # same thread) must never be visible to the guard or to reports.
+        # Reads see committed data only: an advance's open transaction is never read.
         self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._reader.execute("PRAGMA query_only = 1")
         self._reader.execute("PRAGMA busy_timeout = 5000")
         self._lock = threading.RLock()
-        # tool -> (fold, processed times); the folds hold _cached notices in all.
-        self._statuses: OrderedDict[str, tuple[StatusIndex, dict[int, float]]] = OrderedDict()
-        self._cached = 0
+        self._folds = FoldCache(self.status_budget)
         if origin is None:
             row = self._conn.execute("SELECT origin FROM trusted").fetchone()
             if row is None:
@@ -344,18 +345,16 @@ class LocalState:
             bytes(note), checkpoint, datetime.fromtimestamp(verified_at, UTC)
         )
 
-    # -- the log it belongs to (invariant 4) -----------------------------------
+    # -- the log it belongs to (rule 4) --------------------------------------------
 
     @property
     def log_key(self) -> str | None:
-        """The verifier key recorded for the state's log, if a verified step recorded one."""
+        """The verifier key recorded for the state's log, if any (rule 4)."""
         row = self._conn.execute("SELECT vkey FROM log_key").fetchone()
         return None if row is None else str(row[0])
 
     def bind_log_key(self, key: Verifier) -> None:
-        """Follow the state with ``key``: refused as another log's (``state_for_another_log``)
-        unless the state was built for it; a state with no recorded key keeps it on its
-        next verified step, if its trusted checkpoint (if any) is signed by it."""
+        """Follow the state with ``key``, unless it is another log's (rule 4)."""
         recorded = self.log_key
         trusted = self.trusted
         if key.name != self.origin:
@@ -397,21 +396,19 @@ class LocalState:
         return EMPTY_ROOT if self.trusted is None else self.trusted.checkpoint.root_hash
 
     def notice_at(self, index: int) -> Notice | None:
-        """The notice at ``index`` if it is one, below the trusted size (invariant 1)."""
+        """The notice at ``index`` if it is one, below the trusted size (rule 1)."""
         if index >= self.size:
             return None
         row = self._reader.execute("SELECT notice FROM notices WHERE idx = ?", (index,)).fetchone()
         return None if row is None else Notice.from_json(canonical.loads(bytes(row[0])))
 
-    def tool_status(self, tool_id: str) -> tuple[StatusIndex, dict[int, float]]:
+    def tool_status(self, tool_id: str) -> Folded:
         """The fold of one tool's notices at the trusted size, and when each was processed."""
         with self._lock:
-            cached = self._statuses.get(tool_id)
-            if cached is not None:
-                self._statuses.move_to_end(tool_id)
-                return cached
-            folded = _fold_tool(self._reader, tool_id, self.size)
-            self._keep(tool_id, folded)
+            folded = self._folds.get(tool_id)
+            if folded is None:
+                folded = _fold_tool(self._reader, tool_id, self.size)
+                self._folds.keep(tool_id, folded)
             return folded
 
     def tool_status_at(self, tool_id: str, size: int) -> StatusIndex:
@@ -420,8 +417,8 @@ class LocalState:
             return _fold_tool(self._reader, tool_id, min(size, self.size))[0]
 
     def named_versions(self, tool_id: str, start: int, end: int) -> Iterator[str]:
-        """The exact versions named by the tool's notices in ``[start, end)``, or by the
-        notices those withdraw (for a ``StatusChange``)."""
+        """The exact versions named by the tool's notices in ``[start, end)`` (a withdraw's:
+        its target's), for a ``StatusChange``."""
         with self._lock:
             rows = self._reader.execute(
                 "SELECT notice FROM notices WHERE tool_id = ? AND idx >= ? AND idx < ? "
@@ -436,8 +433,7 @@ class LocalState:
                 yield from (version.text for version in notice.affected.versions)
 
     def tools_between(self, start: int, end: int) -> list[str]:
-        """Every tool a stored notice (or invalid entry's mark) in ``[start, end)`` is about,
-        sorted."""
+        """Every tool a stored notice or mark in ``[start, end)`` is about, sorted."""
         with self._lock:
             rows = self._reader.execute(
                 "SELECT tool_id FROM notices WHERE idx >= ? AND idx < ? UNION "
@@ -458,8 +454,7 @@ class LocalState:
         return [_invalid_entry(*row) for row in rows]
 
     def invalid_entries(self, limit: int = 100) -> tuple[int, list[InvalidEntry]]:
-        """How many verified entries fail validation, and the first ``limit`` of them
-        (docs/fold-spec.md, "Entries that fail validation"): evidence the log holds them."""
+        """How many verified entries fail validation, and the first ``limit`` of them."""
         with self._lock:
             (count,) = self._reader.execute(
                 "SELECT COUNT(*) FROM invalid_entries WHERE idx < ?", (self.size,)
@@ -486,9 +481,8 @@ class LocalState:
         )
 
     def discard_pending(self) -> None:
-        """Drop an interrupted advance, every entry it stored (none was ever read,
-        invariant 1) and the map its chunks advanced: for a target the trust policy no
-        longer accepts."""
+        """Drop an interrupted advance, the entries it stored (never read: rule 1) and the
+        map its chunks advanced: for a target the trust policy no longer accepts."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -502,8 +496,7 @@ class LocalState:
                 self._conn.execute("DELETE FROM notices WHERE idx >= ?", (self.size,))
                 self._conn.execute("DELETE FROM invalid_entries WHERE idx >= ?", (self.size,))
                 self._conn.execute("DELETE FROM pending")
-                # The map advanced with the chunks and cannot be rewound: it goes too
-                # (``client.follow.mapcheck`` rule 5).
+                # The map cannot be rewound (``client.follow.mapcheck`` rule 4).
                 StoredMap.drop_unless_at(self._conn, self.size)
                 self._conn.execute("COMMIT")
             except BaseException:
@@ -537,8 +530,8 @@ class LocalState:
         frontier: TreeFrontier,
         registry: PublisherRegistry,
     ) -> None:
-        """Make a proven chunk durable as progress toward ``note`` (invariant 2), and go on
-        in a new transaction."""
+        """Make a proven chunk durable as progress toward ``note`` (rule 2), then go on in a
+        new transaction."""
         writer.conn.execute(
             "INSERT INTO pending (id, note, done, frontier, registry) VALUES (1, ?, ?, ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET note = excluded.note, done = excluded.done, "
@@ -562,8 +555,7 @@ class LocalState:
         registry: PublisherRegistry,
         verified_at: datetime,
     ) -> None:
-        """Move the trusted checkpoint to the completed advance's target (invariant 3),
-        then let the in-memory view follow it."""
+        """Move the trusted checkpoint to the completed advance's target (rule 3)."""
         old_size = self.size
         writer.conn.execute("DELETE FROM pending")
         self._record_log_key(writer.conn)
@@ -593,29 +585,12 @@ class LocalState:
         self.trusted = TrustedCheckpoint(note, checkpoint, verified_at)
         small = sum(count for _, count in touched) <= self.status_budget
         for tool_id, _ in touched:
-            dropped = self._statuses.pop(tool_id, None)
-            if dropped is not None:
-                self._cached -= len(dropped[1])
-                if small:  # a few new notices: fold them into a copy, not all anew
-                    self._keep(tool_id, self._extend(dropped, tool_id, old_size))
-
-    def _extend(
-        self, folded: tuple[StatusIndex, dict[int, float]], tool_id: str, start: int
-    ) -> tuple[StatusIndex, dict[int, float]]:
-        """A copy of ``folded`` with the tool's stored items from index ``start`` on."""
-        index, processed = _fold_tool(self._reader, tool_id, self.size, start, folded[0])
-        return index, {**folded[1], **processed}
-
-    def _keep(self, tool_id: str, folded: tuple[StatusIndex, dict[int, float]]) -> None:
-        """Cache a fold if it fits the budget, evicting the least recently used."""
-        notices = len(folded[1])
-        if notices > self.status_budget:
-            return
-        self._statuses[tool_id] = folded
-        self._cached += notices
-        while self._cached > self.status_budget:
-            _, (_, evicted) = self._statuses.popitem(last=False)
-            self._cached -= len(evicted)
+            dropped = self._folds.pop(tool_id)
+            if dropped is not None and small:  # fold the few new items into a copy
+                index, processed = _fold_tool(
+                    self._reader, tool_id, self.size, old_size, dropped[0]
+                )
+                self._folds.keep(tool_id, (index, {**dropped[1], **processed}))
 
     def touch(self, note: bytes, verified_at: datetime) -> None:
         """A sync found the trusted checkpoint again (perhaps with fresher cosignatures)."""

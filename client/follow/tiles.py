@@ -1,44 +1,22 @@
 """A log read from its C2SP tlog-tiles as a ``LogSource``: static files, any server or CDN.
 
-A tiles base URL serves ``<base>/checkpoint`` (the cosigned note the authority's
-``GET /checkpoint`` serves) and ``<base>/tile/...`` (``client.tlog.tiles``). The
-source answers the follower's three questions from them, computing consistency
-proofs from hash tiles itself, as the Go sumdb client does. The rules:
+A tiles base URL serves ``<base>/checkpoint`` and ``<base>/tile/...``
+(``client.tlog.tiles``); the source computes consistency proofs from hash tiles itself,
+as the Go sumdb client does. Rules:
 
-1. Bounds, as ``client.follow.http``: every request has a total timeout; a
-   body is read against the spec's maximum for what was asked, on its
-   Content-Length and while it streams (a hash tile: exactly its width of
-   32-byte hashes; an entry bundle: its width of 65535-byte entries with their
-   length prefixes; the checkpoint: one note). Past it is ``response_too_large``,
-   unread. Redirects are ``client.follow.http``'s rule 6: followed only within
-   the base URL's origin, at most ``MAX_REDIRECTS`` hops, any other is
-   ``redirect_refused`` (tiles a CDN serves from another host are read from
-   that host's URL, given as ``--tiles``). Any status but 200 and 404, and any
-   connection failure, is ``fetch_failed``.
-2. Every tile is authenticated before use against the root of the checkpoint
-   note this source fetched (parsed here, unverified: the trust state still
-   checks its signatures and the proofs independently). A tile that does not
-   hash to that tree is ``TileError`` ``bad_tile``; bytes that are no tile of
-   its width are ``malformed_tile``, a bundle that does not decode is
-   ``malformed_bundle``. Each is a failed fetch, like ``FetchError``: nothing
-   is kept, and the next step fetches again. Because the proof is computed
-   from authenticated tiles, a corrupt or stale tile (a CDN's) never reaches
-   the trust state as a failing proof: it is never a suspected fork.
-3. A partial tile that is gone (404) because a wider tile replaced it is read
-   from the full tile, truncated to its width (the spec's fallback); the result
-   is authenticated like any other.
-4. Entries come one bundle per 256 leaves; a call answers up to
-   ``BUNDLES_PER_CALL`` bundles, fetched in parallel, and stops at a bundle
-   boundary when it can, so the next call starts on one and no bundle is
-   fetched twice in a sync. The bundle's level-0 hash tile is not fetched: it
-   is the bundle's own leaf hashes, which are authenticated against the tile
-   above (or the root) like any other tile; the tiles above are authenticated
-   once per call for all its bundles (``verify_entry_bundles``).
-5. Authenticated hash tiles are kept in a bounded cache (``CACHE_TILES``,
-   least recently used first out), so the upper tiles a sync needs over and
-   over are fetched once. The cache only spares fetches: every answer
-   re-authenticates every tile it uses against the current root, and a
-   failure empties the cache.
+1. Bounds and redirects are ``client.follow.http``'s: a total timeout, each body read
+   against the spec's maximum for what was asked (``response_too_large``), redirects
+   within the base URL's origin only; any status but 200 and 404 is ``fetch_failed``.
+2. Every tile is authenticated against the root of the checkpoint this source fetched
+   before any hash of it is used (``bad_tile``; bytes of the wrong shape
+   ``malformed_tile``, ``malformed_bundle``): a failed fetch, nothing kept. So a stale or
+   corrupt tile never reaches the trust state as a failing proof, never a suspected fork.
+3. A partial tile that is gone (404) is read from its full tile, cut to its width (the
+   spec's fallback), and authenticated like any other.
+4. ``entries`` answers up to ``BUNDLES_PER_CALL`` bundles, fetched in parallel, ending on a
+   bundle boundary where it can; a bundle's own leaf hashes stand for its level-0 tile.
+5. Authenticated hash tiles are kept in a bounded cache (``CACHE_TILES``) that only spares
+   fetches: every answer authenticates again, and a failure empties it.
 """
 
 from __future__ import annotations
@@ -110,12 +88,8 @@ def full_tile(tile: HashTile | EntryTile) -> HashTile | EntryTile:
 
 
 def cut_to_width(tile: HashTile | EntryTile, full_data: bytes) -> bytes:
-    """``tile``'s bytes from those served for its full tile (rule 3's fallback).
-
-    Hash tile bytes of another length than a full tile's are returned whole, for
-    the length check to refuse (``malformed_tile``); a full bundle that does not
-    decode is ``malformed_bundle``.
-    """
+    """``tile``'s bytes from those served for its full tile (rule 3); bytes that are no full
+    hash tile are returned whole, for the length check to refuse."""
     if isinstance(tile, HashTile):
         if len(full_data) != TILE_WIDTH * HASH_SIZE:
             return full_data
@@ -125,12 +99,7 @@ def cut_to_width(tile: HashTile | EntryTile, full_data: bytes) -> bytes:
 
 
 class TilesLogSource(HttpClient):
-    """A log read from the tlog-tiles under ``url``, with rules 1 to 5.
-
-    Without ``session`` it opens its own on first use and ``close`` ends it;
-    a session passed in belongs to the caller, who closes it. ``requests``
-    counts the HTTP requests made (redirect hops included), for figures.
-    """
+    """A log read from the tlog-tiles under ``url``, with rules 1 to 5."""
 
     def __init__(
         self,
@@ -146,8 +115,6 @@ class TilesLogSource(HttpClient):
         super().__init__(timeout, session)
         self._trees: OrderedDict[int, bytes] = OrderedDict()
         self._cache: OrderedDict[HashTile, bytes] = OrderedDict()
-
-    # --- the LogSource questions ------------------------------------------------------
 
     async def checkpoint(self) -> bytes:
         """``<base>/checkpoint``; its tree (size, root) is what tiles are checked against."""
@@ -199,15 +166,9 @@ class TilesLogSource(HttpClient):
         offset = start - first * TILE_WIDTH
         return leaves[offset : offset + min(end, (last + 1) * TILE_WIDTH) - start]
 
-    # --- tiles ------------------------------------------------------------------------
-
     async def fetch_tile(self, tile: HashTile | EntryTile) -> bytes:
-        """The bytes served for ``tile``, unchecked, falling back to the full tile (rule 3).
-
-        A hash tile must be exactly its width of hashes long (``malformed_tile``
-        is the caller's to raise: here only bounds apply), a bundle at most its
-        bound. A partial tile served only as the full one is cut to its width.
-        """
+        """The bytes served for ``tile``, within their bound but unchecked, a partial tile
+        falling back to its full tile (rule 3)."""
         data = await self._get(tile.path, max_tile_bytes(tile))
         if data is not None:
             return data
@@ -246,8 +207,6 @@ class TilesLogSource(HttpClient):
             self._cache.clear()
             raise
 
-    # --- trees ------------------------------------------------------------------------
-
     async def _root(self, size: int) -> bytes:
         """The root of the fetched checkpoint of ``size``, fetching the checkpoint once more."""
         if size not in self._trees:
@@ -264,8 +223,6 @@ class TilesLogSource(HttpClient):
                 return size, self._trees[size]
         raise FetchError(ErrorCode.FETCH_FAILED, "the tiles hold no checkpoint that far")
 
-    # --- HTTP -------------------------------------------------------------------------
-
     async def _get(self, path: str, limit: int) -> bytes | None:
         """The body of a 200 answer for ``path`` (None for 404), within ``limit`` (rule 1)."""
         try:
@@ -280,12 +237,8 @@ class TilesLogSource(HttpClient):
 
 
 async def publishes_tiles(source: TilesLogSource) -> bool:
-    """Whether ``source`` serves its log's tiles: its checkpoint parses and the first
-    level-0 hash tile of that tree is served at its width (an empty log publishes none).
-
-    Any failure is a no, so a follower that asks before choosing falls back to the
-    JSON API; nothing fetched here is trusted.
-    """
+    """Whether ``source`` serves its log's tiles: the first level-0 tile of its checkpoint's
+    tree, at its width (an empty log publishes none); any failure is a no."""
     try:
         await source.checkpoint()
         size, _ = source._tree_covering(1)

@@ -1,70 +1,34 @@
 """The follower's trust state machine: the local state advances only through verified steps.
 
-Modelled on python-tuf's ``TrustedMetadataSet``. The rules, in order:
+Modelled on python-tuf's ``TrustedMetadataSet``; nothing here does network I/O. The
+rules, in order:
 
-1. A checkpoint is considered only if it satisfies the trust policy (C2SP
-   tlog-policy): a valid signature of the pinned log key, whose name is the
-   checkpoint's origin, and valid cosignatures from a quorum of the policy's
-   witnesses; the policy's own errors say why not (``PolicyError``, or the
-   note's and checkpoint's format and signature errors). The quorum's
-   cosignature time, not the local clock, is the time the checkpoint is known
-   to be current (with ``quorum none``, the local time of the fetch is all
-   there is).
-2. Its size must not be below the trusted size (``RollbackError``). At the
-   trusted size its root must equal the trusted root; a different one means
-   the log signed two trees of one size, which proves a fork (``ForkError``):
-   both signed checkpoints are written to an evidence file (``proven``), and
-   the state stays where it was for good. Above the trusted size, an RFC 9162
-   consistency proof from the trusted checkpoint, for exactly those two sizes
-   (``ProofError`` ``proof_size_mismatch``), must verify. A proof that fails
-   is only a suspicion (``SuspectedForkError``): the log signs its
-   checkpoints, never its proofs, so anyone on the network path can corrupt
-   one. Both checkpoints and the proof are written to an evidence file marked
-   unproven, the state stays where it was (its freshness keeps running out,
-   so a guard over it goes stale), and the caller retries; only conflicting
-   signed statements halt a follower.
-3. The entries from the trusted size up to the new size are then judged one
-   by one, in log order, by the authority's own admission rules, the one
-   validator (``client.model.rules``: canonical encoding, authority-signed
-   registry changes, notices signed by a key active for the namespace at that
-   point, sequence numbers unique per publisher, valid withdraw targets). An
-   entry that fails them does not stop the follower and is not ignored
-   (docs/fold-spec.md, "Entries that fail validation"): it changes nothing but
-   its mark, which makes the tool it names ``unknown``, and it is kept as an
-   ``invalid_entries`` row (evidence, once step 4 proved it is in the signed
-   tree) and reported in ``Advanced.invalid``.
-4. The entries must be exactly as many as the new checkpoint's size and the
-   extended tree's root must equal its root (``TreeMismatchError``). Then its
-   ``deplog-map/v1`` root must be the root of the map folded from those
-   entries (``client.follow.mapcheck``); a signed root that is not is proven
-   misbehaviour (``MapMismatchError``, a ``ForkError``: evidence, stop).
-5. Only then does the trusted checkpoint move (with the tree edge and
-   registry) to the new one. A long advance is committed in chunks on the
-   way: a chunk of entries that passed step 3 is made durable, as progress
-   toward the new checkpoint, only after a consistency proof from the tree
-   they rebuild to the new checkpoint's tree verifies (else
-   ``TreeMismatchError`` ``entries_root_mismatch``); the trusted checkpoint
-   stays where it was and nothing reads those entries until step 4 passed
-   for all of them (``client.follow.state`` invariants 1 to 3). The map's
-   rows advance in the same transactions, so a committed chunk holds the map
-   folded through its last entry. A refusal rolls back the chunk in progress,
-   its entries and map rows alike; the proven chunks before it stay.
-6. After a kill, ``resume`` continues the interrupted advance from its last
-   committed chunk, its stored target checked again by step 1, and its map
-   from the same entry; the same target, the same checks, the same end state
-   (map root included) as an advance never killed. A stored target that step
-   1 now refuses (the policy or key changed) is dropped with all its progress,
-   which nothing ever read.
+1. A checkpoint is considered only if the trust policy (C2SP tlog-policy) accepts it:
+   the pinned log key's signature and a witness quorum (``PolicyError``, or the note's
+   own errors). The quorum's time, not the local clock, says when it was current.
+2. Its size is never below the trusted size (``RollbackError``). At the trusted size its
+   root is the trusted root, or the log signed two trees of one size: ``ForkError``,
+   evidence written, and the state stays for good. Above it, a consistency proof for
+   exactly those two sizes must verify (``proof_size_mismatch``); a failing one is only
+   a suspicion, since the log never signs proofs (``SuspectedForkError``: unproven
+   evidence, no advance, the caller retries).
+3. The new entries are judged in log order by the admission rules (``client.model.rules``).
+   An entry that fails them does not stop the follower: it changes nothing but its mark,
+   which makes its tool ``unknown``, is kept as evidence, and is reported in
+   ``Advanced.invalid`` (docs/fold-spec.md, "Entries that fail validation").
+4. The entries are exactly the checkpoint's size and rebuild its root
+   (``TreeMismatchError``); its ``deplog-map/v1`` root is the fold of them
+   (``client.follow.mapcheck``), else ``MapMismatchError``, a proven ``ForkError``.
+5. Only then does the trusted checkpoint move. A long advance commits in chunks on the
+   way, each only after a consistency proof to the target verifies
+   (``entries_root_mismatch``), with the map's rows in the same transactions; a refusal
+   rolls back the chunk in progress (``client.follow.state`` rules 1 to 3).
+6. After a kill, ``resume`` goes on from the last committed chunk toward the same
+   target, checked by rule 1 again, to the same end state; a target rule 1 now refuses
+   is dropped with its progress.
 
-A ``watch`` (``EntryWatch``) sees every entry of step 3 once it verified,
-with the registry as of that entry, and may note something about it; what it
-noted is returned in ``Advanced.noticed`` only if the advance commits, so a
-watcher never reports an entry of a history that was refused. (Entries of
-chunks committed before a kill were seen by the process that was killed.)
-
-Nothing here does network I/O: ``client.follower`` fetches, this module
-decides. Every refusal is a ``DeplogError`` with a stable ``code``; the ones
-only the trust state makes are ``TrustError`` subclasses.
+A ``watch`` (``EntryWatch``) sees every verified entry with the registry as of it; what
+it noted is returned (``Advanced.noticed``) only if the advance commits.
 """
 
 from __future__ import annotations
@@ -143,15 +107,14 @@ class ForkError(TrustError):
 
 
 class MapMismatchError(ForkError):
-    """A signed checkpoint whose map root is not the root of its own entries' fold (rule 4):
-    proven, like two signed roots; ``evidence`` names the file."""
+    """A signed checkpoint whose map root is not its own entries' fold (rule 4): proven."""
 
     code = ErrorCode.MAP_ROOT_MISMATCH
 
 
 class SuspectedForkError(TrustError):
-    """A consistency proof that fails between two signed checkpoints (rule 2): proves
-    nothing, since the log never signed it; ``evidence`` names the unproven file."""
+    """A consistency proof that fails between two signed checkpoints (rule 2); ``evidence``
+    names the unproven file."""
 
     code = ErrorCode.SUSPECTED_FORK
 
@@ -166,15 +129,14 @@ EntryWatch = Callable[[int, Entry, PublisherRegistry], object | None]
 
 @dataclass(frozen=True)
 class Advanced:
-    """What one verified advance changed: sizes, tools, each tool's status change, and what
-    the watch noted, in log order."""
+    """What one verified advance changed: each tool's status change, what the watch noted
+    and the entries that fail validation, in log order."""
 
     old_size: int
     new_size: int
     changes: tuple[StatusChange, ...] = ()
     noticed: tuple[object, ...] = ()
     invalid: tuple[InvalidEntry, ...] = ()
-    """The advance's entries that fail validation (rule 3), in log order."""
 
     @property
     def tools(self) -> frozenset[str]:
@@ -184,7 +146,7 @@ class Advanced:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A checkpoint that passed step 1 and the rollback/same-size checks of step 2."""
+    """A checkpoint that passed rule 1 and the rollback and same-size checks of rule 2."""
 
     note: bytes
     checkpoint: Checkpoint
@@ -214,7 +176,7 @@ class TrustedState:
         self.watch: EntryWatch | None = None
 
     def check_checkpoint(self, note: bytes, now: float | None = None) -> Candidate:
-        """Steps 1 and 2 (same size): a checkpoint the policy accepts, not going backwards."""
+        """Rules 1 and 2 (same size): a checkpoint the policy accepts, not going backwards."""
         verified = self.policy.verify(note, now=time.time() if now is None else now, max_age=None)
         checkpoint = verified.checkpoint
         if checkpoint.size < self.state.size:
@@ -229,7 +191,7 @@ class TrustedState:
         return Candidate(note, checkpoint, verified.witnessed_at)
 
     def check_consistency(self, candidate: Candidate, proof: ConsistencyProof) -> None:
-        """Step 2 (larger size): the new tree extends the trusted one, or a suspicion."""
+        """Rule 2 (larger size): the new tree extends the trusted one, or a suspicion."""
         checkpoint = candidate.checkpoint
         proof.check_sizes(self.state.size, checkpoint.size)
         try:
@@ -263,13 +225,12 @@ class TrustedState:
         return write_evidence(self.evidence_dir, evidence)
 
     def advance(self, candidate: Candidate) -> AdvanceSession:
-        """Steps 3 to 5, as a context manager fed with pages of entries in log order."""
+        """Rules 3 to 5, as a context manager fed with pages of entries in log order."""
         return AdvanceSession(self, candidate)
 
     def resume(self) -> AdvanceSession | None:
-        """The advance a kill interrupted, to go on from its last committed chunk (step 6),
-        or None. Its target is checked by step 1 again before anything else; one the
-        trust policy no longer accepts is dropped with its progress (None)."""
+        """The advance a kill interrupted (rule 6), or None (also when its target is
+        dropped)."""
         pending = self.state.pending()
         if pending is None:
             return None
@@ -285,9 +246,8 @@ class TrustedState:
         return AdvanceSession(self, candidate, pending)
 
     def advanced(self, old_size: int, new_size: int, noticed: tuple[object, ...]) -> Advanced:
-        """What the trusted state's move from ``old_size`` to ``new_size`` changed; each
-        tool's statuses are folded from the state only when asked (``StatusChange``), and
-        the entries that fail validation are read from it (a resumed advance's included)."""
+        """What the trusted state's move from ``old_size`` to ``new_size`` changed (folded
+        only when asked: ``StatusChange``)."""
         at = datetime.now(UTC)
         changes = tuple(
             StatusChange(tool_id, old_size, new_size, at, self.state)
@@ -299,7 +259,7 @@ class TrustedState:
 
 class AdvanceSession:
     """One advance in progress: verified entries staged in the state's open transaction,
-    committed chunk by chunk once each chunk is proven part of the target's tree."""
+    committed chunk by chunk (rule 5)."""
 
     def __init__(
         self, trusted: TrustedState, candidate: Candidate, pending: Pending | None = None
@@ -326,8 +286,7 @@ class AdvanceSession:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        """Whatever ends the advance (finished, refused, or left early), what was not
-        committed is rolled back; committed chunks stay as progress to resume."""
+        """Roll back what was not committed; committed chunks stay (rule 5)."""
         assert self._writer is not None
         self.trusted.state.end(self._writer)
 
@@ -343,8 +302,7 @@ class AdvanceSession:
         staged: dict[int, Notice] = {}
         invalid: list[InvalidEntry] = []
         stamp = (now or datetime.now(UTC)).timestamp()
-        # The page is decoded first, so that one query finds which of its notices'
-        # sequence numbers earlier entries used; rules are then checked in log order.
+        # Decoded first, so that one query finds the sequence numbers used before.
         decoded = [decode_leaf(leaf) for leaf in leaves]
         used = writer.sequences_used(
             (item.envelope.notice.publisher, item.envelope.notice.sequence)
@@ -383,16 +341,14 @@ class AdvanceSession:
         self._map.add(start, self.next_index, folded)
 
     def _apply(self, index: int, entry: Entry) -> None:
-        """The one place a verified entry takes effect beyond the stored notices: the
-        trust state's watch sees it (with the registry as of it)."""
+        """Show a verified entry to the trust state's watch."""
         watch = self.trusted.watch
         if watch is not None and (noted := watch(index, entry, self.registry)) is not None:
             self._noticed.append(noted)
 
     def commit_chunk(self, proof: ConsistencyProof) -> None:
-        """Persist the entries verified so far as progress toward the target (state
-        invariant 2), once ``proof`` shows the tree they rebuild is a prefix of the
-        target's tree; otherwise ``TreeMismatchError`` and the chunk is dropped."""
+        """Persist the entries verified so far once ``proof`` shows them a prefix of the
+        target's tree (rule 5), else ``TreeMismatchError``."""
         assert self._writer is not None
         proof.check_sizes(self.next_index, self.checkpoint.size)
         try:
@@ -411,7 +367,7 @@ class AdvanceSession:
         self.chunk_start = self.next_index
 
     def finish(self, now: datetime | None = None) -> Advanced:
-        """Steps 4 and 5: the tree must be exactly the checkpoint's, then commit."""
+        """Rules 4 and 5: the tree must be exactly the checkpoint's, then commit."""
         assert self._writer is not None
         if self.next_index != self.checkpoint.size:
             raise TreeMismatchError(ErrorCode.MISSING_ENTRIES, self.next_index)

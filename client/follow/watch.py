@@ -1,28 +1,18 @@
 """A follower state file watched by path, for a worker that must run whatever the file does.
 
-``StateReader`` opens a state that exists. A long-lived worker (a gateway plugin)
-may start before ``deplog follow`` first synced, be pointed at a path with a typo,
-or see the file deleted, replaced or damaged while it runs. ``WatchedState`` is a
-guard's state (``GuardState``) over a path instead. Its rules:
+A long-lived worker (a gateway plugin) may start before ``deplog follow`` first synced,
+be given a path with a typo, or see the file deleted, replaced or damaged.
+``WatchedState`` is a guard's state over the path. Rules:
 
-1. Fail closed, never raise for the file: whatever is wrong with it, ``trusted`` is
-   None (the guard's ``not_synced``) and ``problem`` says what, with a stable code
-   (``PROBLEMS``) and a message naming the path and what to do. A fold asked for
-   while the state is unavailable raises ``StateError`` (``no_state``) rather than
-   answer from nothing.
-2. It looks at the path at most once per ``interval`` (one second), on a read, so a
-   guard check stays a dictionary lookup: while the state is unavailable a look
-   tries to open it, so a state that appears (or is repaired) is used without a
-   restart; while it is open a look stats the path, and a file that vanished is
-   closed at once (``missing`` within one interval: a deleted state is not served
-   from memory until the freshness bound), one replaced by another file is opened
-   afresh.
-3. A replacement is pinned to the log first opened: a state of another log is
-   refused (``another_log``) until the worker restarts.
-4. Between looks every read goes through the open ``StateReader``, which sees each
-   commit of the follower on its next read (its rule 2).
-5. ``on_change`` hears each transition once (available, unavailable, or another
-   problem), never once per read: the caller logs one line per transition.
+1. Fail closed, never raise for the file: whatever is wrong, ``trusted`` is None (the
+   guard's ``not_synced``) and ``problem`` says what (``PROBLEMS``, and a message naming
+   the path and what to do); a fold asked for meanwhile is ``StateError`` ``no_state``.
+2. It looks at the path at most once per ``interval``, on a read: a state that appears
+   is used without a restart, one that vanished is dropped within an interval, one
+   replaced is opened afresh.
+3. A replacement is pinned to the log first opened (``another_log`` otherwise).
+4. Between looks every read goes through the open ``StateReader`` (its rule 2).
+5. ``on_change`` hears each transition once, never once per read.
 """
 
 from __future__ import annotations
@@ -39,22 +29,14 @@ from pathlib import Path
 
 from deplog.client.errors import ErrorCode
 from deplog.client.follow.reader import StateReader
-from deplog.client.follow.state import StateError, TrustedCheckpoint
-from deplog.client.model.status import StatusIndex
+from deplog.client.follow.state import Folded, StateError, TrustedCheckpoint
 
 __all__ = ["LOOK_INTERVAL", "PROBLEMS", "StateProblem", "WatchedState"]
 
 LOOK_INTERVAL = 1.0
 """Seconds between two looks at the path (rule 2)."""
 
-PROBLEMS = (
-    "missing",
-    "not_a_file",
-    "unreadable",
-    "not_a_state",
-    "no_checkpoint",
-    "another_log",
-)
+PROBLEMS = ("missing", "not_a_file", "unreadable", "not_a_state", "no_checkpoint", "another_log")
 """The codes of ``StateProblem``, one meaning each (``docs/contextforge.md`` lists them)."""
 
 _FOLLOW = "deplog follow URL --log-key KEY --state {path}"
@@ -115,7 +97,7 @@ def _classify(path: Path, error: Exception, size: int) -> StateProblem:
 
 class WatchedState:
     """A ``GuardState`` over a state file's path, which may be missing, unusable or
-    replaced at any time (see the module's rules)."""
+    replaced at any time."""
 
     def __init__(
         self,
@@ -142,8 +124,7 @@ class WatchedState:
             self._close()
 
     def problem(self) -> StateProblem | None:
-        """What keeps the state from deciding now (a read, looking if one is due); None
-        when it holds a verified checkpoint."""
+        """What keeps the state from deciding now, after a look if one is due (rule 1)."""
         with self._lock:
             self._read()
             return self._problem
@@ -179,7 +160,7 @@ class WatchedState:
                 return None
             return trusted
 
-    def tool_status(self, tool_id: str) -> tuple[StatusIndex, dict[int, float]]:
+    def tool_status(self, tool_id: str) -> Folded:
         with self._lock:
             reader = self._reader
             if reader is not None:
