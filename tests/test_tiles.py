@@ -57,8 +57,6 @@ from deplog.client.tlog.tiles import (
     parse_tile_path,
     prove_consistency,
     prove_inclusion,
-    tree_hash,
-    tree_hash_tiles,
     verify_entry_bundle,
     verify_entry_bundles,
 )
@@ -608,13 +606,6 @@ def test_every_consistency_proof_from_tiles_is_the_reference_path(
         verify_consistency(old, size, rfc_mth(0, old), root, proof)
 
 
-@pytest.mark.parametrize("size", [0, 1, 5, 256, 257, 1000, 65536, 70_000])
-def test_older_roots_come_from_the_newer_trees_tiles(log: PublishedLog, size: int) -> None:
-    root = rfc_mth(0, size)
-    for old in {0, 1, size // 2, size - 1, size, 256, 255, 65535} & set(range(size + 1)):
-        assert tree_hash(old, size, root, log.read_tile) == rfc_mth(0, old)
-
-
 @settings(max_examples=50, deadline=None)
 @given(data=st.data())
 def test_proofs_at_published_sizes_verify(log: PublishedLog, data: st.DataObject) -> None:
@@ -648,9 +639,6 @@ def test_each_listed_tile_is_read_once_and_no_other(log: PublishedLog, size: int
         calls.clear()
         prove_consistency(index, size, root, recording(log.read_tile, calls))
         assert calls == consistency_tiles(index, size)
-        calls.clear()
-        tree_hash(index, size, root, recording(log.read_tile, calls))
-        assert calls == tree_hash_tiles(index, size)
 
 
 def test_an_async_source_can_prefetch_the_listed_tiles(log: PublishedLog) -> None:
@@ -674,9 +662,8 @@ OUTSIDE_THE_TREE: dict[str, Callable[[ReadTile], object]] = {
     "leaf at the size": lambda read: prove_inclusion(300, 300, ROOT_300, read),
     "negative leaf": lambda read: prove_inclusion(-1, 300, ROOT_300, read),
     "old size past the size": lambda read: prove_consistency(301, 300, ROOT_300, read),
-    "older root past the size": lambda read: tree_hash(301, 300, ROOT_300, read),
     "leaf of the empty tree": lambda read: prove_inclusion(0, 0, EMPTY_ROOT, read),
-    "empty tree, other root": lambda read: tree_hash(0, 0, ROOT_300, read),
+    "empty tree, other root": lambda read: prove_consistency(0, 0, ROOT_300, read),
     "short root": lambda read: prove_inclusion(0, 300, ROOT_300[:31], read),
     "size past 2^63 - 1": lambda read: inclusion_tiles(0, MAX_TREE_SIZE + 1),
     "bundle past the size": lambda read: entry_bundle_tiles(EntryTile(2), 300),
@@ -698,7 +685,6 @@ def test_the_empty_tree_needs_no_tiles() -> None:
     def no_tiles(tile: HashTile) -> bytes:
         raise AssertionError("the empty tree has no tiles")
 
-    assert tree_hash(0, 0, EMPTY_ROOT, no_tiles) == EMPTY_ROOT
     assert prove_consistency(0, 0, EMPTY_ROOT, no_tiles) == []
 
 
@@ -985,7 +971,6 @@ def test_proofs_from_tiles_verify_in_trees_of_up_to_2_63_leaves(size: int) -> No
     for old in (p for p in points if p <= size):
         proof = prove_consistency(old, size, root, tree.read_tile)
         verify_consistency(old, size, tree.root(old), root, proof)
-        assert tree_hash(old, size, root, tree.read_tile) == tree.root(old)
 
 
 @pytest.mark.parametrize("size", [2**40 - 1, MAX_TREE_SIZE])

@@ -1,16 +1,15 @@
 """Transparency log checkpoints (C2SP tlog-checkpoint v1.0.0).
 
-A checkpoint is the text of a signed note: origin line, tree size line, base64
-root hash line, then optional extension lines, each ending in a newline. The
-log signs it with its Ed25519 (type 0x01) key, whose key name SHOULD equal the
-origin but need not (sum.golang.org signs ``go.sum database tree``): a verifier
-checks the origin it expects, the key name unless told otherwise. Other
-signatures on the note (witness cosignatures) are left for the caller's
-witness policy.
+A checkpoint is a signed note's text: origin, tree size and base64 root lines, then
+optional extension lines. Rules:
 
-Parsing is strict so that one tree head has exactly one encoding: sizes are
-ASCII decimal without leading zeros and below 2^63, the root is canonical
-standard base64 of exactly 32 bytes, extension lines are non-empty.
+1. Parsing is strict, so one tree head has one encoding: sizes are ASCII decimal without
+   leading zeros below 2^63, the root is canonical base64 of 32 bytes, extension lines
+   are non-empty.
+2. The text is parsed only after the log's type 0x01 signature verifies, and its origin
+   must be the one expected: by default the key name, which SHOULD equal it but need not
+   (sum.golang.org's key signs ``go.sum database tree``).
+3. Other signatures (witness cosignatures) are left to the caller's witness policy.
 """
 
 from __future__ import annotations
@@ -72,8 +71,7 @@ def parse_decimal(text: str) -> int | None:
 
 
 def check_origin(origin: str) -> str:
-    """``origin`` if it can be a checkpoint's origin line (non-empty, no control
-    characters, so one line), else ``CheckpointFormatError``."""
+    """``origin`` if it can be a checkpoint's origin line (non-empty, one line)."""
     if not origin or _CONTROL.search(origin):
         raise CheckpointFormatError(message="origin must be non-empty, on one line")
     return origin
@@ -133,13 +131,8 @@ def sign_checkpoint(checkpoint: Checkpoint, signer: Signer) -> bytes:
 def open_checkpoint(
     msg: bytes, log_verifier: Verifier, origin: str | None = None
 ) -> tuple[Checkpoint, Note]:
-    """Verify the log's signature on a checkpoint note, then parse its text.
-
-    The text is only parsed after the signature verified (signed-note: the text
-    must be ignored otherwise), and its origin must be ``origin``, by default
-    the log key's name. Cosignatures and other unknown signatures are returned
-    in ``Note.unverified``.
-    """
+    """Verify the log's signature on a checkpoint note, then parse its text (rule 2);
+    cosignatures are left in ``Note.unverified``."""
     if log_verifier.sig_type != SIG_TYPE_ED25519:
         raise KeyFormatError(message="checkpoints are verified with a type 0x01 key")
     note = open_note(msg, [log_verifier])

@@ -1,31 +1,18 @@
 """C2SP tlog-cosignature v1.1: timestamped Ed25519 and ML-DSA-44 cosignatures.
 
-A cosignature is a note signature line on a checkpoint by a cosigner key. Its
-bytes after the key ID are a ``timestamped_signature``: a big-endian u64 POSIX
-timestamp, then the signature. Two types exist, told apart by the key's type
-byte (so one key ID never means two algorithms):
+A cosignature is a note signature line on a checkpoint by a cosigner key: a big-endian
+u64 timestamp, then the signature. It states that, as of that time, this is the
+largest consistent tree the cosigner has seen for the origin, which bounds a
+checkpoint's staleness for a client that trusts it. Rules:
 
-* type 0x04, Ed25519 ``cosignature/v1``: 64 bytes over ``cosignature/v1\\ntime
-  <timestamp>\\n`` followed by the checkpoint's whole note text, extension lines
-  included;
-* type 0x06, ML-DSA-44: 2420 bytes over the binary ``cosigned_message`` (label
-  ``subtree/v1\\n\\0``, cosigner name, timestamp, origin, start 0, end = size,
-  root), which holds the first three lines' values and no extension line.
-
-Either states that, as of that time, this is the largest consistent tree the
-cosigner has seen for the origin; that statement is what bounds a checkpoint's
-staleness for a client that trusts the cosigner. The spec adds that no semantic
-statement is made about extension lines, even by a full-body Ed25519 signature.
-
-So an Ed25519 cosignature over the first three lines only (what litewitness,
-torchwood up to v0.5.0, signs) states exactly what a full-body one states about
-the tree. It is not the spec's form, so it is accepted only for a key the
-caller marks as signing the tree lines (``tree_lines``; a policy's
-``#deplog: tree-lines`` line), and every verified :class:`Cosignature` says which
-lines it covers in ``statement``: ``full_body`` (the note text as signed,
-extension lines and so the ``deplog-map/v1`` line included) or ``tree_lines``
-(origin, size and root only: an ML-DSA-44 cosignature, or such an Ed25519 one).
-A statement about the map line (a map-verifying witness's) needs ``full_body``.
+1. The key's type tells the algorithm: 0x04, Ed25519 over ``cosignature/v1``, the time
+   and the whole note text; 0x06, ML-DSA-44 over the binary ``cosigned_message`` of the
+   first three lines (no extension line).
+2. The spec makes no statement about extension lines, so an Ed25519 cosignature over
+   the first three lines only (litewitness's) states what a full-body one does about
+   the tree; it is accepted only from a key marked ``tree_lines``. Every verified
+   ``Cosignature`` says what it covers (``statement``): ``full_body``, or ``tree_lines``
+   (such a one, or ML-DSA-44). A statement about the map line needs ``full_body``.
 """
 
 from __future__ import annotations
@@ -84,8 +71,8 @@ class CosignatureError(VerificationError):
 
 @dataclass(frozen=True)
 class Cosignature:
-    """A verified cosignature: who signed, the time it vouches for, its key type, and
-    which lines of the checkpoint it covers (``statement``)."""
+    """A verified cosignature: who signed, the time it vouches for, its key type and the
+    lines it covers (``statement``)."""
 
     name: str
     key_id: bytes
@@ -100,26 +87,22 @@ class Cosignature:
 
 
 def cosigner(signer: Signer) -> Signer:
-    """The cosigning (type 0x04) form of an Ed25519 key; its key ID differs from the log
-    form's. An ML-DSA-44 key is a cosigner key already and is returned as it is."""
+    """The cosigning form of a key: type 0x04 for Ed25519 (another key ID), an ML-DSA-44 key
+    as it is."""
     if signer.sig_type == SIG_TYPE_COSIGNATURE_MLDSA44:
         return signer
     return signer.with_sig_type(SIG_TYPE_COSIGNATURE_V1)
 
 
 def tree_lines_text(text: bytes) -> bytes | None:
-    """The first three lines of a checkpoint body (origin, size, root, each with its
-    newline), or None if ``text`` is not a checkpoint body."""
+    """The first three lines of a checkpoint body, or None if ``text`` is none."""
     if checkpoint_tree(text) is None:
         return None
     return b"".join(line + b"\n" for line in text.split(b"\n", 3)[:3])
 
 
 def cosign(text: str, signer: Signer, timestamp: int) -> NoteSignature:
-    """A cosignature line over the checkpoint note ``text`` at ``timestamp``: Ed25519
-    ``cosignature/v1`` over the whole text (type 0x04), or ML-DSA-44 over the
-    ``cosigned_message`` of its first three lines (type 0x06; ``text`` must be a
-    checkpoint body)."""
+    """A cosignature line over the checkpoint note ``text`` at ``timestamp`` (rule 1)."""
     if signer.sig_type not in COSIGNER_TYPES:
         raise ValueError("cosign with a type 0x04 or 0x06 key (see cosigner())")
     raw = text.encode("utf-8")
@@ -138,11 +121,8 @@ def cosign(text: str, signer: Signer, timestamp: int) -> NoteSignature:
 def verify_cosignature(
     text: str, signature: NoteSignature, verifier: Verifier, *, tree_lines: bool = False
 ) -> Cosignature:
-    """Check one signature line against a cosigner key; returns its timestamp and statement.
-
-    With ``tree_lines`` an Ed25519 line that does not verify over the whole text is
-    also tried over the first three lines (``statement`` is then ``tree_lines``).
-    """
+    """Check one signature line against a cosigner key; with ``tree_lines``, an Ed25519 line
+    may cover the first three lines only (rule 2)."""
     if verifier.sig_type not in COSIGNER_TYPES:
         raise ValueError("verify cosignatures with a type 0x04 or 0x06 key")
     if signature.name != verifier.name or signature.key_id != verifier.key_id:
@@ -163,13 +143,8 @@ def verify_cosignature(
 def cosignatures(
     note: bytes, verifiers: list[Verifier], *, tree_lines: Collection[Verifier] = ()
 ) -> list[Cosignature]:
-    """Every valid cosignature on a signed note by one of ``verifiers``, newest first per key.
-
-    Lines by unknown keys are ignored (signed-note); a line by a known key that
-    does not verify is an error, as for any note signature. The keys in
-    ``tree_lines`` may have signed the first three lines only (see the module
-    docstring); every other key's Ed25519 lines must cover the whole text.
-    """
+    """The newest valid cosignature of each of ``verifiers`` on a note: lines by unknown keys
+    are ignored, a known key's invalid line is an error; ``tree_lines`` as rule 2."""
     text, lines = parse_note(note)
     known = {(v.name, v.key_id): v for v in verifiers}
     lenient = {(v.name, v.key_id) for v in tree_lines}

@@ -1,29 +1,21 @@
 """Fork evidence: two signed checkpoints of one log, and what they prove.
 
-A follower that catches a log showing two histories, or suspects it, saves
-both signed checkpoints, and the consistency proof it was served between them
-if any, in one self-contained JSON file whose ``finding`` says what the file
-claims and ``proven`` whether that claim proves a fork. Anyone holding the
-log's verifier key can check it offline (``deplog audit evidence``). The rule:
-only what the log signed proves anything.
+A follower that catches a log showing two histories, or suspects it, saves both signed
+checkpoints (and the consistency proof served between them) in one self-contained JSON
+file, checkable offline by anyone with the log's key (``deplog audit evidence``). Only
+what the log signed proves anything:
 
-* ``conflicting_roots`` (proven): both checkpoints carry valid log signatures,
-  have the same size and different roots. The log signed two histories.
-* ``failing_proof`` (not proven): both are validly signed, of different sizes,
-  and the consistency proof served between them does not verify. The log
-  never signs a proof, so anyone on the network path could have corrupted it:
-  this is a suspicion to retry and escalate, never proof of a fork.
-* ``map_mismatch`` (proven): the second checkpoint's ``deplog-map/v1`` line
-  commits to a map root that the log's own entries under it do not fold to
-  (``docs/fold-spec.md``). The signed line is the log's statement; the entries
-  are committed by the same checkpoint's tree root, so the log cannot disown
-  them, and ``deplog audit map`` over them recomputes the root. This module
-  checks the signatures and that the line is there; the fold is not C2SP's, so
-  it is left to the map auditor. The first checkpoint is the last one the
-  reporter trusted (the second itself when it trusted none).
+* ``conflicting_roots`` (proven): two validly signed checkpoints of one size with
+  different roots.
+* ``failing_proof`` (not proven): two validly signed checkpoints of different sizes and
+  a failing served proof, which anyone on the network path could have corrupted: a
+  suspicion to retry, never proof of a fork.
+* ``map_mismatch`` (proven): the second checkpoint's ``deplog-map/v1`` root is not the
+  fold of the entries under it (the fold is the map auditor's to recompute; this
+  module checks the signatures and the line). The first checkpoint is the last the
+  reporter trusted.
 
-``verify`` recomputes the finding from the signed data and refuses a file
-whose stated finding differs, so a file cannot claim more than it shows.
+``verify`` recomputes the finding and refuses a file that claims another.
 """
 
 from __future__ import annotations
@@ -167,13 +159,9 @@ class ForkEvidence:
         )
 
     def verify(self, log_key: Verifier, origin: str | None = None) -> str:
-        """Check the evidence against the pinned log key; returns its finding.
-
-        The finding is recomputed from the signed checkpoints (and the served
-        proof), and must be the one the file states (``finding_mismatch``).
-        Only ``conflicting_roots`` proves a fork (``proven``). ``origin`` is
-        the checkpoints' expected origin, by default the key name.
-        """
+        """The finding, recomputed from the signed data under the pinned log key (and the
+        checkpoints' ``origin``, by default the key name): the one the file states, else
+        ``finding_mismatch``."""
         finding = self._check(log_key, origin)
         if finding != self.finding:
             raise EvidenceError(ErrorCode.FINDING_MISMATCH, "the file states another finding")
@@ -208,15 +196,9 @@ class ForkEvidence:
 
 
 def write_evidence(directory: Path, evidence: ForkEvidence) -> Path:
-    """Save evidence durably; returns the file's path.
-
-    The name says the finding (``fork-evidence-`` when proven,
-    ``suspected-fork-`` when not) and is derived from the two checkpoints'
-    texts only (not their signatures, nor the proof), so the same pair seen
-    again (a retried sync, a re-cosigned checkpoint, another corrupted proof)
-    keeps its one file and its first detection time: files grow only with
-    checkpoints the log signed, never with what the network path makes up.
-    """
+    """Save evidence durably; its path. The name says the finding and derives from the two
+    checkpoints' texts only, so a pair seen again keeps its one file and first detection
+    time: files grow only with what the log signed."""
     directory.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     for note in (evidence.first, evidence.second):

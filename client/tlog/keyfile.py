@@ -1,17 +1,10 @@
 """Key files: private keys 0600 and git-ignored, verifier keys beside them.
 
-A private key file holds one line in the signed-note private key format
-(``PRIVATE+KEY+<name>+<id>+<base64>``), readable by Go's ``note`` package too.
-The verifier key is written beside it as ``<file>.pub``. Key material is never
-logged or put into an error message.
-
-A verifier key is also accepted wherever a command takes one as the path of
-a file holding it (``read_verifier_key``), so ``keys/<name>.pub`` can be passed
-as it is.
-
-The signature type byte is part of both encodings, so a witness's cosigning key
-(type 0x04 or 0x06, tlog-cosignature) is stored as such and cannot be loaded by mistake
-as a log key (type 0x01), whose key ID differs.
+A private key file holds one line in the signed-note private key format, readable by
+Go's ``note`` too; its verifier key is written beside it as ``<file>.pub``, which every
+command taking a verifier key also accepts as a path. Key material is never logged or
+put in an error message, and the type byte in both encodings keeps a witness's cosigner
+key from being loaded as a log key.
 """
 
 from __future__ import annotations
@@ -71,8 +64,7 @@ def create_signer(keys_dir: Path, stem: str, name: str, sig_type: int = SIG_TYPE
 def load_signer(
     keys_dir: Path, stem: str, sig_type: int | Collection[int] = SIG_TYPE_ED25519
 ) -> Signer:
-    """Read ``<stem>.key`` of the given type (or one of the given types, such as a witness's
-    Ed25519 or ML-DSA-44 cosigner key), refusing a file that group or others can read."""
+    """Read ``<stem>.key`` of one of the given types, refusing one group or others can read."""
     private = keys_dir / f"{stem}.key"
     try:
         mode = private.stat().st_mode
@@ -96,9 +88,8 @@ def load_or_create_signer(
 
 
 def read_verifier_key(value: str) -> Verifier:
-    """A log verifier key given inline (``name+hex8+base64``) or as the path of a file
-    holding one; ``KeyFormatError`` if it is neither, ``TooLargeError`` for a file over
-    4 KiB (no key file is that large, and a hostile path must not exhaust memory)."""
+    """A log verifier key given inline or as the path of a file holding one (``TooLargeError``
+    over 4 KiB)."""
     path = Path(value)
     if path.is_file():
         with open(path, "rb") as f:

@@ -1,35 +1,24 @@
 """Signed notes (C2SP signed-note v1.0.0) with Ed25519 and ML-DSA-44 keys.
 
-A note is UTF-8 text followed by a blank line and one or more signature lines,
-``— <key name> base64(key ID || signature)``. Everything here is a pure
-function over bytes: :func:`parse_note` checks the structure only,
-:func:`open_note` also verifies signatures against configured keys, and the
-text of a note must be ignored unless :func:`open_note` returned it.
+A note is UTF-8 text, a blank line, and signature lines ``— <key name>
+base64(key ID || signature)``. ``parse_note`` checks structure only; the text must be
+ignored unless ``open_note`` returned it. Rules ("Format", "Signatures"):
 
-Rules applied, all from the spec's "Format" and "Signatures" sections:
+1. Valid UTF-8, no control character but newline; the text runs up to and including
+   the newline before the last blank line.
+2. Key names are non-empty, without Unicode spaces or ``+``.
+3. Base64 is the standard alphabet with padding (RFC 4648 section 4), in its one
+   canonical form.
+4. A signature whose (name, key ID) matches no configured key is kept unverified; one
+   that matches is verified, and a failure rejects the note; a note with no verified
+   signature is rejected. Identical repeated lines are reported once.
+5. Notes over 1 MiB or with more than 100 signature lines are refused before any
+   signature is checked, as Go's ``note`` does.
 
-* valid UTF-8, no ASCII control character other than newline (so no CR);
-* the text runs up to and including the newline before the *last* blank line;
-* key names are non-empty, without Unicode spaces or ``+``;
-* base64 is the standard alphabet with padding (RFC 4648 section 4); we accept
-  only its canonical form, so one note has exactly one encoding;
-* a signature whose (name, key ID) pair matches no configured key is kept as
-  unverified, one that matches is verified and a failure rejects the whole note,
-  and a note with no verified signature is rejected;
-* like Go's ``note`` package, notes over 1 MiB or with more than 100 signature
-  lines are refused before any signature is checked (the spec asks for a limit
-  of at least 16 signatures).
-
-Keys come in the verifier key (``name+hex8+base64(type||key)``) and private key
-(``PRIVATE+KEY+name+hex8+base64(type||seed)``) encodings of Go's ``note``
-package. Type 0x01 keys sign the note text itself; type 0x04 keys are
-tlog-cosignature ``cosignature/v1`` keys, whose signatures cover a timestamped
-message instead; type 0x06 keys are tlog-cosignature v1.1 ML-DSA-44 cosigner keys
-(FIPS 204, 1312-byte public keys), whose signatures cover the binary
-``cosigned_message`` built from a checkpoint's first three lines (see
-:meth:`Verifier.verify_note_signature`). An ML-DSA-44 private key is its 32-byte
-FIPS 204 seed (``xi``), so its private key encoding has the same shape as an
-Ed25519 one: ``PRIVATE+KEY+name+hex8+base64(0x06||seed)``.
+Keys use Go's ``note`` encodings: ``name+hex8+base64(type||key)`` and
+``PRIVATE+KEY+name+hex8+base64(type||seed)``. Type 0x01 keys sign the text; type 0x04
+(Ed25519) and 0x06 (ML-DSA-44, a 32-byte FIPS 204 seed) are tlog-cosignature cosigner
+keys, whose signatures cover a timestamped message instead.
 """
 
 from __future__ import annotations
@@ -165,11 +154,7 @@ class UnverifiedNoteError(VerificationError):
 
 
 def decode_base64(text: str) -> bytes | None:
-    """Decode canonical standard base64 (RFC 4648 section 4), or return None.
-
-    Non-canonical spellings (missing padding, stray characters, non-zero
-    trailing bits) are refused so that every value has a single encoding.
-    """
+    """Decode canonical standard base64 (RFC 4648 section 4), or None: one spelling a value."""
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
@@ -185,10 +170,7 @@ def encode_base64(raw: bytes) -> str:
 
 
 def is_valid_key_name(name: str) -> bool:
-    """Key names are non-empty, without Unicode spaces or ``+`` (signed-note, "Format").
-
-    Control characters and surrogates are refused too: a note may not contain them.
-    """
+    """Key names are non-empty, without Unicode spaces, ``+``, controls or surrogates."""
     if not name or "+" in name:
         return False
     for ch in name:
@@ -210,23 +192,16 @@ def key_id(name: str, sig_type: int, public_key: bytes) -> bytes:
 
 
 def cosigned_message(text: bytes, timestamp: int) -> bytes:
-    """The message an Ed25519 ``cosignature/v1`` signs (tlog-cosignature, "Ed25519 signed message").
-
-    Header line, ``time <timestamp>`` line, then the whole note text. The
-    timestamp is POSIX seconds and must not exceed 2^63-1.
-    """
+    """The message an Ed25519 ``cosignature/v1`` signs: its header, ``time <timestamp>`` (at
+    most 2^63-1) and the whole note text (tlog-cosignature, "Ed25519 signed message")."""
     if isinstance(timestamp, bool) or not 0 <= timestamp < 1 << 63:
         raise NoteFormatError(message="cosignature timestamp out of range")
     return b"cosignature/v1\ntime " + str(timestamp).encode("ascii") + b"\n" + text
 
 
 def tree_lines(text: bytes) -> tuple[bytes, int, bytes] | None:
-    """The origin, size and root hash of a checkpoint body's first three lines, or None.
-
-    The lines are read as tlog-checkpoint reads them (non-empty origin, canonical
-    decimal size below 2^63, canonical base64 of a 32-byte root); extension lines
-    after them are not looked at. Anything that is not a checkpoint body is None.
-    """
+    """The origin, size and root of a checkpoint body's first three lines, read as
+    tlog-checkpoint reads them, or None for anything that is not a checkpoint body."""
     lines = text.split(b"\n", 3)
     if len(lines) < 4 or not lines[0]:
         return None
@@ -245,13 +220,9 @@ def tree_lines(text: bytes) -> tuple[bytes, int, bytes] | None:
 def subtree_cosigned_message(
     cosigner_name: str, timestamp: int, origin: bytes, start: int, end: int, root: bytes
 ) -> bytes:
-    """The ``cosigned_message`` an ML-DSA-44 cosignature signs (tlog-cosignature v1.1).
-
-    ``"subtree/v1\\n\\0"``, the cosigner name and the log origin each with a one-byte
-    length (1 to 255 bytes), the u64 timestamp, start and end, and the 32-byte hash,
-    integers big-endian (RFC 8446 section 3). For a checkpoint, start is 0 and end
-    is its size; extension lines are not part of it.
-    """
+    """The ``cosigned_message`` an ML-DSA-44 cosignature signs (tlog-cosignature v1.1): the
+    label, the cosigner name and origin (u8 length each), u64 timestamp, start and end,
+    and the hash; for a checkpoint start is 0 and end its size."""
     name = cosigner_name.encode("utf-8")
     for value in (timestamp, start, end):
         if isinstance(value, bool) or not 0 <= value <= _MAX_TIMESTAMP:
@@ -284,10 +255,7 @@ def _check_key_fields(name: str, sig_type: int) -> None:
 
 @dataclass(frozen=True)
 class Verifier:
-    """A public key that can check note signatures: the (name, key ID) pair names it.
-
-    Types 0x01 and 0x04 hold a 32-byte Ed25519 key, type 0x06 a 1312-byte ML-DSA-44 key.
-    """
+    """A public key that checks note signatures, named by its (name, key ID) pair."""
 
     name: str
     key_id: bytes
@@ -298,18 +266,9 @@ class Verifier:
         _check_key_fields(self.name, self.sig_type)
         if len(self.public_key) != _KEY_SIZES[self.sig_type]:
             raise KeyFormatError(message="public key has the wrong length for its type")
-        # For every supported type the ID is a MUST, not the spec's general
-        # recommendation: signed-note "Ed25519 signatures", tlog-cosignature "Format".
+        # For every supported type the ID is a MUST (signed-note, tlog-cosignature).
         if self.key_id != key_id(self.name, self.sig_type, self.public_key):
             raise KeyFormatError(message="key ID does not match name and key")
-
-    @classmethod
-    def from_public_key(
-        cls, name: str, public_key: bytes, sig_type: int = SIG_TYPE_ED25519
-    ) -> Verifier:
-        """A verifier for a raw public key of the type's length, computing its key ID."""
-        _check_key_fields(name, sig_type)
-        return cls(name, key_id(name, sig_type, public_key), public_key, sig_type)
 
     @property
     def is_mldsa(self) -> bool:
@@ -317,9 +276,8 @@ class Verifier:
         return self.sig_type == SIG_TYPE_COSIGNATURE_MLDSA44
 
     def verify(self, message: bytes, signature: bytes) -> bool:
-        """Whether ``signature`` (raw, no key ID or timestamp) is valid on ``message``:
-        Ed25519 (64 bytes) for types 0x01 and 0x04, pure ML-DSA-44 with an empty
-        context (2420 bytes, FIPS 204) for type 0x06."""
+        """Whether a raw ``signature`` is valid on ``message``: Ed25519, or for type 0x06 pure
+        ML-DSA-44 with an empty context (FIPS 204)."""
         if self.is_mldsa:
             if len(signature) != MLDSA44_SIGNATURE_SIZE:
                 return False
@@ -337,15 +295,9 @@ class Verifier:
         return True
 
     def verify_note_signature(self, text: bytes, signature: bytes) -> bool:
-        """Whether ``signature`` (the bytes after the key ID) is valid on note ``text``.
-
-        Type 0x01 signs the text itself. Type 0x04 carries a big-endian u64
-        timestamp (at most 2^63-1) before the signature and signs the
-        ``cosignature/v1`` message built from it (tlog-cosignature). Type 0x06
-        carries the same timestamp before a 2420-byte ML-DSA-44 signature of the
-        ``cosigned_message`` of the checkpoint in ``text`` (start 0, end its size,
-        its root, this key's name): text that is not a checkpoint body fails.
-        """
+        """Whether a signature line's bytes after the key ID are valid on note ``text``:
+        over the text itself (0x01), or a timestamp and a signature of the message it
+        makes (0x04: ``cosigned_message``; 0x06: ``subtree_cosigned_message``)."""
         if self.sig_type == SIG_TYPE_ED25519:
             return self.verify(text, signature)
         size = COSIGNATURE_MLDSA44_SIZE if self.is_mldsa else COSIGNATURE_V1_SIZE
@@ -375,8 +327,7 @@ class Verifier:
 
     @classmethod
     def parse_cosigner(cls, vkey: str) -> Verifier:
-        """Parse a cosigner verifier key (tlog-cosignature, "Format"): type 0x04
-        (Ed25519 ``cosignature/v1``) or type 0x06 (ML-DSA-44)."""
+        """Parse a cosigner verifier key: type 0x04 (Ed25519) or 0x06 (ML-DSA-44)."""
         return cls._parse(vkey, *COSIGNER_TYPES)
 
     @classmethod
@@ -397,11 +348,7 @@ class Verifier:
 
 
 class Signer:
-    """An Ed25519 or ML-DSA-44 private key with its key name; never prints its key material.
-
-    An Ed25519 key is a ``nacl.signing.SigningKey``, an ML-DSA-44 key (type 0x06
-    only) a ``MLDSA44PrivateKey``; both are kept with their 32-byte seed.
-    """
+    """An Ed25519 or ML-DSA-44 private key (with its seed) and key name; never printed."""
 
     __slots__ = ("_key", "_seed", "key_id", "name", "public_key", "sig_type")
 
@@ -442,8 +389,7 @@ class Signer:
 
     @classmethod
     def from_seed(cls, name: str, seed: bytes, sig_type: int = SIG_TYPE_ED25519) -> Signer:
-        """The key derived from a 32-byte seed: RFC 8032 for Ed25519, FIPS 204 ``xi`` for
-        ML-DSA-44 (type 0x06)."""
+        """The key of a 32-byte seed: RFC 8032 for Ed25519, FIPS 204 ``xi`` for ML-DSA-44."""
         _check_key_fields(name, sig_type)
         if len(seed) != _SEED_SIZES[sig_type]:
             raise KeyFormatError(message="seeds are 32 bytes")
@@ -461,8 +407,7 @@ class Signer:
         return Signer(self.name, self._key, sig_type)
 
     def sign(self, message: bytes) -> bytes:
-        """The signature of ``message``: 64-byte Ed25519, or 2420-byte ML-DSA-44 (pure,
-        empty context, hedged: two signatures of one message differ)."""
+        """The signature of ``message`` (ML-DSA-44's is hedged: two of one message differ)."""
         if isinstance(self._key, MLDSA44PrivateKey):
             return self._key.sign(message)
         return bytes(self._key.sign(message).signature)
@@ -478,8 +423,7 @@ class Signer:
 
     @classmethod
     def parse(cls, skey: str, sig_type: int | Collection[int] = SIG_TYPE_ED25519) -> Signer:
-        """Parse a private key of the given type (or of one of the given types); errors
-        never include key material."""
+        """Parse a private key of one of the given types; errors never show key material."""
         types = (sig_type,) if isinstance(sig_type, int) else tuple(sig_type)
         if not skey.startswith(_PRIVATE_PREFIX):
             raise KeyFormatError(message="private key must start with PRIVATE+KEY+")
@@ -549,10 +493,7 @@ def _encode(text: str, signatures: Iterable[NoteSignature]) -> bytes:
 
 
 def sign_note(text: str, *signers: Signer) -> bytes:
-    """Sign ``text`` with each Ed25519 (type 0x01) signer and encode the note.
-
-    Repeated signers (same name and key ID) sign once.
-    """
+    """Sign ``text`` with each type 0x01 signer (a repeated one once) and encode the note."""
     raw = _check_text(text)
     sigs: list[NoteSignature] = []
     seen: set[tuple[str, bytes]] = set()
@@ -567,11 +508,7 @@ def sign_note(text: str, *signers: Signer) -> bytes:
 
 
 def parse_note(msg: bytes) -> tuple[str, tuple[NoteSignature, ...]]:
-    """Split a note into its text and signature lines, checking structure only.
-
-    Nothing is verified: the text must not be trusted on the strength of this
-    function alone (use :func:`open_note`).
-    """
+    """Split a note into its text and signature lines; nothing is verified (``open_note``)."""
     if len(msg) > MAX_NOTE_SIZE:
         raise NoteFormatError(message="note is too large")
     try:
@@ -603,13 +540,7 @@ def parse_note(msg: bytes) -> tuple[str, tuple[NoteSignature, ...]]:
 
 
 def open_note(msg: bytes, verifiers: Iterable[Verifier]) -> Note:
-    """Parse a note and verify its signatures against the configured keys.
-
-    Per signed-note "Signatures": lines whose (name, key ID) matches no key are
-    kept in ``unverified``; every line that matches a key is verified (repeats
-    included) and any failure rejects the note; at least one must verify.
-    Identical repeated lines are reported once.
-    """
+    """Parse a note and verify its signatures against the configured keys (rule 4)."""
     known: dict[tuple[str, bytes], Verifier] = {}
     for v in verifiers:
         if known.setdefault((v.name, v.key_id), v) != v:
@@ -636,12 +567,8 @@ def open_note(msg: bytes, verifiers: Iterable[Verifier]) -> Note:
 
 
 def add_signature_lines(msg: bytes, *signatures: NoteSignature) -> bytes:
-    """Append signature lines to a well-formed note (for example cosignatures).
-
-    As in Go's ``note.Sign``, an existing line from the same key (name and key
-    ID) is replaced by the new one, so re-cosigning refreshes a timestamp
-    instead of piling up lines. Nothing is verified here.
-    """
+    """Append signature lines (cosignatures) to a note, unverified; as in Go's ``note.Sign``, a
+    line from the same key is replaced, so re-cosigning refreshes its timestamp."""
     text, existing = parse_note(msg)
     replaced = {(sig.name, sig.key_id) for sig in signatures}
     kept = [sig for sig in existing if (sig.name, sig.key_id) not in replaced]

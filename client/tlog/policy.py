@@ -1,81 +1,31 @@
 """Witness policies (C2SP tlog-policy) and checking a checkpoint against one.
 
-A policy names the logs a client trusts, the witnesses it knows, and the
-quorum: the rule that decides whether the witnesses that cosigned a
-checkpoint are enough. :meth:`Policy.verify` applies all of it to a signed
-checkpoint note and, because deplog's witnesses add timestamped
-``cosignature/v1`` signatures (tlog-cosignature), also says *since when* the
-quorum has vouched for the checkpoint, which is what bounds its staleness
-(BRIEF section 3, "Freshness").
+A policy names the logs a client trusts, the witnesses it knows and the quorum that
+decides whether the witnesses that cosigned a checkpoint are enough; ``Policy.verify``
+also says since when the quorum vouches for the checkpoint, which bounds its staleness.
+Rules ("Policy file syntax and structure"; a break is ``PolicyFormatError`` naming the
+line number, never its content):
 
-Syntax, all from tlog-policy "Policy file syntax and structure":
-
-* the file is octets, line based: each line ends in a newline (a last line
-  without one is accepted, as Go implementations do); items are separated by
-  runs of spaces and tabs *only*; leading and trailing whitespace is allowed;
-  blank lines and lines whose first non-blank octet is ``#`` are ignored (a
-  ``#`` later in a line is not a comment);
-* the only octets allowed are tab, newline, 0x20-0x7E and 0x80-0xFF
-  ("Character set"), so no carriage return; octets with the high bit set are
-  opaque, so names are compared octet for octet, never normalized (they are
-  held as ``str`` decoded with ``surrogateescape``, which round-trips any
-  octets exactly, PEP 383);
-* ``log <vkey> [<url>]`` with a type 0x01 key (tlog-checkpoint) whose name is
-  the log's origin; ``witness <name> <vkey> [<url>]`` with a cosigner key
-  (tlog-cosignature v1.1): type 0x04 (Ed25519 ``cosignature/v1``) or type 0x06
-  (ML-DSA-44), so one quorum may mix both; two logs, or two witnesses, wrapping
-  the same public key are duplicates and refused even if their names and key
-  IDs differ ("Public key representation"). A log key may also be a witness
-  key: the spec only forbids duplicates within each kind;
-* ``group <name> all|any|<k> <member>...`` with n >= 1 members and
-  1 <= k <= n (``any`` is k = 1, ``all`` is k = n, ``k`` is ASCII decimal);
-* witnesses and groups share one namespace, in which ``none`` is predefined;
-  a name is defined once, and only names defined on *earlier* lines can be
-  members or the quorum (which also rules out cycles);
-* each defined name is a group member at most once in the whole file, so a
-  witness contributes to the quorum in only one way ("Defining a witness
-  group"; sigsum-go reads it the same way); ``none`` is never a member;
-* exactly one ``quorum <name>`` line.
-
-deplog's own lines. tlog-policy has no way to say how a witness signs, so deplog
-reads two lines of its own, written as comments so that every other
-implementation's parser skips them (and so applies the spec's stricter rule to
-the witness they name; the file stays a valid tlog-policy). A comment line whose
-first non-blank octets are ``#deplog:`` is one of:
-
-* ``#deplog: tree-lines <witness>``: this Ed25519 (type 0x04) witness may sign
-  ``cosignature/v1`` over the checkpoint's first three lines only (litewitness,
-  torchwood up to v0.5.0, does): tlog-cosignature says a cosigner makes no
-  statement about extension lines, so that form states what a full-body one
-  states about the tree. Its cosignatures are then accepted in either form and
-  each says which (``Cosignature.statement``); every other witness's must cover
-  the whole text, as the spec says. The witness must be defined on an earlier
-  line, be named once, and be type 0x04 (an ML-DSA-44 cosignature covers the
-  tree lines only anyway).
-* ``#deplog: map-quorum <name>``: the witness or group (defined on an earlier
-  line) whose cosignatures must also vouch for the checkpoint's
-  ``deplog-map/v1`` line, as map-verifying witnesses (``witness serve
-  --verify-map``) do. Only full-body Ed25519 cosignatures by witnesses not
-  marked ``tree-lines`` count toward it: neither a tree-lines witness nor an
-  ML-DSA-44 one ever signs the map line. A map quorum that such witnesses
-  alone could never meet is refused when the policy is read; at most one.
-
-Any other ``#deplog:`` line is refused, so a typo is never read as a comment
-(``# deplog:``, with a space, is an ordinary comment).
-
-Limits ("Implementation limits" asks for at least 32 of each): at most
-:data:`MAX_LOGS` logs, :data:`MAX_WITNESSES` witnesses, :data:`MAX_GROUPS`
-groups and :data:`MAX_POLICY_SIZE` octets. Errors are
-:class:`PolicyFormatError` naming the line number, never the line's content.
-
-Quorum *time*. A witness that cosigned is satisfied at ``t_w``, the timestamp
-of its newest valid cosignature: it stated that the checkpoint was the newest
-it knew of as of ``t_w``. A k-of-n group is satisfied at time T if at least k
-members are satisfied at some time >= T, so its time is the k-th largest of
-its members' times (a member that is not satisfied counts as minus infinity).
-The quorum's time is the time of the quorum name: the moment up to which the
-quorum vouches that nothing newer existed, the number a freshness bound is
-compared against.
+1. Octets, line based, of tab, newline, 0x20-0x7E and 0x80-0xFF only; items separated by
+   spaces and tabs; blank lines and lines starting ``#`` ignored; the last newline
+   optional. Names are opaque octets, compared as such.
+2. ``log <vkey> [<url>]`` takes a type 0x01 key named for the log's origin; ``witness
+   <name> <vkey> [<url>]`` a cosigner key, type 0x04 (Ed25519) or 0x06 (ML-DSA-44). Two
+   logs, or two witnesses, with one public key are duplicates.
+3. ``group <name> all|any|<k> <member>...`` with 1 <= k <= n members. Witnesses and
+   groups share one namespace where ``none`` is predefined; a name is defined once, and
+   only names of earlier lines are members (each at most once) or the quorum.
+4. Exactly one ``quorum <name>`` line.
+5. deplog's own lines, comments to every other parser: ``#deplog: tree-lines <witness>``
+   lets an Ed25519 witness sign the first three lines only (as litewitness does), and
+   ``#deplog: map-quorum <name>`` names who must also vouch for the ``deplog-map/v1``
+   line, which only full-body Ed25519 cosignatures do (a map quorum that could never be
+   met is refused). Any other ``#deplog:`` line is refused.
+6. At most ``MAX_LOGS`` logs, ``MAX_WITNESSES`` witnesses, ``MAX_GROUPS`` groups and
+   ``MAX_POLICY_SIZE`` octets ("Implementation limits").
+7. Quorum time: a witness counts at its newest valid cosignature's timestamp, a k-of-n
+   group at the k-th largest of its members' times; the quorum's is the moment up to
+   which it vouches that nothing newer existed.
 """
 
 from __future__ import annotations
@@ -119,7 +69,7 @@ __all__ = [
 ]
 
 DIRECTIVE: Final = b"#deplog:"
-"""How deplog's own policy lines start (see the module docstring)."""
+"""How deplog's own policy lines start (rule 5)."""
 
 MAX_LOGS: Final = 256
 MAX_WITNESSES: Final = 256
@@ -129,8 +79,7 @@ MAX_POLICY_SIZE: Final = 512 * 1024
 (some 1,800 octets each)."""
 
 MAX_CLOCK_SKEW: Final = 60
-"""Seconds a cosignature may be dated in our future and still count (tlog-cosignature: a
-verifier MAY reject future timestamps; a little slack absorbs honest clock drift)."""
+"""Seconds a cosignature may be dated in our future and still count (honest clock drift)."""
 
 NONE: Final = "none"
 """The predefined quorum name that requires no cosignature at all."""
@@ -162,14 +111,13 @@ class PolicyError(VerificationError):
 
 
 class NoQuorum(enum.Enum):
-    """The type of :data:`NO_QUORUM`."""
+    """The type of ``NO_QUORUM``."""
 
     NO_QUORUM = "none"
 
 
 NO_QUORUM: Final = NoQuorum.NO_QUORUM
-"""What :meth:`Policy.quorum_time` returns under ``quorum none``: no witness requirement,
-so met, but with no time either (the policy bounds nothing about freshness)."""
+"""``Policy.quorum_time`` under ``quorum none``: met, but with no time (nothing is dated)."""
 
 
 def _encode(value: str) -> bytes:
@@ -185,7 +133,7 @@ def _decode(token: bytes) -> str:
 
 
 def _check_token(value: str, what: str) -> None:
-    """Names and URLs are single items: non-empty, no whitespace or control octets."""
+    """Names and URLs are single items: non-empty, no whitespace or control octets (rule 1)."""
     if not _TOKEN.fullmatch(_encode(value)):
         raise PolicyFormatError(f"{what} is empty or contains whitespace or control octets")
 
@@ -200,9 +148,8 @@ class PolicyLog:
 
 @dataclass(frozen=True)
 class PolicyWitness:
-    """A known witness: its policy-local name, cosigner key (type 0x04 or 0x06) and
-    optional URL; ``tree_lines`` if its Ed25519 cosignatures may cover the first three
-    lines only (``#deplog: tree-lines``)."""
+    """A known witness: its policy-local name, cosigner key and optional URL; ``tree_lines``
+    if it may sign the first three lines only (rule 5)."""
 
     name: str
     verifier: Verifier
@@ -220,12 +167,8 @@ class PolicyGroup:
 
 
 class _Rules:
-    """The rules of tlog-policy, applied one definition at a time in file order.
-
-    Both the parser (which adds line numbers to errors) and :class:`Policy`'s
-    own constructor go through here, so a policy built in code obeys exactly
-    the rules a parsed one does and always renders to a parseable file.
-    """
+    """The rules, applied one definition at a time in file order, by the parser and by
+    ``Policy`` itself alike: a policy built in code always renders to a parseable file."""
 
     def __init__(self) -> None:
         self.logs: list[PolicyLog] = []
@@ -233,9 +176,8 @@ class _Rules:
         self.groups: dict[str, PolicyGroup] = {}
         self.quorum: str | None = None
         self.map_quorum: str | None = None
-        # Same public key: a duplicate (tlog-policy "Public key representation").
-        # Same name and key ID with another key (a 2^-32 accident): signature
-        # lines would be ambiguous, so that is refused too.
+        # One public key twice is a duplicate (rule 2); one name and key ID for two keys
+        # (a 2^-32 accident) would make signature lines ambiguous.
         self._log_keys: set[bytes] = set()
         self._log_ids: set[tuple[str, bytes]] = set()
         self._witness_keys: set[bytes] = set()
@@ -322,8 +264,7 @@ class _Rules:
         self.witnesses[name] = marked
 
     def set_map_quorum(self, name: str) -> None:
-        """``#deplog: map-quorum <name>``; checked against the tree-lines marks by
-        :meth:`finish`, once they are all known."""
+        """``#deplog: map-quorum <name>``, checked by ``finish`` once every mark is known."""
         if self.map_quorum is not None:
             raise PolicyFormatError("more than one map-quorum line")
         if name not in self.witnesses and name not in self.groups:
@@ -331,8 +272,7 @@ class _Rules:
         self.map_quorum = name
 
     def finish(self) -> None:
-        """The checks that need the whole file: a map quorum its eligible witnesses (full
-        body Ed25519, not tree-lines) can meet."""
+        """The checks that need the whole file: a map quorum that can be met (rule 5)."""
         if self.map_quorum is not None and not self._can_vouch_for_map(self.map_quorum):
             raise PolicyFormatError(
                 "map-quorum can never be met: only full-body Ed25519 witnesses sign the "
@@ -355,8 +295,7 @@ def _threshold(token: bytes, members: int) -> int:
         return members
     if not _DECIMAL.fullmatch(token):
         raise PolicyFormatError("group threshold must be all, any or a decimal number")
-    # Any k over the member count is refused later; cap the digits so a
-    # hostile file cannot make int() parse a huge number.
+    # A k over the member count is refused later; the cap spares int() a huge number.
     return int(token) if len(token) <= 6 else members + 1
 
 
@@ -382,7 +321,7 @@ def _parse_line(rules: _Rules, items: list[bytes]) -> None:
 
 
 def _parse_directive(rules: _Rules, items: list[bytes]) -> None:
-    """A ``#deplog:`` line's items after the prefix (module docstring)."""
+    """A ``#deplog:`` line's items after the prefix (rule 5)."""
     if items[:1] == [b"tree-lines"] and len(items) == 2:
         rules.mark_tree_lines(_decode(items[1]))
     elif items[:1] == [b"map-quorum"] and len(items) == 2:
@@ -412,15 +351,9 @@ def _vkey(token: bytes, sig_type: int) -> Verifier:
 
 @dataclass(frozen=True)
 class VerifiedCheckpoint:
-    """A checkpoint that satisfied a policy.
-
-    ``log`` is the policy log whose signature verified; ``cosignatures`` are the
-    valid, not future-dated cosignatures by policy witnesses (one per witness,
-    its newest; each says its key type and ``statement``); ``witnessed_at`` is the
-    quorum time (POSIX seconds), or None under ``quorum none``, where the caller has
-    nothing better than the time it fetched the checkpoint. With a map quorum,
-    ``map_witnessed_at`` is its time, and ``witnessed_at`` is at most that.
-    """
+    """A checkpoint that satisfied a policy: the log that signed it, each witness's newest
+    valid cosignature, and the quorum time (rule 7; None under ``quorum none``), at most
+    the map quorum's."""
 
     checkpoint: Checkpoint
     log: Verifier
@@ -431,13 +364,8 @@ class VerifiedCheckpoint:
 
 @dataclass(frozen=True)
 class Policy:
-    """A parsed, validated tlog-policy: logs, witnesses, groups and the quorum name.
-
-    ``witnesses`` and ``groups`` are read-only mappings from name to
-    definition, in definition order (every group refers only to witnesses and
-    earlier groups). Constructing a Policy directly applies the same rules as
-    :meth:`parse`.
-    """
+    """A validated tlog-policy: logs, and read-only mappings of witnesses and groups in
+    definition order, and the quorum; built in code, it obeys the rules ``parse`` does."""
 
     logs: tuple[PolicyLog, ...]
     witnesses: Mapping[str, PolicyWitness]
@@ -502,12 +430,7 @@ class Policy:
         return cls(tuple(rules.logs), rules.witnesses, rules.groups, rules.quorum, rules.map_quorum)
 
     def to_text(self) -> str:
-        """The canonical file: logs, witnesses, groups in definition order, then the quorum.
-
-        One space between items, ``any``/``all`` where they fit, no comments but
-        deplog's own lines (a ``tree-lines`` line right after its witness, the
-        ``map-quorum`` line last); :meth:`parse` reads it back to an equal policy.
-        """
+        """The canonical file, which ``parse`` reads back to an equal policy."""
         lines: list[str] = []
         for log in self.logs:
             lines.append(" ".join(["log", log.verifier.vkey(), *_optional(log.url)]))
@@ -537,13 +460,8 @@ class Policy:
         k: int,
         tree_lines: Collection[Verifier] = (),
     ) -> Policy:
-        """Trust one log and require cosignatures from ``k`` of ``witnesses``.
-
-        Witnesses are named by their key names, which must then be distinct;
-        the group is named ``+quorum``, a name no key name can take (key names
-        never contain ``+``), so it cannot collide with a witness. The witnesses
-        in ``tree_lines`` are marked ``#deplog: tree-lines``.
-        """
+        """Trust one log and require cosignatures from ``k`` of ``witnesses``, named by their
+        distinct key names, in a group ``+quorum`` (no key name has a ``+``)."""
         marked = set(tree_lines)
         defined = {v.name: PolicyWitness(v.name, v, None, v in marked) for v in witnesses}
         if len(defined) != len(witnesses):
@@ -560,30 +478,21 @@ class Policy:
         return [w.verifier for w in self.witnesses.values() if w.tree_lines]
 
     def cosignatures(self, note: bytes) -> list[Cosignature]:
-        """Every valid cosignature on ``note`` by a policy witness, each witness's in the
-        form the policy accepts from it (a tree-lines witness's in either form)."""
+        """Every valid cosignature on ``note`` by a policy witness, in the forms the policy
+        accepts from it."""
         return cosignatures(note, self.witness_verifiers(), tree_lines=self.tree_lines_verifiers())
 
     def quorum_time(
         self, cosigs: Iterable[Cosignature]
     ) -> int | Literal[NoQuorum.NO_QUORUM] | None:
-        """Since when the quorum vouches for a checkpoint, given its *verified* cosignatures.
-
-        Returns :data:`NO_QUORUM` under ``quorum none`` (no witness is required,
-        so there is no time), None if the quorum is not met, else the quorum
-        time in POSIX seconds: each witness counts at its newest cosignature's
-        timestamp and a k-of-n group at the k-th largest of its members' times
-        (see the module docstring). Cosignatures by keys that are not policy
-        witnesses are ignored; the caller must have verified the rest.
-        """
+        """The quorum time (rule 7) given verified cosignatures: ``NO_QUORUM`` under ``quorum
+        none``, None if the quorum is not met."""
         if self.quorum == NONE:
             return NO_QUORUM
         return self._time(self.quorum, cosigs)
 
     def map_quorum_time(self, cosigs: Iterable[Cosignature]) -> int | None:
-        """Since when the map quorum vouches for the checkpoint's map line, or None if it
-        is not met (or the policy has none): as :meth:`quorum_time`, counting only
-        full-body Ed25519 cosignatures by witnesses not marked ``tree-lines``."""
+        """The map quorum's time (rules 5, 7), or None if it is not met or there is none."""
         if self.map_quorum is None:
             return None
         eligible = [
@@ -610,25 +519,11 @@ class Policy:
         return times.get(root)
 
     def verify(self, note: bytes, *, now: float, max_age: float | None) -> VerifiedCheckpoint:
-        """Check a signed checkpoint note against the policy, at time ``now`` (POSIX seconds).
-
-        1. It must carry a valid signature by a policy log whose key name is
-           its origin (tlog-policy "Defining a log"): no such log is
-           ``log_not_in_policy``; a failing signature keeps the note's error code.
-        2. Cosignatures by policy witnesses are verified (lines by unknown keys
-           are ignored; a witness's invalid line is ``bad_cosignature``; a line of
-           a ``tree-lines`` witness may cover the first three lines only). A
-           witness counts at its newest cosignature; if that one is dated more
-           than :data:`MAX_CLOCK_SKEW` seconds after ``now`` the witness does
-           not count at all (fail closed: its clock or key is not to be relied on).
-        3. The quorum must be met (``quorum_not_met``), and so must the map quorum
-           if the policy has one (``quorum_not_met``; the quorum time is then the
-           earlier of the two), and with ``max_age`` the
-           quorum time must be at most ``max_age`` seconds before ``now``
-           (``stale_checkpoint``). Under ``quorum none`` no witness vouches for
-           freshness, so ``max_age`` cannot be enforced: ``witnessed_at`` is
-           None and the caller only has its own fetch time.
-        """
+        """Check a signed checkpoint note at ``now`` (POSIX seconds): a policy log's signature
+        (``log_not_in_policy``), the witnesses' cosignatures (``bad_cosignature``; one
+        dated over ``MAX_CLOCK_SKEW`` ahead does not count), the quorum and map quorum
+        (``quorum_not_met``) and, with ``max_age``, the quorum time's age
+        (``stale_checkpoint``; under ``quorum none`` nothing is dated)."""
         if max_age is not None and not max_age >= 0:
             raise ValueError("max_age must be a non-negative number of seconds")
         checkpoint, log = self._open(note)
@@ -652,13 +547,8 @@ class Policy:
         return VerifiedCheckpoint(checkpoint, log, tuple(valid), when, map_when)
 
     def _open(self, note: bytes) -> tuple[Checkpoint, Verifier]:
-        """Verify the log signature, trying each policy log named like the note's origin.
-
-        The unverified origin line only selects candidate keys; nothing is
-        trusted before a signature verifies. A bad signature by any candidate
-        rejects the note outright, as any failing known-key signature does
-        (signed-note "Signatures").
-        """
+        """Verify the log signature, trying each policy log named like the (unverified)
+        origin; a bad signature by any candidate rejects the note."""
         text, _ = parse_note(note)
         origin = text.split("\n", 1)[0]
         candidates = [log.verifier for log in self.logs if log.verifier.name == origin]

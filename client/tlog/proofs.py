@@ -1,23 +1,17 @@
 """Merkle tree hashing and proofs (RFC 9162 section 2.1).
 
-Leaves hash as SHA-256(0x00 || data), interior nodes as SHA-256(0x01 || left ||
-right), and the empty tree as SHA-256() (section 2.1.1), the same hashes
-RFC 6962 defines. Proofs are ordered lists of 32-byte hashes; leaf indices
-count from 0.
+Rules:
 
-Generation (:func:`inclusion_path`, :func:`consistency_path`) is the RFC's
-recursive definition, written for clarity, not speed: the authority and the
-offline auditor use it, and the tests compare the verifiers against it. The
-recursion yields leaf ranges (:func:`inclusion_ranges`,
-:func:`consistency_ranges`), hashed here over leaf hashes and by
-:mod:`client.tlog.tiles` over tiles, so both read the RFC the same way.
-Verification (:func:`verify_inclusion`, :func:`verify_consistency`) follows the
-iterative algorithms of sections 2.1.3.2 and 2.1.4.2 and raises
-:class:`ProofError` on any failure. A proof never establishes a tree size on
-its own: sizes and roots must come from verified checkpoints, and a proof for
-other sizes than asked is refused (``proof_size_mismatch``). Leaves checked
-against a verified checkpoint must build exactly its tree, or
-:class:`TreeMismatchError` says how they do not.
+1. Leaves hash as SHA-256(0x00 || data), nodes as SHA-256(0x01 || left || right), the
+   empty tree as SHA-256() (section 2.1.1); proofs are lists of 32-byte hashes.
+2. Generation is the RFC's recursive definition, written for clarity, as leaf ranges
+   (``inclusion_ranges``, ``consistency_ranges``) hashed here over leaf hashes and by
+   ``client.tlog.tiles`` over tiles: one reading of the RFC. Verification follows the
+   iterative algorithms of sections 2.1.3.2 and 2.1.4.2; any failure is ``ProofError``.
+3. A proof never establishes a size: sizes and roots come from verified checkpoints,
+   and a proof for other sizes is refused (``proof_size_mismatch``).
+4. Leaves checked against a verified checkpoint build exactly its tree, or
+   ``TreeMismatchError`` says how they do not.
 """
 
 from __future__ import annotations
@@ -62,8 +56,8 @@ MAX_PROOF_HASHES = 64
 
 
 class ProofError(VerificationError):
-    """A proof that does not verify or answers another question, or a request that cannot
-    be answered."""
+    """A proof that does not verify or answers another question, or a request no tree
+    answers."""
 
     codes = frozenset(
         {
@@ -82,13 +76,8 @@ class ProofFormatError(FormatError):
 
 
 class TreeMismatchError(VerificationError):
-    """Leaves that do not build the tree a verified checkpoint describes.
-
-    ``index`` is the first leaf index present on one side only: the first
-    leaf past the checkpoint's size (``too_many_entries``) or the first one
-    missing (``missing_entries``); it is None for ``entries_root_mismatch``,
-    since a root covers every leaf and cannot point at one.
-    """
+    """Leaves that do not build a verified checkpoint's tree; ``index`` is the first leaf
+    past its size or missing, None for ``entries_root_mismatch``."""
 
     codes = frozenset(
         {ErrorCode.TOO_MANY_ENTRIES, ErrorCode.MISSING_ENTRIES, ErrorCode.ENTRIES_ROOT_MISMATCH}
@@ -132,15 +121,8 @@ def root_from_leaf_hashes(hashes: Sequence[bytes]) -> bytes:
 
 
 class TreeFrontier:
-    """The right edge of a Merkle tree: the roots of its perfect subtrees, largest first.
-
-    For a tree of ``size`` leaves there is one perfect subtree per set bit of
-    ``size``; their hashes are all that appending a leaf or computing the
-    root needs (RFC 9162 MTH), so a verifier that holds the frontier of a
-    trusted tree can check, in memory bounded by log2(size) hashes, that new
-    entries extend it to the root of a newer checkpoint. The authority's
-    storage uses the same object to find the subtree hashes an append completes.
-    """
+    """The right edge of a Merkle tree: the roots of its perfect subtrees, largest first,
+    all that appending a leaf or computing the root needs (log2(size) hashes)."""
 
     def __init__(self, size: int = 0, hashes: Sequence[bytes] = ()) -> None:
         if not _is_size(size) or len(hashes) != size.bit_count() or not _are_hashes(hashes):
@@ -189,13 +171,8 @@ def inclusion_path(hashes: Sequence[bytes], index: int, size: int) -> list[bytes
 
 
 def inclusion_ranges(index: int, size: int) -> list[tuple[int, int]]:
-    """The leaf ranges ``(lo, hi)`` whose MTH(D[lo:hi]) make up PATH(index, D[0:size]).
-
-    The shape of a proof, apart from any hashes: :func:`inclusion_path` hashes
-    the ranges over leaf hashes, a tiles reader over tiles. Every range is a
-    node of the RFC's recursion, so ``lo`` is a multiple of the largest power
-    of two not above ``hi - lo``.
-    """
+    """The leaf ranges ``(lo, hi)`` whose MTH(D[lo:hi]) make up PATH(index, D[0:size]), nodes
+    of the RFC's recursion: the shape of a proof, hashed over leaves or over tiles."""
     if not 0 <= index < size:
         raise ProofError(ErrorCode.BAD_PROOF_REQUEST, "leaf index outside the tree")
 
@@ -212,20 +189,14 @@ def inclusion_ranges(index: int, size: int) -> list[tuple[int, int]]:
 
 
 def consistency_path(hashes: Sequence[bytes], old_size: int, new_size: int) -> list[bytes]:
-    """PROOF(old_size, D[0:new_size]) of RFC 9162 section 2.1.4.1.
-
-    The RFC defines it for 0 < old_size < new_size; from the empty tree and
-    between equal sizes the proof is empty.
-    """
+    """PROOF(old_size, D[0:new_size]) of RFC 9162 section 2.1.4.1 (empty from size 0 and
+    between equal sizes)."""
     _check_generation_range(hashes, new_size)
     return [_mth(hashes, lo, hi) for lo, hi in consistency_ranges(old_size, new_size)]
 
 
 def consistency_ranges(old_size: int, new_size: int) -> list[tuple[int, int]]:
-    """The leaf ranges ``(lo, hi)`` whose MTH(D[lo:hi]) make up PROOF(old_size, D[0:new_size]).
-
-    The counterpart of :func:`inclusion_ranges` for :func:`consistency_path`.
-    """
+    """The leaf ranges ``(lo, hi)`` whose MTH(D[lo:hi]) make up PROOF(old_size, D[0:new_size])."""
     if not 0 <= old_size <= new_size:
         raise ProofError(ErrorCode.BAD_PROOF_REQUEST, "old size exceeds new size")
     if old_size in (0, new_size):
@@ -254,11 +225,8 @@ def _are_hashes(values: Sequence[bytes]) -> bool:
 def verify_inclusion(
     leaf_hash: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes
 ) -> None:
-    """Check that ``leaf_hash`` is leaf ``index`` of the tree of ``size`` leaves with ``root``.
-
-    RFC 9162 section 2.1.3.2, with the wire checks in front: 32-byte hashes,
-    0 <= index < size, and no more hashes than any tree could need.
-    """
+    """Check that ``leaf_hash`` is leaf ``index`` of the tree of ``size`` leaves with ``root``
+    (RFC 9162 section 2.1.3.2, after the wire checks)."""
     if (
         not _is_size(index)
         or not _is_size(size)
@@ -288,13 +256,8 @@ def verify_inclusion(
 def verify_consistency(
     old_size: int, new_size: int, old_root: bytes, new_root: bytes, proof: Sequence[bytes]
 ) -> None:
-    """Check that the tree of ``new_size`` leaves and ``new_root`` extends the older one.
-
-    RFC 9162 section 2.1.4.2 covers 0 < old_size < new_size. From size 0 the
-    proof must be empty and the old root must be the empty tree's hash (any
-    tree extends the empty one); between equal sizes the proof must be empty
-    and the roots equal.
-    """
+    """Check that the tree of ``new_size`` leaves and ``new_root`` extends the older one (RFC
+    9162 section 2.1.4.2; from size 0, and between equal sizes, the proof is empty)."""
     if (
         not _is_size(old_size)
         or not _is_size(new_size)
@@ -420,8 +383,7 @@ class ConsistencyProof:
             raise ProofFormatError(message="hashes are 32 bytes, at most 64 of them")
 
     def check_sizes(self, old: int, new: int) -> None:
-        """Refuse a proof for other sizes than the two checkpoints' (``proof_size_mismatch``):
-        a proof never smuggles in a size."""
+        """Refuse a proof for other sizes than the checkpoints' (``proof_size_mismatch``)."""
         if (self.old, self.new) != (old, new):
             raise ProofError(ErrorCode.PROOF_SIZE_MISMATCH, "the proof is for other sizes")
 

@@ -1,20 +1,13 @@
 """Receipts: offline-verifiable inclusion proofs (C2SP tlog-proof, ``c2sp.org/tlog-proof@v1``).
 
-A receipt is, line by line: the header ``c2sp.org/tlog-proof@v1``; optionally
-``extra <base64>``; ``index <decimal>``; zero or more base64 inclusion proof
-hashes, from the leaf's sibling up; an empty line; then the signed checkpoint
-note verbatim, with all its signature lines (log signature and cosignatures).
+A receipt is the header line, an optional ``extra <base64>`` line, ``index <decimal>``,
+the inclusion proof's base64 hashes from the leaf's sibling up, a blank line, then the
+signed checkpoint note verbatim. Rules, strict so that one receipt has one encoding:
 
-Choices the spec leaves open, made strict so that one receipt has one encoding:
-the extra data, when present, is non-empty (no data means no line) and is
-never trusted (the spec says it is unauthenticated; :func:`verify_receipt`
-ignores it); base64 is canonical; the index has no leading zeros and is below
-2^63; the embedded checkpoint must be a well-formed checkpoint note when the
-receipt is parsed, and is verified against the log key when the receipt is.
-Witness cosignatures on the checkpoint are for the caller's witness policy:
-:func:`verify_receipt_with_policy` checks the whole policy (log signature, every
-policy witness's cosignature, Ed25519 or ML-DSA-44, in the form the policy
-accepts from it, and the quorum) before the inclusion proof.
+1. Extra data is non-empty when present, and never trusted (unauthenticated).
+2. Base64 is canonical; the index has no leading zeros and is below 2^63.
+3. The checkpoint is a well-formed checkpoint note when parsed, and verified against the
+   log key (or a whole witness policy) before the proof is.
 """
 
 from __future__ import annotations
@@ -54,7 +47,6 @@ HEADER = b"c2sp.org/tlog-proof@v1"
 """The first line of every receipt (tlog-proof, "Format")."""
 
 MAX_RECEIPT_SIZE = 2 * MAX_NOTE_SIZE
-"""Largest receipt accepted: a maximal checkpoint note plus generous room for the rest."""
 
 
 class ReceiptFormatError(FormatError):
@@ -134,8 +126,7 @@ class Receipt:
 def format_receipt(
     index: int, proof: Sequence[bytes], checkpoint: bytes, extra: bytes | None = None
 ) -> bytes:
-    """Encode a receipt without re-parsing ``checkpoint``: for a log serving its own
-    checkpoints, which are well formed by construction (``Receipt`` checks others)."""
+    """Encode a receipt without parsing ``checkpoint`` again (a log's own, well formed)."""
     lines = [HEADER.decode("ascii")]
     if extra is not None:
         lines.append("extra " + encode_base64(extra))
@@ -149,13 +140,8 @@ def format_receipt(
 def verify_receipt(
     receipt: Receipt, leaf: bytes, log_verifier: Verifier, origin: str | None = None
 ) -> Checkpoint:
-    """Verify that ``leaf`` is entry ``receipt.index`` of the log that signed the checkpoint.
-
-    Checks the log's signature on the checkpoint (its origin ``origin``, by
-    default the key name; ``open_checkpoint``), then the
-    RFC 9162 inclusion proof of ``leaf_hash(leaf)`` against its size and root.
-    Returns the checkpoint; its cosignatures are left to the witness policy.
-    """
+    """Verify that ``leaf`` is entry ``receipt.index`` of the log that signed the checkpoint
+    (of ``origin``, by default the key name); its cosignatures are the policy's."""
     checkpoint, _ = open_checkpoint(receipt.checkpoint, log_verifier, origin)
     verify_inclusion(
         leaf_hash(leaf), receipt.index, checkpoint.size, receipt.proof, checkpoint.root_hash
@@ -166,10 +152,8 @@ def verify_receipt(
 def verify_receipt_with_policy(
     receipt: Receipt, leaf: bytes, policy: Policy, *, now: float, max_age: float | None = None
 ) -> VerifiedCheckpoint:
-    """Verify the receipt's checkpoint against a witness ``policy`` (``Policy.verify``: a
-    policy log's signature, the cosignatures, the quorum and, with ``max_age``, its age),
-    then the inclusion proof of ``leaf`` in it. Returns the verified checkpoint, whose
-    cosignatures each say their type and the lines they cover."""
+    """Verify the receipt's checkpoint against a witness ``policy`` (``Policy.verify``), then
+    the inclusion proof of ``leaf`` in it."""
     verified = policy.verify(receipt.checkpoint, now=now, max_age=max_age)
     checkpoint = verified.checkpoint
     verify_inclusion(

@@ -1,49 +1,31 @@
 """C2SP tlog-tiles v0.1.0: tile paths, hash tiles, entry bundles, and proofs read from tiles.
 
-A tiled log publishes its RFC 9162 Merkle tree as static files. Tiles have height 8:
-the hashes at tile level L are the roots of the perfect subtrees of 256^L leaves
-(level 0 holds the leaf hashes), and tile N of level L holds hashes N*256 ..
-N*256+255 of its level. Entry bundles hold the leaves whose hashes a level-0 tile holds.
-
+Tiles have height 8: tile N of level L holds hashes N*256 .. N*256+255 of that level,
+the roots of perfect subtrees of 256^L leaves; entry bundles hold the leaves of level 0.
 Rules (section names are the spec's):
 
-1. Paths ("Merkle Tree", "Log entries"), relative to the log's prefix, are
-   ``tile/<L>/<N>[.p/<W>]`` and ``tile/entries/<N>[.p/<W>]``. L is decimal 0..63
-   without leading zeros; N is zero-padded three-digit groups, all but the last
-   prefixed ``x`` (1234067 is ``x001/x234/067``); W, present only on partial
-   tiles, is decimal 1..255 without leading zeros. Exactly one path names each
-   tile; any other string is :class:`TilePathError` (``malformed_tile_path``).
-2. A tile lies inside a tree of at most 2^63 - 1 leaves, the checkpoint bound.
-   Coordinates past it are refused the same way although the path grammar can
-   spell them: no tile is above level 7, for one.
-3. A tree of ``s`` leaves has, at every level L with s >= 256^L, floor(s / 256^(L+1))
+1. Paths ("Merkle Tree", "Log entries") are ``tile/<L>/<N>[.p/<W>]`` and
+   ``tile/entries/<N>[.p/<W>]``: L decimal, N in zero-padded three-digit groups prefixed
+   ``x`` but the last, W (partial tiles only) 1..255. One path names each tile; any other
+   string is ``TilePathError`` (``malformed_tile_path``).
+2. A tile lies inside a tree of at most 2^63 - 1 leaves; coordinates past it are refused
+   the same way.
+3. A tree of ``s`` leaves has, at each level L with s >= 256^L, floor(s / 256^(L+1))
    full tiles and, when W = floor(s / 256^L) mod 256 is not 0, one partial tile of
-   width W ("Partial Tiles"). Entry bundles follow level 0. The empty tree has no tiles.
-4. A hash tile is its hashes concatenated, exactly 32 bytes per hash of its width,
-   else :class:`TileFormatError` (``malformed_tile``). An entry bundle is each entry
-   as a big-endian uint16 length and its bytes: one that ends inside an entry or
-   holds other than its width of entries is :class:`BundleFormatError`
-   (``malformed_bundle``), and an entry over 65535 bytes cannot be encoded
-   (``entry_too_large``).
-5. Tiles come from untrusted sources (a CDN may serve a stale or corrupt one). Every
-   tile is authenticated against the root of a verified checkpoint before any hash
-   of it is used, as Go's sumdb/tlog TileHashReader does: the partial tiles of the
-   tree together hash to its root, and a full tile hashes to its own hash in the
-   tile above, itself authenticated first. A tile that does not, or an entry
-   bundle whose entries do not hash to its level-0 tile, is :class:`TileError`
-   (``bad_tile``). Nothing is returned from a tree whose tiles do not all check.
-   The tiles read are those of the checkpoint's tree, so partial tiles are only
-   asked for at sizes a verified checkpoint has, as the spec requires; a source
-   whose partial tile is gone may answer with the first W hashes of the full one
-   (the spec's fallback), which check the same.
-6. Asking about what a tree does not have (a leaf past its size, a tile it lacks)
-   is ProofError ``bad_proof_request``, as in :mod:`client.tlog.proofs`.
+   width W ("Partial Tiles"); entry bundles follow level 0.
+4. A hash tile is exactly 32 bytes per hash of its width (``malformed_tile``); a bundle
+   is each entry as a big-endian uint16 length and its bytes, exactly its width of them
+   (``malformed_bundle``; an entry over 65535 bytes is ``entry_too_large``).
+5. Tiles are untrusted: each is authenticated against a verified checkpoint's root
+   before any hash of it is used (the partial tiles hash to the root, a full tile to its
+   hash in the tile above), as Go's TileHashReader does; else ``TileError``
+   (``bad_tile``), and nothing is returned. A partial tile may be answered by the first
+   W hashes of its full tile (the spec's fallback).
+6. Asking about what a tree does not have is ``ProofError`` ``bad_proof_request``.
 
-Reading is two steps so that a tile source may be synchronous or asynchronous: the
-``*_tiles`` functions list the tiles an answer needs, and the functions that answer
-take ``read_tile``, called once for each listed tile and for no other. A blocking
-source passes its fetch function; an asynchronous one fetches the list (in
-parallel) first and passes ``fetched.__getitem__``.
+Reading is two steps, so a source may be synchronous or not: the ``*_tiles`` functions
+list the tiles an answer reads, and the functions that answer call ``read_tile`` once
+for each listed tile and no other.
 """
 
 from __future__ import annotations
@@ -94,8 +76,6 @@ __all__ = [
     "parse_tile_path",
     "prove_consistency",
     "prove_inclusion",
-    "tree_hash",
-    "tree_hash_tiles",
     "verify_entry_bundle",
     "verify_entry_bundles",
 ]
@@ -283,11 +263,8 @@ def _level_tiles(level: int, size: int, since: int) -> Iterator[tuple[int, int]]
 
 
 def hash_tiles(size: int, *, since: int = 0) -> Iterator[HashTile]:
-    """The hash tiles of the tree of ``size`` leaves that the tree of ``since`` leaves lacks.
-
-    Level 0 first, left to right. With ``since`` 0 that is every tile of the tree;
-    a writer publishing a new checkpoint writes ``hash_tiles(new, since=old)``.
-    """
+    """The hash tiles of the tree of ``size`` leaves that the tree of ``since`` lacks, level 0
+    first, left to right (a writer publishes ``hash_tiles(new, since=old)``)."""
     _check_sizes(since, size)
     level = 0
     while size >> (TILE_HEIGHT * level):
@@ -341,12 +318,8 @@ def encode_entries(entries: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def decode_entries(read: Callable[[int], bytes]) -> Iterator[bytes]:
-    """The entries of a bundle read in order from ``read`` (a binary file's ``read``).
-
-    Memory stays bounded by the largest entry. A bundle cut short inside a length
-    prefix or an entry raises BundleFormatError at that entry's index, after every
-    entry before it has been yielded.
-    """
+    """The entries of a bundle read in order from ``read`` (a binary file's), one at a time;
+    a bundle cut short is BundleFormatError at the entry where it ends."""
     index = 0
     while prefix := read(_LENGTH_PREFIX):
         if len(prefix) < _LENGTH_PREFIX:
@@ -386,12 +359,8 @@ ReadTile: TypeAlias = Callable[[HashTile], bytes]
 
 
 def _subtrees(lo: int, hi: int) -> list[tuple[int, int]]:
-    """The perfect subtrees ``(height, index)`` of D[lo:hi], largest (leftmost) first.
-
-    MTH(D[lo:hi]) is their hashes folded from the right, provided ``lo`` is a
-    multiple of the largest power of two not above ``hi - lo``, as in every range
-    of RFC 9162's recursion and every prefix D[0:n].
-    """
+    """The perfect subtrees ``(height, index)`` of D[lo:hi], largest first, whose hashes
+    folded from the right are MTH(D[lo:hi]) for every range of RFC 9162's recursion."""
     nodes = []
     while lo < hi:
         height = (hi - lo).bit_length() - 1
@@ -496,26 +465,10 @@ def consistency_tiles(old_size: int, size: int) -> list[HashTile]:
 
 
 def prove_consistency(old_size: int, size: int, root: bytes, read_tile: ReadTile) -> list[bytes]:
-    """PROOF(old_size, D[0:size]) of RFC 9162 from the tiles of the tree of ``size`` and ``root``.
-
-    Check it with ``verify_consistency`` against the old root you trust.
-    """
+    """PROOF(old_size, D[0:size]) of RFC 9162 from the tiles of the tree of ``size``, ``root``."""
     _check_tree(size, root)
     _check_sizes(old_size, size)
     return _prove(size, root, read_tile, consistency_ranges(old_size, size))
-
-
-def tree_hash_tiles(old_size: int, size: int) -> list[HashTile]:
-    """The tiles :func:`tree_hash` reads."""
-    _check_sizes(old_size, size)
-    return _tiles_for_ranges(size, [(0, old_size)])
-
-
-def tree_hash(old_size: int, size: int, root: bytes, read_tile: ReadTile) -> bytes:
-    """MTH(D[0:old_size]), the root an older checkpoint must have, from the newer tree's tiles."""
-    _check_tree(size, root)
-    _check_sizes(old_size, size)
-    return _prove(size, root, read_tile, [(0, old_size)])[0]
 
 
 def _level0_tile(bundle: EntryTile, size: int) -> HashTile:
@@ -555,14 +508,8 @@ def entry_bundles_tiles(bundles: Sequence[EntryTile], size: int) -> list[HashTil
 def verify_entry_bundles(
     bundles: Sequence[tuple[EntryTile, bytes]], size: int, root: bytes, read_tile: ReadTile
 ) -> list[list[bytes]]:
-    """The entries of each bundle, once all of them hash to the authenticated tree.
-
-    A bundle's leaf hashes are its level-0 tile, so that tile is not read: it is
-    authenticated like any other, against its hash in the tile above (or, partial,
-    with the tree's other partial tiles against the root). Each tile above is read
-    and authenticated once for all the bundles, so a reader of many bundles hashes
-    each entry once and each upper tile once.
-    """
+    """The entries of each bundle, once all of them hash to the authenticated tree: a
+    bundle's leaf hashes stand for its level-0 tile, and each tile above is read once."""
     _check_tree(size, root)
     decoded = [
         (_level0_tile(bundle, size), decode_entry_bundle(bundle, data)) for bundle, data in bundles
