@@ -1,55 +1,32 @@
 """The guard: what a cache asks before it serves a cached tool definition.
 
-``Guard.check`` answers from the follower's verified local state only, with a
-verdict from a closed set and a stable reason code, and always says which
-signed checkpoint the answer was made at ("processed through"). It never says
-serve when the last verified sync is older than the freshness bound: a cache
-that stopped hearing from the log stops serving on the log's authority.
-
-Verdicts, in the order they are decided:
+``Guard.check`` answers from the follower's verified state only, with a verdict from a
+closed set and a stable reason, and always names the signed checkpoint it was made at
+("processed through"). It never says serve once the last verified sync is older than the
+freshness bound. Verdicts, in the order they are decided:
 
   unknown  ``not_synced``            nothing verified yet: look the tool up live
            ``bad_identifier``        not a deplog tool id or SemVer version
-           ``invalid_entry``         the signed log holds an entry about this tool
-                                     that fails validation (docs/fold-spec.md): what
-                                     it said cannot be known, so no verdict is vouched
+           ``invalid_entry``         the signed log holds an entry about the tool that
+                                     fails validation (docs/fold-spec.md)
   stale    ``checkpoint_stale``      the last verified sync is older than the bound
   refuse   ``revoked``               a revoke notice is in effect
            ``sunset``                a deprecation's sunset time has passed
-           ``schema_mismatch``       notices describe this version's definition by a
-                                     digest, and the cached definition has another
-  stale    ``cache_predates_notice`` the cached entry was fetched before the latest
-                                     notice about this version was processed: refetch
+           ``schema_mismatch``       the notices name another digest of the definition
+  stale    ``cache_predates_notice`` the cached entry predates the latest notice: refetch
   stale    ``state_advancing``       the follower committed during each of
                                      ``SNAPSHOT_ATTEMPTS`` reads: ask again
   warn     ``deprecated``            serve, and pass the deprecation on
   serve    ``active``                no notice in effect
 
-An MCP host refuses some tools before it asks, on a tool server's listing alone
-(``client.cache.mcp``, its rules 1, 2 and 4; the decision names no checkpoint):
+An MCP host refuses on a listing alone with ``client.cache.mcp``'s reasons:
+``identity_missing``, ``identity_mismatch``, ``not_pinned``, ``not_listed``,
+``schema_undigestable``, ``schema_digest_mismatch``. With ``with_proof`` a decision made
+from a status carries the map proof of the tool's record (None without a map).
 
-  refuse   ``identity_missing``        the host pinned the tool; the server lists no
-                                     identity for it
-           ``identity_mismatch``       the host pinned the tool; the server lists another
-           ``not_pinned``              the host requires pins and pinned no such name
-           ``not_listed``              a call to a pinned name the server does not list
-           ``schema_undigestable``     the listed input schema has no deplog digest
-           ``schema_digest_mismatch``  the server declares a digest other than the
-                                     listed schema's
-
-With ``with_proof=True`` a decision made from a status carries ``proof``: the
-``deplog.map_proof/v1`` JSON proof of the tool's record at the processed-through
-checkpoint, from the follower's own map (``client.follow.mapcheck``), which an
-agent checks with ``deplog.client.verify_tool_status`` without trusting the
-cache. It is None when that checkpoint commits to no map or the state keeps none.
-
-Freshness is measured from ``verified_at`` of the trusted checkpoint: with a
-witness policy, the time its quorum of witnesses cosigned it (witnesses other
-than the log vouch that it was the latest tree they saw then); with ``quorum
-none``, the time the follower last verified the log's latest checkpoint,
-which is only the log's own word that nothing newer exists: whoever can
-answer as the log could then replay an old signed checkpoint and keep a
-cache "fresh". Deploy with witnesses.
+Freshness is measured from the trusted checkpoint's ``verified_at``: with witnesses,
+when their quorum cosigned it; with ``quorum none``, only the log's own word, which
+whoever answers as the log can replay. Deploy with witnesses.
 """
 
 from __future__ import annotations
@@ -129,9 +106,7 @@ class Decision:
 
 
 def refusal(status: VersionStatus, schema_digest: str | None) -> str | None:
-    """Why a version with this status is refused, in the guard's order (``revoked``,
-    ``sunset``, ``schema_mismatch`` when the notices describe it by another digest than
-    ``schema_digest``), or None."""
+    """Why a version with this status is refused, in the guard's order, or None."""
     if status.status in ("revoked", "sunset"):
         return status.status
     if (
@@ -144,8 +119,7 @@ def refusal(status: VersionStatus, schema_digest: str | None) -> str | None:
 
 
 def served(status: VersionStatus) -> tuple[Verdict, str]:
-    """The verdict on a version that is not refused: unknown if an entry about the tool
-    fails validation, warn if deprecated, else serve."""
+    """The verdict on a version that is not refused."""
     if status.status == "unknown":
         return Verdict.UNKNOWN, "invalid_entry"
     if status.status == "deprecated":
@@ -154,8 +128,7 @@ def served(status: VersionStatus) -> tuple[Verdict, str]:
 
 
 class GuardState(Protocol):
-    """What the guard reads: the follower's own ``LocalState``, or a worker's read-only
-    ``client.follow.reader.StateReader`` on the same file."""
+    """What the guard reads: a ``LocalState``, a ``StateReader`` or a ``WatchedState``."""
 
     @property
     def trusted(self) -> TrustedCheckpoint | None: ...
@@ -200,8 +173,7 @@ class Guard:
         schema_digest: str | None = None,
         with_proof: bool = False,
     ) -> Decision:
-        """The verdict for serving a cached entry of ``tool_id`` at ``version``; with
-        ``with_proof``, a decision made from a status carries the map proof behind it."""
+        """The verdict for serving a cached entry of ``tool_id`` at ``version``."""
         decision = self._decide(tool_id, version, cached_at, schema_digest)
         through = decision.processed_through
         if not with_proof or decision.status is None or through is None:
@@ -209,10 +181,8 @@ class Guard:
         return replace(decision, proof=self._proof(through, tool_id))
 
     def _proof(self, through: ProcessedThrough, tool_id: str) -> bytes | None:
-        """The map proof of ``tool_id`` at ``through``, memoized per checkpoint and tool
-        (a gateway proves every tool it lists, at every listing). The key names the
-        checkpoint, so a proof read for an older one, however late it is stored, is never
-        handed out for a newer one; ``None`` (no map, or the map moved on) is not kept."""
+        """The map proof of ``tool_id`` at ``through``, memoized by checkpoint and tool, so one
+        read for an older checkpoint is never handed out for a newer one."""
         key = (through.checkpoint, tool_id)
         proof = self._proofs.get(key)
         if proof is not None:
@@ -229,10 +199,8 @@ class Guard:
     def _decide(
         self, tool_id: str, version: str, cached_at: datetime, schema_digest: str | None
     ) -> Decision:
-        """One snapshot: the trusted checkpoint and the tool's fold are two reads, and the
-        follower (another process, for a ``StateReader``) may commit between them. A
-        decision stands only if the checkpoint is the same object after the fold as
-        before it, so a verdict is never labelled with a checkpoint it was not made at."""
+        """A decision stands only if the trusted checkpoint is the same object after the fold
+        as before it: a verdict never names a checkpoint it was not made at."""
         for _ in range(SNAPSHOT_ATTEMPTS):
             trusted = self.state.trusted
             decision = self._decide_at(trusted, tool_id, version, cached_at, schema_digest)
@@ -284,12 +252,8 @@ class Guard:
     def _status(
         self, tool_id: str, version: str, now: float
     ) -> tuple[VersionStatus, float | None] | None:
-        """A version's status and its latest notice's processing time (None: bad input).
-
-        Memoized per (tool_id, version) until the tool's fold changes (a verified
-        advance) or a notice's effective or sunset time passes: a cache hit, the
-        common case, is a dictionary lookup.
-        """
+        """A version's status and its latest notice's processing time (None: bad input),
+        memoized until the tool's fold changes or a notice's time comes."""
         index, processed = self.state.tool_status(tool_id)
         memo = self._memo.get((tool_id, version))
         if memo is not None and memo[0] is index and now < memo[1]:

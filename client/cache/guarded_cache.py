@@ -1,11 +1,8 @@
 """A drop-in guarded tool cache: an in-process LRU/TTL map that asks the guard on every hit.
 
-Keys are ``(tool_id, version)``: tool ids carry their publisher's namespace,
-so same-name tools of different publishers never collide. Every ``get``
-consults the ``Guard`` (a refused, stale or unknown verdict is a miss, and the
-decision says why), and the cache listens to its follower: each verified
-advance evicts exactly the cached keys whose status changed, through
-``StatusChange.changed``, and nothing else.
+Keys are ``(tool_id, version)``. Every ``get`` asks the ``Guard`` (a refused, stale or
+unknown verdict is a miss, and the decision says why), and each verified advance evicts
+exactly the cached keys whose status changed (``StatusChange.changed``).
 """
 
 from __future__ import annotations

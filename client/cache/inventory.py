@@ -1,19 +1,11 @@
 """Inventory reports: what the verified log says about the tools a cache or platform holds.
 
-An inventory is a JSON array of ``{"tool_id", "version"}`` objects, each with an
-optional ``"schema_digest"``, parsed with the notice schema's own field parsers
-(so its errors are the schema's: ``wrong_type``, ``bad_tool_id``, ``bad_version``,
-``bad_digest`` ...). ``check`` reports each entry's status at the
-trusted checkpoint; ``diff`` reports what changed for the inventory between two
-signed checkpoints (newly deprecated, revoked, sunset, or withdrawn), naming
-the log indexes of the notices that caused each change, so every line can be
-verified with an inclusion proof.
-
-Reports are deterministic and content-free: canonical JSON (RFC 8785) or
-Markdown, entries sorted whatever the input order, holding only identifiers,
-versions, digests, statuses, dates and log indexes (no messages, no free text).
-Statuses depend on time (a sunset passes), so a report is made ``at`` a stated
-instant, which the report records.
+An inventory is a JSON array of ``{"tool_id", "version"[, "schema_digest"]}``, parsed
+with the notice schema's own field parsers and codes. ``check`` reports each entry's
+status at the trusted checkpoint; ``diff`` what changed between two signed checkpoints,
+naming the log indexes that caused each change. Reports are deterministic and
+content-free (RFC 8785 JSON or Markdown, sorted, identifiers, statuses, dates and
+indexes only), made ``at`` a stated instant.
 """
 
 from __future__ import annotations
@@ -34,6 +26,7 @@ from deplog.client.model.notice import (
 )
 from deplog.client.model.status import VersionStatus
 from deplog.client.tlog.checkpoint import Checkpoint
+from deplog.client.tlog.note import encode_base64
 from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
@@ -107,8 +100,6 @@ def _identity(item: Item) -> dict[str, Any]:
 
 
 def _checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
-    from deplog.client.tlog.note import encode_base64
-
     return {
         "origin": checkpoint.origin,
         "size": checkpoint.size,

@@ -1,32 +1,17 @@
 """The agent's side of a guarded ``tools/list``: every listed tool's status, proven.
 
-A gateway that guards with ``with_proof`` (``client.cache.mcp.guard_tools_list``) lists
-each deplog tool with ``_meta["dev.deplog/proof"]``: the JSON map proof of its status
-record at the gateway's checkpoint. ``verify_listing`` checks them all without trusting
-the gateway, and decides as the gateway's guard should have. Its rules:
+A gateway guarding ``with_proof`` lists each deplog tool with its map proof
+(``_meta["dev.deplog/proof"]``); ``verify_listing`` checks them all without trusting the
+gateway, and decides as its guard should have. Rules:
 
-1. Which tools are deplog's, and as which identity, is decided as ``client.cache.mcp``
-   rules 1 and 2 say, with the caller's ``pins`` and ``require_pins``: a tool that is
-   not deplog's (no pin, no ``dev.deplog/tool`` object) is left out; one refused on the
-   listing alone (``identity_missing``, ``identity_mismatch``, ``not_pinned``,
-   ``schema_undigestable``, ``schema_digest_mismatch``) is ``refuse`` with that reason,
-   whatever its proof says. One whose identity is not a tool id and a SemVer version
-   is ``unknown``/``bad_identifier``; one without a proof is ``unknown``/``no_proof``
-   (the gateway showed nothing: look it up).
-2. Each distinct checkpoint the proofs carry is verified once, by the caller's
-   ``verify_checkpoint`` (its log key or witness policy, and its freshness bound): a
-   gateway cannot pick the log. A checkpoint it refuses as stale makes its tools
-   ``stale``/``checkpoint_stale``; any other refusal, or a proof that does not verify
-   against the checkpoint's ``deplog-map/v1`` root, is a ``failure`` (its error code):
-   the gateway handed over something that is not what the log signed.
-3. A proven status decides as ``Guard.check`` does: revoked and sunset refuse; so does a
-   schema digest in the notices that differs from the listed definition's. That digest
-   is always computed here from the listed ``inputSchema`` (what the agent will call),
-   never taken from the identity's declared ``schema_digest`` (rule 1 refuses a tool
-   whose schema has none, and one that declares another). Then deprecated warns, and
-   anything else is served.
-4. A listed tool the proofs show refused is the gateway's error, not the agent's to
-   serve: the gateway was to drop it.
+1. Which tools are deplog's, and as which identity, is ``client.cache.mcp`` rules 1 and
+   2 with the caller's pins: a tool refused on the listing alone is ``refuse`` whatever
+   its proof says; one without a proof is ``unknown``/``no_proof``.
+2. Each distinct checkpoint is verified once by the caller's ``verify_checkpoint``: a
+   stale one makes its tools ``stale``/``checkpoint_stale``; any other refusal, or a
+   proof that does not verify against its map root, is a ``failure`` (its error code).
+3. A proven status decides as ``Guard.check`` does, with the digest computed from the
+   listed ``inputSchema``; a tool shown refused yet listed is the gateway's error.
 """
 
 from __future__ import annotations
@@ -55,20 +40,17 @@ from deplog.client.tlog.note import parse_note
 __all__ = ["ListedTool", "VerifyCheckpoint", "verify_listing"]
 
 VerifyCheckpoint = Callable[[bytes], Checkpoint]
-"""The caller's trust: a signed checkpoint note in, the verified checkpoint out, or a
-``DeplogError`` (``stale_checkpoint`` when it is too old to count)."""
+"""The caller's trust: a signed note in, the verified checkpoint out (or a ``DeplogError``,
+``stale_checkpoint`` when it is too old to count)."""
 
 
 @dataclass(frozen=True)
 class ListedTool:
-    """What the proofs show about one listed deplog tool.
-
-    ``verdict``/``reason`` as ``Guard.check`` gives them, or None with ``failure`` the
-    error code when the gateway's proof or checkpoint does not verify (rule 2).
-    ``status`` and ``checkpoint`` are set when the status is proven."""
+    """What the proofs show about one listed deplog tool, at ``position`` in the listing: a
+    guard's ``verdict``, or None and the ``failure`` code (rule 2); with its status proven,
+    the checkpoint and its ``note``."""
 
     position: int
-    """The tool's index in the listing's ``tools``."""
     name: str
     tool_id: str
     version: str
@@ -78,12 +60,10 @@ class ListedTool:
     checkpoint: Checkpoint | None = None
     failure: ErrorCode | None = None
     note: bytes | None = None
-    """The signed checkpoint note the status is proven at (with ``checkpoint``)."""
 
     def decision(self, verified_at: datetime) -> Decision:
-        """As a guard ``Decision`` (a failure is ``unknown`` with its code as the reason),
-        proven at the checkpoint verified at ``verified_at``: what the MCP annotations and
-        refusals are made from."""
+        """As a guard ``Decision`` (a failure is ``unknown``, its code the reason), for the
+        MCP annotations and refusals."""
         through = None
         if self.checkpoint is not None and self.note is not None:
             through = ProcessedThrough(self.note.decode(), self.checkpoint.size, verified_at)
@@ -99,9 +79,8 @@ def verify_listing(
     pins: Pins | None = None,
     require_pins: bool = False,
 ) -> list[ListedTool]:
-    """Every deplog tool of a ``tools/list`` result, in listed order, as its proof shows it
-    at ``now`` under the checkpoints ``verify_checkpoint`` accepts, held to the caller's
-    ``pins`` (checked as ``client.cache.mcp.checked_pins`` does)."""
+    """Every deplog tool of a ``tools/list`` result, in listed order, as its proof shows it at
+    ``now`` under the checkpoints ``verify_checkpoint`` accepts, held to ``pins``."""
     tools = result.get("tools")
     if not isinstance(tools, list):
         return []
@@ -109,9 +88,8 @@ def verify_listing(
     verified: dict[bytes, Checkpoint | DeplogError] = {}
 
     def checkpoint_of(note: bytes) -> Checkpoint | DeplogError:
-        """The checkpoint a proof's note verifies to, once per note; one whose body is not
-        the note's (a caller that names its own) is ``map_checkpoint_mismatch``, as
-        ``verify_proof_document`` would say for every proof made at it."""
+        """The checkpoint a note verifies to, once per note; one whose body is not the note's
+        (the caller named its own) is ``map_checkpoint_mismatch``."""
         if note not in verified:
             try:
                 checkpoint = verify_checkpoint(note)

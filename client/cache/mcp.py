@@ -1,71 +1,33 @@
 """Guarding an MCP ``tools/list`` result: what the host checks itself, then what the log says.
 
-A tool server names a tool's deplog identity in its ``_meta``, under the key
-``dev.deplog/tool``: ``{"tool_id": "tool:<namespace>/<name>", "version":
-"<semver>"}`` and optionally ``"schema_digest": "sha256:<hex>"``. Everything in
-it is the server's claim about itself, which is never trusted over what the
-host can check (invariant 7). The host decides each listed tool by these
-rules, in order (``check_listed``, then ``decide_listed``):
+A tool server names a tool's deplog identity in its ``_meta["dev.deplog/tool"]``
+(``tool_id``, ``version``, optionally ``schema_digest``): the server's claim, never
+trusted over what the host can check. The host decides each listed tool by these rules,
+in order (``check_listed``, then ``decide_listed``; docs/mcp.md tells hosts):
 
-1. Identity. The host may pin identities (``pins``: the tool's name on that
-   server to a ``ToolVersion``). A pinned tool is decided as its pin, and only
-   if the server declares that same identity: a tool that declares none is
-   refused ``identity_missing``, one that declares another (or a malformed one)
-   ``identity_mismatch``. An unpinned tool is decided as the server declares
-   it; one that declares nothing is not deplog's and passes untouched, unless
-   the host ``require_pins`` (then every unpinned tool is refused
-   ``not_pinned``, whatever it declares). A declared identity that is not a
-   tool id and a SemVer version is ``unknown``/``bad_identifier``.
-   Without a pin, the declaration is the only identity there is, and a lying
-   server can drop or change it to escape a revoke: a host that relies on
-   deplog for a server it does not control pins that server's tools, and
-   requires pins so that a tool renamed on the server does not escape either.
-2. Definition. The host computes the tool's ``schema_digest`` itself, from
-   the ``inputSchema`` it received (the definition the agent will call):
-   ``sha256:`` and the hex SHA-256 of the schema as RFC 8785 canonical JSON,
-   the rule everything deplog hashes follows, so a publisher computes the
-   digest for a notice from the same schema the server lists. A schema that is
-   missing, not an object, or not canonical JSON as deplog encodes it (a float,
-   an integer beyond 2^53 - 1, a lone surrogate) cannot be digested and is
-   refused ``schema_undigestable``. A declared ``schema_digest`` is never used
-   in the computed one's place: one that differs from it is refused
-   ``schema_digest_mismatch`` (an honest server declares the digest of what it
-   lists, ``client.mcp.server.stamp_tools``), so a declaration can cost a tool
-   its listing, never earn it one.
-3. The log. The identity of rule 1 and the digest of rule 2 go to the guard
-   (``Guard.check``): refused (revoked, sunset, ``schema_mismatch``) tools are
-   dropped; so are stale and unknown verdicts unless ``keep_unverified`` (fail
-   closed by default: a gateway that cannot show its deprecation data is
-   current does not list the tool). A deprecated tool stays and gets
-   ``_meta["dev.deplog/deprecation"]`` with the sunset as an HTTP-date (RFC
-   8594 ``Sunset``), the deprecation as ``@<epoch seconds>`` (RFC 9745
-   ``Deprecation``), the replacement, reasons and the log indexes behind it,
-   so agents learn of it before calls fail.
-4. Refusals by rules 1 and 2 are made on the listing alone, before the log is
-   asked: their verdict is ``refuse`` whatever ``keep_unverified`` says (they
-   are the server's doing, not a state the host cannot verify), and their
-   decision names no checkpoint. A call to a name the host pinned that the
-   server's listing does not show is refused ``not_listed`` (its definition
-   and identity are unknown; ``unlisted_refusal``).
+1. Identity. A tool the host pinned (``pins``: name to ``ToolVersion``) is decided as
+   its pin, and only if the server declares that same identity. An unpinned tool is
+   decided as it declares; one that declares nothing is not deplog's and passes, unless
+   the host ``require_pins``. A declaration that is no tool id and SemVer version is
+   ``unknown``/``bad_identifier``. A host relying on deplog for a server it does not
+   control pins, and requires pins.
+2. Definition. The host digests the listed ``inputSchema`` itself (``sha256:`` of its RFC
+   8785 bytes); a declared ``schema_digest`` is never used in its place, and one that
+   differs refuses the tool: a declaration can cost a tool its listing, never earn it.
+3. The log. The guard decides on that identity and digest: refused tools are dropped,
+   and stale or unknown ones unless ``keep_unverified``; a deprecated tool gets
+   ``_meta["dev.deplog/deprecation"]`` (RFC 8594 ``Sunset``, RFC 9745 ``Deprecation``,
+   replacement, reasons, log indexes). With ``with_proof``, every tool listed on a
+   decision gets ``_meta["dev.deplog/proof"]``, its map proof.
+4. Refusals by rules 1 and 2 are made on the listing alone: ``refuse`` whatever
+   ``keep_unverified`` says, naming no checkpoint. A call to a pinned name the listing
+   does not show is refused ``not_listed``.
 
 The reasons rules 1, 2 and 4 add to the guard's (``LISTING_REASONS``):
-
-  refuse   ``identity_missing``        pinned; the server declares no identity
-           ``identity_mismatch``       pinned; the server declares another identity
-           ``not_pinned``              ``require_pins``, and the host pinned no such name
-           ``not_listed``              a call to a pinned name the listing does not show
-           ``schema_undigestable``     the listed input schema has no digest (rule 2)
-           ``schema_digest_mismatch``  the server declares a digest other than the
-                                       listed schema's
-
-A call refused on deplog's authority carries ``_meta["dev.deplog/refusal"]``
-(``refusal_annotation``): the verdict, reason, tool, the notices behind it and
-the checkpoint it was decided at (none for a refusal on the listing alone).
-
-With ``with_proof``, every tool listed on a decision gets
-``_meta["dev.deplog/proof"]``: the ``deplog.map_proof/v1`` JSON proof of its
-status record at the guard's checkpoint, which the agent verifies itself
-(``deplog.client.verify_tool_status``) instead of trusting the gateway.
+``identity_missing`` and ``identity_mismatch`` (pinned; the server declares none, or
+another), ``not_pinned``, ``not_listed``, ``schema_undigestable`` (the listed schema has
+no digest) and ``schema_digest_mismatch``. A call refused on deplog's authority carries
+``_meta["dev.deplog/refusal"]`` (``refusal_annotation``).
 """
 
 from __future__ import annotations
@@ -153,8 +115,7 @@ def schema_digest(input_schema: dict[str, Any]) -> str:
 
 
 def listed_schema_digest(tool: Mapping[str, Any]) -> str | None:
-    """The digest of a listed tool's ``inputSchema`` (rule 2), or None when it has none:
-    missing, not an object, or not canonical JSON as deplog encodes it."""
+    """The digest of a listed tool's ``inputSchema`` (rule 2), or None when it has none."""
     schema = tool.get("inputSchema")
     if not isinstance(schema, dict):
         return None
@@ -167,8 +128,8 @@ def listed_schema_digest(tool: Mapping[str, Any]) -> str | None:
 def identity_annotation(
     tool_id: str, version: str, input_schema: dict[str, Any] | None
 ) -> dict[str, str]:
-    """The ``dev.deplog/tool`` object a tool author's server lists; bad ids raise
-    ``DeplogError`` (``bad_tool_id``, ``bad_version``) before anything is served."""
+    """The ``dev.deplog/tool`` object a tool author's server lists (``bad_tool_id``,
+    ``bad_version`` before anything is served)."""
     parse_tool_id(tool_id)
     Version.parse(version)
     identity = {"tool_id": tool_id, "version": version}
@@ -178,8 +139,7 @@ def identity_annotation(
 
 
 def checked_pins(pins: Pins | None) -> dict[str, ToolVersion]:
-    """A host's pins, each checked (``DeplogError`` ``bad_tool_id`` or ``bad_version``), so
-    a typo fails when the session is made, not at the first listing."""
+    """A host's pins, each checked (``bad_tool_id``, ``bad_version``) before any listing."""
     out = dict(pins or {})
     for pin in out.values():
         identity_annotation(pin.tool_id, pin.version, None)
@@ -199,8 +159,7 @@ def check_listed(
     tool: Mapping[str, Any], pins: Pins, *, require_pins: bool = False
 ) -> ListedIdentity | Decision | None:
     """Rules 1 and 2 on one listed tool (wire form): None when it is not deplog's, a
-    ``Decision`` when it is decided on the listing alone (refused, or ``bad_identifier``),
-    else the identity and computed digest for the guard."""
+    ``Decision`` made on the listing alone, else what the guard decides on."""
     name = tool.get("name")
     meta = tool.get("_meta")
     declared = meta.get(IDENTITY_KEY) if isinstance(meta, dict) else None
@@ -222,8 +181,7 @@ def check_listed(
 def _identity(
     said: dict[str, Any] | None, pin: ToolVersion | None, *, require_pins: bool
 ) -> ToolVersion | Decision | None:
-    """Rule 1: the identity a listed tool is decided as, from what it declares (``said``)
-    and the host's pin; a ``Decision`` when that decides it, None when it is not deplog's."""
+    """Rule 1: the identity a listed tool is decided as, a ``Decision``, or None."""
     tool_id, version = (None, None) if said is None else (said.get("tool_id"), said.get("version"))
     if pin is not None:
         if said is None:
@@ -253,8 +211,7 @@ def decide_listed(
     cached_at: datetime,
     with_proof: bool = False,
 ) -> Decision | None:
-    """The decision on a tool ``check_listed`` checked: its own when it made one, else the
-    guard's on the identity with the computed digest (rule 3); None when not deplog's."""
+    """The decision on a tool ``check_listed`` checked: its own, else the guard's (rule 3)."""
     if not isinstance(checked, ListedIdentity):
         return checked
     return guard.check(
@@ -267,8 +224,7 @@ def decide_listed(
 
 
 def unlisted_refusal(name: str, pins: Pins, *, require_pins: bool = False) -> Decision | None:
-    """The refusal of a call to a name no listing showed (rule 4): ``not_listed`` when the
-    host pinned it, ``not_pinned`` when it requires pins; None when it is not deplog's."""
+    """The refusal of a call to a name no listing showed (rule 4), or None."""
     pin = pins.get(name)
     if pin is not None:
         return _refused("not_listed", pin.tool_id, pin.version)
@@ -315,10 +271,8 @@ def deprecation_annotation(decision: Decision) -> dict[str, Any]:
 
 
 def may_list(decision: Decision, *, keep_unverified: bool = False) -> bool:
-    """Whether a tool with this decision is listed (and callable): served or warned, and,
-    with ``keep_unverified``, stale or unknown too, but never a tool the log holds an
-    invalid entry about (``invalid_entry``): the log itself says it cannot be vouched for,
-    which is no lack of verification."""
+    """Whether a tool with this decision is listed and callable (rule 3): never one the log
+    holds an invalid entry about, which is no lack of verification."""
     return decision.may_serve or (
         keep_unverified
         and decision.verdict in (Verdict.STALE, Verdict.UNKNOWN)
@@ -336,8 +290,7 @@ def guard_tools_list(
     pins: Pins | None = None,
     require_pins: bool = False,
 ) -> dict[str, Any]:
-    """A copy of an MCP ``tools/list`` result with the rules applied (``pins`` checked as
-    ``checked_pins`` does)."""
+    """A copy of an MCP ``tools/list`` result with the rules applied."""
     pinned = checked_pins(pins)
     out = copy.deepcopy(result)
     kept = []

@@ -1,13 +1,9 @@
 """The one place that knows which major version of the MCP Python SDK is installed.
 
-deplog supports ``mcp`` 2.x (extra ``deplog[mcp]``) and 1.x from 1.26 on
-(extra ``deplog[mcp1]``: the line the ContextForge gateway pins). The majors
-differ in Python field names (``inputSchema`` became ``input_schema``), in
-the high-level server (``FastMCP`` became ``MCPServer``) and in how code
-running for a request finds its session. The wire format is the same, so
-everything else in ``deplog.client.mcp`` reads and builds SDK models as
-wire-format dicts (``to_wire``, ``model_validate``) and never names a field
-the majors spell differently.
+deplog supports ``mcp`` 2.x (``deplog[mcp]``) and 1.x from 1.26 (``deplog[mcp1]``, the
+ContextForge gateway's line). The majors differ in field names, in the high-level server
+and in how a request finds its session, not on the wire: everything else reads and
+builds SDK models as wire-format dicts (``to_wire``, ``model_validate``).
 """
 
 from __future__ import annotations
@@ -42,11 +38,8 @@ def to_wire(model: Any) -> dict[str, Any]:
 
 
 def tool_manager(server: Any) -> Any:
-    """The tool registry of a high-level server (``FastMCP`` in 1.x, ``MCPServer`` in 2.x).
-
-    Both majors keep it as ``_tool_manager`` and build every ``tools/list``
-    from its ``list_tools()``; there is no public hook for that in either.
-    """
+    """The tool registry of a high-level server, ``_tool_manager`` in both majors: every
+    ``tools/list`` is built from its ``list_tools()`` (no public hook in either)."""
     return server._tool_manager
 
 
@@ -55,11 +48,8 @@ def _lowlevel(server: Any) -> Any:
 
 
 def advertise_tools_changed(server: Any) -> None:
-    """Make a high-level server advertise ``tools.listChanged`` in ``initialize``.
-
-    Both majors' high-level servers build their initialization options with
-    all list-changed flags off; deplog does send the notification, so it says so.
-    """
+    """Make a high-level server advertise ``tools.listChanged`` in ``initialize`` (both
+    majors turn it off; deplog sends the notification)."""
     lowlevel = _lowlevel(server)
     original = lowlevel.create_initialization_options
 

@@ -1,53 +1,28 @@
 """deplog as a ContextForge gateway plugin (extra ``deplog[contextforge]``).
 
-The gateway (``mcp-contextforge-gateway``) loads native plugins of its plugin
-framework (``cpex``) by the ``kind`` in its ``plugins/config.yaml``; deplog's is
-``deplog.client.mcp.contextforge.DeplogPlugin``, on the ``tool_pre_invoke``
-hook. Its rules:
+The gateway loads ``deplog.client.mcp.contextforge.DeplogPlugin`` on its
+``tool_pre_invoke`` hook (``docs/contextforge.md`` tells operators how). Rules:
 
 1. Identities come from the plugin config (``tools``: original tool name to
-   ``tool_id``, ``version`` and optionally ``schema_digest``), because the
-   gateway renames tools (``<gateway>-<tool>``) and does not keep the upstream
-   tools' ``_meta``. The plugin matches the tool's ``original_name`` from the
-   gateway's context, falling back to the invoked name.
-2. Decisions come from a ``Guard`` over the host follower's state file, read
-   read-only and watched by path (``WatchedState``): one ``deplog follow`` per
-   host keeps it current, and every gateway worker process reads it. Freshness
-   is the guard's (``freshness_seconds``, from the verified checkpoint).
-3. A refused tool, and (unless ``keep_unverified``) one deplog cannot vouch
-   for, is blocked: ``continue_processing=False`` with a violation whose code
-   is ``DEPLOG_<REASON>`` and whose details name the verdict, the reason, the
-   notices (log indexes) and the checkpoint size. A deprecated tool passes,
-   with the deprecation in the result's ``metadata``. A tool the config does
-   not name passes untouched.
-4. The gateway has no hook on ``tools/list`` (``http_post_request`` sees
-   headers and status, not the body), so a refused tool stays listed by the
-   gateway; calls to it are blocked. Agents behind a ``GuardedClientSession``
-   do not see it listed.
-5. The plugin loads whatever the state file does: only a bad ``config:`` block
-   stops it loading. A state that is missing (the gateway started before the
-   follower, a typo in the path, the file deleted), is not a file, cannot be
-   read, is not a follower state, holds no verified checkpoint yet, or turned
-   into another log's blocks every configured tool with ``DEPLOG_NOT_SYNCED``,
-   whose description names the path, the problem (``WatchedState``'s code) and
-   what to do; a stale one blocks with ``DEPLOG_CHECKPOINT_STALE`` and names
-   the follower to check. The path is looked at again at most once a second, so
-   a state that appears is used without a restart, and a deleted one stops
-   deciding within a second, not at the freshness bound.
-6. It logs one line (``INFO``) per process when loaded with a configuration,
-   naming the state path and the number of tools it guards, and one line per
-   transition of the state: unavailable (``ERROR``, with the problem; again only
-   when the problem changes) and available (``INFO``). Never a line per call:
-   the gateway builds new plugin instances per tool context every 30 s, so the
-   last transition logged is kept per process and path.
-7. What happens to calls when the plugin fails to load or raises is the
-   gateway's choice, not the plugin's: by default it lets them through. The
-   settings that make the plugin mandatory (``PLUGINS_FAIL_ON_PLUGIN_ERROR=true``
-   in the gateway's environment, ``mode: sequential``, ``on_error: fail``) are
-   in ``docs/contextforge.md``.
+   ``tool_id``, ``version``, optionally ``schema_digest``), since the gateway renames
+   tools and drops their ``_meta``; the tool's ``original_name`` is matched first.
+2. Decisions come from a ``Guard`` over the host follower's state file, watched by path
+   (``WatchedState``); freshness is ``freshness_seconds``.
+3. A refused tool, and unless ``keep_unverified`` one deplog cannot vouch for, is
+   blocked with a violation coded ``DEPLOG_<REASON>``, naming verdict, reason, notices
+   and checkpoint size; a deprecated tool passes with the deprecation in ``metadata``;
+   a tool the config does not name passes untouched.
+4. The gateway has no hook on ``tools/list``: a refused tool stays listed, its calls
+   blocked.
+5. Only a bad ``config:`` block stops the plugin loading. A state that is unavailable
+   for any reason blocks every configured tool ``DEPLOG_NOT_SYNCED``, naming the path,
+   the problem and what to do; a stale one names the follower to check.
+6. One log line per process at load, and one per transition of the state (unavailable
+   at ERROR, available at INFO), never one per call.
+7. What happens to calls when the plugin fails is the gateway's choice (its settings
+   are in ``docs/contextforge.md``).
 
-The framework is imported only when the gateway asks for ``DeplogPlugin``, so
-this module (its settings and violations) imports without ``cpex``.
+``cpex`` is imported only when the gateway asks for ``DeplogPlugin``.
 """
 
 from __future__ import annotations
@@ -76,8 +51,7 @@ from deplog.client.model.notice import parse_schema_digest
 __all__ = ["STATE_KEY", "GatewayGuard", "PluginSettings", "ToolIdentity", "violation_fields"]
 
 STATE_KEY = "dev.deplog/state"
-"""A violation's details key for the state file behind a ``not_synced`` block: path,
-problem code."""
+"""A ``not_synced`` violation's details key for the state's path and problem (rule 5)."""
 
 _log = logging.getLogger(__name__)
 _logged_lock = threading.Lock()
@@ -105,8 +79,8 @@ class PluginSettings:
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> PluginSettings:
-        """Parse the block; a bad tool id, version or digest raises ``DeplogError``
-        (``bad_tool_id``, ``bad_version``, ``bad_digest``), anything else ``ValueError``."""
+        """Parse the block: ``DeplogError`` for a bad tool id, version or digest, else
+        ``ValueError``."""
         unknown = set(config) - {"state", "tools", "freshness_seconds", "keep_unverified"}
         if unknown:
             raise ValueError(f"unknown deplog plugin settings: {sorted(unknown)}")
@@ -230,7 +204,7 @@ def violation_fields(
     hint: str | None = None,
 ) -> dict[str, Any]:
     """A cpex ``PluginViolation``'s fields for a blocked call (rule 3), with the state's
-    ``problem`` at ``path`` (a ``not_synced`` block, rule 5) or a ``hint`` on what to do."""
+    ``problem`` (rule 5) or a ``hint`` on what to do."""
     details: dict[str, Any] = {REFUSAL_KEY: refusal_annotation(decision)}
     notices = details[REFUSAL_KEY].get("notices", [])
     at = details[REFUSAL_KEY].get("checkpoint_size", "none")

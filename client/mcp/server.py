@@ -1,22 +1,13 @@
 """For tool authors: a deplog identity on every listed tool, and ``list_changed`` on news.
 
-``stamp_tools`` gives each tool a server built with the SDK lists (``FastMCP``
-in 1.x, ``MCPServer`` in 2.x) whose name it is given a ``_meta["dev.deplog/tool"]``:
-the tool id and version the author declares, and the digest of the input
-schema the server actually lists (computed at listing time, so a changed
-signature changes the digest and a notice naming the old one refuses it). Given a
-guard (``proofs=``), it also stamps each tool's map proof, so agents behind a
-``ProvenClientSession`` check the tools' status without trusting the server. Hosts
-check all of it themselves (``client.cache.mcp``): what is stamped here is what an
-honest server says, never what a host believes because a server said it.
-
-``ListChangedNotifier`` watches deplog's verdict on the server's tools and,
-when a verified advance changes one (or the state goes stale or fresh
-again), sends ``notifications/tools/list_changed`` to every connected client
-that has listed the tools: the MCP way to say a cached tool list is out of
-date. It reads the verdicts from a ``Guard``, over the server's own follower
-(``follower.add_listener(notifier.on_advance)``) or over a host follower's
-state file (``StateReader``, then ``await notifier.watch(stop)``).
+``stamp_tools`` gives each named tool of an SDK server (``FastMCP`` in 1.x, ``MCPServer``
+in 2.x) its ``_meta["dev.deplog/tool"]``: the declared tool id and version, and the
+digest of the input schema actually listed, computed at listing time (a changed
+signature changes it); with a guard, its map proof too. Hosts check all of it themselves
+(``client.cache.mcp``). ``ListChangedNotifier`` sends ``notifications/tools/list_changed``
+to every client that listed the tools when deplog's verdict on one changes (or the state
+goes stale or fresh), deciding from a ``Guard`` over the server's follower or a host's
+state file.
 """
 
 from __future__ import annotations
@@ -59,20 +50,10 @@ log = logging.getLogger("deplog.mcp")
 def stamp_tools(
     server: Any, identities: Mapping[str, ToolVersion], *, proofs: Guard | None = None
 ) -> None:
-    """Stamp ``_meta["dev.deplog/tool"]`` on every listed tool named in ``identities``;
-    with a ``proofs`` guard, also ``_meta["dev.deplog/proof"]``: the map proof of the tool's
-    status record at the guard's checkpoint, which an agent checks without trusting this
-    server (``client.mcp.session.ProvenClientSession``). None is stamped while the guard
-    decides from no status (nothing verified yet, a stale state, a checkpoint without a
-    map): a proof from an earlier listing is never left in place.
-
-    Everything is checked here, so a mistake fails at start-up, not at the first listing:
-    the identities (``DeplogError`` ``bad_tool_id`` or ``bad_version``), and each name's
-    tool (``ValueError`` naming it: no tool of the server has that name, or its input
-    schema has no deplog digest, a float or an integer beyond 2^53 - 1 in it, which every
-    guard would refuse as ``schema_undigestable``). A schema that changes to one without
-    a digest later is listed without ``schema_digest`` (the guards refuse that tool alone).
-    """
+    """Stamp ``_meta["dev.deplog/tool"]`` (and, with a ``proofs`` guard, the tool's map proof
+    when there is one, never a stale one) on every listed tool named in ``identities``.
+    Checked here, at start-up: the identities (``bad_tool_id``, ``bad_version``) and each
+    name's tool (``ValueError``: none of that name, or a schema no guard can digest)."""
     for identity in identities.values():
         identity_annotation(identity.tool_id, identity.version, None)
     manager = tool_manager(server)
@@ -161,8 +142,7 @@ class ListChangedNotifier:
         await self.refresh()
 
     async def watch(self, stop: asyncio.Event, interval: float = 0.05) -> None:
-        """Refresh every ``interval`` s until ``stop``: for a guard over a ``StateReader``,
-        whose follower is another process, and to notice the state going stale."""
+        """Refresh every ``interval`` s until ``stop`` (a follower in another process)."""
         while not stop.is_set():
             await self.refresh()
             await wait_until(stop, interval)

@@ -1,40 +1,22 @@
 """A guarded MCP client session: the agent's side of deplog, in front of any MCP server.
 
-``GuardedClientSession`` is the SDK's ``ClientSession`` with two answers changed:
+``GuardedClientSession`` is the SDK's ``ClientSession`` with two answers changed (the
+rules of ``client.cache.mcp``, with the host's ``pins``):
 
-* ``list_tools`` decides every listed tool by ``deplog.client.cache.mcp``'s rules:
-  the host's own ``pins`` (tool name to ``ToolVersion``) and the digest it computes
-  from the listed ``inputSchema``, never the server's word for either, then the
-  guard. It drops the tools refused (revoked, sunset, schema mismatch, and the
-  listing's own refusals: ``identity_missing``, ``identity_mismatch``,
-  ``not_pinned``, ``schema_undigestable``, ``schema_digest_mismatch``) and, unless
-  ``keep_unverified``, those it cannot vouch for (stale or unknown verdicts); it
-  annotates deprecated ones with ``_meta["dev.deplog/deprecation"]``. Tools that are
-  not deplog's (no pin, no ``dev.deplog/tool`` identity) pass through, unless
-  ``require_pins``.
-* ``call_tool`` on a tool it would drop returns an MCP error result (``isError``)
-  naming the verdict, the reason and the checkpoint the decision was made at (or
-  that it was made on the listing alone), in its text and in
-  ``_meta["dev.deplog/refusal"]``, and never sends the call to the server.
+1. ``list_tools`` drops the tools refused and, unless ``keep_unverified``, those it
+   cannot vouch for, and marks deprecated ones ``_meta["dev.deplog/deprecation"]``;
+   tools that are not deplog's pass, unless ``require_pins``.
+2. ``call_tool`` on a tool it would drop returns an MCP error result (``isError``) naming
+   the verdict, reason and checkpoint, also as ``_meta["dev.deplog/refusal"]``, and never
+   calls the server. A call is decided on the tool as last listed: a name never listed
+   is listed first (then ``not_listed`` or ``not_pinned``), and a listing older than the
+   tool's latest notice is refreshed once before deciding.
 
-A call is decided on the tool as the server last listed that name; a name never
-listed is looked up with a fresh listing first, and one still not listed is refused
-``not_listed`` when the host pinned it (``not_pinned`` when it requires pins). A
-listing older than the latest notice about the tool (``cache_predates_notice``) is
-refreshed once before deciding, so a new definition is not refused on an old one's
-account. Pins are checked and fixed when the session is made (``DeplogError``
-``bad_tool_id`` or ``bad_version`` for a typo).
-
-``ProvenClientSession`` is the same for an agent that runs no follower: it trusts
-only its own ``verify_checkpoint`` (the log's key, or a witness policy with a
-freshness bound), and decides from the map proofs the server or gateway stamps on
-its tools (``stamp_tools(..., proofs=guard)``, ``guard_tools_list(...,
-with_proof=True)``), checked by ``client.cache.listing_proofs`` with the same pins.
-A tool without a proof is unverified (dropped and its calls refused, unless
-``keep_unverified``); one whose proof or checkpoint does not verify is dropped and
-refused always. A call is decided on the tool as last listed, its proof checked again
-at the time of the call (a sunset may have passed, the checkpoint may have aged past
-the policy's bound: then the tools are listed again once before deciding).
+``ProvenClientSession`` is the same for an agent without a follower: it trusts only its
+``verify_checkpoint`` and decides from the map proofs stamped on the tools
+(``client.cache.listing_proofs``). A tool without a proof is unverified; one whose proof
+does not verify is dropped and refused always; a call checks its proof again at the
+time of the call, listing again once if it went stale.
 """
 
 from __future__ import annotations
@@ -126,15 +108,13 @@ class GuardedClientSession(ClientSession):
         self._listed: OrderedDict[str, tuple[ListedIdentity | Decision | None, float]] = (
             OrderedDict()
         )
-        """Per tool name: what the listing rules made of it (``check_listed``) and when it
-        was listed (at most ``MAX_LISTED`` names, the longest unlisted forgotten first)."""
+        """Per tool name (at most ``MAX_LISTED``): ``check_listed``'s answer, and when."""
 
     async def list_tools(self, *args: Any, **kwargs: Any) -> Any:
         return self.guard_listing(await super().list_tools(*args, **kwargs))
 
     def guard_listing(self, result: Any) -> Any:
-        """A ``ListToolsResult`` fetched just now, with the guard's verdicts applied (what
-        the listing rules made of each tool is remembered for ``call_tool``)."""
+        """A ``ListToolsResult`` fetched just now, with the guard's verdicts applied."""
         listed_at = time.time()
         cached_at = datetime.fromtimestamp(listed_at, UTC)
         kept = []
@@ -196,15 +176,13 @@ class ProvenClientSession(ClientSession):
         self.pins = pinned
         self.require_pins = require_pins
         self._listed: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        """Per tool name: the tool as last listed (wire form), its proof included (at most
-        ``MAX_LISTED`` names, the longest unlisted forgotten first)."""
+        """Per tool name (at most ``MAX_LISTED``): the tool as last listed, in wire form."""
 
     async def list_tools(self, *args: Any, **kwargs: Any) -> Any:
         return self.prove_listing(await super().list_tools(*args, **kwargs))
 
     def prove_listing(self, result: Any) -> Any:
-        """A ``ListToolsResult`` fetched just now, keeping the tools its proofs allow (each
-        distinct checkpoint verified once); the listed tools are remembered for calls."""
+        """A ``ListToolsResult`` fetched just now, keeping the tools its proofs allow."""
         now = datetime.now(UTC)
         wire = to_wire(result)
         proven = {t.position: t for t in self._verify(wire, now)}
@@ -251,15 +229,13 @@ class ProvenClientSession(ClientSession):
         return checked[0] if checked else None
 
     def _may_use(self, checked: ListedTool, decision: Decision) -> bool:
-        """Listed and callable: proven servable; with ``keep_unverified`` also unproven or
-        stale, never a proof that does not verify."""
+        """Listed and callable (``may_list``), never on a proof that does not verify."""
         return checked.failure is None and may_list(decision, keep_unverified=self.keep_unverified)
 
 
 def _remember(listed: OrderedDict[str, V], name: str, value: V) -> None:
-    """Note what a listing said about ``name``; past ``MAX_LISTED`` names (a server that
-    keeps inventing tools) the one listed longest ago is forgotten: a call to it lists
-    again first, as to a name never listed."""
+    """Note what a listing said about ``name``, forgetting the name listed longest ago past
+    ``MAX_LISTED`` (a server that keeps inventing tools)."""
     listed.pop(name, None)
     listed[name] = value
     while len(listed) > MAX_LISTED:
@@ -275,9 +251,8 @@ def _with_deprecation(tool: Any, decision: Decision) -> Any:
 
 
 async def _list_every_page(session: ClientSession) -> None:
-    """Every page of the server's tool list, through ``session.list_tools`` (which remembers
-    the tools behind the names), up to ``MAX_LIST_PAGES``: a server whose cursor never
-    ends does not hold a call forever (a name on no page read is decided as never listed)."""
+    """Every page of the server's tool list through ``session.list_tools``, which remembers
+    the tools, up to ``MAX_LIST_PAGES`` (a cursor that never ends holds no call forever)."""
     cursor: str | None = None
     for _ in range(MAX_LIST_PAGES):
         params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
