@@ -1,22 +1,17 @@
 """Canonical JSON (RFC 8785) and a strict JSON parser.
 
-Everything deplog signs or hashes is RFC 8785 canonical JSON, so two honest
-parties always produce the same bytes for the same value. The parser is the
-other direction and is deliberately stricter than RFC 8259: it refuses every
-input whose meaning could differ between two JSON implementations
-(duplicate keys, lone surrogates, numbers that do not survive a round trip
-through an IEEE-754 double), plus floats, which deplog never uses.
+Rules:
 
-Checking that received bytes are canonical compares (``encodes_to``): the
-parsed value's encoding by the C JSON encoder against the bytes, never a
-second walk of the value in Python. The parser itself walks only what it
-must: the integer hook bounds every number as it is read, only a ``\\u``
-escape can spell a lone surrogate (strict UTF-8 decoding refuses the rest), so
-strings are walked only when the text holds one, and nesting is measured over
-containers alone, when the text has more brackets than the depth allowed. Which
-bytes are canonical never depends on these shortcuts: any text, however many
-brackets or escapes it holds, is canonical exactly when it is the encoding of
-its value.
+1. Everything deplog signs or hashes is RFC 8785 canonical JSON, so two honest parties
+   produce the same bytes for the same value.
+2. The parser refuses every input whose meaning could differ between two JSON
+   implementations (``malformed_json``): invalid UTF-8, a byte order mark,
+   NaN/Infinity, any fraction or exponent, integers beyond 2^53 - 1, lone surrogates,
+   nesting past the depth asked; duplicate keys are ``duplicate_field``.
+3. Only dicts with str keys, lists, str, safe ints, bool and None are encoded; anything
+   else is ``JSONFormatError``, never coerced.
+4. Bytes are canonical exactly when they are the encoding of their value; the faster
+   paths (the C encoder and parser) never change which bytes that is.
 """
 
 from __future__ import annotations
@@ -43,18 +38,10 @@ class JSONFormatError(FormatError):
 
 
 def dumps(obj: object) -> bytes:
-    """Return the RFC 8785 canonical encoding of ``obj``.
-
-    Only JSON values made of dict (str keys), list, str, int within the safe
-    range, bool and None are accepted; anything else is a programming error
-    surfaced as JSONFormatError rather than silently coerced.
-    """
+    """The RFC 8785 canonical encoding of ``obj`` (rule 3)."""
     if _check_value(obj, depth=0, max_depth=None):
-        # Same bytes as RFC 8785 for these values, about 10x faster: keys are
-        # ASCII, so code-point order is UTF-16 order (section 3.2.3); there are
-        # no floats (section 3.2.2.3); and Python escapes strings exactly as
-        # section 3.2.2.2 does (\b \t \n \f \r, other controls as \u00xx).
-        # The property tests compare this path with the rfc8785 package.
+        # RFC 8785's bytes, 10x faster: ASCII keys sort in UTF-16 order (3.2.3), no floats
+        # (3.2.2.3), Python escapes as 3.2.2.2 does; property tests compare with rfc8785.
         return _encode(obj)
     try:
         return rfc8785.dumps(obj)  # type: ignore[arg-type]
@@ -67,33 +54,18 @@ def _encode(obj: object) -> bytes:
 
 
 def encodes_to(value: object, data: bytes) -> bool:
-    """Whether ``data`` is exactly the canonical encoding of ``value``, a value ``loads``
-    returned for it.
-
-    ASCII bytes hold ASCII keys only, whose code-point order is RFC 8785's
-    UTF-16 order, so the C encoder's output is the canonical encoding and one
-    comparison decides; other bytes take the full ``dumps`` path.
-    """
+    """Whether ``data`` is exactly the canonical encoding of ``value``, which ``loads``
+    returned for it (ASCII bytes: one comparison with the C encoder's output)."""
     if bytes(data).isascii():
         return _encode(value) == data
     return dumps(value) == data
 
 
 def loads_checked(data: bytes, *, max_depth: int = 16) -> tuple[object, bool]:
-    """Parse ``data`` that ought to be canonical: the value, and whether ``data`` is
-    exactly its canonical encoding. Refuses what ``loads`` refuses, with its codes.
-
-    Canonical bytes are parsed by the C parser alone: duplicate keys cannot hide
-    in them (the value would encode shorter), and a lone surrogate cannot be
-    encoded at all, so the strict parser runs only on bytes that fail the
-    comparison. Depth is checked on the value, never guessed from the text.
-    """
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise JSONFormatError()
-    try:
-        text = bytes(data).decode("utf-8", errors="strict")
-    except UnicodeDecodeError:
-        raise JSONFormatError() from None
+    """Parse ``data`` that ought to be canonical: the value, and whether ``data`` is exactly
+    its encoding; refuses what ``loads`` refuses. Canonical bytes need only the C parser
+    (duplicate keys would encode shorter, lone surrogates not at all)."""
+    text = _text(data)
     try:
         value = _CANONICAL_DECODER.decode(text)
     except (ValueError, RecursionError):
@@ -117,27 +89,15 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",",
 
 
 def loads(data: bytes, *, max_depth: int = 16) -> object:
-    """Parse ``data`` as strict JSON and return the value.
-
-    Refused (JSONFormatError, code ``malformed_json``): invalid UTF-8, a byte
-    order mark, NaN/Infinity, any number with a fraction or exponent, integers
-    outside +-(2**53-1), lone surrogates, nesting deeper than ``max_depth``
-    (a scalar has depth 0, ``[]`` depth 1). Duplicate object keys get the code
-    ``duplicate_field``.
-    """
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise JSONFormatError()
-    try:
-        text = bytes(data).decode("utf-8", errors="strict")
-    except UnicodeDecodeError:
-        raise JSONFormatError() from None
+    """Parse ``data`` as strict JSON (rule 2; nesting past ``max_depth``, a scalar being 0)."""
+    text = _text(data)
     try:
         value = json.loads(
             text,
             object_pairs_hook=_object_no_duplicates,
-            parse_float=_refuse_float,
+            parse_float=_refuse,
             parse_int=_parse_safe_int,
-            parse_constant=_refuse_constant,
+            parse_constant=_refuse,
         )
     except JSONFormatError:
         raise
@@ -148,6 +108,15 @@ def loads(data: bytes, *, max_depth: int = 16) -> object:
     elif text.count("[") + text.count("{") > max_depth:  # else too few to nest that deep
         _check_depth(value, max_depth)
     return value
+
+
+def _text(data: bytes) -> str:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise JSONFormatError()
+    try:
+        return bytes(data).decode("utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise JSONFormatError() from None
 
 
 def _check_depth(value: object, max_depth: int) -> None:
@@ -181,17 +150,12 @@ def _object_no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _refuse_float(_text: str) -> object:
-    raise JSONFormatError()
-
-
-def _refuse_constant(_text: str) -> object:
+def _refuse(_text: str) -> object:
     raise JSONFormatError()
 
 
 def _parse_safe_int(text: str) -> int:
-    # Check the length before int(): Python refuses (slowly) very long
-    # digit strings, and anything this long is out of range anyway.
+    # Length first: int() refuses very long digit strings, slowly.
     if len(text) > _MAX_INT_DIGITS:
         raise JSONFormatError()
     value = int(text)
@@ -208,10 +172,8 @@ def _check_str(s: str) -> None:
 
 
 def _check_value(value: object, *, depth: int, max_depth: int | None) -> bool:
-    """Walk ``value``: JSON types only, safe integers, no surrogates, bounded depth.
-
-    Returns whether every object key is ASCII (see ``dumps``).
-    """
+    """Walk ``value``: JSON types only, safe integers, no surrogates, bounded depth; whether
+    every object key is ASCII."""
     if value is None or isinstance(value, bool):
         return True
     if isinstance(value, int):
@@ -241,5 +203,5 @@ def _check_value(value: object, *, depth: int, max_depth: int | None) -> bool:
 
 # Built once: json.loads builds a decoder on every call that passes hooks.
 _CANONICAL_DECODER = json.JSONDecoder(
-    parse_float=_refuse_float, parse_int=_parse_safe_int, parse_constant=_refuse_constant
+    parse_float=_refuse, parse_int=_parse_safe_int, parse_constant=_refuse
 )

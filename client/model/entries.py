@@ -1,19 +1,18 @@
 """Log entries: the records whose canonical bytes are the Merkle tree's leaves.
 
-Two kinds share the log, so that an auditor replaying it from entry 0 sees
-authorization change in the same order as the notices it governs:
+Two kinds share the log, so an auditor replaying it sees authorization change in the
+order of the notices it governs:
 
-- ``{"type": "notice", "notice": {...}, "signature": {...}}``: a publisher's
-  envelope, flattened;
-- ``{"type": "publisher", "statement": {...}, "signature": {...}}``: a
-  publisher registration, key change or revocation, signed by the authority's
-  log key over ``b"deplog/publisher-statement/v1\\n" + canonical(statement)``.
-  The prefix keeps an authority signature on a statement from ever being
-  valid as a signature on anything else the same key signs (checkpoints are
-  signed notes, whose text never starts with ``deplog/``).
+- ``{"type": "notice", "notice": {...}, "signature": {...}}``: a publisher's envelope;
+- ``{"type": "publisher", "statement": {...}, "signature": {...}}``: a publisher's
+  registration, key change or revocation, signed by the authority's log key.
 
-A leaf must be the canonical (RFC 8785) encoding of its entry: one entry has
-exactly one leaf, so its hash is a stable identifier.
+Rules:
+
+1. A statement is signed over ``b"deplog/publisher-statement/v1\\n" + canonical(it)``: the
+   prefix keeps the signature from being valid on anything else the key signs.
+2. A leaf is the canonical (RFC 8785) encoding of its entry, so an entry has one leaf
+   and its hash is a stable identifier; no leaf exceeds ``MAX_ENTRY_BYTES``.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from deplog.client.model.notice import (
     parse_publisher_id,
     parse_signature_object,
     parse_timestamp,
+    require_fields,
     require_list,
     require_object,
     require_str,
@@ -104,11 +104,8 @@ class EntrySignatureError(VerificationError):
 
 @dataclass(frozen=True)
 class PublisherStatement:
-    """An authority decision about a publisher: register, add/revoke keys, revoke it.
-
-    ``keys`` are verifier key strings (``name+hex8+base64(0x01||key)``) kept
-    exactly as written so that the statement re-encodes byte for byte.
-    """
+    """An authority decision about a publisher: register, add or revoke keys, revoke it;
+    ``keys`` kept as written, so the statement re-encodes byte for byte."""
 
     action: StatementAction
     publisher: str
@@ -127,13 +124,7 @@ class PublisherStatement:
         if action_s not in STATEMENT_ACTIONS:
             raise NoticeError(ErrorCode.BAD_ACTION)
         action: StatementAction = action_s  # type: ignore[assignment]
-        required, forbidden = _STATEMENT_RULES[action]
-        for name in forbidden:
-            if name in o:
-                raise NoticeError(ErrorCode.FIELD_NOT_ALLOWED)
-        for name in required:
-            if name not in o:
-                raise NoticeError(ErrorCode.MISSING_FIELD)
+        require_fields(o, *_STATEMENT_RULES[action])
         publisher = parse_publisher_id(o["publisher"])
         namespaces: tuple[str, ...] = ()
         if "namespaces" in o:
@@ -216,12 +207,8 @@ def sign_publisher_statement(statement: PublisherStatement, signer: Signer) -> P
 
 
 def encode_entry(entry: Entry) -> bytes:
-    """The leaf bytes of ``entry``: its RFC 8785 canonical JSON.
-
-    A notice entry reuses the notice's canonical bytes (already computed to
-    check its signature): the members "notice" < "signature" < "type" are in
-    RFC 8785 order, so the concatenation is the canonical encoding itself.
-    """
+    """The leaf bytes of ``entry``: its RFC 8785 canonical JSON (a notice entry's from the
+    notice's own canonical bytes, its members being in RFC 8785 order)."""
     if isinstance(entry, NoticeEntry):
         envelope = entry.envelope
         signature = canonical.dumps(encode_signature(envelope.key_id, envelope.signature))
@@ -236,13 +223,8 @@ def encode_entry(entry: Entry) -> bytes:
 
 
 def decode_entry(leaf: bytes) -> Entry:
-    """Parse leaf bytes strictly; the leaf must be canonical.
-
-    Structural problems are EntryFormatError (``malformed_entry``, or
-    ``leaf_too_large`` / ``noncanonical_entry``); problems inside the notice or
-    statement keep their specific NoticeError codes; bad JSON keeps its
-    JSONFormatError code.
-    """
+    """Parse leaf bytes strictly (rule 2): ``EntryFormatError`` for the entry's shape, the
+    notice's or statement's own codes inside it, ``JSONFormatError`` for bad JSON."""
     if len(leaf) > MAX_ENTRY_BYTES:
         raise EntryFormatError(ErrorCode.LEAF_TOO_LARGE)
     value, is_canonical = canonical.loads_checked(leaf)
@@ -263,10 +245,8 @@ def decode_entry(leaf: bytes) -> Entry:
         entry = PublisherEntry(statement, sig, key_id)
     else:
         raise EntryFormatError()
-    # Canonical means both: the leaf is the RFC 8785 encoding of its JSON value, and
-    # that value is the model's own form of the entry (compared as values, so the
-    # entry is never encoded again). Then the notice's canonical bytes, which its
-    # signature covers, are the leaf's slice between its first two members.
+    # Canonical: the leaf encodes its value, which is the model's own form of the entry;
+    # then the notice's canonical bytes are the leaf's slice between its first members.
     if not is_canonical or entry.to_json() != value:
         raise EntryFormatError(ErrorCode.NONCANONICAL_ENTRY)
     if isinstance(entry, NoticeEntry):

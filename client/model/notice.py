@@ -1,35 +1,27 @@
 """Deprecation notices and the publisher-signed envelope that carries them.
 
-A Notice is a content-free governance record: which versions of which tool
-are deprecated or revoked, why, from when, and who says so. Parsing is a
-closed-world schema check: unknown fields, wrong types and out-of-range
-values are refused with one stable code per kind of failure, never with the
-offending value in the message (errors reach HTTP clients verbatim). The
-schema's codes are :class:`NoticeError`'s; a field parsed by another module
-keeps that module's error (a version: ``SemverError``), an envelope over
-:data:`MAX_ENVELOPE_BYTES` is ``TooLargeError`` and bad JSON ``JSONFormatError``.
+A ``Notice`` is a content-free governance record: which versions of which tool are
+deprecated or revoked, why, from when, and who says so. Rules:
 
-Schema decisions beyond the contract, all made to keep one meaning per
-notice:
-
-- Optional lists (``advisories``, ``affected.versions``, ``affected.ranges``)
-  are either absent or non-empty, so ``to_json`` reproduces the input exactly.
-- ``reasons`` is required for every action, withdraw included.
-- A withdraw carries no ``affected``, ``sunset_at``, ``replacement`` or
-  ``schema_digest``: it only names the notice it retracts.
-- ``message`` is 1..500 code points with no control characters (Cc), no
-  line or paragraph separators and no bidirectional formatting characters.
-- OSV ``"introduced": "0"`` is allowed only as the first event of a range.
-  Events strictly increase in precedence and alternate introduced /
-  (fixed | last_affected); a range may end with an open introduced.
-- Exact versions match by SemVer precedence (build metadata ignored), as do
-  range bounds: a notice about ``1.0.0`` also covers ``1.0.0+build7``.
+1. Parsing is a closed-world schema check: unknown fields, wrong types and values out of
+   range are refused, one stable code per kind (``NoticeError``; a version keeps
+   ``SemverError``), never with the offending value in the message.
+2. Optional lists are absent or non-empty, so ``to_json`` reproduces the input exactly.
+3. ``reasons`` is required for every action; a withdraw carries no ``affected``,
+   ``sunset_at``, ``replacement`` or ``schema_digest``: it only names what it retracts.
+4. ``message`` is 1..500 code points, with no control, line or paragraph separator or
+   bidirectional formatting character.
+5. OSV ``"introduced": "0"`` only opens a range; events strictly increase and alternate
+   introduced / (fixed | last_affected). Versions match by SemVer precedence (build
+   metadata ignored), so a notice about ``1.0.0`` covers ``1.0.0+build7``.
+6. ``ACTIONS``, ``REASONS`` and ``EVENT_KINDS`` are defined once, in a fixed order: the
+   map record encodes a value as its position, so they are only appended to.
+7. An envelope over ``MAX_ENVELOPE_BYTES`` is ``TooLargeError``, bad JSON
+   ``JSONFormatError``.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 import re
 import unicodedata
@@ -41,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from deplog.client.errors import ErrorCode, FormatError, TooLargeError, VerificationError
 from deplog.client.model import canonical
 from deplog.client.model.semver import Version
+from deplog.client.tlog.note import decode_base64, encode_base64
 from deplog.client.tlog.timestamps import format_timestamp
 
 if TYPE_CHECKING:
@@ -71,19 +64,18 @@ __all__ = [
     "parse_timestamp",
     "parse_tool_id",
     "parse_version",
+    "require_fields",
     "require_list",
     "require_object",
     "require_str",
     "require_unique",
 ]
 
-# Leaves must fit tlog-tiles entry bundles (u16 lengths, see entries.py).
 MAX_ENVELOPE_BYTES: Final = 60 * 1024
+"""An envelope's bound: its leaf must fit a tlog-tiles bundle's u16 length (entries.py)."""
 MAX_SAFE_INTEGER: Final = canonical.MAX_SAFE_INTEGER
-# A log repeats its tools, versions and times (releases, midnight dates, one
-# second's notices) across thousands of notices, and their parses are
-# immutable: they are memoized, each in a cache of this many strings.
 _PARSE_CACHE: Final = 4096
+"""Strings memoized per parser: a log repeats its tools, versions and times."""
 MAX_MESSAGE_CHARS: Final = 500
 MAX_VERSIONS: Final = 256
 MAX_RANGES: Final = 32
@@ -92,10 +84,7 @@ MAX_ADVISORIES: Final = 32
 MAX_NAMESPACE_CHARS: Final = 253
 MAX_TOOL_NAME_CHARS: Final = 128
 
-# The closed enumerations of a notice, each defined once and in a fixed order: the map
-# record (client/map/record.py) encodes each value as its position here, so a value is
-# only ever appended, never inserted or reordered (tests/vectors/vmap-v1.json holds the
-# bytes).
+# The closed enumerations (rule 6): the map record encodes each value as its position.
 Action = Literal["deprecate", "revoke", "withdraw"]
 ACTIONS: Final[tuple[str, ...]] = ("deprecate", "revoke", "withdraw")
 """What a notice does, in record-code order."""
@@ -204,7 +193,7 @@ class NoticeSignatureError(VerificationError):
     code = ErrorCode.BAD_SIGNATURE
 
 
-# --- field-level parsers, shared with entries.py (not part of the stable API) ---
+# --- field parsers, shared with entries.py ---
 
 
 def require_str(value: object) -> str:
@@ -245,6 +234,15 @@ def require_object(
         if name not in value:
             raise NoticeError(ErrorCode.MISSING_FIELD)
     return value
+
+
+def require_fields(obj: dict[str, Any], required: Sequence[str], refused: Sequence[str]) -> None:
+    """Refuse an object with any of ``refused`` (``field_not_allowed``) or without each of
+    ``required`` (``missing_field``)."""
+    if any(name in obj for name in refused):
+        raise NoticeError(ErrorCode.FIELD_NOT_ALLOWED)
+    if any(name not in obj for name in required):
+        raise NoticeError(ErrorCode.MISSING_FIELD)
 
 
 def require_unique(items: Sequence[str]) -> None:
@@ -345,14 +343,9 @@ def parse_key_id(value: object) -> bytes:
 
 
 def parse_signature(value: object) -> bytes:
-    """Decode standard, padded, canonical base64 of exactly 64 bytes."""
-    s = require_str(value)
-    try:
-        raw = base64.b64decode(s.encode("ascii"), validate=True)
-    except (UnicodeEncodeError, binascii.Error, ValueError):
-        raise NoticeError(ErrorCode.BAD_SIGNATURE_ENCODING) from None
-    # Re-encoding catches non-canonical forms (non-zero padding bits).
-    if len(raw) != 64 or base64.b64encode(raw).decode("ascii") != s:
+    """Decode canonical standard base64 of exactly 64 bytes (``bad_signature_encoding``)."""
+    raw = decode_base64(require_str(value))
+    if raw is None or len(raw) != 64:
         raise NoticeError(ErrorCode.BAD_SIGNATURE_ENCODING)
     return raw
 
@@ -367,7 +360,7 @@ def parse_schema_digest(value: object) -> str:
 
 def encode_signature(key_id: bytes, sig: bytes) -> dict[str, str]:
     """The ``{"key_id", "sig"}`` object used by envelopes and log entries."""
-    return {"key_id": key_id.hex(), "sig": base64.b64encode(sig).decode("ascii")}
+    return {"key_id": key_id.hex(), "sig": encode_base64(sig)}
 
 
 def parse_signature_object(value: object) -> tuple[bytes, bytes]:
@@ -393,11 +386,8 @@ def _parse_message(value: object) -> str:
 
 @dataclass(frozen=True)
 class Interval:
-    """One affected span of a range: ``start <= v < end`` (or ``<= end`` if inclusive).
-
-    ``start`` None means from the beginning (OSV ``"introduced": "0"``);
-    ``end`` None means open-ended.
-    """
+    """One affected span of a range: ``start <= v < end`` (``<= end`` if inclusive); None
+    for an open end (a ``start`` of OSV ``"introduced": "0"``)."""
 
     start: Version | None
     end: Version | None
@@ -535,10 +525,7 @@ class Replacement:
 class Notice:
     """A validated notice; construct it with ``from_json`` so the rules always hold."""
 
-    # A field the fold reads (client/model/status.py ``FoldNotice``) goes into the map
-    # record's codec too (client/map/record.py ``RecordNotice``), or records and proofs
-    # drop it; a field the fold does not read is listed there as dropped (with why).
-    # tests/test_map_record.py fails until a new field is one or the other.
+    # A new field is in the map record's codec or its DROPPED_NOTICE_FIELDS (map/record.py).
     tool_id: str
     action: Action
     reasons: tuple[str, ...]
@@ -557,11 +544,7 @@ class Notice:
     @classmethod
     def from_json(cls, obj: object) -> Notice:
         """Validate a decoded JSON value against the notice schema."""
-        o = require_object(obj, allowed=NOTICE_FIELDS)
-        for name in _ALWAYS_REQUIRED:
-            if name not in o:
-                raise NoticeError(ErrorCode.MISSING_FIELD)
-
+        o = require_object(obj, required=_ALWAYS_REQUIRED, allowed=NOTICE_FIELDS)
         action_s = require_str(o["action"])
         if action_s not in ACTIONS:
             raise NoticeError(ErrorCode.BAD_ACTION)
@@ -570,14 +553,7 @@ class Notice:
         parse_tool_id(o["tool_id"])
         tool_id: str = o["tool_id"]
 
-        # Which fields each action needs and refuses.
-        required, forbidden = _ACTION_FIELDS[action]
-        for name in forbidden:
-            if name in o:
-                raise NoticeError(ErrorCode.FIELD_NOT_ALLOWED)
-        for name in required:
-            if name not in o:
-                raise NoticeError(ErrorCode.MISSING_FIELD)
+        require_fields(o, *_ACTION_FIELDS[action])
 
         affected = Affected.from_json(o["affected"]) if "affected" in o else None
 
@@ -657,8 +633,7 @@ class Notice:
         return out
 
     def canonical_bytes(self) -> bytes:
-        """The RFC 8785 bytes that the publisher signs (computed once: hashing,
-        verifying and logging a notice all need them)."""
+        """The RFC 8785 bytes that the publisher signs, computed once."""
         cached: bytes | None = self.__dict__.get("_canonical")
         if cached is None:
             cached = canonical.dumps(self.to_json())
@@ -666,17 +641,13 @@ class Notice:
         return cached
 
     def adopt_canonical_bytes(self, data: bytes) -> None:
-        """Take ``data`` as the notice's canonical bytes instead of encoding them again.
-
-        Only for bytes proven equal to them: ``decode_entry`` passes the slice of
-        a leaf it found canonical, whose notice re-encodes to that very value.
-        """
+        """Take ``data``, proven equal to them (a canonical leaf's slice), as the notice's
+        canonical bytes."""
         object.__setattr__(self, "_canonical", bytes(data))
 
     @property
     def namespace(self) -> str:
-        """The namespace part of ``tool_id`` (what a publisher must own); ``from_json``
-        checked the form, so this only splits it."""
+        """The namespace part of ``tool_id``: what a publisher must own."""
         return self.tool_id[len("tool:") :].partition("/")[0]
 
     def affects(self, version: Version) -> bool:
@@ -726,10 +697,8 @@ class Envelope:
         return canonical.dumps(self.to_json())
 
     def verify(self, verifier: Verifier) -> None:
-        """Check the signature with ``verifier``; raise NoticeSignatureError if it fails.
-        The envelope is immutable, so a signature that verified under a key is not
-        checked again under it (the authority authorizes one envelope twice: before
-        its write lock, and under it)."""
+        """Check the signature with ``verifier`` (NoticeSignatureError), once per key: the
+        authority authorizes one envelope twice."""
         if bytes(verifier.key_id) != self.key_id:
             raise NoticeSignatureError(ErrorCode.KEY_MISMATCH)
         key = bytes(verifier.public_key)

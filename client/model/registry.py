@@ -1,25 +1,15 @@
-"""Publisher authorization state, as a pure fold of the log.
+"""Publisher authorization state, as a pure fold of the log. Rules:
 
-Rules of the state machine:
-
-- Only authority-signed publisher entries change it (``apply``); each is
-  checked completely before anything changes, so a refused entry leaves the
-  registry exactly as it was.
-- A publisher id, a namespace, a key id and a raw public key each belong to
-  at most one publisher, forever: revoking a key or a publisher does not free
-  them, so nobody can later sign into a namespace's history under an old
-  identity. Namespaces match exactly (``org.example`` does not cover
-  ``org.example.sub``).
-- ``authorize`` decides whether an envelope may enter the log at this point
-  of the log. Sequence numbers are not registry state: they are unique per
-  publisher (``client.model.rules``), checked against the notices logged so
-  far, which the authority, the follower and the auditor each index.
-
-Errors: RegistryError for refused publisher entries and snapshots (and
-EntrySignatureError for an entry the authority did not sign), AuthorizationError
-for envelopes whose signer may not publish (and NoticeSignatureError for one
-whose signature does not verify), ConflictError for withdraw conflicts and, at
-the authority, a reused sequence number.
+1. Only authority-signed publisher entries change it (``apply``); each is checked whole
+   first, so a refused entry leaves the registry exactly as it was (``RegistryError``;
+   ``EntrySignatureError`` for one the authority did not sign).
+2. A publisher id, a namespace, a key id and a raw public key each belong to at most one
+   publisher, forever: revoking does not free them. Namespaces match exactly.
+3. ``authorize`` decides whether an envelope may enter the log at this point
+   (``AuthorizationError``; ``NoticeSignatureError`` for a bad signature). Sequence
+   numbers are not registry state (``client.model.rules``).
+4. A withdraw names an earlier deprecate or revoke of its publisher about its tool
+   (``ConflictError``).
 """
 
 from __future__ import annotations
@@ -160,8 +150,6 @@ class PublisherRegistry:
         self._key_id_owner: dict[bytes, str] = {}
         self._raw_key_owner: dict[bytes, str] = {}
 
-    # --- reading ------------------------------------------------------------
-
     def publisher(self, publisher: str) -> PublisherState | None:
         """The state of ``publisher``, or None if it was never registered."""
         return self._publishers.get(publisher)
@@ -173,8 +161,6 @@ class PublisherRegistry:
     def namespace_owner(self, namespace: str) -> str | None:
         """The publisher that owns ``namespace``, if any."""
         return self._namespace_owner.get(namespace)
-
-    # --- publisher entries --------------------------------------------------
 
     def apply(self, index: int, entry: PublisherEntry, authority: Verifier) -> None:
         """Verify the authority's signature on ``entry`` (EntrySignatureError) and fold it
@@ -235,12 +221,9 @@ class PublisherRegistry:
         self._key_id_owner[bytes(v.key_id)] = state.publisher
         self._raw_key_owner[bytes(v.public_key)] = state.publisher
 
-    # --- notices ------------------------------------------------------------
-
     def authorize(self, envelope: Envelope) -> None:
-        """Refuse ``envelope`` unless an active key of its active publisher signed it
-        (NoticeSignatureError if the signature does not verify) and the publisher
-        owns the tool's namespace."""
+        """Refuse ``envelope`` unless an active key of its active publisher signed it and the
+        publisher owns the tool's namespace (rule 3)."""
         notice = envelope.notice
         state = self._publishers.get(notice.publisher)
         if state is None:
@@ -258,12 +241,8 @@ class PublisherRegistry:
 
     @staticmethod
     def check_withdraw(notice: Notice, target: NoticeRef | None) -> None:
-        """For a withdraw, refuse unless ``target`` (the notice at ``notice.withdraws``)
-        is a deprecate or revoke by the same publisher about the same tool.
-
-        Non-withdraw notices pass. The caller looks the target up; None means
-        the index names no notice (absent, a publisher entry, or not earlier).
-        """
+        """For a withdraw, refuse unless ``target`` (the earlier notice it names, else None) is
+        a deprecate or revoke by the same publisher about the same tool."""
         if notice.action != "withdraw":
             return
         if (
@@ -273,8 +252,6 @@ class PublisherRegistry:
             or target.tool_id != notice.tool_id
         ):
             raise ConflictError(ErrorCode.BAD_WITHDRAW_TARGET)
-
-    # --- snapshots ----------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
         """A snapshot of the whole state (persist it instead of replaying the log)."""
@@ -329,8 +306,7 @@ class PublisherRegistry:
             for ns in namespaces:
                 reg._namespace_owner[ns] = name
             reg._publishers[name] = state
-        # Snapshots written under the old sequence rule also hold a "sequences"
-        # map; the unique rule does not keep it here, so it is read past.
+        # An older snapshot's "sequences" map is read past.
         return reg
 
 

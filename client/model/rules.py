@@ -1,34 +1,24 @@
 """The one validator: the authority's admission rules, replayed in log order by every verifier.
 
-The authority admits an entry only if ``EntryChecker`` accepts its exact leaf bytes at
-its point of the log, and every verifier (follower, auditor, map-verifying witness, the
-authority folding its own map again) runs the same checker over the same bytes, so
-admission and verification cannot disagree about what the log may contain:
+The authority admits an entry only if ``EntryChecker`` accepts its exact leaf at its
+point of the log, and every verifier (follower, auditor, map-verifying witness, the
+authority folding its map again) runs the same checker, so admission and verification
+cannot disagree. Rules:
 
 1. The leaf decodes as a canonical entry (``bad_leaf``, the decoder's code as cause).
 2. A publisher entry carries the log key's signature and is a valid registry
    transition (``bad_publisher_entry``).
-3. A notice is signed by a key of its publisher that is active at this point,
-   the publisher is active and owns the tool's namespace (``unauthorized_notice``).
-4. Its sequence number is one its publisher has not used in a valid notice before
-   (``replayed_notice``, cause ``sequence_reused``). Sequences are unique per
-   publisher, not ordered: a publisher may post concurrently and retry a
-   refused notice after later ones landed, while a logged envelope can never
-   be logged again (replay) and a used number never carries other content.
-   Supersession is decided by log order alone (``client.model.status`` folds
-   in log order). A log admitted under the older rule (strictly increasing
-   sequences) satisfies this one.
-5. A withdraw names an earlier valid deprecate or revoke notice of the same
-   publisher about the same tool (``invalid_withdraw``).
-
-``check`` raises ``RuleViolation`` with the rule's code, the entry's index, the
-underlying error's code as ``cause`` and the error itself (what the authority
-refuses a submission with). ``judge`` is the verifiers' side of the same checks: an
-entry of a signed tree that fails them is an ``InvalidEntry``, which never stops
-verification and never fails open (docs/fold-spec.md, "Entries that fail
-validation"): it changes no registry and uses no sequence number, and where its
-tool id can be read (``readable_tool_id``) that tool's status becomes ``unknown``
-for every verifier alike (its ``mark`` goes into the fold and the map).
+3. A notice is signed by an active key of its active publisher, which owns the tool's
+   namespace (``unauthorized_notice``).
+4. Its sequence number is one its publisher has not used in a valid notice
+   (``replayed_notice``, cause ``sequence_reused``): unique, not ordered, so a refused
+   notice may be retried after later ones, and supersession is log order alone.
+5. A withdraw names an earlier valid deprecate or revoke of the same publisher about
+   the same tool (``invalid_withdraw``).
+6. ``check`` raises ``RuleViolation``; ``judge``, the verifiers' side, returns an
+   ``InvalidEntry``, which never stops verification: it changes no registry, uses no
+   sequence number, and makes the tool it names (``readable_tool_id``) ``unknown``
+   (docs/fold-spec.md, "Entries that fail validation").
 """
 
 from __future__ import annotations
@@ -91,10 +81,8 @@ class RuleViolation(VerificationError):
         super().__init__(code, f"entry {index}: {code}" + (f" ({cause})" if cause else ""))
         self.index = index
         self.cause = cause
-        self.error = error
-        """The underlying refusal (what the authority answers a submission with)."""
+        self.error = error  # what the authority answers a submission with
         self.tool_id = tool_id
-        """The tool the entry names, where it can be read."""
 
 
 @dataclass(frozen=True)
@@ -131,9 +119,8 @@ Judged = Entry | InvalidEntry
 
 
 def fold_item(judged: Judged) -> Notice | InvalidMark | None:
-    """What the status fold and the map take of a judged entry: a valid notice, the mark
-    of an invalid entry that names a tool, or nothing (publisher entries, and invalid
-    entries that name no tool)."""
+    """What the status fold and the map take of a judged entry: a valid notice, an invalid
+    entry's mark, or None."""
     if isinstance(judged, NoticeEntry):
         return judged.envelope.notice
     if isinstance(judged, InvalidEntry):
@@ -142,11 +129,9 @@ def fold_item(judged: Judged) -> Notice | InvalidMark | None:
 
 
 def readable_tool_id(leaf: bytes) -> str | None:
-    """The tool id an entry that fails validation names, where it can be read: the leaf
-    parses as strict JSON (``canonical.loads``, canonical or not), is an object whose
-    ``type`` is ``"notice"`` and whose ``notice`` is an object whose ``tool_id`` is a
-    string of the tool id grammar. Anything else names no tool (fold-spec, "Entries
-    that fail validation"): the rule is exact, so every verifier reads the same."""
+    """The tool id an entry that fails validation names (rule 6): the leaf parses as strict
+    JSON, canonical or not, with ``type`` ``"notice"`` and a ``notice.tool_id`` of the tool
+    id grammar; else None."""
     try:
         value = canonical.loads(bytes(leaf))
     except DeplogError:
@@ -174,11 +159,8 @@ def decode_leaf(leaf: bytes) -> Entry | DeplogError:
 
 
 class EntryChecker:
-    """Applies the rules to entries in log order, advancing ``registry`` as it goes.
-
-    The lookups see the caller's record of every earlier entry: the caller
-    records each checked notice before checking the next entry.
-    """
+    """Applies the rules to entries in log order, advancing ``registry``; the lookups see
+    the caller's record of every earlier notice."""
 
     def __init__(
         self,
@@ -213,9 +195,8 @@ class EntryChecker:
         return entry
 
     def judge(self, index: int, leaf: bytes, decoded: Entry | DeplogError | None = None) -> Judged:
-        """The verifiers' ``check``: the entry, or the ``InvalidEntry`` it is (never raised:
-        an entry of a signed tree cannot stop verification). ``decoded``: the leaf as
-        ``decode_leaf`` made it, for a caller that decoded a page first."""
+        """The verifiers' ``check`` (rule 6): the entry, or the ``InvalidEntry`` it is;
+        ``decoded`` is the leaf as ``decode_leaf`` made it."""
         try:
             return self.check_decoded(index, decode_leaf(leaf) if decoded is None else decoded)
         except RuleViolation as violation:
@@ -254,10 +235,8 @@ class _NoticeRecord(NamedTuple):
 
 
 class LogReplay:
-    """The validator's history kept in memory, for one pass over a log from entry 0 (the
-    auditor, ``deplog audit map``): the registry, each valid notice's publisher, tool and
-    action (for withdraw targets) and every sequence number used. Memory: the registry
-    and one small record per notice."""
+    """The validator's history in memory for one pass over a log from entry 0 (the
+    auditors): the registry, a small record per notice and every sequence number used."""
 
     def __init__(self, log_key: Verifier) -> None:
         self.registry = PublisherRegistry()

@@ -1,26 +1,20 @@
 """Tool status as a pure fold of the notices in the log.
 
-``StatusIndex.apply`` takes notices in log order (already authorized); the
-status of a ``(tool_id, version)`` is then a function of the folded prefix and
-the time of the question:
+``StatusIndex.apply`` takes authorized notices in log order; a ``(tool_id, version)``'s
+status is a function of the folded prefix and the time of the question. Rules:
 
-- a deprecate or revoke notice *applies* to a version when it affects it, its
-  ``effective_at`` has passed, and it has not been withdrawn;
-- a withdraw retracts its target from the withdraw's own ``effective_at``
-  (usually at once); the target stays recorded and is reported as withdrawn;
-- precedence: ``revoked`` > ``sunset`` (an applying deprecate whose
-  ``sunset_at`` passed) > ``deprecated`` > ``active``;
-- notices (and withdraws) not yet effective are reported as ``pending`` and
-  change nothing;
-- an entry of the signed tree that fails validation and names the tool
-  (``InvalidMark``, docs/fold-spec.md "Entries that fail validation") makes
-  every version of the tool ``unknown``: what it said cannot be known, so no
-  verifier may vouch for the tool, and the marks are reported as ``invalid``.
+1. A deprecate or revoke notice applies to a version when it affects it, its
+   ``effective_at`` has passed, and it has not been withdrawn.
+2. A withdraw retracts its target from its own ``effective_at``; the target stays
+   recorded, reported as withdrawn.
+3. Precedence: ``revoked`` > ``sunset`` (an applying deprecate past its ``sunset_at``) >
+   ``deprecated`` > ``active``.
+4. Notices not yet effective are ``pending`` and change nothing.
+5. An entry of the signed tree that fails validation and names the tool
+   (``InvalidMark``, docs/fold-spec.md) makes every version ``unknown``.
 
-Everything is keyed by ``tool_id``: a lookup costs O(notices about that tool).
-The fold reads only the fields of ``FoldNotice``: a signed ``Notice`` has them,
-and so does an item of a map record (``client.map.record.RecordNotice``), which
-keeps nothing else, so a map proof's record and the full log fold the same way.
+The fold reads only ``FoldNotice``'s fields, which a map record's item has too
+(``client.map.record``), so a proof's record and the full log fold the same way.
 """
 
 from __future__ import annotations
@@ -64,18 +58,11 @@ class StatusError(DeplogError):
 
 @dataclass(frozen=True)
 class VersionStatus:
-    """The status of one tool version at one time, and the notices behind it.
-
-    ``notices`` are the log indexes that apply now; ``pending`` those that will
-    (including pending withdraws); ``withdrawn`` pairs (notice, withdraw) for
-    retracted notices that would otherwise affect the version. ``effective_at``
-    is the earliest effective time of the notices that decide ``status``;
-    ``sunset_at`` the earliest sunset of any applying deprecate; ``replacement``
-    and ``schema_digest`` come from the latest applying notice carrying one;
-    ``reasons`` and ``advisories`` are the union over applying notices in log
-    order; ``invalid`` the log indexes of entries about the tool that fail
-    validation (any makes the status ``unknown``).
-    """
+    """The status of one tool version at one time, and the notices behind it: those that
+    apply, are ``pending`` or ``withdrawn`` (with their withdraw), the earliest
+    ``effective_at`` of those deciding and ``sunset_at`` of a deprecate, the latest
+    ``replacement`` and ``schema_digest``, the union of reasons and advisories, and the
+    ``invalid`` entries about the tool."""
 
     tool_id: str
     version: str
@@ -115,9 +102,7 @@ def _ts(dt: datetime | None) -> str | None:
 
 
 class FoldNotice(Protocol):
-    """What the fold reads of a notice. ``publisher`` is None for a map record's item:
-    records drop it, since admission already tied every withdraw to its target's
-    publisher (``client.model.rules``)."""
+    """What the fold reads of a notice (``publisher`` None for a map record's item)."""
 
     @property
     def tool_id(self) -> str: ...
@@ -146,9 +131,8 @@ class FoldNotice(Protocol):
 
 @dataclass(frozen=True)
 class InvalidMark:
-    """The entry at log ``index`` of a signed tree fails validation and names ``tool_id``:
-    a ``FoldNotice`` of action ``invalid`` that affects no version and makes every
-    version ``unknown``."""
+    """The mark of an entry at ``index`` that fails validation and names ``tool_id``: a
+    ``FoldNotice`` of action ``invalid`` (rule 5)."""
 
     tool_id: str
     index: int
@@ -164,7 +148,7 @@ class InvalidMark:
     schema_digest: None = None
 
     def affects(self, version: Version) -> bool:
-        """Never: a mark decides no version by what it says, only by being there."""
+        """Never: a mark decides by being there (rule 5)."""
         return False
 
 
@@ -247,10 +231,8 @@ class StatusIndex:
         return min(times, default=None)
 
     def lookup(self, tool_id: str, version: str, now: datetime) -> VersionStatus:
-        """The status of ``tool_id`` at ``version`` at time ``now`` (aware datetime).
-
-        Bad input raises NoticeError (``bad_tool_id``, ``bad_version``).
-        """
+        """The status of ``tool_id`` at ``version`` at ``now`` (``bad_tool_id``,
+        ``bad_version``)."""
         parse_tool_id(tool_id)
         return self._lookup(tool_id, parse_version(version), _utc(now))
 
@@ -316,14 +298,7 @@ class StatusIndex:
         )
 
     def describe(self, tool_id: str, now: datetime) -> dict[str, Any]:
-        """A JSON-able summary of a tool (what ``GET /v1/tools/<tool_id>`` returns).
-
-        ``versions``: the status of every exact version any notice names, in
-        precedence order; ``ranges``: every distinct range with the notices
-        that carry it; ``notices``: every notice about the tool with the
-        withdraws aimed at it; ``invalid``: the entries about it that fail
-        validation; ``last_index``: the last log index touching it.
-        """
+        """A tool's summary, what ``GET /v1/tools/<tool_id>`` returns (docs/http-api.md)."""
         parse_tool_id(tool_id)
         now = _utc(now)
         tool = self._tools.get(tool_id)
@@ -389,16 +364,10 @@ class FoldSource(Protocol):
 
 @dataclass(frozen=True)
 class StatusChange:
-    """How one tool's statuses differ between the log's first ``old_size`` and
-    ``new_size`` entries (before and after an advance).
-
-    Both folds are made from ``source`` when asked and never kept, so a change
-    costs no memory however many notices the advance or the tool holds.
-    ``versions`` are the exact versions named by the new notices (or by the
-    notices they withdraw) whose status differs at ``at``; versions covered
-    only by ranges cannot be listed, so a cache asks ``changed(version)`` for
-    each key it holds: the answer compares that very version before and after.
-    """
+    """How one tool's statuses differ between the log's first ``old_size`` and ``new_size``
+    entries, folded from ``source`` only when asked. ``versions`` lists the exact versions
+    the new notices name whose status differs; a version only a range covers is asked
+    with ``changed``."""
 
     tool_id: str
     old_size: int
