@@ -1,25 +1,17 @@
 """A writer's map cache: bounded copies of its rows, and the layer of rows it holds back.
 
-Rules:
+Rules (the mechanism: ``docs/architecture.md``, "The writer's cache"):
 
-1. **The cache holds what its transaction sees.** It is filled on read and updated on
-   write, inside the writer's open transaction. Whoever ends a transaction without
-   committing it (a rollback, a failed commit) calls ``forget()`` before the next batch,
-   and so does a writer that did not write the last committed transaction itself
-   (another process moved the tables): the cache never serves a row its tables do not
-   hold. Readers keep no cache across transactions (the writer changes their tables under
-   them); a holder without one keeps one for a single advance or read
-   (``StoredMap.scoped_cache``).
-2. **Bounded.** Groups (their stored bytes) and records are bounded by bytes, least
-   recently used first out, and decoded groups by count; only the layer is never
-   evicted, until it is written.
-3. **Held rows.** A cache with ``layer_entries`` holds a batch's groups, records, root
-   and size in its layer (``layer``) instead of having them written; an advance that
-   leaves the layer past one of its bounds writes all of it. With ``slice_groups`` the
-   layer as committed is written in slices instead, once past three quarters of a
-   bound, paced so the write is over before the layer reaches a bound.
+1. **The cache holds what its transaction sees.** Filled on read and updated on write in
+   the writer's open transaction; whoever ends one without committing it, or did not
+   write the last committed one, calls ``forget()`` first: the cache never serves a row
+   its tables do not hold. Readers keep none across transactions.
+2. **Bounded.** Groups and records by bytes, least recently used first out, decoded
+   groups by count; only the layer is never evicted, until written.
+3. **Held rows.** With ``layer_entries`` a batch's rows go to the layer, written whole
+   by the batch that takes it past a bound, or with ``slice_groups`` in paced slices.
 4. **Commits and rollbacks.** ``commit`` keeps the layer (and a write in slices) as of
-   the caller's commit; ``forget`` goes back to exactly that, dropping every other row.
+   the caller's commit; ``forget`` goes back to exactly that.
 """
 
 from __future__ import annotations
@@ -37,13 +29,11 @@ from deplog.client.map.nodes import ChildRef
 __all__ = ["DEFAULT_CACHE_GROUP_BYTES", "DEFAULT_CACHE_RECORD_BYTES", "MapCache"]
 
 DEFAULT_CACHE_GROUP_BYTES = 24 << 20
-"""Stored bytes of groups a writer's cache keeps: the top of the tree and the paths of
-recent batches (100 to 130 bytes a node: about 200,000 nodes)."""
+"""Stored bytes of groups a writer's cache keeps: about 200,000 nodes."""
 DEFAULT_CACHE_RECORD_BYTES = 16 << 20
-"""Record bytes a writer's cache keeps: records grow with their tool's notices."""
+"""Record bytes a writer's cache keeps."""
 DECODED_GROUPS: Final = 4096
-"""Groups a cache keeps decoded beside their bytes, for batches (which walk and rewrite
-rows as objects) and reads of whole groups."""
+"""Groups a cache keeps decoded beside their bytes, for batches and whole-group reads."""
 
 K = TypeVar("K")
 
@@ -77,38 +67,24 @@ class _Lru(Generic[K]):
 
 @dataclass
 class _Writing:
-    """A write of the layer in slices under way (``stored`` rule *slices*): the layer as
-    committed when it began, its groups deepest first and its records, and how many of
-    each are written. Children come before their parents, so the rows written at any
-    moment are whole subtrees of that layer's map over the tables' older ones."""
+    """A write of the layer in slices under way (``stored`` rule *slices*): a copy of the
+    layer as committed when it began, its groups deepest first, its records with their
+    running byte counts (``record_ends``), and how many of each are written; ``finished``
+    once the last slice is in the caller's open transaction."""
 
     layer: MapLayer
-    """A copy of the layer as committed then (plain dicts: many slices read it)."""
     groups: list[bytes]
     records: list[str]
     record_ends: list[int]
-    """Bytes of ``records`` before each one (and all of them, last): what is left to
-    write is ``record_ends[-1] - record_ends[next_record]``."""
     next_group: int = 0
     next_record: int = 0
     finished: bool = False
-    """The last slice, with ``map_state``, is in the caller's open transaction."""
 
 
 class MapCache:
-    """A writer's bounded copy of map rows and records (rules *the cache holds what its
-    transaction sees* and *bounded*): groups as their stored bytes and records, each
-    bounded by bytes, least recently used first out, the last groups decoded beside
-    their bytes; and, holding rows back (rule *held rows*), the layer of rows not written
-    yet, which is never evicted. A batch walks its paths through the decoded groups
-    and hands back the new bytes of the groups it changed.
-
-    ``layer_entries``, ``layer_groups`` and ``layer_record_bytes`` bound the layer: an
-    ``advance`` that leaves it larger than any of them writes all of it. Zero (the
-    default) writes every ``advance``'s rows at its end. With ``slice_groups``, the layer
-    as committed is written in slices of at least that many groups (and
-    ``slice_record_bytes`` of records) once it is past three quarters of a bound, one
-    slice an ``advance``, so no batch writes all of it while the writer keeps up."""
+    """A writer's bounded copy of map rows and records, and the layer of rows it holds back
+    (rules 1 to 3): ``layer_*`` bound the layer (zero: nothing held), ``slice_*`` the
+    least a slice writes."""
 
     def __init__(
         self,
@@ -121,33 +97,27 @@ class MapCache:
         slice_groups: int = 0,
         slice_record_bytes: int = 0,
     ) -> None:
-        self.groups: _Lru[bytes] = _Lru(max_group_bytes)
-        """Group id -> stored bytes, in the order loaded or written, not read: a batch
-        rewrites every group it reads, so its paths are the most recent all the same."""
+        self.groups: _Lru[bytes] = _Lru(max_group_bytes)  # ordered as loaded or written
         self.records: _Lru[str] = _Lru(max_record_bytes)
         self.decoded: OrderedDict[bytes, tuple[bytes, Group]] = OrderedDict()
-        """Group id -> (bytes, rows), the ``DECODED_GROUPS`` last decoded or written:
-        valid while the map's bytes of the group are those very bytes (one object, never
-        equal bytes of another time), so no write or rollback has to update it."""
+        """Group id -> (bytes, rows): valid while the map's bytes of the group are that very
+        object, so no write or rollback has to update it."""
         self.layer_entries = layer_entries
         self.layer_groups = layer_groups
         self.layer_record_bytes = layer_record_bytes
         self.slice_groups = slice_groups
         self.slice_record_bytes = slice_record_bytes
         self.layer: MapLayer | CommittedLayer | None = None
-        """The rows not written yet (rule *held rows*), None when the tables are the whole
-        map: a writer's own (``live``), or the one a reader's cache reads above them."""
+        """The rows not written yet: a writer's own (``live``), or a reader's above the
+        tables; None when the tables are the whole map."""
         self.writing: _Writing | None = None
-        """A write of the layer in slices under way."""
         self.slices = 0
-        """Slices written so far, counted before their transaction commits: a reader whose
-        view counted fewer may find rows its layer does not shadow, and reads again."""
+        """Slices written so far, counted before they commit (readers compare their view's)."""
         self.view = MapView()
         """The layer as of the caller's last commit, for ``forget`` and for readers."""
         self._committed_writing: tuple[_Writing, int, int] | None = None
         self._written_whole = False
-        """The layer was written whole in the open transaction: the layer as last committed
-        is older than the tables now, so no write in slices starts from it before a commit."""
+        """Written whole in the open transaction: no slice starts from the older layer."""
         self._changed = False
 
     @property
@@ -168,14 +138,12 @@ class MapCache:
         return layer
 
     def full(self) -> bool:
-        """True if the layer is past one of its bounds: the ``advance`` that took it there
-        writes all of it."""
+        """True if the layer is past one of its bounds (then written whole)."""
         return _past(self.layer, self.layer_entries, self.layer_groups, self.layer_record_bytes)
 
     def due(self) -> bool:
-        """True if the layer as committed is to be written in slices (past three quarters
-        of a bound: late, so that the groups many batches rewrite are written once), or a
-        write of it is under way."""
+        """True if a slice of the layer as committed is due: past three quarters of a bound
+        (late, so groups many batches rewrite are written once), or a write under way."""
         if self.writing is not None:
             return not self.writing.finished
         if not self.slice_groups or self._written_whole:
@@ -188,8 +156,7 @@ class MapCache:
         )
 
     def group(self, gid: bytes) -> bytes | None:
-        """The group with this id as the map has it now: the layer's, else the cached one
-        (recency is not moved: a batch's write will)."""
+        """The group with this id as the map has it now: the layer's, else the cached one."""
         layer = self.layer
         if layer is not None:
             group = layer.groups.get(gid)
@@ -224,14 +191,12 @@ class MapCache:
             self.decoded.popitem(last=False)
 
     def put_groups(self, groups: Mapping[bytes, bytes]) -> None:
-        """Cache ``groups`` (read from the table, or a batch's written), each replacing the
-        cached one with its id."""
+        """Cache ``groups`` read or written."""
         for gid, group in groups.items():
             self.groups.put(gid, group)
 
     def hold_groups(self, groups: Mapping[bytes, bytes]) -> None:
-        """Keep a batch's groups in the layer (rule *held rows*) instead of writing them: a
-        group moves out of the least recently used ones, never evicted until written."""
+        """Keep a batch's groups in the layer (rule *held rows*), out of the evictable ones."""
         layer, cached = self.live, self.groups.entries
         for gid, group in groups.items():
             if gid not in layer.groups:
@@ -249,17 +214,15 @@ class MapCache:
         self._changed = True
 
     def open_layer(self, base: int, root: ChildRef | None, root_value: bytes | None) -> MapLayer:
-        """The layer a batch folds into: the one held, else a new one over tables at size
-        ``base`` whose root is ``root``."""
+        """The layer a batch folds into: the one held, else a new one over the tables."""
         if self.layer is None:
             self.layer = MapLayer(base, base, root, root_value)
             self._changed = True
         return self.live
 
     def pace(self, entries: int, groups: int, record_bytes: int) -> tuple[int, int]:
-        """The groups and record bytes a slice writes so that the write under way (or about
-        to start) is over before the layer reaches a bound, at the pace of a batch that
-        added ``entries``, ``groups`` and ``record_bytes`` to it."""
+        """The groups and record bytes a slice writes so that the write is over, with a batch
+        to spare, before the layer growing at this batch's pace reaches a bound."""
         writing, layer = self.start_writing(), self.layer
         if writing is None or layer is None:
             return 0, 0
@@ -274,8 +237,7 @@ class MapCache:
         return -(-left_groups // batches), -(-left_bytes // batches)
 
     def start_writing(self) -> _Writing | None:
-        """The write in slices under way, or a new one of the layer as committed (None if
-        nothing committed is held)."""
+        """The write in slices under way, or a new one of the layer as committed, or None."""
         if self.writing is None:
             committed = self.committed
             if committed is None or self._written_whole:
@@ -297,8 +259,7 @@ class MapCache:
         self._changed = True
 
     def written(self) -> None:
-        """The whole layer is in the tables now: cache it as read, least recently used first
-        out again; a write in slices is moot."""
+        """The whole layer is in the tables now: cache it as read."""
         layer = self.live
         self.layer = self.writing = None
         self._changed = self._written_whole = True
@@ -307,8 +268,8 @@ class MapCache:
             self.records.put(tool_id, record)
 
     def _rebase(self, written: MapLayer) -> None:
-        """The tables are at ``written``'s size now (its last slice committed): the layer is
-        over them, and what it has not changed since is cached as read."""
+        """The tables are at ``written``'s size now: what the layer has not changed since is
+        cached as read."""
         layer = self.live
         layer.base = written.size
         groups, records = layer.drop_rows(written)
@@ -319,8 +280,7 @@ class MapCache:
             self.layer = None
 
     def commit(self) -> None:
-        """The caller committed: a write in slices whose last slice it held is over, and the
-        layer as it is now is kept for ``forget`` and readers."""
+        """The caller committed (rule 4)."""
         if not self._changed:
             return
         writing = self.writing
@@ -335,8 +295,7 @@ class MapCache:
         self._changed = False
 
     def forget(self) -> None:
-        """Drop every cached row, which the tables may no longer hold, and go back to the
-        layer, and the write in slices, as last committed (rule *commits and rollbacks*)."""
+        """Drop every cached row and go back to the layer as last committed (rule 4)."""
         self.groups.clear()
         self.records.clear()
         self.decoded.clear()
@@ -347,9 +306,7 @@ class MapCache:
             layer.revert(committed)  # the changes since, not the whole layer
         else:  # written whole since, or another layer opened
             self.layer = committed.copy()
-        # A slice counted in the transaction undone is not in the tables: a view of the
-        # layer as committed is current again (else every reader is told to read again
-        # until the next commit).
+        # An undone slice is not in the tables: the committed layer's view is current again.
         self.view = MapView(committed, self.slices)
         self.writing = None
         self._written_whole = False

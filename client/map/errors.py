@@ -1,14 +1,8 @@
 """The tool-status map's errors: one class per meaning, each with its stable codes.
 
-* ``MapFormatError``: bytes from anyone (a proof, a record) that are not the format's
-  one encoding. A verifier's answer to a bad input.
-* ``MapLineError``: a checkpoint whose ``deplog-map/v1`` line is malformed, repeated or
-  missing where a map root is needed.
-* ``MapProofError``: a well-formed proof that does not show its claim.
-* ``MapStorageError``: a row of a holder's own map (a node, a group of nodes, a leaf
-  value, ``map_state``) that is missing or does not decode. Only altered or damaged
-  storage causes it, never a request: a writer rolls its batch back, a reader refuses
-  to answer from the map, and nothing is ever proven from such a row.
+``MapStorageError`` is the one only altered or damaged storage causes, never a request:
+a writer rolls its batch back, a reader refuses to answer, and nothing is proven from
+such a row.
 """
 
 from __future__ import annotations

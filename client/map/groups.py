@@ -1,21 +1,14 @@
 """The stored form of the map's inner nodes: groups of up to fifteen nodes, one row each.
 
-The layout is deplog's, not the spec's (``docs/fold-spec.md`` section 11; no hash
-depends on it). Rules:
+The layout is deplog's, not the spec's (no hash depends on it). Rules:
 
-1. **A group is the nodes of four split bits.** The nodes splitting on bits
-   ``4g .. 4g+3`` under one ``4g``-bit prefix (at most 15) are one group, keyed by the
-   id the node at bit ``4g`` would have (``group_id``).
-2. **A leaf's value lives with its parent.** A row holds each leaf child's key and
-   value instead of its hash (the root leaf's value is ``map_state``'s), so there is
-   no leaf table.
-3. **One reading of the bytes.** Decoding accepts only what ``encode_group`` writes:
-   cut, grown or flipped bytes, a node twice or more than a group holds are
-   ``MapStorageError`` (altered storage), never a row.
-4. **Bytes are stable.** A group's bytes are its rows in the order they joined it (the
-   stored order, then later batches' new nodes), and a row read and not rewritten is
-   written back as it was read, so rewriting a group changes only the rows a batch
-   changed.
+1. **A group is the nodes of four split bits** ``4g .. 4g+3`` under one ``4g``-bit
+   prefix, keyed by the id the node at bit ``4g`` would have.
+2. **A leaf's value lives with its parent's row** (the root leaf's in ``map_state``).
+3. **One reading of the bytes.** Decoding accepts only what ``encode_group`` writes; else
+   ``MapStorageError``, never a row.
+4. **Bytes are stable.** A group's bytes are its rows in the order they joined it, a row
+   not rewritten as it was read: a batch changes only the bytes of the rows it changed.
 """
 
 from __future__ import annotations
@@ -29,20 +22,17 @@ from deplog.client.map.nodes import ChildRef, InnerNode
 __all__ = ["decode_group", "encode_group", "group_id"]
 
 GROUP_BITS: Final = 4
-"""Split bits per group (rule *a group is the nodes of four split bits*): a group holds at
-most 2^4 - 1 inner nodes."""
+"""Split bits per group (rule 1): at most 2^4 - 1 inner nodes."""
 
 Row = tuple[InnerNode, bytes | None, bytes | None, bytes | None]
-"""An inner node as its group keeps it: the node, the values of its children that are
-leaves, and its stored bytes as read (None for a row a batch rewrote: ``_encode_row``),
-so a group is re-encoded by a join of its rows' bytes."""
+"""An inner node as its group keeps it: the node, its leaf children's values, and its
+bytes as read (None once a batch rewrote it)."""
 Group = dict[bytes, Row]
-"""A decoded group: node id -> row (a batch's walk, and reads of whole groups)."""
+"""A decoded group: node id -> row."""
 
 
 def group_id(node: bytes) -> bytes:
-    """The id of the group of the inner node with id ``node`` (rule *a group is the nodes
-    of four split bits*): the ``node_id`` of the group's top split bit over its prefix."""
+    """The id of the group of inner node ``node`` (rule 1)."""
     bit = node[0]
     top = bit - bit % GROUP_BITS
     if top == bit:
@@ -58,9 +48,8 @@ _CHILD_BITS: Final = tuple(bytes(((bits - 1) & 0xFF,)) for bits in range(KEY_BIT
 
 
 def _encode_row(row: Row) -> bytes:
-    """A row's bytes (``_decode_entry``'s inverse): the node's id, then each child as
-    ``u8 bits-1``, its id after the first byte (a leaf's whole key), and its hash (a
-    leaf's value instead: rule *a leaf's value lives with its parent*)."""
+    """A row's bytes: the node's id, then each child as ``u8 bits-1``, its id after the first
+    byte (a leaf's whole key) and its hash (a leaf's value: rule 2)."""
     (nid, _, left, right), lv, rv, _ = row
     return b"".join(
         (
@@ -76,9 +65,7 @@ def _encode_row(row: Row) -> bytes:
 
 
 def encode_group(group: Group) -> bytes:
-    """The group's stored bytes: its rows in the order they joined it (the stored order,
-    then later batches' new nodes; decoding needs no order, and keeping it spares sorting
-    every group), a row read and not rewritten as it was read."""
+    """The group's stored bytes (rule 4)."""
     return b"".join([_encode_row(row) if row[3] is None else row[3] for row in group.values()])
 
 
@@ -106,8 +93,7 @@ def _decode_entry(blob: bytes, at: int) -> tuple[Row, int]:
 
 
 def decode_group(blob: bytes) -> Group:
-    """The encoded group's rows; ``MapStorageError`` for bytes no store writes (rule *one
-    reading of the bytes*)."""
+    """The encoded group's rows (rule 3)."""
     group: Group = {}
     at = 0
     try:

@@ -1,21 +1,13 @@
 """The map's rows held above its tables: a writer's layer, as it is and as committed.
 
-A writer that holds its map's rows back (``cache`` rule *held rows*) folds batches into
-a layer instead of the tables, and writes it later (``stored`` rule *rows held back*).
-Rules:
+A writer holding rows back (``cache`` rule *held rows*) folds batches into a layer and
+writes it later (``stored`` rule *rows held back*). Rules:
 
-1. **A layer is the difference from the tables at one size.** ``MapLayer`` holds the
-   groups and records that differ from the tables at size ``base``, and the root and
-   size they bring the map to: the tables with the layer above them are the map at
-   ``size``.
-2. **A committed layer never changes.** ``CommittedLayer`` is the layer as of one of
-   the writer's commits, for readers in its process and for rollbacks. It shares the
-   live layer's dicts (``client.history``), which record each change before they make
-   it, so taking one costs O(1) and a reader in another thread never sees a later
-   batch's rows.
-3. **A reader's view is taken before its read.** ``MapView`` is what a reader takes
-   before it reads (the layer as of the last commit, and the slices written by then);
-   ``ViewMoved`` tells it to take a new one.
+1. **A layer is the difference from the tables at one size.** The groups and records
+   that differ from the tables at ``base``, and the root and size they bring the map to.
+2. **A committed layer never changes.** It shares the live layer's dicts through
+   ``client.history``, so taking one costs O(1) and a reader never sees a later batch.
+3. **A reader's view is taken before its read**; ``ViewMoved`` says take a new one.
 """
 
 from __future__ import annotations
@@ -30,20 +22,14 @@ __all__ = ["CommittedLayer", "MapLayer", "MapView", "ViewMoved"]
 
 @dataclass
 class MapLayer:
-    """The map's rows folded above its tables and not written yet: the groups and records
-    that differ from the tables at size ``base``, and the root and size they bring the map
-    to (rule *a layer is the difference from the tables at one size*). A writer's own
-    layer changes batch by batch, its rows only through ``set_group``, ``set_record`` and
-    ``drop_rows``; ``commit`` hands readers the layer as it is then (``CommittedLayer``),
-    without a copy (``client.history``)."""
+    """A writer's own layer (rule 1), whose rows change only through ``set_group``,
+    ``set_record`` and ``drop_rows``, so that ``commit`` costs no copy (rule 2)."""
 
     base: int
     size: int
     root: ChildRef | None
     root_value: bytes | None
-    """The root leaf's value when the root is a leaf (``map_state.root_value``)."""
     groups: dict[bytes, bytes] = field(default_factory=dict)
-    """Group id -> the group's stored bytes (``groups``)."""
     records: dict[str, bytes] = field(default_factory=dict)
     record_bytes: int = 0
     _groups: History[bytes, bytes] = field(init=False, repr=False, compare=False)
@@ -62,8 +48,7 @@ class MapLayer:
         self._records.set(tool_id, record)
 
     def drop_rows(self, written: MapLayer) -> tuple[dict[bytes, bytes], dict[str, bytes]]:
-        """Drop the groups and records ``written`` (the tables hold them now) that this
-        layer has not changed since; those dropped."""
+        """Drop, and return, the rows of ``written`` (now in the tables) not changed since."""
         groups = {gid: g for gid, g in written.groups.items() if self.groups.get(gid) is g}
         records = {t: r for t, r in written.records.items() if self.records.get(t) is r}
         for gid in groups:
@@ -97,10 +82,8 @@ class MapLayer:
 
 @dataclass(frozen=True)
 class CommittedLayer:
-    """A writer's layer as of one of its commits: what readers in its process read above
-    the tables, and what a write in slices writes. It shares the live layer's dicts
-    (``client.history``), so taking it costs nothing, and it never changes (rule *a
-    committed layer never changes*)."""
+    """A writer's layer as of one of its commits (rule 2): what readers in its process read
+    above the tables, and what a write in slices writes."""
 
     base: int
     size: int
@@ -133,9 +116,8 @@ class ViewMoved(Exception):
 
 @dataclass(frozen=True)
 class MapView:
-    """What a reader in the writer's process takes before it reads: the layer as of the
-    writer's last commit (None: nothing held), and the slices the writer had written by
-    then (``MapCache.slices``)."""
+    """What a reader takes before it reads (rule 3): the committed layer, or None, and the
+    slices written by then."""
 
     layer: CommittedLayer | None = None
     slices: int = 0

@@ -32,13 +32,7 @@ def map_line(root: bytes) -> str:
 
 
 def map_root_of(extensions: Sequence[str]) -> bytes | None:
-    """The map root of a checkpoint's extension lines, None if no line is ours.
-
-    A line is ours when its first space-separated word is ``deplog-map/v1``; it
-    must then be exactly that word, one space and 44 characters of canonical
-    base64 of 32 bytes, and appear once (``malformed_map_line``). Other lines
-    are ignored.
-    """
+    """The map root of a checkpoint's extension lines (rule 1), None if no line is ours."""
     found: bytes | None = None
     for line in extensions:
         word, space, rest = line.partition(" ")

@@ -2,15 +2,13 @@
 
 Rules:
 
-1. **Rows, not objects.** An inner node is one row: its id (``node_id``), its split bit
-   and both children as their parent holds them (id, split bit, hash); a leaf is its
-   key and value, kept where the store chooses (with its parent's row, say).
-2. **One seam.** The tree reads and writes only through ``NodeStore``: a proof reads
-   one row per level, a batch reads the rows on its paths and ends with exactly one
-   ``write``, so a durable store commits a batch and its root in one transaction.
-3. **A lost row is an error, never a guess.** A row a store cannot produce, or holds
-   in a shape no store writes, raises ``MapStorageError`` (altered storage); the tree
-   never walks on past it, so no wrong root or proof comes of it.
+1. **Rows, not objects.** An inner node is one row: its id (``node_id``), split bit and
+   both children as (id, split bit, hash); a leaf is its key and value.
+2. **One seam.** The tree reads and writes only through ``NodeStore``: a proof reads one
+   row per level, a batch the rows on its paths and then exactly one ``write``, so a
+   durable store commits a batch and its root in one transaction.
+3. **A lost row is an error, never a guess.** A row a store cannot produce, or holds in
+   a shape no store writes, is ``MapStorageError``; the tree never walks past it.
 """
 
 from __future__ import annotations
@@ -24,9 +22,8 @@ __all__ = ["ChildRef", "InnerNode", "MemoryNodeStore", "NodeStore"]
 
 
 class ChildRef(NamedTuple):
-    """A child as its parent row holds it: ``id`` (an inner node's id, a leaf's key),
-    ``bits`` (its split bit, ``KEY_BITS`` for a leaf) and its hash. (Named tuples, as
-    ``InnerNode``: a batch makes two per node, at half a frozen dataclass's cost.)"""
+    """A child as its parent row holds it: ``id`` (an inner node's id, a leaf's key), its
+    split bit (``KEY_BITS`` for a leaf) and hash; a named tuple, cheap to make."""
 
     id: bytes
     bits: int
@@ -43,12 +40,7 @@ class InnerNode(NamedTuple):
 
 
 class NodeStore(Protocol):
-    """Where a ``PrefixTree`` keeps its rows (in memory, or an SQLite backend).
-
-    A proof reads one ``inner`` row per level; a batch reads the rows on the
-    changed paths and ends with exactly one ``write``, which a durable backend
-    commits in one transaction together with the new root.
-    """
+    """Where a ``PrefixTree`` keeps its rows (rule 2)."""
 
     def root(self) -> ChildRef | None:
         """The root reference, None for the empty map."""
@@ -59,18 +51,15 @@ class NodeStore(Protocol):
         ...
 
     def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
-        """The inner node rows with these ids, in their order (a batch reads the rows of
-        one depth at once: one query, not one per row)."""
+        """The inner node rows with these ids, in their order (one depth of a batch)."""
         ...
 
     def held(self) -> Mapping[bytes, InnerNode]:
-        """The inner rows in memory, by id: reading one costs no query (a batch whose
-        root row is among them does not read ahead: its paths mostly are too)."""
+        """The inner rows in memory, by id: reading one costs no query."""
         ...
 
     def leaf_value(self, key: bytes, parent: bytes | None) -> bytes:
-        """The value of the leaf with this key, a child of the inner node ``parent`` (None
-        when the leaf is the root): a store may keep leaf values with their parents' rows."""
+        """The value of the leaf with this key, a child of ``parent`` (None: the root)."""
         ...
 
     def write(
@@ -89,26 +78,21 @@ class MemoryNodeStore:
         self._leaves: dict[bytes, bytes] = {}
 
     def root(self) -> ChildRef | None:
-        """The root reference, None for the empty map."""
         return self._root
 
     def inner(self, node: bytes) -> InnerNode:
-        """The inner node row with this id."""
         row = self._inners.get(node)
         if row is None:
             raise MapStorageError(message="map node missing")
         return row
 
     def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
-        """The inner node rows with these ids, in their order."""
         return [self.inner(node) for node in nodes]
 
     def held(self) -> Mapping[bytes, InnerNode]:
-        """Every row is in memory."""
         return self._inners
 
     def leaf_value(self, key: bytes, parent: bytes | None) -> bytes:
-        """The value of the leaf with this key."""
         value = self._leaves.get(key)
         if value is None:
             raise MapStorageError(message="map leaf missing")
@@ -117,7 +101,6 @@ class MemoryNodeStore:
     def write(
         self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
     ) -> None:
-        """Store a batch."""
         self._inners.update((node.id, node) for node in inners)
         self._leaves.update(leaves)
         self._root = root

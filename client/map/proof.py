@@ -46,8 +46,7 @@ __all__ = [
 
 PROOF_TYPE: Final = "deplog.map_proof/v1"
 BINARY_VERSION: Final = 1
-MAX_PATH: Final = KEY_BITS
-"""Split bits strictly decrease from leaf to root, so no path has more than 256 steps."""
+MAX_PATH: Final = KEY_BITS  # split bits strictly decrease from leaf to root
 
 Result = Literal["present", "absent", "empty"]
 _RESULT_CODES: Final[tuple[Result, ...]] = ("present", "absent", "empty")
@@ -158,14 +157,8 @@ def _b64(value: object, size: int | None = None) -> bytes:
 
 
 def verify_map_proof(root: bytes, tool_id: str, proof: MapProof) -> StatusRecord | None:
-    """Check ``proof`` for ``tool_id`` under the map ``root``; the tool's record, or None
-    when the proof shows it absent (or the map empty).
-
-    MapFormatError ``malformed_map_record`` for a record that is not the one encoding;
-    MapProofError ``bad_map_proof`` for anything that does not lead to ``root`` (a
-    record of another tool sits under another key), or an absent proof whose leaf is
-    the key itself.
-    """
+    """Check ``proof`` for ``tool_id`` under the map ``root`` (rule 2); the tool's record, or
+    None when it is absent."""
     key = map_key(tool_id)
     record: StatusRecord | None = None
     if proof.result == "present":
@@ -216,8 +209,7 @@ class MapProofDocument:
 
     @classmethod
     def parse(cls, data: bytes) -> MapProofDocument:
-        """Parse the JSON form strictly (``malformed_map_proof``); the checkpoint is only
-        checked to be a signed note here: the caller verifies it."""
+        """Parse the JSON form strictly (rule 1); the checkpoint is left to the caller."""
         try:
             obj = canonical.loads(data)
         except DeplogError:
@@ -231,9 +223,8 @@ class MapProofDocument:
 
     @classmethod
     def from_json(cls, obj: object) -> MapProofDocument:
-        """The document from a JSON value already decoded (an MCP ``_meta`` member), checked
-        as ``parse`` checks it (``malformed_map_proof``) but for the checkpoint, which is
-        left as a string to the caller's verification of it."""
+        """The document from a decoded JSON value (an MCP ``_meta`` member), as ``parse``
+        checks it but for the checkpoint's note."""
         if not isinstance(obj, dict) or obj.get("type") != PROOF_TYPE:
             raise MapFormatError()
         checkpoint, tool_id = obj.get("checkpoint"), obj.get("tool_id")
@@ -250,9 +241,7 @@ class MapProofDocument:
 def verify_proof_document(
     document: MapProofDocument, checkpoint: Checkpoint, version: str, now: datetime
 ) -> VersionStatus:
-    """Verify a JSON proof against the checkpoint the caller verified (its log signature and
-    cosignatures, under its own policy): that checkpoint is authoritative, and the one the
-    document carries must have the same body (``map_checkpoint_mismatch`` otherwise)."""
+    """Verify a JSON proof against the checkpoint the caller verified (rule 3)."""
     text, _ = parse_note(document.checkpoint)
     if text != checkpoint.to_text():
         raise MapProofError(ErrorCode.MAP_CHECKPOINT_MISMATCH)
@@ -263,13 +252,8 @@ def verify_proof_document(
 def verify_tool_status(
     proof: bytes, checkpoint: Checkpoint, tool_id: str, version: str, now: datetime
 ) -> VersionStatus:
-    """The status of ``tool_id`` at ``version`` at ``now`` that ``proof`` shows under
-    ``checkpoint``, which the caller verified (log signature, cosignatures, freshness).
-
-    ``proof`` is either form as served: the JSON document (its first byte ``{``) must be
-    about ``tool_id`` (``bad_map_proof``) and carry this checkpoint's body; the binary
-    form (its first byte the version, 1) is checked against this checkpoint's root.
-    """
+    """The status of ``tool_id`` at ``version`` at ``now`` that ``proof``, in either form,
+    shows under ``checkpoint``, which the caller verified (rule 3): the agent's check."""
     if proof[:1] == b"{":
         document = MapProofDocument.parse(proof)
         if document.tool_id != tool_id:

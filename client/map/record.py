@@ -3,21 +3,16 @@
 The normative text is ``docs/fold-spec.md`` sections 3 and 4. Rules:
 
 1. **Only what the fold reads.** A record keeps, of every notice naming its tool, the
-   log index and the fields the fold reads (``FoldNotice``), in log order, and the
-   mark of every entry that fails validation and names it (``InvalidMark``). Every
-   other ``Notice`` field is listed in ``DROPPED_NOTICE_FIELDS`` with why, so a new
-   field is either encoded here or dropped on purpose (tests/test_map_record.py).
-2. **A record always folds.** It is built and decoded through ``StatusIndex``, the
-   one fold, so no record can hold notices that the log's fold would refuse.
-3. **One encoding.** The byte codes of actions, reasons and range events are their
-   positions in ``client.model.notice``'s ``ACTIONS``, ``REASONS`` and
-   ``EVENT_KINDS`` (the invalid entry's mark has the record's own code, after the
-   actions); decoding is strict and total: no trailing bytes, no second encoding of
-   one record, every field checked as the notice schema checks it, and any failure
+   log index and the fields the fold reads, in log order, and the mark of every entry
+   that fails validation and names it; every other ``Notice`` field is in
+   ``DROPPED_NOTICE_FIELDS``, with why.
+2. **A record always folds.** It is built and decoded through ``StatusIndex``.
+3. **One encoding.** Codes of actions, reasons and events are their positions in
+   ``client.model.notice``'s tuples (the mark's after the actions); decoding is strict
+   and total, every field checked as the schema checks it, any failure
    ``malformed_map_record`` with no value in the message.
-4. **The map is a function of the log prefix.** ``fold_notices`` is the map
-   function: the record of every tool the items touch, grown by appending, so a
-   batch's partition never changes a record.
+4. **The map is a function of the log prefix.** ``fold_notices`` grows records by
+   appending, so a batch's partition never changes a record.
 """
 
 from __future__ import annotations
@@ -68,11 +63,9 @@ DROPPED_NOTICE_FIELDS: Final[Mapping[str, str]] = {
     "sequence": "replay protection, checked at admission and by a log replay",
     "message": "free text for people: no status depends on it",
 }
-"""The fields of a signed ``Notice`` that records do not keep, and why (rule *only what
-the fold reads*): every other field is encoded."""
+"""The ``Notice`` fields records do not keep, and why (rule 1)."""
 _ACTION_CODES: Final[tuple[str, ...]] = (*ACTIONS, "invalid")
-"""An item's action byte: a notice's action, or 3, the record's own mark of an entry that
-fails validation (``docs/fold-spec.md`` section 3.1)."""
+"""An item's action byte: a notice's action, or 3, an invalid entry's mark (rule 3)."""
 _ACTION_BYTE: Final = {action: i for i, action in enumerate(_ACTION_CODES)}
 _REASON_BYTE: Final = {reason: i for i, reason in enumerate(REASONS)}
 _EVENT_BYTE: Final = {kind: bytes((i,)) for i, kind in enumerate(EVENT_KINDS)}
@@ -86,9 +79,8 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 @dataclass(frozen=True)
 class RecordNotice:
-    """One notice as a record keeps it: its log index and what the fold reads (a
-    ``FoldNotice``), nothing else. Anyone holding the signed entry at ``index`` checks
-    it with ``RecordNotice.of(index, notice) == item``."""
+    """One notice as a record keeps it: its log index and what the fold reads; the holder
+    of the signed entry checks ``RecordNotice.of(index, notice) == item``."""
 
     tool_id: str
     index: int
@@ -139,8 +131,7 @@ validation (``docs/fold-spec.md``, "Entries that fail validation")."""
 
 
 def record_item(index: int, notice: Notice | InvalidMark) -> RecordItem:
-    """The record item of what the validator made of the entry at ``index``: a valid
-    notice, or the mark of an invalid entry that names a tool."""
+    """The record item of a valid notice, or an invalid entry's mark, at ``index``."""
     return notice if isinstance(notice, InvalidMark) else RecordNotice.of(index, notice)
 
 
@@ -235,8 +226,7 @@ class _Reader:
 
 
 def _read_item(reader: _Reader, tool_id: str) -> RecordItem:
-    """One item, checked as the notice schema checks the fields it keeps (NoticeError,
-    SemverError, ValueError, OverflowError on a bad one: the caller maps them)."""
+    """One item, checked as the notice schema checks its fields (the caller maps errors)."""
     code, flags = reader.u8(), reader.u8()
     if code >= len(_ACTION_CODES) or flags & ~(_HAS_SUNSET | _HAS_REPLACEMENT | _HAS_DIGEST):
         raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
@@ -308,21 +298,16 @@ def _moment(seconds: int) -> datetime:
 
 @dataclass(frozen=True)
 class StatusRecord:
-    """Every notice naming one tool, in log order: the map's value for that tool.
-
-    Holds rules, not an evaluated status (effective and sunset times depend on
-    the clock). Build it with ``build``/``extended``/``decode``, which run the
-    items through ``StatusIndex``, so a record always folds. The tool id is not
-    in the bytes: the leaf binds the record to the key ``SHA-256(tool_id)``.
-    """
+    """Every notice naming one tool, in log order: the map's value for it (rule 2), not an
+    evaluated status; the key ``SHA-256(tool_id)``, not the bytes, binds the tool."""
 
     tool_id: str
     notices: tuple[RecordItem, ...]
 
     @classmethod
     def build(cls, tool_id: str, notices: Iterable[RecordItem]) -> StatusRecord:
-        """A record of ``notices``; StatusError if they do not fold (order, withdraw target),
-        MapFormatError ``malformed_map_record`` if one names another tool or none is given."""
+        """A record of ``notices``: StatusError if they do not fold, ``malformed_map_record``
+        if one names another tool or there are none."""
         parse_tool_id(tool_id)
         record = cls(tool_id, tuple(notices))
         if not record.notices or any(n.tool_id != tool_id for n in record.notices):
@@ -363,9 +348,7 @@ class StatusRecord:
 
     @classmethod
     def decode(cls, data: bytes, tool_id: str) -> StatusRecord:
-        """Parse the record of ``tool_id`` strictly: the format byte, items whose fields
-        pass the notice schema's checks and fold, and the one encoding of them.
-        Anything else is ``malformed_map_record``."""
+        """Parse the record of ``tool_id`` strictly (rule 3)."""
         data = bytes(data)
         reader = _Reader(data, ErrorCode.MALFORMED_MAP_RECORD)
         try:
@@ -383,16 +366,13 @@ class StatusRecord:
 
 
 def record_item_bytes(index: int, notice: Notice | InvalidMark) -> bytes:
-    """The record item of the signed ``notice`` (or an invalid entry's mark) at log
-    ``index``, encoded straight from it (``record_item(index, notice)``'s bytes)."""
+    """The bytes of ``record_item(index, notice)``, encoded straight from the notice."""
     return _item_bytes(index, notice)
 
 
 def extend_record_bytes(record: bytes | None, items: Sequence[bytes]) -> bytes:
-    """The bytes of ``record`` (None: no record yet) with ``items`` appended: a record is
-    its format byte and its items, so appending never decodes it. For admitted entries
-    (no fold check here); the result equals ``StatusRecord.build(...).encode()``
-    (tests/test_vmap.py checks)."""
+    """The bytes of ``record`` (None: none yet) with ``items`` appended, never decoding it:
+    for admitted entries, equal to ``StatusRecord.build(...).encode()``."""
     if not items:
         raise ValueError("a record grows by at least one notice")
     if record is None:
@@ -417,14 +397,8 @@ def fold_notices(
     items: Iterable[tuple[int, Notice | InvalidMark]],
     find: Callable[[str], StatusRecord | None],
 ) -> dict[str, StatusRecord]:
-    """The map function over what the one validator (``client.model.rules``) made of log
-    entries, in log order: ``(index, notice)`` for each valid notice and ``(index, mark)``
-    for each invalid entry that names a tool; publisher entries and invalid entries that
-    name none bring no item.
-
-    ``find`` gives a tool's record before these items (None if absent). Returns the new
-    record of every tool the items touch.
-    """
+    """The map function (rule 4): the new record of every tool ``items`` touch, ``(index,
+    fold_item)`` in log order, over the records ``find`` gives (None if absent)."""
     changed: dict[str, StatusRecord] = {}
     for index, notice in items:
         item = record_item(index, notice)

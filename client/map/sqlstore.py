@@ -1,19 +1,14 @@
 """The map's SQL tables and the two stores over them: the tree's rows and the records.
 
-The SQL lives here, beside the code that runs it (``SCHEMA`` is SQLite's DDL; the
-authority keeps PostgreSQL's beside its own schema). Rules:
+``SCHEMA`` is SQLite's DDL (PostgreSQL's is the authority's). Rules:
 
-1. **Common SQL.** The queries are the common subset of SQLite and PostgreSQL
-   (``client.plumbing.dbapi``), and reads of many rows go ``_IN_CHUNK`` ids to a query.
-2. **The caller's transaction.** The stores write (a batch's rows in a few multi-row
-   upserts) but never begin, commit or roll back: ``stored`` rule *one transaction*.
-3. **A row read is checked.** A missing row, or one that does not decode, is
-   ``MapStorageError`` (``groups`` rule *one reading of the bytes*); a record is
-   decoded strictly on read (``malformed_map_record``), so an altered row is never a
-   wrong proof.
-4. **The cache first.** With a writer's cache (``cache``), groups and records come from
-   memory when it holds them and are kept there once read or written, and a cache that
-   holds rows back keeps a batch's in its layer instead of the tables.
+1. **Common SQL.** Queries are the common subset of SQLite and PostgreSQL
+   (``client.plumbing.dbapi``); reads of many rows go ``_IN_CHUNK`` ids a query.
+2. **The caller's transaction.** The stores write but never begin, commit or roll back.
+3. **A row read is checked.** A missing or undecodable row is ``MapStorageError``; a
+   record is decoded strictly (``malformed_map_record``): never a wrong proof.
+4. **The cache first.** A writer's cache serves the rows it holds and keeps those read
+   or written; one holding rows back keeps a batch's in its layer.
 """
 
 from __future__ import annotations
@@ -41,14 +36,11 @@ from deplog.client.plumbing.dbapi import Connection, insert_rows
 __all__ = ["SCHEMA", "STORE_FORMAT", "SqliteNodeStore", "SqliteRecords"]
 
 STORE_FORMAT: Final = 3
-"""The layout of these tables: 3 stores inner nodes in groups (``groups``) with the compact
-binary records of ``docs/fold-spec.md`` section 3; 2 had one row per inner node and a
-leaf table; 1 (no ``format`` column) held the first draft's JSON records."""
+"""The layout of these tables: 3, groups and binary records; 2 had a row per node and a
+leaf table; 1 (no ``format`` column), the first draft's JSON records."""
 
 SCHEMA: Final = (
-    # One row per group of inner nodes (``groups``): ``nodes`` is their ``encode_group``. A
-    # rowid table: its rows (up to about 1.1 KB) are too large for a WITHOUT ROWID
-    # table's pages, where a batch's upserts measured about twice as slow.
+    # One row per group of inner nodes (``encode_group``); a rowid table (architecture.md).
     """CREATE TABLE IF NOT EXISTS map_group (
         id BLOB PRIMARY KEY,
         nodes BLOB NOT NULL
@@ -57,8 +49,7 @@ SCHEMA: Final = (
         tool_id TEXT PRIMARY KEY,
         record BLOB NOT NULL
     ) STRICT, WITHOUT ROWID""",
-    # One row: the record format, the log size folded in and the root reference (NULL
-    # id: the empty map; ``root_value`` is the leaf's value when the root is a leaf).
+    # The format, the size folded in, the root (NULL: empty; a leaf root's value).
     """CREATE TABLE IF NOT EXISTS map_state (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         format INTEGER NOT NULL,
@@ -80,14 +71,8 @@ V = TypeVar("V")
 
 
 class SqliteNodeStore:
-    """The ``NodeStore`` of a ``PrefixTree`` over ``map_group``/``map_state``.
-
-    A missing or unreadable row raises ``MapStorageError``, as the in-memory store does;
-    its holder reports that as altered storage. With a ``cache`` (writers only), groups
-    come from memory when it holds them, and a cache that holds rows back keeps a batch's
-    in its layer (rule *the cache first*). Rows are decoded as they are read: one row of
-    a group for a lookup, whole groups (kept decoded by the cache) for a batch.
-    """
+    """The ``NodeStore`` of a ``PrefixTree`` over ``map_group`` and ``map_state`` (rules 3,
+    4): a lookup decodes one row of a group, a batch whole groups."""
 
     def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
@@ -112,8 +97,7 @@ class SqliteNodeStore:
         return None if row is None or row[0] is None else bytes(row[0])
 
     def group(self, gid: bytes) -> bytes | None:
-        """The stored bytes of group ``gid`` as the map has them now (None: no such group):
-        the cache's, else read (and cached)."""
+        """The stored bytes of group ``gid`` as the map has them now, or None."""
         cache = self.cache
         if cache is not None:
             blob = cache.group(gid)
@@ -144,8 +128,7 @@ class SqliteNodeStore:
         return decode_group(blob) if self.cache is None else self.cache.decoded_group(gid, blob)
 
     def _groups(self, ids: Sequence[bytes]) -> dict[bytes, Group]:
-        """The groups of ``ids`` (those that exist) decoded: the cache's, the rest read in one
-        query per 500 ids (and cached)."""
+        """The groups of ``ids`` that exist, decoded."""
         found, missing = _cached_and_missing(None if self.cache is None else self.cache.group, ids)
         for gid, blob in _rows_in(
             self.conn, "SELECT id, nodes FROM map_group WHERE id IN", missing
@@ -160,13 +143,11 @@ class SqliteNodeStore:
         return self._row(node)[0]
 
     def held(self) -> Mapping[bytes, InnerNode]:
-        """The nodes of the groups the cache holds, each group decoded on first need (the
-        batch walks its paths here; none without a cache)."""
+        """The nodes of the groups the cache holds (``_HeldNodes``), none without a cache."""
         return {} if self.cache is None else _HeldNodes(self.cache)
 
     def inner_many(self, nodes: Sequence[bytes]) -> list[InnerNode]:
-        """The inner nodes with these ids, in their order: the groups the cache lacks in
-        one query per 500."""
+        """The inner nodes with these ids, in their order."""
         ids = [group_id(node) for node in nodes]
         groups = self._groups(list(dict.fromkeys(ids)))
         try:
@@ -190,8 +171,7 @@ class SqliteNodeStore:
     def write(
         self, root: ChildRef | None, inners: Sequence[InnerNode], leaves: Mapping[bytes, bytes]
     ) -> None:
-        """Store a batch: each group a node of the batch is in rewritten whole, with the
-        values of its leaf children (``keep``)."""
+        """Store a batch: each group it changed rewritten whole (``keep``)."""
         value = None
         if root is not None and root.bits == KEY_BITS:
             value = leaves[root.id]  # one key in the map: the batch just set it
@@ -200,9 +180,7 @@ class SqliteNodeStore:
     def keep(
         self, root: ChildRef | None, value: bytes | None, groups: Mapping[bytes, bytes]
     ) -> None:
-        """A batch's groups (stored bytes) and root: into the cache's layer when it has one
-        open (``StoredMap.advance_notices`` opens it), else written in the caller's
-        transaction."""
+        """A batch's groups and root: into the cache's open layer, else written."""
         cache = self.cache
         if cache is not None and cache.layer is not None:
             layer = cache.live
@@ -269,9 +247,8 @@ class SqliteNodeStore:
             )
 
     def warm(self) -> int:
-        """Fill the cache with the tables' groups, shallowest first, up to its bound; the
-        number of groups read. Every group read is decoded whole once, so altered bytes
-        fail here (``MapStorageError``). Without a cache, nothing to fill."""
+        """Fill the cache with the shallowest groups up to its bound, each decoded once (so
+        altered bytes fail here); how many."""
         cache = self.cache
         if cache is None:
             return 0
@@ -295,10 +272,8 @@ class SqliteNodeStore:
 
 
 class _HeldNodes(Mapping[bytes, InnerNode]):
-    """``SqliteNodeStore.held``: the inner nodes of the groups in a cache (its layer's and
-    its least recently used ones), by id, for one batch: a group is decoded (through the
-    cache's decoded groups) and its nodes indexed on first need, so the batch reads a
-    cached path without a query. The map must not change meanwhile."""
+    """The inner nodes of a cache's groups by id, for one batch, each group indexed on
+    first need: a cached path is walked without a query."""
 
     def __init__(self, cache: MapCache) -> None:
         self.cache = cache
@@ -342,9 +317,7 @@ class _HeldNodes(Mapping[bytes, InnerNode]):
 
 class _LeafValues:
     """The value of each leaf child a batch's nodes point at: the batch's own, else the one
-    its previous parent kept. That parent is in the batch too (its child changed), so its
-    row before the batch is among the ones read before the write, or the leaf was the
-    root."""
+    its previous parent (rewritten by the batch too, or the root) kept."""
 
     def __init__(
         self,
@@ -402,8 +375,7 @@ class _LeafValues:
 def _cached_and_missing(
     get: Callable[[K], V | None] | None, keys: Iterable[K]
 ) -> tuple[dict[K, V], list[K]]:
-    """What a cache's ``get`` (None: no cache) finds of ``keys``, and the keys it lacks, in
-    their order."""
+    """What a cache's ``get`` (None: no cache) finds of ``keys``, and the keys it lacks."""
     found: dict[K, V] = {}
     missing: list[K] = []
     for key in keys:
@@ -423,8 +395,7 @@ def _rows_in(conn: Connection, select: str, keys: Sequence[object]) -> Iterator[
 
 
 class SqliteRecords(MutableMapping[str, StatusRecord]):
-    """Tool id -> status record in ``map_record``; records are decoded strictly on read, so
-    an altered row is ``malformed_map_record``, never a wrong proof."""
+    """Tool id -> status record in ``map_record``, decoded strictly on read (rule 3)."""
 
     def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
@@ -450,8 +421,7 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
         return record
 
     def get_many_raw(self, tool_ids: Sequence[str]) -> dict[str, bytes]:
-        """The stored record bytes of those of ``tool_ids`` in the map: the cache's, and
-        the rest read ``_IN_CHUNK`` at a time."""
+        """The stored record bytes of those of ``tool_ids`` in the map."""
         found, missing = _cached_and_missing(
             None if self.cache is None else self.cache.record, tool_ids
         )
@@ -479,8 +449,7 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
                 self.cache.records.put(tool_id, record)
 
     def write(self, records: Mapping[str, bytes] | Iterable[tuple[str, bytes]]) -> None:
-        """Upsert records' bytes in the caller's transaction, leaving the cache alone (a
-        writer's layer as it is written: ``StoredMap.flush``)."""
+        """Upsert records' bytes in the caller's transaction, leaving the cache alone."""
         rows = list(records.items()) if isinstance(records, Mapping) else list(records)
         insert_rows(
             self.conn,

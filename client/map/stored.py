@@ -1,40 +1,24 @@
 """The tool-status map in SQL tables beside the log it folds: ``StoredMap``.
 
-One facade for every holder of a map: the authority keeps it in its log database, a
-follower in its state database, the auditor and a map-verifying witness in theirs.
-How it writes (layers, slices, caches) is told in ``docs/architecture.md``. Rules:
+One facade for every holder of a map (the authority, a follower, the auditors, a
+map-verifying witness); how it writes is told in ``docs/architecture.md``. Rules:
 
-1. **One transaction.** The tables are written only through ``StoredMap``, and never
-   commit on their own: the caller's transaction covers a batch's rows, its records,
-   its new root and the log size it reflects, so a crash leaves the map at the last
-   committed size, never between two.
-2. **One size.** ``map_state.size`` is the number of log entries folded in, and a map
-   is only ever advanced from exactly that size (``advance_notices`` refuses a gap), so
-   its root is always the fold of the prefix ``[0, size)``.
-3. **Proofs read one size.** Rows are rewritten in place (``docs/fold-spec.md``
-   section 7): the tables hold the map at one size, and a reader proves a lookup from
-   the size and the rows read in one read transaction (``prove_at_size``), so a proof
-   and its size agree. A database without a map proves nothing
-   (``MapStorageError``).
-4. **One format.** ``map_state.format`` names the layout and record format of the rows
-   (``STORE_FORMAT``). Tables of another format are never read or extended:
-   ``discard_other_format`` drops them whole, so their holder folds the map again
-   rather than mixing two formats.
-5. **Rows held back.** A writer whose cache holds rows back (``cache`` rule *held
-   rows*: the authority's on SQLite, the one process writing and reading) folds
-   each batch into the cache's layer only, and writes it later, coalesced, in a
-   transaction of its own choosing (``flush``). The tables stay a map at one committed
-   size, at or below the log's; the map is a function of the log's prefix, so a crash
-   loses nothing that a fold of the entries past ``map_state.size`` does not give back
-   (the authority folds them at start). After each commit the caller calls
-   ``committed()``; readers in its process read the layer as committed above the
-   tables when the tables are at its base size.
-6. **Slices.** A layer written in slices (``write_slice``) writes children before
-   parents and moves ``map_state`` with its last slice. Until then the tables hold rows
-   past their size: readers in the writer's process shadow them with their view's
-   layer and read again (``ViewMoved``) if a slice came after their view, and a start
-   after a kill folds the entries past ``map_state.size`` again with ``repair``,
-   dropping from records the items a slice wrote.
+1. **One transaction.** The tables are written only through ``StoredMap`` and never
+   commit on their own: a batch's rows, records, root and size go in the caller's
+   transaction, so a crash leaves the map at the last committed size.
+2. **One size.** ``map_state.size`` is the log entries folded in, and a map advances
+   only from exactly that size: its root is the fold of ``[0, size)``.
+3. **Proofs read one size.** A proof and its size are read in one read transaction
+   (rows are rewritten in place); a database without a map proves nothing.
+4. **One format.** ``map_state.format`` names the rows' layout (``STORE_FORMAT``); tables
+   of another are never read or extended, only dropped whole and folded again.
+5. **Rows held back.** A writer whose cache holds rows back folds batches into its layer
+   and writes them later (``flush``); the tables stay a map at one committed size, and
+   the entries past it are folded again at start. Readers in its process read the
+   layer as committed above the tables.
+6. **Slices.** A layer written in slices writes children before parents and moves
+   ``map_state`` with its last slice; readers shadow the rows past the size with their
+   view's layer, and a start after a kill folds again with ``repair``.
 """
 
 from __future__ import annotations
@@ -59,20 +43,12 @@ from deplog.client.plumbing.dbapi import Connection
 __all__ = ["StoredMap"]
 
 _TABLES: Final = ("map_state", "map_group", "map_record")
-_OLD_TABLES: Final = ("map_inner", "map_leaf")
-"""Format 2's tables, dropped with the rest of a map of another format (rule *one
-format*)."""
+_OLD_TABLES: Final = ("map_inner", "map_leaf")  # format 2's (rule *one format*)
 
 
 class StoredMap(VerifiableMap):
-    """A ``VerifiableMap`` whose rows and records live in SQLite on ``conn``.
-
-    The caller owns transactions (rule *one transaction*): ``advance_notices`` and
-    ``flush`` write but never commit. A writer passes a ``cache``, calls ``committed``
-    after each commit and ``forget`` as ``cache`` rule *the cache holds what its
-    transaction sees* says; one whose cache holds rows back (rule *rows held back*) calls
-    ``flush`` in a transaction of its own choosing, and before it closes.
-    """
+    """A ``VerifiableMap`` whose rows and records live in SQL tables on ``conn``, written in
+    the caller's transactions (rule *one transaction*); a writer passes its ``cache``."""
 
     def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
         self.conn = conn
@@ -82,9 +58,8 @@ class StoredMap(VerifiableMap):
         super().__init__(self.nodes, self.stored)
 
     def forget(self) -> None:
-        """Drop the cache and go back to the layer last committed: after a transaction that
-        did not commit, or one that another writer committed. Without a cache, nothing to
-        drop."""
+        """Go back to the cache as last committed (``cache`` rule *the cache holds what its
+        transaction sees*)."""
         if self.cache is not None:
             self.cache.forget()
 
@@ -95,8 +70,7 @@ class StoredMap(VerifiableMap):
 
     @property
     def layer(self) -> CommittedLayer | None:
-        """The rows not yet written as of the last commit (rule *rows held back*); None when
-        the tables are the whole map."""
+        """The rows held back as of the last commit (rule *rows held back*), or None."""
         return None if self.cache is None else self.cache.committed
 
     @property
@@ -111,16 +85,14 @@ class StoredMap(VerifiableMap):
 
     @property
     def unwritten(self) -> int:
-        """Log entries folded into the layer and not yet written (rule *rows held back*)."""
+        """Log entries folded into the layer and not yet written."""
         layer = None if self.cache is None else self.cache.layer
         return 0 if layer is None else layer.size - layer.base
 
     @contextlib.contextmanager
     def scoped_cache(self, cache: MapCache | None = None) -> Iterator[None]:
-        """For a holder without a cache, inside one transaction: the groups and records
-        read or folded in the block are kept until it ends, so a proof's path (up to four
-        nodes a group) and a fold's path reads and write read each group once.
-        ``cache``: the one to use (a reader's over a layer). A writer's own is kept."""
+        """A cache (``cache``, else a new one) for the block, for a holder without its own:
+        inside one transaction, each group is read once."""
         if self.cache is not None:
             yield
             return
@@ -131,25 +103,20 @@ class StoredMap(VerifiableMap):
             self.cache = self.stored.cache = self.nodes.cache = None
 
     def record_bytes(self, tool_id: str) -> bytes:
-        """The record of a present tool as stored (its verifiers decode it strictly, the
-        store need not); ``MapStorageError`` if the tables lost it."""
+        """The record of a present tool as stored (``MapStorageError`` if the tables lost it)."""
         try:
             return self.stored.raw(tool_id)
         except KeyError:
             raise MapStorageError(message="map record missing") from None
 
     def warm(self) -> int:
-        """Fill the cache with the tables' groups, shallowest first, up to its bound (a
-        writer at start, so its first batches do not read their paths a query at a time);
-        the number of groups read. Altered group bytes fail it (``MapStorageError``).
-        Without a cache, nothing to fill."""
+        """Fill a writer's cache with the shallowest groups (``SqliteNodeStore.warm``)."""
         return self.nodes.warm()
 
     @staticmethod
     def create_schema(conn: sqlite3.Connection) -> bool:
-        """Create the map's tables if missing; an existing map of this format is never
-        touched, one of another format is dropped first (rule *one format*). True if one
-        was."""
+        """Create the map's tables if missing, dropping another format's first (rule *one
+        format*); True if there was one."""
         discarded = StoredMap.discard_other_format(conn)
         for statement in SCHEMA:
             conn.execute(statement)
@@ -157,9 +124,8 @@ class StoredMap(VerifiableMap):
 
     @staticmethod
     def other_format(conn: sqlite3.Connection) -> bool:
-        """True if this database holds map tables of another format (rule *one format*):
-        told by the tables' columns, so also before their first row (an older ``authority
-        init`` creates them empty), and by ``map_state.format`` once there is one."""
+        """True if this database holds map tables of another format (rule *one format*), told
+        by their columns (also before a first row) and ``map_state.format``."""
         columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(map_state)")}
         if not columns:
             placeholders = ", ".join("?" * len(_OLD_TABLES))
@@ -175,8 +141,7 @@ class StoredMap(VerifiableMap):
 
     @staticmethod
     def discard_other_format(conn: sqlite3.Connection) -> bool:
-        """Drop the map's tables, all in one savepoint (so inside or outside the caller's
-        transaction), if they are of another format; True if they were."""
+        """Drop the map's tables in one savepoint if they are of another format; True if so."""
         if not StoredMap.other_format(conn):
             return False
         conn.execute("SAVEPOINT map_format")
@@ -187,9 +152,8 @@ class StoredMap(VerifiableMap):
 
     @staticmethod
     def drop_unless_at(conn: Connection, size: int) -> None:
-        """Remove the map's tables (in the caller's transaction) unless the map is at
-        ``size``: for a holder whose map went past the size it keeps, which cannot be
-        rewound (rows are rewritten in place)."""
+        """Remove the map's tables unless the map is at ``size``: a map past the size its
+        holder keeps cannot be rewound."""
         tables = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'map_state'"
         ).fetchone()
@@ -199,8 +163,7 @@ class StoredMap(VerifiableMap):
             conn.execute(f"DROP TABLE IF EXISTS {table}")
 
     def size(self) -> int | None:
-        """The log size folded in (the layer's: rule *rows held back*), None if this database
-        has no map yet."""
+        """The log size folded in (the layer's, if one is held), None without a map."""
         if self.cache is not None and self.cache.layer is not None:
             return self.cache.layer.size
         return self._table_size()
@@ -210,8 +173,7 @@ class StoredMap(VerifiableMap):
         return None if row is None else int(row[0])
 
     def format(self) -> int:
-        """The record format of the rows (rule *one format*): 1 for tables without the
-        column."""
+        """The record format of the rows (rule *one format*)."""
         try:
             row = self.conn.execute("SELECT format FROM map_state WHERE id = 1").fetchone()
         except sqlite3.OperationalError:  # the first draft's map_state has no such column
@@ -227,22 +189,10 @@ class StoredMap(VerifiableMap):
         hold: bool = False,
         repair: bool = False,
     ) -> bytes:
-        """Fold the entries ``[start, end)`` in one batch and move the size past them; the
-        new root. ``notices`` are what the validator (``client.model.rules.fold_item``)
-        made of them, as ``(index, notice or mark)`` in log order. ``start`` must be the
-        map's size (a map without one starts at 0): anything else is a gap, ``ValueError``.
-
-        Records grow by appending items (``extend_record_bytes``), never by decoding
-        and re-encoding them, so a batch costs its own notices, not the records'
-        sizes; the entries are admitted, so every record folds. The batch folds into
-        the cache's layer, written at the end unless the cache holds rows back (rule
-        *rows held back*): then all of it once the layer is past a bound, else a slice of
-        it if one is due, unless ``hold`` (a caller outside a write transaction: the next
-        advance writes).
-        ``repair``: the tables may hold records written by slices past their size (a
-        holder that stopped in the middle of a write in slices); items at or past
-        ``start`` are dropped from the records read, so none is folded twice.
-        """
+        """Fold the entries ``[start, end)``, as ``fold_item`` made them, in one batch from the
+        map's size (rule *one size*); the new root. ``hold``: write nothing now (rule *rows
+        held back*); ``repair``: drop items at or past ``start`` from the records read (rule
+        *slices*)."""
         size = self.size()
         if start != (size or 0) or end < start:
             raise ValueError("a map advances only from the size it has folded")
@@ -282,8 +232,7 @@ class StoredMap(VerifiableMap):
         return root
 
     def flush(self) -> None:
-        """Write the layer (rule *rows held back*) in the caller's transaction: its records,
-        groups, root and size; nothing to do without one."""
+        """Write the layer held back, if any, in the caller's transaction."""
         layer = None if self.cache is None else self.cache.layer
         if layer is None:
             return
@@ -294,10 +243,8 @@ class StoredMap(VerifiableMap):
         self.cache.written()  # after the writes: a failed one leaves the cache as it was
 
     def write_slice(self, groups: int = 0, record_bytes: int = 0) -> bool:
-        """Write the next slice of the layer as committed (rule *slices*) in the caller's
-        transaction: its next groups, deepest first, and its next records (at least the
-        cache's slice, or ``groups`` and ``record_bytes``: ``MapCache.pace``); with the
-        last, the tables' size and root. True once that last slice is written."""
+        """Write the next slice of the layer as committed (rule *slices*), at least ``groups``
+        and ``record_bytes`` of it; True once the last, with ``map_state``, is written."""
         cache = self.cache
         assert cache is not None
         writing = cache.start_writing()
@@ -326,15 +273,9 @@ class StoredMap(VerifiableMap):
     def prove_at_size(
         self, tool_id: str, view: MapView | None = None, moved: Callable[[], bool] | None = None
     ) -> tuple[int, MapProof]:
-        """``(size, proof)`` read in one read transaction (rule *proofs read one size*), so
-        the proof is of the map at that size; for readers only: it opens and ends a
-        transaction on ``conn``. ``view``: the writer's, taken before (``StoredMap.view``):
-        its layer is read above the tables when they are at its base size (else the writer
-        has written it since: the tables are at its size or past it). ``moved``: True if
-        the writer has written slices since ``view`` was taken; asked once this
-        transaction's snapshot is taken, and then ``ViewMoved`` (the tables may hold rows
-        the layer does not shadow): read again with a new view. ``MapStorageError`` if this
-        database has no map (of this format)."""
+        """``(size, proof)`` read in a read transaction of its own (rule *proofs read one
+        size*), above the tables the layer of a writer's ``view`` taken before; ``ViewMoved``
+        if ``moved()`` says slices were written since (rule *slices*)."""
         self.conn.execute("BEGIN")
         try:
             size = self._table_size()
@@ -351,8 +292,7 @@ class StoredMap(VerifiableMap):
 
 
 def _records_before(records: Mapping[str, bytes], index: int) -> dict[str, bytes]:
-    """``records`` with their items at log ``index`` and after dropped (a record without
-    any left is no record)."""
+    """``records`` without their items at log ``index`` and after."""
     kept: dict[str, bytes] = {}
     for tool_id, raw in records.items():
         record = StatusRecord.decode(raw, tool_id)

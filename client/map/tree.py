@@ -3,18 +3,13 @@
 The normative text is ``docs/fold-spec.md`` sections 5 to 7. Rules:
 
 1. **The shape is a function of the key set.** An inner node exists for a prefix iff
-   keys exist under both of its extensions, so no batch order or partition changes
-   the root, and a root has one shape.
-2. **A batch costs its paths.** A batch update reads and rehashes only the nodes on
-   the changed keys' paths, one hash per node, then hands every written row and the
-   new root to the store in one ``write`` (``nodes`` rule *one seam*), so a storage
-   backend commits a batch in one transaction.
-3. **A batch's walks end.** Split bits strictly increase down a path, and a batch
-   checks it of every row it walks through: a row that breaks it (altered storage, or
-   a cycle) is ``MapStorageError``, so no batch recurses or loops on stored rows.
-4. **Lookups prove themselves.** A lookup collects the siblings of the one leaf a key
-   reaches; ``root_from_path`` is its check, side by side with it, and refuses any path
-   that is not a lookup of that key (``bad_map_proof``).
+   keys exist under both its extensions: no batch order or partition changes the root.
+2. **A batch costs its paths.** A batch reads and rehashes only the nodes on the changed
+   keys' paths, once each, then hands them and the new root to one ``write``.
+3. **A batch's walks end.** Split bits strictly increase down a path, checked of every
+   row walked: one that breaks it (altered storage, a cycle) is ``MapStorageError``.
+4. **Lookups prove themselves.** ``root_from_path``, beside the lookup, refuses any path
+   that is not a lookup of its key (``bad_map_proof``).
 """
 
 from __future__ import annotations
@@ -72,13 +67,8 @@ def _prefix_int(ref: ChildRef) -> int:
 
 
 class _Batch:
-    """One batch update: the sorted keys as integers, their values, the rows written.
-
-    The hot loop of every append: written for few Python operations per node (one
-    prefix integer per visited child, one divergence test for both ends of a range,
-    and a loop without recursion once a range is down to one key, as most are below
-    the top levels).
-    """
+    """One batch update, the hot loop of every append: written for few Python operations
+    per node (docs/architecture.md, "The batch update")."""
 
     def __init__(self, store: NodeStore, changes: Mapping[bytes, bytes]) -> None:
         self.store = store
@@ -152,13 +142,9 @@ class _Batch:
         return self.inner(ref.id, bits, left, right)  # rewritten in place: the same id
 
     def merge_one(self, ref: ChildRef, at: int) -> ChildRef:
-        """``merge(ref, at, at + 1)``: walk the key's bits down to the leaf they reach, then
-        rehash back up, each row on the way rewritten in place.
-
-        The leaf reached is the key's own (a new value), or another key's: every key under
-        ``ref`` that shares the most leading bits with the new key lies on this walk, so
-        the new node goes where they part (bit ``split``), above the first row on the walk
-        that splits below it. One walk by bit tests, no prefix comparison per row."""
+        """``merge(ref, at, at + 1)``: walk the key's bits down to the leaf they reach and
+        rehash back up. That leaf is the key's own, or the key nearest it, so a new node
+        goes where they part, above the first row on the walk that splits below."""
         key, own = self.ints[at], self.keys[at]
         held, read = self.held, self.row
         path: list[InnerNode] = []  # the rows walked through, the side taken at each,
@@ -267,11 +253,7 @@ class PrefixTree:
         return EMPTY_ROOT if ref is None else ref.hash
 
     def update(self, changes: Mapping[bytes, bytes]) -> bytes:
-        """Set every ``key -> value`` of ``changes`` in one batch; returns the new root.
-
-        Reads and rehashes only the nodes on the changed keys' paths (one hash per
-        node), then writes them with the new root in one ``store.write``.
-        """
+        """Set every ``key -> value`` of ``changes`` in one batch (rule 2); the new root."""
         if any(len(k) != 32 or len(v) != 32 for k, v in changes.items()):
             raise ValueError("keys and values are 32 bytes")
         if not changes:

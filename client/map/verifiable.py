@@ -1,15 +1,11 @@
 """The verifiable map: tool id -> status record over a prefix tree, folded and proven.
 
-``VerifiableMap`` joins the map's parts (``docs/fold-spec.md`` section 1): records by
-tool id (``record``), the tree over their keys and values (``tree``) and proofs of
-lookups (``proof``). Rules:
+Rules (``docs/fold-spec.md`` section 1):
 
-1. **A function of the log prefix.** The map folds validated items in log order, one
-   batch at a time, through the one map function (``fold_notices``): its root is the
-   fold of the prefix whatever the batches were.
-2. **Records beside their leaves.** A record is set in the same batch as its leaf, and
-   a storage backend keeps records and rows together (``stored``), so a proof's record
-   always hashes to its leaf's value.
+1. **A function of the log prefix.** Validated items fold in log order, a batch at a
+   time, through the one map function (``fold_notices``), whatever the batches were.
+2. **Records beside their leaves.** A record is set in the batch of its leaf, and stored
+   with the rows, so a proof's record always hashes to its leaf's value.
 """
 
 from __future__ import annotations
@@ -28,11 +24,8 @@ __all__ = ["VerifiableMap"]
 
 
 class VerifiableMap:
-    """Tool id -> status record over a ``PrefixTree``: fold entries in, prove lookups.
-
-    Records live in a dict unless a storage backend hands its own mapping, which
-    it keeps beside the tree's rows (and commits with them).
-    """
+    """Tool id -> status record over a ``PrefixTree`` (records in a dict, or a backend's
+    mapping kept beside the rows): fold entries in, prove lookups."""
 
     def __init__(
         self,
