@@ -1,19 +1,9 @@
 """deplog's client library: wire formats, every verifier, the follower and the cache guard.
 
-The names below are the public API (what the README's cache example uses); they are
-loaded on first use, so importing one sub-package (say ``deplog.client.tlog`` in a
-witness) does not import the follower and its HTTP stack. Everything else is reached
-through its sub-package:
-
-* ``deplog.client.tlog``: C2SP signed notes, checkpoints, cosignatures, tlog-proof
-  receipts, tlog-policy, RFC 9162 proofs, key files, fork evidence;
-* ``deplog.client.model``: canonical JSON, SemVer, notices, entries and the pure folds;
-* ``deplog.client.map``: the verifiable tool-status map, its proofs and its SQL store;
-* ``deplog.client.follow``: log sources, the trusted state, the follower;
-* ``deplog.client.cache``: the guard, a guarded cache, MCP and inventory helpers;
-* ``deplog.client.audit``: offline audits and the export they read.
-
-This package never imports ``deplog.authority``.
+The names below are the public API (what the README's cache example uses), loaded on
+first use, so importing one sub-package (``deplog.client.tlog`` in a witness) does not
+import the follower. Everything else is reached through its sub-package (the layout is
+``docs/architecture.md``'s). This package never imports ``deplog.authority``.
 """
 
 from __future__ import annotations

@@ -2,24 +2,16 @@
 
 Rules:
 
-1. Every code any deplog error carries is an :class:`ErrorCode`, so a typo is a
-   type error, and each code has ONE meaning: the README's error tables give
-   it in one line.
-2. Each code belongs to exactly one error class. A class declares the codes it
-   owns (``codes``, or just its default ``code``) and its constructor refuses any
-   other, so the class names the error and the code says which case it is; the
-   tests check that no two classes share a code and that every code has a class.
-   Where a check needs an error that another module already defines, it raises
-   that class rather than relabelling it.
+1. Every code is an ``ErrorCode`` (a typo is a type error) with ONE meaning.
+2. Each code belongs to exactly one error class, whose constructor refuses any other
+   (the tests check every code has one class); a check needing an error another module
+   defines raises that class rather than relabelling it.
 3. Nothing here knows HTTP: the servers map codes to statuses in one table
-   (``authority/http/status.py``) and answer ``{"error": code}`` (the witness: the
-   code as text); the CLIs print the code.
-4. Messages never contain submitted values, so an error can always be logged
-   or echoed safely.
+   (``authority/http/status.py``); the CLIs print the code.
+4. Messages never contain submitted values, so an error can always be logged or echoed.
 
-:class:`CLIError` is the one exception that is not a :class:`DeplogError`: it is
-a command's message to its own operator (it may name the operator's paths) and
-the process's exit status, never a stable code.
+``CLIError`` is the one exception that is no ``DeplogError``: a command's message to its
+own operator (it may name the operator's paths) and exit status, never a stable code.
 """
 
 from __future__ import annotations
@@ -234,10 +226,8 @@ class ErrorCode(enum.StrEnum):
 class DeplogError(Exception):
     """Base class of every deplog error: the class names the error, ``code`` the case.
 
-    A concrete class declares the codes it owns: ``code = ErrorCode.X`` for one
-    (also its default), or ``codes`` for several (with an optional default
-    ``code``). A class that declares neither owns no code and cannot be raised:
-    it only groups others (``FormatError``, ``TrustError``, ...).
+    A class owns ``code`` (also its default) or ``codes`` (rule 2); one owning neither
+    only groups others (``FormatError``, ``TrustError``) and cannot be raised.
     """
 
     codes: ClassVar[frozenset[ErrorCode]] = frozenset()
@@ -283,12 +273,8 @@ class TooLargeError(FormatError):
 
 
 class CLIError(Exception):
-    """A command's one-line failure message for its operator, and the exit status to end with.
-
-    Every command (``deplog``, ``authority``, ``witness``) prints ``<command>:
-    <message>`` on stderr and exits with ``exit_status``, 1 unless the raiser
-    names another.
-    """
+    """A command's one-line failure message for its operator (``<command>: <message>`` on
+    stderr), and the exit status to end with."""
 
     def __init__(self, message: str, exit_status: int = 1) -> None:
         super().__init__(message)

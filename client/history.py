@@ -1,31 +1,25 @@
 """Committed states of a dict that one thread keeps changing, read by others without a copy.
 
-The writer's map layer (``client.map.layer``) is thousands of entries, a batch
-changes a few dozen of them, and readers in the writer's process read the layer as of the
-writer's last commit. Copying it at every commit cost O(layer) a batch. Instead its owner
-records, before the first change of a key since the last commit, the value the key had
-there (``History.set``, ``History.pop``), and a reader of that commit's ``Snapshot`` finds
-a key's value in the first record of changes since its commit that has the key, else in
-the live dict. Rules:
+The map's layer (``client.map.layer``) is thousands of entries, a batch changes a few
+dozen, and readers in the writer's process read it as of the last commit: instead of a
+copy per commit, the owner records each key's value at the last commit before its first
+change since (``History.set``, ``pop``), and a reader of that commit's ``Snapshot`` finds
+a key in the first record since its commit that has it, else in the live dict. Rules:
 
-1. One thread, the owner, changes the dict, and only through its ``History``: every
-   change is recorded before it is made, in the newest record only. A record is closed
-   once a newer one begins: it never changes again.
-2. Readers in other threads read while the owner goes on, so a lookup (``Snapshot.get``)
-   is ordered to be right whatever the owner does meanwhile. It walks the records first;
-   finding the key in a record past the first, it walks the ones before again (closed
-   now, so final) and takes the first that has it. Finding it in none, it reads the live
-   dict and then walks the records again: a change made before that read was recorded
-   before it was made, so the second walk finds it, and finding none means the live
-   value is still the committed one. Each dict operation is one C call, atomic under the
-   interpreter lock. A whole read (``copy``, iteration) lists the keys the live dict and
-   the records have (a key removed since the commit is in a record) and looks each up.
-3. ``commit`` begins a new record and links it to the last, so a snapshot reaches every
-   change since its commit. A record is dropped with the last snapshot that reaches it:
-   changes are kept as long as the oldest snapshot in use, never longer.
+1. One thread, the owner, changes the dict, only through its ``History``: every change
+   is recorded, in the newest record, before it is made. A record is closed once a newer
+   one begins.
+2. A lookup (``Snapshot.get``) is right whatever the owner does meanwhile. It walks the
+   records; finding the key past the first, it walks the ones before again (closed, so
+   final) and takes the first that has it. Finding it in none, it reads the live dict and
+   walks the records again: a change made before that read was recorded before it was
+   made, so none found means the live value is the committed one. Each dict operation is
+   one C call, atomic under the interpreter lock. A whole read (``copy``) looks up every
+   key the live dict and the records have.
+3. ``commit`` begins a new record linked to the last; a record is dropped with the last
+   snapshot that reaches it.
 4. ``revert`` undoes the changes since the last commit in the live dict and begins a new
-   record: the undone record stays linked, so readers of that commit still find its
-   values, which the live dict now holds again.
+   record; the undone one stays linked, so readers of that commit still find its values.
 """
 
 from __future__ import annotations

@@ -2,20 +2,13 @@
 
 Rules:
 
-1. Each checkpoint is verified first (the log's signature, its origin); an
-   unsigned one proves nothing and is refused with its own code.
-2. The entries are judged once, in log order, by the one validator
-   (``client.model.rules``, replaying the registry from entry 0) and folded by the
-   one map function (``client.map.record.fold_notices``), entries that fail
-   validation as their marks (docs/fold-spec.md); at each checkpoint's size the tree root
-   of the entries so far must be the checkpoint's root (else they are not the
-   entries it signed: ``entries_root_mismatch``), and the map root must be its
-   ``deplog-map/v1`` root. The first size where it is not is named
-   (``bad_map_root``): the log signed a false statement about its history.
-3. A checkpoint without a line commits to no map and is counted, not checked;
-   a malformed or repeated line is refused (``malformed_map_line``).
-4. Entries that fail validation do not stop the audit; ``deplog audit replay``
-   reports them.
+1. Each checkpoint is verified first (the log's signature, its origin).
+2. The entries are judged once, in log order, by the one validator and folded by the one
+   map function (``fold_notices``); at each checkpoint's size the entries' tree root
+   must be its root (``entries_root_mismatch``) and the map root its ``deplog-map/v1``
+   root, else ``bad_map_root`` names the first false size.
+3. A checkpoint without a line is counted, not checked; a malformed one is refused.
+4. Entries that fail validation do not stop the audit (``deplog audit replay`` reports them).
 """
 
 from __future__ import annotations

@@ -1,29 +1,19 @@
 """A tiles directory as an auditor's archive: the format the log publishes, read and mirrored.
 
-A tiles directory holds ``checkpoint`` and the C2SP tlog-tiles of its tree at
-their paths (``client.tlog.tiles``): what the authority writes and a CDN
-serves. The rules:
+A tiles directory holds ``checkpoint`` and the C2SP tlog-tiles of its tree
+(``client.tlog.tiles``): what the authority writes and a CDN serves. Rules:
 
-1. Reading (``tiles_dir_leaves``) yields the leaves of the checkpoint's tree
-   bundle by bundle, each bundle only once it and every hash tile on its way
-   to the root (its level-0 tile, the full tiles above, the tree's partial
-   tiles) hash to the checkpoint's root: a wrong file is ``bad_tile``, one of
-   the wrong length ``malformed_tile`` or ``malformed_bundle``, a missing one
-   ``missing_input``. Every file is read against the spec's bound for its
-   tile (``file_too_large``). A partial tile that is missing is read from its
-   full tile, cut to its width, as the spec lets a client do.
-2. Mirroring (``mirror_tiles``) makes a directory the copy of a tiles source
-   at the source's checkpoint: tiles already present are read from disk,
-   the others fetched, and each bundle's tiles are checked as in rule 1
-   before any of them is written. Each file is written atomically; the
-   checkpoint is written last, so a directory whose mirroring was killed
-   holds only verified tiles and its older checkpoint (or none), and running
-   it again fetches only what is missing. A checkpoint older than the one
-   already in place (a stale copy's) does not replace it. Partial tiles of
-   older checkpoints are left in place, as the spec lets a log keep them.
-
-Memory is bounded by one window of bundles plus the hash tiles above level 0
-and the partial tiles (1/256 of the tree's tiles), never the log.
+1. ``tiles_dir_leaves`` yields the checkpoint's leaves a bundle at a time, each only once
+   it and the tiles on its way to the root hash to the checkpoint's root (``bad_tile``;
+   wrong lengths ``malformed_tile``, ``malformed_bundle``; a missing file
+   ``missing_input``). Each file is read against its bound (``file_too_large``); a
+   missing partial tile is cut from its full one, as the spec allows.
+2. ``mirror_tiles`` makes a directory the copy of a source at its checkpoint: tiles
+   present are read, the others fetched, each bundle's checked before any is written.
+   Files are written atomically and the checkpoint last (never an older one over a
+   newer), so a killed mirroring holds only verified tiles, and a rerun fetches only
+   what is missing.
+3. Memory is one window of bundles and the tiles above level 0, never the log.
 """
 
 from __future__ import annotations
@@ -127,7 +117,7 @@ def tiles_dir_leaves(directory: Path, note: bytes) -> Iterator[bytes]:
 
 @dataclass(frozen=True)
 class MirrorReport:
-    """What a mirroring did: the checkpoint now in place, and the tiles fetched or kept."""
+    """What a mirroring did: the checkpoint in place, and the tiles fetched or kept."""
 
     checkpoint: Checkpoint
     fetched: int
@@ -135,12 +125,8 @@ class MirrorReport:
 
 
 async def mirror_tiles(directory: Path, note: bytes, fetch: FetchTile) -> MirrorReport:
-    """Make ``directory`` the tiles of ``note``'s tree, fetching what it lacks (rule 2).
-
-    ``note`` is the source's checkpoint; ``fetch`` reads one tile from the
-    source. The caller verifies the note's signature if it wants a verified
-    archive; the tiles are checked against its root either way.
-    """
+    """Make ``directory`` the tiles of ``note``'s tree (the source's checkpoint, its
+    signature the caller's to verify), fetching what it lacks with ``fetch`` (rule 2)."""
     checkpoint = _tree(note)
     size, root = checkpoint.size, checkpoint.root_hash
     tiles = _Tiles()

@@ -1,10 +1,8 @@
 """The slice of a DB-API connection that SQL shared between storage backends uses.
 
-``sqlite3.Connection`` has it; so does the authority's PostgreSQL adapter
-(``deplog.authority.storage.postgres``), which this package never imports. Code typed
-with :class:`Connection` writes its SQL in the two databases' common subset: ``?``
-placeholders, ``INSERT ... ON CONFLICT ... DO UPDATE/NOTHING``, no backend-only
-functions, and explicit ``BEGIN``/``COMMIT`` issued by its caller.
+``sqlite3.Connection`` has it, and so does the authority's PostgreSQL adapter. Code typed
+with ``Connection`` writes the two databases' common subset: ``?`` placeholders, ``INSERT
+... ON CONFLICT``, no backend-only functions, and ``BEGIN``/``COMMIT`` by its caller.
 """
 
 from __future__ import annotations
@@ -43,17 +41,10 @@ MAX_PARAMETERS: Final = 999
 
 
 def insert_rows(conn: Connection, head: str, rows: Sequence[Sequence[Any]], tail: str = "") -> None:
-    """``conn.executemany(f"{head} VALUES (?, ...) {tail}", rows)`` in few statements: one
-    of 2^k rows per binary digit of the rows' count, none over ``MAX_PARAMETERS``.
-
-    Python's sqlite3 releases the GIL around every step of a statement and takes it
-    back after: ``executemany`` steps once per row, and a thread that must take the GIL
-    back from a busy event loop waits its turn each time, so a batch of N rows paid up
-    to N waits (measured, over HTTP, five times the rows' CPU time). A multi-row
-    ``VALUES`` is one step. Power-of-two sizes keep a handful of statements in the
-    connection's statement cache. Rows must not repeat a conflict key (PostgreSQL
-    refuses a statement that updates one row twice).
-    """
+    """``conn.executemany(f"{head} VALUES (?, ...) {tail}", rows)`` in few statements, of
+    2^k rows each (few distinct statements to cache), none over ``MAX_PARAMETERS``: each
+    ``executemany`` step waits to take the GIL back from a busy event loop. Rows must not
+    repeat a conflict key (PostgreSQL refuses it)."""
     if not rows:
         return
     width = len(rows[0])

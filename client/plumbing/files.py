@@ -2,22 +2,14 @@
 
 Rules:
 
-1. ``write_atomic``: a reader of ``path`` sees the old file or the complete new
-   one, never a part of it. The bytes go to a temporary file in the same
-   directory (so the rename cannot cross file systems), which is fsynced, renamed
-   over ``path``, and the directory is fsynced, so once it returns the new file
-   survives a crash. If writing fails, ``path`` is untouched and the temporary
-   file is removed.
-2. The written file's mode is exactly ``mode`` (0644 unless the caller asks for
-   another): neither the umask nor the mode of the file it replaces changes it.
-3. ``exclusive_lock``: at most one holder of a lock file at a time, across
-   processes and across separate opens in one process (``flock`` locks an open
-   file description). The lock goes with the holder: it is released when the
-   ``with`` block ends or the process dies, so it is never left stale; the lock
-   file itself stays and means nothing on its own.
-4. ``output_closed``: a command whose standard output's reader went away (``| head``)
-   ends quietly with ``EXIT_OUTPUT_CLOSED``, as a tool stopped by ``SIGPIPE`` would,
-   and not with a "cannot use" message about a file nobody named.
+1. ``write_atomic``: a reader of ``path`` sees the old file or the complete new one (a
+   temporary file beside it, fsynced, renamed over it, the directory fsynced); a failed
+   write leaves ``path`` untouched and no temporary file.
+2. The written file's mode is exactly ``mode`` (0644 unless asked), whatever the umask.
+3. ``exclusive_lock``: one holder of a lock file at a time, across processes and opens
+   (``flock``); the lock goes with its holder, so it is never left stale.
+4. ``output_closed``: a command whose stdout's reader went away (``| head``) ends quietly
+   with ``EXIT_OUTPUT_CLOSED``, as one stopped by ``SIGPIPE`` would.
 """
 
 from __future__ import annotations
@@ -46,8 +38,8 @@ EXIT_OUTPUT_CLOSED: Final = 141
 
 
 def output_closed() -> int:
-    """Standard output's reader is gone (rule 4): point the descriptor at the null device,
-    so the interpreter's last flush has nowhere to fail, and return the exit status."""
+    """Standard output's reader is gone (rule 4): send the last flush to the null device and
+    return the exit status."""
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, sys.stdout.fileno())
     os.close(null)
@@ -55,11 +47,8 @@ def output_closed() -> int:
 
 
 def write_atomic(path: Path, chunks: Iterable[bytes], *, mode: int = 0o644) -> None:
-    """Replace ``path`` with the concatenation of ``chunks``, all or nothing (rules 1, 2).
-
-    ``chunks`` is consumed once, as it is written, so it may be a stream; if it
-    raises, the exception propagates and ``path`` is unchanged.
-    """
+    """Replace ``path`` with the concatenation of ``chunks`` (a stream or not), all or
+    nothing (rules 1, 2)."""
     path = Path(path)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     tmp = Path(tmp_name)
@@ -79,12 +68,8 @@ def write_atomic(path: Path, chunks: Iterable[bytes], *, mode: int = 0o644) -> N
 
 
 def require_writable(*directories: Path) -> None:
-    """Raise ``PermissionError`` naming the first of ``directories`` (or, for one not yet
-    created, its nearest existing ancestor) this process may not create files in.
-
-    Called before a command creates anything, so a directory it cannot write
-    leaves nothing half-created elsewhere.
-    """
+    """Raise ``PermissionError`` naming the first of ``directories`` (or the nearest
+    existing ancestor) this process may not create files in, before anything is created."""
     for directory in directories:
         existing = directory
         while not existing.exists() and existing.parent != existing:
@@ -104,12 +89,8 @@ def _fsync_directory(directory: Path) -> None:
 
 @contextlib.contextmanager
 def exclusive_lock(lock_file: Path) -> Iterator[bool]:
-    """Yield True if this holder now owns ``lock_file`` (rule 3), False if another does.
-
-    Never waits: a caller that finds the lock taken decides what to do (refuse to
-    start, or hand its work to the process that holds it). The file is created
-    0600 if missing.
-    """
+    """Yield True if this holder now owns ``lock_file`` (rule 3), False if another does;
+    never waits."""
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:

@@ -1,12 +1,9 @@
 """Progress of long work (first sync, replay, export, start-up checks), for a person watching.
 
-On a terminal it is a live bar with entries done, rate and time left (tqdm draws it); when
-stderr is not a terminal (a log file, systemd, CI) it is a plain line at most every
-``interval`` seconds and one at the end, so logs show that work moves without flooding.
-Progress always goes to stderr: stdout stays for results (``--json``).
-
-The work itself reports through a plain ``Callable[[int, int], None]`` (done, total), so
-library code never imports this module and never knows whether anyone is watching.
+On a terminal a live bar (tqdm); elsewhere (a log, systemd, CI) a plain line at most
+every ``interval`` seconds and one at the end. Always on stderr: stdout is for results.
+Work reports through a plain ``(done, total)`` callback, so library code never imports
+this module.
 """
 
 from __future__ import annotations
@@ -26,11 +23,8 @@ ProgressCallback = Callable[[int, int], None]
 
 
 class Progress:
-    """Shows ``(done, total)`` updates as a bar on a terminal, plain lines otherwise.
-
-    Use as a context manager and pass ``update`` as the work's ``ProgressCallback``.
-    ``quiet`` (for ``--json`` or ``--quiet``) shows nothing.
-    """
+    """A context manager whose ``update`` is the work's ``ProgressCallback``; ``quiet``
+    shows nothing."""
 
     def __init__(
         self,

@@ -1,25 +1,17 @@
 """Why a SQLite database could not be opened, told apart so the operator does the right thing.
 
-The log, the embedded witness and the standalone witness open their databases
-through :func:`database_fault` when opening fails, so ``authority serve``,
-``authority check`` and ``witness serve`` report one failure one way.
+The log and both witnesses report a failed open through ``database_fault``. Rules:
 
-Rules:
-
-1. Evidence decides, never the exception's class: SQLite's extended result code
-   (``sqlite_errorcode``), then the ``errno`` of our own probe of the same files
-   (SQLite does not expose the ``errno`` it saw), then the file system's free space.
-2. Each kind has a stable name (the message's first word) and its own exit status
-   (``sysexits.h`` values): permission denied 77, disk full 73, I/O error 74,
-   proven corruption 65; anything else is ``storage_unavailable``, exit 1.
-3. Corruption is reported only when proven: an ``SQLITE_CORRUPT`` or
-   ``SQLITE_NOTADB`` answer alone is not proof (a failing read looks the same), so
-   ``PRAGMA integrity_check`` runs on a read-only connection and must report a
-   problem, or find no database at all. Corruption found by the log's own checks
-   against what it signed is proof too (:data:`CORRUPT`).
-4. Only proven corruption mentions backups, and then only one that holds every
-   checkpoint the log published: restoring an older copy forks the log.
-5. The message is one line; it names files and the evidence (codes, never data).
+1. Evidence decides, never the exception's class: SQLite's extended result code, then
+   the ``errno`` of our own probe of the same files, then the free space.
+2. Each kind has a stable name (the message's first word) and exit status (sysexits):
+   permission 77, disk full 73, I/O 74, proven corruption 65; else
+   ``storage_unavailable``, 1.
+3. Corruption only when proven: ``SQLITE_CORRUPT`` alone is not (a failing read looks
+   the same), so ``PRAGMA integrity_check`` must report a problem; the log's own checks
+   against what it signed prove it too (``CORRUPT``).
+4. Only proven corruption mentions backups: one holding every published checkpoint.
+5. The message is one line naming files and evidence (codes, never data).
 """
 
 from __future__ import annotations
@@ -106,12 +98,8 @@ _CORRUPT_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 
 class StorageFault(CLIError):
-    """A database that cannot be used, classified by evidence, told to its operator.
-
-    A :class:`CLIError` (not a ``DeplogError``): it ends a command or a server's
-    start-up with ``exit_status``, and its message names the operator's files.
-    ``code`` is the kind's stable name, the message's first word.
-    """
+    """A database that cannot be used, classified by evidence: a ``CLIError`` naming the
+    operator's files, ``code`` its kind's stable name."""
 
     def __init__(self, kind: FaultKind, path: Path | str, evidence: str) -> None:
         self.kind = kind
@@ -130,9 +118,8 @@ _FILE_ADVICE = {
 
 
 def file_fault(err: OSError, doing: str = "use") -> CLIError:
-    """A file or directory an operator named that cannot be used (or written: ``doing``):
-    one line naming it, with the exit status of its kind (77 permission, 73 full, 74 I/O;
-    else 1) and what to do."""
+    """A file an operator named that cannot be used (or written: ``doing``): one line naming
+    it, with its kind's exit status (rule 2) and what to do."""
     where = f" {err.filename}" if err.filename else ""
     reason = err.strerror or type(err).__name__
     kind = _kind_of(err.errno)
@@ -151,11 +138,8 @@ def database_files(path: Path) -> tuple[Path, Path, Path]:
 
 
 def integrity_problem(path: Path) -> str | None:
-    """The first problem ``PRAGMA integrity_check`` reports on ``path``, or None if it passes.
-
-    Raises ``sqlite3.Error`` when the check itself cannot run; a file that is not a
-    database at all is a problem, not an error.
-    """
+    """The first problem ``PRAGMA integrity_check`` reports on ``path`` (a file that is no
+    database is one), None if it passes; ``sqlite3.Error`` if it cannot run."""
     uri = f"{path.resolve().as_uri()}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
@@ -265,9 +249,8 @@ def _errno_name(number: int | None) -> str:
 
 @contextlib.contextmanager
 def opening_database(path: Path, close: Callable[[], None]) -> Iterator[None]:
-    """Open a database inside this block: a ``sqlite3.Error`` or ``OSError`` becomes a
-    classified :class:`StorageFault`, after ``close`` ran and, if the database did not
-    exist before, the files the attempt created are removed (nothing half-created)."""
+    """Open a database inside this block: a failure is a ``StorageFault``, after ``close``
+    ran and the files a first attempt created are removed."""
     existed = {file for file in database_files(path) if file.exists()}
     try:
         yield

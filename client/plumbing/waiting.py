@@ -1,10 +1,9 @@
 """Waiting for an event, at most some seconds, in a loop that a cancellation must end.
 
-Python 3.11's ``asyncio.wait_for`` returns the inner result and drops the cancellation
-when both are ready in one turn: a background loop that waited with it for "a wake-up or
-an interval" went on forever after a stop that came with a wake-up, and a server on
-PostgreSQL never finished stopping (``tests/test_server_stop.py``). ``asyncio.timeout``
-has no such window, so every such wait in deplog goes through ``wait_until``.
+Python 3.11's ``asyncio.wait_for`` drops a cancellation that comes in the same turn as
+the result, so a loop waiting "for a wake-up or an interval" outlived its stop
+(``tests/test_server_stop.py``); every such wait goes through ``wait_until``, on
+``asyncio.timeout``, which has no such window.
 """
 
 from __future__ import annotations
