@@ -48,8 +48,6 @@ from deplog.client.model.status import StatusIndex, VersionStatus
 
 __all__ = [
     "DEFAULT_FRESHNESS",
-    "MEMO_ENTRIES",
-    "MEMO_PROOFS",
     "SNAPSHOT_ATTEMPTS",
     "Decision",
     "Guard",

@@ -30,7 +30,6 @@ from deplog.client.tlog.note import encode_base64
 from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
-    "MAX_INVENTORY_ITEMS",
     "InventoryFormatError",
     "Item",
     "check",

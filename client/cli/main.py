@@ -53,7 +53,6 @@ from deplog.client.tlog.receipt import Receipt, verify_receipt, verify_receipt_w
 from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
-    "DEFAULT_STATE",
     "main",
     "parser",
 ]

@@ -61,13 +61,11 @@ from deplog.client.tlog.receipt import Receipt, verify_receipt
 from deplog.client.tlog.timestamps import now_timestamp
 
 __all__ = [
-    "EXIT_CODES",
     "EXIT_NOT_CONFIRMED",
     "EXIT_OK",
     "EXIT_REFUSED",
     "EXIT_UNVERIFIED",
     "EXIT_USAGE",
-    "HTTP_TIMEOUT",
     "SequenceClock",
     "register",
 ]

@@ -45,7 +45,6 @@ from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy
 __all__ = [
     "EXIT_NOT_PROVEN",
     "TILES_AUTO",
-    "TILES_OFF",
     "add_follow_arguments",
     "add_tiles_argument",
     "another_log_error",
@@ -59,7 +58,6 @@ __all__ = [
     "read_log_key",
     "served_checkpoint",
     "state_fault",
-    "writing_state",
 ]
 
 EXIT_NOT_PROVEN: Final = 4
@@ -115,7 +113,7 @@ def state_fault(err: sqlite3.Error | OSError, path: Path) -> StorageFault:
 
 
 @contextlib.contextmanager
-def writing_state(path: Path) -> Iterator[None]:
+def _writing_state(path: Path) -> Iterator[None]:
     """Run a command that writes the state file ``path``: SQLite's failures are its storage
     fault (``state_fault``), and a failed first follow leaves no file behind."""
     if not path.parent.is_dir():
@@ -299,7 +297,7 @@ def follow_log(
             await session(follower)
 
     try:
-        with writing_state(args.state):
+        with _writing_state(args.state):
             asyncio.run(run())
     except KeyboardInterrupt:
         return 130

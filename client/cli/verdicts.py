@@ -36,7 +36,6 @@ from deplog.client.tlog.note import parse_note
 from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
-    "BEHIND_TIMEOUT",
     "EXIT_REFUSE",
     "EXIT_STALE",
     "EXIT_UNKNOWN",

@@ -57,7 +57,6 @@ from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
 
 __all__ = [
-    "RETRY_ELSEWHERE",
     "SUSPICION_ESCALATION",
     "Follower",
     "FollowerCounters",

@@ -44,8 +44,6 @@ __all__ = [
     "MAX_PAGE_BYTES",
     "MAX_PROOF_BYTES",
     "MAX_REDIRECTS",
-    "PUSH_READ_TIMEOUT",
-    "REDIRECT_STATUSES",
     "HttpClient",
     "HttpLogSource",
     "read_bounded",

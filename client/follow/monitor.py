@@ -32,7 +32,6 @@ from deplog.client.model.registry import PublisherRegistry
 from deplog.client.model.rules import InvalidEntry
 
 __all__ = [
-    "JOURNAL_SUFFIX",
     "Journal",
     "JournalError",
     "Monitor",

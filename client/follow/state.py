@@ -47,7 +47,6 @@ from deplog.client.tlog.proofs import EMPTY_ROOT, TreeFrontier
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET_MIB",
-    "NOTICE_BYTES",
     "SCHEMA",
     "AdvanceWriter",
     "FoldCache",

@@ -56,8 +56,6 @@ from deplog.client.tlog.tiles import (
 )
 
 __all__ = [
-    "BUNDLES_PER_CALL",
-    "CACHE_TILES",
     "MAX_REDIRECTS",
     "TilesLogSource",
     "cut_to_width",

@@ -26,7 +26,7 @@ from deplog.client.map.groups import Group, decode_group
 from deplog.client.map.layer import CommittedLayer, MapLayer, MapView
 from deplog.client.map.nodes import ChildRef
 
-__all__ = ["DEFAULT_CACHE_GROUP_BYTES", "DEFAULT_CACHE_RECORD_BYTES", "MapCache"]
+__all__ = ["MapCache"]
 
 DEFAULT_CACHE_GROUP_BYTES = 24 << 20
 """Stored bytes of groups a writer's cache keeps: about 200,000 nodes."""

@@ -44,14 +44,12 @@ from deplog.client.model.status import FoldNotice, InvalidMark, StatusIndex, Ver
 
 __all__ = [
     "DROPPED_NOTICE_FIELDS",
-    "RECORD_FORMAT",
     "RecordItem",
     "RecordNotice",
     "StatusRecord",
     "evaluate",
     "extend_record_bytes",
     "fold_notices",
-    "record_item",
     "record_item_bytes",
 ]
 
@@ -130,7 +128,7 @@ RecordItem = RecordNotice | InvalidMark
 validation (``docs/fold-spec.md``, "Entries that fail validation")."""
 
 
-def record_item(index: int, notice: Notice | InvalidMark) -> RecordItem:
+def _record_item(index: int, notice: Notice | InvalidMark) -> RecordItem:
     """The record item of a valid notice, or an invalid entry's mark, at ``index``."""
     return notice if isinstance(notice, InvalidMark) else RecordNotice.of(index, notice)
 
@@ -319,7 +317,7 @@ class StatusRecord:
     def of(cls, tool_id: str, notices: Iterable[tuple[int, Notice | InvalidMark]]) -> StatusRecord:
         """The record of signed notices ``(log index, notice)`` (and marks) about
         ``tool_id``."""
-        return cls.build(tool_id, (record_item(i, n) for i, n in notices))
+        return cls.build(tool_id, (_record_item(i, n) for i, n in notices))
 
     def extended(self, item: RecordItem) -> StatusRecord:
         """This record with one more notice (a later log index)."""
@@ -366,7 +364,7 @@ class StatusRecord:
 
 
 def record_item_bytes(index: int, notice: Notice | InvalidMark) -> bytes:
-    """The bytes of ``record_item(index, notice)``, encoded straight from the notice."""
+    """The bytes of ``_record_item(index, notice)``, encoded straight from the notice."""
     return _item_bytes(index, notice)
 
 
@@ -401,7 +399,7 @@ def fold_notices(
     fold_item)`` in log order, over the records ``find`` gives (None if absent)."""
     changed: dict[str, StatusRecord] = {}
     for index, notice in items:
-        item = record_item(index, notice)
+        item = _record_item(index, notice)
         tool_id = notice.tool_id
         before = changed[tool_id] if tool_id in changed else find(tool_id)
         changed[tool_id] = (

@@ -39,7 +39,7 @@ from deplog.client.mcp.compat import (
 )
 from deplog.client.plumbing.waiting import wait_until
 
-__all__ = ["MAX_CLIENTS", "ListChangedNotifier", "ToolVersion", "stamp_tools"]
+__all__ = ["ListChangedNotifier", "ToolVersion", "stamp_tools"]
 
 MAX_CLIENTS = 10_000
 """Listing clients a notifier remembers; the longest-silent are forgotten first."""

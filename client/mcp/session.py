@@ -47,8 +47,6 @@ from deplog.client.cache.mcp import (
 from deplog.client.mcp.compat import to_wire
 
 __all__ = [
-    "MAX_LISTED",
-    "MAX_LIST_PAGES",
     "GuardedClientSession",
     "ProvenClientSession",
     "refusal_result",

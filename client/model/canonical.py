@@ -23,7 +23,7 @@ import rfc8785
 
 from deplog.client.errors import ErrorCode, FormatError
 
-__all__ = ["MAX_SAFE_INTEGER", "JSONFormatError", "dumps", "encodes_to", "loads", "loads_checked"]
+__all__ = ["MAX_SAFE_INTEGER", "JSONFormatError", "dumps", "loads", "loads_checked"]
 
 # RFC 8785 section 3.2.2.3 / I-JSON (RFC 7493 section 2.2): integers beyond
 # this magnitude are not exactly representable in every implementation.
@@ -53,7 +53,7 @@ def _encode(obj: object) -> bytes:
     return _ENCODER.encode(obj).encode("utf-8")
 
 
-def encodes_to(value: object, data: bytes) -> bool:
+def _encodes_to(value: object, data: bytes) -> bool:
     """Whether ``data`` is exactly the canonical encoding of ``value``, which ``loads``
     returned for it (ASCII bytes: one comparison with the C encoder's output)."""
     if bytes(data).isascii():
@@ -79,7 +79,7 @@ def loads_checked(data: bytes, *, max_depth: int = 16) -> tuple[object, bool]:
 
 def _is_encoding_of(value: object, data: bytes) -> bool:
     try:
-        return encodes_to(value, data)
+        return _encodes_to(value, data)
     except (UnicodeEncodeError, JSONFormatError):  # a lone surrogate: never canonical
         return False
 

@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_ENTRY_BYTES",
     "PUBLISHER_STATEMENT_PREFIX",
-    "STATEMENT_ACTIONS",
     "Entry",
     "EntryFormatError",
     "EntrySignatureError",

@@ -59,7 +59,6 @@ __all__ = [
     "parse_publisher_id",
     "parse_reasons",
     "parse_schema_digest",
-    "parse_signature",
     "parse_signature_object",
     "parse_timestamp",
     "parse_tool_id",
@@ -342,7 +341,7 @@ def parse_key_id(value: object) -> bytes:
     return bytes.fromhex(s)
 
 
-def parse_signature(value: object) -> bytes:
+def _parse_signature(value: object) -> bytes:
     """Decode canonical standard base64 of exactly 64 bytes (``bad_signature_encoding``)."""
     raw = decode_base64(require_str(value))
     if raw is None or len(raw) != 64:
@@ -366,7 +365,7 @@ def encode_signature(key_id: bytes, sig: bytes) -> dict[str, str]:
 def parse_signature_object(value: object) -> tuple[bytes, bytes]:
     """Parse a ``{"key_id", "sig"}`` object into (key_id, signature)."""
     obj = require_object(value, required=("key_id", "sig"), allowed=frozenset({"key_id", "sig"}))
-    return parse_key_id(obj["key_id"]), parse_signature(obj["sig"])
+    return parse_key_id(obj["key_id"]), _parse_signature(obj["sig"])
 
 
 def _parse_message(value: object) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.notice import (
@@ -36,7 +36,6 @@ from deplog.client.model.semver import Version
 from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
-    "STATUSES",
     "FoldNotice",
     "FoldSource",
     "InvalidMark",
@@ -47,7 +46,6 @@ __all__ = [
 ]
 
 Status = Literal["active", "deprecated", "sunset", "revoked", "unknown"]
-STATUSES: Final[tuple[str, ...]] = ("active", "deprecated", "sunset", "revoked", "unknown")
 
 
 class StatusError(DeplogError):

@@ -16,14 +16,11 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-__all__ = ["Progress", "ProgressCallback"]
-
-ProgressCallback = Callable[[int, int], None]
-"""How work reports: ``(done, total)`` in its own unit (entries, tiles, bytes)."""
+__all__ = ["Progress"]
 
 
 class Progress:
-    """A context manager whose ``update`` is the work's ``ProgressCallback``; ``quiet``
+    """A context manager whose ``update`` is the work's ``(done, total)`` callback; ``quiet``
     shows nothing."""
 
     def __init__(

@@ -30,7 +30,6 @@ __all__ = [
     "CORRUPT",
     "DISK_FULL",
     "IO_ERROR",
-    "LOW_SPACE_BYTES",
     "PERMISSION_DENIED",
     "UNAVAILABLE",
     "FaultKind",

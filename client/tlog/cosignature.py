@@ -38,7 +38,6 @@ from deplog.client.tlog.note import tree_lines as checkpoint_tree
 __all__ = [
     "ALGORITHMS",
     "FULL_BODY",
-    "TIMESTAMP_SIZE",
     "TREE_LINES",
     "Cosignature",
     "CosignatureError",

@@ -39,7 +39,6 @@ __all__ = [
     "EVIDENCE_FORMAT",
     "FAILING_PROOF",
     "MAP_MISMATCH",
-    "MAX_EVIDENCE_BYTES",
     "EvidenceError",
     "EvidenceFormatError",
     "ForkEvidence",

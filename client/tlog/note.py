@@ -40,17 +40,10 @@ from cryptography.hazmat.primitives.asymmetric.mldsa import MLDSA44PrivateKey, M
 from deplog.client.errors import ErrorCode, FormatError, VerificationError
 
 __all__ = [
-    "COSIGNATURE_MLDSA44_SIZE",
-    "COSIGNATURE_V1_SIZE",
     "COSIGNER_TYPES",
-    "ED25519_KEY_SIZE",
-    "ED25519_SIGNATURE_SIZE",
-    "KEY_ID_SIZE",
     "MAX_NOTE_SIZE",
     "MAX_SIGNATURES",
     "MLDSA44_KEY_SIZE",
-    "MLDSA44_SEED_SIZE",
-    "MLDSA44_SIGNATURE_SIZE",
     "SIG_TYPE_COSIGNATURE_MLDSA44",
     "SIG_TYPE_COSIGNATURE_V1",
     "SIG_TYPE_ED25519",

@@ -51,7 +51,6 @@ from deplog.client.tlog.proofs import (
 
 __all__ = [
     "MAX_ENTRY_SIZE",
-    "MAX_LEVEL",
     "TILE_HEIGHT",
     "TILE_WIDTH",
     "BundleFormatError",
