@@ -273,8 +273,7 @@ class TooLargeError(FormatError):
 
 
 class CLIError(Exception):
-    """A command's one-line failure message for its operator (``<command>: <message>`` on
-    stderr), and the exit status to end with."""
+    """A command's one-line failure message for its operator, and the exit status to end with."""
 
     def __init__(self, message: str, exit_status: int = 1) -> None:
         super().__init__(message)

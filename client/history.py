@@ -50,8 +50,7 @@ class _Changes:
 
 
 class Snapshot(Mapping[K, V]):
-    """A dict as it was at a commit of its ``History``: never changes, whatever the owner
-    does to the live dict later."""
+    """A dict as it was at a commit of its ``History``, whatever the owner does later."""
 
     __slots__ = ("_changes", "_len", "_live")
 

@@ -35,8 +35,7 @@ _FOLD_CHUNK = 4096
 
 
 class MapRootError(VerificationError):
-    """A signed checkpoint whose map root is not the fold of the entries under it; ``size``
-    is the first such checkpoint's size."""
+    """A signed checkpoint whose map root is not the fold of its entries, the first's ``size``."""
 
     code = ErrorCode.BAD_MAP_ROOT
 
@@ -60,8 +59,7 @@ def audit_map(
     log_key: Verifier,
     origin: str | None = None,
 ) -> MapAuditReport:
-    """Check every checkpoint of ``notes`` against the map folded from ``leaves`` (entry 0
-    on, in order); MapRootError names the first size whose root is false."""
+    """Check every checkpoint of ``notes`` against the map folded from ``leaves`` (rule 2)."""
     checkpoints = sorted(
         (audit_checkpoint(note, log_key, origin) for note in notes), key=lambda c: c.size
     )

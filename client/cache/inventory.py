@@ -44,8 +44,7 @@ _FIELDS = frozenset({"tool_id", "version", "schema_digest"})
 
 
 class InventoryFormatError(FormatError):
-    """An inventory that is not a list of tool identities, or a diff between checkpoints
-    out of order or not yet synced."""
+    """An inventory that is no list of tool identities, or a diff of checkpoints not synced."""
 
     codes = frozenset({ErrorCode.MALFORMED_INVENTORY, ErrorCode.BAD_CHECKPOINT_RANGE})
     code = ErrorCode.MALFORMED_INVENTORY

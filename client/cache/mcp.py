@@ -101,8 +101,7 @@ Pins = Mapping[str, ToolVersion]
 
 @dataclass(frozen=True)
 class ListedIdentity:
-    """A listed tool that passed rules 1 and 2: the identity the host goes by and the
-    digest the host computed from the listed schema, for the guard to decide (rule 3)."""
+    """A listed tool that passed rules 1 and 2: its identity and computed schema digest."""
 
     tool_id: str
     version: str
@@ -128,8 +127,7 @@ def listed_schema_digest(tool: Mapping[str, Any]) -> str | None:
 def identity_annotation(
     tool_id: str, version: str, input_schema: dict[str, Any] | None
 ) -> dict[str, str]:
-    """The ``dev.deplog/tool`` object a tool author's server lists (``bad_tool_id``,
-    ``bad_version`` before anything is served)."""
+    """The ``dev.deplog/tool`` object a tool author's server lists (ids checked first)."""
     parse_tool_id(tool_id)
     Version.parse(version)
     identity = {"tool_id": tool_id, "version": version}

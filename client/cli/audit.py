@@ -267,8 +267,7 @@ def _cmd_receipt(args: argparse.Namespace) -> int:
 
 
 def _algorithm(cosig: Cosignature) -> str:
-    """Nothing for the spec's Ed25519 full-body form, else its type and that it covers
-    only the origin, size and root (so not the map line)."""
+    """Nothing for the spec's Ed25519 full-body form, else its type and ``tree lines only``."""
     if cosig.algorithm == "ed25519" and cosig.statement != TREE_LINES:
         return ""
     return f" ({cosig.algorithm}, tree lines only)"
@@ -556,8 +555,7 @@ def _listed_json(tool: ListedTool) -> dict[str, Any]:
 
 
 def _add_proof_trust(sp: argparse.ArgumentParser) -> None:
-    """The flags of the commands that check tool-status proofs: whose checkpoints count
-    (with ``--log-key``), how fresh, and when the status is evaluated."""
+    """The flags that say whose checkpoints count, how fresh, and when a status is evaluated."""
     sp.add_argument("--policy", type=Path, help="a C2SP tlog-policy file to verify against")
     sp.add_argument(
         "--at", metavar="TIME", help="RFC 3339 UTC time to evaluate the status at (default: now)"

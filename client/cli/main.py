@@ -187,12 +187,6 @@ def _warn_invalid(result: SyncResult) -> None:
         )
 
 
-def _status_exit(statuses: list[str], stale: bool) -> int:
-    """The verdict exit table (``client.cli.verdicts``) for a set of version statuses."""
-    codes = [verdicts.status_exit(s) for s in statuses]
-    return verdicts.exit_for([*codes, verdicts.EXIT_STALE if stale else 0])
-
-
 def _cmd_status(args: argparse.Namespace) -> int:
     """A tool's status from the local follower state (no network); exit by verdict."""
     state = verdicts.open_state(args.state)
@@ -222,7 +216,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(f"processed through size {through['size']}, verified at {through['verified_at']}")
         if stale:
             print("stale: the state is older than --max-age; run deplog follow", file=sys.stderr)
-    return _status_exit(statuses, stale)
+    codes = [verdicts.status_exit(status) for status in statuses]
+    return verdicts.exit_for([*codes, verdicts.EXIT_STALE if stale else 0])
 
 
 def _emit(report: dict[str, Any], fmt: str) -> None:

@@ -93,8 +93,7 @@ TILES_OFF = "off"
 
 
 def load_trust(log_key: str | None, policy: Path | None) -> Verifier | Policy:
-    """The trust policy file if given, else the pinned log key (``--log-key``: a key, or
-    a file holding one)."""
+    """The trust policy file if given, else the pinned log key."""
     if policy is not None:
         return Policy.parse(read_bounded(policy, MAX_POLICY_SIZE))
     if log_key is not None:
@@ -103,8 +102,7 @@ def load_trust(log_key: str | None, policy: Path | None) -> Verifier | Policy:
 
 
 def state_fault(err: sqlite3.Error | OSError, path: Path) -> StorageFault:
-    """A state file's storage fault; a corrupt state is a copy of the log: rebuilt, not
-    restored."""
+    """A state file's storage fault; a corrupt state is rebuilt from the log, not restored."""
     fault = database_fault(err, path)
     if fault.kind is not CORRUPT:
         return fault

@@ -38,8 +38,7 @@ class FollowerMap:
     """The map beside one advance: ``add`` each verified page, then ``matches``."""
 
     def __init__(self, conn: sqlite3.Connection, start: int) -> None:
-        """The map of the state on ``conn`` for an advance that goes on from entry ``start``
-        (the trusted size, or a resumed advance's last committed chunk)."""
+        """The map of the state on ``conn`` for an advance that goes on from entry ``start``."""
         StoredMap.discard_other_format(conn)  # rule 4: another format's map cannot go on
         has_map = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'map_state'"
@@ -60,8 +59,7 @@ class FollowerMap:
             self.map.advance_notices(start, end, notices)
 
     def matches(self, checkpoint: Checkpoint) -> bool:
-        """Whether the checkpoint's line (if it has one) is the folded map's root; a
-        malformed or repeated line is ``MapLineError``."""
+        """Whether the checkpoint's line, if any, is the folded map's root (rules 2, 3)."""
         committed = map_root_of(checkpoint.extensions)
         return self.map is None or committed is None or committed == self.map.root()
 

@@ -71,8 +71,7 @@ class LogSource(Protocol):
         ...
 
     async def consistency(self, old: int, new: int) -> ConsistencyProof:
-        """A consistency proof from size ``old`` to size ``new`` as served; it may be
-        for other sizes or simply wrong (the trust state finds out which)."""
+        """A consistency proof from size ``old`` to size ``new`` as served (maybe wrong)."""
         ...
 
     async def entries(self, start: int, end: int) -> Sequence[bytes]:
@@ -85,8 +84,7 @@ class CheckpointStream(Protocol):
     """A source that also announces checkpoints as the log publishes them."""
 
     def checkpoints(self) -> AsyncIterator[bytes]:
-        """Each announced checkpoint note, until the stream ends (``FetchError`` if it
-        breaks). An announcement is a hint: it is verified like any fetched note."""
+        """Each announced checkpoint note, a hint verified like any other, until the stream ends."""
         ...
 
 

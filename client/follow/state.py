@@ -240,8 +240,7 @@ def _decode_frontier(size: int, text: str) -> TreeFrontier:
 
 
 class StateError(DeplogError):
-    """The local state file is unusable (absent, another log's, or inconsistent); for
-    ``state_for_another_log``, ``path`` and ``built_for``, the log it was built for."""
+    """The local state file is unusable; ``path`` and ``built_for`` name another log's (rule 4)."""
 
     codes = frozenset({ErrorCode.NO_STATE, ErrorCode.STATE_FOR_ANOTHER_LOG, ErrorCode.BAD_STATE})
 
@@ -291,8 +290,7 @@ class LocalState:
         *,
         memory_mib: float = DEFAULT_MEMORY_BUDGET_MIB,
     ) -> None:
-        """Open or create the state of the log ``origin``; None opens an existing one,
-        whichever log it follows (read-only uses)."""
+        """Open or create the state of the log ``origin`` (None: an existing one, any log's)."""
         self.path = Path(path)
         self.status_budget = status_budget(memory_mib)
         if origin is None and not self.path.exists():
@@ -529,8 +527,7 @@ class LocalState:
         frontier: TreeFrontier,
         registry: PublisherRegistry,
     ) -> None:
-        """Make a proven chunk durable as progress toward ``note`` (rule 2), then go on in a
-        new transaction."""
+        """Make a proven chunk durable as progress toward ``note`` (rule 2), and go on."""
         writer.conn.execute(
             "INSERT INTO pending (id, note, done, frontier, registry) VALUES (1, ?, ?, ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET note = excluded.note, done = excluded.done, "

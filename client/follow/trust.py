@@ -113,8 +113,7 @@ class MapMismatchError(ForkError):
 
 
 class SuspectedForkError(TrustError):
-    """A consistency proof that fails between two signed checkpoints (rule 2); ``evidence``
-    names the unproven file."""
+    """A consistency proof failing between two signed checkpoints (rule 2): unproven."""
 
     code = ErrorCode.SUSPECTED_FORK
 
@@ -246,8 +245,7 @@ class TrustedState:
         return AdvanceSession(self, candidate, pending)
 
     def advanced(self, old_size: int, new_size: int, noticed: tuple[object, ...]) -> Advanced:
-        """What the trusted state's move from ``old_size`` to ``new_size`` changed (folded
-        only when asked: ``StatusChange``)."""
+        """What the trusted state's move from ``old_size`` to ``new_size`` changed."""
         at = datetime.now(UTC)
         changes = tuple(
             StatusChange(tool_id, old_size, new_size, at, self.state)
@@ -258,8 +256,7 @@ class TrustedState:
 
 
 class AdvanceSession:
-    """One advance in progress: verified entries staged in the state's open transaction,
-    committed chunk by chunk (rule 5)."""
+    """One advance in progress, staged in the state's transaction, committed by chunks."""
 
     def __init__(
         self, trusted: TrustedState, candidate: Candidate, pending: Pending | None = None

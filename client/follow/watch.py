@@ -96,8 +96,7 @@ def _classify(path: Path, error: Exception, size: int) -> StateProblem:
 
 
 class WatchedState:
-    """A ``GuardState`` over a state file's path, which may be missing, unusable or
-    replaced at any time."""
+    """A ``GuardState`` over a path whose file may be missing, unusable or replaced (rules)."""
 
     def __init__(
         self,

@@ -268,8 +268,7 @@ class MapCache:
             self.records.put(tool_id, record)
 
     def _rebase(self, written: MapLayer) -> None:
-        """The tables are at ``written``'s size now: what the layer has not changed since is
-        cached as read."""
+        """The tables are at ``written``'s size now: cache what the layer has not changed."""
         layer = self.live
         layer.base = written.size
         groups, records = layer.drop_rows(written)

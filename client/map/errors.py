@@ -34,7 +34,6 @@ class MapProofError(VerificationError):
 
 
 class MapStorageError(DeplogError):
-    """A row of the map's own storage that is missing or does not decode (altered storage);
-    the message says which kind of row, never its bytes."""
+    """A row of the map's own storage that is missing or does not decode; never its bytes."""
 
     code = ErrorCode.MAP_ROW_UNREADABLE

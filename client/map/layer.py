@@ -116,8 +116,7 @@ class ViewMoved(Exception):
 
 @dataclass(frozen=True)
 class MapView:
-    """What a reader takes before it reads (rule 3): the committed layer, or None, and the
-    slices written by then."""
+    """What a reader takes before it reads (rule 3): the committed layer, and slices then."""
 
     layer: CommittedLayer | None = None
     slices: int = 0

@@ -91,8 +91,7 @@ class StoredMap(VerifiableMap):
 
     @contextlib.contextmanager
     def scoped_cache(self, cache: MapCache | None = None) -> Iterator[None]:
-        """A cache (``cache``, else a new one) for the block, for a holder without its own:
-        inside one transaction, each group is read once."""
+        """A cache for the block, for a holder without its own: each group is read once."""
         if self.cache is not None:
             yield
             return
@@ -115,8 +114,7 @@ class StoredMap(VerifiableMap):
 
     @staticmethod
     def create_schema(conn: sqlite3.Connection) -> bool:
-        """Create the map's tables if missing, dropping another format's first (rule *one
-        format*); True if there was one."""
+        """Create the map's tables if missing, first dropping another format's: True if so."""
         discarded = StoredMap.discard_other_format(conn)
         for statement in SCHEMA:
             conn.execute(statement)
@@ -152,8 +150,7 @@ class StoredMap(VerifiableMap):
 
     @staticmethod
     def drop_unless_at(conn: Connection, size: int) -> None:
-        """Remove the map's tables unless the map is at ``size``: a map past the size its
-        holder keeps cannot be rewound."""
+        """Remove the map's tables unless the map is at ``size`` (a map cannot be rewound)."""
         tables = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'map_state'"
         ).fetchone()

@@ -79,8 +79,7 @@ class PluginSettings:
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> PluginSettings:
-        """Parse the block: ``DeplogError`` for a bad tool id, version or digest, else
-        ``ValueError``."""
+        """Parse the block: ``DeplogError`` for bad ids or digests, else ``ValueError``."""
         unknown = set(config) - {"state", "tools", "freshness_seconds", "keep_unverified"}
         if unknown:
             raise ValueError(f"unknown deplog plugin settings: {sorted(unknown)}")

@@ -85,8 +85,7 @@ def refusal_result(decision: Decision, name: str | None = None) -> types.CallToo
 
 
 class GuardedClientSession(ClientSession):
-    """``ClientSession`` whose tool list and tool calls go through a deplog ``Guard``, held
-    to the host's ``pins``."""
+    """``ClientSession`` whose tool list and calls go through a deplog ``Guard`` (rules 1, 2)."""
 
     def __init__(
         self,

@@ -114,8 +114,7 @@ class PublisherStatement:
 
     @classmethod
     def from_json(cls, obj: object) -> PublisherStatement:
-        """Validate a decoded statement: NoticeError codes as for notices, KeyFormatError
-        ``bad_key`` for a key that is not a type 0x01 verifier key."""
+        """Validate a decoded statement: the notice schema's codes, ``bad_key`` for a key."""
         o = require_object(
             obj, required=("action", "publisher", "issued_at"), allowed=_STATEMENT_FIELDS
         )
@@ -189,8 +188,7 @@ class PublisherEntry:
         }
 
     def verify(self, authority: Verifier) -> None:
-        """Check the authority's signature; EntrySignatureError if another key made it
-        or it does not verify."""
+        """Check the authority's signature (``EntrySignatureError``)."""
         if bytes(authority.key_id) != self.key_id:
             raise EntrySignatureError(message="signed by another key")
         if not authority.verify(self.statement.signed_bytes(), self.signature):

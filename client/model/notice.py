@@ -640,8 +640,7 @@ class Notice:
         return cached
 
     def adopt_canonical_bytes(self, data: bytes) -> None:
-        """Take ``data``, proven equal to them (a canonical leaf's slice), as the notice's
-        canonical bytes."""
+        """Take ``data``, proven equal to them (a canonical leaf's slice), as canonical bytes."""
         object.__setattr__(self, "_canonical", bytes(data))
 
     @property

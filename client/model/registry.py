@@ -163,8 +163,7 @@ class PublisherRegistry:
         return self._namespace_owner.get(namespace)
 
     def apply(self, index: int, entry: PublisherEntry, authority: Verifier) -> None:
-        """Verify the authority's signature on ``entry`` (EntrySignatureError) and fold it
-        in, or refuse it (RegistryError)."""
+        """Fold in a publisher entry, or refuse it (rule 1)."""
         entry.verify(authority)
         st = entry.statement
         action = st.action
@@ -241,8 +240,7 @@ class PublisherRegistry:
 
     @staticmethod
     def check_withdraw(notice: Notice, target: NoticeRef | None) -> None:
-        """For a withdraw, refuse unless ``target`` (the earlier notice it names, else None) is
-        a deprecate or revoke by the same publisher about the same tool."""
+        """Refuse a withdraw whose ``target`` (None: no earlier notice) breaks rule 4."""
         if notice.action != "withdraw":
             return
         if (

@@ -119,8 +119,7 @@ Judged = Entry | InvalidEntry
 
 
 def fold_item(judged: Judged) -> Notice | InvalidMark | None:
-    """What the status fold and the map take of a judged entry: a valid notice, an invalid
-    entry's mark, or None."""
+    """What the fold and the map take of a judged entry: a notice, a mark, or None."""
     if isinstance(judged, NoticeEntry):
         return judged.envelope.notice
     if isinstance(judged, InvalidEntry):
@@ -150,8 +149,7 @@ def readable_tool_id(leaf: bytes) -> str | None:
 
 
 def decode_leaf(leaf: bytes) -> Entry | DeplogError:
-    """The entry of ``leaf``, or why it is none (rule 1), for a caller that decodes a page
-    of leaves before checking them in order."""
+    """The entry of ``leaf``, or why it is none (rule 1), to decode a page before checking."""
     try:
         return decode_entry(leaf)
     except DeplogError as err:
@@ -159,8 +157,7 @@ def decode_leaf(leaf: bytes) -> Entry | DeplogError:
 
 
 class EntryChecker:
-    """Applies the rules to entries in log order, advancing ``registry``; the lookups see
-    the caller's record of every earlier notice."""
+    """Applies the rules to entries in log order, advancing ``registry``."""
 
     def __init__(
         self,

@@ -355,8 +355,7 @@ class FoldSource(Protocol):
         ...
 
     def named_versions(self, tool_id: str, start: int, end: int) -> Iterable[str]:
-        """The exact versions named by the tool's notices in ``[start, end)`` (for a
-        withdraw: by the notice it withdraws)."""
+        """The exact versions named by the tool's notices in ``[start, end)``."""
         ...
 
 
@@ -386,8 +385,7 @@ class StatusChange:
         return version in self.changed_among((version,), now)
 
     def changed_among(self, versions: Iterable[str], now: datetime | None = None) -> set[str]:
-        """Those of ``versions`` whose status (or the notices behind it) differs; the two
-        folds are made once for all of them."""
+        """Those of ``versions`` whose status (or the notices behind it) differs."""
         when = now or self.at
         before, after = self.before, self.after
         out: set[str] = set()

@@ -38,8 +38,7 @@ EXIT_OUTPUT_CLOSED: Final = 141
 
 
 def output_closed() -> int:
-    """Standard output's reader is gone (rule 4): send the last flush to the null device and
-    return the exit status."""
+    """Standard output's reader is gone (rule 4): the last flush goes nowhere; the status."""
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, sys.stdout.fileno())
     os.close(null)
@@ -47,8 +46,7 @@ def output_closed() -> int:
 
 
 def write_atomic(path: Path, chunks: Iterable[bytes], *, mode: int = 0o644) -> None:
-    """Replace ``path`` with the concatenation of ``chunks`` (a stream or not), all or
-    nothing (rules 1, 2)."""
+    """Replace ``path`` with the concatenation of ``chunks``, all or nothing (rules 1, 2)."""
     path = Path(path)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     tmp = Path(tmp_name)
@@ -89,8 +87,7 @@ def _fsync_directory(directory: Path) -> None:
 
 @contextlib.contextmanager
 def exclusive_lock(lock_file: Path) -> Iterator[bool]:
-    """Yield True if this holder now owns ``lock_file`` (rule 3), False if another does;
-    never waits."""
+    """Yield whether this holder now owns ``lock_file`` (rule 3); never waits."""
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:

@@ -20,8 +20,7 @@ __all__ = ["Progress"]
 
 
 class Progress:
-    """A context manager whose ``update`` is the work's ``(done, total)`` callback; ``quiet``
-    shows nothing."""
+    """A context manager whose ``update`` is the work's ``(done, total)`` callback."""
 
     def __init__(
         self,

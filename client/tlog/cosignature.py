@@ -70,8 +70,7 @@ class CosignatureError(VerificationError):
 
 @dataclass(frozen=True)
 class Cosignature:
-    """A verified cosignature: who signed, the time it vouches for, its key type and the
-    lines it covers (``statement``)."""
+    """A verified cosignature: who, the time it vouches for, key type and ``statement``."""
 
     name: str
     key_id: bytes
@@ -86,8 +85,7 @@ class Cosignature:
 
 
 def cosigner(signer: Signer) -> Signer:
-    """The cosigning form of a key: type 0x04 for Ed25519 (another key ID), an ML-DSA-44 key
-    as it is."""
+    """The cosigning form of a key: type 0x04 for Ed25519, an ML-DSA-44 key as it is."""
     if signer.sig_type == SIG_TYPE_COSIGNATURE_MLDSA44:
         return signer
     return signer.with_sig_type(SIG_TYPE_COSIGNATURE_V1)

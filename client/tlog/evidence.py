@@ -127,15 +127,7 @@ class ForkEvidence:
         }
         if not isinstance(obj, dict) or set(obj) != keys or obj["format"] != EVIDENCE_FORMAT:
             raise EvidenceFormatError()
-        text_fields = (
-            "log_key",
-            "first_checkpoint",
-            "second_checkpoint",
-            "finding",
-            "detected_at",
-            "reporter",
-        )
-        if not all(isinstance(obj[k], str) for k in text_fields):
+        if not all(isinstance(obj[k], str) for k in keys - {"consistency_proof", "proven"}):
             raise EvidenceFormatError()
         if obj["finding"] not in _PROVEN or obj["proven"] is not _PROVEN[obj["finding"]]:
             raise EvidenceFormatError()

@@ -88,8 +88,7 @@ def load_or_create_signer(
 
 
 def read_verifier_key(value: str) -> Verifier:
-    """A log verifier key given inline or as the path of a file holding one (``TooLargeError``
-    over 4 KiB)."""
+    """A log verifier key given inline or as the path of a file holding one (up to 4 KiB)."""
     path = Path(value)
     if path.is_file():
         with open(path, "rb") as f:

@@ -246,6 +246,19 @@ def _check_key_fields(name: str, sig_type: int) -> None:
         raise KeyFormatError(message="an ML-DSA-44 cosigner name is at most 255 bytes")
 
 
+def _key_parts(text: str, what: str, unsplit: str) -> tuple[str, bytes, bytes]:
+    """The name, key ID and decoded blob of ``name+hex8+base64`` (whose base64 may hold
+    ``+``); ``unsplit`` is the message for text of another shape."""
+    parts = text.split("+", 2)
+    if len(parts) != 3:
+        raise KeyFormatError(message=unsplit)
+    name, id_hex, blob_b64 = parts
+    blob = decode_base64(blob_b64)
+    if not is_valid_key_name(name) or not _HEX8.fullmatch(id_hex) or blob is None:
+        raise KeyFormatError(message=f"{what} is malformed")
+    return name, bytes.fromhex(id_hex), blob
+
+
 @dataclass(frozen=True)
 class Verifier:
     """A public key that checks note signatures, named by its (name, key ID) pair."""
@@ -325,19 +338,10 @@ class Verifier:
 
     @classmethod
     def _parse(cls, vkey: str, *expected_types: int) -> Verifier:
-        # Split on '+' at most twice: the base64 key material may contain '+'.
-        parts = vkey.split("+", 2)
-        if len(parts) != 3:
-            raise KeyFormatError(message="verifier key must be name+id+key")
-        name, id_hex, blob_b64 = parts
-        blob = decode_base64(blob_b64)
-        if not is_valid_key_name(name) or not _HEX8.fullmatch(id_hex) or blob is None:
-            raise KeyFormatError(message="verifier key is malformed")
-        if blob[:1] not in [bytes([t]) for t in expected_types]:
+        name, kid, blob = _key_parts(vkey, "verifier key", "verifier key must be name+id+key")
+        if not blob or blob[0] not in expected_types or len(blob) != 1 + _KEY_SIZES[blob[0]]:
             raise KeyFormatError(message="verifier key has the wrong type or length")
-        if len(blob) != 1 + _KEY_SIZES[blob[0]]:
-            raise KeyFormatError(message="verifier key has the wrong type or length")
-        return cls(name, bytes.fromhex(id_hex), blob[1:], blob[0])
+        return cls(name, kid, blob[1:], blob[0])
 
 
 class Signer:
@@ -420,17 +424,12 @@ class Signer:
         types = (sig_type,) if isinstance(sig_type, int) else tuple(sig_type)
         if not skey.startswith(_PRIVATE_PREFIX):
             raise KeyFormatError(message="private key must start with PRIVATE+KEY+")
-        parts = skey[len(_PRIVATE_PREFIX) :].split("+", 2)
-        if len(parts) != 3:
-            raise KeyFormatError(message="private key is malformed")
-        name, id_hex, blob_b64 = parts
-        blob = decode_base64(blob_b64)
-        if not is_valid_key_name(name) or not _HEX8.fullmatch(id_hex) or blob is None:
-            raise KeyFormatError(message="private key is malformed")
+        text = skey[len(_PRIVATE_PREFIX) :]
+        name, kid, blob = _key_parts(text, "private key", "private key is malformed")
         if not blob or blob[0] not in types or len(blob) != 1 + _SEED_SIZES[blob[0]]:
             raise KeyFormatError(message="private key has the wrong type or length")
         signer = cls.from_seed(name, blob[1:], blob[0])
-        if signer.key_id != bytes.fromhex(id_hex):
+        if signer.key_id != kid:
             raise KeyFormatError(message="private key ID does not match its key")
         return signer
 

@@ -194,14 +194,9 @@ class _Rules:
             raise PolicyFormatError("log keys must be type 0x01 (tlog-checkpoint) vkeys")
         if log.url is not None:
             _check_token(log.url, "URL")
-        if log.verifier.public_key in self._log_keys:
-            raise PolicyFormatError("duplicate log key")
-        if (log.verifier.name, log.verifier.key_id) in self._log_ids:
-            raise PolicyFormatError("two log keys share a name and key ID")
+        _new_key(log.verifier, self._log_keys, self._log_ids, "log")
         if len(self.logs) >= MAX_LOGS:
             raise PolicyFormatError(f"more than {MAX_LOGS} logs")
-        self._log_keys.add(log.verifier.public_key)
-        self._log_ids.add((log.verifier.name, log.verifier.key_id))
         self.logs.append(log)
 
     def add_witness(self, witness: PolicyWitness) -> None:
@@ -212,14 +207,9 @@ class _Rules:
             self._check_tree_lines(witness)
         if witness.url is not None:
             _check_token(witness.url, "URL")
-        if witness.verifier.public_key in self._witness_keys:
-            raise PolicyFormatError("duplicate witness key")
-        if (witness.verifier.name, witness.verifier.key_id) in self._witness_ids:
-            raise PolicyFormatError("two witness keys share a name and key ID")
+        _new_key(witness.verifier, self._witness_keys, self._witness_ids, "witness")
         if len(self.witnesses) >= MAX_WITNESSES:
             raise PolicyFormatError(f"more than {MAX_WITNESSES} witnesses")
-        self._witness_keys.add(witness.verifier.public_key)
-        self._witness_ids.add((witness.verifier.name, witness.verifier.key_id))
         self.witnesses[witness.name] = witness
 
     def add_group(self, group: PolicyGroup) -> None:
@@ -286,6 +276,16 @@ class _Rules:
         group = self.groups[name]
         eligible = sum(1 for m in group.members if self._can_vouch_for_map(m))
         return eligible >= group.threshold
+
+
+def _new_key(verifier: Verifier, keys: set[bytes], ids: set[tuple[str, bytes]], kind: str) -> None:
+    """Record a log's or a witness's key, refusing a duplicate (rule 2) or an ambiguous ID."""
+    if verifier.public_key in keys:
+        raise PolicyFormatError(f"duplicate {kind} key")
+    if (verifier.name, verifier.key_id) in ids:
+        raise PolicyFormatError(f"two {kind} keys share a name and key ID")
+    keys.add(verifier.public_key)
+    ids.add((verifier.name, verifier.key_id))
 
 
 def _threshold(token: bytes, members: int) -> int:
@@ -478,8 +478,7 @@ class Policy:
         return [w.verifier for w in self.witnesses.values() if w.tree_lines]
 
     def cosignatures(self, note: bytes) -> list[Cosignature]:
-        """Every valid cosignature on ``note`` by a policy witness, in the forms the policy
-        accepts from it."""
+        """Every valid cosignature on ``note`` by a policy witness, in a form it accepts."""
         return cosignatures(note, self.witness_verifiers(), tree_lines=self.tree_lines_verifiers())
 
     def quorum_time(

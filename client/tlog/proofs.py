@@ -56,8 +56,7 @@ MAX_PROOF_HASHES = 64
 
 
 class ProofError(VerificationError):
-    """A proof that does not verify or answers another question, or a request no tree
-    answers."""
+    """A proof that does not verify or answers another question, or an unanswerable request."""
 
     codes = frozenset(
         {
@@ -189,8 +188,7 @@ def inclusion_ranges(index: int, size: int) -> list[tuple[int, int]]:
 
 
 def consistency_path(hashes: Sequence[bytes], old_size: int, new_size: int) -> list[bytes]:
-    """PROOF(old_size, D[0:new_size]) of RFC 9162 section 2.1.4.1 (empty from size 0 and
-    between equal sizes)."""
+    """PROOF(old_size, D[0:new_size]) of RFC 9162 section 2.1.4.1 (empty from 0 or equal)."""
     _check_generation_range(hashes, new_size)
     return [_mth(hashes, lo, hi) for lo, hi in consistency_ranges(old_size, new_size)]
 

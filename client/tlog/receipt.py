@@ -152,8 +152,7 @@ def verify_receipt(
 def verify_receipt_with_policy(
     receipt: Receipt, leaf: bytes, policy: Policy, *, now: float, max_age: float | None = None
 ) -> VerifiedCheckpoint:
-    """Verify the receipt's checkpoint against a witness ``policy`` (``Policy.verify``), then
-    the inclusion proof of ``leaf`` in it."""
+    """Verify the receipt's checkpoint against a witness ``policy``, then its proof of ``leaf``."""
     verified = policy.verify(receipt.checkpoint, now=now, max_age=max_age)
     checkpoint = verified.checkpoint
     verify_inclusion(
