@@ -119,8 +119,7 @@ class ReplayReport:
 def replay(
     leaves: Iterable[bytes], checkpoint_note: bytes, log_key: Verifier, origin: str | None = None
 ) -> ReplayReport:
-    """Replay a whole log from entry 0 against its signed checkpoint (rule 4); errors that
-    ``leaves`` raises (a malformed bundle) propagate unchanged."""
+    """Replay a whole log from entry 0 against its signed checkpoint (rule 4)."""
     checkpoint = audit_checkpoint(checkpoint_note, log_key, origin)
     history = LogReplay(log_key)
     frontier = TreeFrontier()

@@ -125,8 +125,7 @@ class MirrorReport:
 
 
 async def mirror_tiles(directory: Path, note: bytes, fetch: FetchTile) -> MirrorReport:
-    """Make ``directory`` the tiles of ``note``'s tree (the source's checkpoint, its
-    signature the caller's to verify), fetching what it lacks with ``fetch`` (rule 2)."""
+    """Make ``directory`` the tiles of the source's ``note``, fetching what it lacks (rule 2)."""
     checkpoint = _tree(note)
     size, root = checkpoint.size, checkpoint.root_hash
     tiles = _Tiles()

@@ -42,8 +42,7 @@ from typing import Protocol
 from deplog.client.errors import DeplogError
 from deplog.client.follow.mapcheck import MapProver
 from deplog.client.follow.state import Folded, TrustedCheckpoint
-from deplog.client.model.notice import parse_tool_id
-from deplog.client.model.semver import Version
+from deplog.client.model.notice import parse_tool_id, parse_version
 from deplog.client.model.status import StatusIndex, VersionStatus
 
 __all__ = [
@@ -56,6 +55,7 @@ __all__ = [
     "Verdict",
     "refusal",
     "served",
+    "valid_identity",
 ]
 
 DEFAULT_FRESHNESS = timedelta(minutes=5)
@@ -101,6 +101,16 @@ class Decision:
     @property
     def may_serve(self) -> bool:
         return self.verdict in (Verdict.SERVE, Verdict.WARN)
+
+
+def valid_identity(tool_id: object, version: object) -> bool:
+    """Whether ``tool_id`` and ``version`` are a deplog tool id and a SemVer version."""
+    try:
+        parse_tool_id(tool_id)
+        parse_version(version)
+    except DeplogError:
+        return False
+    return True
 
 
 def refusal(status: VersionStatus, schema_digest: str | None) -> str | None:
@@ -179,8 +189,7 @@ class Guard:
         return replace(decision, proof=self._proof(through, tool_id))
 
     def _proof(self, through: ProcessedThrough, tool_id: str) -> bytes | None:
-        """The map proof of ``tool_id`` at ``through``, memoized by checkpoint and tool, so one
-        read for an older checkpoint is never handed out for a newer one."""
+        """The map proof of ``tool_id`` at ``through``, memoized by checkpoint and tool."""
         key = (through.checkpoint, tool_id)
         proof = self._proofs.get(key)
         if proof is not None:
@@ -250,16 +259,12 @@ class Guard:
     def _status(
         self, tool_id: str, version: str, now: float
     ) -> tuple[VersionStatus, float | None] | None:
-        """A version's status and its latest notice's processing time (None: bad input),
-        memoized until the tool's fold changes or a notice's time comes."""
+        """A version's status and its latest notice's processing time, memoized (None: bad)."""
         index, processed = self.state.tool_status(tool_id)
         memo = self._memo.get((tool_id, version))
         if memo is not None and memo[0] is index and now < memo[1]:
             return memo[2]
-        try:
-            parse_tool_id(tool_id)
-            Version.parse(version)
-        except DeplogError:
+        if not valid_identity(tool_id, version):
             return None
         moment = datetime.fromtimestamp(now, UTC)
         status = index.lookup(tool_id, version, moment)

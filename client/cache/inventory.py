@@ -26,7 +26,6 @@ from deplog.client.model.notice import (
 )
 from deplog.client.model.status import VersionStatus
 from deplog.client.tlog.checkpoint import Checkpoint
-from deplog.client.tlog.note import encode_base64
 from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
@@ -97,14 +96,6 @@ def _identity(item: Item) -> dict[str, Any]:
     return out
 
 
-def _checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
-    return {
-        "origin": checkpoint.origin,
-        "size": checkpoint.size,
-        "root": encode_base64(checkpoint.root_hash),
-    }
-
-
 def check(state: LocalState, items: list[Item], at: datetime) -> dict[str, Any]:
     """Each item's status at the trusted checkpoint, as of ``at``."""
     trusted = state.trusted
@@ -120,7 +111,7 @@ def check(state: LocalState, items: list[Item], at: datetime) -> dict[str, Any]:
         entries.append(entry)
     return {
         "report": "inventory-check",
-        "checkpoint": _checkpoint(trusted.checkpoint),
+        "checkpoint": trusted.checkpoint.to_json(),
         "at": format_timestamp(at),
         "items": entries,
     }
@@ -171,8 +162,8 @@ def diff(
             )
     return {
         "report": "inventory-diff",
-        "from": _checkpoint(old),
-        "to": _checkpoint(new),
+        "from": old.to_json(),
+        "to": new.to_json(),
         "at": format_timestamp(at),
         "changes": changes,
     }

@@ -62,8 +62,7 @@ class ListedTool:
     note: bytes | None = None
 
     def decision(self, verified_at: datetime) -> Decision:
-        """As a guard ``Decision`` (a failure is ``unknown``, its code the reason), for the
-        MCP annotations and refusals."""
+        """As a guard ``Decision`` (a failure is ``unknown``, its code the reason)."""
         through = None
         if self.checkpoint is not None and self.note is not None:
             through = ProcessedThrough(self.note.decode(), self.checkpoint.size, verified_at)
@@ -79,8 +78,7 @@ def verify_listing(
     pins: Pins | None = None,
     require_pins: bool = False,
 ) -> list[ListedTool]:
-    """Every deplog tool of a ``tools/list`` result, in listed order, as its proof shows it at
-    ``now`` under the checkpoints ``verify_checkpoint`` accepts, held to ``pins``."""
+    """Every deplog tool of a ``tools/list`` result, in order, as its proof shows it at ``now``."""
     tools = result.get("tools")
     if not isinstance(tools, list):
         return []
@@ -88,8 +86,7 @@ def verify_listing(
     verified: dict[bytes, Checkpoint | DeplogError] = {}
 
     def checkpoint_of(note: bytes) -> Checkpoint | DeplogError:
-        """The checkpoint a note verifies to, once per note; one whose body is not the note's
-        (the caller named its own) is ``map_checkpoint_mismatch``."""
+        """The checkpoint a note verifies to, once per note (rule 2)."""
         if note not in verified:
             try:
                 checkpoint = verify_checkpoint(note)

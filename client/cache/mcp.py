@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
 
-from deplog.client.cache.guard import Decision, Guard, Verdict
+from deplog.client.cache.guard import Decision, Guard, Verdict, valid_identity
 from deplog.client.errors import DeplogError
 from deplog.client.model import canonical
 from deplog.client.model.notice import parse_tool_id
@@ -144,20 +144,10 @@ def checked_pins(pins: Pins | None) -> dict[str, ToolVersion]:
     return out
 
 
-def _valid(tool_id: str, version: str) -> bool:
-    try:
-        parse_tool_id(tool_id)
-        Version.parse(version)
-    except DeplogError:
-        return False
-    return True
-
-
 def check_listed(
     tool: Mapping[str, Any], pins: Pins, *, require_pins: bool = False
 ) -> ListedIdentity | Decision | None:
-    """Rules 1 and 2 on one listed tool (wire form): None when it is not deplog's, a
-    ``Decision`` made on the listing alone, else what the guard decides on."""
+    """Rules 1 and 2 on one listed tool: None (not deplog's), a ``Decision``, or an identity."""
     name = tool.get("name")
     meta = tool.get("_meta")
     declared = meta.get(IDENTITY_KEY) if isinstance(meta, dict) else None
@@ -192,9 +182,9 @@ def _identity(
         return _refused("not_pinned", *((str(tool_id), str(version)) if named else ("", "")))
     if said is None:
         return None
-    if not isinstance(tool_id, str) or not isinstance(version, str) or not _valid(tool_id, version):
+    if not valid_identity(tool_id, version):
         return Decision(Verdict.UNKNOWN, "bad_identifier", str(tool_id), str(version), None)
-    return ToolVersion(tool_id, version)
+    return ToolVersion(str(tool_id), str(version))
 
 
 def _refused(reason: str, tool_id: str, version: str) -> Decision:
@@ -269,8 +259,8 @@ def deprecation_annotation(decision: Decision) -> dict[str, Any]:
 
 
 def may_list(decision: Decision, *, keep_unverified: bool = False) -> bool:
-    """Whether a tool with this decision is listed and callable (rule 3): never one the log
-    holds an invalid entry about, which is no lack of verification."""
+    """Whether a tool with this decision is listed and callable (rule 3; never on
+    ``invalid_entry``, which is no lack of verification)."""
     return decision.may_serve or (
         keep_unverified
         and decision.verdict in (Verdict.STALE, Verdict.UNKNOWN)

@@ -76,7 +76,6 @@ from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
     "EXIT_NOT_PROVEN",
-    "checkpoint_json",
     "counting",
     "describe",
     "guarded",
@@ -148,15 +147,6 @@ def result(args: argparse.Namespace, lines: list[str], shape: dict[str, Any]) ->
         print(json.dumps(shape, sort_keys=True))
     else:
         print("\n".join(lines))
-
-
-def checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:
-    """A checkpoint in ``--json`` output."""
-    return {
-        "origin": checkpoint.origin,
-        "size": checkpoint.size,
-        "root": encode_base64(checkpoint.root_hash),
-    }
 
 
 def counting(
@@ -242,7 +232,7 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     checkpoint, policy_lines, policy_shape = _checkpoint_verifier(args, None)(
         read_bounded(args.file, MAX_NOTE_SIZE)
     )
-    shape = {"ok": True, "checkpoint": checkpoint_json(checkpoint), **policy_shape}
+    shape = {"ok": True, "checkpoint": checkpoint.to_json(), **policy_shape}
     result(args, with_policy(f"ok: checkpoint {describe(checkpoint)}", policy_lines), shape)
     return 0
 
@@ -261,7 +251,7 @@ def _cmd_receipt(args: argparse.Namespace) -> int:
         leaf_hash(leaf), receipt.index, checkpoint.size, receipt.proof, checkpoint.root_hash
     )
     first = f"ok: entry {receipt.index} is included in {describe(checkpoint)}"
-    shape = {"ok": True, "index": receipt.index, "checkpoint": checkpoint_json(checkpoint)}
+    shape = {"ok": True, "index": receipt.index, "checkpoint": checkpoint.to_json()}
     result(args, with_policy(first, policy_lines), {**shape, **policy_shape})
     return 0
 
@@ -282,7 +272,7 @@ def _cmd_consistency(args: argparse.Namespace) -> int:
         read_log_key(args.log_key),
         args.origin,
     )
-    shape = {"ok": True, "old": checkpoint_json(old), "new": checkpoint_json(new)}
+    shape = {"ok": True, "old": old.to_json(), "new": new.to_json()}
     result(args, [f"ok: {new.origin} size {new.size} is consistent with size {old.size}"], shape)
     return 0
 
@@ -336,7 +326,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         report = replay(counting(leaves, total, progress.update), note, log_key, args.origin)
     shape = {
         "ok": not report.invalid,
-        "checkpoint": checkpoint_json(report.checkpoint),
+        "checkpoint": report.checkpoint.to_json(),
         "notices": report.notices,
         "publisher_entries": report.publisher_entries,
         "publishers": list(report.publishers),
@@ -433,7 +423,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         "at": format_timestamp(at),
         "result": parsed.result,
         "map_root": map_root,
-        "checkpoint": checkpoint_json(checkpoint),
+        "checkpoint": checkpoint.to_json(),
         **policy_shape,
     }
     result(args, lines, shape)
@@ -441,8 +431,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _read_listing(paths: list[str]) -> list[Any]:
-    """The tools of saved ``tools/list`` results (or the JSON-RPC responses carrying them),
-    one file per page, in order (``malformed_json`` for a file that is neither)."""
+    """The tools of saved ``tools/list`` results or JSON-RPC responses, a file per page."""
     if paths.count("-") > 1:
         raise CLIError("standard input (-) can be given once", 2)
     tools: list[Any] = []
@@ -525,7 +514,7 @@ def _cmd_tools(args: argparse.Namespace) -> int:
         proving = f"the map {map_root}" if map_root else "no map (no valid deplog-map/v1 line)"
         line = f"  at {format_timestamp(at)}, by {proving} of {describe(checkpoint)}"
         lines += with_policy(line, policy_lines)
-        checkpoints.append({**checkpoint_json(checkpoint), "map_root": map_root, **policy_shape})
+        checkpoints.append({**checkpoint.to_json(), "map_root": map_root, **policy_shape})
     shape = {
         "ok": code == 0,
         "at": format_timestamp(at),

@@ -25,7 +25,7 @@ from pathlib import Path
 from deplog.client.audit.bundle import write_entries
 from deplog.client.audit.offline import audit_checkpoint
 from deplog.client.audit.tiledir import MirrorReport, mirror_tiles
-from deplog.client.cli.audit import checkpoint_json, counting, describe, guarded, result
+from deplog.client.cli.audit import counting, describe, guarded, result
 from deplog.client.cli.trust import read_log_key
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.follow.http import HttpLogSource
@@ -54,8 +54,7 @@ def export(
     log_key: Verifier | None,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Checkpoint, bool]:
-    """Copy the log at ``url`` into ``out/checkpoint`` and ``out/entries`` (rules 1, 2); the
-    flag says whether the signature was verified. Runs its own event loop."""
+    """Copy the log at ``url`` into ``out`` (rules 1, 2); whether its signature was verified."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ExportError(ErrorCode.BAD_URL, "the authority URL must be http or https")
@@ -81,8 +80,7 @@ def export(
 def _leaves_under(
     checkpoint: Checkpoint, source: LogSource, runner: asyncio.Runner
 ) -> Iterator[bytes]:
-    """Every leaf of ``checkpoint``'s tree, a page fetched only once the writer took the last
-    (memory: one page); ``entries_root_mismatch`` unless they hash to its root."""
+    """Every leaf of ``checkpoint``'s tree, a page at a time, checked against its root (rule 1)."""
     frontier = TreeFrontier()
     while frontier.size < checkpoint.size:
         end = min(frontier.size + PAGE_SIZE, checkpoint.size)
@@ -94,8 +92,7 @@ def _leaves_under(
 
 
 def mirror(url: str, out: Path, log_key: Verifier | None) -> tuple[MirrorReport, bool]:
-    """Mirror the tlog-tiles at ``url`` into the tiles directory ``out`` (resumable; rule 2
-    before any tile is fetched). Runs its own event loop."""
+    """Mirror the tlog-tiles at ``url`` into the tiles directory ``out``, resumably (rule 2)."""
     try:
         source = TilesLogSource(url)
     except ValueError:
@@ -122,7 +119,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             f"{report.fetched} fetched, {report.kept} already there ({how})"
         )
         shape = {
-            "checkpoint": checkpoint_json(report.checkpoint),
+            "checkpoint": report.checkpoint.to_json(),
             "tiles_dir": str(args.tiles_dir),
             "fetched": report.fetched,
             "kept": report.kept,
@@ -136,7 +133,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         checkpoint, verified = export(args.url, args.out, log_key, progress.update)
     how = "verified" if verified else _UNVERIFIED
     line = f"exported {checkpoint.size} entries of {describe(checkpoint)} to {args.out} ({how})"
-    shape = {"checkpoint": checkpoint_json(checkpoint), "out": str(args.out), "verified": verified}
+    shape = {"checkpoint": checkpoint.to_json(), "out": str(args.out), "verified": verified}
     result(args, [line], shape)
     return 0
 

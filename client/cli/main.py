@@ -113,8 +113,7 @@ def _cmd_verify_receipt(args: argparse.Namespace) -> int:
 
 
 async def _first_sync(follower: Follower, args: argparse.Namespace) -> SyncResult:
-    """The first verified step, with progress; without ``--once``, an unreachable authority
-    is retried with backoff, said once per kind of failure (a refused redirect fails)."""
+    """The first verified step, with progress; without ``--once``, retried with backoff."""
     delay, told = 1.0, set()
     while True:
         with Progress("verifying entries", quiet=args.json) as progress:

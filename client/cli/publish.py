@@ -211,8 +211,7 @@ def _log_key(value: str | None) -> Verifier | None:
 
 
 def _check_log_key_against(url: str, log_key: Verifier) -> None:
-    """Rule 1's check of ``--log-key``; an authority unreachable now leaves it to the
-    receipt."""
+    """Rule 1's check of ``--log-key`` (an unreachable authority leaves it to the receipt)."""
     try:
         note = served_checkpoint(url, HTTP_TIMEOUT)
     except FetchError as err:
@@ -387,8 +386,7 @@ class _Answer:
 
 
 async def _send(url: str, body: bytes) -> tuple[_Answer, str]:
-    """POST ``body`` to the authority's notices; the answer (at most ``MAX_RESPONSE``
-    bytes of it) and its Retry-After header."""
+    """POST ``body`` to the authority's notices: the answer (bounded) and its Retry-After."""
     async with (
         HttpClient(HTTP_TIMEOUT, None) as client,
         client.request(

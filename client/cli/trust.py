@@ -74,8 +74,7 @@ def read_bounded(path: Path, limit: int) -> bytes:
 
 
 def read_log_key(value: str, flag: str = "--log-key") -> Verifier:
-    """A verifier key given to ``flag`` inline or as a file holding one; a bad one is a
-    usage error (exit 2) naming the flag."""
+    """A verifier key given to ``flag`` inline or as a file; a bad one is a usage error."""
     try:
         return read_verifier_key(value)
     except DeplogError as err:
@@ -112,8 +111,7 @@ def state_fault(err: sqlite3.Error | OSError, path: Path) -> StorageFault:
 
 @contextlib.contextmanager
 def _writing_state(path: Path) -> Iterator[None]:
-    """Run a command that writes the state file ``path``: SQLite's failures are its storage
-    fault (``state_fault``), and a failed first follow leaves no file behind."""
+    """Run a command that writes the state ``path``: a failed first follow leaves no file."""
     if not path.parent.is_dir():
         raise CLIError(f"--state: the directory {path.parent} does not exist; create it first", 2)
     if path.is_dir():
@@ -282,8 +280,7 @@ def follow_log(
     trust: Verifier | Policy,
     session: Callable[[Follower], Awaitable[None]],
 ) -> int:
-    """Run ``session`` over a follower of ``args.url`` into ``args.state`` (rule 2): 130 on
-    Ctrl-C, else 0; a fork is ``fork_error``."""
+    """Run ``session`` over a follower of ``args.url`` (rule 2): 130 on Ctrl-C, else 0."""
 
     async def run() -> None:
         async with (

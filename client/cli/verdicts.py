@@ -22,7 +22,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-from deplog.client.cache.guard import DEFAULT_FRESHNESS, Decision, Guard, Verdict
+from deplog.client.cache.guard import (
+    DEFAULT_FRESHNESS,
+    Decision,
+    Guard,
+    ProcessedThrough,
+    Verdict,
+)
 from deplog.client.cli.messages import NO_STATE_YET, explain
 from deplog.client.cli.trust import positive_seconds, served_checkpoint, state_fault
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
@@ -137,12 +143,13 @@ def is_stale(trusted: TrustedCheckpoint, max_age: timedelta) -> bool:
     return datetime.now(UTC) - trusted.verified_at > max_age
 
 
-def processed_through(trusted: TrustedCheckpoint) -> dict[str, Any]:
+def processed_through(through: TrustedCheckpoint | ProcessedThrough) -> dict[str, Any]:
     """The signed checkpoint an answer was made at (every --json shape carries it)."""
+    note = through.note.decode() if isinstance(through, TrustedCheckpoint) else through.checkpoint
     return {
-        "size": trusted.size,
-        "verified_at": format_timestamp(trusted.verified_at),
-        "checkpoint": trusted.note.decode(),
+        "size": through.size,
+        "verified_at": format_timestamp(through.verified_at),
+        "checkpoint": note,
     }
 
 
@@ -207,13 +214,7 @@ def _decision_json(decision: Decision) -> dict[str, Any]:
         "reason": decision.reason,
         "may_serve": decision.may_serve,
         "status": None if decision.status is None else decision.status.to_json(),
-        "processed_through": None
-        if through is None
-        else {
-            "size": through.size,
-            "verified_at": format_timestamp(through.verified_at),
-            "checkpoint": through.checkpoint,
-        },
+        "processed_through": None if through is None else processed_through(through),
     }
 
 

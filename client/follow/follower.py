@@ -186,8 +186,7 @@ class Follower:
         return await self.sync_to(await self.source.checkpoint(), on_progress)
 
     async def sync_to(self, note: bytes, on_progress: OnProgress | None = None) -> SyncResult:
-        """One verified step to the checkpoint ``note`` (fetched, or pushed to us); steps run
-        one at a time, and every listener hears of each advance."""
+        """One verified step to the checkpoint ``note`` (fetched, or pushed to us)."""
         async with self._step:
             old_size = self.state.size
             try:
@@ -272,8 +271,7 @@ class Follower:
         max_backoff: float = 300.0,
         push: bool = True,
     ) -> None:
-        """Stay in sync until ``stop`` is set, polling every ``interval`` seconds and, with
-        ``push``, following announced checkpoints; a proven fork ends it (rules 1 to 3)."""
+        """Stay in sync until ``stop``, polling and, with ``push``, listening (rules 1 to 3)."""
         stop = stop or asyncio.Event()
         if on_advance is not None:
             self.add_listener(on_advance)

@@ -140,8 +140,7 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
         timeout: aiohttp.ClientTimeout | None = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """The response to ``method url`` after the redirects rule 6 follows; connection
-        failures and timeouts are left to the caller to name."""
+        """The response to ``method url`` after the redirects rule 6 follows."""
         target: URL | str = url
         for _ in range(MAX_REDIRECTS + 1):
             self.requests += 1
@@ -166,8 +165,7 @@ class HttpClient:
 
 
 async def read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
-    """``response``'s body, refused as ``response_too_large`` past ``limit`` bytes, whether
-    its Content-Length says so or it only streams that much (rule 2)."""
+    """``response``'s body, up to ``limit`` bytes (rule 2)."""
     if (response.content_length or 0) > limit:
         raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "response exceeds its bound")
     body = bytearray()

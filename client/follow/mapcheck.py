@@ -53,8 +53,7 @@ class FollowerMap:
     def add(
         self, start: int, end: int, notices: Sequence[tuple[int, Notice | InvalidMark]]
     ) -> None:
-        """Fold the verified entries ``[start, end)``, as ``fold_item`` made them, in log
-        order."""
+        """Fold the verified entries ``[start, end)``, as ``fold_item`` made them."""
         if self.map is not None:
             self.map.advance_notices(start, end, notices)
 
@@ -65,8 +64,7 @@ class FollowerMap:
 
 
 class MapProver:
-    """JSON map proofs (``deplog.map_proof/v1``) from a state file's map (rule 5), on a
-    query-only connection of its own, so an advance in progress is never seen."""
+    """JSON map proofs from a state file's map (rule 5), on a query-only connection of its own."""
 
     def __init__(self, path: Path) -> None:
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -78,8 +76,7 @@ class MapProver:
         self.conn.close()
 
     def prove(self, note: bytes, size: int, tool_id: str) -> bytes | None:
-        """The proof of ``tool_id`` at the trusted checkpoint ``note`` of ``size``; None without
-        a map line or a map, or when the map moved on since ``note`` (ask again)."""
+        """The proof of ``tool_id`` at the trusted checkpoint ``note``, or None (ask again)."""
         text, _ = parse_note(note)
         if map_root_of(Checkpoint.from_text(text).extensions) is None:
             return None

@@ -43,8 +43,7 @@ JOURNAL_SUFFIX: Final = ".envelope.json"
 
 
 class JournalError(DeplogError):
-    """A journal directory that cannot be read, or a file in it that is not an envelope
-    (``path``)."""
+    """A journal directory that cannot be read, or a file in it that is no envelope."""
 
     code = ErrorCode.BAD_JOURNAL
 

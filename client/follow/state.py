@@ -272,8 +272,7 @@ class TrustedCheckpoint:
 
 @dataclass(frozen=True)
 class Pending:
-    """An advance interrupted between chunks (rule 2): its target, and the tree edge and
-    registry after the first ``frontier.size`` entries."""
+    """An advance interrupted between chunks (rule 2): its target, tree edge and registry."""
 
     note: bytes
     frontier: TreeFrontier
@@ -414,8 +413,7 @@ class LocalState:
             return _fold_tool(self._reader, tool_id, min(size, self.size))[0]
 
     def named_versions(self, tool_id: str, start: int, end: int) -> Iterator[str]:
-        """The exact versions named by the tool's notices in ``[start, end)`` (a withdraw's:
-        its target's), for a ``StatusChange``."""
+        """The exact versions the tool's notices (a withdraw's target) name in ``[start, end)``."""
         with self._lock:
             rows = self._reader.execute(
                 "SELECT notice FROM notices WHERE tool_id = ? AND idx >= ? AND idx < ? "
@@ -478,8 +476,7 @@ class LocalState:
         )
 
     def discard_pending(self) -> None:
-        """Drop an interrupted advance, the entries it stored (never read: rule 1) and the
-        map its chunks advanced: for a target the trust policy no longer accepts."""
+        """Drop an interrupted advance with its entries and map rows (rule 1: never read)."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:

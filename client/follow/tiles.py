@@ -165,8 +165,7 @@ class TilesLogSource(HttpClient):
         return leaves[offset : offset + min(end, (last + 1) * TILE_WIDTH) - start]
 
     async def fetch_tile(self, tile: HashTile | EntryTile) -> bytes:
-        """The bytes served for ``tile``, within their bound but unchecked, a partial tile
-        falling back to its full tile (rule 3)."""
+        """The bytes served for ``tile``, bounded but unchecked, or cut from its full tile."""
         data = await self._get(tile.path, max_tile_bytes(tile))
         if data is not None:
             return data
@@ -235,8 +234,7 @@ class TilesLogSource(HttpClient):
 
 
 async def publishes_tiles(source: TilesLogSource) -> bool:
-    """Whether ``source`` serves its log's tiles: the first level-0 tile of its checkpoint's
-    tree, at its width (an empty log publishes none); any failure is a no."""
+    """Whether ``source`` serves the first level-0 tile of its checkpoint's tree (no error)."""
     try:
         await source.checkpoint()
         size, _ = source._tree_covering(1)

@@ -128,8 +128,7 @@ EntryWatch = Callable[[int, Entry, PublisherRegistry], object | None]
 
 @dataclass(frozen=True)
 class Advanced:
-    """What one verified advance changed: each tool's status change, what the watch noted
-    and the entries that fail validation, in log order."""
+    """What one verified advance changed, noted and found invalid, in log order."""
 
     old_size: int
     new_size: int
@@ -228,8 +227,7 @@ class TrustedState:
         return AdvanceSession(self, candidate)
 
     def resume(self) -> AdvanceSession | None:
-        """The advance a kill interrupted (rule 6), or None (also when its target is
-        dropped)."""
+        """The advance a kill interrupted (rule 6), or None."""
         pending = self.state.pending()
         if pending is None:
             return None
@@ -344,8 +342,7 @@ class AdvanceSession:
             self._noticed.append(noted)
 
     def commit_chunk(self, proof: ConsistencyProof) -> None:
-        """Persist the entries verified so far once ``proof`` shows them a prefix of the
-        target's tree (rule 5), else ``TreeMismatchError``."""
+        """Persist the entries verified so far once ``proof`` shows them a prefix (rule 5)."""
         assert self._writer is not None
         proof.check_sizes(self.next_index, self.checkpoint.size)
         try:

@@ -45,8 +45,7 @@ _UNREPORTED = ""
 
 @dataclass(frozen=True)
 class StateProblem:
-    """Why there is no verified state to decide from: a code of ``PROBLEMS`` and an
-    operator's message naming the path and what to do."""
+    """Why there is no verified state to decide from (rule 1)."""
 
     code: str
     message: str

@@ -221,8 +221,7 @@ class MapCache:
         return self.live
 
     def pace(self, entries: int, groups: int, record_bytes: int) -> tuple[int, int]:
-        """The groups and record bytes a slice writes so that the write is over, with a batch
-        to spare, before the layer growing at this batch's pace reaches a bound."""
+        """The groups and record bytes a slice writes to be done before the layer's bound."""
         writing, layer = self.start_writing(), self.layer
         if writing is None or layer is None:
             return 0, 0

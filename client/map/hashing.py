@@ -40,8 +40,7 @@ EMPTY_ROOT: Final = hashlib.sha256(_TAG_EMPTY).digest()
 
 
 def map_key(tool_id: str) -> bytes:
-    """SHA-256 of the tool id's ASCII bytes, after the grammar check (NoticeError
-    ``bad_tool_id``): only ids a notice could name have keys."""
+    """SHA-256 of a tool id a notice could name (rule 1)."""
     parse_tool_id(tool_id)
     return hashlib.sha256(tool_id.encode("ascii")).digest()
 

@@ -22,8 +22,7 @@ __all__ = ["CommittedLayer", "MapLayer", "MapView", "ViewMoved"]
 
 @dataclass
 class MapLayer:
-    """A writer's own layer (rule 1), whose rows change only through ``set_group``,
-    ``set_record`` and ``drop_rows``, so that ``commit`` costs no copy (rule 2)."""
+    """A writer's own layer (rule 1), changed only through its methods (rule 2)."""
 
     base: int
     size: int
@@ -82,8 +81,7 @@ class MapLayer:
 
 @dataclass(frozen=True)
 class CommittedLayer:
-    """A writer's layer as of one of its commits (rule 2): what readers in its process read
-    above the tables, and what a write in slices writes."""
+    """A writer's layer as of one of its commits (rule 2), for readers and slices."""
 
     base: int
     size: int

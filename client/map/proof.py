@@ -157,8 +157,7 @@ def _b64(value: object, size: int | None = None) -> bytes:
 
 
 def verify_map_proof(root: bytes, tool_id: str, proof: MapProof) -> StatusRecord | None:
-    """Check ``proof`` for ``tool_id`` under the map ``root`` (rule 2); the tool's record, or
-    None when it is absent."""
+    """Check ``proof`` for ``tool_id`` under ``root`` (rule 2): its record, None if absent."""
     key = map_key(tool_id)
     record: StatusRecord | None = None
     if proof.result == "present":
@@ -223,8 +222,7 @@ class MapProofDocument:
 
     @classmethod
     def from_json(cls, obj: object) -> MapProofDocument:
-        """The document from a decoded JSON value (an MCP ``_meta`` member), as ``parse``
-        checks it but for the checkpoint's note."""
+        """The document from a decoded JSON value (an MCP ``_meta`` member)."""
         if not isinstance(obj, dict) or obj.get("type") != PROOF_TYPE:
             raise MapFormatError()
         checkpoint, tool_id = obj.get("checkpoint"), obj.get("tool_id")

@@ -315,8 +315,7 @@ class StatusRecord:
 
     @classmethod
     def of(cls, tool_id: str, notices: Iterable[tuple[int, Notice | InvalidMark]]) -> StatusRecord:
-        """The record of signed notices ``(log index, notice)`` (and marks) about
-        ``tool_id``."""
+        """The record of ``(log index, notice or mark)`` about ``tool_id``."""
         return cls.build(tool_id, (_record_item(i, n) for i, n in notices))
 
     def extended(self, item: RecordItem) -> StatusRecord:
@@ -383,8 +382,7 @@ def extend_record_bytes(record: bytes | None, items: Sequence[bytes]) -> bytes:
 def evaluate(
     tool_id: str, record: StatusRecord | None, version: str, now: datetime
 ) -> VersionStatus:
-    """The status of ``tool_id`` at ``version`` at ``now`` under a verified record (None:
-    the tool is absent from the map, so every version is active)."""
+    """The status of ``tool_id`` at ``version`` at ``now`` under a verified record (or None)."""
     if record is not None and record.tool_id != tool_id:
         raise ValueError("the record is about another tool")
     index = StatusIndex() if record is None else record.status_index()
@@ -395,8 +393,7 @@ def fold_notices(
     items: Iterable[tuple[int, Notice | InvalidMark]],
     find: Callable[[str], StatusRecord | None],
 ) -> dict[str, StatusRecord]:
-    """The map function (rule 4): the new record of every tool ``items`` touch, ``(index,
-    fold_item)`` in log order, over the records ``find`` gives (None if absent)."""
+    """The map function (rule 4): the new record of every tool ``items`` touch."""
     changed: dict[str, StatusRecord] = {}
     for index, notice in items:
         item = _record_item(index, notice)

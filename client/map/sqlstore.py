@@ -247,8 +247,7 @@ class SqliteNodeStore:
             )
 
     def warm(self) -> int:
-        """Fill the cache with the shallowest groups up to its bound, each decoded once (so
-        altered bytes fail here); how many."""
+        """Fill the cache with the shallowest groups, each decoded once; how many."""
         cache = self.cache
         if cache is None:
             return 0

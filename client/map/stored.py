@@ -58,8 +58,7 @@ class StoredMap(VerifiableMap):
         super().__init__(self.nodes, self.stored)
 
     def forget(self) -> None:
-        """Go back to the cache as last committed (``cache`` rule *the cache holds what its
-        transaction sees*)."""
+        """Go back to the cache as last committed (``cache`` rule 1)."""
         if self.cache is not None:
             self.cache.forget()
 
@@ -122,8 +121,7 @@ class StoredMap(VerifiableMap):
 
     @staticmethod
     def other_format(conn: sqlite3.Connection) -> bool:
-        """True if this database holds map tables of another format (rule *one format*), told
-        by their columns (also before a first row) and ``map_state.format``."""
+        """True if this database holds map tables of another format (rule *one format*)."""
         columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(map_state)")}
         if not columns:
             placeholders = ", ".join("?" * len(_OLD_TABLES))
@@ -240,8 +238,7 @@ class StoredMap(VerifiableMap):
         self.cache.written()  # after the writes: a failed one leaves the cache as it was
 
     def write_slice(self, groups: int = 0, record_bytes: int = 0) -> bool:
-        """Write the next slice of the layer as committed (rule *slices*), at least ``groups``
-        and ``record_bytes`` of it; True once the last, with ``map_state``, is written."""
+        """Write the next slice of the committed layer (rule *slices*); True after the last."""
         cache = self.cache
         assert cache is not None
         writing = cache.start_writing()

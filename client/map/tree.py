@@ -267,8 +267,7 @@ class PrefixTree:
         return new.hash
 
     def lookup(self, key: bytes) -> KeyPath:
-        """Walk the split bits of ``key`` to the one leaf it reaches (``key``'s own leaf iff
-        present), collecting siblings; leaf to root."""
+        """The path ``key``'s split bits walk to the one leaf they reach, leaf to root."""
         ref = self.store.root()
         if ref is None:
             return KeyPath(None, None, ())

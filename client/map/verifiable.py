@@ -24,8 +24,7 @@ __all__ = ["VerifiableMap"]
 
 
 class VerifiableMap:
-    """Tool id -> status record over a ``PrefixTree`` (records in a dict, or a backend's
-    mapping kept beside the rows): fold entries in, prove lookups."""
+    """Tool id -> status record over a ``PrefixTree``: fold entries in, prove lookups."""
 
     def __init__(
         self,

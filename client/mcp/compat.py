@@ -38,8 +38,7 @@ def to_wire(model: Any) -> dict[str, Any]:
 
 
 def tool_manager(server: Any) -> Any:
-    """The tool registry of a high-level server, ``_tool_manager`` in both majors: every
-    ``tools/list`` is built from its ``list_tools()`` (no public hook in either)."""
+    """The tool registry behind every ``tools/list`` (no public hook in either major)."""
     return server._tool_manager
 
 
@@ -48,8 +47,7 @@ def _lowlevel(server: Any) -> Any:
 
 
 def advertise_tools_changed(server: Any) -> None:
-    """Make a high-level server advertise ``tools.listChanged`` in ``initialize`` (both
-    majors turn it off; deplog sends the notification)."""
+    """Make a high-level server advertise ``tools.listChanged`` (both majors leave it off)."""
     lowlevel = _lowlevel(server)
     original = lowlevel.create_initialization_options
 
@@ -63,8 +61,7 @@ def advertise_tools_changed(server: Any) -> None:
 
 
 def connection_of(session: ServerSession) -> object:
-    """What identifies a client's connection: 2.x hands each request its own
-    ``ServerSession`` over the connection, 1.x one session per connection."""
+    """What identifies a client's connection (2.x: a session per request, 1.x per connection)."""
     return session._connection if SDK_MAJOR >= 2 else session
 
 

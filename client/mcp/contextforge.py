@@ -202,8 +202,7 @@ def violation_fields(
     problem: StateProblem | None = None,
     hint: str | None = None,
 ) -> dict[str, Any]:
-    """A cpex ``PluginViolation``'s fields for a blocked call (rule 3), with the state's
-    ``problem`` (rule 5) or a ``hint`` on what to do."""
+    """A cpex ``PluginViolation``'s fields for a blocked call (rules 3, 5)."""
     details: dict[str, Any] = {REFUSAL_KEY: refusal_annotation(decision)}
     notices = details[REFUSAL_KEY].get("notices", [])
     at = details[REFUSAL_KEY].get("checkpoint_size", "none")

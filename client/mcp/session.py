@@ -231,8 +231,7 @@ class ProvenClientSession(ClientSession):
 
 
 def _remember(listed: OrderedDict[str, V], name: str, value: V) -> None:
-    """Note what a listing said about ``name``, forgetting the name listed longest ago past
-    ``MAX_LISTED`` (a server that keeps inventing tools)."""
+    """Note what a listing said about ``name``, forgetting the oldest past ``MAX_LISTED``."""
     listed.pop(name, None)
     listed[name] = value
     while len(listed) > MAX_LISTED:

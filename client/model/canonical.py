@@ -172,8 +172,7 @@ def _check_str(s: str) -> None:
 
 
 def _check_value(value: object, *, depth: int, max_depth: int | None) -> bool:
-    """Walk ``value``: JSON types only, safe integers, no surrogates, bounded depth; whether
-    every object key is ASCII."""
+    """Check ``value`` as rule 3 says (and its depth); whether every object key is ASCII."""
     if value is None or isinstance(value, bool):
         return True
     if isinstance(value, int):

@@ -204,8 +204,7 @@ def sign_publisher_statement(statement: PublisherStatement, signer: Signer) -> P
 
 
 def encode_entry(entry: Entry) -> bytes:
-    """The leaf bytes of ``entry``: its RFC 8785 canonical JSON (a notice entry's from the
-    notice's own canonical bytes, its members being in RFC 8785 order)."""
+    """The leaf bytes of ``entry``: its RFC 8785 canonical JSON (rule 2)."""
     if isinstance(entry, NoticeEntry):
         envelope = entry.envelope
         signature = canonical.dumps(encode_signature(envelope.key_id, envelope.signature))
@@ -220,8 +219,7 @@ def encode_entry(entry: Entry) -> bytes:
 
 
 def decode_entry(leaf: bytes) -> Entry:
-    """Parse leaf bytes strictly (rule 2): ``EntryFormatError`` for the entry's shape, the
-    notice's or statement's own codes inside it, ``JSONFormatError`` for bad JSON."""
+    """Parse leaf bytes strictly (rule 2); the notice's own codes keep theirs."""
     if len(leaf) > MAX_ENTRY_BYTES:
         raise EntryFormatError(ErrorCode.LEAF_TOO_LARGE)
     value, is_canonical = canonical.loads_checked(leaf)

@@ -695,8 +695,7 @@ class Envelope:
         return canonical.dumps(self.to_json())
 
     def verify(self, verifier: Verifier) -> None:
-        """Check the signature with ``verifier`` (NoticeSignatureError), once per key: the
-        authority authorizes one envelope twice."""
+        """Check the signature with ``verifier``, once per key (``NoticeSignatureError``)."""
         if bytes(verifier.key_id) != self.key_id:
             raise NoticeSignatureError(ErrorCode.KEY_MISMATCH)
         key = bytes(verifier.public_key)

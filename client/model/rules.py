@@ -192,8 +192,7 @@ class EntryChecker:
         return entry
 
     def judge(self, index: int, leaf: bytes, decoded: Entry | DeplogError | None = None) -> Judged:
-        """The verifiers' ``check`` (rule 6): the entry, or the ``InvalidEntry`` it is;
-        ``decoded`` is the leaf as ``decode_leaf`` made it."""
+        """The verifiers' ``check`` (rule 6): the entry, or the ``InvalidEntry`` it is."""
         try:
             return self.check_decoded(index, decode_leaf(leaf) if decoded is None else decoded)
         except RuleViolation as violation:

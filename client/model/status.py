@@ -129,8 +129,7 @@ class FoldNotice(Protocol):
 
 @dataclass(frozen=True)
 class InvalidMark:
-    """The mark of an entry at ``index`` that fails validation and names ``tool_id``: a
-    ``FoldNotice`` of action ``invalid`` (rule 5)."""
+    """The mark of an entry at ``index`` that fails validation and names ``tool_id`` (rule 5)."""
 
     tool_id: str
     index: int
@@ -214,8 +213,7 @@ class StatusIndex:
         return None if tool is None else tool.last_index
 
     def next_transition(self, tool_id: str, now: datetime) -> datetime | None:
-        """The earliest time after ``now`` at which a status of ``tool_id`` can change
-        without a new log entry (an effective or sunset time), or None if never."""
+        """The next time after ``now`` a status of ``tool_id`` changes without a new entry."""
         tool = self._tools.get(tool_id)
         if tool is None:
             return None
@@ -229,8 +227,7 @@ class StatusIndex:
         return min(times, default=None)
 
     def lookup(self, tool_id: str, version: str, now: datetime) -> VersionStatus:
-        """The status of ``tool_id`` at ``version`` at ``now`` (``bad_tool_id``,
-        ``bad_version``)."""
+        """The status of ``tool_id`` at ``version`` at ``now``."""
         parse_tool_id(tool_id)
         return self._lookup(tool_id, parse_version(version), _utc(now))
 
@@ -299,16 +296,8 @@ class StatusIndex:
         """A tool's summary, what ``GET /v1/tools/<tool_id>`` returns (docs/http-api.md)."""
         parse_tool_id(tool_id)
         now = _utc(now)
-        tool = self._tools.get(tool_id)
-        if tool is None:
-            return {
-                "tool_id": tool_id,
-                "last_index": None,
-                "versions": [],
-                "ranges": [],
-                "notices": [],
-                "invalid": [],
-            }
+        found = self._tools.get(tool_id)
+        tool = _Tool() if found is None else found
         named: dict[str, Version] = {}
         ranges: dict[str, tuple[dict[str, Any], list[int]]] = {}
         for idx, n in tool.notices.items():
@@ -320,20 +309,19 @@ class StatusIndex:
                 key = repr(r.events)
                 ranges.setdefault(key, (rj, []))[1].append(idx)
         versions = sorted(named.values(), key=lambda x: (x.sort_key, x.text))
-        notices = []
-        for idx, n in tool.notices.items():
-            notices.append(
-                {
-                    "index": idx,
-                    "action": n.action,
-                    "publisher": n.publisher,
-                    "effective_at": format_timestamp(n.effective_at),
-                    "withdrawn_by": [w for w, _ in tool.withdrawals.get(idx, ())],
-                }
-            )
+        notices = [
+            {
+                "index": idx,
+                "action": n.action,
+                "publisher": n.publisher,
+                "effective_at": format_timestamp(n.effective_at),
+                "withdrawn_by": [w for w, _ in tool.withdrawals.get(idx, ())],
+            }
+            for idx, n in tool.notices.items()
+        ]
         return {
             "tool_id": tool_id,
-            "last_index": tool.last_index,
+            "last_index": None if found is None else tool.last_index,
             "versions": [self._lookup(tool_id, ver, now).to_json() for ver in versions],
             "ranges": [{**rj, "notices": idxs} for rj, idxs in ranges.values()],
             "notices": notices,

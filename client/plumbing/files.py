@@ -66,8 +66,7 @@ def write_atomic(path: Path, chunks: Iterable[bytes], *, mode: int = 0o644) -> N
 
 
 def require_writable(*directories: Path) -> None:
-    """Raise ``PermissionError`` naming the first of ``directories`` (or the nearest
-    existing ancestor) this process may not create files in, before anything is created."""
+    """Raise ``PermissionError`` naming the first of ``directories`` this process cannot write."""
     for directory in directories:
         existing = directory
         while not existing.exists() and existing.parent != existing:

@@ -97,8 +97,7 @@ _CORRUPT_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 
 class StorageFault(CLIError):
-    """A database that cannot be used, classified by evidence: a ``CLIError`` naming the
-    operator's files, ``code`` its kind's stable name."""
+    """A database that cannot be used, classified by evidence (rules 1, 2)."""
 
     def __init__(self, kind: FaultKind, path: Path | str, evidence: str) -> None:
         self.kind = kind
@@ -117,8 +116,7 @@ _FILE_ADVICE = {
 
 
 def file_fault(err: OSError, doing: str = "use") -> CLIError:
-    """A file an operator named that cannot be used (or written: ``doing``): one line naming
-    it, with its kind's exit status (rule 2) and what to do."""
+    """A file an operator named that cannot be used: one line and its kind's status (rule 2)."""
     where = f" {err.filename}" if err.filename else ""
     reason = err.strerror or type(err).__name__
     kind = _kind_of(err.errno)
@@ -248,8 +246,7 @@ def _errno_name(number: int | None) -> str:
 
 @contextlib.contextmanager
 def opening_database(path: Path, close: Callable[[], None]) -> Iterator[None]:
-    """Open a database inside this block: a failure is a ``StorageFault``, after ``close``
-    ran and the files a first attempt created are removed."""
+    """Open a database in this block: a failure is a ``StorageFault``, leaving no new file."""
     existed = {file for file in database_files(path) if file.exists()}
     try:
         yield

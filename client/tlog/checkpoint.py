@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from deplog.client.errors import ErrorCode, FormatError, VerificationError
 from deplog.client.tlog.note import (
@@ -96,6 +97,10 @@ class Checkpoint:
             if not line or _CONTROL.search(line):
                 raise CheckpointFormatError(message="extension lines must be non-empty lines")
 
+    def to_json(self) -> dict[str, Any]:
+        """Origin, size and base64 root: the checkpoint in a JSON report."""
+        return {"origin": self.origin, "size": self.size, "root": encode_base64(self.root_hash)}
+
     def to_text(self) -> str:
         """The note text: origin, size, base64 root, extension lines, each newline-terminated."""
         lines = [self.origin, str(self.size), encode_base64(self.root_hash), *self.extensions]
@@ -131,8 +136,7 @@ def sign_checkpoint(checkpoint: Checkpoint, signer: Signer) -> bytes:
 def open_checkpoint(
     msg: bytes, log_verifier: Verifier, origin: str | None = None
 ) -> tuple[Checkpoint, Note]:
-    """Verify the log's signature on a checkpoint note, then parse its text (rule 2);
-    cosignatures are left in ``Note.unverified``."""
+    """Verify the log's signature on a checkpoint note, then parse its text (rules 2, 3)."""
     if log_verifier.sig_type != SIG_TYPE_ED25519:
         raise KeyFormatError(message="checkpoints are verified with a type 0x01 key")
     note = open_note(msg, [log_verifier])

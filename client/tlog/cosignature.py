@@ -118,8 +118,7 @@ def cosign(text: str, signer: Signer, timestamp: int) -> NoteSignature:
 def verify_cosignature(
     text: str, signature: NoteSignature, verifier: Verifier, *, tree_lines: bool = False
 ) -> Cosignature:
-    """Check one signature line against a cosigner key; with ``tree_lines``, an Ed25519 line
-    may cover the first three lines only (rule 2)."""
+    """Check one signature line against a cosigner key (``tree_lines``: rule 2)."""
     if verifier.sig_type not in COSIGNER_TYPES:
         raise ValueError("verify cosignatures with a type 0x04 or 0x06 key")
     if signature.name != verifier.name or signature.key_id != verifier.key_id:
@@ -140,8 +139,7 @@ def verify_cosignature(
 def cosignatures(
     note: bytes, verifiers: list[Verifier], *, tree_lines: Collection[Verifier] = ()
 ) -> list[Cosignature]:
-    """The newest valid cosignature of each of ``verifiers`` on a note: lines by unknown keys
-    are ignored, a known key's invalid line is an error; ``tree_lines`` as rule 2."""
+    """The newest valid cosignature of each of ``verifiers`` on a note (``tree_lines``: rule 2)."""
     text, lines = parse_note(note)
     known = {(v.name, v.key_id): v for v in verifiers}
     lenient = {(v.name, v.key_id) for v in tree_lines}

@@ -150,8 +150,7 @@ class ForkEvidence:
         )
 
     def verify(self, log_key: Verifier, origin: str | None = None) -> str:
-        """The finding, recomputed from the signed data under the pinned log key (and the
-        checkpoints' ``origin``, by default the key name): the one the file states, else
+        """The finding, recomputed under the pinned log key: the one stated, else
         ``finding_mismatch``."""
         finding = self._check(log_key, origin)
         if finding != self.finding:
@@ -187,9 +186,8 @@ class ForkEvidence:
 
 
 def write_evidence(directory: Path, evidence: ForkEvidence) -> Path:
-    """Save evidence durably; its path. The name says the finding and derives from the two
-    checkpoints' texts only, so a pair seen again keeps its one file and first detection
-    time: files grow only with what the log signed."""
+    """Save evidence durably; its path, named for the finding and the two checkpoints' texts
+    only, so files grow only with what the log signed."""
     directory.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     for note in (evidence.first, evidence.second):

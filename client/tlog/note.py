@@ -193,8 +193,7 @@ def cosigned_message(text: bytes, timestamp: int) -> bytes:
 
 
 def tree_lines(text: bytes) -> tuple[bytes, int, bytes] | None:
-    """The origin, size and root of a checkpoint body's first three lines, read as
-    tlog-checkpoint reads them, or None for anything that is not a checkpoint body."""
+    """The origin, size and root of a checkpoint body's first three lines, or None."""
     lines = text.split(b"\n", 3)
     if len(lines) < 4 or not lines[0]:
         return None
