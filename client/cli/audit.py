@@ -373,12 +373,7 @@ def _cmd_map(args: argparse.Namespace) -> int:
 
 def _read_input(path: str, limit: int) -> bytes:
     """A file, or standard input for ``-`` (an agent pipes a proof or a listing into it)."""
-    if path != "-":
-        return read_bounded(Path(path), limit)
-    data = sys.stdin.buffer.read(limit + 1)
-    if len(data) > limit:
-        raise AuditInputError(ErrorCode.FILE_TOO_LARGE, "input file is over the size limit")
-    return data
+    return read_bounded(sys.stdin.buffer if path == "-" else Path(path), limit)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

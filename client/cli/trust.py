@@ -22,7 +22,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 from deplog.client.audit.offline import AuditInputError
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
@@ -64,10 +64,12 @@ EXIT_NOT_PROVEN: Final = 4
 """Exit status for a suspicion that proves nothing (``audit evidence``, ``follow --once``)."""
 
 
-def read_bounded(path: Path, limit: int) -> bytes:
-    """The whole file, refusing it (``file_too_large``) if it is over ``limit`` bytes."""
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
+def read_bounded(path: Path | BinaryIO, limit: int) -> bytes:
+    """The whole file (or stream), refused (``file_too_large``) over ``limit`` bytes."""
+    if isinstance(path, Path):
+        with open(path, "rb") as f:
+            return read_bounded(f, limit)
+    data = path.read(limit + 1)
     if len(data) > limit:
         raise AuditInputError(ErrorCode.FILE_TOO_LARGE, "input file is over the size limit")
     return data

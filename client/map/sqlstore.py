@@ -434,18 +434,10 @@ class SqliteRecords(MutableMapping[str, StatusRecord]):
     def __setitem__(self, tool_id: str, record: StatusRecord) -> None:
         if record.tool_id != tool_id:
             raise MapFormatError(ErrorCode.MALFORMED_MAP_RECORD)
-        self.put_raw(tool_id, record.encode())
-
-    def put_raw(self, tool_id: str, record: bytes) -> None:
-        """Store a record's canonical bytes as they are (the append path's records)."""
-        self.put_many_raw({tool_id: record})
-
-    def put_many_raw(self, records: Mapping[str, bytes]) -> None:
-        """``put_raw`` for many tools in one statement."""
-        self.write(records)
+        raw = record.encode()
+        self.write({tool_id: raw})
         if self.cache is not None:  # after the write: a failed one leaves it as it was
-            for tool_id, record in records.items():
-                self.cache.records.put(tool_id, record)
+            self.cache.records.put(tool_id, raw)
 
     def write(self, records: Mapping[str, bytes] | Iterable[tuple[str, bytes]]) -> None:
         """Upsert records' bytes in the caller's transaction, leaving the cache alone."""
