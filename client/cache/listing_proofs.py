@@ -46,9 +46,8 @@ VerifyCheckpoint = Callable[[bytes], Checkpoint]
 
 @dataclass(frozen=True)
 class ListedTool:
-    """What the proofs show about one listed deplog tool, at ``position`` in the listing: a
-    guard's ``verdict``, or None and the ``failure`` code (rule 2); with its status proven,
-    the checkpoint and its ``note``."""
+    """What the proofs show about the listed tool at ``position``: a guard's ``verdict``, or
+    None and the ``failure`` code (rule 2), and a proven status's checkpoint and note."""
 
     position: int
     name: str

@@ -189,9 +189,8 @@ _CheckpointVerifier = Callable[[bytes], tuple[Checkpoint, list[str], dict[str, A
 
 
 def _checkpoint_verifier(args: argparse.Namespace, max_age: float | None) -> _CheckpointVerifier:
-    """Checks a note with ``--log-key`` or ``--policy`` (rule 1), returning the lines and
-    JSON members a policy adds; the flags are read here, before any note. Offline: no
-    freshness bound unless ``max_age`` (``stale_checkpoint``)."""
+    """Checks a note with ``--log-key`` or ``--policy`` (rule 1), adding a policy's lines and
+    JSON members; offline, so no freshness bound but ``max_age`` (``stale_checkpoint``)."""
     if args.policy is None:
         if args.log_key is None:
             raise AuditInputError(ErrorCode.MISSING_INPUT, "give --log-key, --policy or both")

@@ -133,8 +133,7 @@ def _writing_state(path: Path) -> Iterator[None]:
 
 
 def fork_error(err: ForkError | SuspectedForkError) -> CLIError:
-    """The one wording of a fork, proven (its evidence) or suspected (exit
-    ``EXIT_NOT_PROVEN``: why it is not proven, and that the state did not advance)."""
+    """The one wording of a fork, proven (its evidence) or suspected (``EXIT_NOT_PROVEN``)."""
     if isinstance(err, ForkError):
         return CLIError(f"fork detected; evidence saved to {err.evidence}")
     return CLIError(
@@ -147,8 +146,7 @@ def fork_error(err: ForkError | SuspectedForkError) -> CLIError:
 
 
 def another_log_error(err: StateError) -> CLIError:
-    """The one wording of a state built for another log (``client.follow.state`` rule 4):
-    a usage error naming the file, the log it was built for, and the two ways out."""
+    """The one wording of a state built for another log: a usage error, with two ways out."""
     path = err.path or "the state file"
     return CLIError(
         f"--state: {err.code}: {path} was built for {err.built_for or 'another log'}, "

@@ -254,9 +254,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _write_proof(path: Path, decision: Decision) -> None:
-    """``--proof``: the map proof behind the verdict, for ``deplog audit status``; a
-    verdict made from no status (stale, unknown) or a state that keeps no map has none,
-    which stderr says (the verdict's exit status stands)."""
+    """``--proof``: the map proof behind the verdict, for ``deplog audit status``; when there
+    is none, stderr says why (the verdict's exit status stands)."""
     if decision.proof is None:
         why = (
             "the state keeps no tool-status map at its checkpoint"

@@ -86,8 +86,7 @@ def _refused(why: str) -> FetchError:
 
 
 def redirect_target(url: URL | str, location: str) -> URL:
-    """Where a redirect from ``url`` to ``location`` leads, if rule 6 lets it be followed:
-    the same origin, no user info; otherwise ``redirect_refused``, saying which it was."""
+    """Where a redirect from ``url`` to ``location`` leads, if rule 6 allows it."""
     base = URL(url)
     try:
         target = base.join(URL(location)).with_fragment(None)
@@ -104,8 +103,7 @@ def redirect_target(url: URL | str, location: str) -> URL:
 
 
 class HttpClient:
-    """An HTTP session held to rule 6: its own, opened on first use and ended by ``close``,
-    or the caller's; ``requests`` counts requests made (redirect hops included)."""
+    """An HTTP session held to rule 6; ``requests`` counts requests (redirect hops too)."""
 
     def __init__(self, timeout: float, session: aiohttp.ClientSession | None) -> None:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
@@ -253,8 +251,7 @@ class HttpLogSource(HttpClient):
 
 
 async def _sse_data(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """The data of each Server-Sent Event in ``content`` (its ``data:`` lines joined, with the
-    note's final newline); other fields and comments are skipped."""
+    """The note of each Server-Sent Event in ``content``: its ``data:`` lines joined."""
     data: list[str] = []
     size = 0
     while True:

@@ -89,9 +89,8 @@ class CheckpointStream(Protocol):
 
 
 class MemoryLogSource:
-    """A log in memory, the test double: a checkpoint note and the leaves it is said to
-    cover, which nothing ties together (an honest log, or one that lies: rule 1); pages of
-    at most ``page_size`` leaves, and ``fetch_failed`` outside them."""
+    """A log in memory, the test double: a note and leaves nothing ties together (honest, or
+    lying: rule 1), served in pages of at most ``page_size`` leaves."""
 
     def __init__(self, note: bytes, leaves: Iterable[bytes], *, page_size: int = PAGE_SIZE) -> None:
         if page_size < 1:

@@ -157,8 +157,7 @@ def _fold_tool(
     start: int = 0,
     into: StatusIndex | None = None,
 ) -> Folded:
-    """Fold a tool's stored notices and marks in ``[start, below)`` (into a copy of
-    ``into``); the fold and, per notice index, when it was processed."""
+    """Fold a tool's stored items in ``[start, below)`` onto a copy of ``into`` (``Folded``)."""
     index = StatusIndex() if into is None else into.copy()
     processed: dict[int, float] = {}
     items: list[tuple[int, FoldNotice, float | None]] = [

@@ -82,9 +82,8 @@ class _Writing:
 
 
 class MapCache:
-    """A writer's bounded copy of map rows and records, and the layer of rows it holds back
-    (rules 1 to 3): ``layer_*`` bound the layer (zero: nothing held), ``slice_*`` the
-    least a slice writes."""
+    """A writer's bounded copy of map rows and records, and the rows it holds back (rules 1
+    to 3): ``layer_*`` bound them (zero: none held), ``slice_*`` the least a slice writes."""
 
     def __init__(
         self,

@@ -47,8 +47,7 @@ _OLD_TABLES: Final = ("map_inner", "map_leaf")  # format 2's (rule *one format*)
 
 
 class StoredMap(VerifiableMap):
-    """A ``VerifiableMap`` whose rows and records live in SQL tables on ``conn``, written in
-    the caller's transactions (rule *one transaction*); a writer passes its ``cache``."""
+    """A ``VerifiableMap`` in SQL tables on ``conn`` (rule *one transaction*)."""
 
     def __init__(self, conn: Connection, cache: MapCache | None = None) -> None:
         self.conn = conn

@@ -153,9 +153,7 @@ class GuardedClientSession(ClientSession):
 
 
 class ProvenClientSession(ClientSession):
-    """``ClientSession`` that lists and calls only the tools whose stamped map proofs show
-    them servable under checkpoints ``verify_checkpoint`` accepts (no follower needed),
-    held to the host's ``pins``."""
+    """``ClientSession`` deciding from the map proofs stamped on the tools, with no follower."""
 
     def __init__(
         self,
@@ -247,8 +245,8 @@ def _with_deprecation(tool: Any, decision: Decision) -> Any:
 
 
 async def _list_every_page(session: ClientSession) -> None:
-    """Every page of the server's tool list through ``session.list_tools``, which remembers
-    the tools, up to ``MAX_LIST_PAGES`` (a cursor that never ends holds no call forever)."""
+    """Every page of the server's tool list (at most ``MAX_LIST_PAGES``), through
+    ``session.list_tools``, which remembers the tools."""
     cursor: str | None = None
     for _ in range(MAX_LIST_PAGES):
         params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)

@@ -54,8 +54,7 @@ def _encode(obj: object) -> bytes:
 
 
 def _encodes_to(value: object, data: bytes) -> bool:
-    """Whether ``data`` is exactly the canonical encoding of ``value``, which ``loads``
-    returned for it (ASCII bytes: one comparison with the C encoder's output)."""
+    """Whether ``data`` is exactly the canonical encoding of ``value``, parsed from it."""
     if bytes(data).isascii():
         return _encode(value) == data
     return dumps(value) == data

@@ -103,8 +103,7 @@ class EntrySignatureError(VerificationError):
 
 @dataclass(frozen=True)
 class PublisherStatement:
-    """An authority decision about a publisher: register, add or revoke keys, revoke it;
-    ``keys`` kept as written, so the statement re-encodes byte for byte."""
+    """An authority decision about a publisher; ``keys`` kept as written, to re-encode."""
 
     action: StatementAction
     publisher: str

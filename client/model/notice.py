@@ -236,8 +236,7 @@ def require_object(
 
 
 def require_fields(obj: dict[str, Any], required: Sequence[str], refused: Sequence[str]) -> None:
-    """Refuse an object with any of ``refused`` (``field_not_allowed``) or without each of
-    ``required`` (``missing_field``)."""
+    """Refuse an object with a field in ``refused`` or without one in ``required``."""
     if any(name in obj for name in refused):
         raise NoticeError(ErrorCode.FIELD_NOT_ALLOWED)
     if any(name not in obj for name in required):
@@ -385,8 +384,7 @@ def _parse_message(value: object) -> str:
 
 @dataclass(frozen=True)
 class Interval:
-    """One affected span of a range: ``start <= v < end`` (``<= end`` if inclusive); None
-    for an open end (a ``start`` of OSV ``"introduced": "0"``)."""
+    """One affected span of a range: ``start <= v < end`` (or ``<=``); None for an open end."""
 
     start: Version | None
     end: Version | None

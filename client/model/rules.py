@@ -87,8 +87,7 @@ class RuleViolation(VerificationError):
 
 @dataclass(frozen=True)
 class InvalidEntry:
-    """An entry of a signed tree that fails validation: its index, the rule it fails
-    (``code``) and why (``cause``), and the tool it names where that can be read."""
+    """An entry of a signed tree that fails validation: index, rule, cause, and its tool."""
 
     index: int
     code: ErrorCode
@@ -128,9 +127,8 @@ def fold_item(judged: Judged) -> Notice | InvalidMark | None:
 
 
 def readable_tool_id(leaf: bytes) -> str | None:
-    """The tool id an entry that fails validation names (rule 6): the leaf parses as strict
-    JSON, canonical or not, with ``type`` ``"notice"`` and a ``notice.tool_id`` of the tool
-    id grammar; else None."""
+    """The tool id an entry that fails validation names (rule 6): a strict JSON notice's
+    ``tool_id`` of the tool id grammar, canonical or not; else None."""
     try:
         value = canonical.loads(bytes(leaf))
     except DeplogError:
@@ -231,8 +229,7 @@ class _NoticeRecord(NamedTuple):
 
 
 class LogReplay:
-    """The validator's history in memory for one pass over a log from entry 0 (the
-    auditors): the registry, a small record per notice and every sequence number used."""
+    """The validator's history in memory, for one pass over a log from entry 0."""
 
     def __init__(self, log_key: Verifier) -> None:
         self.registry = PublisherRegistry()

@@ -135,8 +135,7 @@ def database_files(path: Path) -> tuple[Path, Path, Path]:
 
 
 def integrity_problem(path: Path) -> str | None:
-    """The first problem ``PRAGMA integrity_check`` reports on ``path`` (a file that is no
-    database is one), None if it passes; ``sqlite3.Error`` if it cannot run."""
+    """The first problem ``PRAGMA integrity_check`` reports on ``path``, or None."""
     uri = f"{path.resolve().as_uri()}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)

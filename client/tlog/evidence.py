@@ -150,8 +150,7 @@ class ForkEvidence:
         )
 
     def verify(self, log_key: Verifier, origin: str | None = None) -> str:
-        """The finding, recomputed under the pinned log key: the one stated, else
-        ``finding_mismatch``."""
+        """The finding recomputed under the pinned log key (``finding_mismatch``)."""
         finding = self._check(log_key, origin)
         if finding != self.finding:
             raise EvidenceError(ErrorCode.FINDING_MISMATCH, "the file states another finding")
@@ -186,8 +185,7 @@ class ForkEvidence:
 
 
 def write_evidence(directory: Path, evidence: ForkEvidence) -> Path:
-    """Save evidence durably; its path, named for the finding and the two checkpoints' texts
-    only, so files grow only with what the log signed."""
+    """Save evidence durably, named for its finding and checkpoints' texts only; its path."""
     directory.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     for note in (evidence.first, evidence.second):

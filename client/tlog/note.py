@@ -246,8 +246,7 @@ def _check_key_fields(name: str, sig_type: int) -> None:
 
 
 def _key_parts(text: str, what: str, unsplit: str) -> tuple[str, bytes, bytes]:
-    """The name, key ID and decoded blob of ``name+hex8+base64`` (whose base64 may hold
-    ``+``); ``unsplit`` is the message for text of another shape."""
+    """Name, key ID and blob of ``name+hex8+base64``; ``unsplit``: the message otherwise."""
     parts = text.split("+", 2)
     if len(parts) != 3:
         raise KeyFormatError(message=unsplit)
@@ -281,8 +280,7 @@ class Verifier:
         return self.sig_type == SIG_TYPE_COSIGNATURE_MLDSA44
 
     def verify(self, message: bytes, signature: bytes) -> bool:
-        """Whether a raw ``signature`` is valid on ``message``: Ed25519, or for type 0x06 pure
-        ML-DSA-44 with an empty context (FIPS 204)."""
+        """Whether a raw ``signature`` is valid on ``message`` (ML-DSA-44: pure, no context)."""
         if self.is_mldsa:
             if len(signature) != MLDSA44_SIGNATURE_SIZE:
                 return False
@@ -558,8 +556,7 @@ def open_note(msg: bytes, verifiers: Iterable[Verifier]) -> Note:
 
 
 def add_signature_lines(msg: bytes, *signatures: NoteSignature) -> bytes:
-    """Append signature lines (cosignatures) to a note, unverified; as in Go's ``note.Sign``, a
-    line from the same key is replaced, so re-cosigning refreshes its timestamp."""
+    """Append signature lines to a note, replacing a same key's (as Go's ``note.Sign``)."""
     text, existing = parse_note(msg)
     replaced = {(sig.name, sig.key_id) for sig in signatures}
     kept = [sig for sig in existing if (sig.name, sig.key_id) not in replaced]

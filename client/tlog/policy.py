@@ -148,8 +148,7 @@ class PolicyLog:
 
 @dataclass(frozen=True)
 class PolicyWitness:
-    """A known witness: its policy-local name, cosigner key and optional URL; ``tree_lines``
-    if it may sign the first three lines only (rule 5)."""
+    """A known witness: name, cosigner key, optional URL, and whether ``tree_lines`` (rule 5)."""
 
     name: str
     verifier: Verifier
@@ -167,8 +166,7 @@ class PolicyGroup:
 
 
 class _Rules:
-    """The rules, applied one definition at a time in file order, by the parser and by
-    ``Policy`` itself alike: a policy built in code always renders to a parseable file."""
+    """The rules, applied one definition at a time, by the parser and ``Policy`` alike."""
 
     def __init__(self) -> None:
         self.logs: list[PolicyLog] = []
@@ -351,9 +349,8 @@ def _vkey(token: bytes, sig_type: int) -> Verifier:
 
 @dataclass(frozen=True)
 class VerifiedCheckpoint:
-    """A checkpoint that satisfied a policy: the log that signed it, each witness's newest
-    valid cosignature, and the quorum time (rule 7; None under ``quorum none``), at most
-    the map quorum's."""
+    """A checkpoint that satisfied a policy: its log, each witness's newest valid cosignature,
+    and the quorum time (rule 7; None under ``quorum none``), at most the map quorum's."""
 
     checkpoint: Checkpoint
     log: Verifier
@@ -364,8 +361,7 @@ class VerifiedCheckpoint:
 
 @dataclass(frozen=True)
 class Policy:
-    """A validated tlog-policy: logs, and read-only mappings of witnesses and groups in
-    definition order, and the quorum; built in code, it obeys the rules ``parse`` does."""
+    """A validated tlog-policy; built in code, it obeys the rules ``parse`` does."""
 
     logs: tuple[PolicyLog, ...]
     witnesses: Mapping[str, PolicyWitness]
@@ -460,8 +456,7 @@ class Policy:
         k: int,
         tree_lines: Collection[Verifier] = (),
     ) -> Policy:
-        """Trust one log and require cosignatures from ``k`` of ``witnesses``, named by their
-        distinct key names, in a group ``+quorum`` (no key name has a ``+``)."""
+        """Trust one log and ``k`` of ``witnesses`` (by key name), grouped as ``+quorum``."""
         marked = set(tree_lines)
         defined = {v.name: PolicyWitness(v.name, v, None, v in marked) for v in witnesses}
         if len(defined) != len(witnesses):
@@ -484,8 +479,7 @@ class Policy:
     def quorum_time(
         self, cosigs: Iterable[Cosignature]
     ) -> int | Literal[NoQuorum.NO_QUORUM] | None:
-        """The quorum time (rule 7) given verified cosignatures: ``NO_QUORUM`` under ``quorum
-        none``, None if the quorum is not met."""
+        """The quorum time (rule 7): ``NO_QUORUM`` under ``quorum none``, None if not met."""
         if self.quorum == NONE:
             return NO_QUORUM
         return self._time(self.quorum, cosigs)
@@ -546,8 +540,7 @@ class Policy:
         return VerifiedCheckpoint(checkpoint, log, tuple(valid), when, map_when)
 
     def _open(self, note: bytes) -> tuple[Checkpoint, Verifier]:
-        """Verify the log signature, trying each policy log named like the (unverified)
-        origin; a bad signature by any candidate rejects the note."""
+        """Verify the signature of a policy log named like the origin; a bad one rejects."""
         text, _ = parse_note(note)
         origin = text.split("\n", 1)[0]
         candidates = [log.verifier for log in self.logs if log.verifier.name == origin]

@@ -75,8 +75,7 @@ class ProofFormatError(FormatError):
 
 
 class TreeMismatchError(VerificationError):
-    """Leaves that do not build a verified checkpoint's tree; ``index`` is the first leaf
-    past its size or missing, None for ``entries_root_mismatch``."""
+    """Leaves that do not build a verified checkpoint's tree; ``index``: the first leaf amiss."""
 
     codes = frozenset(
         {ErrorCode.TOO_MANY_ENTRIES, ErrorCode.MISSING_ENTRIES, ErrorCode.ENTRIES_ROOT_MISMATCH}
@@ -120,8 +119,7 @@ def root_from_leaf_hashes(hashes: Sequence[bytes]) -> bytes:
 
 
 class TreeFrontier:
-    """The right edge of a Merkle tree: the roots of its perfect subtrees, largest first,
-    all that appending a leaf or computing the root needs (log2(size) hashes)."""
+    """The right edge of a Merkle tree: its perfect subtrees' roots, largest first."""
 
     def __init__(self, size: int = 0, hashes: Sequence[bytes] = ()) -> None:
         if not _is_size(size) or len(hashes) != size.bit_count() or not _are_hashes(hashes):
