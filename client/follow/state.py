@@ -461,7 +461,7 @@ class LocalState:
         return int(count), [_invalid_entry(*row) for row in rows]
 
     def pending(self) -> Pending | None:
-        """The interrupted advance to resume (invariant 2), if there is one."""
+        """The interrupted advance to resume (rule 2), if there is one."""
         row = self._conn.execute("SELECT note, done, frontier, registry FROM pending").fetchone()
         if row is None:
             return None
