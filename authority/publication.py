@@ -80,7 +80,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
@@ -88,7 +88,6 @@ from deplog.authority import collectors
 from deplog.authority.log import Log
 from deplog.authority.sequencer import Published, Sequencer, SequencerLimits
 from deplog.authority.storage import store
-from deplog.authority.storage.cluster import Cluster
 from deplog.authority.storage.errors import IntegrityError, StorageError
 from deplog.authority.storage.reader import LogReader, ReaderPool
 from deplog.authority.supervise import Supervisor
@@ -105,6 +104,9 @@ from deplog.client.plumbing.storage_faults import StorageFault
 from deplog.client.plumbing.waiting import wait_until
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import parse_note
+
+if TYPE_CHECKING:  # psycopg is the optional postgres extra
+    from deplog.authority.storage.cluster import Cluster
 
 __all__ = ["MAP_PROOF_WAIT", "MapNotPublishedError", "Publication"]
 

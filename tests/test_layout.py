@@ -362,6 +362,19 @@ def test_importing_tlog_does_not_load_the_follower() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_the_authority_and_the_test_fixtures_import_without_the_postgres_extra() -> None:
+    """An install without ``deplog[postgres]`` (the quick start, the mcp1 CI venv) must run."""
+    code = (
+        "import sys; sys.modules['psycopg'] = None; "
+        "import deplog.authority.cli, deplog.authority.witness.cli, deplog.client.cli.main, "
+        "tests.builders; print('psycopg' in sys.modules and sys.modules['psycopg'] is not None)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "False"
+
+
 @pytest.mark.slow
 def test_an_installed_wheel_lives_beside_a_foreign_client_package(tmp_path: Path) -> None:
     """A gateway may have its own ``client`` module: ours installs as ``deplog.client``."""
