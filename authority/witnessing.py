@@ -1,52 +1,30 @@
 """The log's side of witnessing: get every new checkpoint cosigned, and keep cosignatures fresh.
 
-Each configured witness is spoken to with the C2SP tlog-witness protocol: the
-log sends ``old <size>``, a consistency proof from the size the witness last
-cosigned, and the signed checkpoint; an old-size conflict (``SizeConflictError``,
-a 409 over HTTP) names the witness's size and the log retries once from there.
-The embedded witness (in this process, its own key and state) is the same
-witness code without HTTP: its refusals are the witness's own errors, and a
-remote witness's answers are read into the same errors. Requests to one
-witness are serialized, so a witness never sees this log go backwards.
-
-Publication: a new checkpoint is published (served by ``GET /checkpoint`` and
-put into receipts) with the embedded witness's cosignature, plus, when the
-operator sets a publication quorum of k, only after k external witnesses
-cosigned it; otherwise external cosignatures are gathered in the background
-and added to the served checkpoint as they arrive. A quorum witness may need
-the checkpoint's entries before it cosigns (``witness serve --verify-map``
-folds them): the server serves the entries of every checkpoint it asks
-witnesses to cosign, before publication (``publication.py``: *Entries before
-publication*), since they are committed and signed; only their cosignatures are
-withheld. A refresh loop re-submits the current checkpoint to every witness on an
-interval, so the served cosignatures always carry recent timestamps: that is what
-lets a client bound staleness by witness time instead of trusting the log's word.
+Each witness is spoken to with C2SP tlog-witness: ``old <size>``, a consistency proof from
+the size it last cosigned, and the signed checkpoint; an old-size conflict names the
+witness's size and the log retries once from there. The embedded witness is the same
+witness code in process, and a remote witness's answers are read into the same errors.
+Which cosignatures publication waits for is ``publication.py``'s (*Publish*).
 
 Rules:
 
-1. Cosignature lines are kept per (size, witness), for every size not below
-   the served one (``forget_below``): a witness that cosigns size S+1 before
-   S+1 is published does not take its line off the note served for S.
-2. ``note_for`` is a pure function of a checkpoint and the lines kept for its
-   very size; the server renders every served, pushed and receipted note
-   with it.
+1. Cosignature lines are kept per (size, witness), for every size not below the served
+   one (``forget_below``): a line for S+1 does not take one off the note served for S.
+2. ``note_for`` is a pure function of a checkpoint and the lines kept for its very size.
 3. ``witness_new`` raises ``EmbeddedWitnessUnavailableError`` (503
-   ``embedded_witness_unavailable``) unless every embedded witness cosigned the
-   checkpoint, and ``QuorumUnavailableError`` (503
-   ``witness_quorum_unavailable``) unless the quorum of external witnesses did.
-4. A witness that cannot cosign is a failed round, never an exception out of
-   ``cosign``: timeouts, HTTP and OS errors, refusals, and storage errors from
-   reading a consistency proof (``sqlite3.Error``). Each witness's failures are
-   counted; a run of the same failure is logged once, as one line, and its end
-   once.
-5. A witness already holding a larger size from this log is not asked to
-   cosign a smaller one (a superseded round, not a failure); a witness claiming
-   a size this log never gave it is reported as a possible fork.
-6. With ``shared`` (many processes on one PostgreSQL log, ``authority/
-   storage/cluster.py`` rule 2), each request to a witness also holds that witness's
-   database lock and starts from the size the log's processes together got it
-   to cosign, which it then advances: "this log" in rule 5 is every process,
-   and requests to one witness are serialized across all of them.
+   ``embedded_witness_unavailable``) unless every embedded witness cosigned, and
+   ``QuorumUnavailableError`` (503 ``witness_quorum_unavailable``) unless the quorum of
+   external witnesses did; without a quorum, external witnesses are asked in the
+   background.
+4. A witness that cannot cosign (timeout, HTTP, OS or storage error, refusal) is a failed
+   round, never an exception out of ``cosign``: counted per witness, and a run of the same
+   failure logged once, as is its end.
+5. Requests to one witness are serialized; a witness already holding a larger size from
+   this log is not asked for a smaller one, and one claiming a size this log never gave it
+   is reported as a possible fork.
+6. With ``shared`` (``storage/cluster.py`` rule 2), a request to a witness also holds its
+   database lock and starts from the size the log's processes together got it to: "this
+   log" in rule 5 is every process.
 """
 
 from __future__ import annotations
@@ -72,9 +50,6 @@ from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.supervise import Supervisor
 from deplog.authority.witness.core import SizeConflictError, Witness, WitnessState
 from deplog.authority.witness.server import SIZE_CONFLICT_STATUS, SIZE_CONTENT_TYPE
-
-if TYPE_CHECKING:
-    from deplog.authority.storage.cluster import WitnessProgress
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.plumbing.storage_faults import database_fault
 from deplog.client.tlog.checkpoint import Checkpoint
@@ -88,6 +63,9 @@ from deplog.client.tlog.note import (
     encode_base64,
     parse_note,
 )
+
+if TYPE_CHECKING:
+    from deplog.authority.storage.cluster import WitnessProgress
 
 __all__ = [
     "Cosigner",
@@ -119,8 +97,7 @@ class QuorumUnavailableError(DeplogError):
 
 
 class WitnessAnswerError(DeplogError):
-    """A witness's answer the log cannot use: a refusal, a malformed old size, or no
-    valid cosignature by the witness's key. Logged and counted, never served."""
+    """A witness's answer the log cannot use (logged and counted, never served)."""
 
     codes = frozenset(
         {ErrorCode.WITNESS_REFUSED, ErrorCode.BAD_WITNESS_RESPONSE, ErrorCode.NO_COSIGNATURE}
@@ -146,8 +123,7 @@ class Cosigner(Protocol):
     """Something that answers tlog-witness add-checkpoint requests."""
 
     async def add_checkpoint(self, body: bytes) -> bytes:
-        """Submit the body; returns the cosignature lines. A witness at another size
-        raises SizeConflictError with that size; any other refusal raises too."""
+        """The cosignature lines; SizeConflictError names a witness's other size."""
         ...
 
 
@@ -160,8 +136,7 @@ class RemoteWitness:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
 
     async def add_checkpoint(self, body: bytes) -> bytes:
-        """POST the body; 200 is the cosignature, and an old-size conflict (the status
-        tlog-witness gives it, with a ``text/x.tlog.size`` body) the witness's size."""
+        """POST the body: 200 is the cosignature, an old-size conflict the witness's size."""
         async with self.session.post(self.url, data=body, timeout=self.timeout) as response:
             data = (await response.content.read(MAX_WITNESS_RESPONSE + 1))[:MAX_WITNESS_RESPONSE]
             status, content_type = response.status, response.content_type
@@ -173,12 +148,8 @@ class RemoteWitness:
 
 
 class LocalWitness:
-    """The embedded witness: the same tlog-witness code, in process, on its own thread.
-
-    It has its own key and its own state file, and checks consistency like any
-    witness, so its cosignatures mean what any cosignature means; it only
-    cannot vouch against the operator of the machine it runs on.
-    """
+    """The embedded witness: the same witness code, its own key and state, on its own thread
+    (it cannot vouch against the operator of the machine it runs on)."""
 
     def __init__(self, witness: Witness) -> None:
         self.witness = witness
@@ -197,9 +168,8 @@ class LocalWitness:
 def open_embedded_witness(
     path: Path, keys: Path, stem: str, name: str, log_key: Verifier, database: Database
 ) -> LocalWitness:
-    """The embedded witness of the log in ``database``: key ``<stem>.key`` (created on
-    first use), state at ``path`` (or, for a log whose processes share the database, in
-    it: ``Database.embedded_witness_store``), trusting exactly this log's key."""
+    """The embedded witness of the log in ``database``, trusting exactly its key: key
+    ``<stem>.key``, state at ``path`` or in a shared database."""
     signer, _ = load_or_create_signer(keys, stem, name, SIG_TYPE_COSIGNATURE_V1)
     store = database.embedded_witness_store()
     if store is not None:
@@ -214,8 +184,7 @@ def open_embedded_witness(
 
 
 def _shared_state(database: Database, store: WitnessStore, log_key: Verifier) -> WitnessState:
-    """The embedded witness's state in the log's shared database; a database that cannot
-    be reached is the one line (exit 69) of any command on it."""
+    """The embedded witness's state in the log's shared database."""
     with reaching(database):
         state = WitnessState.over(store)
         try:
@@ -300,7 +269,7 @@ class Witnessing:
             sqlite3.Error,
             *(() if shared is None else shared.errors),
         )
-        """What a failed round raises (rule 4): a failure of the round, never of the caller."""
+        """What a failed round raises (rule 4)."""
         self.on_change: Callable[[int], None] | None = None
         """Called with the size a witness just cosigned."""
         self.session: aiohttp.ClientSession | None = None
@@ -339,8 +308,7 @@ class Witnessing:
             witness.failing = reason
 
     async def _cosign_shared(self, witness: WitnessTrack, checkpoint: StoredCheckpoint) -> bool:
-        """``_cosign``, under the witness's database lock and from its shared progress when
-        processes share the log (rule 6)."""
+        """``_cosign``, under rule 6 when processes share the log."""
         if self.shared is None:
             return await self._cosign(witness, checkpoint)
         async with self.shared.witness(witness.name) as progress:
@@ -390,10 +358,9 @@ class Witnessing:
         """The witness's valid cosignature line on ``checkpoint`` among the response lines."""
         text, _ = parse_note(checkpoint.note)
         _, lines = parse_note(text.encode() + b"\n" + body)
-        for line in lines:
-            if (line.name, line.key_id) == (witness.name, witness.verifier.key_id):
-                verify_cosignature(text, line, witness.verifier, tree_lines=witness.tree_lines)
-                return line
+        for line in _lines_of(witness, lines):
+            verify_cosignature(text, line, witness.verifier, tree_lines=witness.tree_lines)
+            return line
         raise WitnessAnswerError(
             ErrorCode.NO_COSIGNATURE, "the witness answered without its cosignature"
         )
@@ -431,15 +398,14 @@ class Witnessing:
 
     def remember(self, checkpoint: StoredCheckpoint, note: bytes) -> None:
         """Keep the valid lines of this log's witnesses on a saved ``note`` of ``checkpoint``,
-        dated by their own timestamps (a restart serving what last met the quorum)."""
+        dated by their own timestamps."""
         text, lines = parse_note(note)
         for witness in self.witnesses:
-            for line in lines:
-                if (line.name, line.key_id) == (witness.name, witness.verifier.key_id):
-                    cosigned = verify_cosignature(
-                        text, line, witness.verifier, tree_lines=witness.tree_lines
-                    )
-                    self._keep(checkpoint.size, witness, line, float(cosigned.timestamp))
+            for line in _lines_of(witness, lines):
+                cosigned = verify_cosignature(
+                    text, line, witness.verifier, tree_lines=witness.tree_lines
+                )
+                self._keep(checkpoint.size, witness, line, float(cosigned.timestamp))
 
     async def witness_new(self, checkpoint: StoredCheckpoint) -> None:
         """Cosign a new checkpoint as publication requires (rule 3), or raise."""
@@ -503,6 +469,12 @@ class Witnessing:
             w.name: (now - w.cosigned_at) if w.cosigned_at is not None else float("inf")
             for w in self.witnesses
         }
+
+
+def _lines_of(witness: WitnessTrack, lines: Sequence[NoteSignature]) -> list[NoteSignature]:
+    """The lines that name ``witness``'s key."""
+    key = (witness.name, witness.verifier.key_id)
+    return [line for line in lines if (line.name, line.key_id) == key]
 
 
 def _parse_size(body: bytes) -> int:
