@@ -1,10 +1,9 @@
 """Rate limits: token buckets per client address and per publisher, in bounded memory.
 
-A bucket holds up to ``burst`` tokens and refills at ``rate`` tokens a second;
-a request takes one token or is refused with the seconds until the next token
-(the ``Retry-After`` a 429 carries). Buckets live in an LRU of at most
-``max_keys`` entries, so a flood of distinct addresses or publisher ids costs
-bounded memory: an evicted key simply starts again with a full bucket.
+A bucket holds up to ``burst`` tokens and refills at ``rate`` a second; a request takes a
+token or is refused with the seconds until the next (a 429's ``Retry-After``). Buckets live
+in an LRU of ``max_keys``: a flood of distinct keys costs bounded memory, and an evicted key
+starts again with a full bucket.
 """
 
 from __future__ import annotations
