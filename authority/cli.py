@@ -132,8 +132,7 @@ class Instance:
 
 
 def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
-    """Create (or open) the data directory, config and log key. Idempotent; an origin that
-    can never name a log is refused before anything is created."""
+    """Create (or open: idempotent) the data directory, config and log key."""
     if origin is not None and not is_valid_key_name(origin):
         raise CLIError(
             f"--origin must be a key name, without spaces or '+' (e.g. {DEFAULT_ORIGIN}); "
@@ -241,12 +240,8 @@ async def _serve(
         await web.UnixSite(admin_runner, str(socket_path)).start()
     finally:
         os.umask(old_umask)
-    await serve_until_signalled(
-        runner,
-        sock,
-        f"authority {instance.origin}",
-        on_stop=admin_runner.cleanup,
-    )
+    banner = f"authority {instance.origin}"
+    await serve_until_signalled(runner, sock, banner, on_stop=admin_runner.cleanup)
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()
 
@@ -292,12 +287,8 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
             "created when it opens"
         )
     db = open_database(url)
-    with reaching(db):
-        conn = db.connect()
-        try:
-            before, after = schema_postgres.migrate(conn, db.describe())
-        finally:
-            conn.close()
+    with reaching(db), contextlib.closing(db.connect()) as conn:
+        before, after = schema_postgres.migrate(conn, db.describe())
     if args.json:
         print(json.dumps({"database": db.describe(), "before": before, "after": after}))
     elif before == after:
@@ -312,7 +303,6 @@ def _cmd_copy(args: argparse.Namespace) -> int:
     from deplog.authority.storage.copy import copy_log
 
     verifier = _open_instance(args).signer.verifier()
-
     source, target = open_database(args.source), open_database(args.target)
 
     def progress(line: str) -> None:
@@ -408,21 +398,17 @@ def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -
         # A shared database orders every writer: append directly even while servers run
         # (their next batch sees the change).
         if owned or db.shared:
-            log = Log(db, instance.signer, instance.origin)
-            try:
+            with contextlib.closing(Log(db, instance.signer, instance.origin)) as log:
                 index = log.append_publisher(statement)
                 checkpoint = log.publish()
                 if db.shared:  # the servers publish it now, not at a refresh
                     _announce_signed(log, checkpoint.size)
                 return index
-            finally:
-                log.close()
     return asyncio.run(_admin_post(args.data / ADMIN_SOCKET, statement))
 
 
 def _announce_signed(log: Log, size: int) -> None:
-    """Best effort: the statement is appended and signed already; without the
-    notification the servers publish it at their next refresh."""
+    """Best effort: without it, the servers publish the statement at their next refresh."""
     from deplog.authority.storage.cluster import announce_signed
 
     with contextlib.suppress(*log.db.errors):
@@ -448,10 +434,8 @@ def _cmd_publisher_list(args: argparse.Namespace) -> int:
     db = instance.database
     with reaching(db):
         reader = LogReader(db)
-    try:
+    with contextlib.closing(reader):
         publishers = reader.publishers()
-    finally:
-        reader.close()
     if args.json:
         print(json.dumps(publishers, indent=2, sort_keys=True))
         return 0

@@ -1,16 +1,11 @@
 """Values their owners keep, read by Prometheus when ``/metrics`` is scraped.
 
 Each part of a server registers what it measures, beside the code that measures it, on
-the registry it is given (an application's, ``http/metrics.py``): the sequencer its
-queue and batches, the log its map, the publication its checkpoint and failures, the
-witnessing its witnesses' lag, the push hub its streams, the supervisor its tasks'
-failures. ``http/metrics.py`` keeps only the request series and the exposition.
-
-Rules:
-  * A value is read by a callback at scrape time, never copied per event; callbacks
-    are cheap reads of in-memory state, made on the scraping thread (the event loop).
-  * Labels are names from the code or the operator's configuration (task names, error
-    codes, witness names), never request values, so the number of series is fixed.
+the registry it is given (an application's, ``http/metrics.py``). Rules:
+  * A value is read by a callback at scrape time (on the event loop), never copied per
+    event; callbacks are cheap reads of in-memory state.
+  * Labels are names from the code or the operator's configuration, never request
+    values, so the number of series is fixed.
   * A name registered twice on one registry is refused (``ValueError``).
 """
 
@@ -64,8 +59,7 @@ def gauge(
 def counter(
     registry: CollectorRegistry, name: str, help_text: str, read: Callable[[], float]
 ) -> None:
-    """A monotonic count kept by its owner and read at scrape time (``name`` ends in
-    ``_total``)."""
+    """A monotonic count read at scrape time (``name`` ends in ``_total``)."""
     registry.register(
         _ReadAtScrape(CounterMetricFamily, name, help_text, (), lambda: [((), read())])
     )
@@ -78,7 +72,7 @@ def labeled_gauge(
     label: str,
     read: Callable[[], Mapping[str, float]],
 ) -> None:
-    """A gauge per label value; values are names from configuration, never requests."""
+    """A gauge per label value (names from configuration, never requests)."""
     _labeled(registry, GaugeMetricFamily, name, help_text, label, read)
 
 
@@ -89,8 +83,7 @@ def labeled_counter(
     label: str,
     read: Callable[[], Mapping[str, float]],
 ) -> None:
-    """A count per label value, kept by its owner; values are names from the code
-    (task names, error codes), never requests."""
+    """A count per label value (names from the code, never requests)."""
     _labeled(registry, CounterMetricFamily, name, help_text, label, read)
 
 

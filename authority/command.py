@@ -36,8 +36,7 @@ EXIT_USAGE = 2
 
 
 def command_parser(prog: str, description: str) -> tuple[argparse.ArgumentParser, Any]:
-    """A command's parser with ``--version`` (the installed package's), and its subcommands
-    (``argparse``'s private ``_SubParsersAction``)."""
+    """A command's parser with ``--version``, and its subcommands' action."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument(
         "--version",
@@ -69,8 +68,7 @@ _KEY_ADVICE = {
 
 @contextlib.contextmanager
 def key_file(path: Path, init: str) -> Iterator[None]:
-    """A key file error inside this block names ``path`` and what to do (the library's
-    message names no file); ``init`` is the command that creates the key."""
+    """A key file error inside names ``path`` and what to do (``init`` makes the key)."""
     try:
         yield
     except KeyFileError as err:

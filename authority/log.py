@@ -110,8 +110,7 @@ class Admitted:
 
 @dataclass(frozen=True)
 class Sequenced:
-    """The outcome of one submission: its index and inclusion proof into ``checkpoint``, or
-    the refusal."""
+    """One submission's index and inclusion proof into ``checkpoint``, or its refusal."""
 
     index: int | None
     created: bool
@@ -283,8 +282,7 @@ class Log:
                 self.conn.execute("COMMIT")
 
     def _reload(self) -> None:
-        """Rebuild the in-memory state from committed data, under the order lock or in a
-        snapshot (the registry only if its snapshot moved)."""
+        """Rebuild the in-memory state from committed data (the registry if it moved)."""
         self.tree = StoredHashTree(self.conn)
         kept: StoredMap | None = getattr(self, "map", None)
         if kept is None or kept.conn is not self.conn:
@@ -355,7 +353,7 @@ class Log:
 
     # -- writes ---------------------------------------------------------------
 
-    def _begin(self, ordered: bool) -> None:
+    def _begin(self, ordered: bool = True) -> None:
         """Start a write transaction, ``ordered`` in the log's order; reload stale state."""
         try:
             if not ordered:
@@ -497,8 +495,7 @@ class Log:
         recheck: bool,
         logged: dict[tuple[str, int], tuple[int, bytes]],
     ) -> Admitted:
-        """Append the leaf once the one validator accepts it here; ``logged`` (the batch's
-        logged (publisher, sequence) pairs) gains it for the rest of the batch."""
+        """Append the leaf once the one validator accepts it; ``logged`` gains it."""
         notice = envelope.notice
         if ready.malformed:
             assert ready.refused is not None
@@ -634,10 +631,6 @@ class Log:
         checkpoint = store.checkpoint_at(self.conn, saved[0])
         return None if checkpoint is None else (checkpoint, saved[1])
 
-    def proof(self, index: int, checkpoint: store.StoredCheckpoint) -> tuple[bytes, ...]:
-        """The RFC 9162 inclusion proof of leaf ``index`` in a stored checkpoint's tree."""
-        return tuple(self.tree.inclusion_proof(index, checkpoint.size))
-
     def sequence(self, envelopes: Sequence[Envelope]) -> list[Sequenced]:
         """Admit a batch, publish a checkpoint covering it and prove every entry in it."""
         admitted = self.admit_notices(envelopes)
@@ -649,7 +642,7 @@ class Log:
                     if isinstance(result, DeplogError):
                         out.append(Sequenced(None, False, (), None, result))
                     else:
-                        proof = self.proof(result.index, checkpoint)
+                        proof = tuple(self.tree.inclusion_proof(result.index, checkpoint.size))
                         out.append(Sequenced(result.index, result.created, proof, checkpoint, None))
         except (*self.db.errors, TreeCorruptError):  # type: ignore[misc]
             self._rollback()

@@ -288,8 +288,7 @@ class Publication:
             raise IntegrityError(ErrorCode.CHECKPOINT_INVALID, "a checkpoint row disagrees")
 
     async def _learn(self, size: int, note: bytes) -> None:
-        """Serve a ``published`` row not behind the served checkpoint, if it verifies
-        (*Rounds*); the caller holds ``_publishing``."""
+        """Serve a ``published`` row not behind ours if it verifies; the caller holds the lock."""
         if size < self.checkpoint.size:
             return
         stored = await self.readers.read(lambda r: r.checkpoint_at(size))
@@ -364,8 +363,7 @@ class Publication:
         self._learned_note = row[1]
 
     async def _share_lines(self) -> None:
-        """Save the served checkpoint's fresh lines, merged with the row's, as the published
-        row, unless the row moved past it (then learn it)."""
+        """Save the served checkpoint's fresh lines as the published row (*Rounds*)."""
         assert self.cluster is not None and self.witnessing is not None
         async with self._publishing:
             try:
@@ -450,8 +448,7 @@ class Publication:
             self._render()
 
     async def _refresh_cosignatures(self) -> None:
-        """Re-submit the served checkpoint to every witness, so timestamps stay recent, and
-        publish the latest checkpoint if its publication failed."""
+        """Re-submit the served checkpoint to every witness; publish a withheld one."""
         assert self.witnessing is not None
         while True:
             await asyncio.sleep(self.refresh_interval)

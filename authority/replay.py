@@ -72,8 +72,7 @@ class Replay:
         """(count, first few) of the invalid entries: replaced whole, so any thread may read."""
 
     def registry_before(self, size: int) -> PublisherRegistry:
-        """The registry the log's publisher entries below ``size`` make (*Registry from the
-        leaves*)."""
+        """The registry the publisher entries below ``size`` make (*Registry from the leaves*)."""
         writer = self._writer
         registry = PublisherRegistry()
         checker = EntryChecker(registry, writer.verifier, lambda _: None, lambda _p, _s: False)
@@ -85,8 +84,7 @@ class Replay:
         return registry
 
     def check_registry(self, stored: PublisherRegistry) -> None:
-        """Refuse a ``stored`` registry the log's entries do not make (*Registry from the
-        leaves*)."""
+        """Refuse a ``stored`` registry the log's entries do not make."""
         if self.registry_before(self._writer.tree.size).to_json() != stored.to_json():
             raise IntegrityError(
                 ErrorCode.REGISTRY_MISMATCH,

@@ -104,8 +104,7 @@ class Receipted:
 
 @dataclass(frozen=True)
 class Published:
-    """The checkpoint a publication made visible, at least the size asked for, and its note
-    as published: what receipts carry."""
+    """What a publication made visible, at least the size asked for: what receipts carry."""
 
     checkpoint: StoredCheckpoint
     note: bytes
@@ -125,8 +124,7 @@ async def _publish_unwitnessed(checkpoint: StoredCheckpoint) -> Published:
 
 
 class Sequencer:
-    """Owns the writer thread and the ``Log``: the only way to append (*Durable before
-    answered*)."""
+    """Owns the writer thread and the ``Log``: the only way to append."""
 
     def __init__(
         self,
@@ -276,8 +274,7 @@ class Sequencer:
             await self._process(batch)
 
     async def _next(self) -> _Submission | None:
-        """The next queued submission; after a batch, the map's rows are written first if
-        none comes within ``MAP_FLUSH_IDLE``."""
+        """The next queued submission, the map's rows written first after a batch (*Idle*)."""
         if self._flush_when_idle:
             self._flush_when_idle = False
             try:

@@ -112,8 +112,7 @@ def partial_tiles(size: int) -> list[Tile]:
 
 
 def tile_bytes(conn: Connection, tile: Tile) -> bytes:
-    """The bytes of ``tile`` from the log's database, 256 rows at most (rule 3): leaf hashes
-    at level 0, at level L the ``nodes`` rows of level 8L."""
+    """The bytes of ``tile`` from the log's database, 256 rows at most (rule 3)."""
     if isinstance(tile, EntryTile):
         first = tile.leaf_indices.start
         rows = conn.execute(
@@ -145,8 +144,7 @@ def tile_bytes(conn: Connection, tile: Tile) -> bytes:
 
 
 def _complete_file(job: tuple[Path, bytes | StorageFault]) -> None:
-    """Write a missing tile; check one that is there (rule 5; ``data`` a fault: the
-    database's damage)."""
+    """Write a missing tile; check one that is there (rule 5)."""
     path, data = job
     try:
         existing = path.read_bytes()
@@ -186,8 +184,7 @@ def served_tile(conn: Connection, tile: Tile) -> bytes:
 
 
 class TilesDirectory:
-    """The writer of one log's tiles directory, on the log's writer thread: ``size`` is the
-    tree whose tiles are all written, ``named`` the size the ``checkpoint`` file names."""
+    """The writer of one log's tiles directory, on the log's writer thread."""
 
     def __init__(
         self,

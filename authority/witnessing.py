@@ -33,6 +33,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import math
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -52,7 +53,6 @@ from deplog.authority.witness.core import SizeConflictError, Witness, WitnessSta
 from deplog.authority.witness.server import SIZE_CONFLICT_STATUS, SIZE_CONTENT_TYPE
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.plumbing.storage_faults import database_fault
-from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.cosignature import verify_cosignature
 from deplog.client.tlog.keyfile import load_or_create_signer
 from deplog.client.tlog.note import (
@@ -148,8 +148,7 @@ class RemoteWitness:
 
 
 class LocalWitness:
-    """The embedded witness: the same witness code, its own key and state, on its own thread
-    (it cannot vouch against the operator of the machine it runs on)."""
+    """The embedded witness: the same witness code, its own key and state and thread."""
 
     def __init__(self, witness: Witness) -> None:
         self.witness = witness
@@ -168,8 +167,7 @@ class LocalWitness:
 def open_embedded_witness(
     path: Path, keys: Path, stem: str, name: str, log_key: Verifier, database: Database
 ) -> LocalWitness:
-    """The embedded witness of the log in ``database``, trusting exactly its key: key
-    ``<stem>.key``, state at ``path`` or in a shared database."""
+    """The embedded witness of the log in ``database``, trusting exactly its key."""
     signer, _ = load_or_create_signer(keys, stem, name, SIG_TYPE_COSIGNATURE_V1)
     store = database.embedded_witness_store()
     if store is not None:
@@ -367,10 +365,9 @@ class Witnessing:
 
     async def cosign_all(
         self, checkpoint: StoredCheckpoint, witnesses: Sequence[WitnessTrack]
-    ) -> int:
-        """Ask several witnesses in parallel; returns how many cosigned."""
-        done = await asyncio.gather(*(self.cosign(w, checkpoint) for w in witnesses))
-        return sum(done)
+    ) -> None:
+        """Ask several witnesses in parallel."""
+        await asyncio.gather(*(self.cosign(w, checkpoint) for w in witnesses))
 
     def note_for(self, checkpoint: StoredCheckpoint) -> bytes:
         """The checkpoint with every line kept for its very size, in witness order (rule 2)."""
@@ -397,8 +394,7 @@ class Witnessing:
             del self._lines[old]
 
     def remember(self, checkpoint: StoredCheckpoint, note: bytes) -> None:
-        """Keep the valid lines of this log's witnesses on a saved ``note`` of ``checkpoint``,
-        dated by their own timestamps."""
+        """Keep this log's witnesses' valid lines on a saved ``note``, dated by themselves."""
         text, lines = parse_note(note)
         for witness in self.witnesses:
             for line in _lines_of(witness, lines):
@@ -416,7 +412,7 @@ class Witnessing:
             if self.externals:
                 self.supervisor.spawn(
                     "external_witnessing",
-                    lambda: self._cosign_externals(checkpoint),
+                    lambda: self.cosign_all(checkpoint, self.externals),
                     restart=False,  # the refresh loop is its retry
                 )
         if not self.cosigned_by_embedded(checkpoint.size):
@@ -424,9 +420,6 @@ class Witnessing:
         kept = self._lines.get(checkpoint.size, {})
         if sum(1 for w in self.externals if w.name in kept) < self.quorum:
             raise QuorumUnavailableError()
-
-    async def _cosign_externals(self, checkpoint: StoredCheckpoint) -> None:
-        await self.cosign_all(checkpoint, self.externals)
 
     @property
     def embedded_failing(self) -> bool:
@@ -450,25 +443,15 @@ class Witnessing:
             "deplog_witness_lag_entries",
             "Entries the witness's latest cosignature is behind the published checkpoint.",
             "witness",
-            lambda: self.lag(served()),
+            lambda: {w.name: float(served().size - (w.cosigned_size or 0)) for w in self.witnesses},
         )
         collectors.labeled_gauge(
             registry,
             "deplog_witness_cosignature_age_seconds",
             "Seconds since the witness last cosigned.",
             "witness",
-            lambda: self.cosignature_age(time.time()),
+            lambda: {w.name: time.time() - (w.cosigned_at or -math.inf) for w in self.witnesses},
         )
-
-    def lag(self, published: Checkpoint | StoredCheckpoint) -> dict[str, float]:
-        """Entries each witness is behind the published checkpoint (for /metrics)."""
-        return {w.name: float(published.size - (w.cosigned_size or 0)) for w in self.witnesses}
-
-    def cosignature_age(self, now: float) -> dict[str, float]:
-        return {
-            w.name: (now - w.cosigned_at) if w.cosigned_at is not None else float("inf")
-            for w in self.witnesses
-        }
 
 
 def _lines_of(witness: WitnessTrack, lines: Sequence[NoteSignature]) -> list[NoteSignature]:

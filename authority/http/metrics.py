@@ -26,8 +26,7 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 
 
 class Metrics:
-    """An application's registry (the parts of a server register on it), its request counts
-    and latencies, and their exposition."""
+    """An application's registry, its request counts and latencies, and their exposition."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -63,7 +62,6 @@ class Metrics:
         series[1].observe(seconds)
 
     def exposition(self, accept: str) -> tuple[bytes, str]:
-        """Every metric, and its content type: OpenMetrics if ``accept`` asks for it, else
-        the Prometheus text format. Runs every collector, so call it where they may run."""
+        """Every metric (running every collector), and its content type for ``accept``."""
         encode, content_type = choose_encoder(accept)
         return encode(self.registry), content_type

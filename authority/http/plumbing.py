@@ -300,8 +300,7 @@ async def serve_until_signalled(
     banner: str,
     on_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Serve on the bound ``sock``, print ``<banner> serving on <url>``, run until
-    SIGINT/SIGTERM."""
+    """Serve on ``sock``, print ``<banner> serving on <url>``, run until SIGINT/SIGTERM."""
     await web.SockSite(runner, sock, backlog=_BACKLOG).start()
     settle_collector()
     host, port = sock.getsockname()[:2]

@@ -56,8 +56,7 @@ log = logging.getLogger("deplog.authority")
 def audit_storage(
     path: Database | Path | str, progress: Callable[[int, int], None] | None = None
 ) -> tuple[int, str | None]:
-    """Rehash every leaf and subtree of a database: (size, first problem or None); the
-    database's own error when it cannot be read as a log."""
+    """Rehash every leaf and subtree of a database: (size, first problem or None)."""
     conn = open_database(path).connect(readonly=True)
     try:
         try:

@@ -169,8 +169,7 @@ def _conninfo_with_bounds(url: str, round_timeout: float) -> str:
 
 
 class Cluster:
-    """One process's connections to the shared database for rules 1 to 4; the database ends
-    a round, or a wait for its lock, past ``round_timeout``."""
+    """One process's connections to the shared database for rules 1 to 4."""
 
     errors: tuple[type[Exception], ...] = (psycopg.Error,)
     """What a failed database operation of this module raises."""

@@ -131,8 +131,7 @@ class Database(ABC):
 
     @abstractmethod
     def limit_size(self, conn: Connection, max_bytes: int) -> None:
-        """Cap the database at ``max_bytes`` where the backend has a quota: a clean refusal,
-        not a full disk."""
+        """Cap the database at ``max_bytes`` where the backend has a quota."""
 
     def broken(self, conn: Connection) -> bool:
         """True when ``conn`` can no longer be used (lost, closed): reconnect."""

@@ -19,8 +19,7 @@ class StorageError(DeplogError):
 
 
 class IntegrityError(DeplogError):
-    """Stored data that fails its own hash check or no longer matches what the authority
-    signed: refuse to serve it, and to start on it."""
+    """Stored data that fails its own check or what the authority signed: never served."""
 
     codes = frozenset(
         {

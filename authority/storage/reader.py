@@ -49,8 +49,7 @@ MAX_SEARCH_ROWS = 200
 
 
 class LogReader:
-    """Proofs and entries over a read-only connection to the log database (SQLite or
-    PostgreSQL: the queries are their common subset)."""
+    """Proofs and entries over a read-only connection to the log database."""
 
     def __init__(self, db: Database | Path | str) -> None:
         self.conn = open_database(db).connect(readonly=True)
@@ -158,8 +157,7 @@ class LogReader:
     def map_proof(
         self, tool_id: str, view: MapView | None = None, moved: Callable[[], bool] | None = None
     ) -> tuple[int, MapProof]:
-        """The proof of ``tool_id`` in the map as committed, and the size it is at
-        (``StoredMap.prove_at_size``, with the writer's held rows)."""
+        """The proof of ``tool_id`` in the map as committed, and the size it is at."""
         try:
             return self.map.prove_at_size(tool_id, view, moved)
         except DeplogError:  # a missing row (MapStorageError), a record that does not decode

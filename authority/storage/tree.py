@@ -49,8 +49,7 @@ class TreeCorruptError(Exception):
 
 
 class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
-    """A pymerkle tree whose subroots are read from the ``nodes`` table, one per connection:
-    the writer's appends (committing nothing), or a reader's, ``pin``-ned to a published size."""
+    """A pymerkle tree whose subroots are read from ``nodes``, one per connection."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn

@@ -93,8 +93,7 @@ KEY_TYPES = {name: sig_type for sig_type, name in ALGORITHMS.items()}
 def init(
     data: Path, keys: Path, name: str, out: IO[str], sig_type: int = SIG_TYPE_COSIGNATURE_V1
 ) -> tuple[WitnessConfig, Signer]:
-    """Create (or reopen: idempotent) the data directory, config, database and cosigning key
-    of type ``sig_type``; a bad name, or a key of another type, is refused first."""
+    """Create (or reopen: idempotent) the data directory, config, database and key."""
     if not is_valid_key_name(name):
         raise CLIError(
             "--name must be a key name, without spaces or '+' (e.g. witness.example/w1); "

@@ -125,8 +125,7 @@ CREATE TABLE IF NOT EXISTS evidence (
 
 
 class WitnessError(DeplogError):
-    """Base of the refusals only a witness makes; a body over :data:`MAX_BODY_SIZE` is
-    ``TooLargeError`` and a failed consistency proof ``ProofError``, as anywhere."""
+    """Base of the refusals only a witness makes."""
 
 
 class MalformedRequestError(WitnessError):
@@ -291,8 +290,7 @@ def parse_logs_file(text: str) -> list[Verifier]:
 
 
 class StateStore(Protocol):
-    """Another database than a SQLite file for the state (``WitnessState.over``; the log's
-    storage provides it: ``authority.storage.database.WitnessStore``)."""
+    """Another database than a SQLite file for the state (``WitnessState.over``)."""
 
     @property
     def name(self) -> str: ...
@@ -393,8 +391,7 @@ class WitnessState:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[Connection]:
-        """A write transaction: on SQLite the write lock is taken up front, so it cannot
-        deadlock; on PostgreSQL the swap's row lock orders concurrent writers."""
+        """A write transaction (on SQLite the write lock is taken up front)."""
 
         def begin(conn: Connection) -> Connection:
             conn.execute(self._begin)
@@ -567,8 +564,7 @@ class WitnessState:
 
 
 class Witness:
-    """Checks add-checkpoint requests against the state and cosigns with its key (Ed25519,
-    type 0x04, or ML-DSA-44, type 0x06: tlog-cosignature v1.1)."""
+    """Checks add-checkpoint requests against the state and cosigns them."""
 
     def __init__(self, state: WitnessState, signer: Signer) -> None:
         if signer.sig_type not in COSIGNER_TYPES:
@@ -586,8 +582,7 @@ class Witness:
         return self.signer.verifier()
 
     def add_checkpoint(self, body: bytes, now: int) -> bytes:
-        """The cosignature line for one add-checkpoint body at POSIX time ``now``; a refusal
-        (*Spec order*) raises and changes no record."""
+        """The cosignature line for one add-checkpoint body at POSIX time ``now``."""
         if isinstance(now, bool) or not 0 <= now <= MAX_TIMESTAMP:
             raise ValueError("now must be a POSIX timestamp below 2^63")
         request = parse_add_checkpoint(body)

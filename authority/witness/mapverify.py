@@ -112,8 +112,7 @@ class _Target(NamedTuple):
 
 
 def http_entries(url: str) -> FetchEntries:
-    """Entries from a deplog authority's ``/v1/entries``, through the follower's bounded
-    source; for a worker thread (it runs its own event loop per page)."""
+    """Entries from a deplog authority's ``/v1/entries``, for a worker thread."""
 
     def fetch(start: int, end: int) -> Sequence[bytes]:
         async def page() -> list[bytes]:

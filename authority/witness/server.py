@@ -94,8 +94,7 @@ async def _post_add_checkpoint(request: web.Request) -> web.Response:
 
 
 async def _get_healthz(request: web.Request) -> web.Response:
-    """200 ``ok``; 503 ``degraded`` with reason ``storage_unavailable`` while the database
-    fails (until a cosignature is stored again)."""
+    """200 ``ok``; 503 ``degraded`` (``storage_unavailable``) while the database fails."""
     witness = request.app[WITNESS]
     report: dict[str, object] = {"status": "ok", "witness": witness.verifier().vkey()}
     if witness.state.failing is not None:
@@ -115,8 +114,7 @@ _LOG_GAUGES = (
 
 
 class _LogGauges:
-    """Per-log gauges from one read of the state per scrape (labels: the operator's logs;
-    a log never cosigned has no samples)."""
+    """Per-log gauges from one read of the state per scrape."""
 
     def __init__(self, witness: Witness) -> None:
         self._witness = witness
