@@ -57,16 +57,13 @@ def audit_storage(
     path: Database | Path | str, progress: Callable[[int, int], None] | None = None
 ) -> tuple[int, str | None]:
     """Rehash every leaf and subtree of a database: (size, first problem or None)."""
-    conn = open_database(path).connect(readonly=True)
-    try:
+    with contextlib.closing(open_database(path).connect(readonly=True)) as conn:
         try:
             tree = StoredHashTree(conn)
         except TreeCorruptError:
             size = int(conn.execute("SELECT count(*) FROM leaves").fetchone()[0])
             return size, "a subtree hash of the tree's right edge is missing"
         return tree.size, tree.audit(progress)
-    finally:
-        conn.close()
 
 
 def lower_priority(pid: int, parent: int) -> None:

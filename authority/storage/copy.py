@@ -150,10 +150,10 @@ def _copy(
         raise CLIError(f"{problem}: create it, then copy")
     with reaching(source):
         src = source.connect(readonly=True)
-    try:
+    with contextlib.closing(src):
         with reaching(target):
             dst = _open_target(target)
-        try:
+        with contextlib.closing(dst):
             source.require_current(src)
             digests: dict[str, str] = {}
             rows: dict[str, int] = {}
@@ -171,10 +171,6 @@ def _copy(
                         dst.execute("ROLLBACK")
                     raise
                 dst.execute("COMMIT")
-        finally:
-            dst.close()
-    finally:
-        src.close()
     progress("verifying the copy")
     checkpoint = _verify(target, verifier, digests, size)
     return CopyReport(size, checkpoint, rows)
@@ -206,8 +202,7 @@ def _copy_table(
 
 def _verify(target: Database, verifier: Verifier, digests: dict[str, str], size: int) -> int:
     """Rule 4; the latest checkpoint's size."""
-    conn = target.connect(readonly=True)
-    try:
+    with contextlib.closing(target.connect(readonly=True)) as conn:
         for table, columns, key in TABLES:
             if _copy_table(conn, table, columns, key)[0] != digests[table]:
                 raise CLIError(f"the copy's {table} differ from the source's: copy again")
@@ -237,5 +232,3 @@ def _verify(target: Database, verifier: Verifier, digests: dict[str, str], size:
         if at_latest and StoredMap(conn).root() != map_root:
             raise CLIError("the copy's map root differs from its latest checkpoint's")
         return latest
-    finally:
-        conn.close()

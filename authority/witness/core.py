@@ -458,12 +458,9 @@ class WitnessState:
 
     def log_verifier(self, origin: str) -> Verifier | None:
         """The trusted key for ``origin``, or None; a request's first read (``_first``)."""
+        query = "SELECT vkey FROM logs WHERE origin = ?"
         with self._storage():
-            row = self._first(
-                lambda conn: conn.execute(
-                    "SELECT vkey FROM logs WHERE origin = ?", (origin,)
-                ).fetchone()
-            )
+            row = self._first(lambda conn: conn.execute(query, (origin,)).fetchone())
         return None if row is None else Verifier.parse(row[0])
 
     def recorded(self, origin: str) -> RecordedCheckpoint | None:
@@ -480,21 +477,15 @@ class WitnessState:
 
     def logs(self) -> list[LogStatus]:
         """Every configured log with its record, by origin."""
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT l.origin, l.vkey, c.size, c.root, c.updated_at FROM logs l "
-                "LEFT JOIN checkpoints c ON c.origin = l.origin ORDER BY l.origin"
-            )
-            .fetchall()
+        query = (
+            "SELECT l.origin, l.vkey, c.size, c.root, c.updated_at FROM logs l "
+            "LEFT JOIN checkpoints c ON c.origin = l.origin ORDER BY l.origin"
         )
         return [
             LogStatus(
-                origin,
-                vkey,
-                None if size is None else RecordedCheckpoint(size, bytes(root), updated_at),
+                origin, vkey, None if size is None else RecordedCheckpoint(size, bytes(root), at)
             )
-            for origin, vkey, size, root, updated_at in rows
+            for origin, vkey, size, root, at in self._conn().execute(query).fetchall()
         ]
 
     def compare_and_swap(
@@ -502,16 +493,8 @@ class WitnessState:
     ) -> int:
         """Replace the record ``expected`` (None: none yet) by (size, root) and return the
         cosignature time (*Compare-and-swap*, *Time forward*); SizeConflictError otherwise."""
-        with self._storage():
-            timestamp = self._swap(origin, expected, size, root, now)
-        self._recovered()
-        return timestamp
-
-    def _swap(
-        self, origin: str, expected: RecordedCheckpoint | None, size: int, root: bytes, now: int
-    ) -> int:
         # SQL both databases speak: no INSERT OR IGNORE, no two-argument max().
-        with self._transaction() as conn:
+        with self._storage(), self._transaction() as conn:
             if expected is None:
                 rows = conn.execute(
                     "INSERT INTO checkpoints (origin, size, root, updated_at) "
@@ -525,11 +508,12 @@ class WitnessState:
                     "WHERE origin = ? AND size = ? AND root = ? RETURNING updated_at",
                     (size, root, now, now, origin, expected.size, expected.root),
                 ).fetchall()
-            if len(rows) == 1:
-                timestamp: int = rows[0][0]
-                return timestamp
-            current = self._recorded(conn, origin)
-            raise SizeConflictError(0 if current is None else current.size)
+            if len(rows) != 1:
+                current = self._recorded(conn, origin)
+                raise SizeConflictError(0 if current is None else current.size)
+        self._recovered()
+        timestamp: int = rows[0][0]
+        return timestamp
 
     def record_evidence(self, origin: str, reason: str, body: bytes, now: int) -> None:
         """Keep a refused, validly signed request (deduplicated, bounded, best effort)."""
@@ -551,15 +535,10 @@ class WitnessState:
 
     def evidence(self, origin: str) -> list[Evidence]:
         """The kept evidence for ``origin``, oldest first."""
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT origin, reason, received_at, body FROM evidence "
-                "WHERE origin = ? ORDER BY id",
-                (origin,),
-            )
-            .fetchall()
+        query = (
+            "SELECT origin, reason, received_at, body FROM evidence WHERE origin = ? ORDER BY id"
         )
+        rows = self._conn().execute(query, (origin,)).fetchall()
         return [Evidence(o, reason, at, bytes(body)) for o, reason, at, body in rows]
 
 
