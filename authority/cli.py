@@ -33,12 +33,7 @@ from deplog.authority.config import (
 )
 from deplog.authority.explorer.config import ExplorerConfig
 from deplog.authority.http.plumbing import Listen, ServingRunner, bind, serve_until_signalled
-from deplog.authority.http.server import (
-    ServerConfig,
-    build_admin_app,
-    build_app,
-    error_response,
-)
+from deplog.authority.http.server import ServerConfig, build_admin_app, build_app, error_response
 from deplog.authority.log import Log
 from deplog.authority.options import add_options, from_options, option
 from deplog.authority.publication import Publication
@@ -61,12 +56,7 @@ from deplog.client.plumbing.files import exclusive_lock, require_writable
 from deplog.client.plumbing.progress import Progress
 from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.keyfile import load_or_create_signer, load_signer
-from deplog.client.tlog.note import (
-    SIG_TYPE_COSIGNATURE_V1,
-    Signer,
-    Verifier,
-    is_valid_key_name,
-)
+from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier, is_valid_key_name
 from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.timestamps import now_timestamp
 

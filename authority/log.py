@@ -67,12 +67,7 @@ from deplog.client.model.entries import (
 )
 from deplog.client.model.notice import Envelope, Notice
 from deplog.client.model.registry import PublisherRegistry
-from deplog.client.model.rules import (
-    EntryChecker,
-    InvalidEntry,
-    RuleViolation,
-    decode_leaf,
-)
+from deplog.client.model.rules import EntryChecker, InvalidEntry, RuleViolation, decode_leaf
 from deplog.client.plumbing.dbapi import Connection
 from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
@@ -80,11 +75,7 @@ from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import format_receipt
 from deplog.client.tlog.timestamps import now_timestamp
 
-__all__ = [
-    "Admitted",
-    "Log",
-    "Sequenced",
-]
+__all__ = ["Admitted", "Log", "Sequenced"]
 
 logger = logging.getLogger("deplog.authority")
 MAP_LAYER_ENTRIES = 4096

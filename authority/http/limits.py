@@ -16,12 +16,7 @@ from dataclasses import dataclass
 
 from deplog.client.errors import DeplogError, ErrorCode
 
-__all__ = [
-    "MAX_KEYS",
-    "Rate",
-    "RateLimitedError",
-    "RateLimiter",
-]
+__all__ = ["MAX_KEYS", "Rate", "RateLimitedError", "RateLimiter"]
 
 MAX_KEYS = 65536
 

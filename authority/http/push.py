@@ -18,11 +18,7 @@ from prometheus_client import CollectorRegistry
 from deplog.authority import collectors
 from deplog.client.errors import DeplogError, ErrorCode
 
-__all__ = [
-    "PushHub",
-    "TooManySubscribersError",
-    "sse_event",
-]
+__all__ = ["PushHub", "TooManySubscribersError", "sse_event"]
 
 KEEPALIVE_SECONDS = 15.0
 

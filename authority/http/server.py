@@ -60,13 +60,7 @@ from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
 from deplog.client.tlog.note import Signer
-from deplog.client.tlog.tiles import (
-    TILE_HEIGHT,
-    TILE_WIDTH,
-    EntryTile,
-    HashTile,
-    parse_tile_path,
-)
+from deplog.client.tlog.tiles import TILE_HEIGHT, TILE_WIDTH, EntryTile, HashTile, parse_tile_path
 
 __all__ = [
     "FULL_TILE_CACHE",

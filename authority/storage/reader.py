@@ -33,12 +33,7 @@ from deplog.client.model.rules import decode_leaf
 from deplog.client.model.status import FoldNotice, InvalidMark, StatusIndex
 from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_hash
 
-__all__ = [
-    "MAX_SEARCH_ROWS",
-    "MAX_TOOL_NOTICES",
-    "LogReader",
-    "ReaderPool",
-]
+__all__ = ["MAX_SEARCH_ROWS", "MAX_TOOL_NOTICES", "LogReader", "ReaderPool"]
 
 _T = TypeVar("_T")
 

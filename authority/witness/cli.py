@@ -33,12 +33,7 @@ from deplog.authority.witness.server import build_app, render_error
 from deplog.client.errors import CLIError
 from deplog.client.plumbing.files import exclusive_lock, require_writable, write_atomic
 from deplog.client.tlog.cosignature import ALGORITHMS
-from deplog.client.tlog.keyfile import (
-    create_signer,
-    is_key_file_stem,
-    key_file_name,
-    load_signer,
-)
+from deplog.client.tlog.keyfile import create_signer, is_key_file_stem, key_file_name, load_signer
 from deplog.client.tlog.note import (
     COSIGNER_TYPES,
     SIG_TYPE_COSIGNATURE_V1,
