@@ -269,7 +269,6 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    """Create or upgrade the PostgreSQL schema (idempotent)."""
     url = _db_url(args)
     if url is None:
         raise CLIError(
@@ -289,7 +288,6 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_copy(args: argparse.Namespace) -> int:
-    """Copy a log between databases (SQLite <-> PostgreSQL), verified before done."""
     from deplog.authority.storage.copy import copy_log
 
     verifier = _open_instance(args).signer.verifier()
@@ -458,9 +456,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_witness_add(args: argparse.Namespace) -> int:
-    """Add an external witness (its submission URL and cosigner key, Ed25519 or ML-DSA-44)
-    to the config; ``--tree-lines`` for an Ed25519 witness that signs the first three lines
-    of a checkpoint only (litewitness)."""
     verifier = Verifier.parse_cosigner(args.key)
     if not args.url.startswith(WITNESS_URL_SCHEMES):
         raise CLIError(
@@ -490,7 +485,6 @@ def _cmd_witness_add(args: argparse.Namespace) -> int:
 
 
 def _cmd_witness_list(args: argparse.Namespace) -> int:
-    """The external witnesses of the config (the embedded one is always there)."""
     config = _load_config(args.data)
     if args.json:
         witnesses = [
@@ -508,7 +502,6 @@ def _cmd_witness_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_witness_remove(args: argparse.Namespace) -> int:
-    """Remove an external witness, named by its key name or its whole verifier key."""
     config = _load_config(args.data)
     kept = tuple(w for w in config.witnesses if args.witness not in (w.key, w.verifier().name))
     if len(kept) == len(config.witnesses):
@@ -521,7 +514,6 @@ def _cmd_witness_remove(args: argparse.Namespace) -> int:
 
 
 def _cmd_policy(args: argparse.Namespace) -> int:
-    """Print the C2SP tlog-policy clients should use: log key, witnesses, quorum."""
     instance = _open_instance(args)
     config = instance.config
     stem = config.embedded_witness_key

@@ -54,28 +54,24 @@ def _show(value: object) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Units:
-    """How a flag in other units than its field converts, both ways (rule 2)."""
+    """How a flag in other units than its field converts, both ways (rule 2): ``parse``
+    (named by argparse's "invalid <name> value") and ``show``."""
 
     parse: Callable[[str], Any]
-    """Flag text to field value; argparse names it in "invalid <name> value"."""
     show: Callable[[Any], str]
-    """A field value in the flag's units."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Option:
-    """How one config field appears on the command line."""
+    """How one config field appears on the command line: ``--help`` prints ``help (default:
+    <show(default)>[; <note>])``; no ``flag`` is ``--`` and the field name, no ``parse``
+    the default's type (rule 2)."""
 
     help: str
-    """What the option sets; ``--help`` appends ``(default: <shown default>[; <note>])``."""
     flag: str = ""
-    """The option string; empty means ``--`` and the field name with dashes."""
     parse: Callable[[str], Any] | None = None
-    """Command-line text to field value (rule 2); None means the default's type."""
     show: Callable[[Any], str] = _show
-    """The field's default as printed, in the flag's units."""
     note: str = ""
-    """What the default means or what happens past it, printed after it."""
 
 
 def option(

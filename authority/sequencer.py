@@ -13,11 +13,9 @@ Rules, cited by name:
   one (``prove``). A failed publication leaves the batch durable but unacknowledged: a
   resubmission returns the receipt later.
 * **In order.** Batches and admin appends are committed and published one at a time, so
-  ``publish`` never gets a checkpoint smaller than the one before. A batch's tiles are
-  written on the writer thread right after its commit, before the tiles directory's
-  ``checkpoint`` file; tiles that cannot be written fail the batch (503
-  ``storage_unavailable``) like a failed commit. ``failing`` is the code of the latest
-  failed batch, None once one succeeds (``/healthz``).
+  ``publish`` never gets a checkpoint smaller than the one before; a batch's tiles are
+  written right after its commit (``tiles.py`` rule 2). ``failing`` is the code of the
+  latest failed batch, None once one succeeds (``/healthz``).
 * **Idle.** ``MAP_FLUSH_IDLE`` seconds without a submission after a batch, and after an
   admin append, the writer writes the map's held rows a slice a transaction while no
   submission waits; a failure is logged once and counted (``map_flush_failures``), and the

@@ -1,10 +1,8 @@
 """The log's side of witnessing: get every new checkpoint cosigned, and keep cosignatures fresh.
 
-Each witness is spoken to with C2SP tlog-witness: ``old <size>``, a consistency proof from
-the size it last cosigned, and the signed checkpoint; an old-size conflict names the
-witness's size and the log retries once from there. The embedded witness is the same
-witness code in process, and a remote witness's answers are read into the same errors.
-Which cosignatures publication waits for is ``publication.py``'s (*Publish*).
+Each witness is spoken to with C2SP tlog-witness, from the size it last cosigned; an
+old-size conflict names the witness's size, and the log retries once from there. The
+embedded witness is the same witness code in process, with the same errors.
 
 Rules:
 

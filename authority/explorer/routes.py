@@ -65,8 +65,8 @@ class Explorer:
         self.assets = load_assets()
         self.renderer = Renderer(config.prefix, self.assets)
         self.cache = PageCache()
-        self._address_rate = address_rate
-        self._limit: RateLimiter | None = None
+        self.limit = RateLimiter(address_rate, ErrorCode.RATE_LIMITED)
+        """Rule 3's bucket."""
         self._renders = asyncio.Semaphore(MAX_RENDERS)
 
     def served(self, publication: Publication) -> pages.Served:
@@ -82,19 +82,13 @@ class Explorer:
             tree_lines=tuple(w.verifier for w in witnesses if w.tree_lines),
         )
 
-    def limit(self) -> RateLimiter:
-        """Rule 3's bucket, made on first use (inside the running event loop)."""
-        if self._limit is None:
-            self._limit = RateLimiter(self._address_rate, ErrorCode.RATE_LIMITED)
-        return self._limit
-
     async def page(
         self, request: web.Request, template: str, build: PageBuilder
     ) -> web.StreamResponse:
         """Rate-limit, then serve the cached render or read and render on a reader thread."""
         publication = self.publication()
         try:
-            self.limit().take(request.remote or "unknown")
+            self.limit.take(request.remote or "unknown")
             served = self.served(publication)
             key = (request.path_qs, served.size)
             cached = self.cache.get(key)

@@ -217,12 +217,9 @@ class ServingRunner(web.AppRunner):
     """An ``AppRunner`` whose protocol-level refusals are answered by ``render``."""
 
     def __init__(self, app: web.Application, render: ErrorRenderer, **kwargs: Any) -> None:
-        limits: dict[str, Any] = {
-            "max_line_size": MAX_LINE,
-            "max_field_size": MAX_LINE,
-            "max_headers": MAX_HEADERS,
-        }
-        super().__init__(app, **limits, **kwargs)
+        super().__init__(
+            app, max_line_size=MAX_LINE, max_field_size=MAX_LINE, max_headers=MAX_HEADERS, **kwargs
+        )
         self._render = render
 
     async def _make_server(self) -> web.Server:

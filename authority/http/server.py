@@ -351,7 +351,6 @@ async def _get_tile_from_database(
 
 
 def _published(state: _AuthorityState, size: int) -> None:
-    """Refuse a size past the served checkpoint's."""
     if size > state.publication.checkpoint.size:
         raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
 
@@ -468,7 +467,6 @@ async def _post_admin_publisher(request: web.Request) -> web.Response:
 
 
 def _open_log(config: ServerConfig, signer: Signer) -> tuple[Log, TilesDirectory | None]:
-    """Open the log, fill its map cache and complete its tiles directory."""
     opened = Log(config.database, signer, config.origin, max_bytes=config.max_db_bytes)
     opened.warm_map()
     if config.tiles_path is None:

@@ -268,11 +268,7 @@ def migrate(conn: Connection, name: str) -> tuple[int, int]:
         conn.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATE_LOCK,))
         before = schema_version(conn)
         if before > CURRENT_VERSION:
-            raise CLIError(
-                f"{name} has schema version {before}, newer than this authority's "
-                f"{CURRENT_VERSION}: upgrade deplog; nothing was changed",
-                EXIT_CONFIG,
-            )
+            raise _newer(name, before, "; nothing was changed")
         for version in range(before + 1, CURRENT_VERSION + 1):
             for statement in MIGRATIONS[version]:
                 conn.execute(statement)
@@ -295,12 +291,16 @@ def require_current(conn: Connection, name: str) -> None:
     elif version < CURRENT_VERSION:
         problem = f"has schema version {version}, this authority needs {CURRENT_VERSION}"
     else:
-        raise CLIError(
-            f"{name} has schema version {version}, newer than this authority's "
-            f"{CURRENT_VERSION}: upgrade deplog",
-            EXIT_CONFIG,
-        )
+        raise _newer(name, version)
     raise CLIError(f"{name} {problem}: run 'authority migrate --db URL' first", EXIT_CONFIG)
+
+
+def _newer(name: str, version: int, then: str = "") -> CLIError:
+    return CLIError(
+        f"{name} has schema version {version}, newer than this authority's {CURRENT_VERSION}: "
+        f"upgrade deplog{then}",
+        EXIT_CONFIG,
+    )
 
 
 EMBEDDED_WITNESS_SCHEMA = "embedded_witness"

@@ -35,10 +35,6 @@ KNOWN_HASHES = 1 << 16
 """Hashes a tree instance keeps of those it wrote or loaded (about 12 MiB at most)."""
 
 
-def _ignore(done: int, total: int) -> None:
-    """The progress callback of an audit nobody watches."""
-
-
 class TreeCorruptError(Exception):
     """Stored hashes that cannot be what our own appends wrote: storage was altered."""
 
@@ -208,7 +204,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         leaf index), or None; ``progress`` hears (done, size) every ``AUDIT_PROGRESS_STEP``."""
         frontier = TreeFrontier()
         expected = 0
-        report = progress or _ignore
+        report = progress or (lambda done, total: None)
         report(0, self.size)
         for idx, data, digest in self._leaf_rows(self.size):
             if idx != expected:
@@ -250,8 +246,8 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
 
     def inclusion_proof(self, index: int, size: int) -> list[bytes]:
         """RFC 9162 2.1.3.1 PATH for 0-based ``index`` in the tree of ``size`` leaves."""
-        proof = self.prove_inclusion(index + 1, size)
-        return _inclusion_path_from_pymerkle(proof.path)
+        path = self.prove_inclusion(index + 1, size).path
+        return [bytes(h) for h in path[1:]]  # pymerkle's starts with the leaf hash itself
 
     def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
         """RFC 9162 2.1.4.1 PROOF between the trees of ``old_size`` and ``new_size`` leaves."""
@@ -259,11 +255,6 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
             return []
         proof = self.prove_consistency(old_size, new_size)
         return _consistency_path_from_pymerkle(proof.subset, proof.path)
-
-
-def _inclusion_path_from_pymerkle(path: Sequence[bytes]) -> list[bytes]:
-    """pymerkle's inclusion path starts with the leaf hash itself; RFC 9162 omits it."""
-    return [bytes(h) for h in path[1:]]
 
 
 def _consistency_path_from_pymerkle(subset: Sequence[int], path: Sequence[bytes]) -> list[bytes]:
