@@ -12,6 +12,7 @@ the registry it is given (an application's, ``http/metrics.py``). Rules:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -21,30 +22,23 @@ __all__ = ["counter", "gauge", "labeled_counter", "labeled_gauge"]
 _Samples = Callable[[], Iterable[tuple[tuple[str, ...], float]]]
 
 
+@dataclass(frozen=True)
 class _ReadAtScrape:
     """One metric family whose samples are read from their owner when scraped."""
 
-    def __init__(
-        self,
-        family: type[CounterMetricFamily | GaugeMetricFamily],
-        name: str,
-        help_text: str,
-        labels: tuple[str, ...],
-        samples: _Samples,
-    ) -> None:
-        self._family, self._name, self._help = family, name, help_text
-        self._labels, self._samples = labels, samples
-
-    def _empty(self) -> CounterMetricFamily | GaugeMetricFamily:
-        return self._family(self._name, self._help, labels=self._labels)
+    family: type[CounterMetricFamily | GaugeMetricFamily]
+    name: str
+    help_text: str
+    labels: tuple[str, ...]
+    samples: _Samples
 
     def describe(self) -> list[Metric]:
         """The family without samples: lets the registry refuse a duplicate name."""
-        return [self._empty()]
+        return [self.family(self.name, self.help_text, labels=self.labels)]
 
     def collect(self) -> list[Metric]:
-        metric = self._empty()
-        for label_values, value in self._samples():
+        metric = self.family(self.name, self.help_text, labels=self.labels)
+        for label_values, value in self.samples():
             metric.add_metric(label_values, value)
         return [metric]
 
@@ -73,7 +67,7 @@ def labeled_gauge(
     read: Callable[[], Mapping[str, float]],
 ) -> None:
     """A gauge per label value (names from configuration, never requests)."""
-    _labeled(registry, GaugeMetricFamily, name, help_text, label, read)
+    registry.register(_ReadAtScrape(GaugeMetricFamily, name, help_text, (label,), _by(read)))
 
 
 def labeled_counter(
@@ -84,18 +78,9 @@ def labeled_counter(
     read: Callable[[], Mapping[str, float]],
 ) -> None:
     """A count per label value (names from the code, never requests)."""
-    _labeled(registry, CounterMetricFamily, name, help_text, label, read)
+    registry.register(_ReadAtScrape(CounterMetricFamily, name, help_text, (label,), _by(read)))
 
 
-def _labeled(
-    registry: CollectorRegistry,
-    family: type[CounterMetricFamily | GaugeMetricFamily],
-    name: str,
-    help_text: str,
-    label: str,
-    read: Callable[[], Mapping[str, float]],
-) -> None:
-    def samples() -> list[tuple[tuple[str, ...], float]]:
-        return [((value_label,), value) for value_label, value in sorted(read().items())]
-
-    registry.register(_ReadAtScrape(family, name, help_text, (label,), samples))
+def _by(read: Callable[[], Mapping[str, float]]) -> _Samples:
+    """One sample per label value, in label order."""
+    return lambda: [((value_label,), value) for value_label, value in sorted(read().items())]

@@ -29,11 +29,9 @@ Rules, cited by name:
   last saved under a quorum, or else the latest with whatever lines it has.
 * **Background.** Re-cosigning, external rounds and learning run under the server's one
   ``Supervisor``; each of ``stop_steps`` runs even when an earlier one failed.
-* **Rounds.** With a cluster (``storage/cluster.py``), publishing is a round under the
-  round lock: a ``published`` row covering the checkpoint is learned; otherwise the
-  database's latest signed checkpoint is witnessed, saved and served once committed. A
-  row learned from another process (``_learn``) is served only once its signatures
-  verify, else counted (``deplog_published_rejected_total``) and never served.
+* **Rounds.** With a cluster (``storage/cluster.py``) publishing is a round; a row learned
+  from another process (``_learn``) is served only once its signatures verify, else
+  counted (``deplog_published_rejected_total``) and never served.
 * **Health.** ``health`` names what is degraded, as stable codes: the storage while
   appends fail, a failed publication's code, ``embedded_witness_unavailable``, and
   ``cosignatures_stale`` past ``STALE_REFRESHES`` refresh intervals.

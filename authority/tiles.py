@@ -16,18 +16,14 @@ Rules:
    fails the batch (503 ``storage_unavailable``); the next batch writes what is missing.
 3. Tile bytes come only from the database, read per tile on the writer thread, at most
    ``WRITERS`` tiles held and written at once (their fsyncs overlap): memory is bounded.
-4. Full tiles are never rewritten or removed. A partial tile superseded by the checkpoint
-   file (or written for a size no checkpoint file named) is kept ``partial_grace`` seconds
-   for readers of the previous checkpoint, then removed at the next write. A start
-   schedules every partial tile of the ``tile/`` tree the current tree lacks: removal is
-   late, never early.
+4. Full tiles are never rewritten or removed; a superseded partial tile is kept
+   ``partial_grace`` seconds for readers of the previous checkpoint, and removed late, never
+   early (a start schedules every partial tile the current tree lacks).
 5. Start-up completes the directory from the database before anything is served
-   (:meth:`TilesDirectory.open`). The ``checkpoint`` file must be signed by the log key
-   over a size and root the database has; every tile from its tree to the database's is
-   compared when it exists and written when not. A tile that differs from the database is
-   proven corruption: the authority refuses to start (exit 65) naming the file. A leaf
-   whose stored bytes no longer hash right is the database's damage: a tile that is there
-   is kept, a missing one never written from it.
+   (:meth:`TilesDirectory.open`): a ``checkpoint`` file not signed by the log key over the
+   database's tree, or a tile whose bytes differ, is proven corruption, and the authority
+   refuses to start (exit 65) naming the file. A leaf that no longer hashes right is the
+   database's damage: a tile that is there is kept, a missing one never written from it.
 """
 
 from __future__ import annotations

@@ -1,24 +1,19 @@
 """Many authority processes on one PostgreSQL log: publication rounds, learning, witness progress.
 
-Each ``authority serve --db postgresql://...`` process appends its own batches in the
-database's order; this module is how the processes agree on what is *published*: the
-``published`` row (the served, cosigned note) and the witnesses' progress. Rules:
+How the processes agree on what is *published* (the ``published`` row) and on each
+witness's progress; the mechanism is docs/architecture.md, "The authority's publication".
+Rules:
 
 1. One publication round at a time across all processes: a transaction holding the
-   advisory lock ``ROUND_LOCK`` reads the ``published`` row, learns it if it covers the
-   round's checkpoint, and otherwise witnesses the latest signed checkpoint and saves its
-   note with ``NOTIFY deplog_published`` in that transaction. A killed process's lock goes
-   with its connection; session timeouts end a hung round and bound the wait. (Not the
-   ``log_head`` row lock: appends must not wait for witnesses.)
+   advisory lock ``ROUND_LOCK`` (not the ``log_head`` row lock: appends must not wait for
+   witnesses), which learns the ``published`` row if it covers the round's checkpoint and
+   otherwise saves the witnessed note with ``NOTIFY deplog_published``.
 2. Requests to one witness, from any process, hold its advisory lock (``WITNESS_LOCK``)
-   and start from its ``witness_progress`` row, the largest size of this log it cosigned,
-   which only grows: a process never takes the witness's size for a fork, nor offers it a
-   smaller one. The row is a hint (the witness keeps its own record), committed without a
-   flush. Locks are taken round, then witness, never the reverse.
-3. Every process learns new published notes by ``LISTEN deplog_published`` and polls the
-   row every ``poll_interval`` seconds besides; a note is served only after its signatures
-   verify (``Publication._learn``). A checkpoint signed by a writer that runs no rounds is
-   announced on ``deplog_signed`` (``announce_signed``), and rule 1 makes one round publish.
+   and start from its ``witness_progress`` row, which only grows; the row is a hint (the
+   witness keeps its own record). Locks are taken round, then witness, never the reverse.
+3. Every process learns new notes by ``LISTEN deplog_published`` and by polling every
+   ``poll_interval`` seconds; a checkpoint signed outside any round is announced on
+   ``deplog_signed`` (``announce_signed``).
 4. Database failures are ``psycopg.Error``; a failed connection is closed and opened
    again on next use.
 """

@@ -85,9 +85,9 @@ class Database(ABC):
         """Why a database that does not exist cannot be created, or None if it can."""
         return None
 
-    @abstractmethod
     def discard(self) -> None:
-        """Remove what a failed attempt created of a database that did not exist."""
+        """Remove what a failed attempt created of a database that did not exist (if any)."""
+        return None
 
     # -- connections and transactions (*Order*, *Schema*) -----------------------------
 
@@ -119,13 +119,14 @@ class Database(ABC):
     def begin_read(self, conn: Connection) -> None:
         """Start a read transaction whose reads all see one committed snapshot."""
 
-    @abstractmethod
     def set_head(self, conn: Connection, size: int) -> None:
-        """Record in the open write that the log now has ``size`` leaves (*Order*)."""
+        """Record in the open write that the log now has ``size`` leaves, where the database
+        keeps that apart from the leaves (*Order*)."""
+        return None
 
-    @abstractmethod
     def limit_size(self, conn: Connection, max_bytes: int) -> None:
         """Cap the database at ``max_bytes`` where the backend has a quota."""
+        return None
 
     def broken(self, conn: Connection) -> bool:
         """True when ``conn`` can no longer be used (lost, closed): reconnect."""

@@ -134,9 +134,6 @@ class PostgresDatabase(Database):
     def passed_to_child(self, variable: str) -> tuple[str, dict[str, str]]:
         return "-", {variable: self.url}
 
-    def discard(self) -> None:
-        """Nothing to do: a server's database always exists (``authority migrate``)."""
-
     def redact(self, text: str) -> str:
         password = urlsplit(self.url).password
         for key, value in parse_qsl(urlsplit(self.url).query):
@@ -166,9 +163,6 @@ class PostgresDatabase(Database):
 
     def set_head(self, conn: Connection, size: int) -> None:
         conn.execute(schema_postgres.MOVE_HEAD, (size,))
-
-    def limit_size(self, conn: Connection, max_bytes: int) -> None:
-        """Nothing to do: the server's own quotas apply (``--max-db-mb`` is SQLite's)."""
 
     def broken(self, conn: Connection) -> bool:
         pg: _PgConnection = conn  # type: ignore[assignment]

@@ -80,12 +80,6 @@ def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
-def _limit_size(conn: sqlite3.Connection, max_bytes: int) -> None:
-    """Refuse to grow the database beyond ``max_bytes`` (writes then fail like a full disk)."""
-    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-    conn.execute(f"PRAGMA max_page_count = {max(1, max_bytes // page_size)}")
-
-
 def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
     """sqlite-utils over our connection as ``connect`` set it up (no plugins, no pragmas);
     its writes in our transaction are savepoints, committed only with it."""
@@ -196,11 +190,10 @@ class SqliteDatabase(Database):
     def begin_read(self, conn: Connection) -> None:
         conn.execute("BEGIN")
 
-    def set_head(self, conn: Connection, size: int) -> None:
-        """Nothing to do: the leaves are the only count of a SQLite log."""
-
     def limit_size(self, conn: Connection, max_bytes: int) -> None:
-        _limit_size(conn, max_bytes)  # type: ignore[arg-type]
+        """Writes past ``max_bytes`` fail like a full disk."""
+        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        conn.execute(f"PRAGMA max_page_count = {max(1, max_bytes // page_size)}")
 
     def fault(self, err: Exception) -> CLIError:
         assert isinstance(err, sqlite3.Error | OSError)
