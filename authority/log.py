@@ -300,11 +300,8 @@ class Log:
             self.published = store.latest_checkpoint(self.conn)
         self._stale = False
 
-    # -- startup -------------------------------------------------------------
-
     def _check_stored_checkpoint(self) -> store.StoredCheckpoint | None:
-        """Refuse to run if storage no longer matches the latest signed checkpoint: its
-        root from stored subtree hashes (O(log n) reads), the leaves after it rehashed."""
+        """Refuse to run if storage no longer matches the latest signed checkpoint."""
         latest = store.latest_checkpoint(self.conn)
         if latest is not None:
             self._check_checkpoint(latest)
@@ -341,8 +338,6 @@ class Log:
             raise IntegrityError(
                 ErrorCode.STORED_ROOT_MISMATCH, f"tree root at size {latest.size} differs"
             )
-
-    # -- writes ---------------------------------------------------------------
 
     def _begin(self, ordered: bool = True) -> None:
         """Start a write transaction, ``ordered`` in the log's order; reload stale state."""
@@ -514,8 +509,7 @@ class Log:
         return Admitted(index, created=True)
 
     def _fold_map(self, start: int, notices: Sequence[Notice]) -> None:
-        """Fold the entries ``[start, size)`` just appended, in the caller's transaction:
-        ``notices`` are all of them, or none for a publisher statement."""
+        """Fold the entries just appended (``notices``: all, or none) in this transaction."""
         end = self.tree.size
         if start == end:
             return
@@ -542,8 +536,6 @@ class Log:
                     )
                 if folded is None:
                     self.map.advance_notices(0, 0, [])  # the map's row, at size 0
-                # A stop in the middle of a write in slices may have left records past the
-                # tables' size: those items are dropped before the entries fold again.
                 self.replay.catch_up(self.tree.size, repair=folded is not None)
                 self.map.flush()
                 self._end_write()

@@ -83,8 +83,7 @@ def option(
     units: Units | None = None,
     note: str = "",
 ) -> T:
-    """A dataclass field with ``default`` that is also a command-line option (rules 2, 3);
-    typed as the default, so a checker sees a plain default."""
+    """A dataclass field with ``default`` that is also a command-line option."""
     if units is not None:
         spec = Option(help, flag, units.parse, units.show, note)
     else:

@@ -319,8 +319,7 @@ class Publication:
         self._learn_now.set()
 
     async def _poll_published(self) -> None:
-        """Supervised: learn the published row when notified, and every poll interval; a
-        database failure is counted and logged once, and does not end the loop."""
+        """Supervised: learn the published row when notified and every poll interval."""
         assert self.cluster is not None
         failing = False
         failures: tuple[type[Exception], ...] = (*self.cluster.errors, StorageError)

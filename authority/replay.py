@@ -111,8 +111,7 @@ class Replay:
         return notice if row is not None and row[0] == index else None
 
     def catch_up(self, size: int, *, hold: bool = False, repair: bool = False) -> None:
-        """Fold the committed entries the map lacks below ``size`` (*Catch up*); ``repair``:
-        first drop items past the tables' size (a write in slices a stop cut short)."""
+        """Fold the committed entries the map lacks below ``size`` (*Catch up*)."""
         writer = self._writer
         position = writer.map.size() or 0
         if position >= size:

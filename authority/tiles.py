@@ -220,8 +220,6 @@ class TilesDirectory:
         tiles.extend(log.tree.size)
         return tiles
 
-    # -- writing ----------------------------------------------------------------
-
     def extend(self, size: int) -> None:
         """Write every tile of the tree of ``size`` leaves that the directory lacks (rule 2)."""
         if size <= self.size:
@@ -268,8 +266,6 @@ class TilesDirectory:
     def _path(self, tile: Tile) -> Path:
         return self.root / tile.path
 
-    # -- partial tiles (rule 4) ------------------------------------------------------
-
     def _retire(self, tiles: set[Tile]) -> None:
         deadline = self.clock() + self.partial_grace
         self._retiring.extend((deadline, tile) for tile in sorted(tiles, key=lambda t: t.path))
@@ -280,8 +276,6 @@ class TilesDirectory:
             _, tile = self._retiring.popleft()
             with contextlib.suppress(FileNotFoundError):
                 self._path(tile).unlink()
-
-    # -- start-up (rule 5) -------------------------------------------------------------
 
     def _checked_checkpoint_file(self) -> int:
         """The size the checkpoint file names, once it is shown to be this log's; 0 if none."""

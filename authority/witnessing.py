@@ -379,8 +379,7 @@ class Witnessing:
         return all(w.name in kept for w in self.embedded)
 
     def embedded_age(self, size: int, now: float) -> float | None:
-        """Seconds since the oldest embedded line for ``size`` was given (infinite if one is
-        missing); None without an embedded witness."""
+        """Seconds since the oldest embedded line for ``size`` (inf if one is missing)."""
         if not self.embedded:
             return None
         kept = self._lines.get(size, {})

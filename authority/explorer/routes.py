@@ -127,8 +127,6 @@ class Explorer:
             body=body, status=status, content_type="text/html", charset="utf-8", headers=headers
         )
 
-    # --- handlers ---------------------------------------------------------------------
-
     async def home(self, request: web.Request) -> web.StreamResponse:
         now = time.time()
         return await self.page(

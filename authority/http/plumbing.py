@@ -175,8 +175,7 @@ class _Connection(web.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        """aiohttp's answer to a request it could not parse or hand over (never ``message``,
-        which may quote the request)."""
+        """aiohttp's answer to a request it could not parse (never its ``message``)."""
         if status < 500:
             self.logger.debug("refused before routing: %d %s", status, type(exc).__name__)
         else:
@@ -239,8 +238,7 @@ _BACKLOG = 1024
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port``, or a one-line :class:`CLIError` naming it (exit
-    77 for permission denied, else :data:`ADDRESS_UNAVAILABLE_EXIT`)."""
+    """A listening socket on ``host:port``, or a one-line CLIError naming it."""
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         family, kind, proto, _, address = socket.getaddrinfo(

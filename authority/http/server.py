@@ -402,8 +402,7 @@ async def _get_tool(request: web.Request) -> web.Response:
 
 
 async def _get_tool_proof(request: web.Request) -> web.Response:
-    """A tool's map proof at the served checkpoint, JSON or binary (``?format=`` or
-    ``Accept``), the checkpoint named by ``Deplog-Checkpoint-Size``."""
+    """A tool's map proof at the served checkpoint, as JSON or binary."""
     state = request.app[_STATE]
     tool_id = request.match_info["tool_id"]
     parse_tool_id(tool_id)

@@ -74,8 +74,7 @@ def lower_priority(pid: int, parent: int) -> None:
 
 
 async def audit_in_process(db: Database) -> str | None:
-    """The problem the command finds in ``db``, in its own niced process, or None (also when
-    it could not run: logged). Cancelling this kills the process."""
+    """The problem the audit finds in its own niced process, or None; cancel kills it."""
     target, variables = db.passed_to_child(DB_ENV)
     process = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -223,8 +223,7 @@ class Cluster:
     async def listen(
         self, published: Callable[[], None], signed: Callable[[], None] = lambda: None
     ) -> None:
-        """Call ``published`` and ``signed`` on their channels' notifications, and both once
-        connected (one may have been missed); returns only by failing (rule 3)."""
+        """Call ``published`` and ``signed`` on their notifications (rule 3), until failing."""
         wake = {PUBLISHED_CHANNEL: published, SIGNED_CHANNEL: signed}
         try:
             conn = await self._listener.get()

@@ -91,8 +91,7 @@ class _PgConnection:
 
 
 def _connect(url: str, *, readonly: bool = False, application: str = "deplog") -> _PgConnection:
-    """A connection with rule 4's settings; a read-only one reads each transaction from one
-    snapshot and cannot write."""
+    """A connection with rule 4's settings (read-only: one snapshot a transaction)."""
     conninfo = make_conninfo(url, connect_timeout=CONNECT_TIMEOUT_S, application_name=application)
     conn = psycopg.connect(f"{conninfo} {_KEEPALIVES}", autocommit=True)
     try:

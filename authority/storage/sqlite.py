@@ -81,8 +81,7 @@ def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
 
 
 def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
-    """sqlite-utils over our connection as ``connect`` set it up (no plugins, no pragmas);
-    its writes in our transaction are savepoints, committed only with it."""
+    """sqlite-utils over our connection, no plugins, writes committed with ours."""
     return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
 
 

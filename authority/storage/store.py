@@ -70,8 +70,7 @@ NOTICE_LOOKUP_CHUNK = 128
 def notices_by_sequence(
     conn: Connection, keys: Sequence[tuple[str, int]]
 ) -> dict[tuple[str, int], tuple[int, bytes]]:
-    """The logged notices among ``keys`` (publisher, sequence): their index and digest, one
-    statement per chunk (on PostgreSQL each is a round trip)."""
+    """Index and digest of the logged notices among ``keys``, one statement a chunk."""
     found: dict[tuple[str, int], tuple[int, bytes]] = {}
     unique = list(dict.fromkeys(keys))
     for start in range(0, len(unique), NOTICE_LOOKUP_CHUNK):
@@ -107,8 +106,7 @@ def tool_entry_indexes(conn: Connection, tool_id: str, size: int, limit: int) ->
 
 
 def registry_entry_indexes(conn: Connection, size: int) -> list[int]:
-    """The indexes below ``size`` that hold no notice (publisher entries, or neither): the
-    gaps between notice indexes, from one scan of ``notices_by_idx``."""
+    """The indexes below ``size`` that hold no notice: gaps of ``notices_by_idx``."""
     gaps = conn.execute(
         "SELECT prev + 1, idx FROM (SELECT idx, LAG(idx, 1, -1) OVER (ORDER BY idx) AS prev "
         "FROM notices WHERE idx < ?) AS ordered WHERE idx > prev + 1",

@@ -56,8 +56,6 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         self._node_rows_due: list[tuple[int, int, bytes]] = []
         self.frontier = self._load_frontier(self.size)
 
-    # -- pymerkle storage interface ---------------------------------------
-
     def _encode_entry(self, data: bytes) -> bytes:
         return data
 
@@ -76,8 +74,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
-        """Queue the rows of the appends made inside and write them on leaving, one
-        statement per table (a read inside writes them first; an exception drops them)."""
+        """Queue the rows of the appends inside, written on leaving (or before a read)."""
         self._deferring = True
         try:
             yield
@@ -114,8 +111,6 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         return self._subroot(level, offset >> level)
 
     _get_subroot_uncached = _get_subroot
-
-    # -- our own reads -----------------------------------------------------
 
     def _know(self, level: int, index: int, digest: bytes) -> None:
         """Keep a hash this instance wrote or loaded, so a batch's receipts need no read
@@ -200,8 +195,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         return None if expected == end else expected
 
     def audit(self, progress: Callable[[int, int], None] | None = None) -> str | None:
-        """Rehash every leaf and stored subtree hash, O(n): the first disagreement (naming a
-        leaf index), or None; ``progress`` hears (done, size) every ``AUDIT_PROGRESS_STEP``."""
+        """Rehash every leaf and stored subtree hash, O(n): the first disagreement, or None."""
         frontier = TreeFrontier()
         expected = 0
         report = progress or (lambda done, total: None)
@@ -241,8 +235,6 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
             if len(rows) < end - start:
                 return
             start = end
-
-    # -- RFC 9162 proofs ---------------------------------------------------
 
     def inclusion_proof(self, index: int, size: int) -> list[bytes]:
         """RFC 9162 2.1.3.1 PATH for 0-based ``index`` in the tree of ``size`` leaves."""

@@ -378,8 +378,7 @@ class WitnessState:
             conn.close()
 
     def _first(self, run: Callable[[Connection], _T]) -> _T:
-        """``run`` (a read, or ``BEGIN``) on this thread's connection, and once more on a new
-        one if that one was lost (a restarted database): the request is answered."""
+        """``run`` on this thread's connection, again on a new one if it was lost."""
         conn = self._conn()
         try:
             return run(conn)
@@ -432,8 +431,7 @@ class WitnessState:
         self._local = threading.local()
 
     def add_log(self, vkey: str, now: int, origin: str | None = None) -> tuple[Verifier, bool]:
-        """Trust ``vkey`` for ``origin`` (by default its key name); whether it is new. Another
-        key for a configured origin is refused: a swapped key could fork the log."""
+        """Trust ``vkey`` for ``origin``; whether it is new (another key is refused)."""
         verifier = parse_log_verifier(vkey)
         canonical = verifier.vkey()
         if origin is None:
@@ -491,8 +489,7 @@ class WitnessState:
     def compare_and_swap(
         self, origin: str, expected: RecordedCheckpoint | None, size: int, root: bytes, now: int
     ) -> int:
-        """Replace the record ``expected`` (None: none yet) by (size, root) and return the
-        cosignature time (*Compare-and-swap*, *Time forward*); SizeConflictError otherwise."""
+        """Swap the record ``expected`` for (size, root); the cosignature time."""
         # SQL both databases speak: no INSERT OR IGNORE, no two-argument max().
         with self._storage(), self._transaction() as conn:
             if expected is None:
