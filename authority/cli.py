@@ -250,9 +250,7 @@ def _audit(db: Database) -> tuple[int, str | None]:
 def _db_url(args: argparse.Namespace) -> str | None:
     """``--db``: a PostgreSQL URL, or None for the SQLite file in the data directory."""
     db: str | None = getattr(args, "db", None)
-    if db is None:
-        return None
-    if not is_postgres_url(db):
+    if db is not None and not is_postgres_url(db):
         raise CLIError(
             "--db must be a postgresql:// URL (the SQLite log lives in --data as log.db)"
         )
@@ -593,10 +591,13 @@ def parser() -> argparse.ArgumentParser:
     db_flag(sp)
     json_flag(sp, '{"size", "problem": null}; a problem exits 65')
 
-    wit = sub.add_parser("witness", help="configure external witnesses")
-    wsub = wit.add_subparsers(
-        dest="witness_command", required=True, metavar="COMMAND", help="what to do"
-    )
+    def group(name: str, help_text: str) -> Any:
+        """A command with subcommands."""
+        return sub.add_parser(name, help=help_text).add_subparsers(
+            dest=f"{name}_command", required=True, metavar="COMMAND", help="what to do"
+        )
+
+    wsub = group("witness", "configure external witnesses")
     sp = command(wsub, "add", "add an external witness, or change its URL", _cmd_witness_add)
     sp.add_argument("--url", required=True, help="the witness's submission prefix URL")
     sp.add_argument(
@@ -620,10 +621,7 @@ def parser() -> argparse.ArgumentParser:
         "--quorum", type=int, help="witnesses (of embedded + external) required (default: 1)"
     )
 
-    pub = sub.add_parser("publisher", help="register, list and revoke publishers")
-    psub = pub.add_subparsers(
-        dest="publisher_command", required=True, metavar="COMMAND", help="what to do"
-    )
+    psub = group("publisher", "register, list and revoke publishers")
     for name, action, help_text in (
         ("add", "register", "register a publisher with namespaces and keys"),
         ("add-key", "add_key", "authorize another key of a publisher"),

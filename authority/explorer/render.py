@@ -127,25 +127,20 @@ class Renderer:
 class PageCache:
     """Rendered pages by (request path and query, tree size), briefly (rule 4)."""
 
-    def __init__(
-        self, seconds: float = CACHE_SECONDS, entries: int = CACHE_ENTRIES, clock: Any = None
-    ) -> None:
-        self.seconds = seconds
-        self.entries = entries
-        self.clock = clock or time.monotonic
+    def __init__(self) -> None:
         self._pages: OrderedDict[tuple[str, int], tuple[float, int, bytes]] = OrderedDict()
 
     def get(self, key: tuple[str, int]) -> tuple[int, bytes] | None:
         found = self._pages.get(key)
-        if found is None or found[0] < self.clock():
+        if found is None or found[0] < time.monotonic():
             return None
         self._pages.move_to_end(key)
         return found[1], found[2]
 
     def put(self, key: tuple[str, int], status: int, body: bytes) -> None:
-        self._pages[key] = (self.clock() + self.seconds, status, body)
+        self._pages[key] = (time.monotonic() + CACHE_SECONDS, status, body)
         self._pages.move_to_end(key)
-        while len(self._pages) > self.entries:
+        while len(self._pages) > CACHE_ENTRIES:
             self._pages.popitem(last=False)
 
     def __len__(self) -> int:

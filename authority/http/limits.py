@@ -12,7 +12,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 from deplog.client.errors import DeplogError, ErrorCode
 
@@ -53,22 +53,16 @@ class Rate:
         return f"{self.rate:g}/{self.burst:g}"
 
 
+@dataclass
 class RateLimiter:
     """Token buckets keyed by a string (an address, a publisher id)."""
 
-    def __init__(
-        self,
-        limit: Rate,
-        code: ErrorCode,
-        *,
-        max_keys: int = MAX_KEYS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.limit = limit
-        self.code = code
-        self.max_keys = max_keys
-        self.clock = clock
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+    limit: Rate
+    code: ErrorCode
+    _: KW_ONLY
+    max_keys: int = MAX_KEYS
+    clock: Callable[[], float] = time.monotonic
+    _buckets: OrderedDict[str, tuple[float, float]] = field(default_factory=OrderedDict, init=False)
 
     def _tokens(self, key: str, now: float) -> float:
         tokens, stamp = self._buckets.get(key, (self.limit.burst, now))

@@ -53,14 +53,12 @@ _TREE_SCHEMA = (
         PRIMARY KEY (level, idx)
     ) STRICT, WITHOUT ROWID""",
     # Append-only: contiguous indices are what make a leaf index meaningful.
-    """CREATE TRIGGER IF NOT EXISTS leaves_append_only_update BEFORE UPDATE ON leaves
-        BEGIN SELECT RAISE(ABORT, 'leaves are append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS leaves_append_only_delete BEFORE DELETE ON leaves
-        BEGIN SELECT RAISE(ABORT, 'leaves are append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS nodes_append_only_update BEFORE UPDATE ON nodes
-        BEGIN SELECT RAISE(ABORT, 'nodes are append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS nodes_append_only_delete BEFORE DELETE ON nodes
-        BEGIN SELECT RAISE(ABORT, 'nodes are append-only'); END""",
+    *(
+        f"""CREATE TRIGGER IF NOT EXISTS {table}_append_only_{op.lower()} BEFORE {op} ON {table}
+        BEGIN SELECT RAISE(ABORT, '{table} are append-only'); END"""
+        for table in ("leaves", "nodes")
+        for op in ("UPDATE", "DELETE")
+    ),
 )
 """The tree's tables (``tree.py``: leaves and stored subtree hashes), append-only."""
 
