@@ -381,8 +381,6 @@ def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -
     instance = _open_instance(args)
     db = instance.database
     with exclusive_lock(args.data / LOCK_FILE) as owned:
-        # A shared database orders every writer: append directly even while servers run
-        # (their next batch sees the change).
         if owned or db.shared:
             with contextlib.closing(Log(db, instance.signer, instance.origin)) as log:
                 index = log.append_publisher(statement)
@@ -442,8 +440,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if problem is not None:
         raise StorageFault(CORRUPT, db.describe(), f"{problem}, {size} leaves")
     with exclusive_lock(args.data / LOCK_FILE) as owned:
-        # Opening the log checks the latest checkpoint against the tree (on a shared
-        # database whatever else runs: the database orders writers).
+        # opening the log checks its latest checkpoint against the tree
         if owned or db.shared:
             Log(db, instance.signer, instance.origin).close()
     if args.json:

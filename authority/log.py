@@ -171,12 +171,8 @@ class Log:
         self.conn = self.db.connect_writer()
         try:
             self.db.prepare(self.conn)
-        except CLIError:  # a schema that is not this software's (``authority migrate``)
-            self._close_quietly()
-            raise
-        if max_bytes is not None:
-            self.db.limit_size(self.conn, max_bytes)
-        try:
+            if max_bytes is not None:
+                self.db.limit_size(self.conn, max_bytes)
             with self._snapshot():
                 self._reload()
                 self.published = self._check_stored_checkpoint()
@@ -185,6 +181,9 @@ class Log:
             self.replay.read_invalid()
             if self.published is None or self.published.size < self.tree.size:
                 self.published = self._sign_checkpoint()
+        except CLIError:  # a schema that is not this software's (``authority migrate``)
+            self._close_quietly()
+            raise
         except TreeCorruptError:
             self._close_quietly()
             raise StorageFault(CORRUPT, self.path, "stored subtree hashes are missing") from None

@@ -310,7 +310,6 @@ class Publication:
             self._render()  # the same size with fresher lines
 
     async def _listen_published(self) -> None:
-        """Supervised: wake the poller on every notification of a new published row."""
         assert self.cluster is not None
         await self.cluster.listen(self._learn_now.set, self._signed_elsewhere_now)
 

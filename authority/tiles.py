@@ -183,12 +183,7 @@ class TilesDirectory:
     """The writer of one log's tiles directory, on the log's writer thread."""
 
     def __init__(
-        self,
-        root: Path,
-        log: Log,
-        *,
-        partial_grace: float = DEFAULT_PARTIAL_GRACE,
-        clock: Callable[[], float] = time.monotonic,
+        self, root: Path, log: Log, partial_grace: float, clock: Callable[[], float]
     ) -> None:
         self.root = root
         self.log = log
@@ -212,7 +207,7 @@ class TilesDirectory:
     ) -> TilesDirectory:
         """Complete ``root`` from ``log``'s database (rule 5); StorageFault when it is wrong."""
         _make_public_directories(root)
-        tiles = cls(root, log, partial_grace=partial_grace, clock=clock)
+        tiles = cls(root, log, partial_grace, clock)
         tiles.named = tiles._checked_checkpoint_file()
         tiles.size = tiles.named
         tiles._complete(partial_tiles(tiles.named))

@@ -180,7 +180,6 @@ def open_embedded_witness(
 
 
 def _shared_state(database: Database, store: WitnessStore, log_key: Verifier) -> WitnessState:
-    """The embedded witness's state in the log's shared database."""
     with reaching(database):
         state = WitnessState.over(store)
         try:
@@ -452,7 +451,6 @@ class Witnessing:
 
 
 def _lines_of(witness: WitnessTrack, lines: Sequence[NoteSignature]) -> list[NoteSignature]:
-    """The lines that name ``witness``'s key."""
     key = (witness.name, witness.verifier.key_id)
     return [line for line in lines if (line.name, line.key_id) == key]
 

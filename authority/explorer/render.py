@@ -99,7 +99,6 @@ def _utc(timestamp: str | None) -> str:
 
 
 def _pretty_json(value: object) -> str:
-    """Indented JSON for display; the template escapes it like any text."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 

@@ -229,7 +229,6 @@ class _AuthorityState:
         self.supervisor.spawn("storage_audit", self._audit_storage)
 
     async def _audit_storage(self) -> None:
-        """The full storage audit once, in its own process (*Health*)."""
         problem = await audit.audit_in_process(self.database)
         if problem is not None:
             log.error("storage audit failed: %s; refusing appends", problem)

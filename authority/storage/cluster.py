@@ -32,6 +32,7 @@ from psycopg.conninfo import make_conninfo
 from deplog.client.plumbing.dbapi import Connection
 
 __all__ = [
+    "CONNECTING",
     "PUBLISHED_CHANNEL",
     "ROUND_LOCK",
     "SCHEMA",
@@ -45,6 +46,14 @@ __all__ = [
 
 log = logging.getLogger("deplog.cluster")
 
+CONNECTING = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+}
+"""Every connection's bound on connecting, and the keepalives that notice a dead peer."""
 PUBLISHED_CHANNEL = "deplog_published"
 SIGNED_CHANNEL = "deplog_signed"
 """Notified by a writer that is no server when it signed a checkpoint (rule 3)."""
@@ -151,16 +160,7 @@ def _conninfo_with_bounds(url: str, round_timeout: float) -> str:
         f"-c statement_timeout={milliseconds + 5000} "
         f"-c idle_in_transaction_session_timeout={milliseconds}"
     )
-    return make_conninfo(
-        url,
-        options=options,
-        application_name="deplog-cluster",
-        connect_timeout=5,
-        keepalives=1,
-        keepalives_idle=5,
-        keepalives_interval=2,
-        keepalives_count=3,
-    )
+    return make_conninfo(url, options=options, application_name="deplog-cluster", **CONNECTING)
 
 
 class Cluster:

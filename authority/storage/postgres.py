@@ -31,21 +31,19 @@ from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
 from deplog.authority.storage import schema_postgres
-from deplog.authority.storage.cluster import Cluster
+from deplog.authority.storage.cluster import CONNECTING, Cluster
 from deplog.authority.storage.database import Database, WitnessStore, unavailable
 from deplog.client.errors import CLIError
 from deplog.client.plumbing.dbapi import Connection, Cursor
 
 __all__ = ["SESSION", "PostgresDatabase"]
 
-CONNECT_TIMEOUT_S = 5
 SESSION = {
     "lock_timeout": "10s",
     "statement_timeout": "30s",
     "idle_in_transaction_session_timeout": "5s",
 }
 """Session settings of every connection (rule 4)."""
-_KEEPALIVES = "keepalives=1 keepalives_idle=5 keepalives_interval=2 keepalives_count=3"
 SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 """A read transaction whose reads all see one snapshot, while other processes commit."""
 
@@ -92,8 +90,8 @@ class _PgConnection:
 
 def _connect(url: str, *, readonly: bool = False, application: str = "deplog") -> _PgConnection:
     """A connection with rule 4's settings (read-only: one snapshot a transaction)."""
-    conninfo = make_conninfo(url, connect_timeout=CONNECT_TIMEOUT_S, application_name=application)
-    conn = psycopg.connect(f"{conninfo} {_KEEPALIVES}", autocommit=True)
+    conninfo = make_conninfo(url, application_name=application, **CONNECTING)
+    conn = psycopg.connect(conninfo, autocommit=True)
     try:
         for name, value in SESSION.items():
             conn.execute(f"SET {name} = '{value}'")

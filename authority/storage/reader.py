@@ -175,7 +175,6 @@ class LogReader:
 
 
 def _checked(rows: list[tuple[int, bytes, bytes]]) -> list[tuple[int, bytes]]:
-    """(index, data) of leaf rows, each checked against its stored hash."""
     out = []
     for idx, data, digest in rows:
         if leaf_hash(bytes(data)) != bytes(digest):
