@@ -411,19 +411,14 @@ class Log:
         prepared = [self._prepare(envelope) for envelope in envelopes]
         seen = self._registry_size
         results: list[Admitted | DeplogError] = []
-        fresh: list[Notice] = []
+        created: list[tuple[int, bytes, Notice]] = []
         with self._write(TreeCorruptError, MapStorageError):
             recheck = self._registry_size != seen
             start = self.tree.size
+            wanted = [e.notice for e, p in zip(envelopes, prepared, strict=True) if not p.malformed]
             logged = store.notices_by_sequence(
-                self.conn,
-                [
-                    (envelope.notice.publisher, envelope.notice.sequence)
-                    for envelope, ready in zip(envelopes, prepared, strict=True)
-                    if not ready.malformed
-                ],
+                self.conn, [(n.publisher, n.sequence) for n in wanted]
             )
-            rows: list[store.NoticeRow] = []
             with self.tree.deferred():
                 for envelope, ready in zip(envelopes, prepared, strict=True):
                     try:
@@ -434,19 +429,10 @@ class Log:
                     results.append(admitted)
                     if admitted.created:
                         assert ready.entry is not None
-                        notice = ready.entry.envelope.notice
-                        fresh.append(notice)
-                        rows.append(
-                            (
-                                notice.publisher,
-                                notice.sequence,
-                                admitted.index,
-                                ready.digest,
-                                notice.tool_id,
-                            )
-                        )
+                        created.append((admitted.index, ready.digest, ready.entry.envelope.notice))
+            rows = [(n.publisher, n.sequence, i, digest, n.tool_id) for i, digest, n in created]
             store.insert_notices(self.conn, rows)
-            self._fold_map(start, fresh)
+            self._fold_map(start, [notice for _, _, notice in created])
             self._end_write()
         return results
 
@@ -454,14 +440,8 @@ class Log:
         """Outside the lock: the leaf, its digest, its decoding and authorization."""
         leaf = encode_entry(NoticeEntry(envelope))
         if len(leaf) > MAX_ENTRY_BYTES:
-            return _Prepared(
-                leaf,
-                b"",
-                EntryFormatError(
-                    ErrorCode.LEAF_TOO_LARGE, "the entry would not fit a tlog-tiles bundle"
-                ),
-                True,
-            )
+            too_large = "the entry would not fit a tlog-tiles bundle"
+            return _Prepared(leaf, b"", EntryFormatError(ErrorCode.LEAF_TOO_LARGE, too_large), True)
         decoded = decode_leaf(leaf)  # rule 1 of the one validator, on the bytes appended
         if isinstance(decoded, DeplogError):
             return _Prepared(leaf, b"", decoded, True)

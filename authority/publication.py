@@ -96,8 +96,7 @@ class MapNotPublishedError(DeplogError):
 
 
 class Publication:
-    """The sequencer, the served checkpoint and note, and the witnessing behind them; read
-    ``checkpoint``, ``note`` and ``entries_size`` on the event loop, where they change."""
+    """The sequencer, the served checkpoint and note (changed on the event loop only)."""
 
     def __init__(
         self,
@@ -478,8 +477,7 @@ class Publication:
         return sorted(set(reasons))
 
     async def map_proof(self, tool_id: str) -> tuple[bytes, MapProof]:
-        """The served note and the proof of ``tool_id`` at its size (*Map proofs at the
-        served checkpoint*): read again until the map and the served checkpoint agree."""
+        """The served note and ``tool_id``'s proof (*Map proofs at the served checkpoint*)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.map_proof_wait
         while True:

@@ -129,13 +129,9 @@ class Replay:
             end = min(position + _CHUNK, size)
             leaves = writer.tree.leaf_data(position, end)
             decoded = [decode_leaf(leaf) for leaf in leaves]
+            notices = [d.envelope.notice for d in decoded if isinstance(d, NoticeEntry)]
             logged = store.notices_by_sequence(
-                writer.conn,
-                [
-                    (d.envelope.notice.publisher, d.envelope.notice.sequence)
-                    for d in decoded
-                    if isinstance(d, NoticeEntry)
-                ],
+                writer.conn, [(n.publisher, n.sequence) for n in notices]
             )
             items: list[tuple[int, Notice | InvalidMark]] = []
             for at, (leaf, entry) in enumerate(zip(leaves, decoded, strict=True), position):
@@ -163,13 +159,11 @@ class Replay:
     def write_invalid(self) -> None:
         """Record the invalid entries found, in the writer's open write transaction."""
         if self._invalid_due:
-            store.insert_invalid_entries(
-                self._writer.conn,
-                [
-                    (e.index, str(e.code), e.cause and str(e.cause), e.tool_id)
-                    for e in self._invalid_due
-                ],
-            )
+            rows = [
+                (e.index, str(e.code), e.cause and str(e.cause), e.tool_id)
+                for e in self._invalid_due
+            ]
+            store.insert_invalid_entries(self._writer.conn, rows)
             self._invalid_due = []
             self.read_invalid()
 

@@ -255,8 +255,7 @@ def _parse_index(raw: str, size: int) -> int:
 
 
 def notice_page(reader: LogReader, served: Served, raw_index: str) -> dict[str, Any]:
-    """One log entry by index: decoded, its signer and key, and the leaf in base64 (the
-    browser checks the very bytes it shows against the proof it fetches)."""
+    """One log entry by index: decoded, its signer and key, and the leaf in base64."""
     index = _parse_index(raw_index, served.size)
     leaf = reader.entries(index, index + 1)[0]
     entry = decode_leaf(leaf)

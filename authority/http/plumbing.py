@@ -108,8 +108,7 @@ def _route_of(request: web.Request) -> str:
 
 
 def errors_and_metrics(render: ErrorRenderer, hot_handlers: Iterable[Handler] = ()) -> Middleware:
-    """A middleware turning every failure into ``render(error, status)`` and counting
-    requests; ``hot_handlers`` (prepared bytes that cannot fail) pass straight through."""
+    """A middleware answering every failure by ``render`` and counting the requests."""
     hot = frozenset(hot_handlers or ())
 
     @web.middleware

@@ -67,8 +67,7 @@ def audit_storage(
 
 
 def lower_priority(pid: int, parent: int) -> None:
-    """Run process ``pid`` (0: this one) :data:`NICENESS` below ``parent``'s priority (the
-    server sets it on its child at once, and the child again when run by hand)."""
+    """Run process ``pid`` (0: this one) :data:`NICENESS` below ``parent``'s priority."""
     target = min(19, os.getpriority(os.PRIO_PROCESS, parent) + NICENESS)
     os.setpriority(os.PRIO_PROCESS, pid, target)
 

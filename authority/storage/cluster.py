@@ -136,16 +136,14 @@ class _Connection:
         """A transaction; a failed or interrupted one closes the connection (rule 4), and one
         the server dropped since its last use (a restart) is made again, once."""
         try:
-            conn = await self.get()
-            try:
-                transaction = conn.transaction()
-                await transaction.__aenter__()
-            except psycopg.OperationalError:
-                await self.close()
+            async with contextlib.AsyncExitStack() as stack:
                 conn = await self.get()
-                transaction = conn.transaction()
-                await transaction.__aenter__()
-            async with _entered(transaction):
+                try:
+                    await stack.enter_async_context(conn.transaction())
+                except psycopg.OperationalError:
+                    await self.close()
+                    conn = await self.get()
+                    await stack.enter_async_context(conn.transaction())
                 yield conn
         except (psycopg.Error, asyncio.CancelledError):
             await self.close()
@@ -235,19 +233,6 @@ class Cluster:
             raise psycopg.OperationalError("the listening connection ended")
         finally:
             await self._listener.close()
-
-
-@contextlib.asynccontextmanager
-async def _entered(
-    transaction: contextlib.AbstractAsyncContextManager[object],
-) -> AsyncIterator[None]:
-    """Leave an already entered transaction: commit, or roll back on an exception."""
-    try:
-        yield
-    except BaseException as err:
-        await transaction.__aexit__(type(err), err, err.__traceback__)
-        raise
-    await transaction.__aexit__(None, None, None)
 
 
 async def _published(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> tuple[int, bytes] | None:

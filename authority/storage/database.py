@@ -120,8 +120,7 @@ class Database(ABC):
         """Start a read transaction whose reads all see one committed snapshot."""
 
     def set_head(self, conn: Connection, size: int) -> None:
-        """Record in the open write that the log now has ``size`` leaves, where the database
-        keeps that apart from the leaves (*Order*)."""
+        """Record in the open write that the log now has ``size`` leaves (*Order*)."""
         return None
 
     def limit_size(self, conn: Connection, max_bytes: int) -> None:

@@ -98,11 +98,10 @@ class LogReader:
         return _checked(rows)
 
     def search_tools(self, text: str, size: int, offset: int, limit: int) -> list[str]:
-        """Tool ids with a notice below ``size`` containing ``text``, in id order, from the
-        index; text starting with ``tool:`` (no other colon) matches only a prefix: a range."""
+        """Tool ids with a notice below ``size`` containing ``text``, in id order."""
         limit = min(limit, MAX_SEARCH_ROWS)
         args: tuple[str, ...]
-        if text.startswith("tool:"):
+        if text.startswith("tool:"):  # a tool id's one colon: such text matches a prefix only
             match, args = "tool_id >= ? AND tool_id < ?", (text, text[:-1] + chr(ord(text[-1]) + 1))
         else:
             match, args = "instr(tool_id, ?) > 0", (text,)

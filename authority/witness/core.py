@@ -269,8 +269,7 @@ def parse_log_verifier(vkey: str) -> Verifier:
 
 
 def parse_logs_file(text: str) -> list[Verifier]:
-    """The ``log <vkey> [<url>]`` lines of a C2SP tlog-policy file; the lines that concern
-    clients are skipped, and any other line is an error (a typo cannot drop a log)."""
+    """The ``log <vkey> [<url>]`` lines of a tlog-policy file; any unknown line refused."""
     if len(text) > MAX_LOGS_FILE_SIZE:
         raise LogConfigError(ErrorCode.LOGS_FILE_TOO_LARGE, "logs file is too large")
     verifiers: list[Verifier] = []
@@ -550,8 +549,7 @@ class Witness:
         self.test_hook_before_commit: Callable[[Checkpoint], None] | None = None
         """For tests only: stalls or faults a request just before its swap (None here)."""
         self.statement: Callable[[Checkpoint], None] | None = None
-        """An operator's additional statement (``mapverify``): raises a WitnessError after
-        every tlog-witness check passed, and nothing is recorded or cosigned."""
+        """An operator's extra statement (``mapverify``): a WitnessError refuses, unrecorded."""
 
     def verifier(self) -> Verifier:
         """The witness's cosigner verifier key (type 0x04 or 0x06)."""
