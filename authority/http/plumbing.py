@@ -282,7 +282,8 @@ default is 700)."""
 def settle_collector() -> None:
     """Once a server has started: collect, freeze what start-up left (it lives as long as
     the process), and collect the young generation every ``YOUNG_COLLECTION_EVERY``
-    allocations: the default rescans long-lived state over and over (BENCHMARKS.md)."""
+    allocations. The default rescans long-lived state and the map cache's churn: 3,000
+    notices over HTTP spent 0.27-0.30 s collecting at the default, 0.09-0.12 s settled."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(YOUNG_COLLECTION_EVERY, 20, 10)

@@ -255,7 +255,8 @@ _STATE = web.AppKey("state", _AuthorityState)
 
 
 def _int_param(request: web.Request, name: str) -> int:
-    """The query parameter ``name`` as a canonical decimal; given twice, it is refused."""
+    """The query parameter ``name`` as a canonical decimal; given twice, it is refused (a
+    cache or proxy in front may honour the other)."""
     given = request.query.getall(name, [])
     if len(given) > 1:
         raise RequestError(ErrorCode.REPEATED_PARAMETER, "a query parameter is given twice")

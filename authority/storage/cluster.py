@@ -9,8 +9,9 @@ Rules:
    witnesses), which learns the ``published`` row if it covers the round's checkpoint and
    otherwise saves the witnessed note with ``NOTIFY deplog_published``.
 2. Requests to one witness, from any process, hold its advisory lock (``WITNESS_LOCK``)
-   and start from its ``witness_progress`` row, which only grows; the row is a hint (the
-   witness keeps its own record). Locks are taken round, then witness, never the reverse.
+   and start from its ``witness_progress`` row, which only grows. The row is a hint, not
+   flushed at commit: the witness keeps its own record, so a row lost in a crash costs one
+   old-size conflict. Locks are taken round, then witness, never the reverse.
 3. Every process learns new notes by ``LISTEN deplog_published`` and by polling every
    ``poll_interval`` seconds; a checkpoint signed outside any round is announced on
    ``deplog_signed`` (``announce_signed``).
