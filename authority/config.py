@@ -170,20 +170,16 @@ def _witness(obj: object, index: int) -> ExternalWitness:
     url, key = members["url"], members["key"]
     if not isinstance(url, str) or not url.startswith(WITNESS_URL_SCHEMES):
         raise ConfigError(message=f"{what}: 'url' must be http:// or https://")
-    if not isinstance(key, str) or not _is_cosigner_key(key):
+    try:
+        verifier = Verifier.parse_cosigner(key) if isinstance(key, str) else None
+    except DeplogError:
+        verifier = None
+    if verifier is None:
         raise ConfigError(message=f"{what}: 'key' must be a cosigner verifier key")
     if "tree_lines" not in members:
         return ExternalWitness(url, key)
     if members["tree_lines"] is not True:
         raise ConfigError(message=f"{what}: 'tree_lines' is true or absent")
-    if Verifier.parse_cosigner(key).sig_type != SIG_TYPE_COSIGNATURE_V1:
+    if verifier.sig_type != SIG_TYPE_COSIGNATURE_V1:
         raise ConfigError(message=f"{what}: 'tree_lines' applies to Ed25519 (0x04) keys only")
     return ExternalWitness(url, key, True)
-
-
-def _is_cosigner_key(vkey: str) -> bool:
-    try:
-        Verifier.parse_cosigner(vkey)
-    except DeplogError:
-        return False
-    return True

@@ -171,13 +171,11 @@ class Replay:
         """Read ``invalid_entries`` as recorded below the log's size."""
         writer = self._writer
         count, rows = store.invalid_entries(writer.conn, writer.tree.size, INVALID_REPORTED)
-        self.invalid_entries = (
-            count,
-            tuple(
-                InvalidEntry(i, ErrorCode(code), None if cause is None else ErrorCode(cause), tool)
-                for i, code, cause, tool in rows
-            ),
+        found = tuple(
+            InvalidEntry(i, ErrorCode(code), None if cause is None else ErrorCode(cause), tool)
+            for i, code, cause, tool in rows
         )
+        self.invalid_entries = (count, found)
 
     def check_map_root(
         self, published: store.StoredCheckpoint | None, root: bytes | None, rebuilt: bool

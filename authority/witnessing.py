@@ -44,7 +44,7 @@ from prometheus_client import CollectorRegistry
 
 from deplog.authority import collectors
 from deplog.authority.options import option
-from deplog.authority.storage.database import Database, WitnessStore, reaching
+from deplog.authority.storage.database import Database, reaching
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.supervise import Supervisor
 from deplog.authority.witness.core import SizeConflictError, Witness, WitnessState
@@ -168,26 +168,16 @@ def open_embedded_witness(
     """The embedded witness of the log in ``database``, trusting exactly its key."""
     signer, _ = load_or_create_signer(keys, stem, name, SIG_TYPE_COSIGNATURE_V1)
     store = database.embedded_witness_store()
-    if store is not None:
-        return LocalWitness(Witness(_shared_state(database, store, log_key), signer))
-    state = WitnessState(path)
-    try:
-        state.add_log(log_key.vkey(), int(time.time()))
-    except sqlite3.Error as err:
-        state.close()
-        raise database_fault(err, path) from None
-    return LocalWitness(Witness(state, signer))
-
-
-def _shared_state(database: Database, store: WitnessStore, log_key: Verifier) -> WitnessState:
-    with reaching(database):
-        state = WitnessState.over(store)
+    with reaching(database):  # a shared database that cannot be reached is one line
+        state = WitnessState(path) if store is None else WitnessState.over(store)
         try:
             state.add_log(log_key.vkey(), int(time.time()))
-        except BaseException:
+        except BaseException as err:
             state.close()
+            if isinstance(err, sqlite3.Error):
+                raise database_fault(err, path) from None
             raise
-    return state
+    return LocalWitness(Witness(state, signer))
 
 
 @dataclass

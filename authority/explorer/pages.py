@@ -200,22 +200,11 @@ def _chart(points: list[tuple[int, str]]) -> dict[str, Any]:
     return {"points": " ".join(coords), "first": points[0][1], "last": points[-1][1], "max": top}
 
 
-def _page_number(raw: str | None) -> int:
-    if raw is None or raw == "":
-        return 1
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 3 or raw[0] == "0":
-        raise _not_found()
-    page = int(raw)
-    if page > MAX_SEARCH_PAGE:
-        raise _not_found()
-    return page
-
-
 def search_page(
     reader: LogReader, served: Served, query: str | None, page_raw: str | None
 ) -> dict[str, Any]:
     """Tools whose id, publishers whose id or namespace, contains the query; paged."""
-    page = _page_number(page_raw)
+    page = _decimal(page_raw, 1, MAX_SEARCH_PAGE + 1) if page_raw else 1
     text = (query or "").strip().lower()[:MAX_QUERY_CHARS]
     if not text:
         return {"query": "", "page": 1, "tools": [], "publishers": [], "more": False}
@@ -245,18 +234,18 @@ def tool_page(reader: LogReader, served: Served, tool_id: str, now: datetime) ->
     return {"tool": described, "tool_id": tool_id, "log_key": served.log_key.vkey()}
 
 
-def _parse_index(raw: str, size: int) -> int:
+def _decimal(raw: str, low: int, high: int) -> int:
+    """A canonical decimal in ``[low, high)``; anything else is ``not_found``."""
     if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or (len(raw) > 1 and raw[0] == "0"):
         raise _not_found()
-    index = int(raw)
-    if index >= size:
+    if not low <= (number := int(raw)) < high:
         raise _not_found()
-    return index
+    return number
 
 
 def notice_page(reader: LogReader, served: Served, raw_index: str) -> dict[str, Any]:
     """One log entry by index: decoded, its signer and key, and the leaf in base64."""
-    index = _parse_index(raw_index, served.size)
+    index = _decimal(raw_index, 0, served.size)
     leaf = reader.entries(index, index + 1)[0]
     entry = decode_leaf(leaf)
     publishers = {p["publisher"]: p for p in reader.publishers()["publishers"]}

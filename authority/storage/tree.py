@@ -183,13 +183,9 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
     def verify_leaves(self, start: int, end: int) -> int | None:
         """First index in [start, end) whose stored hash is not the hash of its data."""
         self.flush()
-        cursor = self.conn.execute(
-            "SELECT idx, data, hash FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
-            (start, end),
-        )
         expected = start
-        for idx, data, digest in cursor:
-            if idx != expected or leaf_hash(bytes(data)) != bytes(digest):
+        for idx, data, digest in self._leaf_rows(start, end):
+            if idx != expected or leaf_hash(data) != digest:
                 return expected
             expected += 1
         return None if expected == end else expected
@@ -200,7 +196,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         expected = 0
         report = progress or (lambda done, total: None)
         report(0, self.size)
-        for idx, data, digest in self._leaf_rows(self.size):
+        for idx, data, digest in self._leaf_rows(0, self.size):
             if idx != expected:
                 return f"leaf {expected} is missing"
             if leaf_hash(bytes(data)) != bytes(digest):
@@ -221,11 +217,10 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         report(expected, self.size)
         return None
 
-    def _leaf_rows(self, size: int) -> Iterator[tuple[int, bytes, bytes]]:
-        """Every leaf row below ``size``, read ``AUDIT_PROGRESS_STEP`` rows at a time."""
-        start = 0
-        while start < size:
-            end = min(start + AUDIT_PROGRESS_STEP, size)
+    def _leaf_rows(self, start: int, stop: int) -> Iterator[tuple[int, bytes, bytes]]:
+        """The leaf rows in ``[start, stop)``, read ``AUDIT_PROGRESS_STEP`` rows at a time."""
+        while start < stop:
+            end = min(start + AUDIT_PROGRESS_STEP, stop)
             rows = self.conn.execute(
                 "SELECT idx, data, hash FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
                 (start, end),

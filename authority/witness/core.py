@@ -433,8 +433,7 @@ class WitnessState:
         """Trust ``vkey`` for ``origin``; whether it is new (another key is refused)."""
         verifier = parse_log_verifier(vkey)
         canonical = verifier.vkey()
-        if origin is None:
-            origin = verifier.name
+        origin = verifier.name if origin is None else origin
         try:
             check_origin(origin)
         except CheckpointFormatError:

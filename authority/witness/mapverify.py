@@ -252,13 +252,8 @@ class MapVerifier:
         return None if row is None else _Target(*row)
 
     def _sequence_used(self, publisher: str, sequence: int) -> bool:
-        return (
-            self.conn.execute(
-                "SELECT 1 FROM mirror_notices WHERE publisher = ? AND sequence = ?",
-                (publisher, sequence),
-            ).fetchone()
-            is not None
-        )
+        query = "SELECT 1 FROM mirror_notices WHERE publisher = ? AND sequence = ?"
+        return self.conn.execute(query, (publisher, sequence)).fetchone() is not None
 
     def _keep_notice(self, index: int, notice: Notice) -> None:
         self.conn.execute(

@@ -49,19 +49,15 @@ class BusyError(DeplogError):
     code = ErrorCode.BUSY
 
 
-def _text(body: str, status: int) -> web.Response:
-    return web.Response(
-        status=status, body=f"{body}\n".encode(), headers={"Content-Type": TEXT_CONTENT_TYPE}
-    )
-
-
 def render_error(err: DeplogError, status: int) -> web.Response:
     """A refusal as tlog-witness answers it: the code as text, or the recorded size."""
+    body: str = err.code
+    content_type = TEXT_CONTENT_TYPE
     if isinstance(err, SizeConflictError):
-        response = _text(str(err.recorded_size), status)
-        response.headers["Content-Type"] = SIZE_CONTENT_TYPE
-        return response
-    return _text(err.code, status)
+        body, content_type = str(err.recorded_size), SIZE_CONTENT_TYPE
+    return web.Response(
+        status=status, body=f"{body}\n".encode(), headers={"Content-Type": content_type}
+    )
 
 
 async def _post_add_checkpoint(request: web.Request) -> web.Response:
