@@ -1,13 +1,9 @@
 """``authority``: the operator's command line (init, serve, publishers, check).
 
-A thin layer over ``Log`` and the HTTP app. One process owns the database at a
-time: ``serve`` holds an exclusive lock on ``<data>/authority.lock``; the
-publisher commands append directly when no server runs, and otherwise go
-through the server's admin Unix socket (``<data>/admin.sock``, mode 0600), so
-the server's single writer stays the only writer. With ``--db postgresql://...``
-the lock is per data directory: any number of ``serve`` processes, each with its
-own data directory and port, share one log in the database, which orders their
-writes (``authority/log.py``) and their publications (``authority/storage/cluster.py``).
+A thin layer over ``Log`` and the HTTP app. ``serve`` holds ``<data>/authority.lock``; the
+publisher commands append directly when no server holds it (or the database is shared, and
+orders every writer), and otherwise through the server's admin socket
+(``<data>/admin.sock``, mode 0600), so its single writer stays the only one.
 """
 
 from __future__ import annotations
@@ -21,14 +17,14 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import aiohttp
 from aiohttp import web
 
-from deplog.authority.command import add_version, key_file, run
+from deplog.authority.command import command_parser, key_file, run
 from deplog.authority.config import (
     CONFIG_FILE,
     DEFAULT_ORIGIN,
@@ -37,12 +33,7 @@ from deplog.authority.config import (
 )
 from deplog.authority.explorer.config import ExplorerConfig
 from deplog.authority.http.plumbing import Listen, ServingRunner, bind, serve_until_signalled
-from deplog.authority.http.server import (
-    ServerConfig,
-    build_admin_app,
-    build_app,
-    error_response,
-)
+from deplog.authority.http.server import ServerConfig, build_admin_app, build_app, error_response
 from deplog.authority.log import Log
 from deplog.authority.options import add_options, from_options, option
 from deplog.authority.publication import Publication
@@ -65,12 +56,7 @@ from deplog.client.plumbing.files import exclusive_lock, require_writable
 from deplog.client.plumbing.progress import Progress
 from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.keyfile import load_or_create_signer, load_signer
-from deplog.client.tlog.note import (
-    SIG_TYPE_COSIGNATURE_V1,
-    Signer,
-    Verifier,
-    is_valid_key_name,
-)
+from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier, is_valid_key_name
 from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.timestamps import now_timestamp
 
@@ -136,8 +122,7 @@ class Instance:
 
 
 def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
-    """Create (or open) the data directory, config and log key. Idempotent; an origin that
-    can never name a log is refused before anything is created."""
+    """Create (or open: idempotent) the data directory, config and log key."""
     if origin is not None and not is_valid_key_name(origin):
         raise CLIError(
             f"--origin must be a key name, without spaces or '+' (e.g. {DEFAULT_ORIGIN}); "
@@ -179,20 +164,17 @@ def _load_config(data: Path) -> AuthorityConfig:
     return AuthorityConfig.load(config_path)
 
 
-def _open_instance(data: Path, keys: Path) -> Instance:
-    config = _load_config(data)
-    with key_file(keys / f"{config.log_key}.key", _INIT):
-        return Instance(data, config, load_signer(keys, config.log_key))
+def _open_instance(args: argparse.Namespace) -> Instance:
+    config = _load_config(args.data)
+    with key_file(args.keys / f"{config.log_key}.key", _INIT):
+        signer = load_signer(args.keys, config.log_key)
+    return Instance(args.data, config, signer, _db_url(args))
 
 
 def _witness_setup(
     instance: Instance, keys: Path, options: WitnessingConfig
 ) -> Callable[[Publication], Witnessing] | None:
-    """The embedded witness plus every external witness in the config, as a factory the
-    server's publication calls once it exists (the proofs come from its reader threads,
-    its background work runs under its supervisor). With a log shared by many processes
-    the embedded witness's state is in its database, and requests to every witness follow
-    its progress there (``storage/cluster.py``)."""
+    """The embedded and external witnesses, as a factory the server's publication calls."""
     config = instance.config
     local = None
     if options.embedded:
@@ -248,20 +230,14 @@ async def _serve(
         await web.UnixSite(admin_runner, str(socket_path)).start()
     finally:
         os.umask(old_umask)
-    await serve_until_signalled(
-        runner,
-        sock,
-        f"authority {instance.origin}",
-        on_stop=admin_runner.cleanup,
-    )
+    banner = f"authority {instance.origin}"
+    await serve_until_signalled(runner, sock, banner, on_stop=admin_runner.cleanup)
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()
 
 
 def _audit(db: Database) -> tuple[int, str | None]:
-    """The full storage audit (proof of corruption when it finds a problem), its progress
-    on stderr; a database it cannot read is one line for its operator
-    (``Database.fault``: a file's classified by evidence, a server's exit 69)."""
+    """The full storage audit, its progress on stderr; an unreadable database is one line."""
     if not db.exists():
         raise CLIError(f"{db.describe()} does not exist: run 'authority init' first")
     try:
@@ -272,12 +248,9 @@ def _audit(db: Database) -> tuple[int, str | None]:
 
 
 def _db_url(args: argparse.Namespace) -> str | None:
-    """``--db``: a PostgreSQL URL, or None for the SQLite file in the data directory. A
-    path is accepted too (a SQLite file elsewhere is not supported: use --data)."""
+    """``--db``: a PostgreSQL URL, or None for the SQLite file in the data directory."""
     db: str | None = getattr(args, "db", None)
-    if db is None:
-        return None
-    if not is_postgres_url(db):
+    if db is not None and not is_postgres_url(db):
         raise CLIError(
             "--db must be a postgresql:// URL (the SQLite log lives in --data as log.db)"
         )
@@ -294,7 +267,6 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    """Create or upgrade the PostgreSQL schema (idempotent)."""
     url = _db_url(args)
     if url is None:
         raise CLIError(
@@ -302,12 +274,8 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
             "created when it opens"
         )
     db = open_database(url)
-    with reaching(db):
-        conn = db.connect()
-        try:
-            before, after = schema_postgres.migrate(conn, db.describe())
-        finally:
-            conn.close()
+    with reaching(db), contextlib.closing(db.connect()) as conn:
+        before, after = schema_postgres.migrate(conn, db.describe())
     if args.json:
         print(json.dumps({"database": db.describe(), "before": before, "after": after}))
     elif before == after:
@@ -318,31 +286,19 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_copy(args: argparse.Namespace) -> int:
-    """Copy a log between databases (SQLite <-> PostgreSQL), verified before done."""
     from deplog.authority.storage.copy import copy_log
 
-    verifier = _open_instance(args.data, args.keys).signer.verifier()
-
+    verifier = _open_instance(args).signer.verifier()
     source, target = open_database(args.source), open_database(args.target)
-    quiet = args.json
 
     def progress(line: str) -> None:
-        if not quiet:
+        if not args.json:
             print(line, file=sys.stderr)
 
     report = copy_log(source, target, verifier, progress)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "from": source.describe(),
-                    "to": target.describe(),
-                    "size": report.size,
-                    "checkpoint": report.checkpoint,
-                    "rows": report.rows,
-                }
-            )
-        )
+        ends = {"from": source.describe(), "to": target.describe()}
+        print(json.dumps(ends | asdict(report)))
     else:
         print(
             f"copied {report.size} leaves and every checkpoint up to {report.checkpoint} from "
@@ -422,27 +378,21 @@ async def _admin_post(socket_path: Path, statement: PublisherStatement) -> int:
 
 
 def _append_statement(args: argparse.Namespace, statement: PublisherStatement) -> int:
-    instance = replace(_open_instance(args.data, args.keys), db_url=_db_url(args))
+    instance = _open_instance(args)
     db = instance.database
     with exclusive_lock(args.data / LOCK_FILE) as owned:
-        # A shared database orders every writer: append directly even while servers run
-        # (their next batch sees the change).
         if owned or db.shared:
-            log = Log(db, instance.signer, instance.origin)
-            try:
+            with contextlib.closing(Log(db, instance.signer, instance.origin)) as log:
                 index = log.append_publisher(statement)
                 checkpoint = log.publish()
                 if db.shared:  # the servers publish it now, not at a refresh
                     _announce_signed(log, checkpoint.size)
                 return index
-            finally:
-                log.close()
     return asyncio.run(_admin_post(args.data / ADMIN_SOCKET, statement))
 
 
 def _announce_signed(log: Log, size: int) -> None:
-    """Best effort: the statement is appended and signed already; without the
-    notification the servers publish it at their next refresh."""
+    """Best effort: without it, the servers publish the statement at their next refresh."""
     from deplog.authority.storage.cluster import announce_signed
 
     with contextlib.suppress(*log.db.errors):
@@ -464,14 +414,12 @@ def _cmd_publisher_change(action: str) -> object:
 def _cmd_publisher_list(args: argparse.Namespace) -> int:
     from deplog.authority.storage.reader import LogReader
 
-    instance = replace(_open_instance(args.data, args.keys), db_url=_db_url(args))
+    instance = _open_instance(args)
     db = instance.database
     with reaching(db):
         reader = LogReader(db)
-    try:
+    with contextlib.closing(reader):
         publishers = reader.publishers()
-    finally:
-        reader.close()
     if args.json:
         print(json.dumps(publishers, indent=2, sort_keys=True))
         return 0
@@ -486,14 +434,13 @@ def _cmd_publisher_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    instance = replace(_open_instance(args.data, args.keys), db_url=_db_url(args))
+    instance = _open_instance(args)
     db = instance.database
     size, problem = _audit(db)
     if problem is not None:
         raise StorageFault(CORRUPT, db.describe(), f"{problem}, {size} leaves")
     with exclusive_lock(args.data / LOCK_FILE) as owned:
-        # Opening the log checks the latest checkpoint against the tree (on a shared
-        # database whatever else runs: the database orders writers).
+        # opening the log checks its latest checkpoint against the tree
         if owned or db.shared:
             Log(db, instance.signer, instance.origin).close()
     if args.json:
@@ -504,9 +451,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_witness_add(args: argparse.Namespace) -> int:
-    """Add an external witness (its submission URL and cosigner key, Ed25519 or ML-DSA-44)
-    to the config; ``--tree-lines`` for an Ed25519 witness that signs the first three lines
-    of a checkpoint only (litewitness)."""
     verifier = Verifier.parse_cosigner(args.key)
     if not args.url.startswith(WITNESS_URL_SCHEMES):
         raise CLIError(
@@ -536,7 +480,6 @@ def _cmd_witness_add(args: argparse.Namespace) -> int:
 
 
 def _cmd_witness_list(args: argparse.Namespace) -> int:
-    """The external witnesses of the config (the embedded one is always there)."""
     config = _load_config(args.data)
     if args.json:
         witnesses = [
@@ -554,7 +497,6 @@ def _cmd_witness_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_witness_remove(args: argparse.Namespace) -> int:
-    """Remove an external witness, named by its key name or its whole verifier key."""
     config = _load_config(args.data)
     kept = tuple(w for w in config.witnesses if args.witness not in (w.key, w.verifier().name))
     if len(kept) == len(config.witnesses):
@@ -567,8 +509,7 @@ def _cmd_witness_remove(args: argparse.Namespace) -> int:
 
 
 def _cmd_policy(args: argparse.Namespace) -> int:
-    """Print the C2SP tlog-policy clients should use: log key, witnesses, quorum."""
-    instance = _open_instance(args.data, args.keys)
+    instance = _open_instance(args)
     config = instance.config
     stem = config.embedded_witness_key
     with key_file(args.keys / f"{stem}.key", _INIT):
@@ -590,24 +531,19 @@ def _cmd_policy(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="authority", description="Run and operate a deplog deprecation authority."
-    )
-    add_version(p)
-    sub = p.add_subparsers(
-        dest="command",
-        required=True,
-        metavar="COMMAND",
-        help="what to do (COMMAND -h: its options)",
-    )
+    p, sub = command_parser("authority", "Run and operate a deplog deprecation authority.")
 
-    def common(sp: argparse.ArgumentParser) -> None:
+    def command(group: Any, name: str, help_text: str, func: object) -> argparse.ArgumentParser:
+        """A subcommand with the data and key directories."""
+        sp: argparse.ArgumentParser = group.add_parser(name, help=help_text)
+        sp.set_defaults(func=func)
         sp.add_argument(
             "--data", type=Path, default=Path("data"), help="data directory (default: ./data)"
         )
         sp.add_argument(
             "--keys", type=Path, default=Path("keys"), help="key directory (default: ./keys)"
         )
+        return sp
 
     def db_flag(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
@@ -619,50 +555,47 @@ def parser() -> argparse.ArgumentParser:
     def json_flag(sp: argparse.ArgumentParser, shape: str) -> None:
         sp.add_argument("--json", action="store_true", help=f"print JSON ({shape}) instead of text")
 
-    sp = sub.add_parser("init", help="create the log key, config and database")
-    common(sp)
+    sp = command(sub, "init", "create the log key, config and database", _cmd_init)
     sp.add_argument("--origin", help=f"log origin and key name (default: {DEFAULT_ORIGIN})")
     db_flag(sp)
-    sp.set_defaults(func=_cmd_init)
 
     sp = sub.add_parser("migrate", help="create or upgrade the schema of a PostgreSQL --db")
+    sp.set_defaults(func=_cmd_migrate)
     sp.add_argument(
         "--db", metavar="URL", required=True, help="the postgresql:// database to migrate"
     )
     json_flag(sp, '{"database", "before", "after"}')
-    sp.set_defaults(func=_cmd_migrate)
 
-    sp = sub.add_parser(
-        "copy", help="copy the log into an empty database (SQLite <-> PostgreSQL), verified"
+    sp = command(
+        sub,
+        "copy",
+        "copy the log into an empty database (SQLite <-> PostgreSQL), verified",
+        _cmd_copy,
     )
-    common(sp)
     sp.add_argument(
         "--from", dest="source", metavar="DB", required=True, help="a log.db path or URL"
     )
     sp.add_argument("--to", dest="target", metavar="DB", required=True, help="an empty path or URL")
     json_flag(sp, '{"from", "to", "size", "checkpoint", "rows"}')
-    sp.set_defaults(func=_cmd_copy)
 
-    sp = sub.add_parser("serve", help="serve the HTTP API (runs init on first start)")
-    common(sp)
+    sp = command(sub, "serve", "serve the HTTP API (runs init on first start)", _cmd_serve)
     sp.add_argument("--origin", help=f"log origin on first start (default: {DEFAULT_ORIGIN})")
     db_flag(sp)
     for serve_config in SERVE_CONFIGS:
         add_options(sp, serve_config)
-    sp.set_defaults(func=_cmd_serve)
 
-    sp = sub.add_parser("check", help="rehash every leaf and check the latest checkpoint")
-    common(sp)
+    sp = command(sub, "check", "rehash every leaf and check the latest checkpoint", _cmd_check)
     db_flag(sp)
     json_flag(sp, '{"size", "problem": null}; a problem exits 65')
-    sp.set_defaults(func=_cmd_check)
 
-    wit = sub.add_parser("witness", help="configure external witnesses")
-    wsub = wit.add_subparsers(
-        dest="witness_command", required=True, metavar="COMMAND", help="what to do"
-    )
-    sp = wsub.add_parser("add", help="add an external witness, or change its URL")
-    common(sp)
+    def group(name: str, help_text: str) -> Any:
+        """A command with subcommands."""
+        return sub.add_parser(name, help=help_text).add_subparsers(
+            dest=f"{name}_command", required=True, metavar="COMMAND", help="what to do"
+        )
+
+    wsub = group("witness", "configure external witnesses")
+    sp = command(wsub, "add", "add an external witness, or change its URL", _cmd_witness_add)
     sp.add_argument("--url", required=True, help="the witness's submission prefix URL")
     sp.add_argument(
         "--key",
@@ -675,68 +608,44 @@ def parser() -> argparse.ArgumentParser:
         help="an Ed25519 witness that signs a checkpoint's first three lines only "
         "(litewitness): accept that form of its cosignature too",
     )
-    sp.set_defaults(func=_cmd_witness_add)
-    sp = wsub.add_parser("list", help="list the external witnesses")
-    common(sp)
+    sp = command(wsub, "list", "list the external witnesses", _cmd_witness_list)
     json_flag(sp, '{"witnesses": [{"name", "url", "key", "tree_lines"}]}')
-    sp.set_defaults(func=_cmd_witness_list)
-    sp = wsub.add_parser("remove", help="remove an external witness")
-    common(sp)
+    sp = command(wsub, "remove", "remove an external witness", _cmd_witness_remove)
     sp.add_argument("witness", help="the witness's key name or its whole verifier key")
-    sp.set_defaults(func=_cmd_witness_remove)
 
-    sp = sub.add_parser("policy", help="print the C2SP tlog-policy for clients")
-    common(sp)
+    sp = command(sub, "policy", "print the C2SP tlog-policy for clients", _cmd_policy)
     sp.add_argument(
         "--quorum", type=int, help="witnesses (of embedded + external) required (default: 1)"
     )
-    sp.set_defaults(func=_cmd_policy)
 
-    pub = sub.add_parser("publisher", help="register, list and revoke publishers")
-    psub = pub.add_subparsers(
-        dest="publisher_command", required=True, metavar="COMMAND", help="what to do"
-    )
-    publisher_help = "publisher id, e.g. example-org"
-    change_shape = '{"publisher", "action", "index"}'
-    key_help = "publisher verifier key name+id+base64 (repeatable)"
-    sp = psub.add_parser("add", help="register a publisher with namespaces and keys")
-    common(sp)
-    db_flag(sp)
-    sp.add_argument("publisher", help=publisher_help)
-    sp.add_argument(
-        "--namespace",
-        action="append",
-        required=True,
-        help="reverse-DNS namespace it owns (repeatable)",
-    )
-    sp.add_argument("--key", action="append", required=True, help=key_help)
-    json_flag(sp, change_shape)
-    sp.set_defaults(func=_cmd_publisher_change("register"))
-    sp = psub.add_parser("add-key", help="authorize another key of a publisher")
-    common(sp)
-    db_flag(sp)
-    sp.add_argument("publisher", help=publisher_help)
-    sp.add_argument("--key", action="append", required=True, help=key_help)
-    json_flag(sp, change_shape)
-    sp.set_defaults(func=_cmd_publisher_change("add_key"))
-    sp = psub.add_parser("revoke-key", help="revoke keys of a publisher")
-    common(sp)
-    db_flag(sp)
-    sp.add_argument("publisher", help=publisher_help)
-    sp.add_argument("--key", action="append", required=True, help=key_help)
-    json_flag(sp, change_shape)
-    sp.set_defaults(func=_cmd_publisher_change("revoke_key"))
-    sp = psub.add_parser("revoke", help="revoke a publisher and all its keys")
-    common(sp)
-    db_flag(sp)
-    sp.add_argument("publisher", help=publisher_help)
-    json_flag(sp, change_shape)
-    sp.set_defaults(func=_cmd_publisher_change("revoke_publisher"))
-    sp = psub.add_parser("list", help="list publishers (from the local database)")
-    common(sp)
+    psub = group("publisher", "register, list and revoke publishers")
+    for name, action, help_text in (
+        ("add", "register", "register a publisher with namespaces and keys"),
+        ("add-key", "add_key", "authorize another key of a publisher"),
+        ("revoke-key", "revoke_key", "revoke keys of a publisher"),
+        ("revoke", "revoke_publisher", "revoke a publisher and all its keys"),
+    ):
+        sp = command(psub, name, help_text, _cmd_publisher_change(action))
+        db_flag(sp)
+        sp.add_argument("publisher", help="publisher id, e.g. example-org")
+        if action == "register":
+            sp.add_argument(
+                "--namespace",
+                action="append",
+                required=True,
+                help="reverse-DNS namespace it owns (repeatable)",
+            )
+        if action != "revoke_publisher":
+            sp.add_argument(
+                "--key",
+                action="append",
+                required=True,
+                help="publisher verifier key name+id+base64 (repeatable)",
+            )
+        json_flag(sp, '{"publisher", "action", "index"}')
+    sp = command(psub, "list", "list publishers (from the local database)", _cmd_publisher_list)
     db_flag(sp)
     json_flag(sp, '{"publishers": [...]}, the shape of GET /v1/publishers')
-    sp.set_defaults(func=_cmd_publisher_list)
     return p
 
 

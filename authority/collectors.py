@@ -1,22 +1,18 @@
 """Values their owners keep, read by Prometheus when ``/metrics`` is scraped.
 
 Each part of a server registers what it measures, beside the code that measures it, on
-the registry it is given (an application's, ``http/metrics.py``): the sequencer its
-queue and batches, the log its map, the publication its checkpoint and failures, the
-witnessing its witnesses' lag, the push hub its streams, the supervisor its tasks'
-failures. ``http/metrics.py`` keeps only the request series and the exposition.
-
-Rules:
-  * A value is read by a callback at scrape time, never copied per event; callbacks
-    are cheap reads of in-memory state, made on the scraping thread (the event loop).
-  * Labels are names from the code or the operator's configuration (task names, error
-    codes, witness names), never request values, so the number of series is fixed.
+the registry it is given (an application's, ``http/metrics.py``). Rules:
+  * A value is read by a callback at scrape time (on the event loop), never copied per
+    event; callbacks are cheap reads of in-memory state.
+  * Labels are names from the code or the operator's configuration, never request
+    values, so the number of series is fixed.
   * A name registered twice on one registry is refused (``ValueError``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -26,30 +22,23 @@ __all__ = ["counter", "gauge", "labeled_counter", "labeled_gauge"]
 _Samples = Callable[[], Iterable[tuple[tuple[str, ...], float]]]
 
 
+@dataclass(frozen=True)
 class _ReadAtScrape:
     """One metric family whose samples are read from their owner when scraped."""
 
-    def __init__(
-        self,
-        family: type[CounterMetricFamily | GaugeMetricFamily],
-        name: str,
-        help_text: str,
-        labels: tuple[str, ...],
-        samples: _Samples,
-    ) -> None:
-        self._family, self._name, self._help = family, name, help_text
-        self._labels, self._samples = labels, samples
-
-    def _empty(self) -> CounterMetricFamily | GaugeMetricFamily:
-        return self._family(self._name, self._help, labels=self._labels)
+    family: type[CounterMetricFamily | GaugeMetricFamily]
+    name: str
+    help_text: str
+    labels: tuple[str, ...]
+    samples: _Samples
 
     def describe(self) -> list[Metric]:
         """The family without samples: lets the registry refuse a duplicate name."""
-        return [self._empty()]
+        return [self.family(self.name, self.help_text, labels=self.labels)]
 
     def collect(self) -> list[Metric]:
-        metric = self._empty()
-        for label_values, value in self._samples():
+        metric = self.family(self.name, self.help_text, labels=self.labels)
+        for label_values, value in self.samples():
             metric.add_metric(label_values, value)
         return [metric]
 
@@ -64,8 +53,7 @@ def gauge(
 def counter(
     registry: CollectorRegistry, name: str, help_text: str, read: Callable[[], float]
 ) -> None:
-    """A monotonic count kept by its owner and read at scrape time (``name`` ends in
-    ``_total``)."""
+    """A monotonic count read at scrape time (``name`` ends in ``_total``)."""
     registry.register(
         _ReadAtScrape(CounterMetricFamily, name, help_text, (), lambda: [((), read())])
     )
@@ -78,8 +66,8 @@ def labeled_gauge(
     label: str,
     read: Callable[[], Mapping[str, float]],
 ) -> None:
-    """A gauge per label value; values are names from configuration, never requests."""
-    _labeled(registry, GaugeMetricFamily, name, help_text, label, read)
+    """A gauge per label value (names from configuration, never requests)."""
+    registry.register(_ReadAtScrape(GaugeMetricFamily, name, help_text, (label,), _by(read)))
 
 
 def labeled_counter(
@@ -89,20 +77,10 @@ def labeled_counter(
     label: str,
     read: Callable[[], Mapping[str, float]],
 ) -> None:
-    """A count per label value, kept by its owner; values are names from the code
-    (task names, error codes), never requests."""
-    _labeled(registry, CounterMetricFamily, name, help_text, label, read)
+    """A count per label value (names from the code, never requests)."""
+    registry.register(_ReadAtScrape(CounterMetricFamily, name, help_text, (label,), _by(read)))
 
 
-def _labeled(
-    registry: CollectorRegistry,
-    family: type[CounterMetricFamily | GaugeMetricFamily],
-    name: str,
-    help_text: str,
-    label: str,
-    read: Callable[[], Mapping[str, float]],
-) -> None:
-    def samples() -> list[tuple[tuple[str, ...], float]]:
-        return [((value_label,), value) for value_label, value in sorted(read().items())]
-
-    registry.register(_ReadAtScrape(family, name, help_text, (label,), samples))
+def _by(read: Callable[[], Mapping[str, float]]) -> _Samples:
+    """One sample per label value, in label order."""
+    return lambda: [((value_label,), value) for value_label, value in sorted(read().items())]

@@ -1,17 +1,15 @@
-"""What the ``authority`` and ``witness`` commands share: ``--version`` and how they end.
+"""What the ``authority`` and ``witness`` commands share: their parser's top, and how they end.
 
 Rules:
 
-1. A command ends in one line on stderr, ``<prog>: <message>``, never a traceback,
-   with an exit status from one table (README, "Exit statuses of authority and
-   witness"): 0 done, 1 refused (a stable code and its sentence, or the command's
-   own message), 2 usage (argparse), 65/73/74/77 storage (``storage_faults``),
-   69 the listen address is unavailable (``plumbing.bind``), 141 quietly when the
-   output's reader went away (``client.plumbing.files.output_closed``).
-2. A ``DeplogError`` prints its code first, then its sentence: scripts match the
-   code, people read the sentence.
+1. A command ends in one line on stderr, ``<prog>: <message>``, never a traceback, with
+   an exit status from one table (docs/operators.md, "Exit statuses of authority and
+   witness"): 0 done, 1 refused, 2 usage, 65/73/74/77 storage, 69 unavailable, 141
+   quietly when the output's reader went away.
+2. A ``DeplogError`` prints its code first, then its sentence: scripts match the code,
+   people read the sentence.
 3. A file or directory that cannot be used is named, with its kind's status
-   (:func:`deplog.client.plumbing.storage_faults.file_fault`).
+   (``client.plumbing.storage_faults.file_fault``).
 """
 
 from __future__ import annotations
@@ -22,13 +20,14 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.plumbing.files import output_closed
 from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.keyfile import KeyFileError
 
-__all__ = ["EXIT_REFUSED", "EXIT_USAGE", "add_version", "key_file", "refusal", "run"]
+__all__ = ["EXIT_REFUSED", "EXIT_USAGE", "command_parser", "key_file", "refusal", "run"]
 
 EXIT_REFUSED = 1
 """A refusal: a stable code with its sentence, or the command's own message."""
@@ -36,14 +35,22 @@ EXIT_USAGE = 2
 """A flag or argument argparse refused (its own message and status)."""
 
 
-def add_version(parser: argparse.ArgumentParser) -> None:
-    """``--version``: the installed package's version, from its metadata."""
+def command_parser(prog: str, description: str) -> tuple[argparse.ArgumentParser, Any]:
+    """A command's parser with ``--version``, and its subcommands' action."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument(
         "--version",
         action="version",
         version=f"%(prog)s {metadata.version('deplog')}",
         help="print the version and exit",
     )
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="what to do (COMMAND -h: its options)",
+    )
+    return parser, sub
 
 
 def refusal(err: DeplogError) -> str:
@@ -61,8 +68,7 @@ _KEY_ADVICE = {
 
 @contextlib.contextmanager
 def key_file(path: Path, init: str) -> Iterator[None]:
-    """A key file error inside this block names ``path`` and what to do (the library's
-    message names no file); ``init`` is the command that creates the key."""
+    """A key file error inside names ``path`` and what to do (``init`` makes the key)."""
     try:
         yield
     except KeyFileError as err:

@@ -2,32 +2,22 @@
 
 Rules:
 
-1. The file is one JSON object with ``origin`` (the log's checkpoint origin,
-   also its key name), ``log_key`` (the stem of the log key's files in the keys
-   directory) and, once an external witness is added, ``witnesses``: a list of
-   ``{"url": ..., "key": ...}``, each a tlog-witness submission prefix
-   (http:// or https://) and that witness's cosigner verifier key (type 0x04 or
-   0x06, rule 6).
+1. The file is one JSON object with ``origin`` (the log's checkpoint origin and key name),
+   ``log_key`` (the stem of the log key's files) and, once one is added, ``witnesses``: a
+   list of ``{"url": ..., "key": ...}``, a tlog-witness submission prefix (http:// or
+   https://) and its cosigner verifier key (rule 6).
 2. A file that is anything else is refused whole with :class:`ConfigError`
-   (``malformed_config``), whose one-line message names the file and the field
-   and never quotes a value; nothing of it is used.
-3. Unknown members are refused too, at the top level and in each witness: this
-   file is written by ``authority`` itself, so one it does not know is a typo
-   or a newer version's, and ignoring it could silently drop a witness the
-   operator meant to require.
-4. Two witnesses with the same key are refused: each would count towards the
-   publication quorum, so one witness could meet a quorum of two.
-5. ``save`` writes exactly the bytes ``authority`` always wrote (the members in
-   the order above, two-space indented, a final newline, no ``witnesses`` until
-   there is one), atomically and mode 0644: it holds no secret, only a key file
-   name and public keys.
-6. A witness's key is a cosigner key of either type of tlog-cosignature v1.1:
-   Ed25519 (0x04) or ML-DSA-44 (0x06). An Ed25519 witness that signs the
-   checkpoint's first three lines only (litewitness) carries ``"tree_lines":
-   true`` (``authority witness add --tree-lines``): its cosignatures are then
-   accepted in that form too (``client.tlog.cosignature``). The member is written
-   only when true, and refused for an ML-DSA-44 key (which signs the tree lines
-   only anyway) or with any value but ``true``.
+   (``malformed_config``), whose message names the file and the field, never a value.
+3. Unknown members are refused, at the top level and in each witness: ``authority``
+   writes this file itself, and ignoring one could silently drop a required witness.
+4. Two witnesses with the same key are refused: one witness could meet a quorum of two.
+5. ``save`` writes exactly the bytes ``authority`` always wrote (the members in the order
+   above, two-space indented, a final newline, no ``witnesses`` until there is one),
+   atomically, mode 0644: it holds no secret.
+6. A witness's key is Ed25519 (0x04) or ML-DSA-44 (0x06) (tlog-cosignature v1.1). An
+   Ed25519 witness that signs a checkpoint's first three lines only (litewitness) carries
+   ``"tree_lines": true`` (``authority witness add --tree-lines``): written only when true,
+   refused with any other value or for an ML-DSA-44 key.
 """
 
 from __future__ import annotations
@@ -180,20 +170,16 @@ def _witness(obj: object, index: int) -> ExternalWitness:
     url, key = members["url"], members["key"]
     if not isinstance(url, str) or not url.startswith(WITNESS_URL_SCHEMES):
         raise ConfigError(message=f"{what}: 'url' must be http:// or https://")
-    if not isinstance(key, str) or not _is_cosigner_key(key):
+    try:
+        verifier = Verifier.parse_cosigner(key) if isinstance(key, str) else None
+    except DeplogError:
+        verifier = None
+    if verifier is None:
         raise ConfigError(message=f"{what}: 'key' must be a cosigner verifier key")
     if "tree_lines" not in members:
         return ExternalWitness(url, key)
     if members["tree_lines"] is not True:
         raise ConfigError(message=f"{what}: 'tree_lines' is true or absent")
-    if Verifier.parse_cosigner(key).sig_type != SIG_TYPE_COSIGNATURE_V1:
+    if verifier.sig_type != SIG_TYPE_COSIGNATURE_V1:
         raise ConfigError(message=f"{what}: 'tree_lines' applies to Ed25519 (0x04) keys only")
     return ExternalWitness(url, key, True)
-
-
-def _is_cosigner_key(vkey: str) -> bool:
-    try:
-        Verifier.parse_cosigner(vkey)
-    except DeplogError:
-        return False
-    return True

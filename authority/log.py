@@ -1,65 +1,36 @@
 """The log: admission of entries, durable appends and signed checkpoints.
 
-``Log`` is a process's only writer. It is not thread-safe and is confined to one
-thread (the sequencer's); every method does blocking storage and signing work.
-Where one process owns the database (SQLite) it is the log's single writer; on a
-database many processes share (``Database.shared``: PostgreSQL) any number of
-``Log`` objects, in any number of processes, append to one log in one order, decided
-by the database (``Database.begin_write``: PostgreSQL's ``log_head`` row lock).
+``Log`` is a process's only writer, confined to the sequencer's thread. On a database many
+processes share (``Database.shared``), any number of ``Log`` objects append to one log in
+the order the database decides (``Database.begin_write``).
 
-Invariants:
-  * An entry is admitted only if the one validator (``client.model.rules``) accepts
-    its exact leaf bytes at its place in the log: the verifiers' own decoder, then
-    its signature, its publisher's authorization, its sequence number (unique per
-    publisher, in any order) and its withdraw target; a refused entry changes
-    nothing. Admission and verification are one function, so no follower,
-    auditor or witness can find an entry this log admitted invalid.
-  * The publisher registry is checked against the log at every start, replayed from
-    its publisher entries (``replay.py``: *Registry from the leaves*).
-  * An identical resubmission is answered with the logged entry, never logged
-    twice: the idempotent path that lets a publisher retry safely.
-  * A checkpoint is signed only over leaves that are already committed, and the
-    leaves are immutable, so no two different roots are ever signed for one
-    size (the ``checkpoints`` primary key refuses it besides).
-  * Every checkpoint is persisted before anyone can see it.
-  * The publisher registry snapshot is saved in the same transaction as the
-    publisher entry that changed it, so it always reflects the whole log.
-  * Every write transaction starts in the log's order (``Database.begin_write``) and
-    records the new size where the database keeps one (``Database.set_head``); a
-    ``Log`` whose in-memory state (tree edge, registry, map, latest checkpoint) is not
-    at the committed size reloads it under the lock before checking anything, so
-    another process's appends and registry changes are seen by the next batch. A
-    failed or lost transaction leaves the state stale: the next write reconnects if
-    needed and reloads. Reads outside a write transaction that must agree with each
-    other take one snapshot where other processes write meanwhile (``_snapshot``).
-  * A checkpoint is signed after the commit, inserted unless its size has one, and
-    read back: the stored root for a size is the only one ever served.
-  * An entry of the log that fails validation is folded as every verifier folds it,
-    recorded and logged, and nothing stops (``replay.py``: *Invalid entries*).
-  * The tool-status map (``client.map``) is folded in the same transaction
-    as the entries it folds (``_fold_map``), so every committed size has its map
-    root, and every checkpoint carries exactly one ``deplog-map/v1`` line with the
-    root of its own size. A start folds what the map lacks, all of a database from
-    before the map or of a map in another record format (``client.map.stored`` *One format*),
-    in one transaction, and checks its root against the latest checkpoint's line
-    (``_bring_up_map``; ``replay.py``: *Catch up*, *Root check*).
-  * Where the writer may hold the map's rows back (``Database.holds_map_rows``: it is
-    the one process writing the map and serving its proofs, SQLite), a batch folds the
-    map in memory and its rows are written later, coalesced (``client.map.stored``
-    *Rows held back*, bounds ``MAP_LAYER_*``): by the batch that takes the layer past a
-    bound, a slice a batch once past three quarters of one (*Slices*), a slice a
-    transaction by an idle sequencer (``write_map_slice``), and by ``close``. The map's
-    tables are then at a committed size at or below the log's; the map is a function of
-    the log, so a start folds the entries after it. Elsewhere every batch writes its
-    rows: other processes read and extend them.
-  * The map's rows are cached in memory for the writer (``MapCache``, bounded, filled
-    at a server's start with the shallowest groups: ``warm_map``), and the writer's
-    connection is tuned for it (``Database.connect_writer``: SQLite's larger page
-    cache): a batch reads its paths without a query per node. The cache is forgotten
-    by every ``_reload``: after a rollback (no row of a rolled-back transaction is ever
-    served; the rows not written yet go back to those of the last commit) and, on a
-    shared database, whenever the head found under the lock is not this writer's own
-    last size (another process moved the tables since this one's last transaction).
+Rules, cited by name:
+
+* **One validator.** An entry is admitted only if ``client.model.rules`` accepts its exact
+  leaf bytes at its place in the log (decoding, signature, authorization, sequence number,
+  withdraw target); a refused entry changes nothing, so no follower, auditor or witness
+  finds an admitted entry invalid.
+* **Idempotent.** An identical resubmission is answered with the logged entry, never
+  logged twice.
+* **One root per size.** A checkpoint is signed after the commit, over committed leaves
+  only, inserted unless its size has one, and read back: the stored root is the only one
+  served (``stored_root_mismatch``). It is persisted before anyone sees it.
+* **Registry.** The registry snapshot is saved in the transaction of the publisher entry
+  that changed it, and checked against the leaves at every start (``replay.py``:
+  *Registry from the leaves*).
+* **Order.** Every write starts in the log's order and records the new size
+  (``Database.set_head``); in-memory state (tree edge, registry, map, latest checkpoint)
+  not at the committed size is reloaded under the lock before anything is checked. A
+  failed transaction leaves it stale: the next write reconnects if needed and reloads.
+  Reads that must agree take one snapshot (``_snapshot``).
+* **Map.** The tool-status map is folded in the transaction of the entries it folds, so
+  every checkpoint carries exactly one ``deplog-map/v1`` line, the root at its own size; a
+  start folds what the map lacks and checks its root (``replay.py``: *Catch up*, *Root
+  check*). Where the writer holds the map's rows back (``Database.holds_map_rows``) they
+  are written later, within the ``MAP_*`` bounds (docs/architecture.md, "Rows held back,
+  and written later"); every ``_reload`` forgets the writer's cache.
+* **Invalid entries.** An entry of the log that fails validation is folded as every
+  verifier folds it, recorded and logged, and nothing stops (``replay.py``).
 """
 
 from __future__ import annotations
@@ -68,7 +39,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,12 +67,7 @@ from deplog.client.model.entries import (
 )
 from deplog.client.model.notice import Envelope, Notice
 from deplog.client.model.registry import PublisherRegistry
-from deplog.client.model.rules import (
-    EntryChecker,
-    InvalidEntry,
-    RuleViolation,
-    decode_leaf,
-)
+from deplog.client.model.rules import EntryChecker, InvalidEntry, RuleViolation, decode_leaf
 from deplog.client.plumbing.dbapi import Connection
 from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
@@ -109,28 +75,20 @@ from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import format_receipt
 from deplog.client.tlog.timestamps import now_timestamp
 
-__all__ = [
-    "Admitted",
-    "Log",
-    "Sequenced",
-]
+__all__ = ["Admitted", "Log", "Sequenced"]
 
 logger = logging.getLogger("deplog.authority")
 MAP_LAYER_ENTRIES = 4096
-"""Log entries the map folds in memory before a batch writes its rows (SQLite,
-``client.map.stored`` *Rows held back*): also the most a start folds again after a crash."""
+"""Log entries the map folds in memory before a batch writes its rows: also the most a
+start folds again after a crash."""
 MAP_LAYER_GROUPS = 4096
-"""Changed groups of map nodes held in memory before a batch writes them, as their stored
-bytes (measured: 2.5 MiB for 3,316 groups and 4,000 records, bookkeeping included)."""
+"""Changed map groups held in memory (measured: 2.5 MiB for 3,316 groups and 4,000 records)."""
 MAP_LAYER_RECORD_BYTES = 16 << 20
-"""Bytes of changed tool records held in memory before a batch writes them."""
+"""Bytes of changed tool records held in memory."""
 MAP_SLICE_GROUPS = 128
-"""The fewest groups a batch writes of the map's rows held once they pass three quarters
-of a bound (more if the write would not be over before the bound at the batches' pace:
-``MapCache.pace``): the rows go to the tables a slice at a time, so no batch writes
-thousands of groups at once while the writer keeps up."""
+"""The fewest groups a slice writes once the held rows pass three quarters of a bound."""
 MAP_SLICE_RECORD_BYTES = 256 << 10
-"""The fewest record bytes a batch writes in a slice."""
+"""The fewest record bytes a slice writes."""
 
 
 @dataclass(frozen=True)
@@ -143,11 +101,7 @@ class Admitted:
 
 @dataclass(frozen=True)
 class Sequenced:
-    """The outcome of one submission: its index and inclusion proof, or the refusal.
-
-    The proof leads to ``checkpoint``; the receipt is built once the checkpoint
-    is published with its cosignatures (``receipt``).
-    """
+    """One submission's index and inclusion proof into ``checkpoint``, or its refusal."""
 
     index: int | None
     created: bool
@@ -163,9 +117,7 @@ class Sequenced:
 
 @dataclass(frozen=True)
 class _Prepared:
-    """An envelope's checks done before the write lock: its leaf and digest, the entry
-    the verifiers' decoder makes of the leaf, and the refusal if any (``malformed``:
-    final whatever the registry)."""
+    """An envelope checked before the write lock (``malformed``: refused whatever the registry)."""
 
     leaf: bytes
     digest: bytes
@@ -189,10 +141,7 @@ class Log:
         *,
         max_bytes: int | None = None,
     ) -> None:
-        """Open and check the log in ``db`` (a SQLite path, created if needed, or a
-        PostgreSQL database made by ``authority migrate``); ``max_bytes`` caps the
-        database where the backend has a quota (``Database.limit_size``: a SQLite file),
-        so a quota is reached as a clean refusal rather than a full disk."""
+        """Open and check the log in ``db``; ``max_bytes`` is ``Database.limit_size``'s quota."""
         if signer.name != origin:
             raise ValueError("the log key's name must be the log origin")
         self.db = open_database(db)
@@ -222,12 +171,8 @@ class Log:
         self.conn = self.db.connect_writer()
         try:
             self.db.prepare(self.conn)
-        except CLIError:  # a schema that is not this software's (``authority migrate``)
-            self._close_quietly()
-            raise
-        if max_bytes is not None:
-            self.db.limit_size(self.conn, max_bytes)
-        try:
+            if max_bytes is not None:
+                self.db.limit_size(self.conn, max_bytes)
             with self._snapshot():
                 self._reload()
                 self.published = self._check_stored_checkpoint()
@@ -236,6 +181,9 @@ class Log:
             self.replay.read_invalid()
             if self.published is None or self.published.size < self.tree.size:
                 self.published = self._sign_checkpoint()
+        except CLIError:  # a schema that is not this software's (``authority migrate``)
+            self._close_quietly()
+            raise
         except TreeCorruptError:
             self._close_quietly()
             raise StorageFault(CORRUPT, self.path, "stored subtree hashes are missing") from None
@@ -243,16 +191,14 @@ class Log:
             self._close_quietly()
             raise StorageFault(CORRUPT, self.path, f"{err.code}: {err}") from None
         except StorageError as err:
-            # Storing the first checkpoint failed; the database's own error is the
-            # context, and opening_database classifies that.
+            # A write at open failed: opening_database classifies the database's own error.
             if isinstance(err.__context__, self.db.errors):
                 raise err.__context__ from None
             raise
 
     @property
     def invalid_entries(self) -> tuple[int, tuple[InvalidEntry, ...]]:
-        """How many entries of this log fail validation, and the first few (``/healthz``;
-        ``replay.py``: *Invalid entries*); any thread may read it."""
+        """How many entries fail validation, and the first few; any thread may read it."""
         return self.replay.invalid_entries
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
@@ -266,8 +212,7 @@ class Log:
         )
 
     def close(self) -> None:
-        """Write the map's rows not yet written (a failure only leaves them to the next
-        start's fold), then close the connection."""
+        """Write the map's held rows (if that fails, the next start folds them), then close."""
         if self.map.unwritten:
             try:
                 self.flush_map()
@@ -280,9 +225,7 @@ class Log:
         self.conn.close()
 
     def warm_map(self) -> int:
-        """Fill the writer's map cache with the shallowest groups, up to its bound (a server
-        at start: its first batches then walk their paths in memory instead of reading
-        them a query at a time); the groups read. About 0.2 s at 10^5 tools."""
+        """Fill the map cache with the shallowest groups (a server's start); the groups read."""
         try:
             with self._snapshot():
                 return self.map.warm()
@@ -296,31 +239,17 @@ class Log:
             return 0
 
     def flush_map(self) -> None:
-        """Write all the map's rows folded but not yet written (``client.map.stored`` *Rows
-        held back*) in a transaction of their own; StorageError if that fails (they stay in
-        memory)."""
+        """Write all the map's held rows in a transaction (StorageError: they stay held)."""
         if self.map.unwritten:
-            self._write_map(self.map.flush)
+            with self._write(MapStorageError):
+                self.map.flush()
 
     def write_map_slice(self) -> bool:
-        """Write the next slice of the map's rows held back in a transaction of its own
-        (what an idle sequencer does, a slice at a time); True while rows remain held.
-        StorageError if that fails (they stay in memory)."""
+        """Write the next slice of the held rows (an idle sequencer); True while rows remain."""
         if self.map.unwritten:
-            self._write_map(self.map.write_slice)
+            with self._write(MapStorageError):
+                self.map.write_slice()
         return self.map.unwritten > 0
-
-    def _write_map(self, write: Callable[[], object]) -> None:
-        self._begin()
-        try:
-            write()
-        except (*self.db.errors, MapStorageError):  # type: ignore[misc]
-            self._rollback()
-            raise StorageError() from None
-        except BaseException:  # a bug: no transaction is left open for the next batch
-            self._rollback()
-            raise
-        self._commit()
 
     def _close_quietly(self) -> None:
         """Close the connection if a failed open got as far as making one."""
@@ -331,10 +260,7 @@ class Log:
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
-        """Reads outside a write transaction that must agree with each other: one
-        snapshot (``Database.begin_read``) where other processes write the log meanwhile
-        (``Database.shared``); where this process is the only writer, plain reads agree
-        already."""
+        """Reads that must agree: one snapshot where other processes write meanwhile."""
         if not self.db.shared or self.conn.in_transaction:
             yield
             return
@@ -346,9 +272,7 @@ class Log:
                 self.conn.execute("COMMIT")
 
     def _reload(self) -> None:
-        """Rebuild the in-memory state from committed data: the tree's right edge (O(log n)
-        reads), the map's view, the registry only if its snapshot moved, the latest
-        checkpoint. Runs under the order lock or in a snapshot (``_snapshot``)."""
+        """Rebuild the in-memory state from committed data (the registry if it moved)."""
         self.tree = StoredHashTree(self.conn)
         kept: StoredMap | None = getattr(self, "map", None)
         if kept is None or kept.conn is not self.conn:
@@ -366,11 +290,8 @@ class Log:
         folded = self.map.size()
         behind = folded is not None and folded < self.tree.size
         if behind and self._map_cache.holds and hasattr(self, "published"):
-            # Not at open (``_bring_up_map`` folds and writes what a stop left): the rows
-            # not written yet went back to the last commit's while the log kept a batch
-            # whose commit reported a failure. Fold its entries again, in memory; if that
-            # batch wrote the layer (past a bound) or a slice, the tables' records hold
-            # its items already: they are dropped before folding (repair).
+            # After a batch whose commit reported a failure but took effect: fold its
+            # entries again in memory, dropping items a layer or slice write already kept.
             self.replay.catch_up(self.tree.size, hold=True, repair=True)
             folded = self.map.size()
         self._map_at = None if folded is None else (folded, self.map.root())
@@ -378,24 +299,18 @@ class Log:
             self.published = store.latest_checkpoint(self.conn)
         self._stale = False
 
-    # -- startup -------------------------------------------------------------
-
     def _check_stored_checkpoint(self) -> store.StoredCheckpoint | None:
-        """Refuse to run if storage no longer matches the latest signed checkpoint.
-
-        Costs O(log n) reads: the root at the checkpoint's size is recomputed
-        from stored subtree hashes, and the leaves after it (never covered by
-        a checkpoint) are rehashed. ``authority check`` rehashes every leaf.
-        """
+        """Refuse to run if storage no longer matches the latest signed checkpoint."""
         latest = store.latest_checkpoint(self.conn)
-        if latest is None:
-            if self.tree.size:
-                bad = self.tree.verify_leaves(0, self.tree.size)
-                if bad is not None:
-                    raise IntegrityError(
-                        ErrorCode.STORAGE_CORRUPT, f"leaf {bad} does not match its hash"
-                    )
-            return None
+        if latest is not None:
+            self._check_checkpoint(latest)
+        start = 0 if latest is None else max(0, latest.size - 1)
+        bad = self.tree.verify_leaves(start, self.tree.size)
+        if bad is not None:
+            raise IntegrityError(ErrorCode.STORAGE_CORRUPT, f"leaf {bad} does not match its hash")
+        return latest
+
+    def _check_checkpoint(self, latest: store.StoredCheckpoint) -> None:
         try:
             checkpoint, _ = open_checkpoint(latest.note, self.verifier)
         except DeplogError:
@@ -422,36 +337,21 @@ class Log:
             raise IntegrityError(
                 ErrorCode.STORED_ROOT_MISMATCH, f"tree root at size {latest.size} differs"
             )
-        start = max(0, latest.size - 1)
-        bad = self.tree.verify_leaves(start, self.tree.size)
-        if bad is not None:
-            raise IntegrityError(ErrorCode.STORAGE_CORRUPT, f"leaf {bad} does not match its hash")
-        return latest
 
-    # -- writes ---------------------------------------------------------------
-
-    def _begin(self) -> None:
-        """Start a write transaction in the log's order (``Database.begin_write``). On
-        PostgreSQL another process may have appended since this one last wrote: the state
-        is then reloaded, under the lock, before anything is checked against it."""
+    def _begin(self, ordered: bool = True) -> None:
+        """Start a write transaction, ``ordered`` in the log's order; reload stale state."""
         try:
+            if not ordered:
+                if self._stale:
+                    self._refresh()
+                self.db.begin_unordered(self.conn)
+                return
             if self._stale and self.db.broken(self.conn):
                 self._close_quietly()
                 self.conn = self.db.connect_writer()
             head = self.db.begin_write(self.conn)
             if self._stale or (head is not None and head != self.tree.size):
                 self._reload()
-        except self.db.errors:
-            self._rollback()
-            raise StorageError() from None
-
-    def _begin_unordered(self) -> None:
-        """A write transaction that needs no place in the log's order (a checkpoint row
-        over committed leaves, the published note: ``Database.begin_unordered``)."""
-        try:
-            if self._stale:
-                self._refresh()
-            self.db.begin_unordered(self.conn)
         except self.db.errors:
             self._rollback()
             raise StorageError() from None
@@ -472,9 +372,23 @@ class Log:
             raise StorageError() from None
         self.map.committed()
 
+    @contextlib.contextmanager
+    def _write(self, *faults: type[Exception], ordered: bool = True) -> Iterator[None]:
+        """A write transaction, committed on success; a database error (or one of
+        ``faults``) rolls it back as StorageError, anything else rolls it back and goes on."""
+        self._begin(ordered)
+        try:
+            yield
+        except (*self.db.errors, *faults):
+            self._rollback()
+            raise StorageError() from None
+        except BaseException:  # no transaction is left open for the next batch
+            self._rollback()
+            raise
+        self._commit()
+
     def _rollback(self) -> None:
-        """Undo the open transaction and forget in-memory state it had advanced. A lost
-        connection leaves the state stale: the next write reconnects and reloads."""
+        """Undo the open transaction and reload the state it had advanced (stale if lost)."""
         self._stale = True
         with contextlib.suppress(*self.db.errors):
             if not self.db.broken(self.conn) and self.conn.in_transaction:
@@ -484,42 +398,27 @@ class Log:
                     self._reload()
 
     def _end_write(self) -> None:
-        """Record, before committing, what the transaction leaves: the log's size where
-        the database keeps it (``Database.set_head``) and the map root at the new size,
-        for the checkpoint signed after the commit."""
+        """Record the new size and the map root at it, for the checkpoint signed after."""
         self.db.set_head(self.conn, self.tree.size)
         self.replay.write_invalid()
         self._map_at = (self.tree.size, self.map.root())
 
     def admit_notices(self, envelopes: Sequence[Envelope]) -> list[Admitted | DeplogError]:
-        """Append every admissible envelope in one transaction (one fsync).
-
-        Each envelope is checked against the state including the earlier ones
-        of the batch; a refused envelope is skipped and the others go on. If
-        storage fails, the transaction rolls back and ``StorageError`` is
-        raised: then none of them is in the log.
-
-        The expensive checks (entry encoding, signatures, authorization) run before the
-        write transaction, against the registry as this writer last saw it; under the
-        lock they run again only if another writer changed the registry meanwhile.
-        """
+        """Append every admissible envelope in one transaction: each is checked against the
+        state including the batch's earlier ones, and a refused one is skipped; a storage
+        failure (StorageError) appends none. The expensive checks run before the lock, and
+        again under it only if another writer changed the registry meanwhile."""
         prepared = [self._prepare(envelope) for envelope in envelopes]
         seen = self._registry_size
-        self._begin()
-        recheck = self._registry_size != seen
         results: list[Admitted | DeplogError] = []
-        start = self.tree.size
-        fresh: list[Notice] = []
-        try:
+        created: list[tuple[int, bytes, Notice]] = []
+        with self._write(TreeCorruptError, MapStorageError):
+            recheck = self._registry_size != seen
+            start = self.tree.size
+            wanted = [e.notice for e, p in zip(envelopes, prepared, strict=True) if not p.malformed]
             logged = store.notices_by_sequence(
-                self.conn,
-                [
-                    (envelope.notice.publisher, envelope.notice.sequence)
-                    for envelope, ready in zip(envelopes, prepared, strict=True)
-                    if not ready.malformed
-                ],
+                self.conn, [(n.publisher, n.sequence) for n in wanted]
             )
-            rows: list[store.NoticeRow] = []
             with self.tree.deferred():
                 for envelope, ready in zip(envelopes, prepared, strict=True):
                     try:
@@ -530,43 +429,19 @@ class Log:
                     results.append(admitted)
                     if admitted.created:
                         assert ready.entry is not None
-                        notice = ready.entry.envelope.notice
-                        fresh.append(notice)
-                        rows.append(
-                            (
-                                notice.publisher,
-                                notice.sequence,
-                                admitted.index,
-                                ready.digest,
-                                notice.tool_id,
-                            )
-                        )
+                        created.append((admitted.index, ready.digest, ready.entry.envelope.notice))
+            rows = [(n.publisher, n.sequence, i, digest, n.tool_id) for i, digest, n in created]
             store.insert_notices(self.conn, rows)
-            self._fold_map(start, fresh)
+            self._fold_map(start, [notice for _, _, notice in created])
             self._end_write()
-        except (*self.db.errors, TreeCorruptError, MapStorageError):  # type: ignore[misc]
-            self._rollback()
-            raise StorageError() from None
-        except BaseException:
-            self._rollback()
-            raise
-        self._commit()
         return results
 
     def _prepare(self, envelope: Envelope) -> _Prepared:
-        """Outside the lock: the leaf, its digest, the verifiers' decoding of those exact
-        bytes, and the authorization verdict against this writer's registry (None:
-        authorized)."""
+        """Outside the lock: the leaf, its digest, its decoding and authorization."""
         leaf = encode_entry(NoticeEntry(envelope))
         if len(leaf) > MAX_ENTRY_BYTES:
-            return _Prepared(
-                leaf,
-                b"",
-                EntryFormatError(
-                    ErrorCode.LEAF_TOO_LARGE, "the entry would not fit a tlog-tiles bundle"
-                ),
-                True,
-            )
+            too_large = "the entry would not fit a tlog-tiles bundle"
+            return _Prepared(leaf, b"", EntryFormatError(ErrorCode.LEAF_TOO_LARGE, too_large), True)
         decoded = decode_leaf(leaf)  # rule 1 of the one validator, on the bytes appended
         if isinstance(decoded, DeplogError):
             return _Prepared(leaf, b"", decoded, True)
@@ -585,9 +460,7 @@ class Log:
         recheck: bool,
         logged: dict[tuple[str, int], tuple[int, bytes]],
     ) -> Admitted:
-        """Append the leaf (its ``notices`` row is the caller's) once the one validator
-        accepts it here. ``logged``: the batch's (publisher, sequence) pairs in the log,
-        read under the lock; a notice admitted here is added, for the rest of the batch."""
+        """Append the leaf once the one validator accepts it; ``logged`` gains it."""
         notice = envelope.notice
         if ready.malformed:
             assert ready.refused is not None
@@ -615,10 +488,7 @@ class Log:
         return Admitted(index, created=True)
 
     def _fold_map(self, start: int, notices: Sequence[Notice]) -> None:
-        """The map hook of the append path: fold the entries ``[start, size)`` just appended,
-        in the caller's transaction, before any checkpoint covers them. ``notices`` are
-        those entries when they are notices (a batch appends only notices), or empty when
-        the entry is a publisher statement (which changes no record)."""
+        """Fold the entries just appended (``notices``: all, or none) in this transaction."""
         end = self.tree.size
         if start == end:
             return
@@ -628,13 +498,10 @@ class Log:
         self.map.advance_notices(start, end, enumerate(notices, start))
 
     def _bring_up_map(self) -> None:
-        """Fold whatever the map lacks (all of a database from before the map) in one
-        transaction; then check its root against the latest checkpoint's line
-        (``replay.py``: *Catch up*, *Root check*)."""
+        """Fold whatever the map lacks in one transaction, then check its root (*Map*)."""
         folded = None if self._map_at is None else self._map_at[0]  # read with the tree
         if folded is None or folded < self.tree.size:
-            self._begin()
-            try:
+            with self._write():
                 folded = self.map.size()
                 position = folded or 0
                 missing = self.tree.size - position
@@ -648,15 +515,9 @@ class Log:
                     )
                 if folded is None:
                     self.map.advance_notices(0, 0, [])  # the map's row, at size 0
-                # A stop in the middle of a write in slices may have left records past the
-                # tables' size: those items are dropped before the entries fold again.
                 self.replay.catch_up(self.tree.size, repair=folded is not None)
                 self.map.flush()
                 self._end_write()
-            except BaseException:
-                self._rollback()
-                raise
-            self._commit()
         elif folded > self.tree.size:
             raise IntegrityError(ErrorCode.STORAGE_CORRUPT, "the map is ahead of the log")
         root = None if self._map_at is None else self._map_at[1]
@@ -665,8 +526,7 @@ class Log:
     def append_publisher(self, statement: PublisherStatement) -> int:
         """Sign a publisher statement with the log key and append it; returns its index."""
         entry = sign_publisher_statement(statement, self.signer)
-        self._begin()
-        try:
+        with self._write(MapStorageError, TreeCorruptError):
             registry = PublisherRegistry.from_json(self.registry.to_json())
             index = self.tree.size
             registry.apply(index, entry, self.verifier)
@@ -676,16 +536,6 @@ class Log:
                 self.conn, self.tree.size, json.dumps(registry.to_json(), sort_keys=True)
             )
             self._end_write()
-        except MapStorageError:  # a DeplogError, but the storage's, not the statement's
-            self._rollback()
-            raise StorageError() from None
-        except DeplogError:
-            self._rollback()
-            raise
-        except (*self.db.errors, TreeCorruptError):  # type: ignore[misc]
-            self._rollback()
-            raise StorageError() from None
-        self._commit()
         self.registry = registry
         self._registry_size = self.tree.size
         return index
@@ -703,10 +553,7 @@ class Log:
         return self.published
 
     def _sign_checkpoint(self) -> store.StoredCheckpoint:
-        """Sign the tree this writer committed last. Ed25519 is deterministic and the
-        body has no time, so every process signing a size signs the same bytes; the row
-        is inserted unless one exists and read back, and a different root for the size
-        is refused, never served."""
+        """Sign the tree this writer committed last (*One root per size*)."""
         size, root = self.tree.size, self.tree.current_root()
         try:
             existing = store.checkpoint_at(self.conn, size)
@@ -718,38 +565,25 @@ class Log:
         except self.db.errors:
             self._rollback()
             raise StorageError() from None
-        if existing is not None:
-            if existing.root != root:
-                raise IntegrityError(
-                    ErrorCode.STORED_ROOT_MISMATCH, f"a different root is signed for {size}"
+        if existing is None:
+            if self._map_at is None or self._map_at[0] != size:
+                raise IntegrityError(ErrorCode.STORAGE_CORRUPT, "the map is not at the log's size")
+            extensions = (map_line(self._map_at[1]),)
+            note = sign_checkpoint(Checkpoint(self.origin, size, root, extensions), self.signer)
+            with self._write(ordered=False):
+                existing = store.insert_checkpoint_once(
+                    self.conn, size, root, note, now_timestamp()
                 )
-            return existing
-        if self._map_at is None or self._map_at[0] != size:
-            raise IntegrityError(ErrorCode.STORAGE_CORRUPT, "the map is not at the log's size")
-        extensions = (map_line(self._map_at[1]),)
-        note = sign_checkpoint(Checkpoint(self.origin, size, root, extensions), self.signer)
-        self._begin_unordered()
-        try:
-            stored = store.insert_checkpoint_once(self.conn, size, root, note, now_timestamp())
-        except self.db.errors:
-            self._rollback()
-            raise StorageError() from None
-        self._commit()
-        if stored.root != root:
+        if existing.root != root:
             raise IntegrityError(
                 ErrorCode.STORED_ROOT_MISMATCH, f"a different root is signed for {size}"
             )
-        return stored
+        return existing
 
     def save_published(self, checkpoint: store.StoredCheckpoint, note: bytes) -> None:
         """Remember a checkpoint published under a witness quorum (never a smaller one)."""
-        self._begin_unordered()
-        try:
+        with self._write(ordered=False):
             store.save_published_note(self.conn, checkpoint.size, note)
-        except self.db.errors:
-            self._rollback()
-            raise StorageError() from None
-        self._commit()
 
     def last_published(self) -> tuple[store.StoredCheckpoint, bytes] | None:
         """The checkpoint last published under a witness quorum, and its cosigned note."""
@@ -758,10 +592,6 @@ class Log:
             return None
         checkpoint = store.checkpoint_at(self.conn, saved[0])
         return None if checkpoint is None else (checkpoint, saved[1])
-
-    def proof(self, index: int, checkpoint: store.StoredCheckpoint) -> tuple[bytes, ...]:
-        """The RFC 9162 inclusion proof of leaf ``index`` in a stored checkpoint's tree."""
-        return tuple(self.tree.inclusion_proof(index, checkpoint.size))
 
     def sequence(self, envelopes: Sequence[Envelope]) -> list[Sequenced]:
         """Admit a batch, publish a checkpoint covering it and prove every entry in it."""
@@ -774,7 +604,7 @@ class Log:
                     if isinstance(result, DeplogError):
                         out.append(Sequenced(None, False, (), None, result))
                     else:
-                        proof = self.proof(result.index, checkpoint)
+                        proof = tuple(self.tree.inclusion_proof(result.index, checkpoint.size))
                         out.append(Sequenced(result.index, result.created, proof, checkpoint, None))
         except (*self.db.errors, TreeCorruptError):  # type: ignore[misc]
             self._rollback()

@@ -1,25 +1,19 @@
 """Command-line options declared on config dataclass fields, so each default lives once.
 
-A server's tunables are fields of frozen config dataclasses (``ServerConfig``,
-``SequencerLimits`` ...). A field declared with :func:`option` carries its flag,
-its help text and how to read it; :func:`add_options` builds the argparse
-options from those fields and :func:`from_options` builds the dataclass back
-from the parsed arguments.
+A field declared with :func:`option` carries its flag, help text and parsing;
+:func:`add_options` builds the argparse options from a config dataclass and
+:func:`from_options` the dataclass back from the parsed arguments.
 
 Rules:
 
-1. The field's default is the only default. Argparse is given none
-   (``SUPPRESS``): a flag left out is absent from the parsed arguments, so the
-   dataclass default applies, and ``--help`` prints that same default.
-2. A flag's text becomes the field's value through ``parse``: by default the
-   type of the default (``int``, ``float``, ``str``). A flag in other units than
-   its field (``--batch-interval-ms`` for a field in seconds) names its
-   :class:`Units`, which convert both ways, so ``--help`` prints the default in
-   the units the flag takes.
-3. A ``bool`` field is a switch: ``--flag`` when it defaults to off,
-   ``--flag/--no-flag`` when it defaults to on.
-4. Fields without an ``option`` are the program's to set (paths, the origin,
-   fixed limits) and never appear on the command line.
+1. The field's default is the only default: argparse has none (``SUPPRESS``), so a flag
+   left out leaves the dataclass default, which ``--help`` prints.
+2. A flag's text becomes the field's value through ``parse`` (by default the default's
+   type); a flag in other units than its field names its :class:`Units`, so ``--help``
+   prints the default in the flag's units.
+3. A ``bool`` field is a switch: ``--flag`` when off by default, ``--flag/--no-flag``
+   when on.
+4. Fields without an ``option`` are the program's to set, never on the command line.
 """
 
 from __future__ import annotations
@@ -60,28 +54,24 @@ def _show(value: object) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Units:
-    """How a flag in other units than its field converts, both ways (rule 2)."""
+    """How a flag in other units than its field converts, both ways (rule 2): ``parse``
+    (named by argparse's "invalid <name> value") and ``show``."""
 
     parse: Callable[[str], Any]
-    """Flag text to field value; argparse names it in "invalid <name> value"."""
     show: Callable[[Any], str]
-    """A field value in the flag's units."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Option:
-    """How one config field appears on the command line."""
+    """How one config field appears on the command line: ``--help`` prints ``help (default:
+    <show(default)>[; <note>])``; no ``flag`` is ``--`` and the field name, no ``parse``
+    the default's type (rule 2)."""
 
     help: str
-    """What the option sets; ``--help`` appends ``(default: <shown default>[; <note>])``."""
     flag: str = ""
-    """The option string; empty means ``--`` and the field name with dashes."""
     parse: Callable[[str], Any] | None = None
-    """Command-line text to field value (rule 2); None means the default's type."""
     show: Callable[[Any], str] = _show
-    """The field's default as printed, in the flag's units."""
     note: str = ""
-    """What the default means or what happens past it, printed after it."""
 
 
 def option(
@@ -93,12 +83,7 @@ def option(
     units: Units | None = None,
     note: str = "",
 ) -> T:
-    """A dataclass field with ``default`` that is also a command-line option.
-
-    ``parse`` reads a value shown as ``str(value)`` (``Rate.parse``); ``units``
-    reads and shows a flag in other units than the field. Typed as the default,
-    so a checker sees ``max_batch: int = option(512, ...)`` as a plain default.
-    """
+    """A dataclass field with ``default`` that is also a command-line option."""
     if units is not None:
         spec = Option(help, flag, units.parse, units.show, note)
     else:
@@ -141,10 +126,7 @@ def add_options(parser: argparse.ArgumentParser, config: type[Any]) -> None:
 
 
 def from_options(config: type[C], args: argparse.Namespace, **fixed: Any) -> C:
-    """``config`` built from the options given in ``args`` and the ``fixed`` fields.
-
-    An option left out keeps the field's default (rule 1).
-    """
+    """``config`` built from the options given in ``args`` and the ``fixed`` fields (rule 1)."""
     given = {
         field.name: getattr(args, _dest(flag))
         for field, _, flag in options_of(config)

@@ -1,75 +1,43 @@
 """Publication: the checkpoint the authority serves, and how a checkpoint comes to be served.
 
-The log signs and stores a checkpoint as soon as its batch commits (``log.py``); the
-checkpoint is *published* (served by ``GET /checkpoint``, pushed to subscribers, put
-into receipts, written as the tiles directory's ``checkpoint`` file) only once it is
-cosigned as publication requires (``witnessing.py``: the embedded witness always, and
-a quorum of external witnesses if the operator set one). ``Publication`` owns the
-sequencer, whose ``publish`` hook is :meth:`Publication.publish`, and the served
-checkpoint; its background loops keep the served cosignatures fresh and, with many
-processes on one log, learn what the others published.
+The log signs a checkpoint as soon as its batch commits (``log.py``); it is *published*
+(served, pushed, put into receipts and the tiles directory's ``checkpoint`` file) only once
+cosigned as ``witnessing.py`` requires. ``Publication`` owns the sequencer, whose
+``publish`` hook is :meth:`Publication.publish`, and the served checkpoint; the mechanism is
+docs/architecture.md, "The authority's publication".
 
 Rules, cited by name:
 
-* **Serve forward.** The served checkpoint changes only in ``_serve``, called with the
-  publication lock held, and never to a smaller size.
+* **Serve forward.** The served checkpoint changes only in ``_serve``, under the
+  publication lock, and never to a smaller size.
 * **One rendering.** The served note is rendered only by ``_render``: the served
-  checkpoint with the cosignature lines gathered for that very size
-  (``Witnessing.note_for``). ``GET /checkpoint`` returns it and every push carries it
-  (``on_note``); a witness's late line re-renders it, and a line for another size
-  leaves it as it is.
-* **Publish.** ``publish`` takes the lock, has a larger checkpoint witnessed as
-  publication requires, then serves it; a receipt's note is rendered the same way for
-  the receipt's own size, and never lacks the embedded cosignature: without it the
-  append fails with 503 ``embedded_witness_unavailable`` (the notice stays durable; a
-  resubmission returns the receipt once the witness cosigns), as a missed publication
-  quorum fails with ``witness_quorum_unavailable``. Each failed publication is counted
-  by reason (``deplog_publication_failures_total``); a run of them is logged once. With
-  a tiles directory, ``_render`` also queues the note for its ``checkpoint`` file on the
-  writer thread (after the tiles of every batch committed before it), and ``publish``
-  returns only once the file holds it: a receipt's checkpoint is in the directory by
-  the time the receipt is sent.
-* **What publish returns.** ``publish`` returns the checkpoint actually served
-  (``Published``), at least the size it was asked to publish, and receipts prove into
-  it (``prove``: from the database, which may be past this process's own appends).
-* **Entries before publication.** ``entries_size`` is the largest checkpoint this
-  process signed and sent out for witnessing, served or not, and ``GET /v1/entries``
-  serves entries up to it. A map-verifying witness (``witness serve --verify-map``)
-  must fold a checkpoint's entries before it cosigns, so a publication quorum that
-  requires one would wait forever on entries served only under the published
-  checkpoint. Those entries are committed and immutable, and their checkpoint is signed
-  (one root per size): withholding a checkpoint is about its cosignatures, never about
-  its data. Proofs and the map stay at the served checkpoint (they vouch for what is
-  served).
+  checkpoint with the cosignature lines kept for that very size. ``GET /checkpoint``, every
+  push (``on_note``) and the tiles directory's ``checkpoint`` file carry it.
+* **Publish.** ``publish`` has a larger checkpoint witnessed as required, serves it, and
+  returns once the tiles directory's ``checkpoint`` file holds it. Without the embedded
+  cosignature the append fails with 503 ``embedded_witness_unavailable``, without the
+  quorum with ``witness_quorum_unavailable``: the notice stays durable, and a resubmission
+  returns its receipt once published. Failures are counted by reason
+  (``deplog_publication_failures_total``); a run of them is logged once.
+* **What publish returns.** The checkpoint actually served (``Published``), at least the
+  size asked for; receipts prove into it (``prove``: from the database).
+* **Entries before publication.** ``entries_size``, the largest checkpoint sent out for
+  witnessing, bounds ``GET /v1/entries``: a map-verifying witness folds a checkpoint's
+  entries before it cosigns. They are committed and signed; only their cosignatures are
+  withheld. Proofs and the map stay at the served checkpoint.
 * **Start.** Until a publication succeeds after start, the served checkpoint is the one
-  last saved under a quorum, or else the latest checkpoint with whatever lines the
-  witnesses gave it; ``health`` reports the missing embedded cosignature.
-* **Background.** Re-cosigning, external witnessing rounds and learning run under the
-  server's one ``Supervisor``; ``stop_steps`` are the shutdown steps of this part, each
-  run even when an earlier one failed.
-* **Rounds.** With a cluster (many processes on one log, ``Database.cluster``,
-  ``storage/cluster.py``), publishing is a round: under the round lock, a ``published``
-  row that already covers the checkpoint is learned; otherwise the latest signed
-  checkpoint of the database (which may hold other processes' entries) is witnessed,
-  saved as the row, notified, and served once committed. Every process learns rows from
-  the others (``_learn``: notification, or polling every ``Cluster.poll_interval``),
-  and serves one only after its log signature and its witnesses' lines verify; a row
-  that does not is logged, counted (``deplog_published_rejected_total``) and never
-  served. The refresh loop shares the fresh lines it gathered through the row too, so
-  every process serves recent cosignatures.
-* **Health.** ``health`` names why publication is degraded, as stable codes: the
-  storage while appends fail and none succeeded since; the code of a failed
-  publication until one succeeds, the refresh loop's included;
-  ``embedded_witness_unavailable`` while the embedded witness cannot cosign;
-  ``cosignatures_stale`` when the served embedded cosignature is older than
-  ``STALE_REFRESHES`` refresh intervals.
+  last saved under a quorum, or else the latest with whatever lines it has.
+* **Background.** Re-cosigning, external rounds and learning run under the server's one
+  ``Supervisor``; each of ``stop_steps`` runs even when an earlier one failed.
+* **Rounds.** With a cluster (``storage/cluster.py``) publishing is a round; a row learned
+  from another process (``_learn``) is served only once its signatures verify, else
+  counted (``deplog_published_rejected_total``) and never served.
+* **Health.** ``health`` names what is degraded, as stable codes: the storage while
+  appends fail, a failed publication's code, ``embedded_witness_unavailable``, and
+  ``cosignatures_stale`` past ``STALE_REFRESHES`` refresh intervals.
 * **Map proofs at the served checkpoint.** A map proof is made at the served checkpoint
-  and nowhere else: the map is at one size (the last committed batch's: its tables,
-  and where the writer holds rows back, ``Database.holds_map_rows``, the rows it folded
-  and has not written yet, read above them, ``client.map.stored`` *Rows held back*), so a proof
-  read while that batch is not yet served waits for its publication, at most
-  ``map_proof_wait`` seconds (counted by the ``deplog_map_proofs_waiting`` gauge), then
-  fails with 503 ``map_not_published``.
+  only: while the map is at a batch not yet served it waits at most ``map_proof_wait``
+  seconds (``deplog_map_proofs_waiting``), then fails with 503 ``map_not_published``.
 """
 
 from __future__ import annotations
@@ -115,8 +83,7 @@ log = logging.getLogger("deplog.authority")
 STALE_REFRESHES = 3
 """Refresh intervals after which the served embedded cosignature counts as stale."""
 MAP_PROOF_WAIT = 5.0
-"""Seconds a map proof waits for the publication of the batch its map is at, by default
-(``--map-proof-wait``)."""
+"""Seconds a map proof waits for its batch's publication, by default (``--map-proof-wait``)."""
 _PUBLICATION_FAILURES = (EmbeddedWitnessUnavailableError, QuorumUnavailableError, StorageError)
 _PUBLICATION_CODES = frozenset(
     error.code for error in (EmbeddedWitnessUnavailableError, QuorumUnavailableError)
@@ -124,19 +91,14 @@ _PUBLICATION_CODES = frozenset(
 
 
 class MapNotPublishedError(DeplogError):
-    """The map is at a batch whose checkpoint is not served yet (its publication waits for
-    witnesses): no proof can be made at the served checkpoint now; retry."""
+    """The map is at a batch whose checkpoint is not served yet: retry."""
 
     code = ErrorCode.MAP_NOT_PUBLISHED
     retry_after = 1
 
 
 class Publication:
-    """The sequencer, the served checkpoint and note, and the witnessing behind them.
-
-    ``checkpoint``, ``note`` and ``entries_size`` follow the module's rules; read them on
-    the event loop, which is the only place they change.
-    """
+    """The sequencer, the served checkpoint and note (changed on the event loop only)."""
 
     def __init__(
         self,
@@ -184,8 +146,7 @@ class Publication:
             self.witnessing.on_change = self._cosigned
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
-        """The served checkpoint, publication failures and the waits on it; and those of
-        the sequencer and the witnessing."""
+        """Publication's metrics, the sequencer's and the witnessing's."""
         collectors.gauge(
             registry,
             "deplog_entries",
@@ -249,8 +210,7 @@ class Publication:
             self.supervisor.spawn("cosignature_refresh", self._refresh_cosignatures)
 
     def stop_steps(self) -> list[tuple[str, Callable[[], Any]]]:
-        """The shutdown steps of this part, in order (*Background*); the owner runs each,
-        after stopping the supervisor's tasks, even when an earlier one failed."""
+        """The shutdown steps of this part, in order (*Background*)."""
         # The sequencer drains its queue: publishing still needs the witnesses.
         steps: list[tuple[str, Callable[[], Any]]] = [("sequencer", self.sequencer.stop)]
         if self.witnessing is not None:
@@ -260,9 +220,7 @@ class Publication:
         return steps
 
     async def publish(self, checkpoint: store.StoredCheckpoint, force: bool = False) -> Published:
-        """Witness a larger checkpoint and serve it; returns the served checkpoint and note,
-        at least ``checkpoint``'s size, for receipts (*Publish*, *What publish returns*,
-        *Rounds*)."""
+        """Witness a larger checkpoint and serve it (*Publish*, *What publish returns*)."""
         async with self._publishing:
             try:
                 if checkpoint.size > self.checkpoint.size or force:
@@ -288,8 +246,7 @@ class Publication:
             return Published(self.checkpoint, self.note)
 
     async def _publish_round(self, checkpoint: store.StoredCheckpoint, force: bool) -> None:
-        """*Rounds*: one round under the cluster's lock; the caller holds ``_publishing``.
-        ``force`` (at start) witnesses the latest checkpoint even if it is published."""
+        """One round (*Rounds*; ``force``: even if published); the caller holds the lock."""
         assert self.cluster is not None
         try:
             async with self.cluster.round() as round_:
@@ -312,8 +269,7 @@ class Publication:
         self._serve(latest)
 
     async def _latest_signed(self) -> store.StoredCheckpoint | None:
-        """The database's latest checkpoint, once its log signature verified (another
-        process may have signed it)."""
+        """The database's latest checkpoint, once its log signature verified."""
         latest = await self.readers.read(lambda r: r.latest_checkpoint())
         if latest is not None:
             self._verified(latest)
@@ -331,8 +287,7 @@ class Publication:
             raise IntegrityError(ErrorCode.CHECKPOINT_INVALID, "a checkpoint row disagrees")
 
     async def _learn(self, size: int, note: bytes) -> None:
-        """Serve a ``published`` row from the database if it is not behind the served
-        checkpoint and verifies (*Rounds*); the caller holds ``_publishing``."""
+        """Serve a ``published`` row not behind ours if it verifies; the caller holds the lock."""
         if size < self.checkpoint.size:
             return
         stored = await self.readers.read(lambda r: r.checkpoint_at(size))
@@ -356,7 +311,6 @@ class Publication:
             self._render()  # the same size with fresher lines
 
     async def _listen_published(self) -> None:
-        """Supervised: wake the poller on every notification of a new published row."""
         assert self.cluster is not None
         await self.cluster.listen(self._learn_now.set, self._signed_elsewhere_now)
 
@@ -365,11 +319,7 @@ class Publication:
         self._learn_now.set()
 
     async def _poll_published(self) -> None:
-        """Supervised: learn the published row when notified, and every poll interval.
-
-        A database failure does not end the loop (a supervisor's backoff would stretch
-        the interval): it is counted (``deplog_published_poll_failures_total``), logged
-        once until a poll succeeds again, and the next poll comes one interval later."""
+        """Supervised: learn the published row when notified and every poll interval."""
         assert self.cluster is not None
         failing = False
         failures: tuple[type[Exception], ...] = (*self.cluster.errors, StorageError)
@@ -392,9 +342,7 @@ class Publication:
                 failing = False
 
     async def _publish_signed_elsewhere(self) -> None:
-        """An admin command signed a checkpoint no round publishes: publish it now rather
-        than at the next refresh (every process tries; one round does it, *Serve
-        forward*)."""
+        """Publish a checkpoint an admin command signed now, not at the next refresh."""
         latest = await self._latest_signed()
         if latest is not None and latest.size > self.checkpoint.size:
             with contextlib.suppress(*_PUBLICATION_FAILURES):  # withheld: the refresh retries
@@ -412,8 +360,7 @@ class Publication:
         self._learned_note = row[1]
 
     async def _share_lines(self) -> None:
-        """Save the served checkpoint's fresh lines as the published row (*Rounds*), merged
-        with the row's own, unless the row has moved past it (then learn it)."""
+        """Save the served checkpoint's fresh lines as the published row (*Rounds*)."""
         assert self.cluster is not None and self.witnessing is not None
         async with self._publishing:
             try:
@@ -435,16 +382,13 @@ class Publication:
             self._render()
 
     async def prove(self, indexes: Sequence[int], size: int) -> list[tuple[bytes, ...]]:
-        """Inclusion proofs at ``size`` from the database (it may be past this process's
-        own appends: *What publish returns*)."""
+        """Inclusion proofs at ``size`` from the database (*What publish returns*)."""
         proofs = await self.readers.read(lambda r: [r.inclusion(i, size).hashes for i in indexes])
         return [tuple(p) for p in proofs]
 
     async def consistency_proof(self, old: int, new: int) -> Sequence[bytes]:
         """The consistency proof between two sizes, for the witnesses' requests."""
-        proof = await self.readers.read(lambda r: r.consistency(old, new))
-        hashes: Sequence[bytes] = proof.hashes
-        return hashes
+        return (await self.readers.read(lambda r: r.consistency(old, new))).hashes
 
     async def _witness(self, checkpoint: store.StoredCheckpoint) -> None:
         if self.witnessing is None:
@@ -473,8 +417,7 @@ class Publication:
         self._next_serve = asyncio.Event()
 
     def _render(self) -> None:
-        """Render the served note and hand it on (*One rendering*): the only writer of
-        ``note``."""
+        """Render the served note and hand it on (*One rendering*)."""
         if self.witnessing is not None:
             self.note = self.witnessing.note_for(self.checkpoint)
         else:
@@ -502,8 +445,7 @@ class Publication:
             self._render()
 
     async def _refresh_cosignatures(self) -> None:
-        """Re-submit the served checkpoint to every witness, so timestamps stay recent; and
-        publish the latest checkpoint if its publication failed."""
+        """Re-submit the served checkpoint to every witness; publish a withheld one."""
         assert self.witnessing is not None
         while True:
             await asyncio.sleep(self.refresh_interval)
@@ -537,13 +479,7 @@ class Publication:
         return sorted(set(reasons))
 
     async def map_proof(self, tool_id: str) -> tuple[bytes, MapProof]:
-        """The served note and the proof of ``tool_id`` in the map at its size (*Map proofs
-        at the served checkpoint*).
-
-        The map may be one batch ahead of the served checkpoint (committed, not yet
-        published) or, by the time the read returns, one behind: read again after
-        the next publication, or at once, until both agree or ``map_proof_wait`` ends.
-        """
+        """The served note and ``tool_id``'s proof (*Map proofs at the served checkpoint*)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.map_proof_wait
         while True:

@@ -1,35 +1,25 @@
 """Replay: what the log derives from its own committed leaves, judged as every verifier judges.
 
 The tool-status map and the publisher registry are functions of the log. The writer
-(``log.py``) keeps both up to date as it appends; this module is where they are made
-again from the leaves, by the one validator (``client.model.rules``), at start-up and
-after a commit whose outcome was lost. It never opens a transaction: the writer does,
-and calls in.
+(``log.py``) keeps both up to date as it appends; here they are made again from the
+leaves, by the one validator (``client.model.rules``), at start and after a commit whose
+outcome was lost. Replay never opens a transaction: the writer does, and calls in.
 
 Rules, cited by name:
 
-* **Registry from the leaves.** ``registry_before`` replays the publisher entries below
-  a size (the indexes that hold no notice), never the stored snapshot; at every start
-  it must equal the snapshot, or the start is refused (``registry_mismatch``): an
-  edited snapshot would let a proof signed by this log vouch for a revoked key's
-  notices.
-* **Catch up.** ``catch_up`` folds the committed entries the map lacks below a size (at
-  start, what a stop left unwritten, or all of a database from before the map; later
-  none, but after a commit that reported a failure and still took effect), each judged
-  by the one validator first, as every verifier judges it. ``hold``: outside a write
-  transaction, into memory only (a writer that holds the map's rows back,
-  ``Database.holds_map_rows``; the next batch writes them).
-* **Invalid entries.** An entry that fails validation (none, but for altered storage or
-  a bug) is folded as every verifier folds it (docs/fold-spec.md, "Entries that fail
-  validation"): its mark makes its tool ``unknown``, it is logged once, recorded in the
-  ``invalid_entries`` table in the writer's transaction, and nothing stops;
-  ``invalid_entries`` (their count and the first ``INVALID_REPORTED``) is what
-  ``/healthz`` reports.
+* **Registry from the leaves.** ``registry_before`` replays the publisher entries below a
+  size, never the stored snapshot; at every start the two must be equal, or the start is
+  refused (``registry_mismatch``): an edited snapshot could vouch for a revoked key.
+* **Catch up.** ``catch_up`` folds the committed entries the map lacks below a size, each
+  judged by the one validator first; ``hold``: into memory only (the next batch writes).
+* **Invalid entries.** An entry that fails validation is folded as every verifier folds it
+  (docs/fold-spec.md, "Entries that fail validation"), logged once, recorded in
+  ``invalid_entries`` in the writer's transaction, and nothing stops; ``/healthz`` reports
+  their count and the first ``INVALID_REPORTED``.
 * **Root check.** Once the map is at the latest checkpoint's size, its root must be that
-  checkpoint's ``deplog-map/v1`` line, else the start is refused
-  (``stored_root_mismatch``). A checkpoint signed before the map (no line) keeps its
-  body; a map dropped for another record format (``client.map.stored`` *One format*) and
-  folded again leaves the checkpoint's old root until the next append (logged).
+  checkpoint's ``deplog-map/v1`` line (``stored_root_mismatch``), but a map dropped for
+  another record format and folded again leaves the old root until the next append
+  (logged), and a checkpoint signed before the map has no line.
 """
 
 from __future__ import annotations
@@ -64,8 +54,7 @@ _CHUNK = 4096
 
 
 class Writer(Protocol):
-    """What replay reads through: the log's writer, whose connection, tree and map are
-    replaced whenever it reloads (so they are read anew at every call)."""
+    """The log's writer, read anew at every call (it replaces these when it reloads)."""
 
     conn: Connection
     tree: StoredHashTree
@@ -80,12 +69,10 @@ class Replay:
         self._writer = writer
         self._invalid_due: list[InvalidEntry] = []
         self.invalid_entries: tuple[int, tuple[InvalidEntry, ...]] = (0, ())
-        """How many entries of this log fail validation, and the first few (*Invalid
-        entries*): replaced whole when more are found, so any thread may read it."""
+        """(count, first few) of the invalid entries: replaced whole, so any thread may read."""
 
     def registry_before(self, size: int) -> PublisherRegistry:
-        """The registry the log's publisher entries below ``size`` make (*Registry from
-        the leaves*): a leaf altered in storage makes another registry, or none."""
+        """The registry the publisher entries below ``size`` make (*Registry from the leaves*)."""
         writer = self._writer
         registry = PublisherRegistry()
         checker = EntryChecker(registry, writer.verifier, lambda _: None, lambda _p, _s: False)
@@ -97,8 +84,7 @@ class Replay:
         return registry
 
     def check_registry(self, stored: PublisherRegistry) -> None:
-        """Refuse to start on a ``stored`` registry the log's own publisher entries do not
-        make (*Registry from the leaves*)."""
+        """Refuse a ``stored`` registry the log's entries do not make."""
         if self.registry_before(self._writer.tree.size).to_json() != stored.to_json():
             raise IntegrityError(
                 ErrorCode.REGISTRY_MISMATCH,
@@ -108,11 +94,9 @@ class Replay:
     def valid_notice_at(
         self, index: int, batch: Mapping[tuple[str, int], tuple[int, bytes]] | None = None
     ) -> Notice | None:
-        """The valid notice at ``index`` (a withdraw's possible target), or None: the leaf
-        is a notice this log admitted, so its (publisher, sequence) row names this index.
-        ``batch``: the rows of the batch being admitted, which hold the notices it admitted
-        before this one, not written yet: verifiers judge entry by entry, so a withdraw may
-        name a notice of its own batch."""
+        """The valid notice at ``index`` (a withdraw's possible target: its (publisher,
+        sequence) row names this index), or None; ``batch``: the rows of the batch being
+        admitted, not written yet (a withdraw may name a notice of its own batch)."""
         writer = self._writer
         if not 0 <= index < writer.tree.size:
             return None
@@ -127,9 +111,7 @@ class Replay:
         return notice if row is not None and row[0] == index else None
 
     def catch_up(self, size: int, *, hold: bool = False, repair: bool = False) -> None:
-        """Fold committed entries the map lacks below ``size`` (*Catch up*), recording the
-        invalid ones (*Invalid entries*) unless ``hold``. ``repair``: drop the map's items
-        past its tables' size first (a write in slices a stop cut short)."""
+        """Fold the committed entries the map lacks below ``size`` (*Catch up*)."""
         writer = self._writer
         position = writer.map.size() or 0
         if position >= size:
@@ -147,13 +129,9 @@ class Replay:
             end = min(position + _CHUNK, size)
             leaves = writer.tree.leaf_data(position, end)
             decoded = [decode_leaf(leaf) for leaf in leaves]
+            notices = [d.envelope.notice for d in decoded if isinstance(d, NoticeEntry)]
             logged = store.notices_by_sequence(
-                writer.conn,
-                [
-                    (d.envelope.notice.publisher, d.envelope.notice.sequence)
-                    for d in decoded
-                    if isinstance(d, NoticeEntry)
-                ],
+                writer.conn, [(n.publisher, n.sequence) for n in notices]
             )
             items: list[tuple[int, Notice | InvalidMark]] = []
             for at, (leaf, entry) in enumerate(zip(leaves, decoded, strict=True), position):
@@ -181,13 +159,11 @@ class Replay:
     def write_invalid(self) -> None:
         """Record the invalid entries found, in the writer's open write transaction."""
         if self._invalid_due:
-            store.insert_invalid_entries(
-                self._writer.conn,
-                [
-                    (e.index, str(e.code), e.cause and str(e.cause), e.tool_id)
-                    for e in self._invalid_due
-                ],
-            )
+            rows = [
+                (e.index, str(e.code), e.cause and str(e.cause), e.tool_id)
+                for e in self._invalid_due
+            ]
+            store.insert_invalid_entries(self._writer.conn, rows)
             self._invalid_due = []
             self.read_invalid()
 
@@ -195,20 +171,16 @@ class Replay:
         """Read ``invalid_entries`` as recorded below the log's size."""
         writer = self._writer
         count, rows = store.invalid_entries(writer.conn, writer.tree.size, INVALID_REPORTED)
-        self.invalid_entries = (
-            count,
-            tuple(
-                InvalidEntry(i, ErrorCode(code), None if cause is None else ErrorCode(cause), tool)
-                for i, code, cause, tool in rows
-            ),
+        found = tuple(
+            InvalidEntry(i, ErrorCode(code), None if cause is None else ErrorCode(cause), tool)
+            for i, code, cause, tool in rows
         )
+        self.invalid_entries = (count, found)
 
     def check_map_root(
         self, published: store.StoredCheckpoint | None, root: bytes | None, rebuilt: bool
     ) -> None:
-        """*Root check*: the map's ``root`` (None without a map) against the line of the
-        latest checkpoint ``published`` when that is at the log's size; ``rebuilt``: the
-        map was folded from nothing at this start."""
+        """*Root check* of the map's ``root`` (``rebuilt``: folded from nothing at this start)."""
         writer = self._writer
         if published is None or published.size != writer.tree.size:
             return
@@ -217,9 +189,6 @@ class Replay:
         if committed is None or committed == root:
             return
         if rebuilt:
-            # No map (of this record format: ``StoredMap.create_schema`` dropped one
-            # of another) under a checkpoint with a line: the map was folded again
-            # from the log, and the line is the old format's until the next append.
             logger.warning(
                 "the tool-status map was rebuilt in record format %d; the checkpoint "
                 "of size %d keeps the old format's root until the next append",

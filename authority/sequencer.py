@@ -1,39 +1,28 @@
 """Batching of submissions: many concurrent notices share one commit and one checkpoint.
 
-Submissions wait in a bounded queue. Whenever the writer thread is free, the
-sequencer takes everything queued (up to ``max_batch``) as one batch, after an
-optional gathering delay of ``interval`` seconds, and hands it to the ``Log``.
-Without a delay, batching is natural: submissions that arrive while one batch
-commits form the next, so an idle log answers at once and a busy one shares
-each commit among many (measured in bench/bench_append.py: the default of no
-delay gave both lower latency and higher throughput than 5 ms).
+Submissions wait in a bounded queue; whenever the writer thread is free, everything queued
+(up to ``max_batch``, after an optional gathering ``interval``) is one batch for the
+``Log``. Without a delay batching is natural: an idle log answers at once, a busy one
+shares each commit (bench/bench_append.py: lower latency and higher throughput than 5 ms).
 
-A submission's future resolves only after its batch is committed and the
-checkpoint that includes it is signed and stored, so a 201 is durable. Its
-receipt proves the entry into the checkpoint actually published (``Published``),
-which is the batch's own or, when other processes share the log (PostgreSQL),
-a larger one that includes it: then ``prove`` makes the inclusion proofs at
-that size from the database. With a
-tiles directory, the batch's tiles are written on the writer thread right after
-the commit, while ``publish`` gathers cosignatures; the tiles directory's
-checkpoint file is written on the same thread after them, so it never names a
-tile that is not there (``authority/tiles.py``), and a batch whose tiles cannot
-be written fails (503 ``storage_unavailable``) like one whose commit failed.
+Rules, cited by name:
 
-Batches and admin appends are committed and published one at a time, in
-order, so ``publish`` is never handed a checkpoint smaller than the one before.
-Once no submission has come for ``MAP_FLUSH_IDLE`` seconds after a batch, and after
-an admin append, the writer writes the tool-status map's rows that batches folded in
-memory, a slice a transaction while no submission waits (``Log.write_map_slice``), so
-an idle log keeps none unwritten; a failure there is logged and counted
-(``map_flush_failures``), and the rows wait in memory for the next batch (which writes
-a slice of them, or all past a bound) or the next idle moment after it.
-``failing`` is the code of the latest failed batch (the storage or the
-publication failed), None once a batch succeeds: ``/healthz`` reports it.
-
-``stop`` drains: it refuses new submissions (``ShuttingDownError``), sequences
-everything already queued as usual, then closes the log, so no caller is ever
-left waiting on a submission that nobody will process.
+* **Durable before answered.** A submission's future resolves only after its batch is
+  committed and the checkpoint including it signed and stored, so a 201 is durable. The
+  receipt proves into the checkpoint actually published (``Published``), possibly a larger
+  one (``prove``). A failed publication leaves the batch durable but unacknowledged: a
+  resubmission returns the receipt later.
+* **In order.** Batches and admin appends are committed and published one at a time, so
+  ``publish`` never gets a checkpoint smaller than the one before; a batch's tiles are
+  written right after its commit (``tiles.py`` rule 2). ``failing`` is the code of the
+  latest failed batch, None once one succeeds (``/healthz``).
+* **Idle.** ``MAP_FLUSH_IDLE`` seconds without a submission after a batch, and after an
+  admin append, the writer writes the map's held rows a slice a transaction while no
+  submission waits; a failure is logged once and counted (``map_flush_failures``), and the
+  rows wait for the next batch or idle moment.
+* **Stop.** ``stop`` refuses new submissions (``ShuttingDownError``), sequences everything
+  queued as usual (the batch in progress is never cut short), then closes the log: no
+  caller is left waiting.
 """
 
 from __future__ import annotations
@@ -98,7 +87,6 @@ class SequencerLimits:
         units=MILLISECONDS,
         note="natural batching",
     )
-    """Seconds a batch waits for more submissions; 0 takes whatever queued meanwhile."""
     max_batch: int = option(512, "submissions per batch at most")
     max_pending: int = option(8192, "queued submissions before 503 overloaded")
 
@@ -114,8 +102,7 @@ class Receipted:
 
 @dataclass(frozen=True)
 class Published:
-    """The checkpoint a publication made visible (at least the size it was asked to
-    publish) and its note as published, cosignatures included: what receipts carry."""
+    """What a publication made visible, at least the size asked for: what receipts carry."""
 
     checkpoint: StoredCheckpoint
     note: bytes
@@ -135,13 +122,7 @@ async def _publish_unwitnessed(checkpoint: StoredCheckpoint) -> Published:
 
 
 class Sequencer:
-    """Owns the writer thread and the ``Log``; the only way to append.
-
-    ``publish`` runs after each commit and before any response: it is where the
-    server gathers cosignatures and makes the checkpoint visible. If it fails
-    (a publication quorum not met), the batch is durable but unacknowledged:
-    its submitters get the error and a resubmission returns the receipt later.
-    """
+    """Owns the writer thread and the ``Log``: the only way to append."""
 
     def __init__(
         self,
@@ -172,13 +153,7 @@ class Sequencer:
         self._task = asyncio.create_task(self._run(), name="sequencer")
 
     async def stop(self) -> None:
-        """Refuse new submissions, sequence every queued one, then close the log.
-
-        Queued submissions were accepted within ``max_pending`` and their callers
-        are waiting, so they get their receipts or refusals as usual (at most
-        ``max_pending / max_batch`` more commits) rather than an error; the batch
-        in progress is never cut short. A second call returns at once.
-        """
+        """Drain (*Stop*), then close the log; a second call returns at once."""
         if self._stopping:
             return
         self._stopping = True
@@ -197,7 +172,7 @@ class Sequencer:
         return self._queue.qsize()
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
-        """The queue, the batches and the map's idle writes; and the log's own."""
+        """The queue, the batches and the map's idle writes, and the log's metrics."""
         collectors.gauge(
             registry,
             "deplog_pending_submissions",
@@ -297,8 +272,7 @@ class Sequencer:
             await self._process(batch)
 
     async def _next(self) -> _Submission | None:
-        """The next queued submission; after a batch, the map's rows are written first if
-        none comes within ``MAP_FLUSH_IDLE``."""
+        """The next queued submission, the map's rows written first after a batch (*Idle*)."""
         if self._flush_when_idle:
             self._flush_when_idle = False
             try:
@@ -309,9 +283,7 @@ class Sequencer:
         return await self._queue.get()
 
     async def _flush_map(self) -> None:
-        """Write the map's unwritten rows a slice at a time while no submission waits; a
-        failure leaves them in memory for the next batch or idle moment (logged once per
-        streak of failures, counted)."""
+        """Write the map's held rows a slice at a time while no submission waits (*Idle*)."""
         try:
             more = True
             while more and self._queue.empty():

@@ -1,24 +1,20 @@
 """Supervised background tasks: a failure is logged once, counted, and the task restarts.
 
-A server's background work (re-cosigning, witnessing rounds, the storage
-audit) has no caller to report to, so an exception that ends it would go
-unnoticed while the server looks healthy. Rules:
+A server's background work has no caller to report to, so an exception that ends it
+would go unnoticed while the server looks healthy. Rules:
 
-1. Every background task of a server runs under its ``Supervisor``; no server
-   module starts one with a bare ``asyncio.create_task``.
-2. An unexpected exception ends the task's current run, never the server. It
-   is counted per task (``failures``, exported as
-   ``deplog_background_failures_total{task}``) and logged as one line, without
-   a traceback, naming the task, the exception and where it was raised. The
-   same failure again is counted but not logged again, until the task fails
-   differently or ran for longer than ``cap`` seconds in between.
-3. A restartable task runs again after a jittered, capped exponential backoff
-   (``base`` doubling up to ``cap``, times a random factor in [0.5, 1]), reset
-   once a run lasted longer than ``cap``. A one-shot task (``restart=False``)
-   is not run again: its owner retries its work in some other way.
-4. A task that returns is done. Cancellation is never a failure.
-5. ``stop`` cancels every task and waits for all of them; it never raises, and
-   once it started no new task starts.
+1. Every background task of a server runs under its ``Supervisor``, never a bare
+   ``asyncio.create_task``.
+2. An unexpected exception ends the task's run, never the server. It is counted per task
+   (``deplog_background_failures_total{task}``) and logged as one line without a traceback
+   (the task, the exception, where it was raised); the same failure again is not logged
+   again until the task fails differently or ran longer than ``cap`` seconds in between.
+3. A restartable task runs again after a jittered, capped exponential backoff (``base``
+   doubling up to ``cap``, times [0.5, 1]), reset once a run lasted longer than ``cap``;
+   a one-shot task (``restart=False``) is not run again.
+4. A task that returns is done; cancellation is never a failure.
+5. ``stop`` cancels every task and waits for all of them, never raises, and no new task
+   starts after it.
 """
 
 from __future__ import annotations

@@ -1,56 +1,29 @@
 """The tiles directory: the log published as C2SP tlog-tiles static files.
 
-The database is the log; the tiles directory is a copy of it in the format any
-web server, object store or CDN can serve and any tlog-tiles client can read:
-hash tiles ``tile/<L>/<N>[.p/<W>]``, entry bundles ``tile/entries/<N>[.p/<W>]``
-and ``checkpoint``, the cosigned note ``GET /checkpoint`` serves. The format is
-:mod:`client.tlog.tiles`; this module only decides what to write and when.
+The database is the log; the tiles directory is a copy any web server, object store or CDN
+can serve and any tlog-tiles client can read: hash tiles, entry bundles and ``checkpoint``,
+the note ``GET /checkpoint`` serves. The format is ``client.tlog.tiles``; this module only
+decides what to write and when.
 
 Rules:
 
-1. Every file is written with ``write_atomic`` (temporary file, fsync, rename,
-   fsync of the directory): a reader sees a whole tile or none, never a torn one
-   (temporary files are dot-files, which neither the authority nor the shipped
-   nginx configuration serves).
-2. Tiles before checkpoints. The tiles of a tree are written on the writer thread
-   after the batch commits and before its checkpoint is published
-   (:meth:`TilesDirectory.extend`); the ``checkpoint`` file is rewritten (also on
-   the writer thread, so in order) each time the served note changes, and first
-   makes sure every partial tile of the size it names exists. So no checkpoint
-   file ever names a tile that is not there. A tile that cannot be written fails
-   the batch (503 ``storage_unavailable``) before anything is published; the next
-   batch writes what is missing.
-3. Tile bytes come only from the database, read per tile (at most 256 hashes or
-   entries at a time) on the writer thread, and at most ``WRITERS`` tiles are held
-   at once: memory stays bounded whatever the log size. Those are written by
-   ``WRITERS`` threads at once, so their fsyncs overlap (one tile's temporary
-   file, fsync, rename and directory fsync after another's cost a batch ~9 ms
-   each here); the call returns only once all of them are durable.
-4. Full tiles are immutable: never rewritten, never removed. A partial tile is
-   superseded once the checkpoint file names a tree that has a wider tile at its
-   coordinates (or a partial written for a size no checkpoint file ever named).
-   It is then kept for ``partial_grace`` seconds, so a CDN or rsync reader that
-   fetched the previous checkpoint still finds every partial tile that checkpoint
-   names (the spec lets readers fall back to the full tile, but not every reader
-   does, and a mirror in the middle of a sync should not see 404s), and removed at
-   the first write after the grace period. A crash forgets the schedule: start-up
-   walks the ``tile/`` tree once (about n/128 names for n entries) and schedules
-   every partial tile the current tree does not have, so removal is late, never
-   early.
+1. Every file is written with ``write_atomic``: a reader sees a whole tile or none
+   (temporary files are dot-files, which neither the authority nor nginx serves).
+2. Tiles before checkpoints. A tree's tiles are written on the writer thread after its
+   batch commits and before its checkpoint is published (:meth:`TilesDirectory.extend`);
+   the ``checkpoint`` file, rewritten on the same thread whenever the served note changes,
+   first makes sure every partial tile of its size exists. A tile that cannot be written
+   fails the batch (503 ``storage_unavailable``); the next batch writes what is missing.
+3. Tile bytes come only from the database, read per tile on the writer thread, at most
+   ``WRITERS`` tiles held and written at once (their fsyncs overlap): memory is bounded.
+4. Full tiles are never rewritten or removed; a superseded partial tile is kept
+   ``partial_grace`` seconds for readers of the previous checkpoint, and removed late, never
+   early (a start schedules every partial tile the current tree lacks).
 5. Start-up completes the directory from the database before anything is served
-   (:meth:`TilesDirectory.open`). The ``checkpoint`` file names the last tree
-   whose tiles were all written; it must be signed by the log key and name a
-   size and root the database has, else the directory belongs to another log or
-   was altered. Every tile from that tree to the database's is compared with the
-   database when it exists and written when it does not; leftover temporary
-   files are removed. A tile whose bytes differ from the database is proven
-   corruption: the authority refuses to start (exit 65), naming the file, rather
-   than publish or silently replace bytes a reader may already have verified.
-   Moving the file away and starting again rewrites it. A leaf whose stored bytes
-   no longer hash to its stored hash is the database's damage, not the tile's:
-   a tile that is there is kept (the background storage audit reports the
-   database, as for any leaf under a checkpoint), and a missing one is never
-   written from it (exit 65 naming the database, or the batch fails).
+   (:meth:`TilesDirectory.open`): a ``checkpoint`` file not signed by the log key over the
+   database's tree, or a tile whose bytes differ, is proven corruption, and the authority
+   refuses to start (exit 65) naming the file. A leaf that no longer hashes right is the
+   database's damage: a tile that is there is kept, a missing one never written from it.
 """
 
 from __future__ import annotations
@@ -135,11 +108,7 @@ def partial_tiles(size: int) -> list[Tile]:
 
 
 def tile_bytes(conn: Connection, tile: Tile) -> bytes:
-    """The bytes of ``tile`` from the log's database: 256 rows at most (rule 3).
-
-    Level 0 holds the leaf hashes; level L the stored hashes of the perfect subtrees
-    of 2^(8L) leaves (``nodes`` rows of level 8L, see ``storage/tree.py``).
-    """
+    """The bytes of ``tile`` from the log's database, 256 rows at most (rule 3)."""
     if isinstance(tile, EntryTile):
         first = tile.leaf_indices.start
         rows = conn.execute(
@@ -171,13 +140,7 @@ def tile_bytes(conn: Connection, tile: Tile) -> bytes:
 
 
 def _complete_file(job: tuple[Path, bytes | StorageFault]) -> None:
-    """Write a missing tile; check one that is there (rule 5).
-
-    ``data`` is a fault when the database cannot give the tile's bytes (a leaf
-    altered under a checkpoint): a tile that is there was written before, from the
-    sound database, and is kept unchecked (the storage audit reports the database);
-    a missing one cannot be written.
-    """
+    """Write a missing tile; check one that is there (rule 5)."""
     path, data = job
     try:
         existing = path.read_bytes()
@@ -195,8 +158,7 @@ def _complete_file(job: tuple[Path, bytes | StorageFault]) -> None:
 
 
 def _make_public_directories(directory: Path) -> None:
-    """Create ``directory`` and its missing parents 0755 whatever the umask: the tiles are
-    public, and a web server's own user must be able to read them (files are 0644)."""
+    """Create ``directory`` and its missing parents 0755 whatever the umask: tiles are public."""
     if directory.is_dir():
         return
     _make_public_directories(directory.parent)
@@ -210,8 +172,7 @@ class _DatabaseAlteredError(Exception):
 
 
 def served_tile(conn: Connection, tile: Tile) -> bytes:
-    """``tile_bytes`` for a request (tiles served from the database, with PostgreSQL):
-    stored data that fails its own check is the reader's ``IntegrityError``."""
+    """``tile_bytes`` for a request: stored data that fails its own check is IntegrityError."""
     try:
         return tile_bytes(conn, tile)
     except _DatabaseAlteredError as err:
@@ -219,19 +180,10 @@ def served_tile(conn: Connection, tile: Tile) -> bytes:
 
 
 class TilesDirectory:
-    """The writer of one log's tiles directory; every method runs on the log's writer thread.
-
-    ``size`` is the tree whose tiles are all written; ``named`` the size the
-    ``checkpoint`` file names (0 before there is one).
-    """
+    """The writer of one log's tiles directory, on the log's writer thread."""
 
     def __init__(
-        self,
-        root: Path,
-        log: Log,
-        *,
-        partial_grace: float = DEFAULT_PARTIAL_GRACE,
-        clock: Callable[[], float] = time.monotonic,
+        self, root: Path, log: Log, partial_grace: float, clock: Callable[[], float]
     ) -> None:
         self.root = root
         self.log = log
@@ -255,15 +207,13 @@ class TilesDirectory:
     ) -> TilesDirectory:
         """Complete ``root`` from ``log``'s database (rule 5); StorageFault when it is wrong."""
         _make_public_directories(root)
-        tiles = cls(root, log, partial_grace=partial_grace, clock=clock)
+        tiles = cls(root, log, partial_grace, clock)
         tiles.named = tiles._checked_checkpoint_file()
         tiles.size = tiles.named
         tiles._complete(partial_tiles(tiles.named))
         tiles._sweep()
         tiles.extend(log.tree.size)
         return tiles
-
-    # -- writing ----------------------------------------------------------------
 
     def extend(self, size: int) -> None:
         """Write every tile of the tree of ``size`` leaves that the directory lacks (rule 2)."""
@@ -294,8 +244,7 @@ class TilesDirectory:
         yield from hash_tiles(size, since=self.size)
 
     def _complete(self, tiles: list[Tile]) -> None:
-        """Write the missing ones of a few tiles at once; one that is there must be the
-        database's bytes (rule 5)."""
+        """Write the missing ones of a few tiles at once, checking the others (rule 5)."""
         for _ in self._io.map(_complete_file, [(self._path(t), self._bytes(t)) for t in tiles]):
             pass
 
@@ -312,8 +261,6 @@ class TilesDirectory:
     def _path(self, tile: Tile) -> Path:
         return self.root / tile.path
 
-    # -- partial tiles (rule 4) ------------------------------------------------------
-
     def _retire(self, tiles: set[Tile]) -> None:
         deadline = self.clock() + self.partial_grace
         self._retiring.extend((deadline, tile) for tile in sorted(tiles, key=lambda t: t.path))
@@ -324,8 +271,6 @@ class TilesDirectory:
             _, tile = self._retiring.popleft()
             with contextlib.suppress(FileNotFoundError):
                 self._path(tile).unlink()
-
-    # -- start-up (rule 5) -------------------------------------------------------------
 
     def _checked_checkpoint_file(self) -> int:
         """The size the checkpoint file names, once it is shown to be this log's; 0 if none."""

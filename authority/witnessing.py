@@ -1,52 +1,28 @@
 """The log's side of witnessing: get every new checkpoint cosigned, and keep cosignatures fresh.
 
-Each configured witness is spoken to with the C2SP tlog-witness protocol: the
-log sends ``old <size>``, a consistency proof from the size the witness last
-cosigned, and the signed checkpoint; an old-size conflict (``SizeConflictError``,
-a 409 over HTTP) names the witness's size and the log retries once from there.
-The embedded witness (in this process, its own key and state) is the same
-witness code without HTTP: its refusals are the witness's own errors, and a
-remote witness's answers are read into the same errors. Requests to one
-witness are serialized, so a witness never sees this log go backwards.
-
-Publication: a new checkpoint is published (served by ``GET /checkpoint`` and
-put into receipts) with the embedded witness's cosignature, plus, when the
-operator sets a publication quorum of k, only after k external witnesses
-cosigned it; otherwise external cosignatures are gathered in the background
-and added to the served checkpoint as they arrive. A quorum witness may need
-the checkpoint's entries before it cosigns (``witness serve --verify-map``
-folds them): the server serves the entries of every checkpoint it asks
-witnesses to cosign, before publication (``publication.py``: *Entries before
-publication*), since they are committed and signed; only their cosignatures are
-withheld. A refresh loop re-submits the current checkpoint to every witness on an
-interval, so the served cosignatures always carry recent timestamps: that is what
-lets a client bound staleness by witness time instead of trusting the log's word.
+Each witness is spoken to with C2SP tlog-witness, from the size it last cosigned; an
+old-size conflict names the witness's size, and the log retries once from there. The
+embedded witness is the same witness code in process, with the same errors.
 
 Rules:
 
-1. Cosignature lines are kept per (size, witness), for every size not below
-   the served one (``forget_below``): a witness that cosigns size S+1 before
-   S+1 is published does not take its line off the note served for S.
-2. ``note_for`` is a pure function of a checkpoint and the lines kept for its
-   very size; the server renders every served, pushed and receipted note
-   with it.
+1. Cosignature lines are kept per (size, witness), for every size not below the served
+   one (``forget_below``): a line for S+1 does not take one off the note served for S.
+2. ``note_for`` is a pure function of a checkpoint and the lines kept for its very size.
 3. ``witness_new`` raises ``EmbeddedWitnessUnavailableError`` (503
-   ``embedded_witness_unavailable``) unless every embedded witness cosigned the
-   checkpoint, and ``QuorumUnavailableError`` (503
-   ``witness_quorum_unavailable``) unless the quorum of external witnesses did.
-4. A witness that cannot cosign is a failed round, never an exception out of
-   ``cosign``: timeouts, HTTP and OS errors, refusals, and storage errors from
-   reading a consistency proof (``sqlite3.Error``). Each witness's failures are
-   counted; a run of the same failure is logged once, as one line, and its end
-   once.
-5. A witness already holding a larger size from this log is not asked to
-   cosign a smaller one (a superseded round, not a failure); a witness claiming
-   a size this log never gave it is reported as a possible fork.
-6. With ``shared`` (many processes on one PostgreSQL log, ``authority/
-   storage/cluster.py`` rule 2), each request to a witness also holds that witness's
-   database lock and starts from the size the log's processes together got it
-   to cosign, which it then advances: "this log" in rule 5 is every process,
-   and requests to one witness are serialized across all of them.
+   ``embedded_witness_unavailable``) unless every embedded witness cosigned, and
+   ``QuorumUnavailableError`` (503 ``witness_quorum_unavailable``) unless the quorum of
+   external witnesses did; without a quorum, external witnesses are asked in the
+   background.
+4. A witness that cannot cosign (timeout, HTTP, OS or storage error, refusal) is a failed
+   round, never an exception out of ``cosign``: counted per witness, and a run of the same
+   failure logged once, as is its end.
+5. Requests to one witness are serialized; a witness already holding a larger size from
+   this log is not asked for a smaller one, and one claiming a size this log never gave it
+   is reported as a possible fork.
+6. With ``shared`` (``storage/cluster.py`` rule 2), a request to a witness also holds its
+   database lock and starts from the size the log's processes together got it to: "this
+   log" in rule 5 is every process.
 """
 
 from __future__ import annotations
@@ -55,6 +31,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import math
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -67,17 +44,13 @@ from prometheus_client import CollectorRegistry
 
 from deplog.authority import collectors
 from deplog.authority.options import option
-from deplog.authority.storage.database import Database, WitnessStore, reaching
+from deplog.authority.storage.database import Database, reaching
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.supervise import Supervisor
 from deplog.authority.witness.core import SizeConflictError, Witness, WitnessState
 from deplog.authority.witness.server import SIZE_CONFLICT_STATUS, SIZE_CONTENT_TYPE
-
-if TYPE_CHECKING:
-    from deplog.authority.storage.cluster import WitnessProgress
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.plumbing.storage_faults import database_fault
-from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.cosignature import verify_cosignature
 from deplog.client.tlog.keyfile import load_or_create_signer
 from deplog.client.tlog.note import (
@@ -88,6 +61,9 @@ from deplog.client.tlog.note import (
     encode_base64,
     parse_note,
 )
+
+if TYPE_CHECKING:
+    from deplog.authority.storage.cluster import WitnessProgress
 
 __all__ = [
     "Cosigner",
@@ -119,8 +95,7 @@ class QuorumUnavailableError(DeplogError):
 
 
 class WitnessAnswerError(DeplogError):
-    """A witness's answer the log cannot use: a refusal, a malformed old size, or no
-    valid cosignature by the witness's key. Logged and counted, never served."""
+    """A witness's answer the log cannot use (logged and counted, never served)."""
 
     codes = frozenset(
         {ErrorCode.WITNESS_REFUSED, ErrorCode.BAD_WITNESS_RESPONSE, ErrorCode.NO_COSIGNATURE}
@@ -146,8 +121,7 @@ class Cosigner(Protocol):
     """Something that answers tlog-witness add-checkpoint requests."""
 
     async def add_checkpoint(self, body: bytes) -> bytes:
-        """Submit the body; returns the cosignature lines. A witness at another size
-        raises SizeConflictError with that size; any other refusal raises too."""
+        """The cosignature lines; SizeConflictError names a witness's other size."""
         ...
 
 
@@ -160,8 +134,7 @@ class RemoteWitness:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
 
     async def add_checkpoint(self, body: bytes) -> bytes:
-        """POST the body; 200 is the cosignature, and an old-size conflict (the status
-        tlog-witness gives it, with a ``text/x.tlog.size`` body) the witness's size."""
+        """POST the body: 200 is the cosignature, an old-size conflict the witness's size."""
         async with self.session.post(self.url, data=body, timeout=self.timeout) as response:
             data = (await response.content.read(MAX_WITNESS_RESPONSE + 1))[:MAX_WITNESS_RESPONSE]
             status, content_type = response.status, response.content_type
@@ -173,12 +146,7 @@ class RemoteWitness:
 
 
 class LocalWitness:
-    """The embedded witness: the same tlog-witness code, in process, on its own thread.
-
-    It has its own key and its own state file, and checks consistency like any
-    witness, so its cosignatures mean what any cosignature means; it only
-    cannot vouch against the operator of the machine it runs on.
-    """
+    """The embedded witness: the same witness code, its own key and state and thread."""
 
     def __init__(self, witness: Witness) -> None:
         self.witness = witness
@@ -197,33 +165,19 @@ class LocalWitness:
 def open_embedded_witness(
     path: Path, keys: Path, stem: str, name: str, log_key: Verifier, database: Database
 ) -> LocalWitness:
-    """The embedded witness of the log in ``database``: key ``<stem>.key`` (created on
-    first use), state at ``path`` (or, for a log whose processes share the database, in
-    it: ``Database.embedded_witness_store``), trusting exactly this log's key."""
+    """The embedded witness of the log in ``database``, trusting exactly its key."""
     signer, _ = load_or_create_signer(keys, stem, name, SIG_TYPE_COSIGNATURE_V1)
     store = database.embedded_witness_store()
-    if store is not None:
-        return LocalWitness(Witness(_shared_state(database, store, log_key), signer))
-    state = WitnessState(path)
-    try:
-        state.add_log(log_key.vkey(), int(time.time()))
-    except sqlite3.Error as err:
-        state.close()
-        raise database_fault(err, path) from None
-    return LocalWitness(Witness(state, signer))
-
-
-def _shared_state(database: Database, store: WitnessStore, log_key: Verifier) -> WitnessState:
-    """The embedded witness's state in the log's shared database; a database that cannot
-    be reached is the one line (exit 69) of any command on it."""
-    with reaching(database):
-        state = WitnessState.over(store)
+    with reaching(database):  # a shared database that cannot be reached is one line
+        state = WitnessState(path) if store is None else WitnessState.over(store)
         try:
             state.add_log(log_key.vkey(), int(time.time()))
-        except BaseException:
+        except BaseException as err:
             state.close()
+            if isinstance(err, sqlite3.Error):
+                raise database_fault(err, path) from None
             raise
-    return state
+    return LocalWitness(Witness(state, signer))
 
 
 @dataclass
@@ -300,7 +254,7 @@ class Witnessing:
             sqlite3.Error,
             *(() if shared is None else shared.errors),
         )
-        """What a failed round raises (rule 4): a failure of the round, never of the caller."""
+        """What a failed round raises (rule 4)."""
         self.on_change: Callable[[int], None] | None = None
         """Called with the size a witness just cosigned."""
         self.session: aiohttp.ClientSession | None = None
@@ -339,8 +293,7 @@ class Witnessing:
             witness.failing = reason
 
     async def _cosign_shared(self, witness: WitnessTrack, checkpoint: StoredCheckpoint) -> bool:
-        """``_cosign``, under the witness's database lock and from its shared progress when
-        processes share the log (rule 6)."""
+        """``_cosign``, under rule 6 when processes share the log."""
         if self.shared is None:
             return await self._cosign(witness, checkpoint)
         async with self.shared.witness(witness.name) as progress:
@@ -390,20 +343,18 @@ class Witnessing:
         """The witness's valid cosignature line on ``checkpoint`` among the response lines."""
         text, _ = parse_note(checkpoint.note)
         _, lines = parse_note(text.encode() + b"\n" + body)
-        for line in lines:
-            if (line.name, line.key_id) == (witness.name, witness.verifier.key_id):
-                verify_cosignature(text, line, witness.verifier, tree_lines=witness.tree_lines)
-                return line
+        for line in _lines_of(witness, lines):
+            verify_cosignature(text, line, witness.verifier, tree_lines=witness.tree_lines)
+            return line
         raise WitnessAnswerError(
             ErrorCode.NO_COSIGNATURE, "the witness answered without its cosignature"
         )
 
     async def cosign_all(
         self, checkpoint: StoredCheckpoint, witnesses: Sequence[WitnessTrack]
-    ) -> int:
-        """Ask several witnesses in parallel; returns how many cosigned."""
-        done = await asyncio.gather(*(self.cosign(w, checkpoint) for w in witnesses))
-        return sum(done)
+    ) -> None:
+        """Ask several witnesses in parallel."""
+        await asyncio.gather(*(self.cosign(w, checkpoint) for w in witnesses))
 
     def note_for(self, checkpoint: StoredCheckpoint) -> bytes:
         """The checkpoint with every line kept for its very size, in witness order (rule 2)."""
@@ -417,8 +368,7 @@ class Witnessing:
         return all(w.name in kept for w in self.embedded)
 
     def embedded_age(self, size: int, now: float) -> float | None:
-        """Seconds since the oldest embedded line for ``size`` was given (infinite if one is
-        missing); None without an embedded witness."""
+        """Seconds since the oldest embedded line for ``size`` (inf if one is missing)."""
         if not self.embedded:
             return None
         kept = self._lines.get(size, {})
@@ -430,16 +380,14 @@ class Witnessing:
             del self._lines[old]
 
     def remember(self, checkpoint: StoredCheckpoint, note: bytes) -> None:
-        """Keep the valid lines of this log's witnesses on a saved ``note`` of ``checkpoint``,
-        dated by their own timestamps (a restart serving what last met the quorum)."""
+        """Keep this log's witnesses' valid lines on a saved ``note``, dated by themselves."""
         text, lines = parse_note(note)
         for witness in self.witnesses:
-            for line in lines:
-                if (line.name, line.key_id) == (witness.name, witness.verifier.key_id):
-                    cosigned = verify_cosignature(
-                        text, line, witness.verifier, tree_lines=witness.tree_lines
-                    )
-                    self._keep(checkpoint.size, witness, line, float(cosigned.timestamp))
+            for line in _lines_of(witness, lines):
+                cosigned = verify_cosignature(
+                    text, line, witness.verifier, tree_lines=witness.tree_lines
+                )
+                self._keep(checkpoint.size, witness, line, float(cosigned.timestamp))
 
     async def witness_new(self, checkpoint: StoredCheckpoint) -> None:
         """Cosign a new checkpoint as publication requires (rule 3), or raise."""
@@ -450,7 +398,7 @@ class Witnessing:
             if self.externals:
                 self.supervisor.spawn(
                     "external_witnessing",
-                    lambda: self._cosign_externals(checkpoint),
+                    lambda: self.cosign_all(checkpoint, self.externals),
                     restart=False,  # the refresh loop is its retry
                 )
         if not self.cosigned_by_embedded(checkpoint.size):
@@ -458,9 +406,6 @@ class Witnessing:
         kept = self._lines.get(checkpoint.size, {})
         if sum(1 for w in self.externals if w.name in kept) < self.quorum:
             raise QuorumUnavailableError()
-
-    async def _cosign_externals(self, checkpoint: StoredCheckpoint) -> None:
-        await self.cosign_all(checkpoint, self.externals)
 
     @property
     def embedded_failing(self) -> bool:
@@ -484,25 +429,20 @@ class Witnessing:
             "deplog_witness_lag_entries",
             "Entries the witness's latest cosignature is behind the published checkpoint.",
             "witness",
-            lambda: self.lag(served()),
+            lambda: {w.name: float(served().size - (w.cosigned_size or 0)) for w in self.witnesses},
         )
         collectors.labeled_gauge(
             registry,
             "deplog_witness_cosignature_age_seconds",
             "Seconds since the witness last cosigned.",
             "witness",
-            lambda: self.cosignature_age(time.time()),
+            lambda: {w.name: time.time() - (w.cosigned_at or -math.inf) for w in self.witnesses},
         )
 
-    def lag(self, published: Checkpoint | StoredCheckpoint) -> dict[str, float]:
-        """Entries each witness is behind the published checkpoint (for /metrics)."""
-        return {w.name: float(published.size - (w.cosigned_size or 0)) for w in self.witnesses}
 
-    def cosignature_age(self, now: float) -> dict[str, float]:
-        return {
-            w.name: (now - w.cosigned_at) if w.cosigned_at is not None else float("inf")
-            for w in self.witnesses
-        }
+def _lines_of(witness: WitnessTrack, lines: Sequence[NoteSignature]) -> list[NoteSignature]:
+    key = (witness.name, witness.verifier.key_id)
+    return [line for line in lines if (line.name, line.key_id) == key]
 
 
 def _parse_size(body: bytes) -> int:

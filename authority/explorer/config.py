@@ -2,12 +2,10 @@
 
 Rules:
 
-1. The prefix is empty (the explorer at ``/``) or ``/`` followed by path
-   segments of ``[a-z0-9-]``, without a trailing slash: it can never capture an
-   API path (``/v1/``, ``/checkpoint``, ``/tile/``, ``/healthz``, ``/metrics``,
-   ``/admin/``), which is refused.
-2. The policy quorum is the default of ``authority policy``: one of the log's
-   witnesses, the embedded one included.
+1. The prefix is empty (the explorer at ``/``) or ``/`` and path segments of
+   ``[a-z0-9-]``, without a trailing slash, and never an API path (refused).
+2. The policy quorum is ``authority policy``'s default: one witness, the embedded one
+   included.
 """
 
 from __future__ import annotations
@@ -18,11 +16,7 @@ from typing import Final
 
 from deplog.authority.options import option
 
-__all__ = [
-    "RESERVED_PREFIXES",
-    "ExplorerConfig",
-    "parse_prefix",
-]
+__all__ = ["RESERVED_PREFIXES", "ExplorerConfig", "parse_prefix"]
 
 RESERVED_PREFIXES: Final = ("/v1", "/checkpoint", "/tile", "/healthz", "/metrics", "/admin")
 _PREFIX = re.compile(r"(/[a-z0-9-]+)*", re.ASCII)

@@ -1,17 +1,13 @@
-"""What each explorer page shows: plain dicts built from the log's read side.
+"""The data each explorer page shows: plain dicts built from the log's read side.
 
 Rules:
 
-1. Every function here reads through a ``LogReader`` (on a reader thread, never
-   the writer's) and is bounded: a page of at most ``PAGE_SIZE`` rows, the
-   tool fold of ``LogReader.tool`` (``MAX_TOOL_NOTICES``), one leaf per notice page.
-2. Tool status comes from the same fold as ``GET /v1/tools/...``
-   (``LogReader.tool``) and publishers from the same snapshot as ``GET
+1. Every function reads through a ``LogReader`` (on a reader thread) and is bounded: at
+   most ``PAGE_SIZE`` rows, ``LogReader.tool``'s fold, one leaf per notice page.
+2. Tool status and publishers are those of ``GET /v1/tools/...`` and ``GET
    /v1/publishers``; nothing here folds notices again.
 3. Nothing is rendered here: values go to the templates, which escape them.
-   Publisher-controlled text is passed through as text, never as markup.
-4. A log index at or past the served checkpoint is ``not_found``, like one
-   never written: the explorer shows only what a signed checkpoint covers.
+4. A log index at or past the served checkpoint is ``not_found``, like one never written.
 """
 
 from __future__ import annotations
@@ -102,11 +98,7 @@ def _required(served: Served) -> int:
 
 
 def checkpoint_view(served: Served, now: float) -> dict[str, Any]:
-    """The served checkpoint, its cosigners with their ages, and whether the policy is met.
-
-    Cosignatures are verified here with the witnesses' keys (the page states
-    what the server checked; the browser checks again on a notice page).
-    """
+    """The served checkpoint, its verified cosigners and whether the policy is met."""
     text, _ = parse_note(served.note)
     checkpoint = Checkpoint.from_text(text)
     valid = {
@@ -208,26 +200,11 @@ def _chart(points: list[tuple[int, str]]) -> dict[str, Any]:
     return {"points": " ".join(coords), "first": points[0][1], "last": points[-1][1], "max": top}
 
 
-def _page_number(raw: str | None) -> int:
-    if raw is None or raw == "":
-        return 1
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 3 or raw[0] == "0":
-        raise _not_found()
-    page = int(raw)
-    if page > MAX_SEARCH_PAGE:
-        raise _not_found()
-    return page
-
-
 def search_page(
     reader: LogReader, served: Served, query: str | None, page_raw: str | None
 ) -> dict[str, Any]:
-    """Tools whose id contains the query, publishers whose id or namespace does; paged.
-
-    Partial input works: any fragment of a tool id, a namespace or a publisher
-    id matches, case-insensitively (ids are lower case).
-    """
-    page = _page_number(page_raw)
+    """Tools whose id, publishers whose id or namespace, contains the query; paged."""
+    page = _decimal(page_raw, 1, MAX_SEARCH_PAGE + 1) if page_raw else 1
     text = (query or "").strip().lower()[:MAX_QUERY_CHARS]
     if not text:
         return {"query": "", "page": 1, "tools": [], "publishers": [], "more": False}
@@ -257,22 +234,18 @@ def tool_page(reader: LogReader, served: Served, tool_id: str, now: datetime) ->
     return {"tool": described, "tool_id": tool_id, "log_key": served.log_key.vkey()}
 
 
-def _parse_index(raw: str, size: int) -> int:
+def _decimal(raw: str, low: int, high: int) -> int:
+    """A canonical decimal in ``[low, high)``; anything else is ``not_found``."""
     if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or (len(raw) > 1 and raw[0] == "0"):
         raise _not_found()
-    index = int(raw)
-    if index >= size:
+    if not low <= (number := int(raw)) < high:
         raise _not_found()
-    return index
+    return number
 
 
 def notice_page(reader: LogReader, served: Served, raw_index: str) -> dict[str, Any]:
-    """One log entry by index: decoded, its signer and key, and the raw leaf bytes.
-
-    The leaf travels to the page in base64, so the browser checks the very
-    bytes it was shown against the proof it fetches.
-    """
-    index = _parse_index(raw_index, served.size)
+    """One log entry by index: decoded, its signer and key, and the leaf in base64."""
+    index = _decimal(raw_index, 0, served.size)
     leaf = reader.entries(index, index + 1)[0]
     entry = decode_leaf(leaf)
     publishers = {p["publisher"]: p for p in reader.publishers()["publishers"]}
@@ -324,11 +297,7 @@ def _raw(leaf: bytes) -> object:
 
 
 def publishers_page(reader: LogReader) -> dict[str, Any]:
-    """Every publisher, namespace and key, with the log index of each registry change.
-
-    A revoked key is ``rotated`` when the publisher added another key after it
-    and that key is still active; otherwise ``revoked``.
-    """
+    """Every publisher and key; a revoked key is ``rotated`` if a later one is active."""
     publishers = reader.publishers()["publishers"]
     for p in publishers:
         for k in p["keys"]:

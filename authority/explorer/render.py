@@ -2,17 +2,15 @@
 
 Rules:
 
-1. Autoescaping is on for every template and undefined names fail: a value
-   from a notice reaches the page only as escaped text.
-2. Every page carries the same strict headers: a Content-Security-Policy that
-   allows scripts, styles, images and fetches from this origin only and no
-   inline script or style, ``nosniff``, no referrer, no framing.
-3. Assets are files of this package, named in their URL by a digest of their
-   bytes, so they can be cached for a year; a request for another digest gets
-   the current bytes without the long cache lifetime.
-4. A rendered page is cached for ``CACHE_SECONDS`` and only for the tree size it
-   was rendered at: a new checkpoint never waits for an old render to expire.
-   The cache holds at most ``CACHE_ENTRIES`` pages (least recently used first out).
+1. Autoescaping is on and undefined names fail: a notice's value reaches a page only as
+   escaped text.
+2. Every page carries the same strict headers: a Content-Security-Policy allowing
+   scripts, styles, images and fetches from this origin only (no inline script or style),
+   ``nosniff``, no referrer, no framing.
+3. Assets are named in their URL by a digest of their bytes and cached for a year; a
+   request for another digest gets the current bytes without the long lifetime.
+4. A page is cached for ``CACHE_SECONDS``, only for the tree size it was rendered at, at
+   most ``CACHE_ENTRIES`` pages (least recently used first out).
 """
 
 from __future__ import annotations
@@ -101,7 +99,6 @@ def _utc(timestamp: str | None) -> str:
 
 
 def _pretty_json(value: object) -> str:
-    """Indented JSON for display; the template escapes it like any text."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
@@ -129,27 +126,20 @@ class Renderer:
 class PageCache:
     """Rendered pages by (request path and query, tree size), briefly (rule 4)."""
 
-    def __init__(
-        self, seconds: float = CACHE_SECONDS, entries: int = CACHE_ENTRIES, clock: Any = None
-    ) -> None:
-        self.seconds = seconds
-        self.entries = entries
-        self.clock = clock or time.monotonic
+    def __init__(self) -> None:
         self._pages: OrderedDict[tuple[str, int], tuple[float, int, bytes]] = OrderedDict()
-        self.hits = 0
 
     def get(self, key: tuple[str, int]) -> tuple[int, bytes] | None:
         found = self._pages.get(key)
-        if found is None or found[0] < self.clock():
+        if found is None or found[0] < time.monotonic():
             return None
         self._pages.move_to_end(key)
-        self.hits += 1
         return found[1], found[2]
 
     def put(self, key: tuple[str, int], status: int, body: bytes) -> None:
-        self._pages[key] = (self.clock() + self.seconds, status, body)
+        self._pages[key] = (time.monotonic() + CACHE_SECONDS, status, body)
         self._pages.move_to_end(key)
-        while len(self._pages) > self.entries:
+        while len(self._pages) > CACHE_ENTRIES:
             self._pages.popitem(last=False)
 
     def __len__(self) -> int:

@@ -2,19 +2,15 @@
 
 Rules:
 
-1. Read-only: handlers read the served checkpoint from the publication and
-   everything else through its reader threads (``Publication.readers``), the pool
-   the JSON API reads with; the sequencer's writer thread never does explorer
-   work. Reading and rendering run together on a reader thread, so a
-   large page never blocks the event loop.
-2. At most ``MAX_RENDERS`` pages are read and rendered at once; the rest wait
-   their turn. Rendering holds the interpreter lock, so this bounds how much of
-   the process a flood of page views can take from the sequencer's thread.
-   Cached pages are served without waiting.
-3. Each request takes one token from the explorer's per-address bucket, sized
-   like the API's (``--rate-per-address``); past it, 429 with ``Retry-After``.
-4. A refusal is an HTML page with the stable code and the status that
-   ``status.py`` gives it; it never echoes the request.
+1. Read-only: the served checkpoint comes from the publication and everything else
+   through its reader threads (``Publication.readers``), where reading and rendering run
+   together, never on the writer thread or the event loop.
+2. At most ``MAX_RENDERS`` pages are read and rendered at once (rendering holds the
+   interpreter lock, which the sequencer's thread needs); cached pages do not wait.
+3. Each request takes a token from the explorer's per-address bucket, sized like the
+   API's (``--rate-per-address``); past it, 429 with ``Retry-After``.
+4. A refusal is an HTML page with the stable code and its ``status.py`` status, never
+   echoing the request.
 5. Routes live under the configured prefix: ``/``, ``/search``, ``/tools/<id>``,
    ``/notices/<index>``, ``/publishers``, ``/witnesses``, ``/assets/<file>``.
 """
@@ -66,12 +62,11 @@ class Explorer:
         self.config = config
         self.log_key = log_key
         self.publication = publication
-        """The authority's publication, once its log is open (the app's start)."""
         self.assets = load_assets()
         self.renderer = Renderer(config.prefix, self.assets)
         self.cache = PageCache()
-        self._address_rate = address_rate
-        self._limit: RateLimiter | None = None
+        self.limit = RateLimiter(address_rate, ErrorCode.RATE_LIMITED)
+        """Rule 3's bucket."""
         self._renders = asyncio.Semaphore(MAX_RENDERS)
 
     def served(self, publication: Publication) -> pages.Served:
@@ -87,19 +82,13 @@ class Explorer:
             tree_lines=tuple(w.verifier for w in witnesses if w.tree_lines),
         )
 
-    def limit(self) -> RateLimiter:
-        """Rule 3's bucket, made on first use (inside the running event loop)."""
-        if self._limit is None:
-            self._limit = RateLimiter(self._address_rate, ErrorCode.RATE_LIMITED)
-        return self._limit
-
     async def page(
         self, request: web.Request, template: str, build: PageBuilder
     ) -> web.StreamResponse:
         """Rate-limit, then serve the cached render or read and render on a reader thread."""
         publication = self.publication()
         try:
-            self.limit().take(request.remote or "unknown")
+            self.limit.take(request.remote or "unknown")
             served = self.served(publication)
             key = (request.path_qs, served.size)
             cached = self.cache.get(key)
@@ -137,8 +126,6 @@ class Explorer:
         return web.Response(
             body=body, status=status, content_type="text/html", charset="utf-8", headers=headers
         )
-
-    # --- handlers ---------------------------------------------------------------------
 
     async def home(self, request: web.Request) -> web.StreamResponse:
         now = time.time()
@@ -196,9 +183,7 @@ def add_explorer(
     log_key: Verifier,
     address_rate: Rate,
 ) -> Explorer | None:
-    """Register the explorer's routes on ``app`` under ``config.prefix`` (rule 5), over the
-    ``publication`` of the authority it is part of; ``address_rate`` sizes rule 3's bucket
-    like the API's."""
+    """Register the explorer's routes on ``app`` under ``config.prefix`` (rule 5)."""
     if not config.enabled:
         return None
     explorer = Explorer(config, log_key, publication, address_rate)

@@ -1,10 +1,9 @@
 """Rate limits: token buckets per client address and per publisher, in bounded memory.
 
-A bucket holds up to ``burst`` tokens and refills at ``rate`` tokens a second;
-a request takes one token or is refused with the seconds until the next token
-(the ``Retry-After`` a 429 carries). Buckets live in an LRU of at most
-``max_keys`` entries, so a flood of distinct addresses or publisher ids costs
-bounded memory: an evicted key simply starts again with a full bucket.
+A bucket holds up to ``burst`` tokens and refills at ``rate`` a second; a request takes a
+token or is refused with the seconds until the next (a 429's ``Retry-After``). Buckets live
+in an LRU of ``max_keys``: a flood of distinct keys costs bounded memory, and an evicted key
+starts again with a full bucket.
 """
 
 from __future__ import annotations
@@ -13,16 +12,11 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 from deplog.client.errors import DeplogError, ErrorCode
 
-__all__ = [
-    "MAX_KEYS",
-    "Rate",
-    "RateLimitedError",
-    "RateLimiter",
-]
+__all__ = ["MAX_KEYS", "Rate", "RateLimitedError", "RateLimiter"]
 
 MAX_KEYS = 65536
 
@@ -59,22 +53,16 @@ class Rate:
         return f"{self.rate:g}/{self.burst:g}"
 
 
+@dataclass
 class RateLimiter:
     """Token buckets keyed by a string (an address, a publisher id)."""
 
-    def __init__(
-        self,
-        limit: Rate,
-        code: ErrorCode,
-        *,
-        max_keys: int = MAX_KEYS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.limit = limit
-        self.code = code
-        self.max_keys = max_keys
-        self.clock = clock
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+    limit: Rate
+    code: ErrorCode
+    _: KW_ONLY
+    max_keys: int = MAX_KEYS
+    clock: Callable[[], float] = time.monotonic
+    _buckets: OrderedDict[str, tuple[float, float]] = field(default_factory=OrderedDict, init=False)
 
     def _tokens(self, key: str, now: float) -> float:
         tokens, stamp = self._buckets.get(key, (self.limit.burst, now))

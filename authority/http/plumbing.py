@@ -1,20 +1,16 @@
 """HTTP plumbing shared by the authority and the witness servers.
 
-Both answer every failure with a stable, value-free code (the authority as
-JSON, the witness as the short text the tlog-witness protocol uses), never a
-traceback, and count every request by route template and status. The
-middleware turns every failure into a ``DeplogError`` (what aiohttp refuses
-itself becomes :class:`HTTPRequestError`, anything unexpected
-:class:`InternalError`) and answers it with the status of its code from the one
-table, ``status.py``. What aiohttp's parser refuses before any handler runs
-(too many headers, an over-long line, a bad method or chunk) is answered the
-same way by :class:`ServingRunner`'s connections, at debug level in the log.
+Rules:
 
-A server binds its port with :func:`bind` before it creates anything else
-(keys, data, locks), so a busy port changes nothing; it then serves until
-SIGINT or SIGTERM and prints one "serving on <url>" line once listening, so
-operators and tests learn the port even when it was chosen by the kernel.
-Once listening, it settles the garbage collector (:func:`settle_collector`).
+* **Codes, not tracebacks.** Every failure is answered with a stable, value-free code (the
+  authority as JSON, the witness as text) and the status ``status.py`` gives it: the
+  middleware makes everything a ``DeplogError`` (what aiohttp refuses,
+  :class:`HTTPRequestError`; anything unexpected, :class:`InternalError`), and so do
+  :class:`ServingRunner`'s connections for what aiohttp's parser refuses before routing.
+* **Bounded metrics.** Every request is counted by route template and status.
+* **Bind first.** A server binds its port (:func:`bind`) before it creates anything, so a
+  busy port changes nothing; once listening it prints one "serving on <url>" line, then
+  serves until SIGINT or SIGTERM.
 """
 
 from __future__ import annotations
@@ -68,9 +64,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class HTTPRequestError(DeplogError):
-    """A request either server refuses at the HTTP level, before its own checks: no such
-    route or method, a body too slow to arrive or not of the declared type, or anything
-    else aiohttp refuses (``bad_request``)."""
+    """A request either server refuses at the HTTP level, before its own checks."""
 
     codes = frozenset(
         {
@@ -114,12 +108,7 @@ def _route_of(request: web.Request) -> str:
 
 
 def errors_and_metrics(render: ErrorRenderer, hot_handlers: Iterable[Handler] = ()) -> Middleware:
-    """A middleware turning every failure into ``render(error, status)`` and counting requests.
-
-    ``hot_handlers`` only serve prepared bytes and cannot fail (``GET
-    /checkpoint``): they pass straight through, recognized by identity, and
-    count their own requests; that keeps them close to a bare aiohttp handler.
-    """
+    """A middleware answering every failure by ``render`` and counting the requests."""
     hot = frozenset(hot_handlers or ())
 
     @web.middleware
@@ -138,7 +127,7 @@ def errors_and_metrics(render: ErrorRenderer, hot_handlers: Iterable[Handler] = 
             if exc.status == 405 and "Allow" in exc.headers:
                 response.headers["Allow"] = exc.headers["Allow"]
         except HttpProcessingError:
-            # The body broke the protocol while a handler read it (a bad chunk).
+            # a bad chunk while a handler read the body
             response = _answer(render, HTTPRequestError(ErrorCode.BAD_REQUEST), request)
             response.force_close()
         except asyncio.CancelledError:
@@ -160,8 +149,7 @@ def errors_and_metrics(render: ErrorRenderer, hot_handlers: Iterable[Handler] = 
 def _answer(render: ErrorRenderer, err: DeplogError, request: web.Request) -> web.Response:
     """``err`` rendered with its code's status (and ``Retry-After`` if it says when)."""
     status = http_status(err.code)
-    if status is None:
-        # No request can cause this code: a fault of the server, answered as one.
+    if status is None:  # no request can cause this code: a fault of the server
         log.error("%s on %s has no HTTP status: answered as internal", err.code, _route_of(request))
         err = InternalError()
         status = HTTP_STATUS[err.code]
@@ -186,13 +174,10 @@ class _Connection(web.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        """aiohttp's answer to a request it could not parse or hand over (``message`` is
-        its text, which may quote the request, so it is never sent)."""
+        """aiohttp's answer to a request it could not parse (never its ``message``)."""
         if status < 500:
-            # A client's malformed request: the code is the answer, no traceback.
             self.logger.debug("refused before routing: %d %s", status, type(exc).__name__)
         else:
-            # A fault of the server (the middleware answers everything a handler raises).
             self.logger.error("internal error outside the middleware", exc_info=exc)
         if request.writer.output_size > 0:
             raise ConnectionError("a response already started: no error answer can follow")
@@ -227,18 +212,12 @@ MAX_LINE = 8190
 
 
 class ServingRunner(web.AppRunner):
-    """An ``AppRunner`` whose protocol-level refusals (more than :data:`MAX_HEADERS`
-    headers, a line over :data:`MAX_LINE`, a bad method or chunk) are answered by
-    ``render`` like every other refusal, instead of aiohttp's plain text and an ERROR
-    traceback."""
+    """An ``AppRunner`` whose protocol-level refusals are answered by ``render``."""
 
     def __init__(self, app: web.Application, render: ErrorRenderer, **kwargs: Any) -> None:
-        limits: dict[str, Any] = {
-            "max_line_size": MAX_LINE,
-            "max_field_size": MAX_LINE,
-            "max_headers": MAX_HEADERS,
-        }
-        super().__init__(app, **limits, **kwargs)
+        super().__init__(
+            app, max_line_size=MAX_LINE, max_field_size=MAX_LINE, max_headers=MAX_HEADERS, **kwargs
+        )
         self._render = render
 
     async def _make_server(self) -> web.Server:
@@ -247,10 +226,7 @@ class ServingRunner(web.AppRunner):
 
 @dataclass(frozen=True)
 class Listen:
-    """Where a server listens: loopback unless the operator exposes it (SECURITY.md).
-
-    Each server's serve options extend it with their own ``port``.
-    """
+    """Where a server listens: loopback unless the operator exposes it (SECURITY.md)."""
 
     host: str = option("127.0.0.1", "listen address")
 
@@ -261,12 +237,7 @@ _BACKLOG = 1024
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port``, or a one-line :class:`CLIError` naming it.
-
-    Called first, before a server creates anything: a busy port leaves no trace.
-    Permission denied (a port below 1024) exits 77 like every other permission
-    failure; every other reason exits :data:`ADDRESS_UNAVAILABLE_EXIT`.
-    """
+    """A listening socket on ``host:port``, or a one-line CLIError naming it."""
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
@@ -309,18 +280,10 @@ default is 700)."""
 
 
 def settle_collector() -> None:
-    """Once a server has started: collect, freeze what start-up left (imports, the app,
-    the loaded state: it lives as long as the process, ``gc.freeze``), and collect the
-    young generation every ``YOUNG_COLLECTION_EVERY`` allocations instead of 700.
-
-    A server's heap is long-lived state the default thresholds rescan over and over,
-    and the writer's map cache (``client.map``) replaces hundreds of small
-    objects every batch: measured at the default, a run of 3,000 notices over HTTP
-    spent 0.27-0.30 s collecting with the map and 0.15-0.17 s without, start-up's
-    0.09 s included; settled, 0.09-0.12 s and 0.10 s (BENCHMARKS.md). The state this
-    leaves to reference counting is acyclic; the few cycles a request makes wait a
-    little longer for the young collection.
-    """
+    """Once a server has started: collect, freeze what start-up left (it lives as long as
+    the process), and collect the young generation every ``YOUNG_COLLECTION_EVERY``
+    allocations. The default rescans long-lived state and the map cache's churn: 3,000
+    notices over HTTP spent 0.27-0.30 s collecting at the default, 0.09-0.12 s settled."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(YOUNG_COLLECTION_EVERY, 20, 10)
@@ -332,8 +295,7 @@ async def serve_until_signalled(
     banner: str,
     on_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Serve on the bound ``sock``, print ``<banner> serving on <url>``, run until
-    SIGINT/SIGTERM."""
+    """Serve on ``sock``, print ``<banner> serving on <url>``, run until SIGINT/SIGTERM."""
     await web.SockSite(runner, sock, backlog=_BACKLOG).start()
     settle_collector()
     host, port = sock.getsockname()[:2]

@@ -1,15 +1,9 @@
 """Push: every newly published checkpoint is streamed to subscribers (Server-Sent Events).
 
-A push message is only ever a hint: it carries the cosigned checkpoint note,
-which a follower verifies like any other before acting on it, and the follower
-still fetches proofs and entries itself. So push makes invalidation fast
-without being a source of trust, and a dropped or forged message costs nothing
-but latency.
-
-Bounded: at most ``max_subscribers`` streams; each has a queue of
-``queue_size`` messages and a subscriber that falls behind is dropped (its
-stream ends; it reconnects and resyncs), never waited for. Messages coalesce:
-only the newest checkpoint matters, so a full queue is a slow reader.
+A push message is only a hint: it carries the cosigned note, which a follower verifies
+like any other, so a dropped or forged message costs nothing but latency. Bounded: at most
+``max_subscribers`` streams, each with a queue of ``queue_size`` messages; a subscriber
+that falls behind is dropped (its stream ends, it reconnects), never waited for.
 """
 
 from __future__ import annotations
@@ -24,11 +18,7 @@ from prometheus_client import CollectorRegistry
 from deplog.authority import collectors
 from deplog.client.errors import DeplogError, ErrorCode
 
-__all__ = [
-    "PushHub",
-    "TooManySubscribersError",
-    "sse_event",
-]
+__all__ = ["PushHub", "TooManySubscribersError", "sse_event"]
 
 KEEPALIVE_SECONDS = 15.0
 

@@ -1,36 +1,23 @@
 """The authority's HTTP API: thin aiohttp handlers over the publication and the readers.
 
-Every refusal is ``{"error": "<stable code>"}`` with the status ``status.py`` gives the
-code (a 4xx, or 503 when the authority cannot take work right now); no response echoes
-a submitted value. Storage and proof work runs on threads, never on the event loop:
-appends on the sequencer's single writer thread, reads on a small pool of reader
-threads (``storage/reader.py``: ``ReaderPool``).
-
-What is served, and when, is the publication's (``authority/publication.py``, its rules
-cited there by name): ``GET /checkpoint``, the push stream and receipts carry its
-rendered note; proofs, tools and tiles are read at its served checkpoint; entries up to
-its ``entries_size`` (*Entries before publication*); map proofs wait for it (*Map proofs
-at the served checkpoint*). The handlers here parse, bound and answer; they decide
-nothing about publication.
+Every refusal is ``{"error": "<stable code>"}`` with the status ``status.py`` gives it, and
+echoes no submitted value. Storage and proof work runs on threads, never on the event loop:
+appends on the sequencer's writer thread, reads on the reader threads (``ReaderPool``).
+What is served, and when, is the publication's (``publication.py``): the handlers here
+parse, bound and answer.
 
 Rules, cited by name:
 
-* **Tiles.** With a tiles directory, ``GET /tile/...`` serves its files with the
-  headers a cache needs. On a log many processes share (``Database.shared``), no tiles
-  directory is written: tiles are read from the database, at sizes up to the served
-  checkpoint's; their ETag is a digest of their bytes (the same on every process), and
-  ``If-None-Match`` answers 304 as for a file.
-* **Health.** ``/healthz``: 200 ``ok``; 503 ``degraded`` with ``reasons``, the stable
-  codes of ``Publication.health`` (*Health*); 503 ``storage_corrupt`` once the
-  background storage audit found a problem (appends are refused from then on). Entries
-  of the log that fail validation (docs/fold-spec.md: none unless storage was altered
-  or a bug let one in) are reported beside the status, as ``invalid_entries`` (their
-  count and the first ones): the log serves on, as every verifier goes on past them.
-* **Stop.** ``stop`` runs every shutdown step, the publication's included, even when
-  one fails.
-* **Metrics.** Each part registers what it measures on the application's registry
-  (``register_metrics``, ``authority/collectors.py``); ``/metrics`` is scraped on the
-  event loop, where those values change.
+* **Tiles.** ``GET /tile/...`` serves the tiles directory's files with the headers a cache
+  needs. On a shared database (``Database.shared``) tiles are read from the database, at
+  sizes up to the served checkpoint's, with a digest of their bytes as ETag (the same on
+  every process) and ``If-None-Match`` answered 304.
+* **Health.** ``/healthz``: 200 ``ok``; 503 ``degraded`` with the ``reasons`` of
+  ``Publication.health``; 503 ``storage_corrupt`` once the background storage audit found a
+  problem (appends are refused from then on). Entries of the log that fail validation are
+  reported beside the status (``invalid_entries``): the log serves on.
+* **Stop.** ``stop`` runs every shutdown step, the publication's included, even when one
+  fails.
 """
 
 from __future__ import annotations
@@ -73,13 +60,7 @@ from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
 from deplog.client.tlog.note import Signer
-from deplog.client.tlog.tiles import (
-    TILE_HEIGHT,
-    TILE_WIDTH,
-    EntryTile,
-    HashTile,
-    parse_tile_path,
-)
+from deplog.client.tlog.tiles import TILE_HEIGHT, TILE_WIDTH, EntryTile, HashTile, parse_tile_path
 
 __all__ = [
     "FULL_TILE_CACHE",
@@ -100,10 +81,9 @@ _JSON = "application/json"
 TILES_DIR = "tiles"
 """The tiles directory's name in the data directory, unless ``--tiles-dir`` says otherwise."""
 FULL_TILE_CACHE = "public, max-age=31536000, immutable"
-"""A full tile never changes (its path names its content), so caches keep it for a year."""
+"""A full tile never changes, so caches keep it for a year."""
 PARTIAL_TILE_CACHE = "public, max-age=60"
-"""A partial tile's bytes never change either, but it is removed once superseded (after
-the grace period), so caches drop it soon."""
+"""A partial tile is removed once superseded (after a grace period): caches drop it soon."""
 _TILE_TYPE = "application/octet-stream"
 _MAP_PROOF_BINARY = "application/octet-stream"
 """The media type of the binary map proof (docs/fold-spec.md section 6)."""
@@ -172,8 +152,7 @@ class ServerConfig:
 
     @property
     def tiles_path(self) -> Path | None:
-        """Where the tiles directory is, or None when tiles are off or come from the
-        database (a log many processes share: *Tiles*)."""
+        """Where the tiles directory is, or None when tiles are off or come from the database."""
         if not self.tiles or open_database(self.database).shared:
             return None
         return self.tiles_dir if self.tiles_dir is not None else self.db_path.parent / TILES_DIR
@@ -199,8 +178,7 @@ def error_response(err: DeplogError, status: int) -> web.Response:
 
 
 class _AuthorityState:
-    """What the handlers share: the publication (with its sequencer), the reader threads,
-    the push stream and the rate limits, all made once the log is open."""
+    """What the handlers share, made once the log is open."""
 
     def __init__(
         self,
@@ -235,7 +213,7 @@ class _AuthorityState:
         """The storage audit's finding: appends are refused and ``/healthz`` fails."""
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
-        """What this module counts, then each part's own (``authority/collectors.py``)."""
+        """What this module counts, then each part's own."""
         collectors.counter(
             registry,
             "deplog_checkpoint_requests_total",
@@ -251,21 +229,13 @@ class _AuthorityState:
         self.supervisor.spawn("storage_audit", self._audit_storage)
 
     async def _audit_storage(self) -> None:
-        """Rehash every stored leaf and subtree once, off the event loop, after starting.
-
-        Start-up itself only checks the root at the latest checkpoint (O(log n));
-        this finds what that cannot, such as a leaf's bytes altered on disk, and
-        then stops all appends (``storage_corrupt``) and fails ``/healthz``. It runs
-        in its own niced process (``storage/audit.py``): rehashing a large log must
-        not take the interpreter lock from the request handlers, and it can be killed.
-        """
         problem = await audit.audit_in_process(self.database)
         if problem is not None:
             log.error("storage audit failed: %s; refusing appends", problem)
             self.corrupt = problem
 
     async def stop(self) -> None:
-        """Every step runs, in order, even when an earlier one failed."""
+        """Every step runs, in order, even when an earlier one failed (*Stop*)."""
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("push streams", self.push.close),
             ("background tasks", self.supervisor.stop),
@@ -285,8 +255,8 @@ _STATE = web.AppKey("state", _AuthorityState)
 
 
 def _int_param(request: web.Request, name: str) -> int:
-    """The query parameter ``name`` as a canonical decimal; given twice it is refused, never
-    resolved (which one a cache or proxy in front honours is not ours to guess)."""
+    """The query parameter ``name`` as a canonical decimal; given twice, it is refused (a
+    cache or proxy in front may honour the other)."""
     given = request.query.getall(name, [])
     if len(given) > 1:
         raise RequestError(ErrorCode.REPEATED_PARAMETER, "a query parameter is given twice")
@@ -341,19 +311,15 @@ async def _get_checkpoint(request: web.Request) -> web.Response:
 
 
 async def _get_tile(request: web.Request) -> web.StreamResponse:
-    """A file of the tiles directory, with the headers a cache needs (see the README).
-
-    The path is parsed to a tile and the file named by its one canonical path, so
-    no request names anything else in or outside the directory.
-    """
+    """A tile by its one canonical path (*Tiles*): no request names another file."""
     state = request.app[_STATE]
     root = state.tiles_root
     tile = parse_tile_path("tile/" + request.match_info["path"])
+    cache = PARTIAL_TILE_CACHE if tile.partial else FULL_TILE_CACHE
     if state.database.shared and state.config.tiles:
-        return await _get_tile_from_database(request, state, tile)
+        return await _get_tile_from_database(request, state, tile, cache)
     if root is None or not (path := root / tile.path).is_file():
         raise HTTPRequestError(ErrorCode.NOT_FOUND)
-    cache = PARTIAL_TILE_CACHE if tile.partial else FULL_TILE_CACHE
     return web.FileResponse(
         path, headers={hdrs.CACHE_CONTROL: cache, hdrs.CONTENT_TYPE: _TILE_TYPE}
     )
@@ -367,15 +333,12 @@ def _tile_leaves(tile: EntryTile | HashTile) -> int:
 
 
 async def _get_tile_from_database(
-    request: web.Request, state: _AuthorityState, tile: EntryTile | HashTile
+    request: web.Request, state: _AuthorityState, tile: EntryTile | HashTile, cache: str
 ) -> web.Response:
-    """*Tiles*: a tile of a tree no larger than the served one, read from the database.
-    A tile's bytes never change, so a digest of them is an ETag every process agrees on
-    (a file's ETag comes from its mtime and size, which a database does not have)."""
+    """A tile of a tree no larger than the served one, from the database (*Tiles*)."""
     if _tile_leaves(tile) > state.publication.checkpoint.size:
         raise HTTPRequestError(ErrorCode.NOT_FOUND)
     body = await state.readers.read(lambda r: served_tile(r.conn, tile))
-    cache = PARTIAL_TILE_CACHE if tile.partial else FULL_TILE_CACHE
     etag = hashlib.sha256(body).hexdigest()[:32]
     if any(match.value in (etag, "*") for match in request.if_none_match or ()):
         response = web.Response(status=304, headers={hdrs.CACHE_CONTROL: cache})
@@ -387,13 +350,17 @@ async def _get_tile_from_database(
     return response
 
 
+def _published(state: _AuthorityState, size: int) -> None:
+    if size > state.publication.checkpoint.size:
+        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
+
+
 async def _get_inclusion(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     index, size = _int_param(request, "index"), _int_param(request, "size")
     if index >= size:
         raise RequestError(ErrorCode.OUT_OF_RANGE, "index must be below size")
-    if size > state.publication.checkpoint.size:
-        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
+    _published(state, size)
     proof = await state.readers.read(lambda r: r.inclusion(index, size))
     return web.json_response(proof.to_json())
 
@@ -403,8 +370,7 @@ async def _get_consistency(request: web.Request) -> web.Response:
     old, new = _int_param(request, "old"), _int_param(request, "new")
     if old > new:
         raise RequestError(ErrorCode.OUT_OF_RANGE, "old must not exceed new")
-    if new > state.publication.checkpoint.size:
-        raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "no published checkpoint has that size")
+    _published(state, new)
     proof = await state.readers.read(lambda r: r.consistency(old, new))
     return web.json_response(proof.to_json())
 
@@ -436,9 +402,7 @@ async def _get_tool(request: web.Request) -> web.Response:
 
 
 async def _get_tool_proof(request: web.Request) -> web.Response:
-    """The map proof of a tool at the served checkpoint: JSON (with that checkpoint's note)
-    unless ``?format=binary`` or an ``Accept`` of only the binary type asks for the compact
-    form; ``Deplog-Checkpoint-Size`` names the checkpoint either way."""
+    """A tool's map proof at the served checkpoint, as JSON or binary."""
     state = request.app[_STATE]
     tool_id = request.match_info["tool_id"]
     parse_tool_id(tool_id)
@@ -479,10 +443,7 @@ async def _get_healthz(request: web.Request) -> web.Response:
     }
     invalid, first = state.sequencer.log.invalid_entries
     if invalid:
-        report["invalid_entries"] = {
-            "count": invalid,
-            "first": [entry.to_json() for entry in first],
-        }
+        report["invalid_entries"] = {"count": invalid, "first": [e.to_json() for e in first]}
     reasons = state.publication.health(time.time())
     if reasons:
         report.update(status="degraded", reasons=reasons)
@@ -505,8 +466,6 @@ async def _post_admin_publisher(request: web.Request) -> web.Response:
 
 
 def _open_log(config: ServerConfig, signer: Signer) -> tuple[Log, TilesDirectory | None]:
-    """Open the log, fill its map cache, then complete its tiles directory before anything
-    is served."""
     opened = Log(config.database, signer, config.origin, max_bytes=config.max_db_bytes)
     opened.warm_map()
     if config.tiles_path is None:

@@ -1,26 +1,15 @@
 """The HTTP status of every error code a server answers: one table, for both servers.
 
-The error class and its code name what went wrong (``client/errors.py``); how
-that travels is the transport's business, decided here once and applied by the
-shared error middleware (``plumbing.py``) of the authority and the witness.
+The error class and its code name what went wrong; how that travels is decided here, once,
+and applied by the shared error middleware (``plumbing.py``). What each status means is in
+docs/errors.md ("Codes by HTTP status"); the witness's follow C2SP tlog-witness v1.0.0.
 
-* The authority's statuses are the API's (README, "HTTP API"): 400 a request
-  that breaks the schema or asks for something the log cannot answer, 401 a
-  signature that does not show who the publisher is, 403 a publisher that may
-  not publish this, 409 a conflict with the log's history (or, on the admin
-  socket, with the publisher registry), 413/408/415 the body, 429 rate limits,
-  503 a log that cannot take work right now (with ``Retry-After``).
-* The witness's follow C2SP tlog-witness v1.0.0, "add-checkpoint": 400 a
-  malformed body or an old size above the checkpoint's, 403 no signature by the
-  log's trusted key, 404 an unknown origin, 409 an old size other than the
-  recorded one or the recorded size with another root, 413 over the body
-  limit, 422 a consistency proof that fails; 503 when it cannot answer now.
-* One code has one status: a code that would need two has two meanings, so it
-  is two codes. Building the table refuses a code listed twice.
+Rules:
 
-A code without a status is not something a request can cause (a stored leaf
-that no longer decodes, say): the middleware answers it as 500 ``internal`` and
-logs it, since only a fault of the server can raise it.
+* One code has one status: a code that would need two has two meanings, so it is two
+  codes. Building the table refuses a code listed twice.
+* A code without a status is not something a request can cause: the middleware answers it
+  as 500 ``internal`` and logs it.
 """
 
 from __future__ import annotations
@@ -140,7 +129,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
         ),
     }
 )
-"""Every code a server answers, with its status; see the module docstring for the rules."""
+"""Every code a server answers, with its status."""
 
 
 def http_status(code: ErrorCode) -> int | None:

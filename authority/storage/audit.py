@@ -1,24 +1,17 @@
 """The full storage audit: rehash every stored leaf and subtree hash of a log database.
 
-Start-up checks only the root at the latest checkpoint (O(log n)); this finds
-what that cannot, such as a leaf's bytes altered on disk. ``authority check``
-and ``authority serve --verify-on-start`` call :func:`audit_storage` directly;
-a serving authority runs it in the background as its own niced, killable process
-(:func:`audit_in_process`: ``python -m deplog.authority.storage.audit <db>``), so
-rehashing a large log never takes the interpreter lock from request handlers.
+Start-up checks only the root at the latest checkpoint; this finds what that cannot, such
+as a leaf's bytes altered on disk. ``authority check`` and ``serve --verify-on-start`` call
+:func:`audit_storage`; a serving authority runs it as its own niced, killable process
+(:func:`audit_in_process`), so rehashing never takes the interpreter lock from handlers.
 
 Rules:
-  * The database is opened read-only: an audit never changes what it checks.
-  * The result is the leaf count and the first problem found, or None; the
-    problem names positions only (a leaf index, a subtree level), never data.
-  * A PostgreSQL database is named ``-`` on the command line and its URL is read from
-    ``$DEPLOG_DB``, so its password never appears in a process listing.
-  * The command shows its progress on stderr (``client/plumbing/progress.py``: a bar on a
-    terminal, a plain line every 10 s otherwise; a serving authority passes its
-    own stderr on, so the operator sees it), prints one JSON line
-    ``{"size": n, "problem": str | null}`` on stdout and exits 0 when storage is
-    exactly what appends wrote, 1 when it is not, and 2 when the database cannot
-    be audited at all (missing, unreadable, not a log).
+  * The database is opened read-only, and a problem names positions only, never data.
+  * A PostgreSQL database is named ``-`` on the command line and read from ``$DEPLOG_DB``:
+    its password never appears in a process listing.
+  * The command shows its progress on stderr, prints ``{"size": n, "problem": str | null}``
+    on stdout, and exits 0 when storage is exactly what appends wrote, 1 when it is not, 2
+    when the database cannot be audited at all.
 """
 
 from __future__ import annotations
@@ -63,41 +56,24 @@ log = logging.getLogger("deplog.authority")
 def audit_storage(
     path: Database | Path | str, progress: Callable[[int, int], None] | None = None
 ) -> tuple[int, str | None]:
-    """Rehash every leaf and subtree of a database: (size, first problem or None).
-
-    ``progress`` hears (leaves done, size) as the rehash goes. Raises the database's
-    error (``sqlite3.Error``, ``psycopg.Error``) when it cannot be read as a log database.
-    """
-    conn = open_database(path).connect(readonly=True)
-    try:
+    """Rehash every leaf and subtree of a database: (size, first problem or None)."""
+    with contextlib.closing(open_database(path).connect(readonly=True)) as conn:
         try:
             tree = StoredHashTree(conn)
         except TreeCorruptError:
-            # The right edge is loaded on open; a hole there is a finding too.
             size = int(conn.execute("SELECT count(*) FROM leaves").fetchone()[0])
             return size, "a subtree hash of the tree's right edge is missing"
         return tree.size, tree.audit(progress)
-    finally:
-        conn.close()
 
 
 def lower_priority(pid: int, parent: int) -> None:
-    """Run process ``pid`` (0: this one) :data:`NICENESS` below ``parent``'s priority.
-
-    Setting it twice changes nothing, so a server sets it on its audit child right
-    after spawning it (the child's interpreter start-up and imports, some 0.2 s of
-    CPU, then no longer compete with the first appends), and the child sets it
-    again for when it is run by hand.
-    """
+    """Run process ``pid`` (0: this one) :data:`NICENESS` below ``parent``'s priority."""
     target = min(19, os.getpriority(os.PRIO_PROCESS, parent) + NICENESS)
     os.setpriority(os.PRIO_PROCESS, pid, target)
 
 
 async def audit_in_process(db: Database) -> str | None:
-    """The audit of ``db`` as the command runs it, in its own niced process: the problem
-    it found, or None (a command that could not run at all is logged and found nothing).
-    Cancelling this kills the process."""
-    # A database URL travels in the environment, never in argv (its password).
+    """The problem the audit finds in its own niced process, or None; cancel kills it."""
     target, variables = db.passed_to_child(DB_ENV)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -106,8 +82,7 @@ async def audit_in_process(db: Database) -> str | None:
         target,
         env={**os.environ, **variables} if variables else None,
         stdout=asyncio.subprocess.PIPE,
-        # Inherited: its progress lines reach the operator's stderr.
-        stderr=None,
+        stderr=None,  # its progress reaches the operator
     )
     with contextlib.suppress(ProcessLookupError):  # it may already have ended
         lower_priority(process.pid, os.getpid())
@@ -147,8 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         print(json.dumps({"size": size, "problem": problem}), flush=True)
     except BrokenPipeError:
-        # The server that asked was killed meanwhile: nobody is left to tell, and no
-        # traceback goes to the log it shared with us.
+        # The server that asked is gone: no traceback into the log it shared with us.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK if problem is None else EXIT_CORRUPT
 

@@ -1,9 +1,7 @@
 """Which storage backend holds a log: ``open_database`` reads ``--db``.
 
-A ``postgresql://`` (or ``postgres://``) URL is PostgreSQL (``postgres.py``, imported
-only then: the SQLite default never needs psycopg); anything else is a SQLite file path
-(``sqlite.py``). This is the one place that names the backends: everything else asks the
-``Database`` it returns (``database.py``).
+The one place that names the backends: a ``postgresql://`` (or ``postgres://``) URL is
+PostgreSQL (imported only then: SQLite never needs psycopg), anything else a SQLite path.
 """
 
 from __future__ import annotations

@@ -1,41 +1,22 @@
 """Many authority processes on one PostgreSQL log: publication rounds, learning, witness progress.
 
-Every ``authority serve --db postgresql://...`` process appends its own batches
-(the order is the database's, ``authority/log.py``); this module is how the
-processes agree on what is *published*: the ``published`` row (the served,
-cosigned note) and the witnesses' progress. Rules:
+How the processes agree on what is *published* (the ``published`` row) and on each
+witness's progress; the mechanism is docs/architecture.md, "The authority's publication".
+Rules:
 
-1. One publication round at a time across all processes: a round is one
-   transaction holding the transaction-scoped advisory lock ``ROUND_LOCK``. It
-   reads the ``published`` row under the lock; a round whose checkpoint is
-   already covered by it ends there (it learns the row instead), otherwise it
-   witnesses the latest signed checkpoint and saves its note with ``NOTIFY
-   deplog_published`` in the same transaction. A killed process's transaction
-   aborts and its lock goes with its connection; ``idle_in_transaction_session_
-   timeout`` ends a round whose process hangs, ``lock_timeout`` bounds the wait.
-2. Requests to one witness, from any process, hold that witness's advisory lock
-   (``WITNESS_LOCK``, keyed by the witness's name) and start from its row in
-   ``witness_progress``: the largest size of this log it cosigned, whichever
-   process asked. After a cosignature the row only grows (``GREATEST``), so a
-   process that starts after a failover never takes the witness's size for a
-   fork, and never offers it a smaller one. The row is a hint (the witness keeps
-   its own record and refuses a rollback itself), so its commit does not wait
-   for a flush: a row lost in a database crash costs an old-size conflict. Lock
-   order is round, then witness, never the reverse, so the locks cannot deadlock.
-3. Every process learns new published notes by ``LISTEN deplog_published``
-   (``listen``), and polls the row every ``poll_interval`` seconds besides, so a
-   lost notification or a broken listening connection delays learning by one
-   interval at most. A learned note is served only after its log signature
-   checks out (``Publication._learn``): the row is the database's word. A
-   checkpoint signed by a writer that runs no rounds (an admin command) is
-   announced on ``deplog_signed`` (``announce_signed``): every process then
-   publishes the latest signed checkpoint, and rule 1 makes one round do it.
-4. Database failures are ``psycopg.Error``; a connection that failed is closed
-   and opened again on next use (the next round, the next request).
-
-Why an advisory lock and not the ``log_head`` row lock that orders appends: a
-round talks to witnesses over the network for up to their timeout, and
-appends must not wait for that; the round only needs to exclude other rounds.
+1. One publication round at a time across all processes: a transaction holding the
+   advisory lock ``ROUND_LOCK`` (not the ``log_head`` row lock: appends must not wait for
+   witnesses), which learns the ``published`` row if it covers the round's checkpoint and
+   otherwise saves the witnessed note with ``NOTIFY deplog_published``.
+2. Requests to one witness, from any process, hold its advisory lock (``WITNESS_LOCK``)
+   and start from its ``witness_progress`` row, which only grows. The row is a hint, not
+   flushed at commit: the witness keeps its own record, so a row lost in a crash costs one
+   old-size conflict. Locks are taken round, then witness, never the reverse.
+3. Every process learns new notes by ``LISTEN deplog_published`` and by polling every
+   ``poll_interval`` seconds; a checkpoint signed outside any round is announced on
+   ``deplog_signed`` (``announce_signed``).
+4. Database failures are ``psycopg.Error``; a failed connection is closed and opened
+   again on next use.
 """
 
 from __future__ import annotations
@@ -52,6 +33,7 @@ from psycopg.conninfo import make_conninfo
 from deplog.client.plumbing.dbapi import Connection
 
 __all__ = [
+    "CONNECTING",
     "PUBLISHED_CHANNEL",
     "ROUND_LOCK",
     "SCHEMA",
@@ -65,15 +47,21 @@ __all__ = [
 
 log = logging.getLogger("deplog.cluster")
 
+CONNECTING = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+}
+"""Every connection's bound on connecting, and the keepalives that notice a dead peer."""
 PUBLISHED_CHANNEL = "deplog_published"
 SIGNED_CHANNEL = "deplog_signed"
-"""Notified by a writer that is no server (``authority publisher ...``) when it signed a
-checkpoint that no round will publish otherwise (rule 3)."""
-ROUND_LOCK = 0x64706C67  # "dplg": the first key of every advisory lock of this module
+"""Notified by a writer that is no server when it signed a checkpoint (rule 3)."""
+ROUND_LOCK = 0x64706C67  # "dplg"
 """The advisory lock key (first half) of publication rounds."""
 WITNESS_LOCK = ROUND_LOCK + 1
-"""The advisory lock key (first half) of requests to one witness; the second is its name's
-hash."""
+"""The advisory lock key (first half) of requests to one witness (second: its name's hash)."""
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS witness_progress (
@@ -86,15 +74,13 @@ SCHEMA = (
 
 @dataclass
 class Round:
-    """One publication round (rule 1): the ``published`` row as the lock found it, and
-    ``save`` for the note the round publishes."""
+    """One publication round (rule 1): the ``published`` row as the lock found it."""
 
     conn: psycopg.AsyncConnection[tuple[object, ...]]
     published: tuple[int, bytes] | None
 
     async def save(self, size: int, note: bytes) -> None:
-        """Replace the published note (never by a smaller size) and notify every process,
-        both committed with the round."""
+        """Replace the published note (never by a smaller size) and notify, with the round."""
         await self.conn.execute(
             "INSERT INTO published (id, size, note) VALUES (1, %s, %s) "
             "ON CONFLICT (id) DO UPDATE SET size = excluded.size, note = excluded.note "
@@ -148,20 +134,17 @@ class _Connection:
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[object, ...]]]:
-        """A transaction on this connection; a failed or interrupted one closes it (rule 4),
-        any other exception only rolls it back. A connection the server dropped since its
-        last use (a restart) fails at ``BEGIN`` and is made again, once."""
+        """A transaction; a failed or interrupted one closes the connection (rule 4), and one
+        the server dropped since its last use (a restart) is made again, once."""
         try:
-            conn = await self.get()
-            try:
-                transaction = conn.transaction()
-                await transaction.__aenter__()
-            except psycopg.OperationalError:
-                await self.close()
+            async with contextlib.AsyncExitStack() as stack:
                 conn = await self.get()
-                transaction = conn.transaction()
-                await transaction.__aenter__()
-            async with _entered(transaction):
+                try:
+                    await stack.enter_async_context(conn.transaction())
+                except psycopg.OperationalError:
+                    await self.close()
+                    conn = await self.get()
+                    await stack.enter_async_context(conn.transaction())
                 yield conn
         except (psycopg.Error, asyncio.CancelledError):
             await self.close()
@@ -169,32 +152,18 @@ class _Connection:
 
 
 def _conninfo_with_bounds(url: str, round_timeout: float) -> str:
-    """``url`` with session settings bounding every wait (rule 1) and keepalives that
-    notice a dead peer."""
+    """``url`` with settings bounding every wait (rule 1), and keepalives."""
     milliseconds = int(round_timeout * 1000)
     options = (
         f"-c lock_timeout={milliseconds} "
         f"-c statement_timeout={milliseconds + 5000} "
         f"-c idle_in_transaction_session_timeout={milliseconds}"
     )
-    return make_conninfo(
-        url,
-        options=options,
-        application_name="deplog-cluster",
-        connect_timeout=5,
-        keepalives=1,
-        keepalives_idle=5,
-        keepalives_interval=2,
-        keepalives_count=3,
-    )
+    return make_conninfo(url, options=options, application_name="deplog-cluster", **CONNECTING)
 
 
 class Cluster:
-    """The connections of one process to the shared database for rules 1 to 4.
-
-    ``round_timeout`` bounds a round (the witnesses' timeout, twice, and some
-    margin): longer, the database ends it; waiting for the lock is bounded alike.
-    """
+    """One process's connections to the shared database for rules 1 to 4."""
 
     errors: tuple[type[Exception], ...] = (psycopg.Error,)
     """What a failed database operation of this module raises."""
@@ -210,8 +179,7 @@ class Cluster:
         self._listener = _Connection(self, autocommit=True)
 
     async def prepare(self) -> None:
-        """Create this module's table if it is missing (under a lock: processes starting
-        together must not race on ``CREATE``)."""
+        """Create this module's table if it is missing, under a lock."""
         async with self._round.transaction() as conn:
             await conn.execute("SELECT pg_advisory_xact_lock(%s, 1)", (ROUND_LOCK,))
             for statement in SCHEMA:
@@ -245,10 +213,7 @@ class Cluster:
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (WITNESS_LOCK, name)
             )
-            # The row is a hint, the witness enforces its own record: a commit lost in a
-            # database crash costs one old-size conflict later, never a rollback. So it
-            # does not wait for a flush (one fsync less per publication).
-            await conn.execute("SET LOCAL synchronous_commit = off")
+            await conn.execute("SET LOCAL synchronous_commit = off")  # a hint: rule 2
             row = await (
                 await conn.execute("SELECT size FROM witness_progress WHERE witness = %s", (name,))
             ).fetchone()
@@ -257,9 +222,7 @@ class Cluster:
     async def listen(
         self, published: Callable[[], None], signed: Callable[[], None] = lambda: None
     ) -> None:
-        """Call ``published`` on every ``NOTIFY deplog_published`` and ``signed`` on every
-        ``NOTIFY deplog_signed``, and both once connected (a notification may have been
-        missed meanwhile); returns only by failing (rule 3)."""
+        """Call ``published`` and ``signed`` on their notifications (rule 3), until failing."""
         wake = {PUBLISHED_CHANNEL: published, SIGNED_CHANNEL: signed}
         try:
             conn = await self._listener.get()
@@ -271,19 +234,6 @@ class Cluster:
             raise psycopg.OperationalError("the listening connection ended")
         finally:
             await self._listener.close()
-
-
-@contextlib.asynccontextmanager
-async def _entered(
-    transaction: contextlib.AbstractAsyncContextManager[object],
-) -> AsyncIterator[None]:
-    """Leave an already entered transaction: commit, or roll back on an exception."""
-    try:
-        yield
-    except BaseException as err:
-        await transaction.__aexit__(type(err), err, err.__traceback__)
-        raise
-    await transaction.__aexit__(None, None, None)
 
 
 async def _published(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> tuple[int, bytes] | None:

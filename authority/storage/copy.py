@@ -2,19 +2,14 @@
 bytes and signatures unchanged.
 
 Rules:
-  1. The source is read in one snapshot (a read transaction), so a copy of a log that is
-     being served is the log at one moment; nothing is written to it.
-  2. The target must hold no log: a SQLite file that does not exist (or has no leaves), or
-     a migrated PostgreSQL database with no leaves. Everything is written in one
-     transaction, so a failed copy leaves the target as it was (a SQLite file it created
-     is removed).
-  3. Every row of every table is copied as stored: leaves, subtree hashes, checkpoints
-     (their notes byte for byte), the notice and tool indexes, the registry snapshot, the
-     published note and the tool-status map. Rows are read :data:`CHUNK` at a time.
+  1. The source is read in one snapshot, so a served log is copied as of one moment, and
+     never written to.
+  2. The target must hold no log; everything is written in one transaction, so a failed
+     copy leaves it as it was (a SQLite file it created is removed).
+  3. Every row of every table is copied as stored, :data:`CHUNK` rows at a time.
   4. The copy is verified before it is reported done: each table's rows digest the same
-     on both sides, every leaf and subtree hash is recomputed (the storage audit), every
-     checkpoint's note is signed by the log key and names the tree's own root at its size,
-     and the map's root is the latest checkpoint's.
+     on both sides, the storage audit passes, every checkpoint's note is signed by the log
+     key over the tree's own root at its size, and the map's root is the latest's.
 """
 
 from __future__ import annotations
@@ -98,13 +93,6 @@ def _digest_row(digest: hashlib._Hash, row: tuple) -> None:  # type: ignore[type
             digest.update(b"S%d:" % len(text) + text)
 
 
-def _table_digest(conn: Connection, table: str, columns: tuple[str, ...], key: str) -> str:
-    digest = hashlib.sha256()
-    for row in _rows(conn, table, columns, key):
-        _digest_row(digest, row)
-    return digest.hexdigest()
-
-
 @contextlib.contextmanager
 def _read_snapshot(db: Database, conn: Connection) -> Iterator[None]:
     """Rule 1: one read transaction over the whole source."""
@@ -114,12 +102,6 @@ def _read_snapshot(db: Database, conn: Connection) -> Iterator[None]:
     finally:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
-
-
-def _require_source(db: Database, conn: Connection) -> None:
-    if not db.exists():
-        raise CLIError(f"{db.describe()} does not exist: nothing to copy")
-    db.require_current(conn)
 
 
 def _open_target(db: Database) -> Connection:
@@ -168,11 +150,11 @@ def _copy(
         raise CLIError(f"{problem}: create it, then copy")
     with reaching(source):
         src = source.connect(readonly=True)
-    try:
+    with contextlib.closing(src):
         with reaching(target):
             dst = _open_target(target)
-        try:
-            _require_source(source, src)
+        with contextlib.closing(dst):
+            source.require_current(src)
             digests: dict[str, str] = {}
             rows: dict[str, int] = {}
             with _read_snapshot(source, src):
@@ -182,42 +164,47 @@ def _copy(
                     for number, (table, columns, key) in enumerate(TABLES):
                         if number == _BEFORE_HEAD:
                             target.set_head(dst, size)
-                        digest, count = hashlib.sha256(), 0
-                        insert = (
-                            f"INSERT INTO {table} ({', '.join(columns)}) "
-                            f"VALUES ({', '.join('?' for _ in columns)})"
-                        )
-                        batch: list[tuple] = []  # type: ignore[type-arg]
-                        for row in _rows(src, table, columns, key):
-                            _digest_row(digest, row)
-                            batch.append(row)
-                            count += 1
-                            if len(batch) == CHUNK:
-                                dst.executemany(insert, batch)
-                                batch = []
-                        dst.executemany(insert, batch)
-                        digests[table], rows[table] = digest.hexdigest(), count
-                        progress(f"{table}: {count} rows")
+                        digests[table], rows[table] = _copy_table(src, table, columns, key, dst)
+                        progress(f"{table}: {rows[table]} rows")
                 except BaseException:
                     if dst.in_transaction:
                         dst.execute("ROLLBACK")
                     raise
                 dst.execute("COMMIT")
-        finally:
-            dst.close()
-    finally:
-        src.close()
     progress("verifying the copy")
     checkpoint = _verify(target, verifier, digests, size)
     return CopyReport(size, checkpoint, rows)
 
 
+def _copy_table(
+    src: Connection,
+    table: str,
+    columns: tuple[str, ...],
+    key: str,
+    dst: Connection | None = None,
+) -> tuple[str, int]:
+    """A table's digest (rule 4) and row count, its rows written to ``dst`` if given."""
+    places = ", ".join("?" for _ in columns)
+    insert = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({places})"
+    digest, count, batch = hashlib.sha256(), 0, []
+    for row in _rows(src, table, columns, key):
+        _digest_row(digest, row)
+        count += 1
+        if dst is not None:
+            batch.append(row)
+            if len(batch) == CHUNK:
+                dst.executemany(insert, batch)
+                batch = []
+    if dst is not None:
+        dst.executemany(insert, batch)
+    return digest.hexdigest(), count
+
+
 def _verify(target: Database, verifier: Verifier, digests: dict[str, str], size: int) -> int:
     """Rule 4; the latest checkpoint's size."""
-    conn = target.connect(readonly=True)
-    try:
+    with contextlib.closing(target.connect(readonly=True)) as conn:
         for table, columns, key in TABLES:
-            if _table_digest(conn, table, columns, key) != digests[table]:
+            if _copy_table(conn, table, columns, key)[0] != digests[table]:
                 raise CLIError(f"the copy's {table} differ from the source's: copy again")
         audited, problem = audit_storage(target)
         if problem is not None or audited != size:
@@ -245,5 +232,3 @@ def _verify(target: Database, verifier: Verifier, digests: dict[str, str], size:
         if at_latest and StoredMap(conn).root() != map_root:
             raise CLIError("the copy's map root differs from its latest checkpoint's")
         return latest
-    finally:
-        conn.close()

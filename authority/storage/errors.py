@@ -1,15 +1,8 @@
-"""What a failure of the log's storage means, whichever layer finds it.
+"""What a failure of the log's storage means, whichever layer finds it (both are 503).
 
-Two meanings, each one class with stable codes (``client.errors``); the transport maps
-them to statuses once (``http/status.py``: both are 503):
-
-* :class:`StorageError`: the database failed (disk full, read-only, I/O error, a lost
-  connection); nothing was changed, and retrying later may succeed.
-* :class:`IntegrityError`: stored data fails its own hash check or no longer matches
-  what the authority signed; it is never served, and the authority does not start on it.
-
-The writer (``log.py``), the readers (``reader.py``), the tiles and the publication all
-raise these, so they live with the storage they describe, below every one of them.
+* :class:`StorageError`: the database failed; nothing was changed, and a retry may succeed.
+* :class:`IntegrityError`: stored data fails its own hash check or no longer matches what
+  the authority signed; it is never served, and the authority does not start on it.
 """
 
 from __future__ import annotations
@@ -26,8 +19,7 @@ class StorageError(DeplogError):
 
 
 class IntegrityError(DeplogError):
-    """Stored data that fails its own hash check or no longer matches what the authority
-    signed: refuse to serve it, and to start on it."""
+    """Stored data that fails its own check or what the authority signed: never served."""
 
     codes = frozenset(
         {

@@ -1,30 +1,22 @@
 """The PostgreSQL backend: a log many authority processes share, and its connections.
 
-The storage code (``store``, ``tree``, ``reader``, the map) is written once, in the two
-databases' common SQL subset, against ``client.plumbing.dbapi.Connection``. This module gives a
-psycopg 3 connection that shape (:class:`_PgConnection`) and is the driver
-(:class:`PostgresDatabase`); the schema, its migrations and the statements on the order
-row are ``schema_postgres``'s. Imported only for a ``postgresql://`` target
-(``backends.open_database``), so the SQLite default never needs psycopg.
+This module gives a psycopg 3 connection the shape of ``client.plumbing.dbapi.Connection``
+(:class:`_PgConnection`) and is the driver (:class:`PostgresDatabase`); the schema and the
+order row are ``schema_postgres``'s.
 
 Rules:
-  1. ``?`` placeholders become ``%s`` (and a literal ``%`` becomes ``%%``) in a statement
-     with parameters; shared SQL never has a ``?`` inside a string literal.
-  2. The connection is in autocommit mode and transactions are the SQL the caller issues
-     (``BEGIN``/``COMMIT``/``ROLLBACK``), exactly as with ``sqlite3`` opened with
-     ``isolation_level=None``; ``in_transaction`` reports the server's view.
-  3. ``bytea`` columns read back as ``bytes`` and ``bytes`` parameters are sent as
-     ``bytea`` (psycopg's own adaptation).
-  4. Every wait is bounded by session settings made on connect (:data:`SESSION`): a
-     statement, a lock wait and an idle open transaction each end with an error instead
-     of holding the log's order forever; TCP keepalives notice a dead peer.
-  5. ``executemany`` (psycopg pipelines it: one round trip for all rows) ends with one
-     plain statement. A pipeline's last message is a flush after its sync, and the
-     server re-arms ``idle_in_transaction_session_timeout`` only when it answers ready
-     for a query (seen with psycopg 3.3 on PostgreSQL 15): without it, a process frozen
-     just after an ``executemany`` would hold the log's order forever.
-  6. A URL is named without its password (:func:`_redact_url`), and travels to a child
-     process in its environment, never in its argv.
+  1. ``?`` placeholders become ``%s`` (a literal ``%``, ``%%``) in a statement with
+     parameters; shared SQL never has a ``?`` inside a string literal.
+  2. Autocommit: transactions are the SQL the caller issues, as with ``sqlite3`` opened
+     with ``isolation_level=None``; ``in_transaction`` reports the server's view.
+  3. ``bytea`` reads back as ``bytes`` and ``bytes`` is sent as ``bytea``.
+  4. Every wait is bounded by the session settings of :data:`SESSION` (a statement, a lock
+     wait, an idle open transaction), and TCP keepalives notice a dead peer.
+  5. ``executemany`` (pipelined) ends with one plain statement: the server re-arms
+     ``idle_in_transaction_session_timeout`` only when it answers ready for a query (psycopg
+     3.3, PostgreSQL 15), so a process frozen after a pipeline still loses the order.
+  6. A URL is named without its password (:func:`_redact_url`), and reaches a child process
+     in its environment, never its argv.
 """
 
 from __future__ import annotations
@@ -39,24 +31,19 @@ from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
 from deplog.authority.storage import schema_postgres
-from deplog.authority.storage.cluster import Cluster
+from deplog.authority.storage.cluster import CONNECTING, Cluster
 from deplog.authority.storage.database import Database, WitnessStore, unavailable
 from deplog.client.errors import CLIError
 from deplog.client.plumbing.dbapi import Connection, Cursor
 
 __all__ = ["SESSION", "PostgresDatabase"]
 
-CONNECT_TIMEOUT_S = 5
 SESSION = {
     "lock_timeout": "10s",
     "statement_timeout": "30s",
     "idle_in_transaction_session_timeout": "5s",
 }
-"""Session settings of every connection (rule 4). A writer waits at most ``lock_timeout``
-for the log's order (another writer's batch takes milliseconds), and a process that stops
-between ``BEGIN`` and ``COMMIT`` loses its transaction (and the order) after
-``idle_in_transaction_session_timeout``."""
-_KEEPALIVES = "keepalives=1 keepalives_idle=5 keepalives_interval=2 keepalives_count=3"
+"""Session settings of every connection (rule 4)."""
 SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 """A read transaction whose reads all see one snapshot, while other processes commit."""
 
@@ -102,10 +89,9 @@ class _PgConnection:
 
 
 def _connect(url: str, *, readonly: bool = False, application: str = "deplog") -> _PgConnection:
-    """A connection with the session settings of rule 4. A read-only one reads each of its
-    transactions from one snapshot (``REPEATABLE READ``) and cannot write."""
-    conninfo = make_conninfo(url, connect_timeout=CONNECT_TIMEOUT_S, application_name=application)
-    conn = psycopg.connect(f"{conninfo} {_KEEPALIVES}", autocommit=True)
+    """A connection with rule 4's settings (read-only: one snapshot a transaction)."""
+    conninfo = make_conninfo(url, application_name=application, **CONNECTING)
+    conn = psycopg.connect(conninfo, autocommit=True)
     try:
         for name, value in SESSION.items():
             conn.execute(f"SET {name} = '{value}'")
@@ -131,8 +117,7 @@ def _redact_url(url: str) -> str:
 
 
 class PostgresDatabase(Database):
-    """A PostgreSQL database shared by any number of authority processes: the database
-    orders their writes (``schema_postgres``: the ``log_head`` row lock)."""
+    """A PostgreSQL database any number of authority processes share, ordering their writes."""
 
     shared: ClassVar[bool] = True
 
@@ -145,9 +130,6 @@ class PostgresDatabase(Database):
 
     def passed_to_child(self, variable: str) -> tuple[str, dict[str, str]]:
         return "-", {variable: self.url}
-
-    def discard(self) -> None:
-        """Nothing to do: a server's database always exists (``authority migrate``)."""
 
     def redact(self, text: str) -> str:
         password = urlsplit(self.url).password
@@ -178,10 +160,6 @@ class PostgresDatabase(Database):
 
     def set_head(self, conn: Connection, size: int) -> None:
         conn.execute(schema_postgres.MOVE_HEAD, (size,))
-
-    def limit_size(self, conn: Connection, max_bytes: int) -> None:
-        """Nothing to do: the database server's own quotas apply (``--max-db-mb`` caps a
-        SQLite file only)."""
 
     def broken(self, conn: Connection) -> bool:
         pg: _PgConnection = conn  # type: ignore[assignment]

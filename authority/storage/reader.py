@@ -1,15 +1,10 @@
 """The read side of the log: proofs, entries and tool status from committed data.
 
-A ``LogReader`` owns a read-only connection and is used by one thread at a
-time. Callers bound every size by the latest *published* checkpoint, so a
-reader never reveals a leaf that no signed checkpoint covers, and stored data
-that fails its own hash check is never served: ``IntegrityError``
-(``storage_corrupt``), the same finding as the writer's.
-
-A ``ReaderPool`` runs reads on a few threads of their own, never on the event loop
-and never on the writer's thread: each thread keeps its own ``LogReader``, and a
-database failure is ``StorageError`` (503 ``storage_unavailable``) that drops the
-thread's reader, so the next read reconnects (to a restarted database, say).
+A ``LogReader`` owns a read-only connection, for one thread at a time. Callers bound every
+size by the latest *published* checkpoint, so no leaf is revealed that no signed checkpoint
+covers, and stored data that fails its own hash check is ``IntegrityError``. A
+``ReaderPool`` runs reads on threads of their own, each with its reader; a database failure
+is ``StorageError`` and drops that thread's reader, so the next read reconnects.
 """
 
 from __future__ import annotations
@@ -38,27 +33,18 @@ from deplog.client.model.rules import decode_leaf
 from deplog.client.model.status import FoldNotice, InvalidMark, StatusIndex
 from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_hash
 
-__all__ = [
-    "MAX_SEARCH_ROWS",
-    "MAX_TOOL_NOTICES",
-    "LogReader",
-    "ReaderPool",
-]
+__all__ = ["MAX_SEARCH_ROWS", "MAX_TOOL_NOTICES", "LogReader", "ReaderPool"]
 
 _T = TypeVar("_T")
 
-# A tool with more notices than this is answered from its first ones only and
-# flagged ``truncated``; no publisher needs thousands of notices for one tool.
 MAX_TOOL_NOTICES = 4096
-
-# The most rows one listing query returns (recent entries, a page of search results,
-# chart points): every query the explorer makes is bounded by it.
+"""A tool with more notices is folded from its first ones only, flagged ``truncated``."""
 MAX_SEARCH_ROWS = 200
+"""The most rows one listing query returns (every query the explorer makes)."""
 
 
 class LogReader:
-    """Proofs and entries over a read-only connection to the log database (SQLite or
-    PostgreSQL: the queries are their common subset)."""
+    """Proofs and entries over a read-only connection to the log database."""
 
     def __init__(self, db: Database | Path | str) -> None:
         self.conn = open_database(db).connect(readonly=True)
@@ -100,12 +86,7 @@ class LogReader:
         ).fetchall()
         if len(rows) != end - start:
             raise IntegrityError()
-        out = []
-        for _, data, digest in rows:
-            if leaf_hash(bytes(data)) != bytes(digest):
-                raise IntegrityError()
-            out.append(bytes(data))
-        return out
+        return [data for _, data in _checked(rows)]
 
     def recent_entries(self, size: int, limit: int) -> list[tuple[int, bytes]]:
         """The last ``limit`` leaves below ``size``, newest first, each hash-checked."""
@@ -114,41 +95,25 @@ class LogReader:
             "SELECT idx, data, hash FROM leaves WHERE idx < ? ORDER BY idx DESC LIMIT ?",
             (size, limit),
         ).fetchall()
-        out = []
-        for idx, data, digest in rows:
-            if leaf_hash(bytes(data)) != bytes(digest):
-                raise IntegrityError()
-            out.append((int(idx), bytes(data)))
-        return out
+        return _checked(rows)
 
     def search_tools(self, text: str, size: int, offset: int, limit: int) -> list[str]:
-        """Tool ids with a notice below ``size`` whose id contains ``text``, in id order.
-
-        A scan of the (tool_id, idx) index, never of the leaves; callers bound
-        ``offset`` and ``limit``. Every tool id starts with ``tool:`` and has no
-        other colon, so text starting with it can only match as a prefix: that
-        is a range of the index instead of all of it.
-        """
+        """Tool ids with a notice below ``size`` containing ``text``, in id order."""
         limit = min(limit, MAX_SEARCH_ROWS)
-        if text.startswith("tool:"):
-            upper = text[:-1] + chr(ord(text[-1]) + 1)
-            rows = self.conn.execute(
-                "SELECT DISTINCT tool_id FROM tool_entries WHERE tool_id >= ? AND tool_id < ? "
-                "AND idx < ? ORDER BY tool_id LIMIT ? OFFSET ?",
-                (text, upper, size, limit, offset),
-            ).fetchall()
-            return [str(r[0]) for r in rows]
+        args: tuple[str, ...]
+        if text.startswith("tool:"):  # a tool id's one colon: such text matches a prefix only
+            match, args = "tool_id >= ? AND tool_id < ?", (text, text[:-1] + chr(ord(text[-1]) + 1))
+        else:
+            match, args = "instr(tool_id, ?) > 0", (text,)
         rows = self.conn.execute(
-            "SELECT DISTINCT tool_id FROM tool_entries WHERE instr(tool_id, ?) > 0 AND idx < ? "
+            f"SELECT DISTINCT tool_id FROM tool_entries WHERE {match} AND idx < ? "
             "ORDER BY tool_id LIMIT ? OFFSET ?",
-            (text, size, limit, offset),
+            (*args, size, limit, offset),
         ).fetchall()
         return [str(r[0]) for r in rows]
 
     def growth(self, size: int, points: int) -> list[tuple[int, str]]:
-        """Up to ``points`` signed checkpoints, evenly spread over sizes 1..``size``, as
-        (size, signed_at): the first checkpoint at or above each step, one indexed lookup
-        per point."""
+        """Up to ``points`` (size, signed_at) of checkpoints spread evenly over 1..``size``."""
         found: dict[int, str] = {}
         points = max(1, min(points, MAX_SEARCH_ROWS))
         for step in range(1, points + 1):
@@ -163,8 +128,7 @@ class LogReader:
         return sorted(found.items())
 
     def tool(self, tool_id: str, size: int, now: datetime) -> dict[str, Any]:
-        """The status of a tool at tree ``size``, folded from that tool's notices only, and
-        the marks of the entries about it that fail validation (docs/fold-spec.md)."""
+        """A tool's status at ``size``, folded from its notices and invalid entries' marks."""
         indexes = store.tool_entry_indexes(self.conn, tool_id, size, MAX_TOOL_NOTICES + 1)
         truncated = len(indexes) > MAX_TOOL_NOTICES
         items: list[tuple[int, FoldNotice]] = [
@@ -187,18 +151,14 @@ class LogReader:
     def map_proof(
         self, tool_id: str, view: MapView | None = None, moved: Callable[[], bool] | None = None
     ) -> tuple[int, MapProof]:
-        """The proof of ``tool_id`` in the map as committed, and the log size that map is at
-        (read in one snapshot: the caller compares it with the served checkpoint).
-        ``view`` and ``moved``: the writer's rows not written yet (``StoredMap.prove_at_size``;
-        ``ViewMoved``: read again)."""
+        """The proof of ``tool_id`` in the map as committed, and the size it is at."""
         try:
             return self.map.prove_at_size(tool_id, view, moved)
         except DeplogError:  # a missing row (MapStorageError), a record that does not decode
             raise IntegrityError() from None
 
     def invalid_entry(self, index: int) -> tuple[str, str | None, str | None] | None:
-        """How the entry at ``index`` fails validation (code, cause, tool id), if the
-        authority found it does (``invalid_entries``)."""
+        """How the entry at ``index`` fails validation (code, cause, tool id), if it does."""
         row = self.conn.execute(
             "SELECT code, cause, tool_id FROM invalid_entries WHERE idx = ?", (index,)
         ).fetchone()
@@ -211,6 +171,15 @@ class LogReader:
             return {"publishers": []}
         state: dict[str, Any] = json.loads(snapshot[1])
         return {"publishers": state["publishers"]}
+
+
+def _checked(rows: list[tuple[int, bytes, bytes]]) -> list[tuple[int, bytes]]:
+    out = []
+    for idx, data, digest in rows:
+        if leaf_hash(bytes(data)) != bytes(digest):
+            raise IntegrityError()
+        out.append((int(idx), bytes(data)))
+    return out
 
 
 class ReaderPool:
@@ -238,8 +207,7 @@ class ReaderPool:
         return reader
 
     def _read(self, fn: Callable[[LogReader], _T]) -> _T:
-        """Reader thread: a database failure is ``StorageError``, and the thread's reader
-        is dropped, so the next read reconnects (a restarted server)."""
+        """Reader thread: a database failure drops the reader (the next one reconnects)."""
         try:
             return fn(self._reader())
         except self.db.errors:

@@ -1,39 +1,25 @@
 """The log's schema on PostgreSQL: tables, append-only triggers, the order row, versions.
 
-The tables are the SQLite store's (``store``, ``tree``, ``client.map``) with
-PostgreSQL types (``bytea``, ``bigint``, text in ``"C"`` collation so ordering is byte
-order, as in SQLite). ``authority migrate --db URL`` creates or upgrades it: one
-transaction, serialized by an advisory lock, idempotent; ``schema_version`` holds the
-version, and a server refuses a database that is not at :data:`CURRENT_VERSION`.
+The tables are the SQLite store's with PostgreSQL types (text in ``"C"`` collation, so
+ordering is byte order). ``authority migrate --db URL`` creates or upgrades it in one
+transaction under an advisory lock; a server refuses a database not at
+:data:`CURRENT_VERSION`. Why the order is a row lock: docs/architecture.md, "PostgreSQL:
+one order, decided by the database".
 
 What the database itself enforces (not only ``Log``):
   1. ``leaves``, ``nodes``, ``checkpoints``, ``notices`` and ``tool_entries`` are
      append-only: UPDATE, DELETE and TRUNCATE raise.
   2. Leaf indices are contiguous: a leaf must be the next index after the largest one.
-  3. ``log_head`` (one row) holds the committed log size: it only grows, always equals
-     the number of leaves, and a transaction that adds leaves must move it (checked at
-     commit by a deferred constraint trigger), so the head and the leaves never disagree.
-  4. One root per size: ``checkpoints.size`` is the primary key, and a checkpoint cannot
-     be of a size the log has not committed.
+  3. ``log_head`` (one row) holds the committed log size: it only grows, equals the number
+     of leaves, and a transaction that adds leaves must move it (a deferred constraint
+     trigger checks at commit).
+  4. One root per size (``checkpoints.size`` is the key), never past the committed size.
   5. ``published`` (the served, cosigned note) never moves to a smaller size.
 
-The order (why a row lock): every write transaction starts with ``SELECT size FROM
-log_head WHERE id = 1 FOR UPDATE``. The lock belongs to the transaction that does the
-writes, so it cannot outlive its connection: a killed writer's transaction aborts and
-the lock is free at once; a writer that lost its connection cannot commit anything, so
-there is nothing to fence. A lease row with fencing tokens would need a clock, an expiry
-to tune and a token check on every write that a bug could forget; a session advisory lock
-outlives the transactions under it, so a writer could keep the lock after a failed commit
-and its holder is not tied to the rows it writes. The row lock is the write itself.
-
-The embedded witness (``--db postgresql://...``: every authority process is the same
-embedded witness, one key in the shared keys directory, so its record is one too): the
-tables of ``witness.core.WitnessState`` live in the schema ``embedded_witness`` of the
-log's database, where the state's compare-and-swap (the same SQL as on SQLite) orders the
-processes' requests. They are created when the witness opens (not by ``migrate``), in one
-transaction under an advisory lock, so processes starting together do not race on
-``CREATE``; besides the swap, a trigger refuses any update that lowers a record's size or
-time, and any delete: no SQL reaching the table rolls the witness back.
+*Embedded witness*: on a shared database every authority process is the same embedded
+witness, whose ``WitnessState`` tables live in the schema ``embedded_witness``, created when
+it opens (not by ``migrate``); a trigger besides refuses an update that lowers a record's
+size or time, and any delete.
 """
 
 from __future__ import annotations
@@ -282,11 +268,7 @@ def migrate(conn: Connection, name: str) -> tuple[int, int]:
         conn.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATE_LOCK,))
         before = schema_version(conn)
         if before > CURRENT_VERSION:
-            raise CLIError(
-                f"{name} has schema version {before}, newer than this authority's "
-                f"{CURRENT_VERSION}: upgrade deplog; nothing was changed",
-                EXIT_CONFIG,
-            )
+            raise _newer(name, before, "; nothing was changed")
         for version in range(before + 1, CURRENT_VERSION + 1):
             for statement in MIGRATIONS[version]:
                 conn.execute(statement)
@@ -309,16 +291,20 @@ def require_current(conn: Connection, name: str) -> None:
     elif version < CURRENT_VERSION:
         problem = f"has schema version {version}, this authority needs {CURRENT_VERSION}"
     else:
-        raise CLIError(
-            f"{name} has schema version {version}, newer than this authority's "
-            f"{CURRENT_VERSION}: upgrade deplog",
-            EXIT_CONFIG,
-        )
+        raise _newer(name, version)
     raise CLIError(f"{name} {problem}: run 'authority migrate --db URL' first", EXIT_CONFIG)
 
 
+def _newer(name: str, version: int, then: str = "") -> CLIError:
+    return CLIError(
+        f"{name} has schema version {version}, newer than this authority's {CURRENT_VERSION}: "
+        f"upgrade deplog{then}",
+        EXIT_CONFIG,
+    )
+
+
 EMBEDDED_WITNESS_SCHEMA = "embedded_witness"
-"""The schema of the embedded witness's state, beside the log's tables."""
+"""The schema of the embedded witness's state, beside the log's tables (*Embedded witness*)."""
 EMBEDDED_WITNESS_DDL = (
     f"SELECT pg_advisory_xact_lock(hashtext('{EMBEDDED_WITNESS_SCHEMA}'))",
     f"CREATE SCHEMA IF NOT EXISTS {EMBEDDED_WITNESS_SCHEMA}",
@@ -357,5 +343,4 @@ EMBEDDED_WITNESS_DDL = (
         ON {EMBEDDED_WITNESS_SCHEMA}.checkpoints
         FOR EACH ROW EXECUTE FUNCTION {EMBEDDED_WITNESS_SCHEMA}.no_rollback()""",
 )
-"""The embedded witness's tables, created (under the lock of the first statement) when it
-opens; the SQLite file's are ``witness.core._SCHEMA``."""
+"""The embedded witness's tables, created under the first statement's lock when it opens."""

@@ -1,26 +1,18 @@
 """The SQLite backend: the log in one file, its connections and its DDL.
 
-The embedded default (``--data``'s ``log.db``). The queries every backend runs are in
-``store``, ``tree`` and ``reader`` (the common subset, ``client.plumbing.dbapi``); what is
-SQLite's alone is here, behind :class:`SqliteDatabase`.
+The embedded default (``--data``'s ``log.db``); the queries every backend runs are in
+``store``, ``tree`` and ``reader``.
 
 Rules, cited by name:
-  * **Durable.** One file in WAL mode with ``synchronous=FULL``: a commit returns only
-    after the WAL is on disk, so a transaction that committed survives a kill or a
-    power cut.
-  * **One writer.** One process writes it (the server holds ``authority.lock``),
-    through one connection: a write transaction is ``BEGIN IMMEDIATE``; readers use
-    their own connections and see committed snapshots, so plain reads by the writer
-    agree with each other without a transaction (``Database.shared`` is false), and
-    the writer may hold the map's rows back.
-  * **Schema at open.** ``prepare`` creates what is missing and never touches
-    existing rows: the authority brings a file up to date when it opens it (no
-    ``migrate``). The tool-status map's tables are ``client.map``'s (the client
-    keeps its own map in the same tables); a map of another record format is dropped
-    there and folded again from the log.
-  * **Faults by evidence.** A failure to open or read the file is classified by
-    evidence (``client.plumbing.storage_faults``), and a file the failed attempt created is
-    removed.
+  * **Durable.** WAL mode with ``synchronous=FULL``: a committed transaction survives a
+    kill or a power cut.
+  * **One writer.** One process writes it (the server holds ``authority.lock``), through
+    one connection, ``BEGIN IMMEDIATE``; readers see committed snapshots, so the writer's
+    plain reads agree without a transaction and it may hold the map's rows back.
+  * **Schema at open.** ``prepare`` creates what is missing and never touches existing
+    rows (no ``migrate``); a map of another record format is dropped and folded again.
+  * **Faults by evidence.** A failure to open or read the file is classified by evidence
+    (``client.plumbing.storage_faults``), and a file the failed attempt created is removed.
 """
 
 from __future__ import annotations
@@ -61,14 +53,12 @@ _TREE_SCHEMA = (
         PRIMARY KEY (level, idx)
     ) STRICT, WITHOUT ROWID""",
     # Append-only: contiguous indices are what make a leaf index meaningful.
-    """CREATE TRIGGER IF NOT EXISTS leaves_append_only_update BEFORE UPDATE ON leaves
-        BEGIN SELECT RAISE(ABORT, 'leaves are append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS leaves_append_only_delete BEFORE DELETE ON leaves
-        BEGIN SELECT RAISE(ABORT, 'leaves are append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS nodes_append_only_update BEFORE UPDATE ON nodes
-        BEGIN SELECT RAISE(ABORT, 'nodes are append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS nodes_append_only_delete BEFORE DELETE ON nodes
-        BEGIN SELECT RAISE(ABORT, 'nodes are append-only'); END""",
+    *(
+        f"""CREATE TRIGGER IF NOT EXISTS {table}_append_only_{op.lower()} BEFORE {op} ON {table}
+        BEGIN SELECT RAISE(ABORT, '{table} are append-only'); END"""
+        for table in ("leaves", "nodes")
+        for op in ("UPDATE", "DELETE")
+    ),
 )
 """The tree's tables (``tree.py``: leaves and stored subtree hashes), append-only."""
 
@@ -88,17 +78,38 @@ def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
-def _limit_size(conn: sqlite3.Connection, max_bytes: int) -> None:
-    """Refuse to grow the database beyond ``max_bytes`` (writes then fail like a full disk)."""
-    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-    conn.execute(f"PRAGMA max_page_count = {max(1, max_bytes // page_size)}")
-
-
 def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
-    """sqlite-utils over our connection, leaving it as ``connect`` set it up: no plugin
-    hooks run on it and no pragma changes. Its writes inside our transaction are
-    savepoints, so they commit only with it."""
+    """sqlite-utils over our connection, no plugins, writes committed with ours."""
     return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+
+
+_TABLES: tuple[tuple[str, dict[str, type], str | tuple[str, ...], set[str], str], ...] = (
+    (
+        "checkpoints",
+        {"size": int, "root": bytes, "note": bytes, "signed_at": str},
+        "size",
+        {"root", "note", "signed_at"},
+        "",
+    ),
+    (
+        "notices",
+        {"publisher": str, "sequence": int, "idx": int, "digest": bytes},
+        ("publisher", "sequence"),
+        {"idx", "digest"},
+        "CREATE INDEX IF NOT EXISTS notices_by_idx ON notices (idx)",
+    ),
+    ("tool_entries", {"tool_id": str, "idx": int}, ("tool_id", "idx"), set(), ""),
+    (
+        "invalid_entries",
+        {"idx": int, "code": str, "cause": str, "tool_id": str},
+        "idx",
+        {"code"},
+        "CREATE INDEX IF NOT EXISTS invalid_by_tool ON invalid_entries (tool_id, idx)",
+    ),
+    ("published", {"id": int, "size": int, "note": bytes}, "id", {"size", "note"}, ""),
+    ("registry", {"id": int, "size": int, "state": str}, "id", {"size", "state"}, ""),
+)
+"""The tables besides the tree's and the map's: name, columns, key, not-null, an index."""
 
 
 def _create_schema(conn: sqlite3.Connection) -> None:
@@ -112,49 +123,10 @@ def _create_schema(conn: sqlite3.Connection) -> None:
             STORE_FORMAT,
         )
     db = _database(conn)
-    db.table("checkpoints").create(
-        {"size": int, "root": bytes, "note": bytes, "signed_at": str},
-        pk="size",
-        not_null={"root", "note", "signed_at"},
-        if_not_exists=True,
-        strict=True,
-    )
-    db.table("notices").create(
-        {"publisher": str, "sequence": int, "idx": int, "digest": bytes},
-        pk=("publisher", "sequence"),
-        not_null={"idx", "digest"},
-        if_not_exists=True,
-        strict=True,
-    )
-    conn.execute("CREATE INDEX IF NOT EXISTS notices_by_idx ON notices (idx)")
-    db.table("tool_entries").create(
-        {"tool_id": str, "idx": int},
-        pk=("tool_id", "idx"),
-        if_not_exists=True,
-        strict=True,
-    )
-    db.table("invalid_entries").create(
-        {"idx": int, "code": str, "cause": str, "tool_id": str},
-        pk="idx",
-        not_null={"code"},
-        if_not_exists=True,
-        strict=True,
-    )
-    conn.execute("CREATE INDEX IF NOT EXISTS invalid_by_tool ON invalid_entries (tool_id, idx)")
-    db.table("published").create(
-        {"id": int, "size": int, "note": bytes},
-        pk="id",
-        not_null={"size", "note"},
-        if_not_exists=True,
-        strict=True,
-    )
-    db.table("registry").create(
-        {"id": int, "size": int, "state": str},
-        pk="id",
-        not_null={"size", "state"},
-        if_not_exists=True,
-        strict=True,
-    )
+    for name, columns, key, not_null, index in _TABLES:
+        db.table(name).create(columns, pk=key, not_null=not_null, if_not_exists=True, strict=True)
+        if index:
+            conn.execute(index)
 
 
 class SqliteDatabase(Database):
@@ -215,11 +187,10 @@ class SqliteDatabase(Database):
     def begin_read(self, conn: Connection) -> None:
         conn.execute("BEGIN")
 
-    def set_head(self, conn: Connection, size: int) -> None:
-        """Nothing to do: the leaves are the only count of a SQLite log."""
-
     def limit_size(self, conn: Connection, max_bytes: int) -> None:
-        _limit_size(conn, max_bytes)  # type: ignore[arg-type]
+        """Writes past ``max_bytes`` fail like a full disk."""
+        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        conn.execute(f"PRAGMA max_page_count = {max(1, max_bytes // page_size)}")
 
     def fault(self, err: Exception) -> CLIError:
         assert isinstance(err, sqlite3.Error | OSError)
@@ -227,7 +198,6 @@ class SqliteDatabase(Database):
 
     @contextlib.contextmanager
     def opening(self, close: Callable[[], None]) -> Iterator[None]:
-        """*Faults by evidence*: an ``OSError`` is classified too, and the files a failed
-        attempt created are removed."""
+        """*Faults by evidence*."""
         with opening_database(self.path, close):
             yield

@@ -1,27 +1,16 @@
 """The authority's database: the tree, signed checkpoints and lookup indexes.
 
-The queries here are the common subset of every backend's SQL (``client.plumbing.dbapi``): they
-run unchanged on SQLite and PostgreSQL. Each backend's DDL is its own (``sqlite.py``,
-``schema_postgres.py``), and so are its few statements of its own (``Database``). Only
-the log's writer writes; readers use their own connections and see committed snapshots.
-
-Tables besides the tree's (see ``tree.py``):
-  * ``checkpoints``: every checkpoint the authority signed, keyed by size, so a
-    second, different root for a size is refused by the primary key.
-  * ``notices``: (publisher, sequence) -> leaf index and notice digest, for
-    idempotent resubmission and unique sequence numbers per publisher.
-  * ``tool_entries``: (tool_id, leaf index), so a tool's status folds only
-    its own notices.
-  * ``invalid_entries``: entries of the log that fail validation (none in an honest
-    log: the authority admits only what the validator accepts), found when the map
-    is folded again from the leaves, with the tool each names where it can be read
-    (docs/fold-spec.md, "Entries that fail validation").
-  * ``registry``: a snapshot of the publisher registry and the log size it
-    reflects, so a restart does not replay the log.
-  * ``published``: under a publication quorum, the last checkpoint that met it,
-    with its cosignatures, so a restart never serves a withheld checkpoint.
-  * ``map_*``: the tool-status map at the log's size (``client/map/``),
-    written in the transaction of the entries it folds.
+The queries here run unchanged on every backend (``client.plumbing.dbapi``); each
+backend's DDL is its own. Only the log's writer writes. Tables besides the tree's
+(``tree.py``) and the map's (``client/map/``):
+  * ``checkpoints``: every signed checkpoint, keyed by size (one root per size).
+  * ``notices``: (publisher, sequence) -> leaf index and digest, for idempotent
+    resubmission and unique sequence numbers.
+  * ``tool_entries``: (tool_id, leaf index), so a tool's status folds only its notices.
+  * ``invalid_entries``: entries that fail validation, found when the map is folded from
+    the leaves (docs/fold-spec.md, "Entries that fail validation").
+  * ``registry``: the publisher registry and the size it reflects.
+  * ``published``: under a quorum, the last checkpoint that met it, with its cosignatures.
 """
 
 from __future__ import annotations
@@ -81,8 +70,7 @@ NOTICE_LOOKUP_CHUNK = 128
 def notices_by_sequence(
     conn: Connection, keys: Sequence[tuple[str, int]]
 ) -> dict[tuple[str, int], tuple[int, bytes]]:
-    """The logged notices among ``keys`` (publisher, sequence): their index and digest.
-    One statement per chunk, not one per key: on PostgreSQL each is a round trip."""
+    """Index and digest of the logged notices among ``keys``, one statement a chunk."""
     found: dict[tuple[str, int], tuple[int, bytes]] = {}
     unique = list(dict.fromkeys(keys))
     for start in range(0, len(unique), NOTICE_LOOKUP_CHUNK):
@@ -118,9 +106,7 @@ def tool_entry_indexes(conn: Connection, tool_id: str, size: int, limit: int) ->
 
 
 def registry_entry_indexes(conn: Connection, size: int) -> list[int]:
-    """The indexes below ``size`` that hold no notice: the log's publisher entries (and any
-    entry that is neither, which the caller's decoding finds). The gaps between notice
-    indexes, found by one scan of the ``notices_by_idx`` index, never of the leaves."""
+    """The indexes below ``size`` that hold no notice: gaps of ``notices_by_idx``."""
     gaps = conn.execute(
         "SELECT prev + 1, idx FROM (SELECT idx, LAG(idx, 1, -1) OVER (ORDER BY idx) AS prev "
         "FROM notices WHERE idx < ?) AS ordered WHERE idx > prev + 1",
@@ -175,9 +161,7 @@ def published_note(conn: Connection) -> tuple[int, bytes] | None:
 
 
 def save_published_note(conn: Connection, size: int, note: bytes) -> None:
-    """Replace the published note, never by one of a smaller size.
-
-    Plain SQL: the upsert is guarded, which sqlite-utils' ``upsert`` cannot express."""
+    """Replace the published note, never by one of a smaller size."""
     conn.execute(
         "INSERT INTO published (id, size, note) VALUES (1, ?, ?) "
         "ON CONFLICT (id) DO UPDATE SET size = excluded.size, note = excluded.note "

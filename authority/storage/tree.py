@@ -1,26 +1,18 @@
 """The Merkle tree of the log, as a pymerkle backend over stored subtree hashes.
 
-pymerkle computes RFC 9162 roots and proof paths from *subroots*: hashes of
-perfect subtrees of width 2^level starting at a multiple of 2^level. Its stock
-SQLite backend rebuilds each subroot from leaf rows, so costs grow with the log.
-Here every subroot is persisted once, when the append that completes it
-happens (the layout of the Go checksum database's stored hashes, keyed by
-``(level, index)`` instead of a single linear index), and pymerkle's subroot
-lookup is served from that table: one indexed read per subroot.
+pymerkle computes RFC 9162 roots and proofs from *subroots*, hashes of perfect subtrees;
+here each is persisted once, by the append that completes it (the Go checksum database's
+layout, keyed by ``(level, index)``), and read with one indexed lookup.
 
 Invariants:
-  * ``leaves`` holds the entry bytes and the RFC 9162 leaf hash of every leaf,
-    indices 0..size-1 with no gaps; rows are never updated or deleted.
-  * ``nodes`` holds, for level >= 1, the hash of every *complete* perfect
-    subtree: node (level, i) covers leaves [i * 2^level, (i + 1) * 2^level).
-  * ``frontier`` (a ``client.proofs.TreeFrontier``) is the in-memory right
-    edge: the hash of the perfect subtree for every set bit of ``size``. It is
-    all an append or a root of the current size needs, it names the subtrees
-    an append completes, and it is rebuilt from ``nodes`` with O(log n) reads
-    on open.
+  * ``leaves`` holds the entry bytes and RFC 9162 leaf hash of leaves 0..size-1, no gaps;
+    rows are never updated or deleted.
+  * ``nodes`` holds, for level >= 1, the hash of every *complete* perfect subtree: node
+    (level, i) covers leaves [i * 2^level, (i + 1) * 2^level).
+  * ``frontier`` (``TreeFrontier``) is the in-memory right edge, all an append or the
+    current root needs; it is rebuilt from ``nodes`` with O(log n) reads on open.
 
-Costs: append O(log n) writes and no reads; root of the current size O(log n)
-hashing, no reads; a root or proof at any size O(log n) indexed reads.
+Costs: append O(log n) writes, no reads; any root or proof O(log n) indexed reads.
 """
 
 from __future__ import annotations
@@ -35,12 +27,7 @@ from pymerkle import BaseMerkleTree
 from deplog.client.plumbing.dbapi import Connection, insert_rows
 from deplog.client.tlog.proofs import TreeFrontier, leaf_hash, node_hash
 
-__all__ = [
-    "AUDIT_PROGRESS_STEP",
-    "KNOWN_HASHES",
-    "StoredHashTree",
-    "TreeCorruptError",
-]
+__all__ = ["AUDIT_PROGRESS_STEP", "KNOWN_HASHES", "StoredHashTree", "TreeCorruptError"]
 
 AUDIT_PROGRESS_STEP = 4096
 """Leaves between two progress reports of :meth:`StoredHashTree.audit`."""
@@ -48,23 +35,12 @@ KNOWN_HASHES = 1 << 16
 """Hashes a tree instance keeps of those it wrote or loaded (about 12 MiB at most)."""
 
 
-def _ignore(done: int, total: int) -> None:
-    """The progress callback of an audit nobody watches."""
-
-
 class TreeCorruptError(Exception):
     """Stored hashes that cannot be what our own appends wrote: storage was altered."""
 
 
 class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
-    """A pymerkle tree whose subroots are read from the ``nodes`` table.
-
-    One instance per connection. The writer instance appends; reader
-    instances are opened on their own connections and pinned to a published
-    size with ``pin``, so they never see a leaf that no checkpoint covers.
-    Transactions are the caller's: ``append_entry`` writes rows (queued inside
-    ``deferred``) but commits nothing, so a batch of appends is one commit.
-    """
+    """A pymerkle tree whose subroots are read from ``nodes``, one per connection."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -79,8 +55,6 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         self._leaf_rows_due: list[tuple[int, bytes, bytes]] = []
         self._node_rows_due: list[tuple[int, int, bytes]] = []
         self.frontier = self._load_frontier(self.size)
-
-    # -- pymerkle storage interface ---------------------------------------
 
     def _encode_entry(self, data: bytes) -> bytes:
         return data
@@ -100,10 +74,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
-        """Queue the rows of the appends made inside, and write them on leaving, one
-        statement per table: a batch is two round trips to PostgreSQL, not two per leaf.
-        A read inside writes the queue first; an exception drops it (the caller rolls
-        the transaction back and reloads the tree)."""
+        """Queue the rows of the appends inside, written on leaving (or before a read)."""
         self._deferring = True
         try:
             yield
@@ -141,13 +112,9 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
 
     _get_subroot_uncached = _get_subroot
 
-    # -- our own reads -----------------------------------------------------
-
     def _know(self, level: int, index: int, digest: bytes) -> None:
-        """Keep a hash this instance wrote or loaded: the receipts of a batch prove its
-        leaves with them (siblings in the batch, the frontier's subtrees), without a read.
-        The writer's rollback replaces the instance (``Log._reload``), so nothing kept
-        outlives its transaction; past ``KNOWN_HASHES`` the oldest half is dropped."""
+        """Keep a hash this instance wrote or loaded, so a batch's receipts need no read
+        (a rollback replaces the instance); past ``KNOWN_HASHES`` the oldest half goes."""
         if len(self.known) >= KNOWN_HASHES:
             for key in list(itertools.islice(self.known, KNOWN_HASHES // 2)):
                 del self.known[key]
@@ -166,10 +133,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
 
     @contextlib.contextmanager
     def memoized(self) -> Iterator[None]:
-        """Share stored-hash reads across many proofs of one size (a batch's receipts).
-
-        Safe because stored hashes never change once written.
-        """
+        """Share stored-hash reads (which never change) across many proofs of one size."""
         self.memo = {}
         try:
             yield
@@ -219,30 +183,20 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
     def verify_leaves(self, start: int, end: int) -> int | None:
         """First index in [start, end) whose stored hash is not the hash of its data."""
         self.flush()
-        cursor = self.conn.execute(
-            "SELECT idx, data, hash FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
-            (start, end),
-        )
         expected = start
-        for idx, data, digest in cursor:
-            if idx != expected or leaf_hash(bytes(data)) != bytes(digest):
+        for idx, data, digest in self._leaf_rows(start, end):
+            if idx != expected or leaf_hash(data) != digest:
                 return expected
             expected += 1
         return None if expected == end else expected
 
     def audit(self, progress: Callable[[int, int], None] | None = None) -> str | None:
-        """Rehash every leaf and recompute every stored subtree hash: O(n).
-
-        Returns a description of the first disagreement (naming the first
-        leaf index it affects), or None when storage is exactly what appends
-        would have written. ``progress`` hears (leaves done, size) every
-        :data:`AUDIT_PROGRESS_STEP` leaves and once at the end of a clean audit.
-        """
+        """Rehash every leaf and stored subtree hash, O(n): the first disagreement, or None."""
         frontier = TreeFrontier()
         expected = 0
-        report = progress or _ignore
+        report = progress or (lambda done, total: None)
         report(0, self.size)
-        for idx, data, digest in self._leaf_rows(self.size):
+        for idx, data, digest in self._leaf_rows(0, self.size):
             if idx != expected:
                 return f"leaf {expected} is missing"
             if leaf_hash(bytes(data)) != bytes(digest):
@@ -263,12 +217,10 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         report(expected, self.size)
         return None
 
-    def _leaf_rows(self, size: int) -> Iterator[tuple[int, bytes, bytes]]:
-        """Every leaf row below ``size`` in index order, read :data:`AUDIT_PROGRESS_STEP`
-        rows at a time, so memory stays bounded whatever the driver buffers."""
-        start = 0
-        while start < size:
-            end = min(start + AUDIT_PROGRESS_STEP, size)
+    def _leaf_rows(self, start: int, stop: int) -> Iterator[tuple[int, bytes, bytes]]:
+        """The leaf rows in ``[start, stop)``, read ``AUDIT_PROGRESS_STEP`` rows at a time."""
+        while start < stop:
+            end = min(start + AUDIT_PROGRESS_STEP, stop)
             rows = self.conn.execute(
                 "SELECT idx, data, hash FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
                 (start, end),
@@ -279,12 +231,10 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
                 return
             start = end
 
-    # -- RFC 9162 proofs ---------------------------------------------------
-
     def inclusion_proof(self, index: int, size: int) -> list[bytes]:
         """RFC 9162 2.1.3.1 PATH for 0-based ``index`` in the tree of ``size`` leaves."""
-        proof = self.prove_inclusion(index + 1, size)
-        return _inclusion_path_from_pymerkle(proof.path)
+        path = self.prove_inclusion(index + 1, size).path
+        return [bytes(h) for h in path[1:]]  # pymerkle's starts with the leaf hash itself
 
     def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
         """RFC 9162 2.1.4.1 PROOF between the trees of ``old_size`` and ``new_size`` leaves."""
@@ -292,11 +242,6 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
             return []
         proof = self.prove_consistency(old_size, new_size)
         return _consistency_path_from_pymerkle(proof.subset, proof.path)
-
-
-def _inclusion_path_from_pymerkle(path: Sequence[bytes]) -> list[bytes]:
-    """pymerkle's inclusion path starts with the leaf hash itself; RFC 9162 omits it."""
-    return [bytes(h) for h in path[1:]]
 
 
 def _consistency_path_from_pymerkle(subset: Sequence[int], path: Sequence[bytes]) -> list[bytes]:

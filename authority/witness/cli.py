@@ -1,20 +1,11 @@
 """``witness``: run a C2SP tlog-witness server for any C2SP log (init, logs, serve).
 
-A thin layer over :mod:`authority.witness`. The data directory holds
-``witness.json`` (name and key file stem) and ``witness.db``; the keys
-directory holds the cosigning key ``<stem>.key`` (0600, signed-note private
-key encoding with signature type 0x04 for Ed25519, the default, or 0x06 for
-ML-DSA-44 with ``init --type ml-dsa-44``, tlog-cosignature v1.1) and its
-verifier key ``<stem>.pub``. The key file says which type the witness signs
-with. ``serve --verify-map`` needs an Ed25519 key: its statement is about the
-``deplog-map/v1`` line, which an ML-DSA-44 cosignature does not sign.
-
-``serve`` answers ``POST /add-checkpoint`` (the add-checkpoint work runs on a
-small thread pool, off the event loop), ``GET /healthz`` and ``GET /metrics``.
-Logs can be added while it runs: every request reads the trusted keys from the
-database, and the compare-and-swap keeps concurrent writers safe. Everything a
-client controls is bounded: body size (413), time to send the body (408),
-requests in flight (503 with ``Retry-After``).
+A thin layer over :mod:`authority.witness`. The data directory holds ``witness.json``
+(name and key file stem) and ``witness.db``; the keys directory the cosigning key
+``<stem>.key`` (0600; Ed25519, type 0x04, or ML-DSA-44, type 0x06, by ``init --type``) and
+``<stem>.pub``. ``serve --verify-map`` needs an Ed25519 key: an ML-DSA-44 cosignature does
+not sign the ``deplog-map/v1`` line. Logs can be added while it serves: every request reads
+the trusted keys from the database.
 """
 
 from __future__ import annotations
@@ -33,25 +24,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from deplog.authority.command import add_version, key_file, run
+from deplog.authority.command import command_parser, key_file, run
 from deplog.authority.http.plumbing import Listen, ServingRunner, bind, serve_until_signalled
 from deplog.authority.options import add_options, from_options, option
-from deplog.authority.witness.core import (
-    Witness,
-    WitnessState,
-    parse_logs_file,
-)
+from deplog.authority.witness.core import Witness, WitnessState, parse_logs_file
 from deplog.authority.witness.mapverify import MapVerifier, http_entries
 from deplog.authority.witness.server import build_app, render_error
 from deplog.client.errors import CLIError
 from deplog.client.plumbing.files import exclusive_lock, require_writable, write_atomic
 from deplog.client.tlog.cosignature import ALGORITHMS
-from deplog.client.tlog.keyfile import (
-    create_signer,
-    is_key_file_stem,
-    key_file_name,
-    load_signer,
-)
+from deplog.client.tlog.keyfile import create_signer, is_key_file_stem, key_file_name, load_signer
 from deplog.client.tlog.note import (
     COSIGNER_TYPES,
     SIG_TYPE_COSIGNATURE_V1,
@@ -71,8 +53,6 @@ __all__ = [
     "main",
     "parser",
 ]
-
-log = logging.getLogger("deplog.witness")
 
 DEFAULT_PORT = 7461
 CONFIG_FILE = "witness.json"
@@ -108,9 +88,7 @@ KEY_TYPES = {name: sig_type for sig_type, name in ALGORITHMS.items()}
 def init(
     data: Path, keys: Path, name: str, out: IO[str], sig_type: int = SIG_TYPE_COSIGNATURE_V1
 ) -> tuple[WitnessConfig, Signer]:
-    """Create (or reopen) the data directory, config, database and cosigning key of type
-    ``sig_type``. Idempotent; a name that can never be a key name is refused before
-    anything is created, and so is reopening a witness whose key has another type."""
+    """Create (or reopen: idempotent) the data directory, config, database and key."""
     if not is_valid_key_name(name):
         raise CLIError(
             "--name must be a key name, without spaces or '+' (e.g. witness.example/w1); "
@@ -176,9 +154,6 @@ async def _serve(config: WitnessConfig, witness: Witness, sock: socket.socket) -
     await serve_until_signalled(runner, sock, f"witness {config.name}")
 
 
-# Commands
-
-
 def _cmd_init(args: argparse.Namespace) -> int:
     init(args.data, args.keys, args.name, sys.stdout, KEY_TYPES[args.type])
     return 0
@@ -186,19 +161,16 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 def _cmd_add_log(args: argparse.Namespace) -> int:
     _read_config(args.data)
-    state = WitnessState(args.data / DB_FILE)
-    try:
+    with contextlib.closing(WitnessState(args.data / DB_FILE)) as state:
         if args.logs is not None:
             _add_logs_from_file(state, args.logs, sys.stdout)
             return 0
         if args.key is None:
             raise CLIError("give --key VKEY or --logs FILE")
         verifier, added = state.add_log(args.key, int(time.time()), args.origin)
-        origin = verifier.name if args.origin is None else args.origin
-        named = "" if origin == verifier.name else f" (key {verifier.name})"
-        print(f"{'added' if added else 'known'} log {origin}{named}")
-    finally:
-        state.close()
+    origin = verifier.name if args.origin is None else args.origin
+    named = "" if origin == verifier.name else f" (key {verifier.name})"
+    print(f"{'added' if added else 'known'} log {origin}{named}")
     return 0
 
 
@@ -208,31 +180,24 @@ def _when(timestamp: int) -> str:
 
 def _cmd_list_logs(args: argparse.Namespace) -> int:
     _read_config(args.data)
-    state = WitnessState(args.data / DB_FILE)
-    try:
+    with contextlib.closing(WitnessState(args.data / DB_FILE)) as state:
         logs = state.logs()
-    finally:
-        state.close()
+    shown = [
+        {
+            "origin": status.origin,
+            "vkey": status.vkey,
+            "size": None if (recorded := status.recorded) is None else recorded.size,
+            "cosigned_at": None if recorded is None else _when(recorded.updated_at),
+        }
+        for status in logs
+    ]
     if args.json:
-        shown = [
-            {
-                "origin": status.origin,
-                "vkey": status.vkey,
-                "size": None if status.recorded is None else status.recorded.size,
-                "cosigned_at": None
-                if status.recorded is None
-                else _when(status.recorded.updated_at),
-            }
-            for status in logs
-        ]
         print(json.dumps({"logs": shown}, indent=2))
         return 0
     print("origin\tsize\tcosigned_at\tvkey")
-    for status in logs:
-        recorded = status.recorded
-        size = "-" if recorded is None else str(recorded.size)
-        when = "-" if recorded is None else _when(recorded.updated_at)
-        print(f"{status.origin}\t{size}\t{when}\t{status.vkey}")
+    for row in shown:
+        size, when = row["size"], row["cosigned_at"]
+        print(f"{row['origin']}\t{'-' if size is None else size}\t{when or '-'}\t{row['vkey']}")
     return 0
 
 
@@ -256,8 +221,7 @@ def _start(args: argparse.Namespace, sock: socket.socket) -> int:
     with exclusive_lock(args.data / LOCK_FILE) as owned:
         if not owned:
             raise CLIError(f"another witness is already serving {args.data}")
-        state = WitnessState(config.db_path)
-        try:
+        with contextlib.closing(WitnessState(config.db_path)) as state:
             if args.logs is not None:
                 _add_logs_from_file(state, args.logs, sys.stdout)
             print(f"witness verifier key: {signer.verifier().vkey()}", flush=True)
@@ -273,29 +237,21 @@ def _start(args: argparse.Namespace, sock: socket.socket) -> int:
             finally:
                 if verifier is not None:
                     verifier.close()
-        finally:
-            state.close()
     return 0
 
 
 def parser() -> argparse.ArgumentParser:
     """The ``witness`` command line."""
-    p = argparse.ArgumentParser(
-        prog="witness", description="Run a C2SP tlog-witness server for any C2SP log."
-    )
-    add_version(p)
-    sub = p.add_subparsers(
-        dest="command",
-        required=True,
-        metavar="COMMAND",
-        help="what to do (COMMAND -h: its options)",
-    )
+    p, sub = command_parser("witness", "Run a C2SP tlog-witness server for any C2SP log.")
 
-    def data_arg(sp: argparse.ArgumentParser) -> None:
+    def command(name: str, help_text: str, func: object) -> argparse.ArgumentParser:
+        """A subcommand with the data directory."""
+        sp: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
+        sp.set_defaults(func=func)
         sp.add_argument("--data", type=Path, required=True, help="witness data directory")
+        return sp
 
-    sp = sub.add_parser("init", help="create the data directory and the cosigning key")
-    data_arg(sp)
+    sp = command("init", "create the data directory and the cosigning key", _cmd_init)
     sp.add_argument("--keys", type=Path, required=True, help="directory of key files")
     sp.add_argument("--name", required=True, help="witness key name, e.g. witness.example/w1")
     sp.add_argument(
@@ -305,30 +261,24 @@ def parser() -> argparse.ArgumentParser:
         help="cosignature type (tlog-cosignature v1.1): ed25519 (cosignature/v1, type 0x04, "
         "the default) or ml-dsa-44 (type 0x06, post-quantum); --verify-map needs ed25519",
     )
-    sp.set_defaults(func=_cmd_init)
 
-    sp = sub.add_parser("add-log", help="trust a log's key for its checkpoints' origin")
-    data_arg(sp)
+    sp = command("add-log", "trust a log's key for its checkpoints' origin", _cmd_add_log)
     sp.add_argument(
         "--origin",
         help="the checkpoints' origin line (default: the key name, which SHOULD match it)",
     )
     sp.add_argument("--key", help="log verifier key (type 0x01 vkey)")
     sp.add_argument("--logs", type=Path, help="tlog-policy file: every 'log <vkey>' line")
-    sp.set_defaults(func=_cmd_add_log)
 
-    sp = sub.add_parser("list-logs", help="configured logs and the latest size cosigned")
-    data_arg(sp)
+    sp = command("list-logs", "configured logs and the latest size cosigned", _cmd_list_logs)
     sp.add_argument(
         "--json",
         action="store_true",
         help='print JSON ({"logs": [{"origin", "vkey", "size", "cosigned_at"}]}) instead of '
         "a tab-separated table",
     )
-    sp.set_defaults(func=_cmd_list_logs)
 
-    sp = sub.add_parser("serve", help="serve the tlog-witness HTTP API")
-    data_arg(sp)
+    sp = command("serve", "serve the tlog-witness HTTP API", _cmd_serve)
     sp.add_argument("--keys", type=Path, required=True, help="directory of key files")
     add_options(sp, ServeOptions)
     sp.add_argument("--logs", type=Path, help="tlog-policy file of logs to trust at startup")
@@ -338,7 +288,6 @@ def parser() -> argparse.ArgumentParser:
         help="cosign only checkpoints whose deplog-map/v1 root this witness reproduced from "
         "the log's entries at URL (run it under its own name and key)",
     )
-    sp.set_defaults(func=_cmd_serve)
     return p
 
 

@@ -1,49 +1,26 @@
 """A C2SP tlog-witness v1.0.0 witness: verify, compare-and-swap, cosign.
 
-The witness keeps, per log origin, the latest checkpoint it cosigned, and
-cosigns a submitted checkpoint only if it is signed by the log's trusted key
-and provably extends that record. Its ``cosignature/v1`` (tlog-cosignature
-v1.0.1) then states "as of this time, this is the largest consistent tree I
-have seen for this origin". That statement is only true if the record never
-moves backwards, so the rules are:
+The witness keeps, per log origin, the latest checkpoint it cosigned, and cosigns a
+submitted checkpoint only if the log's trusted key signed it and it provably extends that
+record. Its cosignature states "as of this time, this is the largest consistent tree I have
+seen for this origin", which is only true if the record never moves backwards:
 
-* The record only changes through :meth:`WitnessState.compare_and_swap`, an
-  ``UPDATE ... WHERE origin = ? AND size = ? AND root = ?`` (or, for a log
-  never cosigned, an ``INSERT`` guarded by the primary key) in one SQLite
-  transaction (WAL, ``synchronous=FULL``; or, for the embedded witness of a log on
-  PostgreSQL, one PostgreSQL transaction in the log's database, where every
-  authority process shares the record and a trigger besides refuses any update
-  that lowers a size). The checks read the record without
-  a lock; if another request changed it in between, the swap matches no row
-  and the request gets ``old_size_mismatch`` with the new size. A race can
-  therefore never roll the witness back (tlog-witness, "add-checkpoint", the
-  A/B race), and the record is durable before any cosignature leaves the
-  process.
-* Cosignature timestamps never decrease for an origin (the stored time is
-  ``max(previous, now)``): after "as of T, the largest tree is M", a witness
-  whose clock stepped back must not sign "as of T' < T, the largest is N > M".
-* Checks happen in the order the spec lists them, each with its error code:
-  body over :data:`MAX_BODY_SIZE` ``too_large``; malformed body
-  ``malformed_request``; unknown origin ``unknown_log``; no valid signature by
-  the origin's trusted key ``untrusted_checkpoint`` (signatures by other keys
-  are ignored); old size above the checkpoint size ``old_size_too_large``; old
-  size not the recorded size ``old_size_mismatch``, carrying the recorded size;
-  a proof that does not verify (or any proof from size 0, or between equal
-  sizes) ``bad_consistency_proof``; equal sizes with another root
-  ``root_mismatch``; then the swap and the cosignature line. A refused request
-  changes nothing but, when the checkpoint was validly signed and the refusal
-  is a failed proof or a fork, its bytes are kept (bounded) as possible
-  evidence of log misbehaviour.
-* The witness works for any C2SP log: an origin and a type 0x01 Ed25519
-  verifier key. The key name SHOULD be the origin (tlog-checkpoint) and is
-  unless the operator names another origin (sum.golang.org's key
-  ``sum.golang.org`` signs ``go.sum database tree``): the origin line picks
-  the trusted key, and the signature must be that key's. It knows nothing of
-  deplog entries.
-
-Nothing here speaks HTTP: :meth:`Witness.add_checkpoint` takes a request body
-and returns the cosignature line or raises; ``authority.witness.server`` serves
-it, with the tlog-witness statuses of ``authority.http.status``.
+* **Compare-and-swap.** The record changes only through
+  :meth:`WitnessState.compare_and_swap` (``UPDATE ... WHERE origin = ? AND size = ? AND
+  root = ?``, or a primary-key-guarded ``INSERT``) in one transaction; a request whose
+  record changed since its checks read it gets ``old_size_mismatch`` with the new size. A
+  race never rolls the witness back, and the record is durable before a cosignature leaves.
+* **Time forward.** Cosignature timestamps never decrease for an origin (the stored time is
+  ``max(previous, now)``), whatever the clock does.
+* **Spec order.** Checks run in tlog-witness's order, each with its code: ``too_large``,
+  ``malformed_request``, ``unknown_log``, ``untrusted_checkpoint`` (signatures by other
+  keys are ignored), ``old_size_too_large``, ``old_size_mismatch`` (with the recorded
+  size), ``bad_consistency_proof`` (any proof from size 0 or between equal sizes too),
+  ``root_mismatch``; then the swap. A refusal changes nothing, but a validly signed
+  checkpoint refused for a failed proof or a fork is kept (bounded) as evidence.
+* **Any log.** A log is an origin and a type 0x01 Ed25519 key; the origin line picks the
+  key (the key name SHOULD be the origin, unless the operator names another). Nothing
+  here knows deplog entries or speaks HTTP (``witness/server.py`` does).
 """
 
 from __future__ import annotations
@@ -148,8 +125,7 @@ CREATE TABLE IF NOT EXISTS evidence (
 
 
 class WitnessError(DeplogError):
-    """Base of the refusals only a witness makes; a body over :data:`MAX_BODY_SIZE` is
-    ``TooLargeError`` and a failed consistency proof ``ProofError``, as anywhere."""
+    """Base of the refusals only a witness makes."""
 
 
 class MalformedRequestError(WitnessError):
@@ -254,12 +230,8 @@ class Evidence:
 
 
 def parse_add_checkpoint(body: bytes) -> AddCheckpointRequest:
-    """Split an add-checkpoint body (tlog-witness, "add-checkpoint") without verifying it.
-
-    ``old <size>`` (ASCII decimal, no leading zeros), at most 63 lines of
-    canonical base64 32-byte hashes, an empty line, then the checkpoint note.
-    Proof lines are never empty, so the first blank line ends the header.
-    """
+    """Split an add-checkpoint body without verifying it: ``old <size>``, at most 63 proof
+    lines, an empty line (the first: proof lines are never empty), the checkpoint note."""
     if len(body) > MAX_BODY_SIZE:
         raise TooLargeError(message="add-checkpoint body over 1 MiB")
     head, sep, note = body.partition(b"\n\n")
@@ -288,8 +260,7 @@ def parse_log_verifier(vkey: str) -> Verifier:
     """A log's type 0x01 verifier key; its key name is the origin it signs checkpoints for."""
     try:
         verifier = Verifier.parse(vkey)
-        # The origin must also be a valid checkpoint origin line.
-        Checkpoint(verifier.name, 0, EMPTY_ROOT)
+        Checkpoint(verifier.name, 0, EMPTY_ROOT)  # its name must be an origin line
     except (KeyFormatError, CheckpointFormatError):
         raise LogConfigError(
             ErrorCode.BAD_LOG_KEY, "not a type 0x01 Ed25519 log verifier key"
@@ -298,12 +269,7 @@ def parse_log_verifier(vkey: str) -> Verifier:
 
 
 def parse_logs_file(text: str) -> list[Verifier]:
-    """The ``log <vkey> [<url>]`` lines of a C2SP tlog-policy file.
-
-    Blank lines and ``#`` comments are skipped; ``witness``, ``group`` and
-    ``quorum`` lines concern clients, not a witness, and are ignored; any
-    other line is an error, so a typo cannot silently drop a log.
-    """
+    """The ``log <vkey> [<url>]`` lines of a tlog-policy file; any unknown line refused."""
     if len(text) > MAX_LOGS_FILE_SIZE:
         raise LogConfigError(ErrorCode.LOGS_FILE_TOO_LARGE, "logs file is too large")
     verifiers: list[Verifier] = []
@@ -323,53 +289,29 @@ def parse_logs_file(text: str) -> list[Verifier]:
 
 
 class StateStore(Protocol):
-    """Another database than a SQLite file for the witness's state (``WitnessState.over``):
-    the embedded witness of a log whose processes share one database keeps its state there
-    (the log's storage provides it: ``authority.storage.database.WitnessStore``)."""
+    """Another database than a SQLite file for the state (``WitnessState.over``)."""
 
     @property
-    def name(self) -> str:
-        """The database, for messages."""
-
+    def name(self) -> str: ...
     @property
-    def begin(self) -> str:
-        """The first statement of its write transaction."""
-
+    def begin(self) -> str: ...
     @property
-    def errors(self) -> tuple[type[Exception], ...]:
-        """What its driver raises."""
-
+    def errors(self) -> tuple[type[Exception], ...]: ...
     @property
-    def schema(self) -> Sequence[str]:
-        """The statements that create the state's tables if they are missing."""
-
+    def schema(self) -> Sequence[str]: ...
     @property
-    def connect(self) -> Callable[[], Connection]:
-        """Makes a connection with the state's tables in reach."""
+    def connect(self) -> Callable[[], Connection]: ...
 
 
 class WitnessState:
-    """The witness's database: trusted logs, the record per origin, evidence.
-
-    A SQLite file, or (``over``: the embedded witness of a log on PostgreSQL)
-    another database, with the same SQL. Each thread gets its own connection, so
-    concurrent requests really are concurrent at the database and only the
-    compare-and-swap orders them. A database error on the request path is
-    :class:`StorageUnavailableError` (503); ``failing`` names it until a swap
-    succeeds again, and a run of them is logged once, as one line (``/healthz``
-    reports it).
-    """
+    """The witness's database (a SQLite file, or ``over`` another): trusted logs, the record
+    per origin, evidence. Each thread has its own connection, so only the swap orders
+    concurrent requests; a database error is :class:`StorageUnavailableError`, named by
+    ``failing`` (``/healthz``) until a swap succeeds again, and logged once."""
 
     def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
-        self.path = path
         self._busy_timeout = busy_timeout
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._connections: list[Connection] = []
-        self._connect: Callable[[], Connection] = self._connect_sqlite
-        self._begin = "BEGIN IMMEDIATE"
-        self.errors: tuple[type[Exception], ...] = (sqlite3.Error,)
-        self.failing: str | None = None
+        self._setup(path, self._connect_sqlite, "BEGIN IMMEDIATE", (sqlite3.Error,))
         with opening_database(path, self.close):
             conn = self._conn()
             conn.execute("PRAGMA journal_mode=WAL")
@@ -378,17 +320,9 @@ class WitnessState:
 
     @classmethod
     def over(cls, store: StateStore) -> WitnessState:
-        """The state in ``store``, another database than a SQLite file, its tables created
-        if missing: the embedded witness of a log whose processes share one database."""
+        """The state in ``store``, its tables created if missing."""
         state = cls.__new__(cls)
-        state.path = Path(store.name)
-        state._local = threading.local()
-        state._lock = threading.Lock()
-        state._connections = []
-        state._connect = store.connect
-        state._begin = store.begin
-        state.errors = store.errors
-        state.failing = None
+        state._setup(Path(store.name), store.connect, store.begin, store.errors)
         try:
             with state._transaction() as conn:
                 for statement in store.schema:
@@ -397,6 +331,19 @@ class WitnessState:
             state.close()
             raise
         return state
+
+    def _setup(
+        self,
+        path: Path,
+        connect: Callable[[], Connection],
+        begin: str,
+        errors: tuple[type[Exception], ...],
+    ) -> None:
+        self.path, self._connect, self._begin, self.errors = path, connect, begin, errors
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[Connection] = []
+        self.failing: str | None = None
 
     def _connect_sqlite(self) -> Connection:
         conn = sqlite3.connect(
@@ -430,10 +377,7 @@ class WitnessState:
             conn.close()
 
     def _first(self, run: Callable[[Connection], _T]) -> _T:
-        """``run`` (a read, or ``BEGIN``: nothing that changes state) on this thread's
-        connection, and once more on a new one if it finds that connection lost. Each
-        thread's connection to PostgreSQL is found lost only when used after the database
-        restarted: a request after an outage is answered rather than failed."""
+        """``run`` on this thread's connection, again on a new one if it was lost."""
         conn = self._conn()
         try:
             return run(conn)
@@ -445,8 +389,7 @@ class WitnessState:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[Connection]:
-        """A write transaction: on SQLite the write lock is taken up front, so it cannot
-        deadlock; on PostgreSQL the swap's row lock orders concurrent writers."""
+        """A write transaction (on SQLite the write lock is taken up front)."""
 
         def begin(conn: Connection) -> Connection:
             conn.execute(self._begin)
@@ -487,22 +430,15 @@ class WitnessState:
         self._local = threading.local()
 
     def add_log(self, vkey: str, now: int, origin: str | None = None) -> tuple[Verifier, bool]:
-        """Trust ``vkey`` for ``origin`` (by default its key name); the flag says whether
-        it is new.
-
-        One key per origin: a different key for a configured origin is refused,
-        because silently swapping a log's key would let a new key fork the log.
-        """
+        """Trust ``vkey`` for ``origin``; whether it is new (another key is refused)."""
         verifier = parse_log_verifier(vkey)
         canonical = verifier.vkey()
-        if origin is None:
-            origin = verifier.name
+        origin = verifier.name if origin is None else origin
         try:
             check_origin(origin)
         except CheckpointFormatError:
             raise LogConfigError(ErrorCode.BAD_ORIGIN, "an origin is one non-empty line") from None
-        # Insert unless present, then read what is there: on PostgreSQL several
-        # authority processes may add the log at once, and only one insert wins.
+        # Insert unless present, then read: processes sharing the state may race here.
         with self._transaction() as conn:
             inserted = conn.execute(
                 "INSERT INTO logs (origin, vkey, added_at) VALUES (?, ?, ?) "
@@ -517,16 +453,10 @@ class WitnessState:
         return verifier, False
 
     def log_verifier(self, origin: str) -> Verifier | None:
-        """The trusted key for ``origin``, or None if the origin is not configured.
-
-        The first read of a request (``_first``).
-        """
+        """The trusted key for ``origin``, or None; a request's first read (``_first``)."""
+        query = "SELECT vkey FROM logs WHERE origin = ?"
         with self._storage():
-            row = self._first(
-                lambda conn: conn.execute(
-                    "SELECT vkey FROM logs WHERE origin = ?", (origin,)
-                ).fetchone()
-            )
+            row = self._first(lambda conn: conn.execute(query, (origin,)).fetchone())
         return None if row is None else Verifier.parse(row[0])
 
     def recorded(self, origin: str) -> RecordedCheckpoint | None:
@@ -543,44 +473,23 @@ class WitnessState:
 
     def logs(self) -> list[LogStatus]:
         """Every configured log with its record, by origin."""
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT l.origin, l.vkey, c.size, c.root, c.updated_at FROM logs l "
-                "LEFT JOIN checkpoints c ON c.origin = l.origin ORDER BY l.origin"
-            )
-            .fetchall()
+        query = (
+            "SELECT l.origin, l.vkey, c.size, c.root, c.updated_at FROM logs l "
+            "LEFT JOIN checkpoints c ON c.origin = l.origin ORDER BY l.origin"
         )
         return [
             LogStatus(
-                origin,
-                vkey,
-                None if size is None else RecordedCheckpoint(size, bytes(root), updated_at),
+                origin, vkey, None if size is None else RecordedCheckpoint(size, bytes(root), at)
             )
-            for origin, vkey, size, root, updated_at in rows
+            for origin, vkey, size, root, at in self._conn().execute(query).fetchall()
         ]
 
     def compare_and_swap(
         self, origin: str, expected: RecordedCheckpoint | None, size: int, root: bytes, now: int
     ) -> int:
-        """Replace the record ``expected`` by (size, root); returns the cosignature time.
-
-        The swap applies only if the record still has ``expected``'s size and
-        root (or, for None, still does not exist); otherwise nothing changes
-        and :class:`SizeConflictError` carries the current size. The time is
-        ``max(now, previous time)`` and is stored with the record, so the
-        cosignature times of an origin never decrease.
-        """
-        with self._storage():
-            timestamp = self._swap(origin, expected, size, root, now)
-        self._recovered()
-        return timestamp
-
-    def _swap(
-        self, origin: str, expected: RecordedCheckpoint | None, size: int, root: bytes, now: int
-    ) -> int:
+        """Swap the record ``expected`` for (size, root); the cosignature time."""
         # SQL both databases speak: no INSERT OR IGNORE, no two-argument max().
-        with self._transaction() as conn:
+        with self._storage(), self._transaction() as conn:
             if expected is None:
                 rows = conn.execute(
                     "INSERT INTO checkpoints (origin, size, root, updated_at) "
@@ -594,17 +503,15 @@ class WitnessState:
                     "WHERE origin = ? AND size = ? AND root = ? RETURNING updated_at",
                     (size, root, now, now, origin, expected.size, expected.root),
                 ).fetchall()
-            if len(rows) == 1:
-                timestamp: int = rows[0][0]
-                return timestamp
-            current = self._recorded(conn, origin)
-            raise SizeConflictError(0 if current is None else current.size)
+            if len(rows) != 1:
+                current = self._recorded(conn, origin)
+                raise SizeConflictError(0 if current is None else current.size)
+        self._recovered()
+        timestamp: int = rows[0][0]
+        return timestamp
 
     def record_evidence(self, origin: str, reason: str, body: bytes, now: int) -> None:
-        """Keep a refused, validly signed request (deduplicated, bounded per origin).
-
-        Best effort: failing to keep evidence never changes the answer.
-        """
+        """Keep a refused, validly signed request (deduplicated, bounded, best effort)."""
         digest = hashlib.sha256(body).digest()
         try:
             with self._transaction() as conn:
@@ -623,33 +530,15 @@ class WitnessState:
 
     def evidence(self, origin: str) -> list[Evidence]:
         """The kept evidence for ``origin``, oldest first."""
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT origin, reason, received_at, body FROM evidence "
-                "WHERE origin = ? ORDER BY id",
-                (origin,),
-            )
-            .fetchall()
+        query = (
+            "SELECT origin, reason, received_at, body FROM evidence WHERE origin = ? ORDER BY id"
         )
+        rows = self._conn().execute(query, (origin,)).fetchall()
         return [Evidence(o, reason, at, bytes(body)) for o, reason, at, body in rows]
 
 
 class Witness:
-    """Checks add-checkpoint requests against the state and cosigns with its key: Ed25519
-    ``cosignature/v1`` over the whole checkpoint text (type 0x04), or ML-DSA-44 over the
-    ``cosigned_message`` of its first three lines (type 0x06, tlog-cosignature v1.1).
-
-    ``test_hook_before_commit`` exists only for tests: None in service, it is called
-    with the checkpoint after every check passed and before the compare-and-swap, so a
-    test can stall a request there to show that a concurrent update makes it fail
-    instead of rolling the record back.
-
-    ``statement``, None by default, is an operator's additional statement
-    (c2sp.org/tlog-cosignature): called with a checkpoint that passed every
-    tlog-witness check, it raises a ``WitnessError`` if the witness cannot make
-    it, and then nothing is recorded or cosigned (``mapverify.MapVerifier``).
-    """
+    """Checks add-checkpoint requests against the state and cosigns them."""
 
     def __init__(self, state: WitnessState, signer: Signer) -> None:
         if signer.sig_type not in COSIGNER_TYPES:
@@ -659,19 +548,14 @@ class Witness:
         self.test_hook_before_commit: Callable[[Checkpoint], None] | None = None
         """For tests only: stalls or faults a request just before its swap (None here)."""
         self.statement: Callable[[Checkpoint], None] | None = None
+        """An operator's extra statement (``mapverify``): a WitnessError refuses, unrecorded."""
 
     def verifier(self) -> Verifier:
         """The witness's cosigner verifier key (type 0x04 or 0x06)."""
         return self.signer.verifier()
 
     def add_checkpoint(self, body: bytes, now: int) -> bytes:
-        """Check one add-checkpoint request body at POSIX time ``now`` (tlog-witness) and
-        return the cosignature line; a refusal raises and changes no record.
-
-        The refusals are the module docstring's, in its order:
-        :class:`SizeConflictError` carries the recorded size the client must
-        send next.
-        """
+        """The cosignature line for one add-checkpoint body at POSIX time ``now``."""
         if isinstance(now, bool) or not 0 <= now <= MAX_TIMESTAMP:
             raise ValueError("now must be a POSIX timestamp below 2^63")
         request = parse_add_checkpoint(body)
@@ -679,8 +563,7 @@ class Witness:
             text, _ = parse_note(request.note)
         except NoteFormatError:
             raise MalformedRequestError(message="checkpoint is not a signed note") from None
-        # The origin line picks the key; the text is trusted only once the
-        # signature by that key verified (signed-note).
+        # The origin line picks the key; the text is trusted once its signature verified.
         origin = text.split("\n", 1)[0]
         verifier = self.state.log_verifier(origin)
         if verifier is None:
@@ -719,8 +602,7 @@ class Witness:
     def _check_consistency(
         request: AddCheckpointRequest, checkpoint: Checkpoint, recorded_root: bytes
     ) -> None:
-        """The proof checks (``bad_consistency_proof``), then the equal-size root check
-        (``root_mismatch``), in the spec's order."""
+        """``bad_consistency_proof``, then ``root_mismatch`` (*Spec order*)."""
         old, size, proof = request.old_size, checkpoint.size, request.proof
         if old in (0, size):
             # From the empty tree, and between equal sizes, the proof is empty

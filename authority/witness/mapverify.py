@@ -1,47 +1,29 @@
 """``witness serve --verify-map URL``: cosign only checkpoints whose map root this witness
 reproduced from the log's entries.
 
-A ``cosignature/v1`` signs the whole note text, extension lines included, but a
-stock witness states only that the tree is consistent with what it saw
-(c2sp.org/tlog-cosignature: no statement about extension lines unless the
-operator makes one). A witness run with ``--verify-map`` makes one more: "I
-folded this log's entries ``[0, size)`` myself (docs/fold-spec.md) and got the
-``deplog-map/v1`` root this checkpoint carries". A cosignature cannot say which
-statements it makes, so such a witness runs under its own name and key, never a
-plain witness's, and a policy that names it requires a map-verifying cosigner.
+A stock witness's cosignature states nothing about extension lines
+(c2sp.org/tlog-cosignature). This one states more: "I folded this log's entries
+``[0, size)`` myself (docs/fold-spec.md) and got the ``deplog-map/v1`` root this checkpoint
+carries". A cosignature cannot say which statements it makes, so such a witness runs under
+its own name and key. This is the one module of ``authority/witness`` that knows deplog
+entries (tests/test_layout.py). Rules:
 
-This is the one module of ``authority/witness`` that knows deplog entries
-(tests/test_layout.py lets it alone import the map code). Rules:
-
-1. The mirror (the map's tables and the tree's right edge, in its own SQLite
-   file) advances only along entries whose tree root is exactly a checkpoint's
-   root, so a lying entries API cannot make the witness fold other entries.
-2. It advances in one transaction per checkpoint, committed only if the map
-   root matches the checkpoint's line; anything else rolls back and changes
-   nothing (``map_not_reproduced``).
-3. A checkpoint without a line, or with a malformed or repeated one, is
-   refused (``map_not_reproduced``): this witness vouches for the map, so it
-   cannot cosign a checkpoint that commits to none.
-4. Entries that cannot be had (the log's API is down, or not yet listening) are
-   ``entries_unavailable`` (503): the log resubmits its served checkpoint on its
-   refresh interval, and the witness cosigns it then. A deplog authority serves
-   the entries of every checkpoint it sent out for cosigning, published or not
-   (``authority/publication.py``: *Entries before publication*), so this witness
-   can be part of the authority's publication quorum. A checkpoint below the
-   mirror's size is refused the same way (the mirror holds one size).
-5. A mirror whose map is in another record format (``client.map.stored`` *One format*),
-   or that was made before rule 6 (no validation history), is dropped whole at
-   start, map, tree edge and history in one transaction, and mirrored again from
-   entry 0.
-6. Every entry is judged by the one validator (``client.model.rules``) before it
-   is folded, with the log's registry replayed from entry 0 and every valid
-   notice's sequence number and withdraw target kept in the mirror (its history
-   tables): an entry the authority should have refused is folded as every
-   verifier folds it (docs/fold-spec.md, "Entries that fail validation": its mark
-   makes its tool ``unknown``), so this witness and every follower agree on the
-   root, and the entry is kept in ``mirror_invalid`` as evidence.
-7. The mirror follows one log: its origin and key are recorded with its history,
-   and a checkpoint of another log is refused (``map_not_reproduced``).
+1. The mirror (the map's tables and the tree's right edge, in its own SQLite file) advances
+   only along entries whose tree root is exactly the checkpoint's.
+2. It advances in one transaction per checkpoint, committed only if the map root matches
+   the checkpoint's line; anything else changes nothing (``map_not_reproduced``).
+3. A checkpoint without one well-formed map line is refused (``map_not_reproduced``).
+4. Entries that cannot be had, or a checkpoint below the mirror's size, are
+   ``entries_unavailable`` (503): the log resubmits on its refresh interval. A deplog
+   authority serves the entries of every checkpoint it sends out (``publication.py``:
+   *Entries before publication*), so this witness can be in its publication quorum.
+5. A mirror of another record format (``client.map.stored`` *One format*), or without the
+   history of rule 6, is dropped whole at start and mirrored again from entry 0.
+6. Every entry is judged by the one validator (``client.model.rules``), with the registry,
+   sequence numbers and withdraw targets kept in the mirror's history: an invalid entry is
+   folded as every verifier folds it (docs/fold-spec.md) and kept in ``mirror_invalid``.
+7. The mirror follows one log, whose origin and key it records; another log's checkpoint
+   is refused (``map_not_reproduced``).
 """
 
 from __future__ import annotations
@@ -130,8 +112,7 @@ class _Target(NamedTuple):
 
 
 def http_entries(url: str) -> FetchEntries:
-    """Entries from a deplog authority's ``/v1/entries``, through the follower's bounded
-    source; for a worker thread (it runs its own event loop per page)."""
+    """Entries from a deplog authority's ``/v1/entries``, for a worker thread."""
 
     def fetch(start: int, end: int) -> Sequence[bytes]:
         async def page() -> list[bytes]:
@@ -152,8 +133,7 @@ class MapVerifier:
     def __init__(
         self, path: Path, fetch: FetchEntries, log_key: Callable[[str], Verifier | None]
     ) -> None:
-        """The mirror in the SQLite file ``path``, fed by ``fetch``; ``log_key`` finds the
-        verifier key of a log by its origin (the witness's own configuration)."""
+        """The mirror in ``path``, fed by ``fetch``; ``log_key`` finds an origin's key."""
         self.fetch = fetch
         self.log_key = log_key
         self._lock = threading.Lock()
@@ -248,8 +228,7 @@ class MapVerifier:
         )
 
     def _history(self, origin: str) -> EntryChecker:
-        """The validator over the mirror's history (rule 6), for a checkpoint of ``origin``:
-        the mirror's own log (rule 7), its first one for an empty mirror."""
+        """The validator over the mirror's history (rule 6) for ``origin``'s log (rule 7)."""
         key = self.log_key(origin)
         if key is None:
             raise MapNotReproducedError(message="the witness has no key for this log")
@@ -273,13 +252,8 @@ class MapVerifier:
         return None if row is None else _Target(*row)
 
     def _sequence_used(self, publisher: str, sequence: int) -> bool:
-        return (
-            self.conn.execute(
-                "SELECT 1 FROM mirror_notices WHERE publisher = ? AND sequence = ?",
-                (publisher, sequence),
-            ).fetchone()
-            is not None
-        )
+        query = "SELECT 1 FROM mirror_notices WHERE publisher = ? AND sequence = ?"
+        return self.conn.execute(query, (publisher, sequence)).fetchone() is not None
 
     def _keep_notice(self, index: int, notice: Notice) -> None:
         self.conn.execute(

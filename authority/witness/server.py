@@ -1,14 +1,13 @@
 """The witness's HTTP server: tlog-witness ``POST /add-checkpoint``, ``/healthz``, ``/metrics``.
 
-Thin over :class:`deplog.authority.witness.core.Witness`: the add-checkpoint work
-runs on a small thread pool, off the event loop, and once started it runs to
-completion even if the client goes away, so the record and the cosignature stay in
-step. Everything a client controls is bounded: body size (``too_large``), time to
-send the body (``request_timeout``), requests in flight (``busy``, with
-``Retry-After``). Refusals propagate to the shared error middleware, which answers
-each with its tlog-witness status (``authority.http.status``) and the code as
-text, except ``old_size_mismatch``, whose body is the recorded size as
-``text/x.tlog.size`` (tlog-witness, "add-checkpoint").
+Rules:
+
+* **Off the loop.** The add-checkpoint work runs on a small thread pool and, once started,
+  to completion even if the client goes away: the record and the cosignature stay in step.
+* **Bounded.** Body size (``too_large``), time to send it (``request_timeout``), requests
+  in flight (``busy``, with ``Retry-After``).
+* **Answers.** A refusal is its tlog-witness status with the code as text, but
+  ``old_size_mismatch``, whose body is the recorded size as ``text/x.tlog.size``.
 """
 
 from __future__ import annotations
@@ -23,20 +22,10 @@ from prometheus_client.metrics_core import GaugeMetricFamily
 from deplog.authority.http.metrics import Metrics
 from deplog.authority.http.plumbing import METRICS, HTTPRequestError, errors_and_metrics
 from deplog.authority.http.status import HTTP_STATUS
-from deplog.authority.witness.core import (
-    MAX_BODY_SIZE,
-    SizeConflictError,
-    Witness,
-)
+from deplog.authority.witness.core import MAX_BODY_SIZE, SizeConflictError, Witness
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 
-__all__ = [
-    "SIZE_CONFLICT_STATUS",
-    "SIZE_CONTENT_TYPE",
-    "BusyError",
-    "build_app",
-    "render_error",
-]
+__all__ = ["SIZE_CONFLICT_STATUS", "SIZE_CONTENT_TYPE", "BusyError", "build_app", "render_error"]
 
 BODY_TIMEOUT = 10.0
 """Seconds a client has to send its add-checkpoint body."""
@@ -44,13 +33,10 @@ MAX_IN_FLIGHT = 64
 WORKER_THREADS = 4
 
 SIZE_CONTENT_TYPE = "text/x.tlog.size"
-"""Content type of an old-size conflict body: the recorded size (tlog-witness, "add-checkpoint")."""
+"""Content type of an old-size conflict body: the recorded size."""
 SIZE_CONFLICT_STATUS = HTTP_STATUS[ErrorCode.OLD_SIZE_MISMATCH]
-"""The status of an old-size conflict (tlog-witness, "add-checkpoint": 409), from the one
-table: a log that reads it, with a size body, retries from that size."""
-
+"""The status of an old-size conflict (409), from the one table."""
 TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
-
 
 WITNESS = web.AppKey("witness", Witness)
 _EXECUTOR = web.AppKey("executor", concurrent.futures.ThreadPoolExecutor)
@@ -63,19 +49,15 @@ class BusyError(DeplogError):
     code = ErrorCode.BUSY
 
 
-def _text(body: str, status: int) -> web.Response:
-    return web.Response(
-        status=status, body=f"{body}\n".encode(), headers={"Content-Type": TEXT_CONTENT_TYPE}
-    )
-
-
 def render_error(err: DeplogError, status: int) -> web.Response:
     """A refusal as tlog-witness answers it: the code as text, or the recorded size."""
+    body: str = err.code
+    content_type = TEXT_CONTENT_TYPE
     if isinstance(err, SizeConflictError):
-        response = _text(str(err.recorded_size), status)
-        response.headers["Content-Type"] = SIZE_CONTENT_TYPE
-        return response
-    return _text(err.code, status)
+        body, content_type = str(err.recorded_size), SIZE_CONTENT_TYPE
+    return web.Response(
+        status=status, body=f"{body}\n".encode(), headers={"Content-Type": content_type}
+    )
 
 
 async def _post_add_checkpoint(request: web.Request) -> web.Response:
@@ -93,8 +75,6 @@ async def _post_add_checkpoint(request: web.Request) -> web.Response:
             raise HTTPRequestError(ErrorCode.REQUEST_TIMEOUT) from None
         witness = request.app[WITNESS]
         loop = asyncio.get_running_loop()
-        # Once started, the check-and-swap runs to completion even if the
-        # client goes away: the record and the cosignature stay in step.
         line = await loop.run_in_executor(
             request.app[_EXECUTOR], lambda: witness.add_checkpoint(body, int(time.time()))
         )
@@ -104,8 +84,7 @@ async def _post_add_checkpoint(request: web.Request) -> web.Response:
 
 
 async def _get_healthz(request: web.Request) -> web.Response:
-    """200 ``ok``; 503 ``degraded`` with reason ``storage_unavailable`` while the database
-    fails (until a cosignature is stored again)."""
+    """200 ``ok``; 503 ``degraded`` (``storage_unavailable``) while the database fails."""
     witness = request.app[WITNESS]
     report: dict[str, object] = {"status": "ok", "witness": witness.verifier().vkey()}
     if witness.state.failing is not None:
@@ -114,34 +93,26 @@ async def _get_healthz(request: web.Request) -> web.Response:
     return web.json_response(report)
 
 
-class _LogGauges:
-    """Per-log gauges from one read of the witness state per scrape.
+_LOG_GAUGES = (
+    ("deplog_witness_log_size", "Tree size of the latest checkpoint cosigned per log."),
+    (
+        "deplog_witness_log_cosigned_timestamp_seconds",
+        "POSIX time of the latest cosignature per log.",
+    ),
+    ("deplog_witness_log_lag_seconds", "Seconds since the latest cosignature per log."),
+)
 
-    The label set is the operator's list of logs, so it is bounded; a log that
-    was never cosigned has no samples yet.
-    """
+
+class _LogGauges:
+    """Per-log gauges from one read of the state per scrape."""
 
     def __init__(self, witness: Witness) -> None:
         self._witness = witness
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
-        return (
-            GaugeMetricFamily(
-                "deplog_witness_log_size",
-                "Tree size of the latest checkpoint cosigned per log.",
-                labels=("origin",),
-            ),
-            GaugeMetricFamily(
-                "deplog_witness_log_cosigned_timestamp_seconds",
-                "POSIX time of the latest cosignature per log.",
-                labels=("origin",),
-            ),
-            GaugeMetricFamily(
-                "deplog_witness_log_lag_seconds",
-                "Seconds since the latest cosignature per log.",
-                labels=("origin",),
-            ),
+    def _families() -> tuple[GaugeMetricFamily, ...]:
+        return tuple(
+            GaugeMetricFamily(name, text, labels=("origin",)) for name, text in _LOG_GAUGES
         )
 
     def describe(self) -> tuple[GaugeMetricFamily, ...]:
