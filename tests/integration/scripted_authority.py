@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from deplog.client.follow.source import LogSource, MemoryLogSource
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, leaf_hash, root_from_leaf_hashes
+from tests.builders import unused_port
 
 STREAM = "/v1/checkpoints/stream"
 
@@ -42,11 +42,8 @@ def signed_log(signer: Signer, leaves: list[bytes]) -> MemoryLogSource:
 
 
 def unreachable_url() -> str:
-    """A URL on 127.0.0.1 where nothing listens (a port just bound and released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    """A URL on 127.0.0.1 where nothing listens."""
+    return f"http://127.0.0.1:{unused_port()}"
 
 
 @dataclass(frozen=True)

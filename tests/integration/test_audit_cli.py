@@ -31,6 +31,8 @@ from tests.integration.scripted_authority import (
     unreachable_url,
 )
 
+pytestmark = pytest.mark.slow  # a real authority and deplog commands in processes
+
 
 def deplog(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -281,11 +283,6 @@ def test_export_refuses_a_url_that_is_not_http(tmp_path: Path) -> None:
 # --- export paging and refusals, against a scripted authority serving chosen leaves --------
 
 LEAVES = [f"leaf {i}".encode() for i in range(2345)]
-
-
-@pytest.fixture
-def log_signer() -> Signer:
-    return Signer.generate(ORIGIN)
 
 
 @pytest.fixture

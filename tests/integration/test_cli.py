@@ -10,7 +10,8 @@ import pytest
 
 from tests.integration.harness import AuthorityProcess
 
-pytestmark = pytest.mark.both_backends  # SQLite, and serve --db postgresql://
+# Real authority processes; SQLite, and serve --db postgresql://.
+pytestmark = [pytest.mark.slow, pytest.mark.both_backends]
 
 
 def deplog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

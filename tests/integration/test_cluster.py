@@ -44,6 +44,8 @@ from tests.conftest import migrated
 from tests.integration.harness import ORIGIN, AuthorityProcess, WitnessProcess
 from tests.pgcluster import PgCluster
 
+pytestmark = pytest.mark.slow  # authority processes sharing a PostgreSQL log
+
 JSON = {"Content-Type": "application/json"}
 LEARN_BOUND = 5.0
 """Seconds within which every process serves what one of them published (notification,

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from deplog.client.cache.guard import Guard, Verdict
 from deplog.client.follow.follower import Follower, SyncFollower
@@ -20,6 +21,8 @@ from deplog.client.follow.state import LocalState
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess
+
+pytestmark = pytest.mark.slow  # real authority processes
 
 JSON = {"Content-Type": "application/json"}
 TOOL = "tool:org.acme/search"

@@ -27,6 +27,8 @@ from deplog.client.tlog.note import Signer, parse_note
 from tests.builders import make_envelope
 from tests.integration.harness import ORIGIN, AuthorityProcess
 
+pytestmark = pytest.mark.slow  # real authority processes
+
 NOTICES = 1200
 CHUNK = 100
 

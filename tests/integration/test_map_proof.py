@@ -22,7 +22,8 @@ from tests.builders import admitted, make_envelope
 from tests.integration.harness import AuthorityProcess
 from tests.scrape import sample
 
-pytestmark = pytest.mark.both_backends  # SQLite, and serve --db postgresql://
+# Real authority processes; SQLite, and serve --db postgresql://.
+pytestmark = [pytest.mark.slow, pytest.mark.both_backends]
 
 JSON = {"Content-Type": "application/json"}
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

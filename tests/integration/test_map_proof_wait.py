@@ -24,6 +24,8 @@ from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess, WitnessProcess
 
+pytestmark = pytest.mark.slow  # real authority processes
+
 JSON = {"Content-Type": "application/json"}
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 SEARCH = "tool:org.acme/search"

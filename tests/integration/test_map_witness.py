@@ -6,10 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess, WitnessProcess
+
+pytestmark = pytest.mark.slow  # real witness and authority processes
 
 JSON = {"Content-Type": "application/json"}
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -57,11 +56,14 @@ SHIPPED = Path(__file__).resolve().parents[2] / "deploy" / "nginx.conf"
 NGINX = shutil.which("nginx") or next(
     (path for path in ("/usr/sbin/nginx",) if os.access(path, os.X_OK)), None
 )
+pytestmark = [pytest.mark.slow]  # real nginx and authority processes
 if NGINX is None:
     if os.environ.get("CI") == "true":
         raise RuntimeError("nginx is missing: CI must install it (.ci/run) and run this module")
-    pytestmark = pytest.mark.skip(
-        reason="NGINX IS NOT INSTALLED: the nginx tests did not run (apt-get install -y nginx)"
+    pytestmark.append(
+        pytest.mark.skip(
+            reason="NGINX IS NOT INSTALLED: the nginx tests did not run (apt-get install -y nginx)"
+        )
     )
 
 JSON = {"Content-Type": "application/json"}
@@ -99,13 +101,6 @@ def derived_config(authority: AuthorityProcess, run: Path, port: int) -> str:
     return MAIN_CONTEXT.format(user=user, run=run, server=shipped)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
 class Nginx:
     url: str
@@ -113,19 +108,18 @@ class Nginx:
 
 
 @pytest.fixture
-def nginx(authority: AuthorityProcess, tmp_path: Path) -> Iterator[Nginx]:
+def nginx(authority: AuthorityProcess, tmp_path: Path, free_port: int) -> Iterator[Nginx]:
     assert NGINX is not None
     run = tmp_path / "nginx"
     run.mkdir()
-    port = free_port()
-    (run / "nginx.conf").write_text(derived_config(authority, run, port))
+    (run / "nginx.conf").write_text(derived_config(authority, run, free_port))
     with open(run / "nginx.out", "wb") as out:
         process = subprocess.Popen(
             [NGINX, "-p", f"{run}/", "-c", "nginx.conf", "-g", "daemon off;"],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{free_port}"
     try:
         deadline = time.monotonic() + 15
         while True:

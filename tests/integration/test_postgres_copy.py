@@ -12,6 +12,7 @@ from pathlib import Path
 
 import aiohttp
 import psycopg
+import pytest
 
 from deplog.authority.storage.copy import TABLES
 from deplog.client.tlog.checkpoint import open_checkpoint
@@ -20,6 +21,8 @@ from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf
 from tests.integration.harness import AuthorityProcess
 from tests.integration.test_postgres_serve import JSON, with_password
+
+pytestmark = pytest.mark.slow  # PostgreSQL and real processes
 
 NOTICES = 12
 

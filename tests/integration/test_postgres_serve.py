@@ -26,6 +26,8 @@ from tests.builders import make_envelope, notice_leaf
 from tests.integration.harness import ORIGIN, AuthorityProcess
 from tests.pgcluster import PgCluster
 
+pytestmark = pytest.mark.slow  # PostgreSQL and real processes
+
 JSON = {"Content-Type": "application/json"}
 
 

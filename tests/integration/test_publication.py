@@ -30,6 +30,8 @@ from tests.integration.attached_faults import injected, needs_strace
 from tests.integration.harness import AuthorityProcess
 from tests.scrape import sample
 
+pytestmark = pytest.mark.slow  # real authority processes
+
 JSON = {"Content-Type": "application/json"}
 PUBLISHERS = 20
 LOAD_SECONDS = 4.0

@@ -25,7 +25,8 @@ from tests.dbrows import table_rows
 from tests.integration.harness import AuthorityProcess, wait_for_checkpoint
 from tests.scrape import names, sample
 
-pytestmark = pytest.mark.both_backends  # SQLite, and serve --db postgresql://
+# Real authority processes; SQLite, and serve --db postgresql://.
+pytestmark = [pytest.mark.slow, pytest.mark.both_backends]
 
 JSON = {"Content-Type": "application/json"}
 

@@ -14,7 +14,6 @@ import http.server
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import threading
@@ -42,6 +41,8 @@ from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.integration.harness import AuthorityProcess, WitnessProcess
+
+pytestmark = pytest.mark.slow  # real authority processes
 
 TOOL = "tool:org.acme/search"
 
@@ -119,12 +120,6 @@ def times_logged(authority: AuthorityProcess, envelope_file: Path) -> int:
     return log_leaves(authority).count(leaf)
 
 
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def workdir(tmp_path: Path, publisher: Signer) -> Path:
     """A publisher's directory: ``keys/acme.key`` (0600) and ``keys/acme.pub``."""
@@ -138,10 +133,9 @@ def workdir(tmp_path: Path, publisher: Signer) -> Path:
 
 @pytest.mark.both_backends
 def test_an_unreachable_authority_leaves_the_envelope_and_the_command_to_resubmit_it(
-    authority_files: AuthorityProcess, workdir: Path
+    authority_files: AuthorityProcess, workdir: Path, free_port: int
 ) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{free_port}"
     failed = deplog("publish", "--url", url, *notice_flags(), cwd=workdir)
     assert failed.code == EXIT_NOT_CONFIRMED, failed.stderr
     assert "cannot reach the authority" in failed.stderr
@@ -149,7 +143,7 @@ def test_an_unreachable_authority_leaves_the_envelope_and_the_command_to_resubmi
     [saved] = (workdir / "out").glob("*.envelope.json")
     assert f"the envelope is saved in {Path('out') / saved.name}" in failed.stderr
 
-    authority_files.start(port)
+    authority_files.start(free_port)
     try:
         again = deplog(*failed.resubmit_command(), cwd=workdir)
         assert again.code == EXIT_OK, again.stderr

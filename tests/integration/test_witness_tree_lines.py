@@ -29,6 +29,8 @@ from deplog.client.tlog.receipt import Receipt, verify_receipt_with_policy
 from tests.builders import make_envelope, notice_leaf
 from tests.integration.harness import AuthorityProcess, ServiceProcess, WitnessProcess
 
+pytestmark = pytest.mark.slow  # real witness and authority processes
+
 JSON = {"Content-Type": "application/json"}
 LITE = "lite.witness.test/w1"
 PQ = "pq.witness.test/w1"

@@ -23,6 +23,8 @@ from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf, register
 from tests.integration.harness import AuthorityProcess, WitnessProcess
 
+pytestmark = pytest.mark.slow  # real authority and witness processes
+
 JSON = {"Content-Type": "application/json"}
 REFRESH = "0.3"  # seconds between re-cosignings, so freshness moves within a test
 TOOL = "tool:org.acme/search"
