@@ -40,6 +40,12 @@ def log_signer() -> Signer:
     return Signer.generate(ORIGIN)
 
 
+@pytest.fixture
+def publisher() -> Signer:
+    """Publisher ``acme``'s key (``register`` gives it ``org.acme``)."""
+    return Signer.generate("acme")
+
+
 @pytest.fixture(scope="session")
 def publisher_key() -> Signer:
     """The publisher's signing key."""

@@ -30,11 +30,6 @@ def db_path(backend: Backend) -> str:
 
 
 @pytest.fixture
-def publisher() -> Signer:
-    return Signer.generate("acme")
-
-
-@pytest.fixture
 def log(db_path: str, log_signer: Signer, publisher: Signer) -> Log:
     opened = Log(db_path, log_signer, ORIGIN)
     register(opened, publisher)

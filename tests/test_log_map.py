@@ -51,11 +51,6 @@ sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
 
 @pytest.fixture
-def publisher() -> Signer:
-    return Signer.generate("acme")
-
-
-@pytest.fixture
 def log(db_path: str, log_signer: Signer, publisher: Signer) -> Log:
     opened = Log(db_path, log_signer, ORIGIN)
     register(opened, publisher)

@@ -28,11 +28,6 @@ from deplog.client.tlog.note import Signer
 from tests.builders import ORIGIN, admitted, advance_leaves, make_envelope, notice_leaf, register
 
 
-@pytest.fixture
-def publisher() -> Signer:
-    return Signer.generate("acme")
-
-
 class Batches:
     """Random batches of notices about a pool of tools, with fresh sequence numbers."""
 

@@ -61,6 +61,20 @@ class Raw:
     declared_length: int | None = None
     delay: float = 0.0
 
+    async def respond(self, request: web.Request) -> web.StreamResponse:
+        """This response, sent to ``request`` after ``delay``."""
+        await asyncio.sleep(self.delay)
+        if self.declared_length is not None:
+            streamed = web.StreamResponse(status=self.status)
+            streamed.content_length = self.declared_length
+            await streamed.prepare(request)
+            await streamed.write(self.body)
+            return streamed
+        response = web.Response(status=self.status, body=self.body)
+        if self.chunked:
+            response.enable_chunked_encoding()
+        return response
+
 
 @dataclass
 class ScriptedAuthority:
@@ -103,18 +117,7 @@ class ScriptedAuthority:
         self.requests.append(request.path)
         if request.path not in self.raw:
             return None
-        raw = self.raw[request.path]
-        await asyncio.sleep(raw.delay)
-        if raw.declared_length is not None:
-            streamed = web.StreamResponse(status=raw.status)
-            streamed.content_length = raw.declared_length
-            await streamed.prepare(request)
-            await streamed.write(raw.body)
-            return streamed
-        response = web.Response(status=raw.status, body=raw.body)
-        if raw.chunked:
-            response.enable_chunked_encoding()
-        return response
+        return await self.raw[request.path].respond(request)
 
     async def _checkpoint(self, request: web.Request) -> web.StreamResponse:
         if (raw := await self._raw(request)) is not None:

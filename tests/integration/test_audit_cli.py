@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,7 +20,7 @@ from deplog.client.tlog.keyfile import key_file_name
 from deplog.client.tlog.note import Signer, Verifier
 from deplog.client.tlog.proofs import TreeMismatchError
 from tests.builders import make_envelope, notice_leaf
-from tests.integration.harness import ORIGIN, AuthorityProcess
+from tests.integration.harness import ORIGIN, AuthorityProcess, deplog
 from tests.integration.scripted_authority import (
     Raw,
     ScriptedAuthority,
@@ -32,17 +30,6 @@ from tests.integration.scripted_authority import (
 )
 
 pytestmark = pytest.mark.slow  # a real authority and deplog commands in processes
-
-
-def deplog(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deplog.client.cli.main", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=cwd,
-    )
 
 
 def get(url: str) -> bytes:

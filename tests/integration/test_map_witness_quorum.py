@@ -13,7 +13,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from deplog.authority.cli import main as authority_main
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.cosignature import cosignatures
 from deplog.client.tlog.note import Signer
@@ -50,14 +49,7 @@ def quorum_of_one_map_witness(
     verifier = authority.log_verifier
     assert witness.cli("add-log", "--origin", verifier.name, "--key", verifier.vkey()) == 0
     witness.start()
-    added = authority_main(
-        [
-            *("witness", "add", "--data", str(authority.data)),
-            *("--keys", str(authority.keys), "--url", witness.url),
-            *("--key", witness.verifier.vkey()),
-        ]
-    )
-    assert added == 0
+    authority.add_witness(witness.url, witness.verifier)
     authority.extra_args = ["--publication-quorum", "1", "--witness-timeout", "5"]
     authority.start(port)
     try:

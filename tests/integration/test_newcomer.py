@@ -22,23 +22,12 @@ import pytest
 from deplog.client.tlog.keyfile import create_signer
 from deplog.client.tlog.note import Signer
 from tests.doctext import ROOT, exit_statuses
-from tests.integration.harness import AuthorityProcess
+from tests.integration.harness import AuthorityProcess, deplog
 
 pytestmark = pytest.mark.slow  # real authority processes
 
 DOCUMENTED_EXITS = exit_statuses(ROOT / "docs" / "deplog-command.md", "## Exit statuses")
 """Every exit status docs/deplog-command.md documents for deplog, read from its table."""
-
-
-def deplog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deplog.client.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=cwd,
-    )
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -48,8 +47,7 @@ from deplog.client.tlog.tiles import (
     parse_tile_path,
     verify_entry_bundle,
 )
-from tests.builders import make_envelope
-from tests.integration.harness import AuthorityProcess
+from tests.integration.harness import AuthorityProcess, deplog, publish
 from tests.test_tiles import flip
 
 SHIPPED = Path(__file__).resolve().parents[2] / "deploy" / "nginx.conf"
@@ -66,7 +64,6 @@ if NGINX is None:
         )
     )
 
-JSON = {"Content-Type": "application/json"}
 TOOL = "tool:org.acme/search"
 MAIN_CONTEXT = """\
 worker_processes 1;
@@ -136,15 +133,6 @@ def nginx(authority: AuthorityProcess, tmp_path: Path, free_port: int) -> Iterat
         process.wait(timeout=10)
 
 
-async def publish(
-    http: aiohttp.ClientSession, url: str, publisher: Signer, sequence: int, **fields: object
-) -> int:
-    body = make_envelope(publisher, sequence, **fields).canonical_bytes()
-    async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
-        assert response.status == 201, await response.text()
-        return int(response.headers["Deplog-Index"])
-
-
 async def get(http: aiohttp.ClientSession, url: str) -> tuple[int, bytes, CIMultiDict[str]]:
     async with http.get(url) as response:
         return response.status, await response.read(), response.headers.copy()
@@ -170,15 +158,8 @@ def follow(url: str, authority: AuthorityProcess, state: Path, mode: list[str]) 
 def run_follow(
     url: str, authority: AuthorityProcess, state: Path, mode: list[str]
 ) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "deplog.client.cli.main", "follow", url, "--once"]
     key = authority.log_verifier.vkey()
-    done = subprocess.run(
-        [*command, "--log-key", key, "--state", str(state), *mode],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = deplog("follow", url, "--once", "--log-key", key, "--state", state, *mode)
     assert done.returncode == 0, done.stderr
     return done
 

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import pytest
 
-from deplog.authority.cli import main as authority_main
 from deplog.client.cli.main import main as deplog_main
 from deplog.client.cli.publish import (
     EXIT_NOT_CONFIRMED,
@@ -173,19 +172,7 @@ def test_a_notice_logged_while_the_witness_quorum_was_down_is_receipted_once_on_
     assert witness.cli("add-log", "--origin", log_key.name, "--key", log_key.vkey()) == 0
     witness.start()
     witness_port = witness.port
-    add = [
-        "witness",
-        "add",
-        "--data",
-        str(authority_files.data),
-        "--keys",
-        str(authority_files.keys),
-        "--url",
-        witness.url,
-        "--key",
-        witness.verifier.vkey(),
-    ]
-    assert authority_main(add) == 0
+    authority_files.add_witness(witness.url, witness.verifier)
     witness.stop()
     authority_files.extra_args = ["--publication-quorum", "1", "--witness-timeout", "1"]
     authority_files.start()

@@ -11,7 +11,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from deplog.authority.cli import main as authority_main
 from deplog.authority.log import Log
 from deplog.client.cache.guard import Guard, Verdict
 from deplog.client.follow.follower import Follower
@@ -51,23 +50,7 @@ def witnesses(tmp_path: Path, authority_files: AuthorityProcess) -> Iterator[lis
 
 def configure(authority: AuthorityProcess, witnesses: list[WitnessProcess]) -> None:
     for witness in witnesses:
-        assert (
-            authority_main(
-                [
-                    "witness",
-                    "add",
-                    "--data",
-                    str(authority.data),
-                    "--keys",
-                    str(authority.keys),
-                    "--url",
-                    witness.url,
-                    "--key",
-                    witness.verifier.vkey(),
-                ]
-            )
-            == 0
-        )
+        authority.add_witness(witness.url, witness.verifier)
 
 
 @pytest.fixture
