@@ -2,10 +2,10 @@
 
 Notices and envelopes, publisher statements, log leaves, checkpoints signed
 over chosen leaves, registrations in a real ``Log``, a settable clock, the
-Hypothesis strategies of the data model, and a real log in process (``LocalLog``,
-``InProcessLogSource``). Everything here is a plain value or
-function over real keys and real formats; the pytest fixtures built from them
-live in ``tests/conftest.py``.
+Hypothesis strategies of the data model, a real log in process (``LocalLog``,
+``InProcessLogSource``), and servers on 127.0.0.1 (``serving``, ``unused_port``).
+Everything here is a plain value or function over real keys and real formats; the
+pytest fixtures built from them live in ``tests/conftest.py``.
 
 One notice template serves every test: ``notice_json`` holds the defaults and
 ``make_envelope`` only overrides what a signed submission by a given key
@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import random
+import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -455,9 +457,12 @@ class InProcessLogSource:
 class LocalLog:
     """An authority ``Log`` with publisher ``acme`` owning ``org.acme``."""
 
-    def __init__(self, directory: Path, db: str | None = None) -> None:
-        """The log in ``directory/authority.db``, or in ``db`` (a migrated PostgreSQL URL)."""
-        self.signer = Signer.generate(ORIGIN)
+    def __init__(
+        self, directory: Path, db: str | None = None, signer: Signer | None = None
+    ) -> None:
+        """The log in ``directory/authority.db``, or in ``db`` (a migrated PostgreSQL URL),
+        signed by ``signer`` (a key for ``ORIGIN``; a fresh one by default)."""
+        self.signer = signer or Signer.generate(ORIGIN)
         self.db = db if db is not None else str(directory / "authority.db")
         self.log = Log(
             self.db if db is not None else directory / "authority.db", self.signer, ORIGIN
@@ -547,3 +552,20 @@ async def serving_log(directory: Path, origin: str, **config: Any) -> AsyncItera
         response = await admin.post("/admin/publishers", data=body)
         assert response.status == 201, await response.text()
         yield ServedLog(app, client, log_key, publisher)
+
+
+def unused_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on, for a server a test starts: below the
+    kernel's ephemeral range, so that no outgoing connection is given it meanwhile (one from
+    ``bind(0)`` can be, and the server then fails to start), and above the well-known ports
+    (PostgreSQL's 5432 among them). Tests take it as the ``free_port`` fixture."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    candidates = range(max(10_000, low - 8192), low)
+    for port in random.sample(candidates, min(64, len(candidates))):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port on 127.0.0.1 below the ephemeral range ({low})")

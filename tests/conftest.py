@@ -1,22 +1,29 @@
-"""Fixtures shared by the unit tests: real keys, a settable clock, a real local log and a
-follower state fed by it. The values they hold are built by ``tests/builders.py``."""
+"""Fixtures shared by the tests: real keys, a settable clock, a real local log and a
+follower state fed by it, ports on 127.0.0.1, PostgreSQL databases. The values they hold
+are built by ``tests/builders.py``."""
 
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import TrustedState
 from deplog.client.model.notice import Envelope
 from deplog.client.tlog.note import Signer
-from tests.builders import ORIGIN, Clock, LocalLog, make_notice
+from tests.builders import ORIGIN, Clock, LocalLog, make_notice, unused_port
 from tests.pgcluster import PgCluster, PostgresMissing
+
+# The fast lane's share of a heavy property test: a few examples, where its thorough run
+# (the same check on the full count, marked slow) runs in the full suite.
+settings.register_profile("fast", max_examples=15, deadline=None)
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +31,19 @@ def authority() -> Signer:
     """The authority's log key, which signs publisher statements (under tests/integration,
     ``authority`` is a running authority server instead)."""
     return Signer.generate("log.example.org")
+
+
+@pytest.fixture
+def log_signer() -> Signer:
+    """A log's key, named for ``ORIGIN``: it signs checkpoints and registry changes (and is
+    ``local``'s log key)."""
+    return Signer.generate(ORIGIN)
+
+
+@pytest.fixture
+def publisher() -> Signer:
+    """Publisher ``acme``'s key (``register`` gives it ``org.acme``)."""
+    return Signer.generate("acme")
 
 
 @pytest.fixture(scope="session")
@@ -45,9 +65,10 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def local(tmp_path: Path) -> LocalLog:
-    """An authority log in a temporary SQLite file, publisher acme owning org.acme."""
-    return LocalLog(tmp_path)
+def local(tmp_path: Path, log_signer: Signer) -> LocalLog:
+    """An authority log in a temporary SQLite file, signed by ``log_signer``, publisher acme
+    owning org.acme."""
+    return LocalLog(tmp_path, signer=log_signer)
 
 
 @pytest.fixture
@@ -56,6 +77,24 @@ def trusted(tmp_path: Path, local: LocalLog) -> Iterator[TrustedState]:
     state = LocalState(tmp_path / "follower.db", ORIGIN)
     yield TrustedState(state, local.signer.verifier())
     state.close()
+
+
+# -- ports on 127.0.0.1 --------------------------------------------------------------------
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A port on 127.0.0.1 nothing listens on, for a server the test starts (``unused_port``)."""
+    return unused_port()
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port another socket is listening on."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------
@@ -77,12 +116,22 @@ def pg_cluster() -> Iterator[PgCluster]:
         cluster.destroy()
 
 
+def running_cluster(request: pytest.FixtureRequest) -> PgCluster:
+    """The session's cluster, running. A test on PostgreSQL is slow (a cluster per worker,
+    a database per test): one not marked slow fails here, so that the fast lane,
+    ``-m "not slow"``, never starts a cluster."""
+    if request.node.get_closest_marker("slow") is None:
+        pytest.fail(f"{request.node.nodeid} uses PostgreSQL: mark it, or its parameter, slow")
+    cluster: PgCluster = request.getfixturevalue("pg_cluster")
+    if not cluster.running:
+        cluster.start()  # a previous test stopped it and failed before restarting
+    return cluster
+
+
 @pytest.fixture
-def pg_url(pg_cluster: PgCluster) -> str:
+def pg_url(request: pytest.FixtureRequest) -> str:
     """A fresh, empty database on the session's cluster (its ``postgresql://`` URL)."""
-    if not pg_cluster.running:
-        pg_cluster.start()  # a previous test stopped it and failed before restarting
-    return pg_cluster.create_database()
+    return running_cluster(request).create_database()
 
 
 @dataclass(frozen=True)
@@ -133,7 +182,9 @@ def pg_template(pg_cluster: PgCluster) -> str:
     return url.rsplit("/", 1)[1]
 
 
-BACKENDS = ("sqlite", "postgresql")
+POSTGRESQL = pytest.param("postgresql", marks=pytest.mark.slow)
+"""The PostgreSQL half of a test on both backends: slow, so the fast lane keeps SQLite's."""
+BACKENDS = ("sqlite", POSTGRESQL)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -166,8 +217,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 
 
 @pytest.fixture
-def pg_migrated_url(pg_cluster: PgCluster, pg_template: str) -> str:
+def pg_migrated_url(request: pytest.FixtureRequest) -> str:
     """A fresh database with the log's schema (a copy of ``pg_template``): its URL."""
-    if not pg_cluster.running:
-        pg_cluster.start()  # a previous test stopped it and failed before restarting
-    return pg_cluster.create_database(pg_template)
+    cluster = running_cluster(request)
+    return cluster.create_database(request.getfixturevalue("pg_template"))

@@ -1,4 +1,5 @@
-"""Every row of every table of a log's database: the evidence that a refusal changed nothing.
+"""Every row of every table of a log's database: the evidence that a refusal changed nothing;
+and what a follower's state file holds (``follower_state``).
 
 A checkpoint that stays byte-identical says the signed state did not move; it does not say
 that no registry row, index row or half-written leaf was left behind. ``table_rows`` reads
@@ -9,10 +10,11 @@ log; rows are what the log is, so both backends are compared the same way.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
-__all__ = ["Rows", "table_rows"]
+__all__ = ["Rows", "follower_state", "table_rows"]
 
 Rows = dict[str, list[tuple[object, ...]]]
 """Table name -> its rows, in a stable order (rows sorted by their ``repr``)."""
@@ -58,3 +60,24 @@ def _postgres_rows(url: str) -> Rows:
             name: _sorted(conn.execute(f'SELECT * FROM "{name}"'.encode()).fetchall())
             for name in names
         }
+
+
+def follower_state(path: Path) -> dict[str, object]:
+    """What a follower's state file holds, but for the local times of processing: two
+    syncs of the same log, however interrupted, must leave equal ones."""
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        state: dict[str, object] = {
+            "trusted": conn.execute(
+                "SELECT origin, size, root, frontier, registry FROM trusted"
+            ).fetchall(),
+            "notices": conn.execute(
+                "SELECT idx, tool_id, notice FROM notices ORDER BY idx"
+            ).fetchall(),
+            "sequences": conn.execute("SELECT * FROM sequences ORDER BY 1, 2").fetchall(),
+            "pending": conn.execute("SELECT done FROM pending").fetchall(),
+        }
+        # The tool-status map, kept beside the chunks (mapcheck rule 1), if any yet.
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'map_state'").fetchone():
+            state["map"] = conn.execute("SELECT size, root_hash FROM map_state").fetchall()
+            state["map_records"] = conn.execute("SELECT * FROM map_record ORDER BY 1").fetchall()
+        return state

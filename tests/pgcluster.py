@@ -21,10 +21,11 @@ import contextlib
 import itertools
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from tests.builders import unused_port
 
 __all__ = ["PgCluster", "PostgresMissing", "find_postgres_bin"]
 
@@ -51,15 +52,6 @@ def find_postgres_bin() -> Path:
     return max(candidates)[1]
 
 
-def _free_port() -> int:
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port != 5432:
-            return port
-
-
 class PgCluster:
     """One running throwaway cluster; ``create_database()`` hands out fresh empty databases."""
 
@@ -74,7 +66,7 @@ class PgCluster:
         self.as_root = os.geteuid() == 0
         self.dir = Path(tempfile.mkdtemp(prefix="deplog-pg-"))
         self.data = self.dir / "data"
-        self.port = _free_port()
+        self.port = unused_port()
         self.host = "127.0.0.1"
         self._names = itertools.count(1)
         if self.as_root:

@@ -17,6 +17,7 @@ from deplog.authority.witness.cli import main as witness_main
 from deplog.client.plumbing.files import exclusive_lock
 from deplog.client.tlog.cosignature import cosigner
 from deplog.client.tlog.note import Signer
+from tests.conftest import BACKENDS
 from tests.map_formats import write_format_two_tables
 
 WITNESS_A = cosigner(Signer.generate("a.witness.example")).verifier().vkey()
@@ -57,7 +58,7 @@ def authority(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Authority:
     return files
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def log_authority(
     request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> Authority:

@@ -62,7 +62,7 @@ from tests.builders import (
     register_statement,
     sign_tree,
 )
-from tests.conftest import Backend
+from tests.conftest import BACKENDS, Backend
 from tests.dbrows import table_rows
 from tests.pgcluster import PgCluster
 
@@ -215,7 +215,7 @@ def shared_histories(pg_cluster: PgCluster, pg_template: str) -> dict[bool, Shar
     return histories
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def backend_kind(request: pytest.FixtureRequest) -> str:
     """Every cell runs on both backends."""
     return str(request.param)

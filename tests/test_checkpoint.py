@@ -29,8 +29,8 @@ from deplog.client.tlog.note import (
     add_signature_lines,
     sign_note,
 )
+from tests.builders import ORIGIN
 
-ORIGIN = "example.com/log"
 ROOT = hashlib.sha256(b"root").digest()
 ROOT_B64 = base64.b64encode(ROOT).decode()
 
@@ -44,11 +44,6 @@ U7WM79jrzyhGZ5/GUBTpM7NzwdyfFx61t3RovgcC4Ro=
 
 \u2014 arche2025h1.staging.ct.transparency.dev ui8GwCF1+kWqZrxGdhj4aX3gcw7XUlXQQabg/27lefwhUkzbC3NygNI75MdhL1bfTW9g8Ei59RA23oHP7Ry1k3ZFWwQ=
 """.encode()  # noqa: E501
-
-
-@pytest.fixture
-def log_signer() -> Signer:
-    return Signer.from_seed(ORIGIN, bytes(range(32)))
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from deplog.client.tlog.evidence import MAP_MISMATCH, read_evidence
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, TreeMismatchError
 from tests.builders import ORIGIN, LocalLog, admitted
+from tests.dbrows import follower_state as stored
 
 ENTRIES = 60
 """Notices in the log (after acme's registration), over TOOLS tools."""
@@ -90,28 +91,6 @@ def sync(
     trusted: TrustedState, source: MemoryLogSource, on_progress: OnProgress | None = None
 ) -> Advanced | None:
     return asyncio.run(sync_step(source, trusted, chunk_size=CHUNK, on_progress=on_progress))
-
-
-def stored(path: Path) -> dict[str, object]:
-    """What a state file holds, but for the local times of processing."""
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-        has_map = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'map_state'").fetchone()
-        return {
-            "trusted": conn.execute(
-                "SELECT origin, size, root, frontier, registry FROM trusted"
-            ).fetchall(),
-            "notices": conn.execute(
-                "SELECT idx, tool_id, notice FROM notices ORDER BY idx"
-            ).fetchall(),
-            "sequences": conn.execute("SELECT * FROM sequences ORDER BY 1, 2").fetchall(),
-            "pending": conn.execute("SELECT done FROM pending").fetchall(),
-            # The tool-status map, kept beside the chunks (mapcheck rule 1), if any yet.
-            "map": has_map
-            and (
-                conn.execute("SELECT size, root_hash FROM map_state").fetchall(),
-                conn.execute("SELECT * FROM map_record ORDER BY 1").fetchall(),
-            ),
-        }
 
 
 @pytest.fixture

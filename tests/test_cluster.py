@@ -15,6 +15,8 @@ import pytest
 from deplog.authority.storage.cluster import PUBLISHED_CHANNEL, Cluster
 from tests.conftest import migrated
 
+pytestmark = pytest.mark.slow  # PostgreSQL
+
 SETTLE = 0.3
 """Seconds after which a task that could proceed would have."""
 

@@ -25,14 +25,9 @@ from deplog.client.tlog.proofs import ConsistencyProof
 from tests.builders import ORIGIN, LocalLog, make_envelope, register
 
 
-@pytest.fixture
-def signer() -> Signer:
-    return Signer.generate(ORIGIN)
-
-
-def grown_log(path: Path, signer: Signer, namespace: str, notices: int) -> Log:
+def grown_log(path: Path, log_signer: Signer, namespace: str, notices: int) -> Log:
     publisher = Signer.generate("acme")
-    log = Log(path, signer, ORIGIN)
+    log = Log(path, log_signer, ORIGIN)
     register(log, publisher, namespace)
     for sequence in range(1, notices + 1):
         log.sequence([make_envelope(publisher, sequence, tool=f"tool:{namespace}/search")])
@@ -40,11 +35,11 @@ def grown_log(path: Path, signer: Signer, namespace: str, notices: int) -> Log:
 
 
 @pytest.fixture
-def two_histories(tmp_path: Path, signer: Signer) -> tuple[Log, Log]:
+def two_histories(tmp_path: Path, log_signer: Signer) -> tuple[Log, Log]:
     """Two logs under one key: the same size, different trees."""
     return (
-        grown_log(tmp_path / "a.db", signer, "org.acme", 2),
-        grown_log(tmp_path / "b.db", signer, "org.evil", 2),
+        grown_log(tmp_path / "a.db", log_signer, "org.acme", 2),
+        grown_log(tmp_path / "b.db", log_signer, "org.evil", 2),
     )
 
 
@@ -54,48 +49,48 @@ def note(log: Log) -> bytes:
 
 
 def test_same_size_different_roots_prove_a_fork(
-    two_histories: tuple[Log, Log], signer: Signer
+    two_histories: tuple[Log, Log], log_signer: Signer
 ) -> None:
     a, b = two_histories
-    evidence = evidence_between(signer.verifier(), note(a), note(b), None, "test")
-    assert evidence.verify(signer.verifier()) == "conflicting_roots"
+    evidence = evidence_between(log_signer.verifier(), note(a), note(b), None, "test")
+    assert evidence.verify(log_signer.verifier()) == "conflicting_roots"
 
 
 def test_a_failing_served_proof_is_a_finding_that_proves_nothing(
-    tmp_path: Path, signer: Signer, two_histories: tuple[Log, Log]
+    tmp_path: Path, log_signer: Signer, two_histories: tuple[Log, Log]
 ) -> None:
     """The log signs checkpoints, never proofs: a failing proof is a suspicion only."""
     _, b = two_histories
-    smaller = grown_log(tmp_path / "c.db", signer, "org.acme", 1)
+    smaller = grown_log(tmp_path / "c.db", log_signer, "org.acme", 1)
     proof = ConsistencyProof(2, 3, tuple(b.tree.consistency_proof(2, 3)))
     evidence = evidence_between(
-        signer.verifier(), note(smaller), note(b), proof, "test", FAILING_PROOF
+        log_signer.verifier(), note(smaller), note(b), proof, "test", FAILING_PROOF
     )
-    assert evidence.verify(signer.verifier()) == FAILING_PROOF
+    assert evidence.verify(log_signer.verifier()) == FAILING_PROOF
     assert not evidence.proven
     assert evidence.to_json()["proven"] is False
 
 
 def test_a_failing_proof_claimed_as_conflicting_roots_is_refused(
-    tmp_path: Path, signer: Signer, two_histories: tuple[Log, Log]
+    tmp_path: Path, log_signer: Signer, two_histories: tuple[Log, Log]
 ) -> None:
     """A file cannot claim more than its signed data shows."""
     _, b = two_histories
-    smaller = grown_log(tmp_path / "c.db", signer, "org.acme", 1)
+    smaller = grown_log(tmp_path / "c.db", log_signer, "org.acme", 1)
     proof = ConsistencyProof(2, 3, tuple(b.tree.consistency_proof(2, 3)))
     overclaim = evidence_between(
-        signer.verifier(), note(smaller), note(b), proof, "test", CONFLICTING_ROOTS
+        log_signer.verifier(), note(smaller), note(b), proof, "test", CONFLICTING_ROOTS
     )
     with pytest.raises(EvidenceError) as refused:
-        overclaim.verify(signer.verifier())
+        overclaim.verify(log_signer.verifier())
     assert refused.value.code == "finding_mismatch"
 
 
 def test_a_file_whose_proven_flag_contradicts_its_finding_is_malformed(
-    tmp_path: Path, signer: Signer, two_histories: tuple[Log, Log]
+    tmp_path: Path, log_signer: Signer, two_histories: tuple[Log, Log]
 ) -> None:
     a, b = two_histories
-    obj = evidence_between(signer.verifier(), note(a), note(b), None, "test").to_json()
+    obj = evidence_between(log_signer.verifier(), note(a), note(b), None, "test").to_json()
     obj["proven"] = False
     path = tmp_path / "e.json"
     path.write_text(json.dumps(obj))
@@ -118,20 +113,20 @@ def test_consistent_checkpoints_are_not_evidence(tmp_path: Path) -> None:
 
 
 def test_evidence_checked_against_another_log_key_is_refused(
-    two_histories: tuple[Log, Log], signer: Signer
+    two_histories: tuple[Log, Log], log_signer: Signer
 ) -> None:
     a, b = two_histories
-    evidence = evidence_between(signer.verifier(), note(a), note(b), None, "test")
+    evidence = evidence_between(log_signer.verifier(), note(a), note(b), None, "test")
     with pytest.raises(EvidenceError) as refused:
         evidence.verify(Signer.generate(ORIGIN).verifier())
     assert refused.value.code == "other_log"
 
 
 def test_evidence_files_round_trip(
-    tmp_path: Path, two_histories: tuple[Log, Log], signer: Signer
+    tmp_path: Path, two_histories: tuple[Log, Log], log_signer: Signer
 ) -> None:
     a, b = two_histories
-    evidence = evidence_between(signer.verifier(), note(a), note(b), None, "test")
+    evidence = evidence_between(log_signer.verifier(), note(a), note(b), None, "test")
     assert read_evidence(write_evidence(tmp_path, evidence)) == evidence
 
 
@@ -145,33 +140,36 @@ def test_a_file_that_is_not_evidence_is_refused(tmp_path: Path) -> None:
 def test_audit_evidence_command_proves_a_fork(
     tmp_path: Path,
     two_histories: tuple[Log, Log],
-    signer: Signer,
+    log_signer: Signer,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     a, b = two_histories
     path = write_evidence(
-        tmp_path, evidence_between(signer.verifier(), note(a), note(b), None, "follower")
+        tmp_path, evidence_between(log_signer.verifier(), note(a), note(b), None, "follower")
     )
-    assert deplog_main(["audit", "evidence", "--log-key", signer.verifier().vkey(), str(path)]) == 0
+    assert (
+        deplog_main(["audit", "evidence", "--log-key", log_signer.verifier().vkey(), str(path)])
+        == 0
+    )
     assert capsys.readouterr().out.startswith("proven: conflicting_roots")
 
 
 def test_audit_evidence_command_never_calls_a_failing_unsigned_proof_proven(
     tmp_path: Path,
-    signer: Signer,
+    log_signer: Signer,
     two_histories: tuple[Log, Log],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     _, b = two_histories
-    smaller = grown_log(tmp_path / "c.db", signer, "org.acme", 1)
+    smaller = grown_log(tmp_path / "c.db", log_signer, "org.acme", 1)
     proof = ConsistencyProof(2, 3, tuple(b.tree.consistency_proof(2, 3)))
     path = write_evidence(
         tmp_path,
         evidence_between(
-            signer.verifier(), note(smaller), note(b), proof, "follower", FAILING_PROOF
+            log_signer.verifier(), note(smaller), note(b), proof, "follower", FAILING_PROOF
         ),
     )
-    key = signer.verifier().vkey()
+    key = log_signer.verifier().vkey()
     assert deplog_main(["audit", "evidence", "--log-key", key, str(path)]) == EXIT_NOT_PROVEN
     out = capsys.readouterr().out
     assert out.startswith("not proven: failing_proof")
@@ -179,10 +177,10 @@ def test_audit_evidence_command_never_calls_a_failing_unsigned_proof_proven(
 
 
 def test_audit_evidence_command_fails_on_tampered_evidence(
-    tmp_path: Path, two_histories: tuple[Log, Log], signer: Signer
+    tmp_path: Path, two_histories: tuple[Log, Log], log_signer: Signer
 ) -> None:
     a, b = two_histories
-    evidence = evidence_between(signer.verifier(), note(a), note(b), None, "follower")
+    evidence = evidence_between(log_signer.verifier(), note(a), note(b), None, "follower")
     forged = ForkEvidence(
         evidence.log_key,
         evidence.first,
@@ -193,4 +191,7 @@ def test_audit_evidence_command_fails_on_tampered_evidence(
     )
     path = tmp_path / "forged.json"
     path.write_text(json.dumps(forged.to_json()))
-    assert deplog_main(["audit", "evidence", "--log-key", signer.verifier().vkey(), str(path)]) == 1
+    assert (
+        deplog_main(["audit", "evidence", "--log-key", log_signer.verifier().vkey(), str(path)])
+        == 1
+    )

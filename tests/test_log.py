@@ -20,25 +20,13 @@ from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
-from tests.builders import admitted, make_envelope, notice_leaf, register
+from tests.builders import ORIGIN, admitted, make_envelope, notice_leaf, register
 from tests.conftest import Backend
-
-ORIGIN = "unit.deplog.example/log"
-
-
-@pytest.fixture
-def log_signer() -> Signer:
-    return Signer.generate(ORIGIN)
 
 
 @pytest.fixture
 def db_path(backend: Backend) -> str:
     return backend.db
-
-
-@pytest.fixture
-def publisher() -> Signer:
-    return Signer.generate("acme")
 
 
 @pytest.fixture

@@ -30,21 +30,15 @@ from deplog.client.model.notice import Envelope
 from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
-from tests.builders import admitted, make_envelope, register
-from tests.conftest import Backend
+from tests.builders import ORIGIN, admitted, make_envelope, register
+from tests.conftest import POSTGRESQL, Backend
 from tests.map_formats import (
     write_first_draft_map,
     write_format_two_map,
     write_format_two_tables,
 )
 
-ORIGIN = "unit.deplog.example/log"
 TOOLS = ("tool:org.acme/search", "tool:org.acme/fetch", "tool:org.acme/write")
-
-
-@pytest.fixture
-def log_signer() -> Signer:
-    return Signer.generate(ORIGIN)
 
 
 @pytest.fixture
@@ -54,11 +48,6 @@ def db_path(backend: Backend) -> str:
 
 # What only SQLite has: a database from before the map, a page quota.
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def publisher() -> Signer:
-    return Signer.generate("acme")
 
 
 @pytest.fixture
@@ -339,7 +328,7 @@ def test_on_sqlite_batches_fold_in_memory_and_flush_map_writes_their_rows(
     assert tables(db_path) == (log.tree.size, reference_root(log, log.tree.size))
 
 
-@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("backend", [POSTGRESQL], indirect=True)
 def test_on_postgresql_every_batch_writes_its_rows(
     db_path: str, log: Log, publisher: Signer
 ) -> None:

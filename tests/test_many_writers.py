@@ -29,10 +29,11 @@ from deplog.client.errors import ErrorCode
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import verify_consistency
-from tests.builders import make_envelope, notice_leaf, register
+from tests.builders import ORIGIN, make_envelope, notice_leaf, register
 from tests.conftest import migrated
 
-ORIGIN = "many.deplog.example/log"
+pytestmark = pytest.mark.slow  # PostgreSQL, writers in processes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -40,11 +41,6 @@ ROOT = Path(__file__).resolve().parents[1]
 def url(pg_url: str) -> str:
     """A migrated, empty database."""
     return migrated(pg_url)
-
-
-@pytest.fixture
-def log_signer() -> Signer:
-    return Signer.generate(ORIGIN)
 
 
 def publishers(url: str, log_signer: Signer, count: int) -> list[Signer]:

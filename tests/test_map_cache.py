@@ -25,19 +25,7 @@ from deplog.client.map.stored import StoredMap
 from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model.notice import Envelope
 from deplog.client.tlog.note import Signer
-from tests.builders import admitted, advance_leaves, make_envelope, notice_leaf, register
-
-ORIGIN = "unit.deplog.example/log"
-
-
-@pytest.fixture
-def log_signer() -> Signer:
-    return Signer.generate(ORIGIN)
-
-
-@pytest.fixture
-def publisher() -> Signer:
-    return Signer.generate("acme")
+from tests.builders import ORIGIN, admitted, advance_leaves, make_envelope, notice_leaf, register
 
 
 class Batches:

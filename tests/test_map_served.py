@@ -42,6 +42,7 @@ async def served(
         yield served_log.client, served_log.publisher, served_log.log_key
 
 
+@pytest.mark.slow  # 240 appends raced by three readers
 async def test_proofs_read_while_slices_are_written_show_the_map_of_their_checkpoint(
     served: tuple[TestClient[object, object], Signer, Signer],
 ) -> None:

@@ -44,11 +44,6 @@ def conn(tmp_path: Path) -> sqlite3.Connection:
     return connect(tmp_path / "map.db")
 
 
-@pytest.fixture
-def publisher() -> Signer:
-    return Signer.generate("acme")
-
-
 def leaves_for(publisher: Signer, count: int, tools: int) -> list[bytes]:
     """``count`` notice entries by ``acme`` about ``tools`` tools, round robin."""
     return [

@@ -8,6 +8,8 @@ import pytest
 from tests.conftest import Backend
 from tests.pgcluster import PgCluster
 
+pytestmark = pytest.mark.slow  # PostgreSQL
+
 
 def test_each_test_gets_a_fresh_empty_database(pg_cluster: PgCluster, pg_url: str) -> None:
     other = pg_cluster.create_database()

@@ -20,6 +20,8 @@ from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register
 from tests.conftest import migrated
 
+pytestmark = pytest.mark.slow  # PostgreSQL
+
 ORIGIN = "pg.deplog.example/log"
 
 

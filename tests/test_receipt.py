@@ -24,8 +24,8 @@ from deplog.client.tlog.note import (
 )
 from deplog.client.tlog.proofs import ProofError, inclusion_path, leaf_hash, root_from_leaf_hashes
 from deplog.client.tlog.receipt import Receipt, ReceiptFormatError, verify_receipt
+from tests.builders import ORIGIN
 
-ORIGIN = "example.com/log"
 ENTRIES = [b"entry %d" % i for i in range(11)]
 HASHES = [leaf_hash(e) for e in ENTRIES]
 INDEX = 6
@@ -33,11 +33,6 @@ INDEX = 6
 
 def b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
-
-
-@pytest.fixture
-def log_signer() -> Signer:
-    return Signer.from_seed(ORIGIN, bytes(range(32)))
 
 
 @pytest.fixture

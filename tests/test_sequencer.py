@@ -69,9 +69,9 @@ class Publication:
 
 
 @pytest.fixture
-def local(tmp_path: Path, backend: Backend) -> LocalLog:
+def local(tmp_path: Path, backend: Backend, log_signer: Signer) -> LocalLog:
     """Every test runs on both backends: the log in SQLite, or in PostgreSQL."""
-    return LocalLog(tmp_path, None if backend.kind == "sqlite" else backend.db)
+    return LocalLog(tmp_path, None if backend.kind == "sqlite" else backend.db, log_signer)
 
 
 @pytest.fixture
@@ -83,11 +83,6 @@ def log(local: LocalLog) -> Log:
 @pytest.fixture
 def publisher(local: LocalLog) -> Signer:
     return local.publisher
-
-
-@pytest.fixture
-def log_signer(local: LocalLog) -> Signer:
-    return local.signer
 
 
 @pytest.fixture

@@ -3,8 +3,7 @@ port is one line naming it and what to do, exit 69, and nothing is created."""
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,6 @@ import pytest
 from deplog.authority.cli import main as authority_main
 from deplog.authority.http.plumbing import ADDRESS_UNAVAILABLE_EXIT
 from deplog.authority.witness.cli import main as witness_main
-
-
-@pytest.fixture
-def busy_port() -> Iterator[int]:
-    """A port another socket is listening on."""
-    holder = socket.socket()
-    holder.bind(("127.0.0.1", 0))
-    holder.listen()
-    yield holder.getsockname()[1]
-    holder.close()
 
 
 def files_under(root: Path) -> list[Path]:

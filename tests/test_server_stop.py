@@ -13,9 +13,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from deplog.authority.http.server import _STATE, ServerConfig, build_app
 from deplog.client.tlog.note import Signer
 from tests.builders import serving
+
+pytestmark = pytest.mark.slow  # PostgreSQL
 
 STOPPED_WITHIN = 10.0
 """Seconds a stopped loop has to end: it waits at most a poll interval (about 1 s)."""

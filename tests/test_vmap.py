@@ -478,12 +478,29 @@ def test_a_record_decodes_to_itself() -> None:
     assert StatusRecord.decode(record.encode(), TOOL) == record
 
 
-@settings(max_examples=200, deadline=None)
-@given(raw=st.lists(notices(), min_size=1, max_size=6))
+notice_lists = given(raw=st.lists(notices(), min_size=1, max_size=6))
+
+
+@settings(settings.get_profile("fast"))
+@notice_lists
 def test_property_every_notice_shape_round_trips_through_a_record(
     raw: list[dict[str, Any]],
 ) -> None:
-    """Every optional field, range shape and time the notice schema allows survives."""
+    """Every optional field, range shape and time the notice schema allows survives (a few
+    examples; 200 in the slow lane)."""
+    assert_round_trips_through_a_record(raw)
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@notice_lists
+def test_property_every_notice_shape_round_trips_through_a_record_thoroughly(
+    raw: list[dict[str, Any]],
+) -> None:
+    assert_round_trips_through_a_record(raw)
+
+
+def assert_round_trips_through_a_record(raw: list[dict[str, Any]]) -> None:
     items = []
     for index, obj in enumerate(raw):
         if obj["action"] == "withdraw":
@@ -609,19 +626,38 @@ def tool_logs(draw: st.DrawFn) -> list[Notice]:
     return log
 
 
-@settings(max_examples=150, deadline=None)
-@given(
+tool_logs_and_moments = given(
     log=tool_logs(),
     extra_versions=st.lists(semvers, max_size=3),
     offsets=st.lists(st.integers(-2 * 86400, 40 * 86400), min_size=1, max_size=4),
 )
+
+
+@settings(settings.get_profile("fast"))
+@tool_logs_and_moments
 def test_property_a_proven_record_evaluates_as_the_full_log_fold(
     log: list[Notice], extra_versions: list[str], offsets: list[int]
 ) -> None:
     """The guard's answer from the whole log (StatusIndex over the signed notices) equals
     the answer from a compact record, sent as a binary proof and verified, for every
     version any notice names, range bounds included, and random ones, at every instant
-    around the effective, sunset and withdraw times."""
+    around the effective, sunset and withdraw times (a few examples; 150 in the slow
+    lane)."""
+    assert_proven_record_evaluates_as_the_fold(log, extra_versions, offsets)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@tool_logs_and_moments
+def test_property_a_proven_record_evaluates_as_the_full_log_fold_thoroughly(
+    log: list[Notice], extra_versions: list[str], offsets: list[int]
+) -> None:
+    assert_proven_record_evaluates_as_the_fold(log, extra_versions, offsets)
+
+
+def assert_proven_record_evaluates_as_the_fold(
+    log: list[Notice], extra_versions: list[str], offsets: list[int]
+) -> None:
     whole = StatusIndex()
     for index, notice in enumerate(log):
         whole.apply(index, notice)

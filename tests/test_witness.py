@@ -33,6 +33,7 @@ from deplog.authority.witness.core import (
 from deplog.client.errors import DeplogError
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer
+from tests.conftest import BACKENDS
 
 NOW = 1_700_000_000
 ORIGIN = "example.com/minimal-log"
@@ -161,7 +162,7 @@ def witness_key() -> Signer:
     return Signer.generate(WITNESS_NAME, SIG_TYPE_COSIGNATURE_V1)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def open_state(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], WitnessState]:
     """Opens the witness's state: a SQLite file, or the ``embedded_witness`` schema of a
     fresh PostgreSQL database (the embedded witness of a log on PostgreSQL); the same
@@ -605,6 +606,7 @@ def test_logs_file_with_an_unknown_line_is_refused(log: MinimalLog) -> None:
         parse_logs_file(f"lgo {log.vkey}\n")
 
 
+@pytest.mark.slow
 def test_every_thread_answers_after_postgresql_dropped_its_connections(
     pg_url: str, witness_key: Signer, log: MinimalLog
 ) -> None:

@@ -38,7 +38,7 @@ from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, verify_consistency
 from tests.builders import admitted, make_envelope, register
-from tests.integration.harness import AuthorityProcess, WitnessProcess
+from tests.integration.harness import AuthorityProcess, WitnessProcess, embedded_witness_size
 
 JSON = {"Content-Type": "application/json"}
 
@@ -86,15 +86,6 @@ async def _watch(
         await asyncio.sleep(0.01)
 
 
-def _embedded_witness_size(authority: AuthorityProcess) -> int:
-    state = WitnessState(authority.data / "embedded-witness.db")
-    try:
-        recorded = state.recorded(authority.log_verifier.name)
-        return 0 if recorded is None else recorded.size
-    finally:
-        state.close()
-
-
 async def authority_campaign(
     authority: AuthorityProcess,
     http: aiohttp.ClientSession,
@@ -119,7 +110,7 @@ async def authority_campaign(
         for task in tasks:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, timeout=30)
-        report.witness_sizes.append(_embedded_witness_size(authority))
+        report.witness_sizes.append(embedded_witness_size(authority))
         if authority.db is None:
             report.unwritten.append(_unwritten_map_entries(authority.data / "log.db"))
 

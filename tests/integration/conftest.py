@@ -19,11 +19,6 @@ from tests.integration.harness import AuthorityProcess
 
 
 @pytest.fixture
-def publisher() -> Signer:
-    return Signer.generate("acme")
-
-
-@pytest.fixture
 def authority_files(
     tmp_path: Path, publisher: Signer, authority_db: str | None
 ) -> AuthorityProcess:

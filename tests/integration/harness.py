@@ -3,12 +3,15 @@
 ``AuthorityProcess`` runs ``authority serve`` and ``WitnessProcess`` runs
 ``witness serve``, each in a subprocess on a free port with real data
 directories and real keys, so a test can SIGKILL one and start it again on the
-same files.
+same files; ``map_witness`` is a witness that folds the log's map itself. ``deplog`` and
+``authority_command`` run those commands in processes of their own; ``post`` and
+``publish`` send notices to a running authority.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,11 +27,14 @@ import aiohttp
 
 from deplog.authority.cli import main as authority_main
 from deplog.authority.witness.cli import main as witness_main
+from deplog.authority.witness.core import WitnessState
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.keyfile import key_file_name
 from deplog.client.tlog.note import Signer, Verifier
+from tests.builders import make_envelope
 
 ORIGIN = "test.deplog.example/log"
+JSON = {"Content-Type": "application/json"}
 STARTUP_TIMEOUT = 30.0
 _DB_COMMANDS = frozenset({"init", "serve", "check", "publisher"})
 """The ``authority`` commands that take ``--db`` (the others read only files)."""
@@ -203,23 +210,19 @@ class AuthorityProcess(ServiceProcess):
         )
         assert code == 0
 
+    def add_witness(self, url: str, key: Verifier, *flags: str) -> None:
+        """``authority witness add``: the witness at ``url``, with cosigner key ``key``."""
+        where = ["--data", str(self.data), "--keys", str(self.keys)]
+        assert (
+            authority_main(["witness", "add", *where, "--url", url, "--key", key.vkey(), *flags])
+            == 0
+        )
+
     def run_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "deplog.authority.cli",
-                *args,
-                "--data",
-                str(self.data),
-                "--keys",
-                str(self.keys),
-                *(self._db_args() if args[0] in _DB_COMMANDS else []),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        """``authority ARGS`` on this authority's files (and database), in a process."""
+        where = ["--data", str(self.data), "--keys", str(self.keys)]
+        return authority_command(
+            *args, *where, *(self._db_args() if args[0] in _DB_COMMANDS else [])
         )
 
 
@@ -253,6 +256,76 @@ class WitnessProcess(ServiceProcess):
     def verifier(self) -> Verifier:
         stem = key_file_name(self.name)
         return Verifier.parse_cosigner((self.keys / f"{stem}.pub").read_text().strip())
+
+
+@contextlib.contextmanager
+def map_witness(directory: Path, authority: AuthorityProcess) -> Iterator[WitnessProcess]:
+    """``witness serve --verify-map`` for ``authority``'s log, named ``map.witness.test/w``:
+    it fetches the log's entries and folds the map itself before it cosigns. Started;
+    stopped after."""
+    witness = WitnessProcess(
+        directory, name="map.witness.test/w", extra_args=["--verify-map", authority.url]
+    )
+    witness.init()
+    assert witness.cli("add-log", "--key", authority.log_verifier.vkey()) == 0
+    witness.start()
+    try:
+        yield witness
+    finally:
+        witness.stop()
+
+
+def deplog(
+    *args: str | Path, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``deplog ARGS`` in a process of its own (in ``cwd``): its status and output."""
+    return _run("deplog.client.cli.main", args, cwd, timeout)
+
+
+def authority_command(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``authority ARGS`` in a process of its own: its status and output."""
+    return _run("deplog.authority.cli", args, None, timeout)
+
+
+def _run(
+    module: str, args: tuple[str | Path, ...], cwd: Path | None, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=cwd,
+    )
+
+
+async def post(http: aiohttp.ClientSession, url: str, body: bytes) -> tuple[int, bytes]:
+    """``body`` POSTed to the authority at ``url`` (``/v1/notices``): the status, the answer."""
+    async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
+        return response.status, await response.read()
+
+
+async def publish(
+    http: aiohttp.ClientSession, url: str, publisher: Signer, sequence: int, **fields: object
+) -> int:
+    """A notice by ``publisher`` (``make_envelope``) logged by the authority at ``url``: its
+    index."""
+    body = make_envelope(publisher, sequence, **fields).canonical_bytes()
+    async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
+        assert response.status == 201, await response.text()
+        return int(response.headers["Deplog-Index"])
+
+
+def embedded_witness_size(authority: AuthorityProcess) -> int:
+    """The size the authority's embedded witness recorded (its database is shared safely:
+    WAL)."""
+    state = WitnessState(authority.data / "embedded-witness.db")
+    try:
+        recorded = state.recorded(authority.log_verifier.name)
+        return 0 if recorded is None else recorded.size
+    finally:
+        state.close()
 
 
 async def wait_for_push_subscribers(

@@ -30,7 +30,6 @@ from pathlib import Path
 
 import aiohttp
 
-from deplog.authority.witness.core import WitnessState
 from deplog.client.errors import DeplogError
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
@@ -45,7 +44,7 @@ from tests.integration.crash_states import (
     Snapshot,
     write_files,
 )
-from tests.integration.harness import ORIGIN, AuthorityProcess
+from tests.integration.harness import ORIGIN, AuthorityProcess, embedded_witness_size
 from tests.integration.syscall_trace import STRACE_ARGS, parse_trace, snapshot_of
 
 __all__ = [
@@ -337,7 +336,7 @@ async def _check_running(
         # Before anything new is appended (and cosigned), the witness's record must be at
         # least every size it had cosigned for a client.
         cosigned = max((s.checkpoint.size for s in before if s.embedded_cosigned), default=0)
-        if _witness_size(authority) < cosigned:
+        if embedded_witness_size(authority) < cosigned:
             outcome.witness_regressions += 1
             outcome.problems.append("the embedded witness's record went back")
         # Grow past every size signed before the crash: a lost signed leaf would now be
@@ -397,13 +396,3 @@ async def _consistent(
     except ProofError:
         return False
     return True
-
-
-def _witness_size(authority: AuthorityProcess) -> int:
-    """The embedded witness's recorded size (its database is shared safely: WAL)."""
-    state = WitnessState(authority.data / "embedded-witness.db")
-    try:
-        recorded = state.recorded(authority.log_verifier.name)
-        return 0 if recorded is None else recorded.size
-    finally:
-        state.close()

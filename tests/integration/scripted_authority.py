@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from deplog.client.follow.source import LogSource, MemoryLogSource
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, leaf_hash, root_from_leaf_hashes
+from tests.builders import unused_port
 
 STREAM = "/v1/checkpoints/stream"
 
@@ -42,11 +42,8 @@ def signed_log(signer: Signer, leaves: list[bytes]) -> MemoryLogSource:
 
 
 def unreachable_url() -> str:
-    """A URL on 127.0.0.1 where nothing listens (a port just bound and released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    """A URL on 127.0.0.1 where nothing listens."""
+    return f"http://127.0.0.1:{unused_port()}"
 
 
 @dataclass(frozen=True)
@@ -63,6 +60,20 @@ class Raw:
     chunked: bool = False
     declared_length: int | None = None
     delay: float = 0.0
+
+    async def respond(self, request: web.Request) -> web.StreamResponse:
+        """This response, sent to ``request`` after ``delay``."""
+        await asyncio.sleep(self.delay)
+        if self.declared_length is not None:
+            streamed = web.StreamResponse(status=self.status)
+            streamed.content_length = self.declared_length
+            await streamed.prepare(request)
+            await streamed.write(self.body)
+            return streamed
+        response = web.Response(status=self.status, body=self.body)
+        if self.chunked:
+            response.enable_chunked_encoding()
+        return response
 
 
 @dataclass
@@ -106,18 +117,7 @@ class ScriptedAuthority:
         self.requests.append(request.path)
         if request.path not in self.raw:
             return None
-        raw = self.raw[request.path]
-        await asyncio.sleep(raw.delay)
-        if raw.declared_length is not None:
-            streamed = web.StreamResponse(status=raw.status)
-            streamed.content_length = raw.declared_length
-            await streamed.prepare(request)
-            await streamed.write(raw.body)
-            return streamed
-        response = web.Response(status=raw.status, body=raw.body)
-        if raw.chunked:
-            response.enable_chunked_encoding()
-        return response
+        return await self.raw[request.path].respond(request)
 
     async def _checkpoint(self, request: web.Request) -> web.StreamResponse:
         if (raw := await self._raw(request)) is not None:

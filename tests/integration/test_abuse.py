@@ -13,6 +13,8 @@ from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess
 
+pytestmark = pytest.mark.slow  # real authority processes
+
 JSON = {"Content-Type": "application/json"}
 
 

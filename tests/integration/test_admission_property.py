@@ -43,7 +43,6 @@ import contextlib
 import http.client
 import io
 import json
-import subprocess
 import sys
 import time
 import unicodedata
@@ -95,7 +94,7 @@ from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.keyfile import key_file_name
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt
-from tests.integration.harness import ORIGIN, AuthorityProcess, WitnessProcess
+from tests.integration.harness import ORIGIN, AuthorityProcess, deplog, map_witness
 
 pytestmark = pytest.mark.slow
 
@@ -905,24 +904,7 @@ def verify_everything_admitted(bench: Bench, workdir: Path) -> dict[str, float]:
 
     # ``deplog follow --once``, over the tiles the authority serves (the CLI's default path).
     key_file = bench.authority.keys / f"{key_file_name(ORIGIN)}.pub"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "deplog.client.cli.main",
-            "follow",
-            bench.authority.url,
-            "--once",
-            "--log-key",
-            str(key_file),
-            "--state",
-            str(workdir / "cli.db"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = deplog("follow", url, "--once", "--log-key", key_file, "--state", workdir / "cli.db")
     assert done.returncode == 0, done.stderr
     assert "fails validation" not in done.stderr, done.stderr
     lap("deplog follow")
@@ -946,21 +928,13 @@ def verify_everything_admitted(bench: Bench, workdir: Path) -> dict[str, float]:
     lap("replay")
 
     # A map-verifying witness folds the whole log itself before it cosigns.
-    witness = WitnessProcess(
-        workdir / "witness", name="map.witness.test/w", extra_args=["--verify-map", url]
-    )
-    witness.init()
-    assert witness.cli("add-log", "--key", bench.authority.log_verifier.vkey()) == 0
-    witness.start()
-    try:
+    with map_witness(workdir / "witness", bench.authority) as witness:
         request = urllib.request.Request(
             witness.url + "/add-checkpoint", data=b"old 0\n\n" + note, method="POST"
         )
         with urllib.request.urlopen(request, timeout=60) as answer:
             assert answer.status == 200
             assert answer.read().startswith("— map.witness.test/w ".encode())
-    finally:
-        witness.stop()
     lap("map witness")
 
     # The explorer's page of every entry and every tool, and the API's tool status.

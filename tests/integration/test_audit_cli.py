@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,7 +20,7 @@ from deplog.client.tlog.keyfile import key_file_name
 from deplog.client.tlog.note import Signer, Verifier
 from deplog.client.tlog.proofs import TreeMismatchError
 from tests.builders import make_envelope, notice_leaf
-from tests.integration.harness import ORIGIN, AuthorityProcess
+from tests.integration.harness import ORIGIN, AuthorityProcess, deplog
 from tests.integration.scripted_authority import (
     Raw,
     ScriptedAuthority,
@@ -31,16 +29,7 @@ from tests.integration.scripted_authority import (
     unreachable_url,
 )
 
-
-def deplog(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deplog.client.cli.main", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=cwd,
-    )
+pytestmark = pytest.mark.slow  # a real authority and deplog commands in processes
 
 
 def get(url: str) -> bytes:
@@ -281,11 +270,6 @@ def test_export_refuses_a_url_that_is_not_http(tmp_path: Path) -> None:
 # --- export paging and refusals, against a scripted authority serving chosen leaves --------
 
 LEAVES = [f"leaf {i}".encode() for i in range(2345)]
-
-
-@pytest.fixture
-def log_signer() -> Signer:
-    return Signer.generate(ORIGIN)
 
 
 @pytest.fixture

@@ -8,20 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import AuthorityProcess
+from tests.integration.harness import AuthorityProcess, deplog
 
-pytestmark = pytest.mark.both_backends  # SQLite, and serve --db postgresql://
-
-
-def deplog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deplog.client.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=cwd,
-    )
+# Real authority processes; SQLite, and serve --db postgresql://.
+pytestmark = [pytest.mark.slow, pytest.mark.both_backends]
 
 
 def test_publisher_walkthrough_publishes_and_verifies_a_receipt(

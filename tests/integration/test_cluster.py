@@ -14,8 +14,6 @@ import asyncio
 import base64
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -25,7 +23,6 @@ import aiohttp
 import psycopg
 import pytest
 
-from deplog.authority.cli import main as authority_main
 from deplog.authority.storage.cluster import ROUND_LOCK
 from deplog.authority.witness.core import WitnessState
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
@@ -41,10 +38,11 @@ from deplog.client.tlog.tiles import (
 )
 from tests.builders import make_envelope, notice_leaf
 from tests.conftest import migrated
-from tests.integration.harness import ORIGIN, AuthorityProcess, WitnessProcess
+from tests.integration.harness import ORIGIN, AuthorityProcess, WitnessProcess, deplog, post
 from tests.pgcluster import PgCluster
 
-JSON = {"Content-Type": "application/json"}
+pytestmark = pytest.mark.slow  # authority processes sharing a PostgreSQL log
+
 LEARN_BOUND = 5.0
 """Seconds within which every process serves what one of them published (notification,
 else the one-second poll)."""
@@ -64,10 +62,6 @@ class ClusterAuthority(AuthorityProcess):
 
     def command(self) -> list[str]:
         return [*super().command(), "--db", self.db]
-
-
-def authority_cli(*args: str) -> int:
-    return authority_main(list(args))
 
 
 @pytest.fixture
@@ -105,11 +99,6 @@ def cluster(
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
         yield session
-
-
-async def post(http: aiohttp.ClientSession, url: str, body: bytes) -> tuple[int, bytes]:
-    async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
-        return response.status, await response.read()
 
 
 async def served(http: aiohttp.ClientSession, authority: ClusterAuthority) -> Checkpoint:
@@ -353,17 +342,6 @@ def _embedded_witness(authority: ClusterAuthority) -> Verifier:
     return load_signer(authority.keys, stem, SIG_TYPE_COSIGNATURE_V1).verifier()
 
 
-def _deplog(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deplog.client.cli.main", *args],
-        cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 async def test_following_any_process_ends_at_the_same_root(
     cluster: list[ClusterAuthority],
     publisher: Signer,
@@ -383,9 +361,8 @@ async def test_following_any_process_ends_at_the_same_root(
         roots.add(checkpoint.root_hash)
         follower = tmp_path / f"follower{n}"
         follower.mkdir()
-        followed = _deplog(
-            follower, "follow", authority.url, "--log-key", authority.log_verifier.vkey(), "--once"
-        )
+        key = authority.log_verifier.vkey()
+        followed = deplog("follow", authority.url, "--log-key", key, "--once", cwd=follower)
         assert followed.returncode == 0, followed.stderr
         assert followed.stdout.strip() == f"trusted {ORIGIN} at size {size}"
     assert len(roots) == 1
@@ -454,19 +431,7 @@ def external_witness(
     assert witness.cli("add-log", "--origin", ORIGIN, "--key", vkey) == 0
     witness.start()
     for authority in cluster_files:
-        code = authority_cli(
-            "witness",
-            "add",
-            "--data",
-            str(authority.data),
-            "--keys",
-            str(authority.keys),
-            "--url",
-            witness.url,
-            "--key",
-            witness.verifier.vkey(),
-        )
-        assert code == 0
+        authority.add_witness(witness.url, witness.verifier)
     yield witness
     witness.stop()
 

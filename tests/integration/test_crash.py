@@ -32,6 +32,8 @@ from tests.integration.campaign import (
 from tests.integration.harness import AuthorityProcess, WitnessProcess
 from tests.test_tiles import SpecReader
 
+pytestmark = pytest.mark.slow  # crash campaigns: processes killed under load
+
 KILLS = 3
 PUBLISHERS = 4
 

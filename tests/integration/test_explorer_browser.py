@@ -57,8 +57,8 @@ if _MISSING is not None:
 from playwright.async_api import Browser, Page, Route, async_playwright, expect  # noqa: E402
 
 # One authority, one seeding and one browser for the module: the tests only read the log,
-# and each gets a fresh browser context (no shared cookies, cache or routes).
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# and each gets a fresh browser context (no shared cookies, cache or routes). Slow: Chromium.
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 
 @dataclass(frozen=True)

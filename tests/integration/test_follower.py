@@ -13,25 +13,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from deplog.client.cache.guard import Guard, Verdict
 from deplog.client.follow.follower import Follower, SyncFollower
 from deplog.client.follow.state import LocalState
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
-from tests.integration.harness import AuthorityProcess
+from tests.integration.harness import JSON, AuthorityProcess, deplog, publish
 
-JSON = {"Content-Type": "application/json"}
+pytestmark = pytest.mark.slow  # real authority processes
+
 TOOL = "tool:org.acme/search"
-
-
-async def publish(
-    http: aiohttp.ClientSession, url: str, publisher: Signer, sequence: int, **fields: object
-) -> int:
-    body = make_envelope(publisher, sequence, **fields).canonical_bytes()
-    async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
-        assert response.status == 201, await response.text()
-        return int(response.headers["Deplog-Index"])
 
 
 def now() -> datetime:
@@ -197,20 +190,11 @@ def test_follow_and_status_commands(
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 201
 
-    def deplog(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "deplog.client.cli.main", *args],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
-    followed = deplog("follow", authority.url, "--log-key", authority.log_verifier.vkey(), "--once")
+    key = authority.log_verifier.vkey()
+    followed = deplog("follow", authority.url, "--log-key", key, "--once", cwd=tmp_path)
     assert followed.returncode == 0, followed.stderr
     assert followed.stdout.strip() == f"trusted {authority.log_verifier.name} at size 2"
-    status = deplog("status", TOOL, "1.0.0", "--json")
+    status = deplog("status", TOOL, "1.0.0", "--json", cwd=tmp_path)
     assert status.returncode == 5, status.stderr  # revoked: a script must refuse it
     shown = json.loads(status.stdout)
     assert (shown["status"], shown["notices"]) == ("revoked", [1])
@@ -227,19 +211,9 @@ async def test_following_an_authority_started_over_into_the_old_state_is_another
     cache.mkdir()
     key_file = authority.keys / f"{authority.log_verifier.name.replace('/', '_')}.pub"
 
-    def deplog(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "deplog.client.cli.main", *args],
-            cwd=cache,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
     def follow(state: str) -> subprocess.CompletedProcess[str]:
         return deplog(
-            "follow", authority.url, "--once", "--log-key", str(key_file), "--state", state
+            "follow", authority.url, "--once", "--log-key", key_file, "--state", state, cwd=cache
         )
 
     await publish(http, authority.url, publisher, 1)

@@ -46,7 +46,7 @@ from deplog.client.tlog.evidence import EVIDENCE_FORMAT
 from deplog.client.tlog.evidence import read_evidence as load_evidence
 from deplog.client.tlog.note import Signer, UnverifiedNoteError, Verifier
 from deplog.client.tlog.proofs import ConsistencyProof, ProofError, TreeMismatchError
-from tests.builders import InProcessLogSource, make_envelope, register
+from tests.builders import ORIGIN, InProcessLogSource, make_envelope, register
 from tests.integration.scripted_authority import (
     STREAM,
     Raw,
@@ -55,7 +55,6 @@ from tests.integration.scripted_authority import (
     signed_log,
 )
 
-ORIGIN = "hostile.deplog.example/log"
 TRUSTED_SIZE = 4
 """The honest log before it grows: the publisher entry, then notices 1 to 3."""
 PAGE_SIZE = 2
@@ -126,11 +125,6 @@ def read_evidence(
 
 
 # -- fixtures ----------------------------------------------------------------------
-
-
-@pytest.fixture
-def log_signer() -> Signer:
-    return Signer.generate(ORIGIN)
 
 
 @pytest.fixture

@@ -25,7 +25,10 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.keyfile import load_signer
 from deplog.client.tlog.note import Signer, parse_note
 from tests.builders import make_envelope
+from tests.dbrows import follower_state as stored
 from tests.integration.harness import ORIGIN, AuthorityProcess
+
+pytestmark = pytest.mark.slow  # real authority processes
 
 NOTICES = 1200
 CHUNK = 100
@@ -89,23 +92,6 @@ def follow_once(authority: AuthorityProcess, state: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-
-
-def stored(path: Path) -> dict[str, object]:
-    """What a state file holds, but for the local times of processing."""
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-        return {
-            "trusted": conn.execute(
-                "SELECT origin, size, root, frontier, registry FROM trusted"
-            ).fetchall(),
-            "notices": conn.execute(
-                "SELECT idx, tool_id, notice FROM notices ORDER BY idx"
-            ).fetchall(),
-            "sequences": conn.execute("SELECT * FROM sequences ORDER BY 1, 2").fetchall(),
-            "pending": conn.execute("SELECT done FROM pending").fetchall(),
-            "map": conn.execute("SELECT size, root_hash FROM map_state").fetchall(),
-            "map_records": conn.execute("SELECT * FROM map_record ORDER BY 1").fetchall(),
-        }
 
 
 def signed_map_root(path: Path) -> bytes:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import pytest
 
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.attached_faults import injected, needs_strace
 from tests.integration.harness import AuthorityProcess
 from tests.integration.test_publication import healthz, locked_database, post
+
+pytestmark = pytest.mark.slow  # real authority processes
 
 REFRESH = 0.3
 

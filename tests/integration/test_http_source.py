@@ -39,13 +39,7 @@ from tests.integration.scripted_authority import (
     unreachable_url,
 )
 
-ORIGIN = "http-source.deplog.example/log"
 LEAVES = [f"leaf {i}".encode() for i in range(5)]
-
-
-@pytest.fixture
-def log_signer() -> Signer:
-    return Signer.generate(ORIGIN)
 
 
 @pytest.fixture

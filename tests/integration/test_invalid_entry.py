@@ -12,8 +12,6 @@ entries name are ``unknown`` everywhere; every other tool is served as before.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,24 +23,13 @@ from deplog.authority.storage.tree import StoredHashTree
 from deplog.client.tlog.keyfile import key_file_name
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, notice_leaf
-from tests.integration.harness import ORIGIN, AuthorityProcess, WitnessProcess
+from tests.integration.harness import ORIGIN, AuthorityProcess, deplog, map_witness
 
 pytestmark = pytest.mark.slow
 
 SERVED = "tool:org.acme/search"
 FORGED = "tool:org.acme/fetch"  # an unauthorized revoke names it
 MANGLED = "tool:org.acme/mangled"  # a notice whose leaf is not canonical names it
-
-
-def deplog(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deplog.client.cli.main", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=cwd,
-    )
 
 
 def post(url: str, body: bytes) -> int:
@@ -172,18 +159,10 @@ async def test_a_map_verifying_witness_reproduces_the_root_and_cosigns(
     url = injected.authority.url
     with urllib.request.urlopen(url + "/checkpoint", timeout=30) as response:
         note = response.read()
-    witness = WitnessProcess(
-        tmp_path / "map-witness", name="map.witness.test/w", extra_args=["--verify-map", url]
-    )
-    witness.init()
-    assert witness.cli("add-log", "--key", injected.authority.log_verifier.vkey()) == 0
-    witness.start()
-    try:
+    with map_witness(tmp_path / "map-witness", injected.authority) as witness:
         request = urllib.request.Request(
             witness.url + "/add-checkpoint", data=b"old 0\n\n" + note, method="POST"
         )
         with urllib.request.urlopen(request, timeout=60) as answer:
             assert answer.status == 200
             assert answer.read().startswith("— map.witness.test/w ".encode())
-    finally:
-        witness.stop()

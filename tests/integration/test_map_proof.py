@@ -18,23 +18,15 @@ from deplog.client.map.stored import StoredMap
 from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
-from tests.builders import admitted, make_envelope
-from tests.integration.harness import AuthorityProcess
+from tests.builders import admitted
+from tests.integration.harness import AuthorityProcess, publish
 from tests.scrape import sample
 
-pytestmark = pytest.mark.both_backends  # SQLite, and serve --db postgresql://
+# Real authority processes; SQLite, and serve --db postgresql://.
+pytestmark = [pytest.mark.slow, pytest.mark.both_backends]
 
-JSON = {"Content-Type": "application/json"}
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 SEARCH = "tool:org.acme/search"
-
-
-async def publish(
-    http: aiohttp.ClientSession, url: str, publisher: Signer, seq: int, **f: object
-) -> None:
-    body = make_envelope(publisher, seq, **f).canonical_bytes()
-    async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
-        assert response.status == 201
 
 
 async def served(http: aiohttp.ClientSession, authority: AuthorityProcess) -> Checkpoint:

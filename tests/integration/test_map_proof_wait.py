@@ -15,7 +15,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from deplog.authority.cli import main as authority_main
 from deplog.client import verify_tool_status
 from deplog.client.map.proof import MapProofDocument
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
@@ -23,6 +22,8 @@ from deplog.client.tlog.cosignature import cosignatures
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess, WitnessProcess
+
+pytestmark = pytest.mark.slow  # real authority processes
 
 JSON = {"Content-Type": "application/json"}
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -38,14 +39,7 @@ def held(tmp_path: Path, authority_files: AuthorityProcess) -> Iterator[WitnessP
     verifier = authority_files.log_verifier
     assert witness.cli("add-log", "--origin", verifier.name, "--key", verifier.vkey()) == 0
     witness.start()
-    added = authority_main(
-        [
-            *("witness", "add", "--data", str(authority_files.data)),
-            *("--keys", str(authority_files.keys), "--url", witness.url),
-            *("--key", witness.verifier.vkey()),
-        ]
-    )
-    assert added == 0
+    authority_files.add_witness(witness.url, witness.verifier)
     witness.stop()
     yield witness
     witness.stop()

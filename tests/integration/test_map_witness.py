@@ -6,10 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
-from tests.integration.harness import AuthorityProcess, WitnessProcess
+from tests.integration.harness import AuthorityProcess, map_witness
+
+pytestmark = pytest.mark.slow  # real witness and authority processes
 
 JSON = {"Content-Type": "application/json"}
 
@@ -23,15 +26,7 @@ async def test_a_map_verifying_witness_cosigns_the_served_checkpoint(
             assert r.status == 201
     async with http.get(authority.url + "/checkpoint") as response:
         note = await response.read()
-    witness = WitnessProcess(
-        tmp_path / "map-witness",
-        name="map.witness.test/w",
-        extra_args=["--verify-map", authority.url],
-    )
-    witness.init()
-    assert witness.cli("add-log", "--key", authority.log_verifier.vkey()) == 0
-    witness.start()
-    try:
+    with map_witness(tmp_path / "map-witness", authority) as witness:
         async with http.post(witness.url + "/add-checkpoint", data=b"old 0\n\n" + note) as r:
             assert r.status == 200
             line = await r.read()
@@ -39,5 +34,3 @@ async def test_a_map_verifying_witness_cosigns_the_served_checkpoint(
         # The same size again (a refresh): the mirror is already there.
         async with http.post(witness.url + "/add-checkpoint", data=b"old 4\n\n" + note) as r:
             assert r.status == 200
-    finally:
-        witness.stop()

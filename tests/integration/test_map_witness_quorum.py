@@ -6,7 +6,6 @@ carrying its cosignature; an authority that misfolds its map gets none, and 503.
 
 from __future__ import annotations
 
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,13 +13,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from deplog.authority.cli import main as authority_main
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.cosignature import cosignatures
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf
 from tests.integration.harness import AuthorityProcess, WitnessProcess
+
+pytestmark = pytest.mark.slow  # real witness and authority processes
 
 JSON = {"Content-Type": "application/json"}
 NAME = "map.witness.test/quorum"
@@ -35,18 +35,11 @@ class MisfoldingAuthority(AuthorityProcess):
         return [sys.executable, "-m", "tests.integration.misfolding_authority", *real[3:]]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def quorum_of_one_map_witness(
-    authority: AuthorityProcess, tmp_path: Path
+    authority: AuthorityProcess, tmp_path: Path, port: int
 ) -> Iterator[tuple[AuthorityProcess, WitnessProcess]]:
-    """Start a map-verifying witness on the authority's (future) URL, make it the
-    authority's only external witness under a publication quorum of 1, start both."""
-    port = free_port()
+    """Start a map-verifying witness on the authority's (future) URL, on ``port``, make it
+    the authority's only external witness under a publication quorum of 1, start both."""
     witness = WitnessProcess(
         tmp_path / "map-witness",
         name=NAME,
@@ -56,14 +49,7 @@ def quorum_of_one_map_witness(
     verifier = authority.log_verifier
     assert witness.cli("add-log", "--origin", verifier.name, "--key", verifier.vkey()) == 0
     witness.start()
-    added = authority_main(
-        [
-            *("witness", "add", "--data", str(authority.data)),
-            *("--keys", str(authority.keys), "--url", witness.url),
-            *("--key", witness.verifier.vkey()),
-        ]
-    )
-    assert added == 0
+    authority.add_witness(witness.url, witness.verifier)
     authority.extra_args = ["--publication-quorum", "1", "--witness-timeout", "5"]
     authority.start(port)
     try:
@@ -75,19 +61,19 @@ def quorum_of_one_map_witness(
 
 @pytest.fixture
 def honest(
-    authority_files: AuthorityProcess, tmp_path: Path
+    authority_files: AuthorityProcess, tmp_path: Path, free_port: int
 ) -> Iterator[tuple[AuthorityProcess, WitnessProcess]]:
-    yield from quorum_of_one_map_witness(authority_files, tmp_path)
+    yield from quorum_of_one_map_witness(authority_files, tmp_path, free_port)
 
 
 @pytest.fixture
 def misfolding(
-    tmp_path: Path, publisher: Signer
+    tmp_path: Path, publisher: Signer, free_port: int
 ) -> Iterator[tuple[AuthorityProcess, WitnessProcess]]:
     authority = MisfoldingAuthority(tmp_path / "authority")
     authority.init()
     authority.add_publisher(publisher, "org.acme")
-    yield from quorum_of_one_map_witness(authority, tmp_path)
+    yield from quorum_of_one_map_witness(authority, tmp_path, free_port)
 
 
 async def test_appends_get_receipts_cosigned_by_the_map_verifying_witness(

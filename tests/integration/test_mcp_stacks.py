@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -45,21 +44,17 @@ from deplog.client.mcp.compat import to_wire
 from deplog.client.mcp.session import GuardedClientSession, ProvenClientSession
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
-from tests.builders import make_envelope
+from tests.builders import make_envelope, unused_port
 from tests.doctext import ROOT, code_blocks, section
 from tests.integration.harness import ORIGIN, AuthorityProcess, wait_for_push_subscribers
 from tests.integration.mcp_lying_server import OLD_SCHEMA, PINS
+
+pytestmark = pytest.mark.slow  # MCP server processes and a real authority
 
 JSON = {"Content-Type": "application/json"}
 MCP_DOC = ROOT / "docs" / "mcp.md"
 NO_POLLING = 3600.0
 PUSH_BOUND = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Notifications:
@@ -101,7 +96,7 @@ async def server_streams(
         async with stdio_client(params) as streams:
             yield streams[0], streams[1]
         return
-    port = free_port()
+    port = unused_port()
     process = await asyncio.create_subprocess_exec(sys.executable, *args, str(state), str(port))
     try:
         await wait_for_port(port, time.monotonic() + 30)

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,21 +22,12 @@ import pytest
 from deplog.client.tlog.keyfile import create_signer
 from deplog.client.tlog.note import Signer
 from tests.doctext import ROOT, exit_statuses
-from tests.integration.harness import AuthorityProcess
+from tests.integration.harness import AuthorityProcess, deplog
+
+pytestmark = pytest.mark.slow  # real authority processes
 
 DOCUMENTED_EXITS = exit_statuses(ROOT / "docs" / "deplog-command.md", "## Exit statuses")
 """Every exit status docs/deplog-command.md documents for deplog, read from its table."""
-
-
-def deplog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deplog.client.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=cwd,
-    )
 
 
 @pytest.fixture
@@ -171,21 +160,6 @@ def test_a_newcomer_follows_checks_and_is_warned_when_behind(
     assert status.returncode == 5 and "1.0.0: revoked" in status.stdout
 
 
-def _port_no_connection_can_take() -> int:
-    """A free port below the kernel's ephemeral range: while the follower waits for the
-    authority, no other test's outgoing connection can be given it (a port from
-    ``bind(0)`` can, and the authority then fails to start)."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for port in random.sample(range(max(1024, low - 8192), low), 64):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    pytest.fail("no free port below the ephemeral range")
-
-
 def _read_line(process: subprocess.Popen[str], seconds: float) -> str:
     """The process's next stdout line, or a failure after ``seconds`` (never a hang)."""
     assert process.stdout is not None
@@ -195,11 +169,10 @@ def _read_line(process: subprocess.Popen[str], seconds: float) -> str:
 
 
 def test_follow_waits_for_an_authority_that_is_down_at_start(
-    authority_files: AuthorityProcess, tmp_path: Path
+    authority_files: AuthorityProcess, tmp_path: Path, free_port: int
 ) -> None:
-    port = _port_no_connection_can_take()
     key = authority_files.log_verifier.vkey()
-    argv = f"follow http://127.0.0.1:{port} --log-key {key} --interval 1".split()
+    argv = f"follow http://127.0.0.1:{free_port} --log-key {key} --interval 1".split()
     follower = subprocess.Popen(
         [sys.executable, "-m", "deplog.client.cli.main", *argv],
         cwd=tmp_path,
@@ -214,7 +187,7 @@ def test_follow_waits_for_an_authority_that_is_down_at_start(
     try:
         time.sleep(3)  # several failed attempts at start-up
         assert follower.poll() is None, "follow gave up while the authority was down"
-        authority_files.start(port)
+        authority_files.start(free_port)
         line = _read_line(follower, 30)  # the first verified step
         assert line.startswith(f"trusted {authority_files.log_verifier.name} at size 1")
     finally:

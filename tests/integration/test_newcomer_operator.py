@@ -4,11 +4,9 @@ docs/operators.md, and the file, flag or port it is about named in the message."
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +17,8 @@ from tests.doctext import ROOT, exit_statuses
 from tests.integration.attached_faults import needs_strace
 from tests.integration.harness import AuthorityProcess
 from tests.integration.syscall_faults import Fault, refused_start
+
+pytestmark = pytest.mark.slow  # authority and witness commands in processes
 
 DOCUMENTED_EXITS = exit_statuses(
     ROOT / "docs" / "operators.md", "### Exit statuses of authority and witness"
@@ -54,15 +54,6 @@ def assert_one_clear_line(ran: Ran, status: int, program: str, *named: str) -> N
     assert ran.err.startswith(f"{program}: ") and ran.err.count("\n") == 1
     for thing in named:
         assert thing in ran.err
-
-
-@pytest.fixture
-def busy_port() -> Iterator[int]:
-    holder = socket.socket()
-    holder.bind(("127.0.0.1", 0))
-    holder.listen()
-    yield holder.getsockname()[1]
-    holder.close()
 
 
 @pytest.fixture

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -49,22 +47,23 @@ from deplog.client.tlog.tiles import (
     parse_tile_path,
     verify_entry_bundle,
 )
-from tests.builders import make_envelope
-from tests.integration.harness import AuthorityProcess
+from tests.integration.harness import AuthorityProcess, deplog, publish
 from tests.test_tiles import flip
 
 SHIPPED = Path(__file__).resolve().parents[2] / "deploy" / "nginx.conf"
 NGINX = shutil.which("nginx") or next(
     (path for path in ("/usr/sbin/nginx",) if os.access(path, os.X_OK)), None
 )
+pytestmark = [pytest.mark.slow]  # real nginx and authority processes
 if NGINX is None:
     if os.environ.get("CI") == "true":
         raise RuntimeError("nginx is missing: CI must install it (.ci/run) and run this module")
-    pytestmark = pytest.mark.skip(
-        reason="NGINX IS NOT INSTALLED: the nginx tests did not run (apt-get install -y nginx)"
+    pytestmark.append(
+        pytest.mark.skip(
+            reason="NGINX IS NOT INSTALLED: the nginx tests did not run (apt-get install -y nginx)"
+        )
     )
 
-JSON = {"Content-Type": "application/json"}
 TOOL = "tool:org.acme/search"
 MAIN_CONTEXT = """\
 worker_processes 1;
@@ -99,13 +98,6 @@ def derived_config(authority: AuthorityProcess, run: Path, port: int) -> str:
     return MAIN_CONTEXT.format(user=user, run=run, server=shipped)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
 class Nginx:
     url: str
@@ -113,19 +105,18 @@ class Nginx:
 
 
 @pytest.fixture
-def nginx(authority: AuthorityProcess, tmp_path: Path) -> Iterator[Nginx]:
+def nginx(authority: AuthorityProcess, tmp_path: Path, free_port: int) -> Iterator[Nginx]:
     assert NGINX is not None
     run = tmp_path / "nginx"
     run.mkdir()
-    port = free_port()
-    (run / "nginx.conf").write_text(derived_config(authority, run, port))
+    (run / "nginx.conf").write_text(derived_config(authority, run, free_port))
     with open(run / "nginx.out", "wb") as out:
         process = subprocess.Popen(
             [NGINX, "-p", f"{run}/", "-c", "nginx.conf", "-g", "daemon off;"],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{free_port}"
     try:
         deadline = time.monotonic() + 15
         while True:
@@ -140,15 +131,6 @@ def nginx(authority: AuthorityProcess, tmp_path: Path) -> Iterator[Nginx]:
     finally:
         process.terminate()
         process.wait(timeout=10)
-
-
-async def publish(
-    http: aiohttp.ClientSession, url: str, publisher: Signer, sequence: int, **fields: object
-) -> int:
-    body = make_envelope(publisher, sequence, **fields).canonical_bytes()
-    async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
-        assert response.status == 201, await response.text()
-        return int(response.headers["Deplog-Index"])
 
 
 async def get(http: aiohttp.ClientSession, url: str) -> tuple[int, bytes, CIMultiDict[str]]:
@@ -176,15 +158,8 @@ def follow(url: str, authority: AuthorityProcess, state: Path, mode: list[str]) 
 def run_follow(
     url: str, authority: AuthorityProcess, state: Path, mode: list[str]
 ) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "deplog.client.cli.main", "follow", url, "--once"]
     key = authority.log_verifier.vkey()
-    done = subprocess.run(
-        [*command, "--log-key", key, "--state", str(state), *mode],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = deplog("follow", url, "--once", "--log-key", key, "--state", state, *mode)
     assert done.returncode == 0, done.stderr
     return done
 

@@ -10,10 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from deplog.authority.command import run
 from deplog.client.cache.mcp import IDENTITY_KEY
 from deplog.client.plumbing.files import EXIT_OUTPUT_CLOSED
 from deplog.client.tlog.note import Signer
+
+pytestmark = pytest.mark.slow  # deplog and authority commands in processes
 
 
 def first_line_then_close(command: list[str]) -> tuple[int, str, str]:

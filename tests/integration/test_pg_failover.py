@@ -44,6 +44,8 @@ from tests.integration.pg_campaign import (
 )
 from tests.pgcluster import PgCluster
 
+pytestmark = pytest.mark.slow  # PostgreSQL failover, real processes
+
 RESUME_BOUND = 20.0
 """Seconds within which appends must resume after a kill (2 shared cores in CI; the
 figures measured are in BENCHMARKS.md)."""

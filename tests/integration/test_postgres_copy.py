@@ -6,33 +6,23 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import aiohttp
 import psycopg
+import pytest
 
 from deplog.authority.storage.copy import TABLES
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf
-from tests.integration.harness import AuthorityProcess
+from tests.integration.harness import AuthorityProcess, authority_command
 from tests.integration.test_postgres_serve import JSON, with_password
 
+pytestmark = pytest.mark.slow  # PostgreSQL and real processes
+
 NOTICES = 12
-
-
-def authority_cli(authority: AuthorityProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    files = ["--data", str(authority.data), "--keys", str(authority.keys)]
-    return subprocess.run(
-        [sys.executable, "-m", "deplog.authority.cli", *args, *files],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def sqlite_rows(path: Path) -> dict[str, list[tuple[object, ...]]]:
@@ -80,13 +70,10 @@ async def test_a_log_round_trips_through_postgresql_byte_for_byte_and_is_served(
     assert len(original["checkpoints"]) > NOTICES // 4  # a batch or more, each signed
 
     url = with_password(pg_url)
-    migrate = subprocess.run(
-        [sys.executable, "-m", "deplog.authority.cli", "migrate", "--db", url],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    migrate = authority_command("migrate", "--db", url)
     assert migrate.returncode == 0, migrate.stderr
-    to_pg = authority_cli(
-        authority, "copy", "--from", str(authority.data / "log.db"), "--to", url, "--json"
+    to_pg = authority.run_cli(
+        "copy", "--from", str(authority.data / "log.db"), "--to", url, "--json"
     )
     assert to_pg.returncode == 0, to_pg.stderr
     report = json.loads(to_pg.stdout)
@@ -95,12 +82,12 @@ async def test_a_log_round_trips_through_postgresql_byte_for_byte_and_is_served(
     assert postgres_rows(pg_url) == original
 
     back = tmp_path / "back.db"
-    to_sqlite = authority_cli(authority, "copy", "--from", url, "--to", str(back))
+    to_sqlite = authority.run_cli("copy", "--from", url, "--to", str(back))
     assert to_sqlite.returncode == 0, to_sqlite.stderr
     assert "the copy verified" in to_sqlite.stdout
     assert sqlite_rows(back) == original
 
-    again = authority_cli(authority, "copy", "--from", str(back), "--to", url)
+    again = authority.run_cli("copy", "--from", str(back), "--to", url)
     assert again.returncode == 1
     assert "already holds a log" in again.stderr and "s3cr3t-pw" not in again.stderr
     assert postgres_rows(pg_url) == original

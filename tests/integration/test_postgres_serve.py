@@ -10,8 +10,6 @@ database does, with nothing acknowledged lost.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,20 +21,12 @@ from deplog.authority.storage import schema_postgres
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf
-from tests.integration.harness import ORIGIN, AuthorityProcess
+from tests.integration.harness import ORIGIN, AuthorityProcess, authority_command
 from tests.pgcluster import PgCluster
 
+pytestmark = pytest.mark.slow  # PostgreSQL and real processes
+
 JSON = {"Content-Type": "application/json"}
-
-
-def authority_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deplog.authority.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def with_password(url: str) -> str:
@@ -48,7 +38,7 @@ def with_password(url: str) -> str:
 def pg_authority(tmp_path: Path, pg_url: str, publisher: Signer) -> AuthorityProcess:
     """An initialized authority whose log is in a migrated PostgreSQL database."""
     url = with_password(pg_url)
-    assert authority_cli("migrate", "--db", url).returncode == 0
+    assert authority_command("migrate", "--db", url).returncode == 0
     authority = AuthorityProcess(tmp_path / "authority", extra_args=["--db", url])
     files = ["--data", str(authority.data), "--keys", str(authority.keys)]
     assert authority_main(["init", *files, "--origin", ORIGIN, "--db", url]) == 0
@@ -59,18 +49,18 @@ def pg_authority(tmp_path: Path, pg_url: str, publisher: Signer) -> AuthorityPro
 
 def test_migrate_creates_then_finds_the_schema_current(pg_url: str) -> None:
     url = with_password(pg_url)
-    first = authority_cli("migrate", "--db", url, "--json")
+    first = authority_command("migrate", "--db", url, "--json")
     assert first.returncode == 0, first.stderr
     current = schema_postgres.CURRENT_VERSION
     assert json.loads(first.stdout) == {"database": pg_url, "before": 0, "after": current}
-    again = authority_cli("migrate", "--db", url)
+    again = authority_command("migrate", "--db", url)
     assert again.returncode == 0
     assert f"schema version {current} is current; nothing changed" in again.stdout
     assert "s3cr3t-pw" not in first.stdout + first.stderr + again.stdout + again.stderr
 
 
 def test_serve_refuses_a_database_without_the_schema(tmp_path: Path, pg_url: str) -> None:
-    done = authority_cli(
+    done = authority_command(
         "serve", "--data", str(tmp_path / "d"), "--keys", str(tmp_path / "k"), "--port", "0",
         "--db", with_password(pg_url),
     )  # fmt: skip
@@ -82,7 +72,7 @@ def test_serve_refuses_a_database_without_the_schema(tmp_path: Path, pg_url: str
 
 def test_serve_on_an_unreachable_database_is_one_line_exit_69(tmp_path: Path) -> None:
     url = "postgresql://deplog:s3cr3t-pw@127.0.0.1:9/log"
-    done = authority_cli(
+    done = authority_command(
         "serve", "--data", str(tmp_path / "d"), "--keys", str(tmp_path / "k"), "--port", "0",
         "--db", url,
     )  # fmt: skip
@@ -115,7 +105,7 @@ async def test_serve_publishes_receipts_that_verify_and_check_passes(
         assert pg_authority.stop() == 0
     url = pg_authority.extra_args[1]
     files = ["--data", str(pg_authority.data), "--keys", str(pg_authority.keys)]
-    check = authority_cli("check", *files, "--db", url, "--json")
+    check = authority_command("check", *files, "--db", url, "--json")
     assert check.returncode == 0, check.stderr
     assert json.loads(check.stdout) == {"size": 4, "problem": None}
 

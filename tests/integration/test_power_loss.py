@@ -142,6 +142,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Campaign:
     return record(root, Signer.generate("acme"), BATCHES, PER_BATCH)
 
 
+@pytest.mark.slow  # a real authority under strace, its crash states started
 def test_every_explored_power_cut_starts_cleanly_and_loses_nothing(
     campaign: Campaign, tmp_path: Path
 ) -> None:
@@ -158,6 +159,7 @@ def test_every_explored_power_cut_starts_cleanly_and_loses_nothing(
     assert (tally.lost, tally.second_roots, tally.witness_regressions) == (0, 0, 0), report
 
 
+@pytest.mark.slow  # a real authority under strace, its crash states started
 def test_the_checks_catch_a_disk_that_ignored_every_fsync(
     campaign: Campaign, tmp_path: Path
 ) -> None:

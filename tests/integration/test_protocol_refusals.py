@@ -13,6 +13,8 @@ import pytest
 
 from tests.integration.harness import AuthorityProcess, ServiceProcess, WitnessProcess
 
+pytestmark = pytest.mark.slow  # real authority and witness processes
+
 MALFORMED = {
     "65 headers": b"GET /checkpoint HTTP/1.1\r\nHost: x\r\n"
     + b"".join(b"X-%d: a\r\n" % i for i in range(65))

@@ -27,10 +27,11 @@ from deplog.client.tlog.note import Signer, Verifier
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf
 from tests.integration.attached_faults import injected, needs_strace
-from tests.integration.harness import AuthorityProcess
+from tests.integration.harness import AuthorityProcess, post
 from tests.scrape import sample
 
-JSON = {"Content-Type": "application/json"}
+pytestmark = pytest.mark.slow  # real authority processes
+
 PUBLISHERS = 20
 LOAD_SECONDS = 4.0
 
@@ -66,11 +67,6 @@ def publishers(authority_files: AuthorityProcess) -> Iterator[list[Signer]]:
     authority_files.start()
     yield signers
     authority_files.stop()
-
-
-async def post(http: aiohttp.ClientSession, url: str, body: bytes) -> tuple[int, bytes]:
-    async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
-        return response.status, await response.read()
 
 
 async def healthz(http: aiohttp.ClientSession, url: str) -> tuple[int, dict[str, object]]:

@@ -22,17 +22,11 @@ from deplog.client.tlog.proofs import (
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf
 from tests.dbrows import table_rows
-from tests.integration.harness import AuthorityProcess, wait_for_checkpoint
+from tests.integration.harness import AuthorityProcess, post, wait_for_checkpoint
 from tests.scrape import names, sample
 
-pytestmark = pytest.mark.both_backends  # SQLite, and serve --db postgresql://
-
-JSON = {"Content-Type": "application/json"}
-
-
-async def post(http: aiohttp.ClientSession, url: str, body: bytes) -> tuple[int, bytes]:
-    async with http.post(url + "/v1/notices", data=body, headers=JSON) as response:
-        return response.status, await response.read()
+# Real authority processes; SQLite, and serve --db postgresql://.
+pytestmark = [pytest.mark.slow, pytest.mark.both_backends]
 
 
 async def checkpoint(http: aiohttp.ClientSession, authority: AuthorityProcess) -> Checkpoint:

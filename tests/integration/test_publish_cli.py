@@ -14,7 +14,6 @@ import http.server
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import threading
@@ -27,7 +26,6 @@ from pathlib import Path
 
 import pytest
 
-from deplog.authority.cli import main as authority_main
 from deplog.client.cli.main import main as deplog_main
 from deplog.client.cli.publish import (
     EXIT_NOT_CONFIRMED,
@@ -42,6 +40,8 @@ from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.integration.harness import AuthorityProcess, WitnessProcess
+
+pytestmark = pytest.mark.slow  # real authority processes
 
 TOOL = "tool:org.acme/search"
 
@@ -119,12 +119,6 @@ def times_logged(authority: AuthorityProcess, envelope_file: Path) -> int:
     return log_leaves(authority).count(leaf)
 
 
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def workdir(tmp_path: Path, publisher: Signer) -> Path:
     """A publisher's directory: ``keys/acme.key`` (0600) and ``keys/acme.pub``."""
@@ -138,10 +132,9 @@ def workdir(tmp_path: Path, publisher: Signer) -> Path:
 
 @pytest.mark.both_backends
 def test_an_unreachable_authority_leaves_the_envelope_and_the_command_to_resubmit_it(
-    authority_files: AuthorityProcess, workdir: Path
+    authority_files: AuthorityProcess, workdir: Path, free_port: int
 ) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{free_port}"
     failed = deplog("publish", "--url", url, *notice_flags(), cwd=workdir)
     assert failed.code == EXIT_NOT_CONFIRMED, failed.stderr
     assert "cannot reach the authority" in failed.stderr
@@ -149,7 +142,7 @@ def test_an_unreachable_authority_leaves_the_envelope_and_the_command_to_resubmi
     [saved] = (workdir / "out").glob("*.envelope.json")
     assert f"the envelope is saved in {Path('out') / saved.name}" in failed.stderr
 
-    authority_files.start(port)
+    authority_files.start(free_port)
     try:
         again = deplog(*failed.resubmit_command(), cwd=workdir)
         assert again.code == EXIT_OK, again.stderr
@@ -179,19 +172,7 @@ def test_a_notice_logged_while_the_witness_quorum_was_down_is_receipted_once_on_
     assert witness.cli("add-log", "--origin", log_key.name, "--key", log_key.vkey()) == 0
     witness.start()
     witness_port = witness.port
-    add = [
-        "witness",
-        "add",
-        "--data",
-        str(authority_files.data),
-        "--keys",
-        str(authority_files.keys),
-        "--url",
-        witness.url,
-        "--key",
-        witness.verifier.vkey(),
-    ]
-    assert authority_main(add) == 0
+    authority_files.add_witness(witness.url, witness.verifier)
     witness.stop()
     authority_files.extra_args = ["--publication-quorum", "1", "--witness-timeout", "1"]
     authority_files.start()

@@ -21,6 +21,8 @@ from deplog.client.tlog.note import Signer
 from tests.builders import ORIGIN, LocalLog, make_envelope
 from tests.integration.harness import AuthorityProcess
 
+pytestmark = pytest.mark.slow  # real authority processes
+
 JSON = {"Content-Type": "application/json"}
 TOOL = "tool:org.acme/search"
 NO_POLLING = 3600.0  # the poll loop syncs once at start, then not within a test

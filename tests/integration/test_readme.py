@@ -9,10 +9,13 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess
+
+pytestmark = pytest.mark.slow  # a real authority process
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

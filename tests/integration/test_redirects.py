@@ -359,6 +359,7 @@ def authority_front(authority: AuthorityProcess) -> Iterator[Redirector]:
         yield served
 
 
+@pytest.mark.slow  # a real authority process
 def test_publish_through_a_307_within_the_origin_is_logged_once(
     authority: AuthorityProcess, authority_front: Redirector, publish_dir: Path
 ) -> None:
@@ -369,6 +370,7 @@ def test_publish_through_a_307_within_the_origin_is_logged_once(
     assert times_logged(authority, envelope) == 1
 
 
+@pytest.mark.slow  # a real authority process
 def test_publish_redirected_to_another_origin_logs_nothing_and_keeps_the_envelope(
     authority: AuthorityProcess, authority_front: Redirector, publish_dir: Path
 ) -> None:
@@ -381,6 +383,7 @@ def test_publish_redirected_to_another_origin_logs_nothing_and_keeps_the_envelop
     assert times_logged(authority, envelope) == 0
 
 
+@pytest.mark.slow  # a real authority process
 def test_publish_with_a_log_key_refuses_a_redirecting_url_before_signing(
     authority: AuthorityProcess, authority_front: Redirector, publish_dir: Path
 ) -> None:

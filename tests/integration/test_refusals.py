@@ -19,7 +19,8 @@ from tests.builders import make_envelope
 from tests.dbrows import table_rows
 from tests.integration.harness import AuthorityProcess, wait_for_checkpoint
 
-pytestmark = pytest.mark.both_backends
+# Real authority processes; SQLite, and serve --db postgresql://.
+pytestmark = [pytest.mark.slow, pytest.mark.both_backends]
 
 JSON = {"Content-Type": "application/json"}
 Post = Callable[[bytes], Awaitable[tuple[int, dict[str, str]]]]

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 
 import pytest
 
 from deplog.client.tlog.note import Signer
-from tests.integration.harness import AuthorityProcess
+from tests.integration.harness import AuthorityProcess, authority_command
 
 pytestmark = pytest.mark.slow
 
@@ -32,16 +30,6 @@ def unrevoke_in_the_snapshot(authority: AuthorityProcess) -> None:
         conn.commit()
     finally:
         conn.close()
-
-
-def authority_command(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deplog.authority.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.fixture

@@ -14,10 +14,13 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess, wait_for_push_subscribers
+
+pytestmark = pytest.mark.slow  # deplog follow and its readers in processes
 
 WORKERS = 4
 PUSH_BOUND = 10.0

@@ -24,6 +24,8 @@ from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess
 
+pytestmark = pytest.mark.slow  # real authority processes over damaged files
+
 JSON = {"Content-Type": "application/json"}
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 

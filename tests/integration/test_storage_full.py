@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 
 import aiohttp
+import pytest
 
 from deplog.client.model.entries import NoticeEntry, decode_entry
 from deplog.client.tlog.checkpoint import open_checkpoint
@@ -12,6 +13,8 @@ from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, verify_consistency
 from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess
+
+pytestmark = pytest.mark.slow  # a real authority process
 
 JSON = {"Content-Type": "application/json"}
 MAX_ATTEMPTS = 3000

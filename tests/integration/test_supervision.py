@@ -25,6 +25,8 @@ from tests.integration.test_publication import embedded_witness, healthz, post
 from tests.integration.test_witnessed import configure, eventually
 from tests.scrape import sample
 
+pytestmark = pytest.mark.slow  # real authority processes
+
 REFRESH = 0.3
 FAULT_SECONDS = 2.0
 

@@ -43,6 +43,8 @@ from tests.integration.syscall_faults import (
     run_witness_fault,
 )
 
+pytestmark = pytest.mark.slow  # strace fault injection into real processes
+
 if STRACE is None:
     if os.environ.get("CI") == "true":
         raise RuntimeError("strace is missing: CI must install it (.ci/run) and run this module")

@@ -29,13 +29,6 @@ from tests.builders import LocalLog, sign_tree, write_tiles
 from tests.integration.scripted_authority import ScriptedAuthority, running
 from tests.integration.tiles_server import in_thread, static_server, tampering_proxy
 
-ORIGIN = "tiles-mirror.deplog.example/log"
-
-
-@pytest.fixture
-def signer() -> Signer:
-    return Signer.generate(ORIGIN)
-
 
 def leaves(count: int) -> list[bytes]:
     return [b"mirrored leaf %d" % i for i in range(count)]
@@ -49,11 +42,13 @@ def files(directory: Path) -> dict[str, bytes]:
     }
 
 
-def test_a_mirror_is_the_published_directory_byte_for_byte(tmp_path: Path, signer: Signer) -> None:
+def test_a_mirror_is_the_published_directory_byte_for_byte(
+    tmp_path: Path, log_signer: Signer
+) -> None:
     data = leaves(1000)
-    write_tiles(tmp_path / "origin", sign_tree(signer, data), data)
+    write_tiles(tmp_path / "origin", sign_tree(log_signer, data), data)
     with in_thread(static_server(tmp_path / "origin")) as url:
-        report, verified = mirror(url, tmp_path / "copy", signer.verifier())
+        report, verified = mirror(url, tmp_path / "copy", log_signer.verifier())
     assert verified and report.checkpoint.size == 1000 and report.kept == 0
     assert files(tmp_path / "copy") == files(tmp_path / "origin")
     assert (
@@ -62,11 +57,12 @@ def test_a_mirror_is_the_published_directory_byte_for_byte(tmp_path: Path, signe
     )
 
 
+@pytest.mark.slow  # deplog export in a process, killed
 def test_a_mirror_killed_midway_resumes_fetching_only_what_is_missing(
-    tmp_path: Path, signer: Signer
+    tmp_path: Path, log_signer: Signer
 ) -> None:
     data = leaves(20 * 256 + 7)
-    write_tiles(tmp_path / "origin", sign_tree(signer, data), data)
+    write_tiles(tmp_path / "origin", sign_tree(log_signer, data), data)
     copy = tmp_path / "copy"
     with (
         in_thread(static_server(tmp_path / "origin")) as url,
@@ -104,10 +100,10 @@ def test_a_mirror_killed_midway_resumes_fetching_only_what_is_missing(
 
 
 def test_a_corrupt_tile_in_the_source_writes_nothing_of_its_window(
-    tmp_path: Path, signer: Signer
+    tmp_path: Path, log_signer: Signer
 ) -> None:
     data = leaves(600)
-    write_tiles(tmp_path / "origin", sign_tree(signer, data), data)
+    write_tiles(tmp_path / "origin", sign_tree(log_signer, data), data)
     bad = tmp_path / "origin" / EntryTile(1).path
     bad.write_bytes(bad.read_bytes()[:-1] + b"!")
     with (
@@ -121,10 +117,10 @@ def test_a_corrupt_tile_in_the_source_writes_nothing_of_its_window(
 
 
 def test_reading_a_tiles_directory_refuses_a_tampered_or_missing_tile(
-    tmp_path: Path, signer: Signer
+    tmp_path: Path, log_signer: Signer
 ) -> None:
     data = leaves(600)
-    note = sign_tree(signer, data)
+    note = sign_tree(log_signer, data)
     write_tiles(tmp_path, note, data)
     level1 = tmp_path / HashTile(1, 0, 2).path
     level1.write_bytes(bytes(64))
@@ -174,9 +170,9 @@ def test_audit_replay_of_a_mirrored_directory_equals_that_of_an_export_file(
 
 
 async def test_mirroring_an_empty_log_writes_its_checkpoint_only(
-    tmp_path: Path, signer: Signer
+    tmp_path: Path, log_signer: Signer
 ) -> None:
-    write_tiles(tmp_path / "origin", sign_tree(signer, []), [])
+    write_tiles(tmp_path / "origin", sign_tree(log_signer, []), [])
     async with static_server(tmp_path / "origin") as url, TilesLogSource(url) as source:
         note = await source.checkpoint()
         report = await mirror_tiles(tmp_path / "copy", note, source.fetch_tile)
@@ -185,12 +181,12 @@ async def test_mirroring_an_empty_log_writes_its_checkpoint_only(
 
 
 async def test_a_stale_copys_older_checkpoint_does_not_replace_a_newer_one(
-    tmp_path: Path, signer: Signer
+    tmp_path: Path, log_signer: Signer
 ) -> None:
     data = leaves(600)
-    newer = sign_tree(signer, data)
+    newer = sign_tree(log_signer, data)
     write_tiles(tmp_path / "copy", newer, data)
-    write_tiles(tmp_path / "stale", sign_tree(signer, data[:300]), data[:300])
+    write_tiles(tmp_path / "stale", sign_tree(log_signer, data[:300]), data[:300])
     async with static_server(tmp_path / "stale") as url, TilesLogSource(url) as source:
         report = await mirror_tiles(tmp_path / "copy", await source.checkpoint(), source.fetch_tile)
     assert report.checkpoint.size == 300

@@ -31,6 +31,8 @@ from tests.builders import make_envelope
 from tests.integration.harness import AuthorityProcess
 from tests.test_tiles import SpecReader
 
+pytestmark = pytest.mark.slow  # real authority processes
+
 JSON = {"Content-Type": "application/json"}
 
 

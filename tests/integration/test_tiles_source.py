@@ -28,22 +28,16 @@ from deplog.client.follow.tiles import TilesLogSource, max_tile_bytes
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import consistency_path, leaf_hash
 from deplog.client.tlog.tiles import EntryTile, HashTile
-from tests.builders import LocalLog, sign_tree, write_tiles
+from tests.builders import ORIGIN, LocalLog, sign_tree, write_tiles
 from tests.integration.scripted_authority import Raw, ScriptedAuthority, running
 from tests.integration.tiles_server import TamperingProxy, static_server, tampering_proxy
 
-ORIGIN = "tiles-source.deplog.example/log"
 TOOL = "tool:org.acme/t7"
 NOW = datetime.now(UTC)
 
 
 def leaves(count: int, tag: bytes = b"") -> list[bytes]:
     return [b"leaf %d%s" % (i, tag) for i in range(count)]
-
-
-@pytest.fixture
-def log_signer() -> Signer:
-    return Signer.generate(ORIGIN)
 
 
 @pytest.fixture

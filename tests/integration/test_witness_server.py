@@ -28,6 +28,8 @@ from tests.integration.harness import AuthorityProcess, WitnessProcess
 from tests.scrape import names, sample
 from tests.test_witness import MinimalLog, add_checkpoint_body, verify_cosignature
 
+pytestmark = pytest.mark.slow  # real witness and authority processes
+
 NAME = "witness.test/w1"
 STARTUP_TIMEOUT = 20.0
 

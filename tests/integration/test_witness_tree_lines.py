@@ -29,6 +29,8 @@ from deplog.client.tlog.receipt import Receipt, verify_receipt_with_policy
 from tests.builders import make_envelope, notice_leaf
 from tests.integration.harness import AuthorityProcess, ServiceProcess, WitnessProcess
 
+pytestmark = pytest.mark.slow  # real witness and authority processes
+
 JSON = {"Content-Type": "application/json"}
 LITE = "lite.witness.test/w1"
 PQ = "pq.witness.test/w1"
@@ -59,13 +61,6 @@ class ThreeLineWitnessProcess(ServiceProcess):
     def verifier(self) -> Verifier:
         assert self.signer is not None
         return self.signer.verifier()
-
-
-def add_witness(authority: AuthorityProcess, url: str, key: Verifier, *flags: str) -> None:
-    where = ["--data", str(authority.data), "--keys", str(authority.keys)]
-    assert (
-        authority_main(["witness", "add", *where, "--url", url, "--key", key.vkey(), *flags]) == 0
-    )
 
 
 @dataclass
@@ -105,8 +100,8 @@ def setup(authority_files: AuthorityProcess, tmp_path: Path) -> Iterator[Setup]:
     """An authority whose publication quorum is both external witnesses: the three-line
     one (added with --tree-lines) and an ML-DSA-44 ``witness serve``."""
     lite, pq = start_witnesses(authority_files, tmp_path)
-    add_witness(authority_files, lite.url, lite.verifier, "--tree-lines")
-    add_witness(authority_files, pq.url, pq.verifier)
+    authority_files.add_witness(lite.url, lite.verifier, "--tree-lines")
+    authority_files.add_witness(pq.url, pq.verifier)
     authority_files.extra_args = ["--publication-quorum", "2", "--witness-timeout", "5"]
     authority_files.start()
     try:
@@ -192,7 +187,7 @@ async def test_a_three_line_witness_not_marked_so_never_meets_the_publication_qu
 ) -> None:
     lite, pq = start_witnesses(authority_files, tmp_path)
     pq.stop()
-    add_witness(authority_files, lite.url, lite.verifier)  # no --tree-lines: the spec's rule
+    authority_files.add_witness(lite.url, lite.verifier)  # no --tree-lines: the spec's rule
     authority_files.extra_args = ["--publication-quorum", "1", "--witness-timeout", "5"]
     authority_files.start()
     try:

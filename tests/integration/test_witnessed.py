@@ -11,7 +11,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from deplog.authority.cli import main as authority_main
 from deplog.authority.log import Log
 from deplog.client.cache.guard import Guard, Verdict
 from deplog.client.follow.follower import Follower
@@ -22,6 +21,8 @@ from deplog.client.tlog.policy import Policy, PolicyError
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf, register
 from tests.integration.harness import AuthorityProcess, WitnessProcess
+
+pytestmark = pytest.mark.slow  # real authority and witness processes
 
 JSON = {"Content-Type": "application/json"}
 REFRESH = "0.3"  # seconds between re-cosignings, so freshness moves within a test
@@ -49,23 +50,7 @@ def witnesses(tmp_path: Path, authority_files: AuthorityProcess) -> Iterator[lis
 
 def configure(authority: AuthorityProcess, witnesses: list[WitnessProcess]) -> None:
     for witness in witnesses:
-        assert (
-            authority_main(
-                [
-                    "witness",
-                    "add",
-                    "--data",
-                    str(authority.data),
-                    "--keys",
-                    str(authority.keys),
-                    "--url",
-                    witness.url,
-                    "--key",
-                    witness.verifier.vkey(),
-                ]
-            )
-            == 0
-        )
+        authority.add_witness(witness.url, witness.verifier)
 
 
 @pytest.fixture

@@ -92,6 +92,7 @@ def main() -> int:
     app.router.add_get("/healthz", witness.healthz)
     sock = socket.socket()
     sock.bind((args.host, args.port))
+    sock.listen(128)  # before "serving on": a client that reads it may connect at once
     print(f"serving on http://{args.host}:{sock.getsockname()[1]}", flush=True)
     web.run_app(app, sock=sock, print=None, handle_signals=True)
     return 0

@@ -68,17 +68,7 @@ class TamperingProxy:
         if (location := self.redirect.get(path)) is not None:
             raise web.HTTPFound(location)
         if (raw := self.raw.get(path)) is not None:
-            await asyncio.sleep(raw.delay)
-            if raw.declared_length is not None:
-                streamed = web.StreamResponse(status=raw.status)
-                streamed.content_length = raw.declared_length
-                await streamed.prepare(request)
-                await streamed.write(raw.body)
-                return streamed
-            response = web.Response(status=raw.status, body=raw.body)
-            if raw.chunked:
-                response.enable_chunked_encoding()
-            return response
+            return await raw.respond(request)
         async with (
             aiohttp.ClientSession() as http,
             http.get(f"{self.upstream}/{path}") as answer,
