@@ -41,11 +41,21 @@ from deplog.client.model.notice import (
     parse_timestamp,
     parse_tool_id,
 )
+from deplog.client.model.rules import InvalidEntry, LogReplay
 from deplog.client.model.semver import Version
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
-from deplog.client.tlog.note import Signer, Verifier
+from deplog.client.tlog.note import Signer, Verifier, key_id
 from deplog.client.tlog.proofs import leaf_hash as log_leaf_hash
-from tests.builders import notice_json, revoke_json, withdraw_json
+from tests.builders import (
+    make_envelope,
+    notice_json,
+    notice_leaf,
+    publisher_leaf,
+    publisher_statement,
+    register_statement,
+    revoke_json,
+    withdraw_json,
+)
 from tests.doctext import ROOT, code_blocks, section, table
 from tests.vmap_vectors import VECTORS
 
@@ -543,3 +553,60 @@ def test_a_present_record_is_decoded_before_any_hash_is_compared(
     proof = MapProof("present", (), record=b"\2").to_binary()
     refused = code(lambda: verify_tool_status(proof, checkpoint, FETCH, "1.0.0", AT))
     assert refused == "malformed_map_record"
+
+
+def test_a_notice_signature_is_checked_before_its_key_or_publisher_is_revoked() -> None:
+    """12.4 rule 3: a bad signature by a revoked key is ``bad_signature``, not ``key_revoked``."""
+    log_key, key = Signer.generate("spec.test/log"), Signer.generate("acme")
+    statements = [
+        register_statement("acme", ("org.acme",), (key,)),
+        publisher_statement("revoke_key", "acme", (key,)),
+    ]
+    replay = LogReplay(log_key.verifier())
+    for index, statement in enumerate(statements):
+        assert isinstance(replay.judge(index, publisher_leaf(statement, log_key)), PublisherEntry)
+    envelope = make_envelope(key, 1)
+    forged = notice_leaf(dataclasses.replace(envelope, signature=bytes(64)))
+    judged = [replay.judge(2, forged), replay.judge(3, notice_leaf(envelope))]
+    assert [(j.code, j.cause) for j in judged if isinstance(j, InvalidEntry)] == [
+        ("unauthorized_notice", "bad_signature"),
+        ("unauthorized_notice", "key_revoked"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "refused"),
+    [({"schema_digest": None}, "wrong_type"), ({"advisories": []}, "empty_list")],
+    ids=["null", "empty list"],
+)
+def test_an_optional_member_is_absent_never_null_or_empty(
+    fields: dict[str, Any], refused: str
+) -> None:
+    obj = notice_json()
+    obj.update(fields)
+    assert code(lambda: Notice.from_json(obj)) == refused
+
+
+@pytest.mark.parametrize(
+    ("name", "refused"),
+    [
+        ("é", None),
+        ("a b", "bad_key"),
+        ("a+b", "bad_key"),
+        ("a\x85", "bad_key"),
+        ("a\xa0", "bad_key"),
+        ("a\u2028", "bad_key"),
+        ("a\x1f", "bad_key"),
+    ],
+)
+def test_a_statement_key_name_follows_the_signed_note_rules(name: str, refused: str | None) -> None:
+    """9.3: a verifier key's name is non-empty, without ``+``, spaces, separators or controls."""
+    key = Signer.from_seed("k", bytes(32)).verifier()
+    vkey = (
+        name
+        + "+"
+        + key_id(name, 1, key.public_key).hex()
+        + "+"
+        + base64.b64encode(bytes((1,)) + key.public_key).decode()
+    )
+    assert code(_statement(keys=[vkey])) == refused
