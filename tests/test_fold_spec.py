@@ -17,6 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deplog.client.errors import DeplogError
 from deplog.client.map.hashing import bit_of, leaf_hash, map_key, node_hash, value_hash
@@ -50,6 +52,7 @@ from tests.builders import (
     make_envelope,
     notice_json,
     notice_leaf,
+    notices,
     publisher_leaf,
     publisher_statement,
     register_statement,
@@ -572,6 +575,9 @@ def test_a_notice_signature_is_checked_before_its_key_or_publisher_is_revoked() 
         ("unauthorized_notice", "bad_signature"),
         ("unauthorized_notice", "key_revoked"),
     ]
+    evidence = {"index": 2, "code": "unauthorized_notice", "cause": "bad_signature"}
+    assert isinstance(judged[0], InvalidEntry)
+    assert judged[0].to_json() == {**evidence, "tool_id": "tool:org.acme/search"}  # section 11
 
 
 @pytest.mark.parametrize(
@@ -610,3 +616,66 @@ def test_a_statement_key_name_follows_the_signed_note_rules(name: str, refused: 
         + base64.b64encode(bytes((1,)) + key.public_key).decode()
     )
     assert code(_statement(keys=[vkey])) == refused
+
+
+# --- 3: a notice's item, written from the text alone ------------------------------------
+
+_SPEC_ACTIONS = {"deprecate": 0, "revoke": 1, "withdraw": 2}
+_SPEC_REASONS = "superseded end_of_life security critical_bug schema_change moved policy other"
+_SPEC_KINDS = {"introduced": 0, "fixed": 1, "last_affected": 2}
+
+
+def _seconds(timestamp: str) -> bytes:
+    moment = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return int((moment - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds()).to_bytes(
+        8, "big", signed=True
+    )
+
+
+def spec_item(index: int, notice: dict[str, Any]) -> bytes:
+    """Section 3, "From a notice to its item", read as an implementer reads it."""
+    flags = sum(
+        bit
+        for bit, member in ((1, "sunset_at"), (2, "replacement"), (4, "schema_digest"))
+        if member in notice
+    )
+    out = bytes((_SPEC_ACTIONS[notice["action"]], flags)) + index.to_bytes(8, "big")
+    out += _seconds(notice["effective_at"])
+    out += bytes(
+        (len(notice["reasons"]), *(_SPEC_REASONS.split().index(r) for r in notice["reasons"]))
+    )
+    advisories = notice.get("advisories", [])
+    out += bytes((len(advisories),)) + b"".join(_str8(a) for a in advisories)
+    if notice["action"] == "withdraw":
+        out += notice["withdraws"].to_bytes(8, "big")
+    else:
+        versions = notice["affected"].get("versions", [])
+        ranges = notice["affected"].get("ranges", [])
+        out += len(versions).to_bytes(2, "big") + b"".join(_str8(v) for v in versions)
+        out += bytes((len(ranges),))
+        for rng in ranges:
+            out += bytes((len(rng["events"]),))
+            for event in rng["events"]:
+                ((kind, version),) = event.items()
+                out += bytes((_SPEC_KINDS[kind],)) + _str8(version)
+    if "sunset_at" in notice:
+        out += _seconds(notice["sunset_at"])
+    if "replacement" in notice:
+        tool = notice["replacement"]["tool_id"].encode()
+        out += len(tool).to_bytes(2, "big") + tool + _str8(notice["replacement"]["version"])
+    if "schema_digest" in notice:
+        out += bytes.fromhex(notice["schema_digest"].removeprefix("sha256:"))
+    return out
+
+
+def test_the_texts_projection_gives_the_vector_items(vectors: dict[str, Any]) -> None:
+    for case in vectors["record_items"][:-1]:
+        assert spec_item(case["index"], case["notice"]).hex() == case["item"]
+
+
+@settings(settings.get_profile("fast"))
+@given(notice=notices(), index=st.integers(0, 2**53 - 1))
+def test_property_the_texts_projection_is_the_codes_item(
+    notice: dict[str, Any], index: int
+) -> None:
+    assert spec_item(index, notice) == record_item_bytes(index, Notice.from_json(notice))
