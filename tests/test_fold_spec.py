@@ -115,6 +115,7 @@ def test_the_statement_example_is_what_the_log_key_signs_in_the_vector_leaf(
     )
     log_key = Verifier.parse(vectors["log"]["log_key"])
     assert log_key.verify(text_block(signed), entry.signature)
+    assert f"`{log_key.vkey()}`" in section(SPEC, "### 13.1 A publisher statement")
 
 
 def test_the_notice_example_is_the_vector_leaf_and_its_publisher_signs_the_notice_bytes(
@@ -174,6 +175,7 @@ def test_the_proof_examples_are_the_vector_proofs_and_verify(vectors: dict[str, 
     assert verify_tool_status(present, checkpoint, FETCH, "0.9.0", AT).status == "deprecated"
     assert verify_tool_status(absent, checkpoint, NONE, "0.9.0", AT).status == "active"
     assert MapProof.from_binary(absent).alt_key == map_key(FETCH)
+    assert map_key(NONE).hex() in section(SPEC, "### 13.5 A present and an absent proof")
 
 
 def test_the_every_field_item_example_is_the_vector_item(vectors: dict[str, Any]) -> None:
