@@ -682,3 +682,51 @@ def test_property_the_texts_projection_is_the_codes_item(
     notice: dict[str, Any], index: int
 ) -> None:
     assert spec_item(index, notice) == record_item_bytes(index, Notice.from_json(notice))
+
+
+@pytest.mark.parametrize(
+    ("fields", "refused"),
+    [
+        ({"sequence": True}, "wrong_type"),
+        ({"sequence": "1"}, "wrong_type"),
+        ({"sequence": 0}, "bad_sequence"),
+        ({"sequence": 2**53 - 1}, None),
+    ],
+)
+def test_an_integer_member_is_a_json_integer_in_its_range(
+    fields: dict[str, Any], refused: str | None
+) -> None:
+    assert code(_notice(**fields)) == refused
+
+
+def test_a_withdraw_target_is_from_zero() -> None:
+    assert code(lambda: Notice.from_json(withdraw_json(0))) is None
+    assert code(lambda: Notice.from_json(withdraw_json(-1))) == "bad_withdraw_index"
+
+
+def test_a_leaf_escapes_only_quote_backslash_and_controls_and_keeps_utf8() -> None:
+    """9.1: RFC 8785 strings; a message holds no control, so only ``"`` and ``\\`` escape."""
+    notice = Notice.from_json(notice_json(message='say "hi" \\ é\u2603'))
+    assert b'"message":"say \\"hi\\" \\\\ \xc3\xa9\xe2\x98\x83"' in notice.canonical_bytes()
+
+
+@pytest.mark.parametrize(
+    ("fields", "refused"),
+    [
+        ({"action": "revoke_publisher", "publisher": "X"}, "field_not_allowed"),
+        ({"action": "add_key", "namespaces": None, "publisher": "X"}, "bad_publisher"),
+        ({"publisher": "X", "namespaces": ["x"]}, "bad_publisher"),
+        ({"namespaces": ["x"], "keys": ["x"]}, "bad_namespace"),
+        ({"keys": ["x", 1]}, "wrong_type"),
+        ({"keys": ["x"], "issued_at": "x"}, "bad_key"),
+    ],
+)
+def test_a_statement_breaking_two_rules_is_refused_by_the_first_in_the_specs_order(
+    fields: dict[str, Any], refused: str
+) -> None:
+    base = {"action": "register", "publisher": "p", "issued_at": "2026-01-01T00:00:00Z"}
+    obj = {"namespaces": ["org.example"], "keys": _keys(1), **base, **fields}
+    assert (
+        code(lambda: PublisherStatement.from_json({k: v for k, v in obj.items() if v is not None}))
+        == refused
+    )
