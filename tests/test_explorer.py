@@ -20,7 +20,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from deplog.authority.explorer.config import ExplorerConfig, parse_prefix
-from deplog.authority.explorer.render import CONTENT_SECURITY_POLICY
+from deplog.authority.explorer.render import CONTENT_SECURITY_POLICY, load_assets
 from deplog.authority.http.limits import Rate
 from deplog.client.cli.main import main as deplog_main
 from deplog.client.model import canonical
@@ -282,6 +282,17 @@ async def test_search_results_are_paged(site: Site) -> None:
 async def test_what_does_not_exist_is_a_404_page_with_a_stable_code(site: Site, path: str) -> None:
     page, _ = await site.get(path, status=404)
     assert "not_found" in page.all_text
+
+
+@pytest.mark.parametrize(
+    "path", ["/search?q=acme&q=x", "/search?q=acme&page=1&page=2", "/assets/{asset}?v=1&v=1"]
+)
+async def test_a_repeated_query_parameter_is_refused_as_the_api_refuses_it(
+    site: Site, path: str
+) -> None:
+    asset = next(iter(load_assets()))
+    page, _ = await site.get(path.format(asset=asset), status=400)
+    assert "repeated_parameter" in page.all_text and "acme" not in page.all_text
 
 
 async def test_a_malformed_tool_id_is_refused_with_its_code_and_not_echoed(site: Site) -> None:

@@ -25,10 +25,10 @@ from deplog.authority.http.plumbing import (
     METRICS,
     HTTPRequestError,
     InternalError,
+    RequestError,
     errors_and_metrics,
 )
 from deplog.authority.http.push import TooManySubscribersError
-from deplog.authority.http.server import RequestError
 from deplog.authority.http.status import HTTP_STATUS, http_status
 from deplog.authority.publication import MapNotPublishedError
 from deplog.authority.sequencer import OverloadedError, ShuttingDownError

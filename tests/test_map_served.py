@@ -85,3 +85,12 @@ async def test_proofs_read_while_slices_are_written_show_the_map_of_their_checkp
         reference.fold(admitted(leaves[: checkpoint.size]))
         record = verify_map_proof(require_map_root(checkpoint), tool_id, proof)
         assert record == reference.records.get(tool_id)
+
+
+@pytest.mark.parametrize("query", ["format=json&format=binary", "format=json&format=json"])
+async def test_a_repeated_proof_parameter_is_refused_as_every_api_read_refuses_it(
+    tmp_path: Path, query: str
+) -> None:
+    async with serving_log(tmp_path, "served.test/log") as served_log:
+        response = await served_log.client.get(f"/v1/tools/tool:org.acme/t0/proof?{query}")
+        assert (response.status, await response.json()) == (400, {"error": "repeated_parameter"})

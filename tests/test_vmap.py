@@ -7,6 +7,7 @@ code with client/map/) and the checked-in vectors in tests/vectors/vmap-v1.json.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 from collections.abc import Iterator, Mapping, Sequence
@@ -29,6 +30,7 @@ from deplog.client.map.proof import (
     verify_map_proof,
     verify_proof_document,
     verify_status,
+    verify_tool_status,
 )
 from deplog.client.map.record import (
     RecordNotice,
@@ -1047,6 +1049,29 @@ def test_a_json_proof_made_at_another_checkpoint_is_rejected(
     later = replace(checkpoint, size=8)
     assert rejected(lambda: verify_proof_document(document, later, "1.0.0", NOW)) == (
         ErrorCode.MAP_CHECKPOINT_MISMATCH
+    )
+
+
+def test_an_absent_json_proof_names_the_one_id_it_answers(
+    tool_map: VerifiableMap, signed: tuple[Signer, Checkpoint, bytes]
+) -> None:
+    """fold-spec 6: two ids reaching one alternate leaf share a binary proof, but a JSON
+    proof is about the id it names, whatever its result (``bad_map_proof`` for another)."""
+    _, checkpoint, note = signed
+    by_proof: dict[bytes, str] = {}
+    for i in itertools.count():
+        tool = f"tool:org.example/absent{i}"
+        proof = tool_map.prove(tool)
+        if (
+            proof.result == "absent"
+            and (first := by_proof.setdefault(proof.to_binary(), tool)) != tool
+        ):
+            break
+    document = MapProofDocument(note, first, proof).encode()
+    assert verify_tool_status(proof.to_binary(), checkpoint, tool, "1.0.0", NOW).status == "active"
+    assert verify_tool_status(document, checkpoint, first, "1.0.0", NOW).status == "active"
+    assert rejected(lambda: verify_tool_status(document, checkpoint, tool, "1.0.0", NOW)) == (
+        ErrorCode.BAD_MAP_PROOF
     )
 
 

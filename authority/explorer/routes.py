@@ -10,7 +10,7 @@ Rules:
 3. Each request takes a token from the explorer's per-address bucket, sized like the
    API's (``--rate-per-address``); past it, 429 with ``Retry-After``.
 4. A refusal is an HTML page with the stable code and its ``status.py`` status, never
-   echoing the request.
+   echoing the request; a repeated query parameter is refused as the API refuses it.
 5. Routes live under the configured prefix: ``/``, ``/search``, ``/tools/<id>``,
    ``/notices/<index>``, ``/publishers``, ``/witnesses``, ``/assets/<file>``.
 """
@@ -35,7 +35,7 @@ from deplog.authority.explorer.render import (
     page_headers,
 )
 from deplog.authority.http.limits import Rate, RateLimitedError, RateLimiter
-from deplog.authority.http.plumbing import HTTPRequestError, InternalError
+from deplog.authority.http.plumbing import HTTPRequestError, InternalError, query_param
 from deplog.authority.http.status import http_status
 from deplog.authority.publication import Publication
 from deplog.authority.storage.reader import LogReader
@@ -134,7 +134,10 @@ class Explorer:
         )
 
     async def search(self, request: web.Request) -> web.StreamResponse:
-        query, page = request.query.get("q"), request.query.get("page")
+        try:
+            query, page = query_param(request, "q"), query_param(request, "page")
+        except DeplogError as err:
+            return self.error_page(err)
         return await self.page(
             request, "search.html", lambda r, served: pages.search_page(r, served, query, page)
         )
@@ -173,7 +176,10 @@ class Explorer:
         asset = self.assets.get(request.match_info["name"])
         if asset is None:
             return self.error_page(HTTPRequestError(ErrorCode.NOT_FOUND))
-        return asset_response(asset, request.query.get("v"))
+        try:
+            return asset_response(asset, query_param(request, "v"))
+        except DeplogError as err:
+            return self.error_page(err)
 
 
 def add_explorer(

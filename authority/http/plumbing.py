@@ -7,6 +7,8 @@ Rules:
   middleware makes everything a ``DeplogError`` (what aiohttp refuses,
   :class:`HTTPRequestError`; anything unexpected, :class:`InternalError`), and so do
   :class:`ServingRunner`'s connections for what aiohttp's parser refuses before routing.
+* **One value a parameter.** A query parameter given twice is ``repeated_parameter``
+  (:func:`query_param`), for the API and the explorer alike.
 * **Bounded metrics.** Every request is counted by route template and status.
 * **Bind first.** A server binds its port (:func:`bind`) before it creates anything, so a
   busy port changes nothing; once listening it prints one "serving on <url>" line, then
@@ -47,9 +49,11 @@ __all__ = [
     "Handler",
     "InternalError",
     "Listen",
+    "RequestError",
     "ServingRunner",
     "bind",
     "errors_and_metrics",
+    "query_param",
     "serve_until_signalled",
     "settle_collector",
 ]
@@ -75,6 +79,29 @@ class HTTPRequestError(DeplogError):
             ErrorCode.BAD_REQUEST,
         }
     )
+
+
+class RequestError(DeplogError):
+    """A read the API cannot answer: a malformed parameter, or a range the log cannot serve."""
+
+    codes = frozenset(
+        {
+            ErrorCode.BAD_PARAMETER,
+            ErrorCode.REPEATED_PARAMETER,
+            ErrorCode.OUT_OF_RANGE,
+            ErrorCode.SIZE_NOT_PUBLISHED,
+            ErrorCode.RANGE_TOO_LARGE,
+        }
+    )
+
+
+def query_param(request: web.Request, name: str) -> str | None:
+    """The query parameter ``name``, or None; given twice it is refused, since a cache or
+    proxy in front may honour the other."""
+    given = request.query.getall(name, [])
+    if len(given) > 1:
+        raise RequestError(ErrorCode.REPEATED_PARAMETER, "a query parameter is given twice")
+    return given[0] if given else None
 
 
 class InternalError(DeplogError):

@@ -41,7 +41,13 @@ from deplog.authority.explorer.config import ExplorerConfig
 from deplog.authority.explorer.routes import add_explorer
 from deplog.authority.http.limits import Rate, RateLimiter
 from deplog.authority.http.metrics import Metrics
-from deplog.authority.http.plumbing import METRICS, HTTPRequestError, errors_and_metrics
+from deplog.authority.http.plumbing import (
+    METRICS,
+    HTTPRequestError,
+    RequestError,
+    errors_and_metrics,
+    query_param,
+)
 from deplog.authority.http.push import PushHub
 from deplog.authority.log import Log
 from deplog.authority.options import MEBIBYTES, option
@@ -66,7 +72,6 @@ __all__ = [
     "FULL_TILE_CACHE",
     "MAX_ENTRIES_PER_REQUEST",
     "PARTIAL_TILE_CACHE",
-    "RequestError",
     "ServerConfig",
     "build_admin_app",
     "build_app",
@@ -158,20 +163,6 @@ class ServerConfig:
         return self.tiles_dir if self.tiles_dir is not None else self.db_path.parent / TILES_DIR
 
 
-class RequestError(DeplogError):
-    """A read the API cannot answer: a malformed parameter, or a range the log cannot serve."""
-
-    codes = frozenset(
-        {
-            ErrorCode.BAD_PARAMETER,
-            ErrorCode.REPEATED_PARAMETER,
-            ErrorCode.OUT_OF_RANGE,
-            ErrorCode.SIZE_NOT_PUBLISHED,
-            ErrorCode.RANGE_TOO_LARGE,
-        }
-    )
-
-
 def error_response(err: DeplogError, status: int) -> web.Response:
     """A refusal as the API answers it: its stable code as JSON, with its status."""
     return web.json_response({"error": err.code}, status=status)
@@ -255,12 +246,8 @@ _STATE = web.AppKey("state", _AuthorityState)
 
 
 def _int_param(request: web.Request, name: str) -> int:
-    """The query parameter ``name`` as a canonical decimal; given twice, it is refused (a
-    cache or proxy in front may honour the other)."""
-    given = request.query.getall(name, [])
-    if len(given) > 1:
-        raise RequestError(ErrorCode.REPEATED_PARAMETER, "a query parameter is given twice")
-    raw = given[0] if given else None
+    """The query parameter ``name`` as a canonical decimal."""
+    raw = query_param(request, name)
     if raw is None or not raw.isascii() or not raw.isdigit() or len(raw) > 19:
         raise RequestError(ErrorCode.BAD_PARAMETER, "missing or malformed integer parameter")
     if len(raw) > 1 and raw[0] == "0":
@@ -406,7 +393,7 @@ async def _get_tool_proof(request: web.Request) -> web.Response:
     state = request.app[_STATE]
     tool_id = request.match_info["tool_id"]
     parse_tool_id(tool_id)
-    wanted = request.query.get("format")
+    wanted = query_param(request, "format")
     if wanted not in (None, "json", "binary"):
         raise RequestError(ErrorCode.BAD_PARAMETER, "format is json or binary")
     if wanted is None:

@@ -12,7 +12,8 @@ The normative text is ``docs/fold-spec.md`` section 6. Rules:
 3. **The caller's checkpoint is the authority.** A JSON document carries the
    checkpoint it was made at, but it is verified against the checkpoint the caller
    verified itself (signature, cosignatures, freshness), whose body it must equal
-   (``map_checkpoint_mismatch``).
+   (``map_checkpoint_mismatch``); its tool id is the one asked, whatever the result
+   (``bad_map_proof``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from deplog.client.map.line import require_map_root
 from deplog.client.map.record import StatusRecord, _Reader, evaluate
 from deplog.client.map.tree import KeyPath, PathStep, root_from_path
 from deplog.client.model import canonical
-from deplog.client.model.notice import parse_tool_id
+from deplog.client.model.notice import parse_tool_id, parse_version
 from deplog.client.model.status import VersionStatus
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import decode_base64, encode_base64, parse_note
@@ -251,11 +252,14 @@ def verify_tool_status(
     proof: bytes, checkpoint: Checkpoint, tool_id: str, version: str, now: datetime
 ) -> VersionStatus:
     """The status of ``tool_id`` at ``version`` at ``now`` that ``proof``, in either form,
-    shows under ``checkpoint``, which the caller verified (rule 3): the agent's check."""
+    shows under ``checkpoint``, which the caller verified (rule 3): the agent's check, in
+    the order of checks of ``docs/fold-spec.md`` section 12.5."""
+    parse_tool_id(tool_id)
+    parse_version(version)
     if proof[:1] == b"{":
         document = MapProofDocument.parse(proof)
-        if document.tool_id != tool_id:
+        if document.tool_id != tool_id:  # whatever the result: absence is asked of one id
             raise MapProofError()
         return verify_proof_document(document, checkpoint, version, now)
-    root = require_map_root(checkpoint)
-    return verify_status(root, tool_id, version, now, MapProof.from_binary(proof))
+    parsed = MapProof.from_binary(proof)
+    return verify_status(require_map_root(checkpoint), tool_id, version, now, parsed)

@@ -216,6 +216,7 @@ async def test_wrong_content_type_is_refused_with_415(
         ("/v1/proofs/consistency?old=1&new=4&old=2", 400, "repeated_parameter"),
         ("/v1/proofs/inclusion?index=0&index=0&size=1", 400, "repeated_parameter"),
         ("/v1/entries?start=0&end=1&end=1", 400, "repeated_parameter"),
+        ("/v1/tools/tool:org.example/x/proof?format=json&format=json", 400, "repeated_parameter"),
         ("/v1/tools/not-a-tool", 400, "bad_tool_id"),
         ("/nowhere", 404, "not_found"),
     ],
