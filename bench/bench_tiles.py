@@ -164,7 +164,7 @@ def size_of(root: Path) -> tuple[int, int]:
 def disk(tmp: Path, args: argparse.Namespace) -> None:
     signer, publisher = Signer.generate("bench/log"), Signer.generate("acme")
     log = Log(tmp / "log.db", signer, "bench/log")
-    tiles = TilesDirectory.open(tmp / "tiles", log, partial_grace=0)  # steady state
+    tiles = TilesDirectory.open(tmp / "tiles", log)
     batch, extend, checkpoint = 512, [], []
     sequence = 0
     try:

@@ -52,7 +52,7 @@ from deplog.authority.storage.backends import open_database
 from deplog.authority.storage.errors import IntegrityError
 from deplog.authority.storage.reader import ReaderPool
 from deplog.authority.supervise import Supervisor
-from deplog.authority.tiles import DEFAULT_PARTIAL_GRACE, TilesDirectory, served_tile
+from deplog.authority.tiles import TilesDirectory, served_tile
 from deplog.authority.witnessing import Witnessing
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.map.proof import MapProofDocument
@@ -63,9 +63,8 @@ from deplog.client.tlog.note import Signer
 from deplog.client.tlog.tiles import TILE_HEIGHT, TILE_WIDTH, EntryTile, HashTile, parse_tile_path
 
 __all__ = [
-    "FULL_TILE_CACHE",
     "MAX_ENTRIES_PER_REQUEST",
-    "PARTIAL_TILE_CACHE",
+    "TILE_CACHE",
     "RequestError",
     "ServerConfig",
     "build_admin_app",
@@ -80,10 +79,8 @@ MAX_INT = (1 << 63) - 1
 _JSON = "application/json"
 TILES_DIR = "tiles"
 """The tiles directory's name in the data directory, unless ``--tiles-dir`` says otherwise."""
-FULL_TILE_CACHE = "public, max-age=31536000, immutable"
-"""A full tile never changes, so caches keep it for a year."""
-PARTIAL_TILE_CACHE = "public, max-age=60"
-"""A partial tile is removed once superseded (after a grace period): caches drop it soon."""
+TILE_CACHE = "public, max-age=31536000, immutable"
+"""A tile, full or partial, never changes, so caches keep it for a year."""
 _TILE_TYPE = "application/octet-stream"
 _MAP_PROOF_BINARY = "application/octet-stream"
 """The media type of the binary map proof (docs/fold-spec.md section 6)."""
@@ -136,11 +133,6 @@ class ServerConfig:
         MAP_PROOF_WAIT,
         "seconds a map proof waits for the publication of the batch the map is at",
         note="then 503 map_not_published",
-    )
-    partial_grace: float = option(
-        DEFAULT_PARTIAL_GRACE,
-        "seconds a superseded partial tile is kept for readers of the previous checkpoint",
-        flag="--tiles-partial-grace",
     )
     limits: SequencerLimits = field(default_factory=SequencerLimits)
     explorer: ExplorerConfig = field(default_factory=ExplorerConfig)
@@ -315,13 +307,12 @@ async def _get_tile(request: web.Request) -> web.StreamResponse:
     state = request.app[_STATE]
     root = state.tiles_root
     tile = parse_tile_path("tile/" + request.match_info["path"])
-    cache = PARTIAL_TILE_CACHE if tile.partial else FULL_TILE_CACHE
     if state.database.shared and state.config.tiles:
-        return await _get_tile_from_database(request, state, tile, cache)
+        return await _get_tile_from_database(request, state, tile)
     if root is None or not (path := root / tile.path).is_file():
         raise HTTPRequestError(ErrorCode.NOT_FOUND)
     return web.FileResponse(
-        path, headers={hdrs.CACHE_CONTROL: cache, hdrs.CONTENT_TYPE: _TILE_TYPE}
+        path, headers={hdrs.CACHE_CONTROL: TILE_CACHE, hdrs.CONTENT_TYPE: _TILE_TYPE}
     )
 
 
@@ -333,7 +324,7 @@ def _tile_leaves(tile: EntryTile | HashTile) -> int:
 
 
 async def _get_tile_from_database(
-    request: web.Request, state: _AuthorityState, tile: EntryTile | HashTile, cache: str
+    request: web.Request, state: _AuthorityState, tile: EntryTile | HashTile
 ) -> web.Response:
     """A tile of a tree no larger than the served one, from the database (*Tiles*)."""
     if _tile_leaves(tile) > state.publication.checkpoint.size:
@@ -341,10 +332,10 @@ async def _get_tile_from_database(
     body = await state.readers.read(lambda r: served_tile(r.conn, tile))
     etag = hashlib.sha256(body).hexdigest()[:32]
     if any(match.value in (etag, "*") for match in request.if_none_match or ()):
-        response = web.Response(status=304, headers={hdrs.CACHE_CONTROL: cache})
+        response = web.Response(status=304, headers={hdrs.CACHE_CONTROL: TILE_CACHE})
     else:
         response = web.Response(
-            body=body, headers={hdrs.CACHE_CONTROL: cache, hdrs.CONTENT_TYPE: _TILE_TYPE}
+            body=body, headers={hdrs.CACHE_CONTROL: TILE_CACHE, hdrs.CONTENT_TYPE: _TILE_TYPE}
         )
     response.etag = etag
     return response
@@ -471,7 +462,7 @@ def _open_log(config: ServerConfig, signer: Signer) -> tuple[Log, TilesDirectory
     if config.tiles_path is None:
         return opened, None
     try:
-        tiles = TilesDirectory.open(config.tiles_path, opened, partial_grace=config.partial_grace)
+        tiles = TilesDirectory.open(config.tiles_path, opened)
     except BaseException:
         opened.close()
         raise
