@@ -11,7 +11,8 @@ pollers  A real authority with 300 notices (so a full tile exists), Debian's ngi
          connections) polls ``/checkpoint`` and the full tile ``tile/0/000`` on the
          authority directly, through nginx from the tiles directory, and from the
          plain static server; medians of interleaved rounds, ratios to the limit,
-         and the authority's CPU seconds while nginx served the pollers.
+         the authority's CPU per request it served, and its CPU seconds while nginx
+         served the pollers.
 disk     A ``Log`` and its ``TilesDirectory`` in-process, filled with real notice
          leaves (one publisher's signed envelopes) in batches of 512 appended to the
          tree directly; bytes per entry of the database and of the tiles directory
@@ -121,14 +122,13 @@ def pollers(tmp: Path, args: argparse.Namespace) -> None:
             ("full tile", "nginx static"): limit + "/tile",
         }
         rates: dict[tuple[str, str], list[float]] = {key: [] for key in targets}
-        authority_cpu = 0.0
+        cpu: dict[tuple[str, str], float] = dict.fromkeys(targets, 0.0)
         assert authority.process is not None
         for _ in range(args.rounds):
             for key, url in targets.items():
                 before = cpu_seconds(authority.process.pid)
                 rates[key].append(wrk(url, args.seconds, args.connections))
-                if key[1] == "nginx tiles":
-                    authority_cpu += cpu_seconds(authority.process.pid) - before
+                cpu[key] += cpu_seconds(authority.process.pid) - before
                 time.sleep(0.5)
         print(
             f"pollers: wrk -t1 -c{args.connections} -d{args.seconds:g}s, "
@@ -141,8 +141,11 @@ def pollers(tmp: Path, args: argparse.Namespace) -> None:
                 print(
                     f"  {what:10} {where:12} {value:>8.0f} req/s  {value / ceiling:.2f} of static"
                 )
+            served = sum(rates[what, "authority"]) * args.seconds
+            print(f"  {what:10} authority CPU {1e6 * cpu[what, 'authority'] / served:.0f} us/req")
         seconds = 2 * args.rounds * args.seconds
-        print(f"  authority CPU while nginx served {seconds:g} s of pollers: {authority_cpu:.2f} s")
+        nginx_cpu = sum(v for k, v in cpu.items() if k[1] == "nginx tiles")
+        print(f"  authority CPU while nginx served {seconds:g} s of pollers: {nginx_cpu:.2f} s")
     finally:
         if nginx is not None:
             nginx.terminate()
