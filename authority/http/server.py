@@ -10,9 +10,10 @@ Rules, cited by name:
 
 * **Tiles.** ``GET /tile/...`` serves the tiles directory's files with the headers a cache
   needs: entry bundles as static files, hash tiles (8 KiB at most) from their bytes read
-  off the loop. On a shared database (``Database.shared``) tiles are read from the
-  database, at sizes up to the served checkpoint's. A tile from bytes has a digest of
-  them as ETag (the same on every process), and ``If-None-Match`` answered 304.
+  off the loop, the latest ``HELD_TILES`` of them kept in memory (tiles never change).
+  On a shared database (``Database.shared``) tiles are read from the database, at sizes
+  up to the served checkpoint's. A tile from bytes has a digest of them as ETag (the
+  same on every process), and ``If-None-Match`` answered 304.
 * **Health.** ``/healthz``: 200 ``ok``; 503 ``degraded`` with the ``reasons`` of
   ``Publication.health``; 503 ``storage_corrupt`` once the background storage audit found a
   problem (appends are refused from then on). Entries of the log that fail validation are
@@ -82,6 +83,8 @@ TILES_DIR = "tiles"
 """The tiles directory's name in the data directory, unless ``--tiles-dir`` says otherwise."""
 TILE_CACHE = "public, max-age=31536000, immutable"
 """A tile, full or partial, never changes, so caches keep it for a year."""
+HELD_TILES = 256
+"""Hash tiles the authority keeps in memory once served (2 MiB at most): they never change."""
 _TILE_TYPE = "application/octet-stream"
 _MAP_PROOF_BINARY = "application/octet-stream"
 """The media type of the binary map proof (docs/fold-spec.md section 6)."""
@@ -204,6 +207,8 @@ class _AuthorityState:
         self.publisher_limit = RateLimiter(config.publisher_rate, ErrorCode.PUBLISHER_RATE_LIMITED)
         self.corrupt: str | None = None
         """The storage audit's finding: appends are refused and ``/healthz`` fails."""
+        self.held_tiles: dict[EntryTile | HashTile, tuple[bytes, str]] = {}
+        """The latest hash tiles served, with their ETags, oldest first (*Tiles*)."""
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         """What this module counts, then each part's own."""
@@ -308,9 +313,12 @@ async def _get_tile(request: web.Request) -> web.StreamResponse:
     state = request.app[_STATE]
     root = state.tiles_root
     tile = parse_tile_path("tile/" + request.match_info["path"])
-    if state.database.shared and state.config.tiles:
-        if _tile_leaves(tile) > state.publication.checkpoint.size:
-            raise HTTPRequestError(ErrorCode.NOT_FOUND)
+    shared = state.database.shared and state.config.tiles
+    if shared and _tile_leaves(tile) > state.publication.checkpoint.size:
+        raise HTTPRequestError(ErrorCode.NOT_FOUND)
+    if (held := state.held_tiles.get(tile)) is not None:
+        body, etag = held
+    elif shared:
         body = await state.readers.read(lambda r: served_tile(r.conn, tile))
     elif root is None:
         raise HTTPRequestError(ErrorCode.NOT_FOUND)
@@ -326,7 +334,12 @@ async def _get_tile(request: web.Request) -> web.StreamResponse:
             body = await asyncio.get_running_loop().run_in_executor(None, read)
         except (FileNotFoundError, IsADirectoryError):
             raise HTTPRequestError(ErrorCode.NOT_FOUND) from None
-    etag = hashlib.sha256(body).hexdigest()[:32]
+    if held is None:
+        etag = hashlib.sha256(body).hexdigest()[:32]
+        if isinstance(tile, HashTile):
+            state.held_tiles[tile] = body, etag
+            while len(state.held_tiles) > HELD_TILES:
+                del state.held_tiles[next(iter(state.held_tiles))]
     if any(match.value in (etag, "*") for match in request.if_none_match or ()):
         response = web.Response(status=304, headers={hdrs.CACHE_CONTROL: TILE_CACHE})
     else:

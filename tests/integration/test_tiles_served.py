@@ -127,6 +127,20 @@ async def test_a_hash_tiles_etag_is_the_digest_of_its_bytes_on_every_process(
         assert response.headers["ETag"] == f'"{hashlib.sha256(body).hexdigest()[:32]}"'
 
 
+async def test_a_hash_tile_once_served_is_answered_from_memory(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    """Tiles never change, so a held one outlives its file (a partial tile, removed)."""
+    await publish(http, authority.url, publisher, 1, 3)
+    url = f"{authority.url}/tile/0/000.p/4"
+    async with http.get(url) as response:
+        body = await response.read()
+    (tiles_dir(authority) / "tile/0/000.p/4").unlink()
+    async with http.get(url) as response:
+        assert response.status == 200
+        assert await response.read() == body
+
+
 @pytest.mark.both_backends
 async def test_a_hash_tile_the_directory_does_not_hold_is_404(
     authority: AuthorityProcess, http: aiohttp.ClientSession
