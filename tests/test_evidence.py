@@ -15,6 +15,7 @@ from deplog.client.tlog.evidence import (
     CONFLICTING_ROOTS,
     FAILING_PROOF,
     INCONSISTENT_PREFIX,
+    MAP_MISMATCH,
     EvidenceError,
     EvidenceFormatError,
     ForkEvidence,
@@ -119,6 +120,20 @@ def test_a_prefix_that_is_not_proven_or_is_the_smaller_tree_proves_nothing(
     with pytest.raises(EvidenceError) as refused:
         prefix_evidence(log_signer, smaller.note, b, prefix).verify(log_signer.verifier())
     assert refused.value.code == "no_conflict"
+
+
+def test_audit_evidence_says_a_map_mismatch_is_proven(
+    tmp_path: Path,
+    log_signer: Signer,
+    two_histories: tuple[Log, Log],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    a, b = two_histories
+    evidence = evidence_between(log_signer.verifier(), note(a), note(b), None, "t", MAP_MISMATCH)
+    path = write_evidence(tmp_path, evidence)
+    argv = ["audit", "evidence", str(path), "--log-key", log_signer.verifier().vkey()]
+    assert deplog_main(argv) == 0
+    assert capsys.readouterr().out.startswith("proven: map_mismatch: ")
 
 
 def test_a_file_whose_proven_flag_contradicts_its_finding_is_malformed(
