@@ -16,9 +16,10 @@ Rules:
    fails the batch (503 ``storage_unavailable``); the next batch writes what is missing.
 3. Tile bytes come only from the database, read per tile on the writer thread, at most
    ``WRITERS`` tiles held and written at once (their fsyncs overlap): memory is bounded.
-4. Full tiles are never rewritten or removed; a superseded partial tile is kept
-   ``partial_grace`` seconds for readers of the previous checkpoint, and removed late, never
-   early (a start schedules every partial tile the current tree lacks).
+4. Full tiles are never rewritten or removed. A partial tile stays until the ``checkpoint``
+   file names a tree holding its full tile, then goes (tlog-tiles, "Partial Tiles"): a
+   reader of any checkpoint finds its partial tiles, or the full ones the spec falls back
+   to. A start removes the partial tiles of full tiles, but the checkpoint file's own.
 5. Start-up completes the directory from the database before anything is served
    (:meth:`TilesDirectory.open`): a ``checkpoint`` file not signed by the log key over the
    database's tree, or a tile whose bytes differ, is proven corruption, and the authority
@@ -28,14 +29,13 @@ Rules:
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import itertools
 import logging
 import os
-import time
-from collections.abc import Callable, Iterator
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -52,17 +52,14 @@ from deplog.client.tlog.tiles import (
     TILE_WIDTH,
     EntryTile,
     HashTile,
-    TilePathError,
     encode_entry_bundle,
     encode_hash_tile,
     entry_tiles,
     hash_tiles,
-    parse_tile_path,
 )
 
 __all__ = [
     "CHECKPOINT_FILE",
-    "DEFAULT_PARTIAL_GRACE",
     "TILES_CORRUPT",
     "WRITERS",
     "Tile",
@@ -77,8 +74,6 @@ log = logging.getLogger("deplog.tiles")
 CHECKPOINT_FILE: Final = "checkpoint"
 WRITERS: Final = 8
 """Tiles written at once (rule 3)."""
-DEFAULT_PARTIAL_GRACE: Final = 600.0
-"""Seconds a superseded partial tile stays (rule 4): far above the caches' max-age."""
 
 TILES_CORRUPT: Final = FaultKind(
     "storage_corrupt",
@@ -167,6 +162,12 @@ def _make_public_directories(directory: Path) -> None:
         directory.chmod(0o755)
 
 
+def _new_tiles(size: int, since: int) -> Iterator[Tile]:
+    """The tiles of the tree of ``size`` leaves that the tree of ``since`` lacks."""
+    yield from entry_tiles(size, since=since)
+    yield from hash_tiles(size, since=since)
+
+
 class _DatabaseAlteredError(Exception):
     """The database cannot give a committed tree's tile: its storage was altered."""
 
@@ -182,36 +183,22 @@ def served_tile(conn: Connection, tile: Tile) -> bytes:
 class TilesDirectory:
     """The writer of one log's tiles directory, on the log's writer thread."""
 
-    def __init__(
-        self, root: Path, log: Log, partial_grace: float, clock: Callable[[], float]
-    ) -> None:
+    def __init__(self, root: Path, log: Log) -> None:
         self.root = root
         self.log = log
-        self.partial_grace = partial_grace
-        self.clock = clock
         self.size = 0
         self.named = 0
-        self._unnamed: set[Tile] = set()
-        """Partial tiles written since the checkpoint file last changed (rule 4)."""
-        self._retiring: collections.deque[tuple[float, Tile]] = collections.deque()
+        """The size of the tree the ``checkpoint`` file names."""
         self._io = concurrent.futures.ThreadPoolExecutor(WRITERS, thread_name_prefix="tiles")
 
     @classmethod
-    def open(
-        cls,
-        root: Path,
-        log: Log,
-        *,
-        partial_grace: float = DEFAULT_PARTIAL_GRACE,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> TilesDirectory:
+    def open(cls, root: Path, log: Log) -> TilesDirectory:
         """Complete ``root`` from ``log``'s database (rule 5); StorageFault when it is wrong."""
         _make_public_directories(root)
-        tiles = cls(root, log, partial_grace, clock)
-        tiles.named = tiles._checked_checkpoint_file()
-        tiles.size = tiles.named
-        tiles._complete(partial_tiles(tiles.named))
+        tiles = cls(root, log)
+        tiles.named = tiles.size = tiles._checked_checkpoint_file()
         tiles._sweep()
+        tiles._complete(partial_tiles(tiles.named))
         tiles.extend(log.tree.size)
         return tiles
 
@@ -219,12 +206,10 @@ class TilesDirectory:
         """Write every tile of the tree of ``size`` leaves that the directory lacks (rule 2)."""
         if size <= self.size:
             return
-        new = self._new_tiles(size)
+        new = _new_tiles(size, self.size)
         while group := list(itertools.islice(new, WRITERS)):
             self._complete(group)
-            self._unnamed.update(tile for tile in group if tile.partial)
         self.size = size
-        self._remove_expired()
 
     def publish_checkpoint(self, size: int, note: bytes) -> None:
         """Make ``checkpoint`` hold ``note``, a note for ``size`` (rules 2 and 4)."""
@@ -232,16 +217,11 @@ class TilesDirectory:
         current = partial_tiles(size)
         self._complete([tile for tile in current if not self._path(tile).exists()])
         write_atomic(self.root / CHECKPOINT_FILE, [note])
-        if size != self.named:
-            superseded = (set(partial_tiles(self.named)) | self._unnamed) - set(current)
-            self._retire(superseded)
-            self._unnamed.clear()
-            self.named = size
-        self._remove_expired()
-
-    def _new_tiles(self, size: int) -> Iterator[Tile]:
-        yield from entry_tiles(size, since=self.size)
-        yield from hash_tiles(size, since=self.size)
+        if size > self.named:
+            for tile in _new_tiles(size, self.named):
+                if not tile.partial:
+                    self._remove_partials(tile)
+        self.named = size
 
     def _complete(self, tiles: list[Tile]) -> None:
         """Write the missing ones of a few tiles at once, checking the others (rule 5)."""
@@ -261,16 +241,10 @@ class TilesDirectory:
     def _path(self, tile: Tile) -> Path:
         return self.root / tile.path
 
-    def _retire(self, tiles: set[Tile]) -> None:
-        deadline = self.clock() + self.partial_grace
-        self._retiring.extend((deadline, tile) for tile in sorted(tiles, key=lambda t: t.path))
-
-    def _remove_expired(self) -> None:
-        now = self.clock()
-        while self._retiring and self._retiring[0][0] <= now:
-            _, tile = self._retiring.popleft()
-            with contextlib.suppress(FileNotFoundError):
-                self._path(tile).unlink()
+    def _remove_partials(self, full: Tile) -> None:
+        """Remove the partial tiles of ``full``, a tile of the published tree (rule 4)."""
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(f"{self._path(full)}.p")
 
     def _checked_checkpoint_file(self) -> int:
         """The size the checkpoint file names, once it is shown to be this log's; 0 if none."""
@@ -290,22 +264,12 @@ class TilesDirectory:
         return checkpoint.size
 
     def _sweep(self) -> None:
-        """Remove temporary files a crash left; schedule partial tiles of other trees."""
-        current = set(partial_tiles(self.log.tree.size)) | set(partial_tiles(self.named))
-        stray: set[Tile] = set()
-        for directory, _, files in os.walk(self.root / "tile"):
+        """Remove temporary files and the partial tiles of full tiles a crash left (rule 4)."""
+        for directory, subdirectories, files in os.walk(self.root):
             for name in files:
-                path = Path(directory, name)
                 if name.startswith(".") and name.endswith(_TEMPORARY_SUFFIX):
-                    path.unlink()
-                    continue
-                if not directory.endswith(".p"):
-                    continue
-                with contextlib.suppress(TilePathError):
-                    tile = parse_tile_path(path.relative_to(self.root).as_posix())
-                    if tile.partial and tile not in current:
-                        stray.add(tile)
-        for name in os.listdir(self.root):
-            if name.startswith(".") and name.endswith(_TEMPORARY_SUFFIX):
-                (self.root / name).unlink()
-        self._retire(stray)
+                    Path(directory, name).unlink()
+            for name in list(subdirectories):
+                if name.endswith(".p") and Path(directory, name[:-2]).is_file():
+                    shutil.rmtree(Path(directory, name))
+                    subdirectories.remove(name)

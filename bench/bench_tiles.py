@@ -11,7 +11,8 @@ pollers  A real authority with 300 notices (so a full tile exists), Debian's ngi
          connections) polls ``/checkpoint`` and the full tile ``tile/0/000`` on the
          authority directly, through nginx from the tiles directory, and from the
          plain static server; medians of interleaved rounds, ratios to the limit,
-         and the authority's CPU seconds while nginx served the pollers.
+         the authority's CPU per request it served, and its CPU seconds while nginx
+         served the pollers.
 disk     A ``Log`` and its ``TilesDirectory`` in-process, filled with real notice
          leaves (one publisher's signed envelopes) in batches of 512 appended to the
          tree directly; bytes per entry of the database and of the tiles directory
@@ -22,6 +23,10 @@ append   Closed-loop appends (C concurrent publishers, each posting its pre-sign
          envelopes one after another) against a real authority with its tiles
          directory and with ``--no-tiles``, interleaved rounds; notices/s and the
          ratio (goal >= 0.9).
+rates    Open-loop appends at each RATE for SECONDS (``--rates``) against a real
+         authority: database bytes per entry grown from the 256th entry on, full
+         tiles' bytes per entry they cover (the steady state), and the partial
+         tiles' bytes at the end and at most (sampled every 0.25 s).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import asyncio
 import contextlib
 import io
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -41,6 +47,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bench_append import open_loop
 from bench.bench_proofs import cpu_seconds
 from bench.bench_read import wrk
 from bench.common import free_port, median, pct, wait_http
@@ -121,14 +128,13 @@ def pollers(tmp: Path, args: argparse.Namespace) -> None:
             ("full tile", "nginx static"): limit + "/tile",
         }
         rates: dict[tuple[str, str], list[float]] = {key: [] for key in targets}
-        authority_cpu = 0.0
+        cpu: dict[tuple[str, str], float] = dict.fromkeys(targets, 0.0)
         assert authority.process is not None
         for _ in range(args.rounds):
             for key, url in targets.items():
                 before = cpu_seconds(authority.process.pid)
                 rates[key].append(wrk(url, args.seconds, args.connections))
-                if key[1] == "nginx tiles":
-                    authority_cpu += cpu_seconds(authority.process.pid) - before
+                cpu[key] += cpu_seconds(authority.process.pid) - before
                 time.sleep(0.5)
         print(
             f"pollers: wrk -t1 -c{args.connections} -d{args.seconds:g}s, "
@@ -141,8 +147,11 @@ def pollers(tmp: Path, args: argparse.Namespace) -> None:
                 print(
                     f"  {what:10} {where:12} {value:>8.0f} req/s  {value / ceiling:.2f} of static"
                 )
+            served = sum(rates[what, "authority"]) * args.seconds
+            print(f"  {what:10} authority CPU {1e6 * cpu[what, 'authority'] / served:.0f} us/req")
         seconds = 2 * args.rounds * args.seconds
-        print(f"  authority CPU while nginx served {seconds:g} s of pollers: {authority_cpu:.2f} s")
+        nginx_cpu = sum(v for k, v in cpu.items() if k[1] == "nginx tiles")
+        print(f"  authority CPU while nginx served {seconds:g} s of pollers: {nginx_cpu:.2f} s")
     finally:
         if nginx is not None:
             nginx.terminate()
@@ -164,7 +173,7 @@ def size_of(root: Path) -> tuple[int, int]:
 def disk(tmp: Path, args: argparse.Namespace) -> None:
     signer, publisher = Signer.generate("bench/log"), Signer.generate("acme")
     log = Log(tmp / "log.db", signer, "bench/log")
-    tiles = TilesDirectory.open(tmp / "tiles", log, partial_grace=0)  # steady state
+    tiles = TilesDirectory.open(tmp / "tiles", log)
     batch, extend, checkpoint = 512, [], []
     sequence = 0
     try:
@@ -231,6 +240,69 @@ def append(tmp: Path, args: argparse.Namespace) -> None:
         )
 
 
+def stored(authority: AuthorityProcess) -> tuple[int, int, int, int]:
+    """(entries, database bytes through its WAL, full tiles' bytes, partial tiles' bytes)."""
+    uri = f"file:{authority.data / 'log.db'}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+        n = conn.execute("SELECT count(*) FROM leaves").fetchone()[0]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        db = pages * conn.execute("PRAGMA page_size").fetchone()[0]
+    full = partial = 0
+    for directory, _, names in os.walk(authority.data / "tiles" / "tile"):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):  # a partial tile removed meanwhile
+                size = Path(directory, name).stat().st_size
+                if directory.endswith(".p"):
+                    partial += size
+                else:
+                    full += size
+    return n, db, full, partial
+
+
+async def sampled(
+    authority: AuthorityProcess, bodies: list[list[bytes]], rate: float
+) -> tuple[float, list[float], int, tuple[int, int, int, int]]:
+    """``open_loop`` at ``rate``; the partial tiles' peak bytes, the first sample past 256."""
+    sending = asyncio.create_task(open_loop(authority.url, bodies, rate))
+    peak, first = 0, (0, 0, 0, 0)
+    while not sending.done():
+        sample = stored(authority)
+        peak = max(peak, sample[3])
+        if first[0] < 256 <= sample[0]:
+            first = sample
+        await asyncio.sleep(0.25)
+    achieved, latencies = await sending
+    return achieved, latencies, peak, first
+
+
+def rates(tmp: Path, args: argparse.Namespace) -> None:
+    print("rates: open loop, a checkpoint per batch; bytes an entry from 256 entries on")
+    for spec in args.rates.split(","):
+        rate, seconds = (float(x) for x in spec.split(":"))
+        publishers = [Signer.generate(f"p{i}") for i in range(20)]
+        authority = authority_with(tmp, f"rate{rate:g}", publishers)
+        per = int(rate * seconds) // len(publishers)
+        bodies = [
+            [make_envelope(p, q).canonical_bytes() for q in range(1, per + 1)] for p in publishers
+        ]
+        authority.start()
+        try:
+            achieved, latencies, peak, first = asyncio.run(sampled(authority, bodies, rate))
+            n, db, full, partial = stored(authority)
+            uri = f"file:{authority.data / 'log.db'}?mode=ro"
+            with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+                notes = conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
+        finally:
+            authority.stop()
+        print(
+            f"  {rate:5g}/s for {seconds:g} s: {achieved:.0f}/s achieved, {n} entries, "
+            f"{n / notes:.1f} a checkpoint, 201 p50 {1000 * median(latencies):.1f} ms; "
+            f"database {(db - first[1]) / (n - first[0]):.0f} B/entry, full tiles "
+            f"{full / (n - n % 256):.0f} B/entry covered; partial tiles "
+            f"{partial / 1024:.0f} KiB at the end, {peak / 1024:.0f} KiB at most"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="length of one wrk run")
@@ -238,9 +310,10 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--entries", type=int, default=100_000, help="log size for 'disk'")
     parser.add_argument("--requests", type=int, default=1600, help="notices per 'append' run")
-    parser.add_argument("--parts", default="pollers,disk,append")
+    parser.add_argument("--rates", default="10:60,100:30,1000:15", help="RATE:SECONDS,...")
+    parser.add_argument("--parts", default="pollers,disk,append,rates")
     args = parser.parse_args()
-    parts = {"pollers": pollers, "disk": disk, "append": append}
+    parts = {"pollers": pollers, "disk": disk, "append": append, "rates": rates}
     for name in args.parts.split(","):
         with tempfile.TemporaryDirectory() as tmp_dir:
             tmp = Path(tmp_dir)

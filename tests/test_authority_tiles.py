@@ -21,11 +21,9 @@ from deplog.client.plumbing.storage_faults import StorageFault
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.tiles import EntryTile, HashTile
-from tests.builders import Clock
 from tests.test_tiles import SpecReader, flip
 
 ORIGIN = "example.com/tiles"
-GRACE = 600.0
 
 
 def append(log: Log, count: int) -> None:
@@ -53,18 +51,17 @@ def files(root: Path) -> dict[str, bytes]:
 
 
 class Authority:
-    """A log, its tiles directory and a clock the test moves."""
+    """A log and its tiles directory."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.signer = Signer.generate(ORIGIN)
         self.db = tmp_path / "log.db"
         self.root = tmp_path / "tiles"
-        self.clock = Clock(1000.0)
         self.log = Log(self.db, self.signer, ORIGIN)
         self.tiles = self.open()
 
     def open(self) -> TilesDirectory:
-        return TilesDirectory.open(self.root, self.log, partial_grace=GRACE, clock=self.clock)
+        return TilesDirectory.open(self.root, self.log)
 
     def reopen(self) -> TilesDirectory:
         self.tiles.close()
@@ -156,30 +153,45 @@ def test_full_tiles_are_written_once_and_never_replaced(authority: Authority) ->
     assert full.stat().st_ino == inode
 
 
-def test_superseded_partial_tiles_stay_for_the_grace_period_then_go(
+def test_every_partial_tile_stays_until_its_full_tile_exists(authority: Authority) -> None:
+    """tlog-tiles: the partial tiles of every checkpoint's size are served until then."""
+    for count in (10, 10, 1, 200):
+        authority.batch(count)
+    for width in (10, 20, 21, 221):
+        assert (authority.root / f"tile/0/000.p/{width}").exists()
+        assert (authority.root / f"tile/entries/000.p/{width}").exists()
+
+
+def test_the_partial_tiles_go_once_a_checkpoint_names_a_tree_with_their_full_tile(
     authority: Authority,
 ) -> None:
     authority.batch(10)
-    authority.batch(10)
-    older = [authority.root / "tile/0/000.p/10", authority.root / "tile/entries/000.p/10"]
-    authority.clock.now += GRACE - 1
-    authority.batch(1)
-    assert all(path.exists() for path in older)
-    authority.clock.now += 2
-    authority.batch(1)
-    assert not any(path.exists() for path in older)
-    assert (authority.root / "tile/0/000.p/21").exists()  # named by the previous checkpoint
-    assert (authority.root / "tile/0/000.p/22").exists()
+    append(authority.log, 300)
+    authority.tiles.extend(310)  # the full tile exists, no checkpoint names its tree yet
+    assert (authority.root / "tile/0/000.p/10").exists()
+    published = authority.log.published
+    assert published is not None
+    authority.tiles.publish_checkpoint(published.size, published.note)
+    assert not (authority.root / "tile/0/000.p").exists()
+    assert not (authority.root / "tile/entries/000.p").exists()
+    assert (authority.root / "tile/0/001.p/54").exists()
+    assert (authority.root / "tile/1/000.p/1").exists()
 
 
-def test_a_partial_tile_no_checkpoint_file_named_is_superseded_too(authority: Authority) -> None:
-    append(authority.log, 7)
-    authority.tiles.extend(7)  # its publication failed: no checkpoint file names it
-    authority.batch(1)
-    authority.clock.now += GRACE + 1
-    authority.batch(1)
-    assert not (authority.root / "tile/0/000.p/7").exists()
-    assert (authority.root / "tile/0/000.p/8").exists()
+def test_an_older_checkpoint_verifies_from_its_own_partial_tiles_after_the_log_grew(
+    authority: Authority,
+) -> None:
+    """The issue's failure: a reader of an older signed checkpoint, by the spec's paths."""
+    authority.batch(11)
+    older = authority.log.published
+    assert older is not None
+    for count in (5, 100, 3):
+        authority.batch(count)
+    checkpoint, _ = open_checkpoint(older.note, authority.signer.verifier())
+    reader = SpecReader(files(authority.root), checkpoint.size)
+    reader.check()
+    assert reader.root() == checkpoint.root_hash
+    assert reader.entries() == authority.log.tree.leaf_data(0, 11)
 
 
 def test_start_up_writes_the_tiles_a_crash_left_unwritten(authority: Authority) -> None:
@@ -212,18 +224,18 @@ def test_start_up_removes_temporary_files_a_crash_left(authority: Authority) -> 
     assert not any(path.exists() for path in torn)
 
 
-def test_start_up_schedules_partial_tiles_of_other_trees_for_removal(
+def test_start_up_removes_the_partial_tiles_a_crash_left_beside_their_full_tile(
     authority: Authority,
 ) -> None:
     authority.batch(10)
-    authority.batch(10)  # the schedule of tile/0/000.p/10 is lost with the process
+    append(authority.log, 5)
+    authority.tiles.extend(15)
+    append(authority.log, 300)
+    authority.tiles.extend(315)  # then the process died before the checkpoint file
     authority.reopen()
-    stray = authority.root / "tile/0/000.p/10"
-    authority.batch(1)
-    assert stray.exists()
-    authority.clock.now += GRACE + 1
-    authority.batch(1)
-    assert not stray.exists()
+    assert os.listdir(authority.root / "tile/0/000.p") == ["10"]  # the checkpoint file's
+    assert (authority.root / "tile/0/001.p/59").exists()
+    authority.read()
 
 
 @pytest.mark.parametrize("path", ["tile/0/001.p/44", "tile/entries/001.p/44", "tile/1/000.p/1"])

@@ -8,11 +8,14 @@ from pathlib import Path
 import pytest
 
 from deplog.authority.log import Log
+from deplog.authority.storage import store
 from deplog.client.cli.audit import EXIT_NOT_PROVEN
 from deplog.client.cli.main import main as deplog_main
 from deplog.client.tlog.evidence import (
     CONFLICTING_ROOTS,
     FAILING_PROOF,
+    INCONSISTENT_PREFIX,
+    MAP_MISMATCH,
     EvidenceError,
     EvidenceFormatError,
     ForkEvidence,
@@ -84,6 +87,53 @@ def test_a_failing_proof_claimed_as_conflicting_roots_is_refused(
     with pytest.raises(EvidenceError) as refused:
         overclaim.verify(log_signer.verifier())
     assert refused.value.code == "finding_mismatch"
+
+
+def prefix_evidence(log_signer: Signer, smaller: bytes, larger: Log, prefix: bytes) -> ForkEvidence:
+    """``smaller`` (size 2), and ``larger`` (size 3) whose prefix is said to be ``prefix``."""
+    proof = ConsistencyProof(2, 3, tuple(larger.tree.consistency_proof(2, 3)))
+    return evidence_between(
+        log_signer.verifier(), smaller, note(larger), proof, "t", INCONSISTENT_PREFIX, prefix
+    )
+
+
+def test_a_larger_trees_proven_prefix_that_is_not_the_smaller_tree_proves_a_fork(
+    tmp_path: Path, log_signer: Signer, two_histories: tuple[Log, Log]
+) -> None:
+    a, b = two_histories
+    smaller = store.checkpoint_at(a.conn, 2)
+    assert smaller is not None
+    evidence = prefix_evidence(log_signer, smaller.note, b, b.tree.root_at(2))
+    read = read_evidence(write_evidence(tmp_path / "evidence", evidence))
+    assert read == evidence and read.proven
+    assert read.verify(log_signer.verifier()) == INCONSISTENT_PREFIX
+
+
+@pytest.mark.parametrize("which", ["not-tied-by-the-proof", "the-smaller-tree"])
+def test_a_prefix_that_is_not_proven_or_is_the_smaller_tree_proves_nothing(
+    log_signer: Signer, two_histories: tuple[Log, Log], which: str
+) -> None:
+    a, b = two_histories
+    smaller = store.checkpoint_at((a if which == "not-tied-by-the-proof" else b).conn, 2)
+    assert smaller is not None
+    prefix = bytes(32) if which == "not-tied-by-the-proof" else b.tree.root_at(2)
+    with pytest.raises(EvidenceError) as refused:
+        prefix_evidence(log_signer, smaller.note, b, prefix).verify(log_signer.verifier())
+    assert refused.value.code == "no_conflict"
+
+
+def test_audit_evidence_says_a_map_mismatch_is_proven(
+    tmp_path: Path,
+    log_signer: Signer,
+    two_histories: tuple[Log, Log],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    a, b = two_histories
+    evidence = evidence_between(log_signer.verifier(), note(a), note(b), None, "t", MAP_MISMATCH)
+    path = write_evidence(tmp_path, evidence)
+    argv = ["audit", "evidence", str(path), "--log-key", log_signer.verifier().vkey()]
+    assert deplog_main(argv) == 0
+    assert capsys.readouterr().out.startswith("proven: map_mismatch: ")
 
 
 def test_a_file_whose_proven_flag_contradicts_its_finding_is_malformed(

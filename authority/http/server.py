@@ -9,9 +9,11 @@ parse, bound and answer.
 Rules, cited by name:
 
 * **Tiles.** ``GET /tile/...`` serves the tiles directory's files with the headers a cache
-  needs. On a shared database (``Database.shared``) tiles are read from the database, at
-  sizes up to the served checkpoint's, with a digest of their bytes as ETag (the same on
-  every process) and ``If-None-Match`` answered 304.
+  needs: entry bundles as static files, hash tiles (8 KiB at most) from their bytes read
+  off the loop, the latest ``HELD_TILES`` of them kept in memory (tiles never change).
+  On a shared database (``Database.shared``) tiles are read from the database, at sizes
+  up to the served checkpoint's. A tile from bytes has a digest of them as ETag (the
+  same on every process), and ``If-None-Match`` answered 304.
 * **Health.** ``/healthz``: 200 ``ok``; 503 ``degraded`` with the ``reasons`` of
   ``Publication.health``; 503 ``storage_corrupt`` once the background storage audit found a
   problem (appends are refused from then on). Entries of the log that fail validation are
@@ -58,7 +60,7 @@ from deplog.authority.storage.backends import open_database
 from deplog.authority.storage.errors import IntegrityError
 from deplog.authority.storage.reader import ReaderPool
 from deplog.authority.supervise import Supervisor
-from deplog.authority.tiles import DEFAULT_PARTIAL_GRACE, TilesDirectory, served_tile
+from deplog.authority.tiles import TilesDirectory, served_tile
 from deplog.authority.witnessing import Witnessing
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.map.proof import MapProofDocument
@@ -69,9 +71,8 @@ from deplog.client.tlog.note import Signer
 from deplog.client.tlog.tiles import TILE_HEIGHT, TILE_WIDTH, EntryTile, HashTile, parse_tile_path
 
 __all__ = [
-    "FULL_TILE_CACHE",
     "MAX_ENTRIES_PER_REQUEST",
-    "PARTIAL_TILE_CACHE",
+    "TILE_CACHE",
     "ServerConfig",
     "build_admin_app",
     "build_app",
@@ -85,10 +86,10 @@ MAX_INT = (1 << 63) - 1
 _JSON = "application/json"
 TILES_DIR = "tiles"
 """The tiles directory's name in the data directory, unless ``--tiles-dir`` says otherwise."""
-FULL_TILE_CACHE = "public, max-age=31536000, immutable"
-"""A full tile never changes, so caches keep it for a year."""
-PARTIAL_TILE_CACHE = "public, max-age=60"
-"""A partial tile is removed once superseded (after a grace period): caches drop it soon."""
+TILE_CACHE = "public, max-age=31536000, immutable"
+"""A tile, full or partial, never changes, so caches keep it for a year."""
+HELD_TILES = 256
+"""Hash tiles the authority keeps in memory once served (2 MiB at most): they never change."""
 _TILE_TYPE = "application/octet-stream"
 _MAP_PROOF_BINARY = "application/octet-stream"
 """The media type of the binary map proof (docs/fold-spec.md section 6)."""
@@ -141,11 +142,6 @@ class ServerConfig:
         MAP_PROOF_WAIT,
         "seconds a map proof waits for the publication of the batch the map is at",
         note="then 503 map_not_published",
-    )
-    partial_grace: float = option(
-        DEFAULT_PARTIAL_GRACE,
-        "seconds a superseded partial tile is kept for readers of the previous checkpoint",
-        flag="--tiles-partial-grace",
     )
     limits: SequencerLimits = field(default_factory=SequencerLimits)
     explorer: ExplorerConfig = field(default_factory=ExplorerConfig)
@@ -202,6 +198,8 @@ class _AuthorityState:
         self.publisher_limit = RateLimiter(config.publisher_rate, ErrorCode.PUBLISHER_RATE_LIMITED)
         self.corrupt: str | None = None
         """The storage audit's finding: appends are refused and ``/healthz`` fails."""
+        self.held_tiles: dict[EntryTile | HashTile, tuple[bytes, str]] = {}
+        """The latest hash tiles served, with their ETags, oldest first (*Tiles*)."""
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         """What this module counts, then each part's own."""
@@ -302,14 +300,41 @@ async def _get_tile(request: web.Request) -> web.StreamResponse:
     state = request.app[_STATE]
     root = state.tiles_root
     tile = parse_tile_path("tile/" + request.match_info["path"])
-    cache = PARTIAL_TILE_CACHE if tile.partial else FULL_TILE_CACHE
-    if state.database.shared and state.config.tiles:
-        return await _get_tile_from_database(request, state, tile, cache)
-    if root is None or not (path := root / tile.path).is_file():
+    shared = state.database.shared and state.config.tiles
+    if shared and _tile_leaves(tile) > state.publication.checkpoint.size:
         raise HTTPRequestError(ErrorCode.NOT_FOUND)
-    return web.FileResponse(
-        path, headers={hdrs.CACHE_CONTROL: cache, hdrs.CONTENT_TYPE: _TILE_TYPE}
-    )
+    if (held := state.held_tiles.get(tile)) is not None:
+        body, etag = held
+    elif shared:
+        body = await state.readers.read(lambda r: served_tile(r.conn, tile))
+    elif root is None:
+        raise HTTPRequestError(ErrorCode.NOT_FOUND)
+    elif isinstance(tile, EntryTile):  # up to 16 MiB: sent from the file, never held
+        if not (path := root / tile.path).is_file():
+            raise HTTPRequestError(ErrorCode.NOT_FOUND)
+        return web.FileResponse(
+            path, headers={hdrs.CACHE_CONTROL: TILE_CACHE, hdrs.CONTENT_TYPE: _TILE_TYPE}
+        )
+    else:  # 8 KiB at most: one read off the loop costs less than the file response's steps
+        read = (root / tile.path).read_bytes
+        try:
+            body = await asyncio.get_running_loop().run_in_executor(None, read)
+        except (FileNotFoundError, IsADirectoryError):
+            raise HTTPRequestError(ErrorCode.NOT_FOUND) from None
+    if held is None:
+        etag = hashlib.sha256(body).hexdigest()[:32]
+        if isinstance(tile, HashTile):
+            state.held_tiles[tile] = body, etag
+            while len(state.held_tiles) > HELD_TILES:
+                del state.held_tiles[next(iter(state.held_tiles))]
+    if any(match.value in (etag, "*") for match in request.if_none_match or ()):
+        response = web.Response(status=304, headers={hdrs.CACHE_CONTROL: TILE_CACHE})
+    else:
+        response = web.Response(
+            body=body, headers={hdrs.CACHE_CONTROL: TILE_CACHE, hdrs.CONTENT_TYPE: _TILE_TYPE}
+        )
+    response.etag = etag
+    return response
 
 
 def _tile_leaves(tile: EntryTile | HashTile) -> int:
@@ -317,24 +342,6 @@ def _tile_leaves(tile: EntryTile | HashTile) -> int:
     if isinstance(tile, EntryTile):
         return tile.leaf_indices.stop
     return (tile.index * TILE_WIDTH + tile.width) << (TILE_HEIGHT * tile.level)
-
-
-async def _get_tile_from_database(
-    request: web.Request, state: _AuthorityState, tile: EntryTile | HashTile, cache: str
-) -> web.Response:
-    """A tile of a tree no larger than the served one, from the database (*Tiles*)."""
-    if _tile_leaves(tile) > state.publication.checkpoint.size:
-        raise HTTPRequestError(ErrorCode.NOT_FOUND)
-    body = await state.readers.read(lambda r: served_tile(r.conn, tile))
-    etag = hashlib.sha256(body).hexdigest()[:32]
-    if any(match.value in (etag, "*") for match in request.if_none_match or ()):
-        response = web.Response(status=304, headers={hdrs.CACHE_CONTROL: cache})
-    else:
-        response = web.Response(
-            body=body, headers={hdrs.CACHE_CONTROL: cache, hdrs.CONTENT_TYPE: _TILE_TYPE}
-        )
-    response.etag = etag
-    return response
 
 
 def _published(state: _AuthorityState, size: int) -> None:
@@ -458,7 +465,7 @@ def _open_log(config: ServerConfig, signer: Signer) -> tuple[Log, TilesDirectory
     if config.tiles_path is None:
         return opened, None
     try:
-        tiles = TilesDirectory.open(config.tiles_path, opened, partial_grace=config.partial_grace)
+        tiles = TilesDirectory.open(config.tiles_path, opened)
     except BaseException:
         opened.close()
         raise

@@ -60,7 +60,13 @@ from deplog.client.plumbing.progress import Progress
 from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin
 from deplog.client.tlog.cosignature import TREE_LINES, Cosignature
-from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
+from deplog.client.tlog.evidence import (
+    CONFLICTING_ROOTS,
+    FAILING_PROOF,
+    INCONSISTENT_PREFIX,
+    MAP_MISMATCH,
+    read_evidence,
+)
 from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import MAX_NOTE_SIZE, encode_base64, parse_note
 from deplog.client.tlog.policy import (
@@ -281,6 +287,9 @@ def _cmd_evidence(args: argparse.Namespace) -> int:
     finding = evidence.verify(read_log_key(args.log_key), args.origin)
     meaning = {
         CONFLICTING_ROOTS: "the log signed two different trees of one size: a fork",
+        INCONSISTENT_PREFIX: "the log signed a larger tree whose first leaves, by the proof "
+        "in the file, are not the smaller tree it signed: a fork",
+        MAP_MISMATCH: "the log signed a map root that is not the fold of its entries",
         FAILING_PROOF: "both checkpoints are validly signed, but the consistency proof "
         "served between them fails; the log never signs proofs, so a network path could "
         "have corrupted it: ask the log (or a mirror) for the proof again",

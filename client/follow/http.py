@@ -5,8 +5,9 @@ a ``FetchError``. Rules:
 
 1. Every request has a total timeout (``DEFAULT_TIMEOUT``); a stall, a connection
    failure or any status but 200 is ``fetch_failed``.
-2. Every body is read against its bound, on its Content-Length and while it streams
-   (``MAX_*_BYTES``); past it is ``response_too_large``, unread.
+2. Every body is read against its bound (``MAX_*_BYTES``) on its decoded bytes, while it
+   streams, and on its Content-Length when it is not compressed (a gzip-encoded body may
+   be longer than the bytes it decodes to); past it is ``response_too_large``, unread.
 3. JSON is parsed strictly (``canonical.loads``); a proof must be a
    ``ConsistencyProof``, an entries page start at the index asked with canonical base64
    entries: else ``bad_response``.
@@ -163,8 +164,9 @@ class HttpClient:
 
 
 async def read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
-    """``response``'s body, up to ``limit`` bytes (rule 2)."""
-    if (response.content_length or 0) > limit:
+    """``response``'s decoded body, up to ``limit`` bytes (rule 2)."""
+    encoding = response.headers.get(hdrs.CONTENT_ENCODING, "identity").lower()
+    if encoding == "identity" and (response.content_length or 0) > limit:
         raise FetchError(ErrorCode.RESPONSE_TOO_LARGE, "response exceeds its bound")
     body = bytearray()
     async for chunk in response.content.iter_chunked(_CHUNK):

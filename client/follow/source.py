@@ -14,17 +14,33 @@ log (the HTTP API, tiles, a file, a test double) is one implementation. Rules:
    ``response_too_large``, ``bad_response``, ``redirect_refused``), value-free.
 4. ``sync_step`` is the one order in which untrusted answers meet the checks: the
    follower and the tests' local log both step through it.
+5. A failing consistency proof makes ``sync_step`` read the first leaves of the new tree,
+   up to the trusted size, within ``PROVE_SECONDS`` and ``PROVE_BYTES`` (one page held
+   at a time), for the trust state to prove a fork from; leaves it cannot have leave
+   the suspicion as it was.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Final, Protocol, runtime_checkable
 
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.follow.trust import Advanced, AdvanceSession, TrustedState
+from deplog.client.follow.trust import (
+    Advanced,
+    AdvanceSession,
+    SuspectedForkError,
+    TrustedState,
+)
 from deplog.client.model.entries import MAX_ENTRY_BYTES
-from deplog.client.tlog.proofs import ConsistencyProof, ProofError, consistency_path, leaf_hash
+from deplog.client.tlog.proofs import (
+    ConsistencyProof,
+    ProofError,
+    TreeFrontier,
+    consistency_path,
+    leaf_hash,
+)
 
 __all__ = [
     "CHUNK_SIZE",
@@ -35,6 +51,7 @@ __all__ = [
     "MemoryLogSource",
     "OnProgress",
     "fetch_page",
+    "prefix_root",
     "sync_step",
 ]
 
@@ -43,6 +60,11 @@ PAGE_SIZE: Final = 1000
 
 CHUNK_SIZE: Final = 20_000
 """Entries an advance verifies between two committed chunks (what a kill may cost)."""
+
+PROVE_SECONDS: Final = 60.0
+"""How long reading a tree's prefix to prove a fork may take (rule 5)."""
+PROVE_BYTES: Final = 256 * 1024 * 1024
+"""How many bytes of leaves reading a tree's prefix may fetch (rule 5)."""
 
 OnProgress = Callable[[int, int], None]
 """Hears a sync's progress: (entries done, entries to do), counted from where this process
@@ -154,12 +176,37 @@ async def sync_step(
     if new == old and trusted.state.trusted is not None:
         trusted.refresh(candidate)
     else:
-        trusted.check_consistency(candidate, await source.consistency(old, new))
+        proof = await source.consistency(old, new)
+        try:
+            trusted.check_consistency(candidate, proof)
+        except SuspectedForkError:
+            prefix = await prefix_root(source, old, page_size)
+            if prefix is not None:
+                trusted.prove_fork(candidate, proof, prefix)
+            raise
         step = await _run(source, trusted.advance(candidate), page_size, chunk_size, on_progress)
         noticed += step.noticed
     if trusted.state.size == start_size:
         return None
     return trusted.advanced(start_size, trusted.state.size, noticed)
+
+
+async def prefix_root(source: LogSource, size: int, page_size: int = PAGE_SIZE) -> bytes | None:
+    """The root of the first ``size`` leaves ``source`` serves, or None if they cannot be
+    had within ``PROVE_SECONDS`` and ``PROVE_BYTES`` (rule 5)."""
+    frontier, fetched = TreeFrontier(), 0
+    try:
+        async with asyncio.timeout(PROVE_SECONDS):
+            while frontier.size < size:
+                end = min(size, frontier.size + page_size)
+                for leaf in await fetch_page(source, frontier.size, end):
+                    fetched += len(leaf)
+                    frontier.append(leaf_hash(leaf))
+                if fetched > PROVE_BYTES:
+                    return None
+    except (DeplogError, TimeoutError):
+        return None
+    return frontier.root()
 
 
 async def _run(

@@ -11,7 +11,10 @@ rules, in order:
    evidence written, and the state stays for good. Above it, a consistency proof for
    exactly those two sizes must verify (``proof_size_mismatch``); a failing one is only
    a suspicion, since the log never signs proofs (``SuspectedForkError``: unproven
-   evidence, no advance, the caller retries).
+   evidence, no advance, the caller retries), until the new tree's own prefix of the
+   trusted size, recomputed from its leaves, is tied to its signed root by that proof
+   and is not the trusted root: then it is a proven ``ForkError``
+   (``inconsistent_prefix``), under the one log key the state records.
 3. The new entries are judged in log order by the admission rules (``client.model.rules``).
    An entry that fails them does not stop the follower: it changes nothing but its mark,
    which makes its tool ``unknown``, is kept as evidence, and is reported in
@@ -51,6 +54,7 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.evidence import (
     CONFLICTING_ROOTS,
     FAILING_PROOF,
+    INCONSISTENT_PREFIX,
     MAP_MISMATCH,
     evidence_between,
     write_evidence,
@@ -206,6 +210,21 @@ class TrustedState:
                 evidence=self._evidence(candidate.note, proof, FAILING_PROOF),
             ) from None
 
+    def prove_fork(self, candidate: Candidate, proof: ConsistencyProof, prefix: bytes) -> None:
+        """Rule 2: a ``ForkError`` if ``proof`` ties ``prefix``, the new tree's root at the
+        trusted size, to the candidate's root and ``prefix`` is not the trusted root."""
+        new = candidate.checkpoint
+        if prefix == self.state.root:
+            return
+        try:
+            verify_consistency(self.state.size, new.size, prefix, new.root_hash, proof.hashes)
+        except ProofError:
+            return
+        raise ForkError(
+            message="the signed larger tree does not start with the trusted one",
+            evidence=self._evidence(candidate.note, proof, INCONSISTENT_PREFIX, prefix),
+        )
+
     def refresh(self, candidate: Candidate) -> None:
         """The log is still at the trusted checkpoint: record how current it now is."""
         checkpoint = candidate.checkpoint
@@ -213,13 +232,19 @@ class TrustedState:
             raise ValueError("refresh takes the trusted checkpoint only")
         self.state.touch(candidate.note, candidate.current_as_of())
 
-    def _evidence(self, note: bytes, proof: ConsistencyProof | None, finding: str) -> Path:
+    def _evidence(
+        self,
+        note: bytes,
+        proof: ConsistencyProof | None,
+        finding: str,
+        prefix: bytes | None = None,
+    ) -> Path:
         """Save the trusted and the new checkpoint (and the served proof) as evidence."""
         trusted = self.state.trusted
         # A fork needs a trusted checkpoint to contradict; a false map root does not.
         assert trusted is not None or finding == MAP_MISMATCH
         first = note if trusted is None else trusted.note
-        evidence = evidence_between(self.log_key, first, note, proof, "follower", finding)
+        evidence = evidence_between(self.log_key, first, note, proof, "follower", finding, prefix)
         return write_evidence(self.evidence_dir, evidence)
 
     def advance(self, candidate: Candidate) -> AdvanceSession:

@@ -10,6 +10,10 @@ what the log signed proves anything:
 * ``failing_proof`` (not proven): two validly signed checkpoints of different sizes and
   a failing served proof, which anyone on the network path could have corrupted: a
   suspicion to retry, never proof of a fork.
+* ``inconsistent_prefix`` (proven): two validly signed checkpoints of different sizes,
+  the root of the larger tree's prefix of the smaller size (``prefix_root``, recomputed
+  from that tree's leaves) and a consistency proof from it to the larger root: the
+  prefix is not the smaller tree, and no append-only log signs both.
 * ``map_mismatch`` (proven): the second checkpoint's ``deplog-map/v1`` root is not the
   fold of the entries under it (the fold is the map auditor's to recompute; this
   module checks the signatures and the line). The first checkpoint is the last the
@@ -29,15 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from deplog.client.errors import DeplogError, ErrorCode, FormatError, VerificationError
-from deplog.client.tlog.checkpoint import open_checkpoint
-from deplog.client.tlog.note import Verifier
-from deplog.client.tlog.proofs import ConsistencyProof, ProofError, verify_consistency
+from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
+from deplog.client.tlog.note import Verifier, decode_base64, encode_base64
+from deplog.client.tlog.proofs import HASH_SIZE, ConsistencyProof, ProofError, verify_consistency
 from deplog.client.tlog.timestamps import now_timestamp
 
 __all__ = [
     "CONFLICTING_ROOTS",
     "EVIDENCE_FORMAT",
     "FAILING_PROOF",
+    "INCONSISTENT_PREFIX",
     "MAP_MISMATCH",
     "EvidenceError",
     "EvidenceFormatError",
@@ -55,7 +60,14 @@ FAILING_PROOF = "failing_proof"
 """An unsigned proof that fails between two signed checkpoints: proves nothing."""
 MAP_MISMATCH = "map_mismatch"
 """A signed map root that the entries under it do not fold to: proves a misbehaving log."""
-_PROVEN = {CONFLICTING_ROOTS: True, FAILING_PROOF: False, MAP_MISMATCH: True}
+INCONSISTENT_PREFIX = "inconsistent_prefix"
+"""A signed larger tree whose proven prefix is not the signed smaller tree: proves a fork."""
+_PROVEN = {
+    CONFLICTING_ROOTS: True,
+    FAILING_PROOF: False,
+    MAP_MISMATCH: True,
+    INCONSISTENT_PREFIX: True,
+}
 _MAP_LINE_PREFIX = "deplog-map/v1 "
 
 
@@ -89,10 +101,14 @@ class ForkEvidence:
     detected_at: str
     reporter: str
     finding: str = CONFLICTING_ROOTS
+    prefix_root: bytes | None = None
+    """The larger tree's root at the smaller size (``inconsistent_prefix`` only)."""
 
     def __post_init__(self) -> None:
         if self.finding not in _PROVEN:
             raise EvidenceFormatError(message="unknown finding")
+        if (self.prefix_root is None) != (self.finding != INCONSISTENT_PREFIX):
+            raise EvidenceFormatError(message="a prefix root goes with inconsistent_prefix only")
 
     @property
     def proven(self) -> bool:
@@ -100,7 +116,8 @@ class ForkEvidence:
         return _PROVEN[self.finding]
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        prefix = self.prefix_root
+        return ({} if prefix is None else {"prefix_root": encode_base64(prefix)}) | {
             "format": EVIDENCE_FORMAT,
             "log_key": self.log_key,
             "first_checkpoint": self.first.decode(),
@@ -125,7 +142,9 @@ class ForkEvidence:
             "detected_at",
             "reporter",
         }
-        if not isinstance(obj, dict) or set(obj) != keys or obj["format"] != EVIDENCE_FORMAT:
+        if not isinstance(obj, dict) or set(obj) - {"prefix_root"} != keys:
+            raise EvidenceFormatError()
+        if obj["format"] != EVIDENCE_FORMAT:
             raise EvidenceFormatError()
         if not all(isinstance(obj[k], str) for k in keys - {"consistency_proof", "proven"}):
             raise EvidenceFormatError()
@@ -139,6 +158,11 @@ class ForkEvidence:
             )
         except DeplogError:
             raise EvidenceFormatError() from None
+        prefix = obj.get("prefix_root")
+        if prefix is not None:
+            prefix = decode_base64(prefix) if isinstance(prefix, str) else None
+            if prefix is None or len(prefix) != HASH_SIZE:
+                raise EvidenceFormatError()
         return cls(
             obj["log_key"],
             obj["first_checkpoint"].encode(),
@@ -147,6 +171,7 @@ class ForkEvidence:
             obj["detected_at"],
             obj["reporter"],
             obj["finding"],
+            prefix,
         )
 
     def verify(self, log_key: Verifier, origin: str | None = None) -> str:
@@ -165,6 +190,8 @@ class ForkEvidence:
             if not any(line.startswith(_MAP_LINE_PREFIX) for line in second.extensions):
                 raise EvidenceError(ErrorCode.NO_CONFLICT, "the checkpoint commits to no map")
             return MAP_MISMATCH
+        if self.prefix_root is not None:
+            return self._check_prefix(first, second, self.prefix_root)
         if first.size == second.size:
             if first.root_hash == second.root_hash:
                 raise EvidenceError(ErrorCode.NO_CONFLICT, "the checkpoints agree")
@@ -182,6 +209,21 @@ class ForkEvidence:
         raise EvidenceError(
             ErrorCode.NO_CONFLICT, "the proof verifies: the checkpoints are consistent"
         )
+
+    def _check_prefix(self, old: Checkpoint, new: Checkpoint, prefix: bytes) -> str:
+        """``inconsistent_prefix``: the proof ties ``prefix`` to ``new``, and it is not ``old``."""
+        if self.proof is None or old.size >= new.size:
+            raise EvidenceError(ErrorCode.NO_PROOF, "a prefix needs a larger tree and a proof")
+        self.proof.check_sizes(old.size, new.size)
+        try:
+            verify_consistency(old.size, new.size, prefix, new.root_hash, self.proof.hashes)
+        except ProofError:
+            raise EvidenceError(
+                ErrorCode.NO_CONFLICT, "the proof does not tie the prefix to the second tree"
+            ) from None
+        if prefix == old.root_hash:
+            raise EvidenceError(ErrorCode.NO_CONFLICT, "the prefix is the first tree")
+        return INCONSISTENT_PREFIX
 
 
 def write_evidence(directory: Path, evidence: ForkEvidence) -> Path:
@@ -223,6 +265,8 @@ def evidence_between(
     proof: ConsistencyProof | None,
     reporter: str,
     finding: str = CONFLICTING_ROOTS,
+    prefix_root: bytes | None = None,
 ) -> ForkEvidence:
     """Evidence about ``log_key``'s log stating ``finding``, stamped now."""
-    return ForkEvidence(log_key.vkey(), first, second, proof, now_timestamp(), reporter, finding)
+    stamp = now_timestamp()
+    return ForkEvidence(log_key.vkey(), first, second, proof, stamp, reporter, finding, prefix_root)

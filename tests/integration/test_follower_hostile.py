@@ -37,7 +37,7 @@ from deplog.client.cli.audit import EXIT_NOT_PROVEN
 from deplog.client.cli.main import main as deplog_main
 from deplog.client.follow.follower import SUSPICION_ESCALATION, Follower
 from deplog.client.follow.http import MAX_CHECKPOINT_BYTES
-from deplog.client.follow.source import FetchError
+from deplog.client.follow.source import FetchError, MemoryLogSource
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import ForkError, RollbackError, SuspectedForkError
 from deplog.client.model.entries import NoticeEntry, encode_entry
@@ -248,7 +248,43 @@ async def test_a_second_tree_of_the_trusted_size_is_a_fork_with_evidence(
     assert_state_unchanged(follower, trusted)
 
 
-async def test_a_larger_tree_that_does_not_extend_the_trusted_one_is_only_a_suspicion(
+def forked_at_two(log: Log, log_signer: Signer, publisher: Signer) -> MemoryLogSource:
+    """A larger tree under the real log key whose leaves 2 and 3 are not the trusted ones."""
+    rewritten = [notice_leaf(publisher, seq, message="rewritten") for seq in range(2, 6)]
+    return signed_log(log_signer, [*log.tree.leaf_data(0, 2), *rewritten])
+
+
+async def test_a_larger_signed_tree_whose_leaves_do_not_start_with_the_trusted_one_is_a_proven_fork(
+    server: ScriptedAuthority,
+    follower: Follower,
+    trusted: Trusted,
+    log: Log,
+    log_signer: Signer,
+    publisher: Signer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The failing proof is the new tree's own: its leaves rebuild a prefix of the trusted
+    size that the proof ties to the signed root, and that prefix is not the trusted root."""
+    fork = forked_at_two(log, log_signer, publisher)
+    server.serve(fork)
+
+    with pytest.raises(ForkError) as refused:
+        await follower.sync()
+    evidence = read_evidence(refused.value, log_signer.verifier(), "inconsistent_prefix")
+    assert evidence["proven"] is True
+    assert evidence["first_checkpoint"] == trusted.note.decode()
+    assert evidence["second_checkpoint"] == fork.note.decode()
+    assert evidence["consistency_proof"] == (await fork.consistency(TRUSTED_SIZE, 6)).to_json()
+    assert refused.value.evidence.name.startswith("fork-evidence-")
+    assert_state_unchanged(follower, trusted)
+    key = log_signer.verifier().vkey()
+    argv = ["audit", "evidence", str(refused.value.evidence), "--log-key", key]
+    assert await asyncio.to_thread(deplog_main, argv) == 0
+    assert capsys.readouterr().out.startswith("proven: inconsistent_prefix: ")
+
+
+async def test_a_larger_tree_not_extending_the_trusted_one_stays_a_suspicion_without_its_leaves(
     server: ScriptedAuthority,
     follower: Follower,
     trusted: Trusted,
@@ -256,11 +292,10 @@ async def test_a_larger_tree_that_does_not_extend_the_trusted_one_is_only_a_susp
     log_signer: Signer,
     publisher: Signer,
 ) -> None:
-    """The proof is the crafted tree's own, correct for it: it cannot match the trusted root.
-    The log signed no proof, so the evidence is kept but marked unproven."""
-    rewritten = [notice_leaf(publisher, seq, message="rewritten") for seq in range(2, 6)]
-    fork = signed_log(log_signer, [*log.tree.leaf_data(0, 2), *rewritten])
+    """The log signed no proof, and its leaves cannot be had: the evidence is kept, unproven."""
+    fork = forked_at_two(log, log_signer, publisher)
     server.serve(fork)
+    server.raw["/v1/entries"] = Raw(b"unavailable", status=503)
     server.requests.clear()
 
     with pytest.raises(SuspectedForkError) as refused:
@@ -269,9 +304,8 @@ async def test_a_larger_tree_that_does_not_extend_the_trusted_one_is_only_a_susp
     assert evidence["proven"] is False
     assert evidence["first_checkpoint"] == trusted.note.decode()
     assert evidence["second_checkpoint"] == fork.note.decode()
-    served_proof = await fork.consistency(TRUSTED_SIZE, 6)
-    assert evidence["consistency_proof"] == served_proof.to_json()
-    assert server.requests == ["/checkpoint", "/v1/proofs/consistency"]
+    assert evidence["consistency_proof"] == (await fork.consistency(TRUSTED_SIZE, 6)).to_json()
+    assert server.requests == ["/checkpoint", "/v1/proofs/consistency", "/v1/entries"]
     assert_state_unchanged(follower, trusted)
 
 

@@ -19,6 +19,9 @@ pytest's 0700 temporary directories, so the workers stay root there.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gzip
 import os
 import shutil
 import subprocess
@@ -34,9 +37,11 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from deplog.authority.http.server import FULL_TILE_CACHE, PARTIAL_TILE_CACHE
+from deplog.authority.http.server import TILE_CACHE
 from deplog.client.cache.guard import Guard, Verdict
+from deplog.client.follow.follower import Follower
 from deplog.client.follow.state import LocalState
+from deplog.client.follow.tiles import TilesLogSource
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.tiles import (
@@ -44,7 +49,6 @@ from deplog.client.tlog.tiles import (
     HashTile,
     TileError,
     entry_bundle_tiles,
-    parse_tile_path,
     verify_entry_bundle,
 )
 from tests.integration.harness import AuthorityProcess, deplog, publish
@@ -106,10 +110,20 @@ class Nginx:
 
 @pytest.fixture
 def nginx(authority: AuthorityProcess, tmp_path: Path, free_port: int) -> Iterator[Nginx]:
+    with running_nginx(authority, tmp_path, free_port) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def running_nginx(
+    authority: AuthorityProcess, tmp_path: Path, free_port: int, http_context: str = ""
+) -> Iterator[Nginx]:
+    """nginx with the derived configuration, ``http_context`` added to its http block."""
     assert NGINX is not None
     run = tmp_path / "nginx"
     run.mkdir()
-    (run / "nginx.conf").write_text(derived_config(authority, run, free_port))
+    config = derived_config(authority, run, free_port)
+    (run / "nginx.conf").write_text(config.replace("http {", "http {\n" + http_context, 1))
     with open(run / "nginx.out", "wb") as out:
         process = subprocess.Popen(
             [NGINX, "-p", f"{run}/", "-c", "nginx.conf", "-g", "daemon off;"],
@@ -213,9 +227,33 @@ async def test_nginx_serves_the_authoritys_tiles_and_checkpoint_with_its_headers
         assert status == 200 and body == (root / path).read_bytes()
         assert body == (await get(http, f"{authority.url}/{path}"))[1]
         assert headers["Content-Type"] == "application/octet-stream"
-        partial = parse_tile_path(path).partial
-        assert headers["Cache-Control"] == (PARTIAL_TILE_CACHE if partial else FULL_TILE_CACHE)
+        assert headers["Cache-Control"] == TILE_CACHE
         assert "Last-Modified" in headers
+
+
+async def test_a_tiles_follower_reads_gzip_encoded_tiles_through_nginx_without_refusing_them(
+    authority: AuthorityProcess,
+    publisher: Signer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+    free_port: int,
+) -> None:
+    """A compressing CDN: a gzip-encoded hash tile is longer (Content-Length) than the 8,192
+    bytes it decodes to; the bound holds on the decoded bytes, so no fallback is needed."""
+    await asyncio.gather(*(publish(http, authority.url, publisher, n) for n in range(1, 300)))
+    root = authority.data / "tiles"
+    for path in tile_paths(root):  # what a CDN holds: each tile compressed, its length known
+        (root / f"{path}.gz").write_bytes(gzip.compress((root / path).read_bytes(), mtime=0))
+    gzipped = "gzip on; gzip_static on; gzip_types application/octet-stream;"
+    with running_nginx(authority, tmp_path, free_port, gzipped) as proxy:
+        async with http.get(f"{proxy.url}/tile/0/000", headers={"Accept-Encoding": "gzip"}) as r:
+            assert r.headers["Content-Encoding"] == "gzip"
+            assert int(r.headers["Content-Length"]) > 8192 == len(await r.read())
+        async with (
+            TilesLogSource(proxy.url) as source,
+            Follower(source, authority.log_verifier, tmp_path / "state.db") as follower,
+        ):
+            assert (await follower.sync()).new_size == 300
 
 
 async def test_nginx_revalidates_by_etag_and_serves_no_temporary_file(

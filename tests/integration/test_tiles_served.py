@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import os
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from deplog.authority.http.server import FULL_TILE_CACHE, PARTIAL_TILE_CACHE
+from deplog.authority.http.server import TILE_CACHE
 from deplog.client.cli.trust import TILES_AUTO, open_log
 from deplog.client.follow.follower import Follower
 from deplog.client.follow.http import HttpLogSource
@@ -102,18 +103,51 @@ async def test_every_served_tile_is_the_file_and_the_spec_reader_rebuilds_the_tr
 
 
 @pytest.mark.both_backends
-async def test_full_tiles_are_cached_for_a_year_and_partial_ones_briefly(
+async def test_full_and_partial_tiles_are_cached_for_a_year(
     authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
 ) -> None:
     await publish(http, authority.url, publisher, 1, 256)  # 257 leaves with the registration
-    for path, cache in [("tile/0/000", FULL_TILE_CACHE), ("tile/0/001.p/1", PARTIAL_TILE_CACHE)]:
+    for path in ["tile/0/000", "tile/0/001.p/1", "tile/entries/000", "tile/entries/001.p/1"]:
         async with http.get(f"{authority.url}/{path}") as response:
             assert response.status == 200
-            assert response.headers["Cache-Control"] == cache
+            assert response.headers["Cache-Control"] == TILE_CACHE
             assert response.headers["Content-Type"] == "application/octet-stream"
             assert "ETag" in response.headers
-            if authority.db is None:  # a file's; a tile from a database has no mtime
+            if authority.db is None and "entries" in path:  # a file's, sent as one
                 assert "Last-Modified" in response.headers
+
+
+@pytest.mark.both_backends
+async def test_a_hash_tiles_etag_is_the_digest_of_its_bytes_on_every_process(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    await publish(http, authority.url, publisher, 1, 3)
+    async with http.get(f"{authority.url}/tile/0/000.p/4") as response:
+        body = await response.read()
+        assert response.headers["ETag"] == f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+
+
+async def test_a_hash_tile_once_served_is_answered_from_memory(
+    authority: AuthorityProcess, publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    """Tiles never change, so a held one outlives its file (a partial tile, removed)."""
+    await publish(http, authority.url, publisher, 1, 3)
+    url = f"{authority.url}/tile/0/000.p/4"
+    async with http.get(url) as response:
+        body = await response.read()
+    (tiles_dir(authority) / "tile/0/000.p/4").unlink()
+    async with http.get(url) as response:
+        assert response.status == 200
+        assert await response.read() == body
+
+
+@pytest.mark.both_backends
+async def test_a_hash_tile_the_directory_does_not_hold_is_404(
+    authority: AuthorityProcess, http: aiohttp.ClientSession
+) -> None:
+    async with http.get(f"{authority.url}/tile/0/000.p/9") as response:
+        assert response.status == 404
+        assert await response.json() == {"error": "not_found"}
 
 
 @pytest.mark.both_backends

@@ -25,6 +25,8 @@ from deplog.client.follow.follower import Follower
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.source import FetchError, fetch_page
 from deplog.client.follow.tiles import TilesLogSource, max_tile_bytes
+from deplog.client.follow.trust import ForkError
+from deplog.client.tlog.evidence import INCONSISTENT_PREFIX, read_evidence
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import consistency_path, leaf_hash
 from deplog.client.tlog.tiles import EntryTile, HashTile
@@ -216,6 +218,30 @@ async def following(
     ):
         assert follower.state.size == 100
         yield follower
+
+
+async def test_a_larger_tree_whose_tiles_rewrite_the_trusted_one_is_a_proven_fork(
+    tmp_path: Path, log_signer: Signer
+) -> None:
+    """The new tree's own bundles, authenticated by its tiles, rebuild a prefix that is not
+    the trusted tree: proven from the static files alone, offline checkable."""
+    trusted, forked = leaves(100), leaves(300, b" forked")
+    write_tiles(tmp_path / "a", sign_tree(log_signer, trusted), trusted)
+    write_tiles(tmp_path / "b", sign_tree(log_signer, forked), forked)
+    verifier = log_signer.verifier()
+    for directory in ("a", "b"):
+        async with (
+            static_server(tmp_path / directory) as url,
+            TilesLogSource(url) as source,
+            Follower(source, verifier, tmp_path / "f.db", evidence_dir=tmp_path / "e") as follower,
+        ):
+            if directory == "a":
+                await follower.sync()
+                continue
+            with pytest.raises(ForkError) as refused:
+                await follower.sync()
+            assert follower.state.size == 100
+    assert read_evidence(refused.value.evidence).verify(verifier) == INCONSISTENT_PREFIX
 
 
 async def test_a_corrupt_tile_is_bad_tile_never_a_fork(
