@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deplog.client.cache.guard import Guard, Verdict
+from deplog.client.cli.main import main
 from deplog.client.follow.follower import Follower
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.light import LightVerifier
@@ -354,3 +356,35 @@ def test_verdicts_equal_the_full_guards_for_every_tool_of_a_random_log(
 ) -> None:
     with tempfile.TemporaryDirectory() as directory:
         asyncio.run(_verdicts_agree(Path(directory), drawn))
+
+
+# -- deplog check --light ---------------------------------------------------------------
+
+
+async def test_deplog_check_light_answers_without_a_state_file_with_checks_exit_statuses(
+    served: Served,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    await served.post(GONE, action="revoke", reasons=["security"], advisories=["CVE-2026-1234"])
+    key = served.log.log_key.verifier().vkey()
+
+    async def check(tool: str) -> tuple[int, dict[str, Any]]:
+        argv = ["check", tool, "1.0.0", "--light", "--url", served.url, "--log-key", key]
+        status = await asyncio.to_thread(main, [*argv, "--json"])
+        return status, json.loads(capsys.readouterr().out)
+
+    assert (await check(GONE))[0] == 5
+    status, answer = await check(SEARCH)
+    assert (status, answer["verdict"], answer["guarantee"]) == (0, "serve", "log_signed")
+    assert not list((tmp_path / "cwd").iterdir())
+
+
+def test_deplog_check_light_without_url_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["check", SEARCH, "1.0.0", "--light", "--log-key", "x"]) == 2
+    assert "--url" in capsys.readouterr().err
