@@ -21,7 +21,8 @@ from deplog.client.mcp.contextforge import (
     ToolIdentity,
 )
 from deplog.client.mcp.contextforge import violation_fields as violation
-from tests.builders import ORIGIN, LocalLog
+from deplog.client.tlog.note import Signer
+from tests.builders import ORIGIN, LocalLog, make_envelope, serving_log
 
 TOOL = "tool:org.acme/search"
 
@@ -213,3 +214,60 @@ def test_keep_unverified_serves_while_the_state_is_missing(tmp_path: Path) -> No
     decision = gateway.decide("search")
     assert decision is not None and decision.reason == "not_synced"
     assert not gateway.blocks(decision)
+
+
+# -- a light verifier instead of a state ------------------------------------------------
+
+
+def light_config(url: str, **extra: Any) -> dict[str, Any]:
+    tools = {"search": {"tool_id": TOOL, "version": "1.0.0"}}
+    return {"url": url, "tools": tools, **extra}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"state": "s.db"},  # a state and a URL
+        {},  # no trust
+        {"log_key": "k", "policy": "p"},  # two
+    ],
+)
+def test_light_settings_need_a_url_and_exactly_one_trust(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        PluginSettings.from_config(light_config("http://127.0.0.1:1", **bad))
+
+
+async def test_with_a_url_the_plugin_decides_with_a_light_verifier(tmp_path: Path) -> None:
+    async with serving_log(tmp_path, ORIGIN) as log:
+        envelope = make_envelope(
+            log.publisher, 1, action="revoke", reasons=["security"], advisories=["CVE-2026-1234"]
+        )
+        posted = await log.client.post(
+            "/v1/notices",
+            data=envelope.canonical_bytes(),
+            headers={"Content-Type": "application/json"},
+        )
+        assert posted.status == 201
+        url = str(log.client.make_url("")).rstrip("/")
+        key = log.log_key.verifier().vkey()
+        gateway = GatewayGuard(PluginSettings.from_config(light_config(url, log_key=key)))
+        try:
+            await gateway.prepare("search")
+            decision = gateway.decide("search")
+        finally:
+            await gateway.aclose()
+    assert decision is not None and gateway.blocks(decision)
+    assert (decision.reason, decision.guarantee) == ("revoked", "log_signed")
+
+
+async def test_a_light_verifier_that_reaches_no_authority_blocks_naming_it() -> None:
+    url = "http://127.0.0.1:1"
+    key = Signer.generate(ORIGIN).verifier().vkey()
+    gateway = GatewayGuard(PluginSettings.from_config(light_config(url, log_key=key)))
+    try:
+        await gateway.prepare("search")
+        decision = gateway.decide("search")
+    finally:
+        await gateway.aclose()
+    assert decision is not None and decision.reason == "not_synced"
+    assert url in gateway.violation(decision)["description"]

@@ -236,7 +236,7 @@ class LightVerifier:
             except DeplogError as err:
                 self._tools[tool_id] = _Failed(err.code)
                 return 0
-        if self.state.trusted is not trusted:
+        if self.state.size != trusted.size:
             return size  # the checkpoint moved meanwhile: the next round fetches again
         if size != trusted.size:
             self._tools[tool_id] = _Failed(ErrorCode.FETCH_FAILED)
