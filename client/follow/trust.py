@@ -27,7 +27,8 @@ rules, in order:
    target, checked by rule 1 again, to the same end state; a target rule 1 now refuses
    is dropped with its progress.
 
-A ``watch`` (``EntryWatch``) sees every verified entry with the registry as of it; what
+Rules 1 and 2 are ``CheckpointRules``, which the light verifier (``client.follow.light``)
+reads too. A ``watch`` (``EntryWatch``) sees every verified entry with the registry as of it; what
 it noted is returned (``Advanced.noticed``) only if the advance commits.
 """
 
