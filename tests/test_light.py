@@ -114,6 +114,32 @@ async def test_nothing_verified_yet_is_unknown_not_synced(served: Served) -> Non
     assert (decision.verdict, decision.reason) == (Verdict.UNKNOWN, "not_synced")
 
 
+async def test_preparing_with_nothing_verified_verifies_the_sources_checkpoint_first(
+    served: Served,
+) -> None:
+    light = served.light()
+    await light.prepare([SEARCH])
+    assert light.check(SEARCH, "1.0.0", cached_at=now()).verdict == Verdict.SERVE
+
+
+async def test_a_pushed_checkpoint_refreshes_the_verifier_without_waiting_for_a_poll(
+    served: Served,
+) -> None:
+    light = served.light()
+    stop = asyncio.Event()
+    running = asyncio.create_task(light.run(interval=3600, stop=stop))
+    try:
+        async with asyncio.timeout(10):
+            while light.trusted is None:
+                await asyncio.sleep(0.01)
+            while light.trusted.size < 2:  # a post before the stream is open goes unseen
+                await served.post(SEARCH)
+                await asyncio.sleep(0.5)
+    finally:
+        stop.set()
+        await running
+
+
 async def test_a_tool_never_prepared_is_unknown_not_synced(served: Served) -> None:
     light = served.light()
     await light.refresh()

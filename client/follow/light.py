@@ -207,7 +207,11 @@ class LightVerifier:
 
     async def prepare(self, tool_ids: Collection[str]) -> None:
         """Fetch and verify, at the trusted checkpoint, the proofs ``check`` will need for
-        ``tool_ids`` (rule 3); a larger checkpoint seen on the way is verified first."""
+        ``tool_ids`` (rule 3); with none trusted yet, or a larger one seen on the way, the
+        source's checkpoint is verified first (a refusal leaves the tools unproven)."""
+        if self.state.trusted is None:
+            with contextlib.suppress(DeplogError):
+                await self.refresh()
         for _ in range(2):
             trusted = self.state.trusted
             wanted = [

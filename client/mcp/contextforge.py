@@ -48,7 +48,6 @@ from deplog.client.cache.mcp import (
     may_list,
     refusal_annotation,
 )
-from deplog.client.errors import DeplogError
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.light import LightVerifier
 from deplog.client.follow.state import StateError
@@ -182,12 +181,10 @@ class GatewayGuard:
 
     async def prepare(self, *names: str | None) -> None:
         """Fetch what deciding on ``names`` needs; a light verifier starts refreshing on the
-        first call, and verifies its first checkpoint then."""
+        first call."""
         if self.light is None:
             return
         if self._running is None:
-            with contextlib.suppress(DeplogError):
-                await self.light.refresh()
             self._running = asyncio.create_task(self.light.run(LIGHT_POLL))
         tools = [self.settings.tools[n].tool_id for n in names if n in self.settings.tools]
         await self.light.prepare(tools)
