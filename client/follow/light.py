@@ -172,6 +172,7 @@ class LightVerifier:
         self.state.load(self.rules)
         self._tools: dict[str, _Proven | _Failed] = {}
         self._advances: list[tuple[int, float]] = []
+        self._step = asyncio.Lock()
         if self.state.trusted is not None:
             self._advances.append((self.state.size, self.clock()))
 
@@ -186,6 +187,10 @@ class LightVerifier:
     async def refresh(self, note: bytes | None = None) -> bool:
         """Verify the source's latest checkpoint (or ``note``) and trust it (rule 1);
         whether the trusted size moved. A refusal raises and changes nothing."""
+        async with self._step:  # one at a time: a slower, smaller one never lands last
+            return await self._refresh(note)
+
+    async def _refresh(self, note: bytes | None) -> bool:
         if note is None:
             note = await self.source.checkpoint()
         candidate = self.rules.check_checkpoint(note, self.clock())
