@@ -181,9 +181,9 @@ def main() -> None:
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for entries in args.sizes:
         authority, publisher = fixture(args.fixtures, entries)
-        authority.start()
         key_file = args.fixtures / str(entries) / "publisher.key"
         try:
+            authority.start()  # stopped even if it never answers
             key = authority.log_verifier.vkey()
             asyncio.run(post_fresh(authority.url, publisher))
             joins = {hosts: light_join(authority.url, key, key_file, hosts) for hosts in HOSTS}
