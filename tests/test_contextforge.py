@@ -3,7 +3,9 @@ tests/integration/test_contextforge.py for the real one)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -12,8 +14,10 @@ import pytest
 
 from deplog.client.cache.mcp import REFUSAL_KEY
 from deplog.client.errors import DeplogError
+from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import TrustedState
+from deplog.client.mcp import contextforge
 from deplog.client.mcp.contextforge import (
     STATE_KEY,
     GatewayGuard,
@@ -219,6 +223,19 @@ def test_keep_unverified_serves_while_the_state_is_missing(tmp_path: Path) -> No
 # -- a light verifier instead of a state ------------------------------------------------
 
 
+@pytest.fixture
+async def lights() -> AsyncIterator[None]:
+    """Stop the process's light verifiers after the test (the plugin keeps them running)."""
+    yield
+    for light, running in contextforge._lights.values():
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        assert isinstance(light.source, HttpLogSource)
+        await light.source.close()
+    contextforge._lights.clear()
+
+
 def light_config(url: str, **extra: Any) -> dict[str, Any]:
     tools = {"search": {"tool_id": TOOL, "version": "1.0.0"}}
     return {"url": url, "tools": tools, **extra}
@@ -237,6 +254,7 @@ def test_light_settings_need_a_url_and_exactly_one_trust(bad: dict[str, Any]) ->
         PluginSettings.from_config(light_config("http://127.0.0.1:1", **bad))
 
 
+@pytest.mark.usefixtures("lights")
 async def test_with_a_url_the_plugin_decides_with_a_light_verifier(tmp_path: Path) -> None:
     async with serving_log(tmp_path, ORIGIN) as log:
         envelope = make_envelope(
@@ -260,6 +278,14 @@ async def test_with_a_url_the_plugin_decides_with_a_light_verifier(tmp_path: Pat
     assert (decision.reason, decision.guarantee) == ("revoked", "log_signed")
 
 
+@pytest.mark.usefixtures("lights")
+def test_plugin_instances_of_one_light_configuration_share_one_verifier() -> None:
+    key = Signer.generate(ORIGIN).verifier().vkey()
+    settings = PluginSettings.from_config(light_config("http://127.0.0.1:1", log_key=key))
+    assert GatewayGuard(settings).light is GatewayGuard(settings).light
+
+
+@pytest.mark.usefixtures("lights")
 async def test_a_light_verifier_that_reaches_no_authority_blocks_naming_it() -> None:
     url = "http://127.0.0.1:1"
     key = Signer.generate(ORIGIN).verifier().vkey()

@@ -8,7 +8,8 @@ The gateway loads ``deplog.client.mcp.contextforge.DeplogPlugin`` on its
    tools and drops their ``_meta``; the tool's ``original_name`` is matched first.
 2. Decisions come from a ``Guard`` over the host follower's state file, watched by path
    (``WatchedState``), or with ``url`` and ``log_key`` or ``policy`` instead of ``state``,
-   from a ``LightVerifier`` of that authority, refreshed by its push stream and a poll
+   from a ``LightVerifier`` of that authority, one a process for each configuration (the
+   gateway rebuilds plugin instances every 30 s), refreshed by its push stream and a poll
    every ``LIGHT_POLL`` seconds from the first call on; freshness is ``freshness_seconds``.
 3. A refused tool, and unless ``keep_unverified`` one deplog cannot vouch for, is
    blocked with a violation coded ``DEPLOG_<REASON>``, naming verdict, reason, notices
@@ -30,7 +31,6 @@ The gateway loads ``deplog.client.mcp.contextforge.DeplogPlugin`` on its
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import threading
@@ -68,6 +68,8 @@ _log = logging.getLogger(__name__)
 _logged_lock = threading.Lock()
 _announced: set[tuple[Any, ...]] = set()  # configurations whose load line is logged (rule 6)
 _transitions: dict[Path, str | None] = {}  # per state path: the problem code last logged
+_lights: dict[tuple[Any, ...], tuple[LightVerifier, list[asyncio.Task[None]]]] = {}
+"""Per light configuration: its verifier and, once called, its refreshing task (rule 2)."""
 
 
 @dataclass(frozen=True)
@@ -142,13 +144,16 @@ class GatewayGuard:
         self.guard: Decider
         self.state: WatchedState | None = None
         self.light: LightVerifier | None = None
-        self._running: asyncio.Task[None] | None = None
         if settings.state is None:
             assert settings.url is not None and settings.trust is not None
-            source = HttpLogSource(settings.url)
-            self.guard = self.light = LightVerifier(
-                source, settings.trust, freshness=settings.freshness
-            )
+            trust = settings.trust
+            text = trust.vkey() if isinstance(trust, Verifier) else trust.to_text()
+            key = (settings.url, text, settings.freshness)
+            if key not in _lights:
+                source = HttpLogSource(settings.url)
+                _lights[key] = (LightVerifier(source, trust, freshness=settings.freshness), [])
+            self.guard = self.light = _lights[key][0]
+            self._running = _lights[key][1]
             self.path = Path()
             self.where = f"the light verifier of {settings.url}"
         else:
@@ -169,23 +174,16 @@ class GatewayGuard:
             self.state.close()
 
     async def aclose(self) -> None:
-        """Close the state, or stop the light verifier and close its connections."""
+        """Close the state; a light verifier is the process's, and keeps running."""
         self.close()
-        if self._running is not None:
-            self._running.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._running
-        if self.light is not None:
-            assert isinstance(self.light.source, HttpLogSource)
-            await self.light.source.close()
 
     async def prepare(self, *names: str | None) -> None:
         """Fetch what deciding on ``names`` needs; a light verifier starts refreshing on the
         first call."""
         if self.light is None:
             return
-        if self._running is None:
-            self._running = asyncio.create_task(self.light.run(LIGHT_POLL))
+        if not self._running:
+            self._running.append(asyncio.create_task(self.light.run(LIGHT_POLL)))
         tools = [self.settings.tools[n].tool_id for n in names if n in self.settings.tools]
         await self.light.prepare(tools)
 
