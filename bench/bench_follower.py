@@ -45,9 +45,7 @@ from deplog.client.tlog.note import Signer
 from tests.builders import (
     make_envelope,
     notice_leaf,
-    publisher_leaf,
     register,
-    register_statement,
 )
 from tests.integration.harness import ORIGIN, AuthorityProcess
 
@@ -87,15 +85,13 @@ def build_fast(authority: AuthorityProcess, entries: int) -> Signer:
     publisher = Signer.generate("bench")
     log_signer = load_log_signer(authority)
     path = authority.data / "log.db"
+    log = Log(path, log_signer, ORIGIN)  # the registration through the log: its registry too
+    register(log, publisher, "org.bench")
+    log.close()
     db = SqliteDatabase(path)
     conn = db.connect()
     db.prepare(conn)
     tree = StoredHashTree(conn)
-    conn.execute("BEGIN")
-    tree.append_entry(
-        publisher_leaf(register_statement("bench", ("org.bench",), (publisher,)), log_signer)
-    )
-    conn.execute("COMMIT")
     sequence = 0
     while sequence < entries:
         count = min(BATCH * 10, entries - sequence)

@@ -3,7 +3,9 @@ tests/integration/test_contextforge.py for the real one)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -12,8 +14,10 @@ import pytest
 
 from deplog.client.cache.mcp import REFUSAL_KEY
 from deplog.client.errors import DeplogError
+from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.state import LocalState
 from deplog.client.follow.trust import TrustedState
+from deplog.client.mcp import contextforge
 from deplog.client.mcp.contextforge import (
     STATE_KEY,
     GatewayGuard,
@@ -21,7 +25,8 @@ from deplog.client.mcp.contextforge import (
     ToolIdentity,
 )
 from deplog.client.mcp.contextforge import violation_fields as violation
-from tests.builders import ORIGIN, LocalLog
+from deplog.client.tlog.note import Signer
+from tests.builders import ORIGIN, LocalLog, make_envelope, serving_log
 
 TOOL = "tool:org.acme/search"
 
@@ -213,3 +218,82 @@ def test_keep_unverified_serves_while_the_state_is_missing(tmp_path: Path) -> No
     decision = gateway.decide("search")
     assert decision is not None and decision.reason == "not_synced"
     assert not gateway.blocks(decision)
+
+
+# -- a light verifier instead of a state ------------------------------------------------
+
+
+@pytest.fixture
+async def lights() -> AsyncIterator[None]:
+    """Stop the process's light verifiers after the test (the plugin keeps them running)."""
+    yield
+    for light, running in contextforge._lights.values():
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        assert isinstance(light.source, HttpLogSource)
+        await light.source.close()
+    contextforge._lights.clear()
+
+
+def light_config(url: str, **extra: Any) -> dict[str, Any]:
+    tools = {"search": {"tool_id": TOOL, "version": "1.0.0"}}
+    return {"url": url, "tools": tools, **extra}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"state": "s.db"},  # a state and a URL
+        {},  # no trust
+        {"log_key": "k", "policy": "p"},  # two
+    ],
+)
+def test_light_settings_need_a_url_and_exactly_one_trust(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        PluginSettings.from_config(light_config("http://127.0.0.1:1", **bad))
+
+
+@pytest.mark.usefixtures("lights")
+async def test_with_a_url_the_plugin_decides_with_a_light_verifier(tmp_path: Path) -> None:
+    async with serving_log(tmp_path, ORIGIN) as log:
+        envelope = make_envelope(
+            log.publisher, 1, action="revoke", reasons=["security"], advisories=["CVE-2026-1234"]
+        )
+        posted = await log.client.post(
+            "/v1/notices",
+            data=envelope.canonical_bytes(),
+            headers={"Content-Type": "application/json"},
+        )
+        assert posted.status == 201
+        url = str(log.client.make_url("")).rstrip("/")
+        key = log.log_key.verifier().vkey()
+        gateway = GatewayGuard(PluginSettings.from_config(light_config(url, log_key=key)))
+        try:
+            await gateway.prepare("search")
+            decision = gateway.decide("search")
+        finally:
+            await gateway.aclose()
+    assert decision is not None and gateway.blocks(decision)
+    assert (decision.reason, decision.guarantee) == ("revoked", "log_signed")
+
+
+@pytest.mark.usefixtures("lights")
+def test_plugin_instances_of_one_light_configuration_share_one_verifier() -> None:
+    key = Signer.generate(ORIGIN).verifier().vkey()
+    settings = PluginSettings.from_config(light_config("http://127.0.0.1:1", log_key=key))
+    assert GatewayGuard(settings).light is GatewayGuard(settings).light
+
+
+@pytest.mark.usefixtures("lights")
+async def test_a_light_verifier_that_reaches_no_authority_blocks_naming_it() -> None:
+    url = "http://127.0.0.1:1"
+    key = Signer.generate(ORIGIN).verifier().vkey()
+    gateway = GatewayGuard(PluginSettings.from_config(light_config(url, log_key=key)))
+    try:
+        await gateway.prepare("search")
+        decision = gateway.decide("search")
+    finally:
+        await gateway.aclose()
+    assert decision is not None and decision.reason == "not_synced"
+    assert url in gateway.violation(decision)["description"]

@@ -32,7 +32,7 @@ whoever answers as the log can replay. Deploy with witnesses.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -48,11 +48,14 @@ from deplog.client.model.status import StatusIndex, VersionStatus
 __all__ = [
     "DEFAULT_FRESHNESS",
     "SNAPSHOT_ATTEMPTS",
+    "Decider",
     "Decision",
     "Guard",
     "GuardState",
     "ProcessedThrough",
     "Verdict",
+    "decide",
+    "notices_behind",
     "refusal",
     "served",
     "valid_identity",
@@ -97,6 +100,8 @@ class Decision:
     status: VersionStatus | None = None
     proof: bytes | None = None
     """The JSON map proof behind ``status``, when asked for (``with_proof``)."""
+    guarantee: str | None = None
+    """A light verifier's guarantee (``map_witnessed``, ``log_signed``); None: followed."""
 
     @property
     def may_serve(self) -> bool:
@@ -135,6 +140,71 @@ def served(status: VersionStatus) -> tuple[Verdict, str]:
     return Verdict.SERVE, "active"
 
 
+def notices_behind(status: VersionStatus) -> tuple[int, ...]:
+    """The log indexes of every notice behind ``status`` (a newer one makes a copy stale)."""
+    return (*status.notices, *status.pending, *(i for pair in status.withdrawn for i in pair))
+
+
+StatusLookup = Callable[[], tuple[VersionStatus, float | None] | None]
+"""A version's status and when its latest notice was processed (None: a bad identifier)."""
+
+
+def decide(
+    through: ProcessedThrough | None,
+    tool_id: str,
+    version: str,
+    cached_at: datetime,
+    schema_digest: str | None,
+    *,
+    now: float,
+    freshness: float,
+    status: StatusLookup,
+) -> Decision:
+    """The verdict at ``through`` in the module's order; ``status`` is asked only once the
+    checkpoint is known fresh (one reading for the guard and the light verifier)."""
+    if through is None:
+        return Decision(Verdict.UNKNOWN, "not_synced", tool_id, version, None)
+    if now - through.verified_at.timestamp() > freshness:
+        return Decision(Verdict.STALE, "checkpoint_stale", tool_id, version, through)
+    looked_up = status()
+    if looked_up is None:
+        return Decision(Verdict.UNKNOWN, "bad_identifier", tool_id, version, through)
+    found, last_processed = looked_up
+
+    def verdict(verdict: Verdict, reason: str) -> Decision:
+        return Decision(verdict, reason, tool_id, version, through, found)
+
+    if found.status == "unknown":
+        return verdict(*served(found))
+    refused = refusal(found, schema_digest)
+    if refused is not None:
+        return verdict(Verdict.REFUSE, refused)
+    if last_processed is not None and cached_at.timestamp() < last_processed:
+        return verdict(Verdict.STALE, "cache_predates_notice")
+    return verdict(*served(found))
+
+
+class Decider(Protocol):
+    """What a host asks before it uses a tool: a ``Guard`` over a follower's state, or a
+    ``LightVerifier`` (``client.follow.light``)."""
+
+    async def prepare(self, tool_ids: Collection[str]) -> None:
+        """Fetch what ``check`` needs to decide on these tools now (a guard needs nothing)."""
+        ...
+
+    def check(
+        self,
+        tool_id: str,
+        version: str,
+        *,
+        cached_at: datetime,
+        schema_digest: str | None = None,
+        with_proof: bool = False,
+    ) -> Decision:
+        """The verdict for serving a copy of ``tool_id`` at ``version`` fetched at ``cached_at``."""
+        ...
+
+
 class GuardState(Protocol):
     """What the guard reads: a ``LocalState``, a ``StateReader`` or a ``WatchedState``."""
 
@@ -171,6 +241,9 @@ class Guard:
         ] = {}
         self._prover: MapProver | None = None
         self._proofs: dict[tuple[str, str], bytes] = {}
+
+    async def prepare(self, tool_ids: Collection[str]) -> None:
+        """Nothing to fetch: the follower's state holds every tool."""
 
     def check(
         self,
@@ -223,28 +296,18 @@ class Guard:
         cached_at: datetime,
         schema_digest: str | None,
     ) -> Decision:
-        if trusted is None:
-            return Decision(Verdict.UNKNOWN, "not_synced", tool_id, version, None)
-        through = self._through(trusted)
+        through = None if trusted is None else self._through(trusted)
         now = self.clock()
-        if now - trusted.verified_at.timestamp() > self.freshness:
-            return Decision(Verdict.STALE, "checkpoint_stale", tool_id, version, through)
-        looked_up = self._status(tool_id, version, now)
-        if looked_up is None:
-            return Decision(Verdict.UNKNOWN, "bad_identifier", tool_id, version, through)
-        status, last_processed = looked_up
-
-        def decide(verdict: Verdict, reason: str) -> Decision:
-            return Decision(verdict, reason, tool_id, version, through, status)
-
-        if status.status == "unknown":
-            return decide(*served(status))
-        refused = refusal(status, schema_digest)
-        if refused is not None:
-            return decide(Verdict.REFUSE, refused)
-        if last_processed is not None and cached_at.timestamp() < last_processed:
-            return decide(Verdict.STALE, "cache_predates_notice")
-        return decide(*served(status))
+        return decide(
+            through,
+            tool_id,
+            version,
+            cached_at,
+            schema_digest,
+            now=now,
+            freshness=self.freshness,
+            status=lambda: self._status(tool_id, version, now),
+        )
 
     def _through(self, trusted: TrustedCheckpoint) -> ProcessedThrough:
         """The processed-through statement, prepared once per trusted checkpoint."""
@@ -268,8 +331,9 @@ class Guard:
             return None
         moment = datetime.fromtimestamp(now, UTC)
         status = index.lookup(tool_id, version, moment)
-        behind = (*status.notices, *status.pending, *(i for pair in status.withdrawn for i in pair))
-        last_processed = max((processed[i] for i in behind if i in processed), default=None)
+        last_processed = max(
+            (processed[i] for i in notices_behind(status) if i in processed), default=None
+        )
         transition = index.next_transition(tool_id, moment)
         valid_until = transition.timestamp() if transition is not None else float("inf")
         if len(self._memo) >= MEMO_ENTRIES:

@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
 
-from deplog.client.cache.guard import Decision, Guard, Verdict, valid_identity
+from deplog.client.cache.guard import Decider, Decision, Verdict, valid_identity
 from deplog.client.errors import DeplogError
 from deplog.client.model import canonical
 from deplog.client.model.notice import parse_tool_id
@@ -194,7 +194,7 @@ def _refused(reason: str, tool_id: str, version: str) -> Decision:
 
 def decide_listed(
     checked: ListedIdentity | Decision | None,
-    guard: Guard,
+    guard: Decider,
     *,
     cached_at: datetime,
     with_proof: bool = False,
@@ -232,6 +232,8 @@ def refusal_annotation(decision: Decision) -> dict[str, Any]:
     if decision.processed_through is not None:
         out["checkpoint_size"] = decision.processed_through.size
         out["checkpoint"] = decision.processed_through.checkpoint
+    if decision.guarantee is not None:
+        out["guarantee"] = decision.guarantee
     return out
 
 
@@ -270,7 +272,7 @@ def may_list(decision: Decision, *, keep_unverified: bool = False) -> bool:
 
 def guard_tools_list(
     result: dict[str, Any],
-    guard: Guard,
+    guard: Decider,
     *,
     cached_at: datetime,
     keep_unverified: bool = False,

@@ -10,11 +10,15 @@ warn, 1 an error, 2 a usage error, 5 refuse, 6 stale, 7 unknown. Rules:
 3. ``--url`` asks the authority for its checkpoint (one short request) and warns on
    stderr when the log is ahead of the state; the warning never changes the result,
    and an unreachable authority or a refused redirect only skips it.
+4. ``check --light`` reads no state: it verifies the authority's checkpoint under
+   ``--log-key`` or ``--policy`` and the tool's map proof at it
+   (``client.follow.light``), with the same exit statuses.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sqlite3
 import sys
@@ -30,8 +34,10 @@ from deplog.client.cache.guard import (
     Verdict,
 )
 from deplog.client.cli.messages import NO_STATE_YET, explain
-from deplog.client.cli.trust import positive_seconds, served_checkpoint, state_fault
+from deplog.client.cli.trust import load_trust, positive_seconds, served_checkpoint, state_fault
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
+from deplog.client.follow.http import HttpLogSource
+from deplog.client.follow.light import LightVerifier
 from deplog.client.follow.source import FetchError
 from deplog.client.follow.state import LocalState, TrustedCheckpoint
 from deplog.client.model.notice import parse_timestamp
@@ -215,25 +221,28 @@ def _decision_json(decision: Decision) -> dict[str, Any]:
         "may_serve": decision.may_serve,
         "status": None if decision.status is None else decision.status.to_json(),
         "processed_through": None if through is None else processed_through(through),
-    }
+    } | ({} if decision.guarantee is None else {"guarantee": decision.guarantee})
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     """The guard's verdict for one cached tool version, and its exit status."""
     # No --cached-at: a copy fetched this instant, which no processed notice postdates.
     cached_at = time_flag("--cached-at", args.cached_at) if args.cached_at else datetime.now(UTC)
-    state = open_state(args.state)
-    try:
-        warn_if_behind(args.url, state)
-        decision = Guard(state, freshness=args.max_age).check(
-            args.tool_id,
-            args.version,
-            cached_at=cached_at,
-            schema_digest=args.schema_digest,
-            with_proof=args.proof is not None,
-        )
-    finally:
-        state.close()
+    if args.light:
+        decision = asyncio.run(_light_check(args, cached_at))
+    else:
+        state = open_state(args.state)
+        try:
+            warn_if_behind(args.url, state)
+            decision = Guard(state, freshness=args.max_age).check(
+                args.tool_id,
+                args.version,
+                cached_at=cached_at,
+                schema_digest=args.schema_digest,
+                with_proof=args.proof is not None,
+            )
+        finally:
+            state.close()
     if args.proof is not None:
         _write_proof(args.proof, decision)
     if args.json:
@@ -249,8 +258,28 @@ def _cmd_check(args: argparse.Namespace) -> int:
             else f"processed through size {through.size}, verified at "
             f"{format_timestamp(through.verified_at)}"
         )
+        if decision.guarantee is not None:
+            at += f", guarantee {decision.guarantee}"
         print(f"{decision.verdict} ({decision.reason}): {args.tool_id} {args.version}; {at}")
     return VERDICT_EXITS[decision.verdict]
+
+
+async def _light_check(args: argparse.Namespace, cached_at: datetime) -> Decision:
+    """``--light`` (rule 4): the authority's checkpoint and the tool's map proof, verified now."""
+    if args.url is None:
+        raise CLIError("--light: give the authority's base URL (--url URL)", 2)
+    trust = load_trust(args.log_key, args.policy)
+    async with HttpLogSource(args.url) as source:
+        light = LightVerifier(source, trust, freshness=args.max_age)
+        await light.refresh()
+        await light.prepare([args.tool_id])
+    return light.check(
+        args.tool_id,
+        args.version,
+        cached_at=cached_at,
+        schema_digest=args.schema_digest,
+        with_proof=args.proof is not None,
+    )
 
 
 def _write_proof(path: Path, decision: Decision) -> None:
@@ -313,5 +342,13 @@ def register(sub: Any, default_state: str) -> None:
         metavar="FILE",
         help="write the map proof behind the verdict to FILE (deplog audit status checks it)",
     )
+    sp.add_argument(
+        "--light",
+        action="store_true",
+        help="no state file: verify the authority's checkpoint (--url) and the tool's map "
+        "proof now, trusting --log-key or --policy",
+    )
+    sp.add_argument("--log-key", help="with --light: log verifier key, or a file holding it")
+    sp.add_argument("--policy", type=Path, help="with --light: a C2SP tlog-policy file")
     sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     sp.set_defaults(func=_cmd_check)

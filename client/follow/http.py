@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "MAX_CHECKPOINT_BYTES",
     "MAX_EVENT_BYTES",
+    "MAX_MAP_PROOF_BYTES",
     "MAX_PAGE_BYTES",
     "MAX_PROOF_BYTES",
     "MAX_REDIRECTS",
@@ -57,6 +58,8 @@ MAX_CHECKPOINT_BYTES: Final = MAX_NOTE_SIZE
 """A checkpoint is a signed note, and no note may be longer."""
 MAX_PROOF_BYTES: Final = 64 * 1024
 """A proof of at most 64 hashes in base64 JSON is under 4 KiB; the bound leaves room."""
+MAX_MAP_PROOF_BYTES: Final = 1024 * 1024
+"""A binary map proof: a path under 9 KiB and one tool's record (thousands of notices)."""
 MAX_PAGE_BYTES: Final = 128 * 1024 * 1024
 """Above the largest honest page: 1000 entries of 65535 bytes in base64 JSON (about 83 MiB)."""
 MAX_EVENT_BYTES: Final = MAX_CHECKPOINT_BYTES
@@ -70,6 +73,7 @@ _METHOD_KEEPING: Final = frozenset({307, 308})
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 _MAX_JSON_DEPTH: Final = 4
+_PROOF_SIZE_HEADER: Final = "Deplog-Checkpoint-Size"
 _CHUNK: Final = 64 * 1024
 
 
@@ -217,6 +221,19 @@ class HttpLogSource(HttpClient):
                 raise FetchError(ErrorCode.BAD_RESPONSE, "entry is not canonical base64")
             leaves.append(leaf)
         return leaves
+
+    async def map_proof(self, tool_id: str) -> tuple[int, bytes]:
+        url = f"{self.url}/v1/tools/{tool_id}/proof?format=binary"
+        try:
+            async with self.request(url) as response:
+                if response.status != 200:
+                    raise FetchError(ErrorCode.FETCH_FAILED, f"HTTP {response.status}")
+                size = response.headers.get(_PROOF_SIZE_HEADER, "")
+                if not size.isascii() or not size.isdigit() or len(size) > 20:
+                    raise FetchError(ErrorCode.BAD_RESPONSE, "map proof names no checkpoint size")
+                return int(size), await read_bounded(response, MAX_MAP_PROOF_BYTES)
+        except (aiohttp.ClientError, TimeoutError):
+            raise FetchError(ErrorCode.FETCH_FAILED, "authority unreachable") from None
 
     async def checkpoints(self) -> AsyncIterator[bytes]:
         """The notes of ``/v1/checkpoints/stream`` as they arrive (rule 5)."""

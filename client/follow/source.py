@@ -1,8 +1,10 @@
 """Where a log is read from, and the one sequence of steps that reads it into the trust state.
 
 A ``LogSource`` answers three questions about one log: its latest checkpoint, a
-consistency proof between two sizes, and the leaves in a range. Every way of reading a
-log (the HTTP API, tiles, a file, a test double) is one implementation. Rules:
+consistency proof between two sizes, and the leaves in a range; a ``MapProofSource``
+also a tool's map proof (the JSON API serves them, a tiles directory holds none). Every
+way of reading a log (the HTTP API, tiles, a file, a test double) is one implementation.
+Rules:
 
 1. A source is untrusted whatever its transport: it promises the shape of its answers,
    never their truth, which ``client.follow.trust`` checks before anything is kept.
@@ -48,6 +50,7 @@ __all__ = [
     "CheckpointStream",
     "FetchError",
     "LogSource",
+    "MapProofSource",
     "MemoryLogSource",
     "OnProgress",
     "fetch_page",
@@ -98,6 +101,16 @@ class LogSource(Protocol):
 
     async def entries(self, start: int, end: int) -> Sequence[bytes]:
         """Leaves from index ``start`` on: a non-empty prefix of ``[start, end)`` as served."""
+        ...
+
+
+@runtime_checkable
+class MapProofSource(Protocol):
+    """A source that also serves tools' map proofs: the JSON API (tiles hold none)."""
+
+    async def map_proof(self, tool_id: str) -> tuple[int, bytes]:
+        """The binary map proof of ``tool_id`` and the checkpoint size it says it was made
+        at (both unverified)."""
         ...
 
 

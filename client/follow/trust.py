@@ -30,7 +30,8 @@ rules, in order:
    target, checked by rule 1 again, to the same end state; a target rule 1 now refuses
    is dropped with its progress.
 
-A ``watch`` (``EntryWatch``) sees every verified entry with the registry as of it; what
+Rules 1 and 2 are ``CheckpointRules``, which the light verifier (``client.follow.light``)
+reads too. A ``watch`` (``EntryWatch``) sees every verified entry with the registry as of it; what
 it noted is returned (``Advanced.noticed``) only if the advance commits.
 """
 
@@ -41,10 +42,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.follow.mapcheck import FollowerMap
-from deplog.client.follow.state import AdvanceWriter, LocalState, Pending, StateError
+from deplog.client.follow.state import (
+    AdvanceWriter,
+    LocalState,
+    Pending,
+    StateError,
+    TrustedCheckpoint,
+)
 from deplog.client.model.entries import Entry, NoticeEntry
 from deplog.client.model.notice import Notice
 from deplog.client.model.registry import PublisherRegistry
@@ -74,12 +82,14 @@ __all__ = [
     "Advanced",
     "Candidate",
     "CheckpointRejectedError",
+    "CheckpointRules",
     "EntryWatch",
     "ForkError",
     "MapMismatchError",
     "RollbackError",
     "SuspectedForkError",
     "TrustError",
+    "TrustPoint",
     "TrustedState",
 ]
 
@@ -153,6 +163,8 @@ class Candidate:
     note: bytes
     checkpoint: Checkpoint
     witnessed_at: int | None
+    map_witnessed_at: int | None = None
+    """When a ``map-quorum`` of map-verifying witnesses vouched for its map line, if one did."""
 
     def current_as_of(self) -> datetime:
         """When the checkpoint is known to have been current: quorum time, else now."""
@@ -161,21 +173,34 @@ class Candidate:
         return datetime.fromtimestamp(self.witnessed_at, UTC)
 
 
-class TrustedState:
-    """The verification steps over a ``LocalState``; the only code that advances it."""
+class TrustPoint(Protocol):
+    """Where a trusted checkpoint is held: a follower's ``LocalState`` or a ``LightState``."""
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def root(self) -> bytes: ...
+
+    @property
+    def trusted(self) -> TrustedCheckpoint | None: ...
+
+
+class CheckpointRules:
+    """Rules 1 and 2 over a ``TrustPoint``: the one reading the follower and the light
+    verifier share, so a checkpoint is refused for the same reason by both."""
 
     def __init__(
-        self, state: LocalState, trust: Verifier | Policy, evidence_dir: Path | None = None
+        self, state: TrustPoint, trust: Verifier | Policy, evidence_dir: Path, reporter: str
     ) -> None:
         self.policy = trust if isinstance(trust, Policy) else Policy.single_log(trust)
         logs = [entry.verifier for entry in self.policy.logs]
-        if len(logs) != 1 or logs[0].name != state.origin:
-            raise ValueError("the trust policy must name exactly the state's log")
-        state.bind_log_key(logs[0])  # another key's state is refused here, not as a fork
+        if len(logs) != 1:
+            raise ValueError("the trust policy must name exactly one log")
         self.state = state
         self.log_key = logs[0]
-        self.evidence_dir = evidence_dir or state.path.parent
-        self.watch: EntryWatch | None = None
+        self.evidence_dir = evidence_dir
+        self.reporter = reporter
 
     def check_checkpoint(self, note: bytes, now: float | None = None) -> Candidate:
         """Rules 1 and 2 (same size): a checkpoint the policy accepts, not going backwards."""
@@ -190,7 +215,7 @@ class TrustedState:
                 message="two signed roots for one size",
                 evidence=self._evidence(note, None, CONFLICTING_ROOTS),
             )
-        return Candidate(note, checkpoint, verified.witnessed_at)
+        return Candidate(note, checkpoint, verified.witnessed_at, verified.map_witnessed_at)
 
     def check_consistency(self, candidate: Candidate, proof: ConsistencyProof) -> None:
         """Rule 2 (larger size): the new tree extends the trusted one, or a suspicion."""
@@ -225,13 +250,6 @@ class TrustedState:
             evidence=self._evidence(candidate.note, proof, INCONSISTENT_PREFIX, prefix),
         )
 
-    def refresh(self, candidate: Candidate) -> None:
-        """The log is still at the trusted checkpoint: record how current it now is."""
-        checkpoint = candidate.checkpoint
-        if checkpoint.size != self.state.size or checkpoint.root_hash != self.state.root:
-            raise ValueError("refresh takes the trusted checkpoint only")
-        self.state.touch(candidate.note, candidate.current_as_of())
-
     def _evidence(
         self,
         note: bytes,
@@ -244,8 +262,32 @@ class TrustedState:
         # A fork needs a trusted checkpoint to contradict; a false map root does not.
         assert trusted is not None or finding == MAP_MISMATCH
         first = note if trusted is None else trusted.note
-        evidence = evidence_between(self.log_key, first, note, proof, "follower", finding, prefix)
+        evidence = evidence_between(
+            self.log_key, first, note, proof, self.reporter, finding, prefix
+        )
         return write_evidence(self.evidence_dir, evidence)
+
+
+class TrustedState(CheckpointRules):
+    """The verification steps over a ``LocalState``; the only code that advances it."""
+
+    state: LocalState
+
+    def __init__(
+        self, state: LocalState, trust: Verifier | Policy, evidence_dir: Path | None = None
+    ) -> None:
+        super().__init__(state, trust, evidence_dir or state.path.parent, "follower")
+        if self.log_key.name != state.origin:
+            raise ValueError("the trust policy must name exactly the state's log")
+        state.bind_log_key(self.log_key)  # another key's state is refused here, not as a fork
+        self.watch: EntryWatch | None = None
+
+    def refresh(self, candidate: Candidate) -> None:
+        """The log is still at the trusted checkpoint: record how current it now is."""
+        checkpoint = candidate.checkpoint
+        if checkpoint.size != self.state.size or checkpoint.root_hash != self.state.root:
+            raise ValueError("refresh takes the trusted checkpoint only")
+        self.state.touch(candidate.note, candidate.current_as_of())
 
     def advance(self, candidate: Candidate) -> AdvanceSession:
         """Rules 3 to 5, as a context manager fed with pages of entries in log order."""

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from mcp import ClientSession, types
 
-from deplog.client.cache.guard import Decision, Guard, Verdict
+from deplog.client.cache.guard import Decider, Decision, Verdict
 from deplog.client.cache.listing_proofs import ListedTool, VerifyCheckpoint, verify_listing
 from deplog.client.cache.mcp import (
     DEPRECATION_KEY,
@@ -85,12 +85,13 @@ def refusal_result(decision: Decision, name: str | None = None) -> types.CallToo
 
 
 class GuardedClientSession(ClientSession):
-    """``ClientSession`` whose tool list and calls go through a deplog ``Guard`` (rules 1, 2)."""
+    """``ClientSession`` whose tool list and calls go through a deplog ``Guard``, or a
+    ``LightVerifier`` (rules 1, 2)."""
 
     def __init__(
         self,
         *args: Any,
-        guard: Guard,
+        guard: Decider,
         keep_unverified: bool = False,
         pins: Pins | None = None,
         require_pins: bool = False,
@@ -108,7 +109,13 @@ class GuardedClientSession(ClientSession):
         """Per tool name (at most ``MAX_LISTED``): ``check_listed``'s answer, and when."""
 
     async def list_tools(self, *args: Any, **kwargs: Any) -> Any:
-        return self.guard_listing(await super().list_tools(*args, **kwargs))
+        result = await super().list_tools(*args, **kwargs)
+        checked = (
+            check_listed(t, self.pins, require_pins=self.require_pins)
+            for t in to_wire(result)["tools"]
+        )
+        await self.guard.prepare([c.tool_id for c in checked if isinstance(c, ListedIdentity)])
+        return self.guard_listing(result)
 
     def guard_listing(self, result: Any) -> Any:
         """A ``ListToolsResult`` fetched just now, with the guard's verdicts applied."""
@@ -135,6 +142,9 @@ class GuardedClientSession(ClientSession):
         """The decision on a tool as last listed; None for a tool that is not deplog's."""
         if name not in self._listed:
             await self._relist()
+        checked = self._listed.get(name, (None, 0.0))[0]
+        if isinstance(checked, ListedIdentity):
+            await self.guard.prepare([checked.tool_id])
         decision = self._decision(name)
         if decision is not None and decision.reason == "cache_predates_notice":
             await self._relist()

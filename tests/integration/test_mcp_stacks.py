@@ -40,6 +40,8 @@ from deplog.client.cache.mcp import (
     schema_digest,
 )
 from deplog.client.follow.follower import Follower
+from deplog.client.follow.http import HttpLogSource
+from deplog.client.follow.light import LightVerifier
 from deplog.client.mcp.compat import to_wire
 from deplog.client.mcp.session import GuardedClientSession, ProvenClientSession
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
@@ -166,6 +168,27 @@ async def test_a_revoked_tool_is_gone_refused_and_announced_by_push(
     assert refusal["tool_id"] == "tool:org.acme/search" and refusal["checkpoint_size"] == 2
     assert "verdict refuse, reason revoked" in refused["content"][0]["text"]
     assert notifications.list_changed[0] - acknowledged < PUSH_BOUND
+
+
+async def test_a_session_guarded_by_a_light_verifier_drops_and_refuses_a_revoked_tool(
+    authority: AuthorityProcess,
+    publisher: Signer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    await revoke(http, authority.url, publisher)
+    async with (
+        HttpLogSource(authority.url) as source,
+        server_streams("stdio", authority, tmp_path / "server.db") as (read, write),
+    ):
+        light = LightVerifier(source, authority.log_verifier)
+        await light.refresh()
+        async with GuardedClientSession(read, write, guard=light) as session:
+            await session.initialize()
+            assert names(await session.list_tools()) == {"fetch", "echo"}
+            refused = to_wire(await session.call_tool("search", {"query": "q"}))
+    refusal = refused["_meta"][REFUSAL_KEY]
+    assert (refusal["reason"], refusal["guarantee"]) == ("revoked", "log_signed")
 
 
 async def test_the_server_stamps_the_digest_of_the_schema_it_lists(
