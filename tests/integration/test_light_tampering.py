@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,7 +31,7 @@ from deplog.client.follow.light import LightVerifier
 from deplog.client.follow.trust import ForkError, RollbackError, SuspectedForkError
 from deplog.client.model.notice import Envelope, Notice
 from deplog.client.tlog.keyfile import load_signer
-from deplog.client.tlog.policy import Policy
+from deplog.client.tlog.policy import Policy, PolicyError
 from tests.builders import make_envelope, notices, register
 from tests.integration.harness import (
     ORIGIN,
@@ -140,9 +141,27 @@ async def stack(
 ) -> AsyncIterator[Stack]:
     authority, witness, proxy = processes
     stack = Stack(authority, witness, proxy, http, publisher, tmp_path)
+    await cosigned_by_the_witness(stack)
     yield stack
     for source in stack.sources:
         await source.close()
+
+
+async def cosigned_by_the_witness(stack: Stack, seconds: float = 30.0) -> None:
+    """Wait until the served checkpoint carries the map witness's cosignature: the first
+    one, made at start-up, is published before the witness is asked."""
+    policy = stack.policy()
+    deadline = time.monotonic() + seconds
+    while True:
+        async with stack.http.get(stack.authority.url + "/checkpoint") as response:
+            note = await response.read()
+        try:
+            policy.verify(note, now=time.time(), max_age=None)
+            return
+        except PolicyError:
+            if time.monotonic() > deadline:
+                pytest.fail("the map witness never cosigned the authority's checkpoint")
+            await asyncio.sleep(0.1)
 
 
 async def joined(stack: Stack, light: LightVerifier) -> None:
