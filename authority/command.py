@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
+from deplog.client.plumbing.arguments import Parser
 from deplog.client.plumbing.files import output_closed
 from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.keyfile import KeyFileError
@@ -37,7 +38,7 @@ EXIT_USAGE = 2
 
 def command_parser(prog: str, description: str) -> tuple[argparse.ArgumentParser, Any]:
     """A command's parser with ``--version``, and its subcommands' action."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = Parser(prog=prog, description=description)
     parser.add_argument(
         "--version",
         action="version",

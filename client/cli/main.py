@@ -43,6 +43,7 @@ from deplog.client.follow.state import StateError
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry, encode_entry
 from deplog.client.model.notice import Envelope, parse_publisher_id
+from deplog.client.plumbing.arguments import Parser, http_url
 from deplog.client.plumbing.files import output_closed
 from deplog.client.plumbing.progress import Progress
 from deplog.client.plumbing.storage_faults import file_fault
@@ -273,14 +274,14 @@ def _version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="deplog",
         description="Publish and verify deplog deprecation notices.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_EXIT_EPILOG,
     )
     p.add_argument("--version", action="version", version=f"deplog {_version()}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub: Any = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sp = sub.add_parser("keygen", help="create a publisher key pair")
     sp.add_argument(
@@ -317,7 +318,7 @@ def parser() -> argparse.ArgumentParser:
             "authority is unreachable, also at start-up; --once fails at once."
         ),
     )
-    sp.add_argument("url", help="authority base URL")
+    sp.add_argument("url", type=http_url, help="authority base URL")
     add_follow_arguments(sp, DEFAULT_STATE)
     add_tiles_argument(sp)
     sp.add_argument(

@@ -225,7 +225,6 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     _E.CONFLICTING_CHECKPOINTS: "two genuine checkpoints of one size have different roots",
     _E.MISSING_INPUT: "the command lacks an input it needs (see its --help)",
     _E.FILE_TOO_LARGE: "an input file is over its size bound",
-    _E.BAD_URL: "the authority URL must be http(s)://host[:port]",
     _E.NOT_FOUND: "the server has no such resource",
     _E.METHOD_NOT_ALLOWED: "the server does not allow that method there",
     _E.REQUEST_TIMEOUT: "the server timed out reading the request: try again",

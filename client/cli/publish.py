@@ -26,7 +26,6 @@ import re
 import shlex
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +52,7 @@ from deplog.client.model.notice import (
     parse_tool_id,
     parse_version,
 )
+from deplog.client.plumbing.arguments import http_url
 from deplog.client.plumbing.files import write_atomic
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.keyfile import load_signer, read_verifier_key
@@ -226,12 +226,6 @@ def _check_log_key_against(url: str, log_key: Verifier) -> None:
             f"{err.code}: the checkpoint the authority at --url serves does not verify with "
             "this key; give that log's verifier key (its keys/<origin>.pub)",
         ) from None
-
-
-def _check_url(url: str) -> None:
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise _usage("--url", "bad_url: give the authority's base URL, http(s)://host[:port]")
 
 
 def _notice(args: argparse.Namespace, signer: Signer) -> Notice:
@@ -463,7 +457,6 @@ def _keep_receipt(
 
 def _cmd_publish(args: argparse.Namespace) -> int:
     """Rules 1 to 4; every failure is a ``CLIError`` with its exit code."""
-    _check_url(args.url)
     log_key = _log_key(args.log_key)
     if log_key is not None:
         _check_log_key_against(args.url, log_key)
@@ -527,7 +520,9 @@ def register(sub: Any) -> None:
         ),
         epilog=f"exit codes:\n{codes}",
     )
-    sp.add_argument("--url", required=True, help="authority base URL, http(s)://host[:port]")
+    sp.add_argument(
+        "--url", type=http_url, required=True, help="authority base URL, http(s)://host[:port]"
+    )
     sp.add_argument(
         "--resubmit",
         type=Path,

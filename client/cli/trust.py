@@ -32,6 +32,7 @@ from deplog.client.follow.source import LogSource
 from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB, StateError
 from deplog.client.follow.tiles import TilesLogSource, publishes_tiles
 from deplog.client.follow.trust import ForkError, SuspectedForkError
+from deplog.client.plumbing.arguments import http_url
 from deplog.client.plumbing.storage_faults import (
     CORRUPT,
     StorageFault,
@@ -243,10 +244,15 @@ def add_follow_arguments(parser: argparse.ArgumentParser, default_state: str) ->
     )
 
 
+def _tiles(text: str) -> str:
+    return text if text in (TILES_AUTO, TILES_OFF) else http_url(text)
+
+
 def add_tiles_argument(parser: argparse.ArgumentParser) -> None:
     """``--tiles URL|auto|off`` (rule 3)."""
     parser.add_argument(
         "--tiles",
+        type=_tiles,
         default=TILES_AUTO,
         metavar="URL|auto|off",
         help="read the log's C2SP tlog-tiles from URL (a CDN, a mirror); auto (default): "
@@ -264,10 +270,7 @@ async def open_log(
         if tiles == TILES_OFF:
             yield api, None
             return
-        try:
-            source = TilesLogSource(url if tiles == TILES_AUTO else tiles, timeout=timeout)
-        except ValueError:
-            raise CLIError("--tiles takes an http or https URL, auto or off") from None
+        source = TilesLogSource(url if tiles == TILES_AUTO else tiles, timeout=timeout)
         await stack.enter_async_context(source)
         if tiles == TILES_AUTO and not await publishes_tiles(source):
             yield api, None

@@ -35,6 +35,7 @@ from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.follow.source import FetchError
 from deplog.client.follow.state import LocalState, TrustedCheckpoint
 from deplog.client.model.notice import parse_timestamp
+from deplog.client.plumbing.arguments import http_url
 from deplog.client.plumbing.files import write_atomic
 from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint
@@ -201,7 +202,9 @@ def add_state_arguments(parser: argparse.ArgumentParser, default_state: str) -> 
     )
     parser.add_argument(
         "--url",
-        help="authority base URL: warn on stderr when the state is behind it (never fails)",
+        type=http_url,
+        help="authority base URL: warn on stderr when the state is behind it (an authority "
+        "that does not answer never fails the command)",
     )
 
 

@@ -60,7 +60,7 @@ def _cases(authority: AuthorityProcess) -> list[tuple[list[str], int, list[str]]
             2,
             ["--key", "keys/acme.pub", "private key"],
         ),
-        (f"{deprecate} --action deprecate --version 1.0.0 --reason old", 2, ["--reason", "sunset"]),
+        (f"{deprecate} --action deprecate --version 1.0.0 --reason old", 2, ["--reason", "old"]),
         (f"{deprecate} --action deprecate --reason other", 2, ["missing_field", "--version"]),
         (
             f"{deprecate} --action deprecate --version 1.0.0 --reason other --withdraws 1",
