@@ -7,9 +7,10 @@ Rules (exits: ``EXIT_CODES``):
    answers), so a wrong key is caught before the notice is logged.
 2. The signed envelope is written to ``--out`` atomically (0644: it is public) before
    the POST, as ``<publisher>-<sequence>.envelope.json``, and never overwritten.
-3. Every failure after that prints where the envelope is and the exact ``--resubmit``
-   command. A resubmission posts the same bytes, which the authority answers with the
-   original receipt, so a notice is never logged twice.
+3. Every failure after that prints where the envelope is and, unless the refusal is
+   permanent (exit 1: a 4xx answer other than 408 and 429, a redirect not followed), the
+   exact ``--resubmit`` command. A resubmission posts the same bytes, which the authority
+   answers with the original receipt, so a notice is never logged twice.
 4. A receipt is saved as ``<stem>.tlog-proof`` only once it parses and, with
    ``--log-key``, verifies; otherwise it is kept aside as ``<stem>.tlog-proof.unverified``
    with its reason beside it, and the command exits 4.
@@ -484,11 +485,10 @@ def _cmd_publish(args: argparse.Namespace) -> int:
                 f"logged, but the receipt cannot be written ({err.strerror})", EXIT_NOT_CONFIRMED
             ) from None
     except CLIError as failure:
-        raise CLIError(
-            f"{failure.message}; the envelope is saved in {envelope_path}; resubmit it with: "
-            f"{_resubmit_command(envelope_path, args)}",
-            failure.exit_status,
-        ) from None
+        kept = f"{failure.message}; the envelope is saved in {envelope_path}"
+        if failure.exit_status != EXIT_REFUSED:
+            kept += f"; resubmit it with: {_resubmit_command(envelope_path, args)}"
+        raise CLIError(kept, failure.exit_status) from None
     kind = "logged" if answer.status == 201 else "already logged"
     if args.json:
         shape = {

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from deplog.client.tlog.keyfile import create_signer
+from deplog.client.tlog.note import Signer
 from tests.integration.harness import AuthorityProcess
 from tests.integration.test_newcomer_operator import MODULES as SERVERS
 
@@ -80,3 +82,50 @@ def test_a_port_out_of_range_is_a_usage_error_naming_it(
     assert status == 2 and err.count("\n") == 1, err
     assert f"--port: {port} is not a port: give 0 to 65535" in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def publisher(tmp_path: Path) -> Signer:
+    """``acme``'s key, on disk beside the newcomer's directory as ``deplog keygen`` writes it."""
+    return create_signer(tmp_path / "keys", "acme", "acme")
+
+
+def test_a_permanent_refusal_never_advises_resubmit(
+    authority: AuthorityProcess, publisher: Signer, home: Path, tmp_path: Path
+) -> None:
+    beta = create_signer(tmp_path / "keys", "beta", "beta")
+    assert authority.run_cli(*_register(beta, "org.beta")).returncode == 0
+
+    def publish(who: str, tool: str) -> tuple[int, str]:
+        flags = ("--action", "deprecate", "--version", "1.0.0", "--reason", "other")
+        key = tmp_path / "keys" / f"{who}.key"
+        return run(
+            "deplog",
+            "publish",
+            "--url",
+            authority.url,
+            "--key",
+            key,
+            "--tool",
+            tool,
+            *flags,
+            cwd=home,
+        )
+
+    def revoke(*args: str) -> None:
+        assert authority.run_cli("publisher", *args).returncode == 0
+
+    refusals = [(publish("acme", "tool:org.beta/search"), "403 namespace_not_authorized")]
+    revoke("revoke-key", "acme", "--key", publisher.verifier().vkey())
+    refusals.append((publish("acme", "tool:org.acme/search"), "403 key_revoked"))
+    revoke("revoke", "beta")
+    refusals.append((publish("beta", "tool:org.beta/search"), "403 publisher_revoked"))
+    for (status, err), answer in refusals:
+        assert status == 1 and err.count("\n") == 1, err
+        assert f"refused ({answer})" in err and "the envelope is saved in " in err, err
+        assert "resubmit" not in err, err
+
+
+def _register(signer: Signer, namespace: str) -> tuple[str, ...]:
+    key = signer.verifier().vkey()
+    return ("publisher", "add", signer.name, "--namespace", namespace, "--key", key)

@@ -353,7 +353,8 @@ def test_a_notice_the_authority_refuses_exits_1_and_keeps_the_envelope(
     )
     assert run.code == EXIT_REFUSED, run.stderr
     assert "refused (403 namespace_not_authorized)" in run.stderr
-    assert "--resubmit out/acme-" in run.stderr
+    assert "the envelope is saved in out/acme-" in run.stderr
+    assert "--resubmit" not in run.stderr  # a permanent refusal: resubmitting cannot help
 
 
 # --- every flag is checked before anything is signed or sent -------------------------------
