@@ -160,7 +160,10 @@ def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
 def _load_config(data: Path) -> AuthorityConfig:
     config_path = data / CONFIG_FILE
     if not config_path.exists():
-        raise CLIError(f"{data} is not initialized: run 'authority init' first")
+        raise CLIError(
+            f"{data} holds no authority (no {CONFIG_FILE}): give --data the data directory of "
+            "the authority you mean"
+        )
     return AuthorityConfig.load(config_path)
 
 

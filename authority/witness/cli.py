@@ -127,7 +127,10 @@ def init(
 def _read_config(data: Path) -> WitnessConfig:
     config_path = data / CONFIG_FILE
     if not config_path.exists():
-        raise CLIError(f"{data} is not initialized: run 'witness init' first")
+        raise CLIError(
+            f"{data} holds no witness (no {CONFIG_FILE}): give --data the data directory of the "
+            "witness you mean, or make one with 'witness init'"
+        )
     try:
         raw = json.loads(config_path.read_bytes())
     except (ValueError, RecursionError):
@@ -140,11 +143,7 @@ def _read_config(data: Path) -> WitnessConfig:
 
 def _add_logs_from_file(state: WitnessState, path: Path, out: IO[str]) -> None:
     """Trust every ``log <vkey>`` line of a tlog-policy file."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise CLIError(f"cannot read {path}: {err.strerror}") from None
-    for verifier in parse_logs_file(text):
+    for verifier in parse_logs_file(path.read_text()):
         _, added = state.add_log(verifier.vkey(), int(time.time()))
         print(f"{'added' if added else 'known'} log {verifier.name}", file=out)
 

@@ -35,7 +35,7 @@ from typing import Any, Final
 import aiohttp
 
 from deplog.client.cli.messages import UNREACHABLE, explain, explain_code
-from deplog.client.cli.trust import served_checkpoint
+from deplog.client.cli.trust import read_log_key, served_checkpoint
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.follow.http import HttpClient
 from deplog.client.follow.source import FetchError
@@ -56,7 +56,7 @@ from deplog.client.model.notice import (
 from deplog.client.plumbing.arguments import http_url
 from deplog.client.plumbing.files import write_atomic
 from deplog.client.tlog.checkpoint import open_checkpoint
-from deplog.client.tlog.keyfile import load_signer, read_verifier_key
+from deplog.client.tlog.keyfile import load_signer
 from deplog.client.tlog.note import Signer, Verifier
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from deplog.client.tlog.timestamps import now_timestamp
@@ -194,21 +194,6 @@ def _load_key(path: Path) -> Signer:
             "key_malformed": "it does not hold a private key (PRIVATE+KEY+...)",
         }.get(err.code, "it cannot be used")
         raise _usage("--key", f"{err.code}: {path}: {why}") from None
-
-
-def _log_key(value: str | None) -> Verifier | None:
-    if value is None:
-        return None
-    try:
-        return read_verifier_key(value)
-    except DeplogError as err:
-        raise _usage(
-            "--log-key",
-            f"{err.code}: give the log's verifier key (name+hex8+base64) "
-            "or a file holding it, such as the authority's keys/<origin>.pub",
-        ) from None
-    except OSError as err:
-        raise _usage("--log-key", f"cannot read {value}: {err.strerror}") from None
 
 
 def _check_log_key_against(url: str, log_key: Verifier) -> None:
@@ -458,7 +443,7 @@ def _keep_receipt(
 
 def _cmd_publish(args: argparse.Namespace) -> int:
     """Rules 1 to 4; every failure is a ``CLIError`` with its exit code."""
-    log_key = _log_key(args.log_key)
+    log_key = None if args.log_key is None else read_log_key(args.log_key)
     if log_key is not None:
         _check_log_key_against(args.url, log_key)
     if args.resubmit is not None:

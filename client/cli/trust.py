@@ -81,8 +81,13 @@ def read_log_key(value: str, flag: str = "--log-key") -> Verifier:
     try:
         return read_verifier_key(value)
     except DeplogError as err:
+        what = str(err.code)
+        if Path(value).exists():
+            what = f"{value} holds no verifier key ({err.code})"
+        elif value.count("+") < 2:  # not a key's name+hex+base64: meant as a file
+            what = f"{value}: no such file, nor a key ({err.code})"
         raise CLIError(
-            f"{flag}: {err.code}: give the log's verifier key (<name>+<8 hex>+<base64>) or "
+            f"{flag}: {what}: give the log's verifier key (<name>+<8 hex>+<base64>) or "
             "a file holding it, such as the authority's keys/<origin>.pub",
             2,
         ) from None

@@ -76,7 +76,7 @@ def _cases(authority: AuthorityProcess) -> list[tuple[list[str], int, list[str]]
         ("check tool:org.acme/search 1.0.0", 1, no_state),
         ("inventory check inventory.json", 1, no_state),
         ("inventory diff inventory.json --from cp --to cp --log-key log.pub", 1, no_state),
-        ("inventory check nowhere.json", 1, ["nowhere.json"]),
+        ("inventory check nowhere.json", 2, ["nowhere.json"]),
         (
             f"follow {url} --once --log-key {other_key} --state s.db",
             1,
@@ -90,8 +90,8 @@ def _cases(authority: AuthorityProcess) -> list[tuple[list[str], int, list[str]]
         (f"follow {url} --once --log-key log.pub --state .", 2, ["--state"]),
         (f"follow {url} --once --log-key nope", 2, ["--log-key", "bad_key"]),
         (f"export {url} --out inventory.json", 1, ["inventory.json"]),
-        ("audit replay nowhere --log-key log.pub", 1, ["nowhere/checkpoint"]),
-        ("verify-receipt --log-key log.pub gone.tlog-proof", 1, ["gone.tlog-proof"]),
+        ("audit replay nowhere --log-key log.pub", 2, ["nowhere/checkpoint"]),
+        ("verify-receipt --log-key log.pub gone.tlog-proof", 2, ["gone.tlog-proof"]),
         (
             f"monitor {url} --namespace org.acme --key-id xyz --log-key log.pub --once",
             2,

@@ -12,6 +12,7 @@ import pytest
 
 from deplog.client.tlog.keyfile import create_signer
 from deplog.client.tlog.note import Signer
+from tests.doctext import ROOT, exit_statuses
 from tests.integration.harness import AuthorityProcess
 from tests.integration.test_newcomer_operator import MODULES as SERVERS
 
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.slow  # real authority processes
 
 NO_SCHEME = "127.0.0.1:7460"
 MODULES = {"deplog": "deplog.client.cli.main", **SERVERS}
+DOCUMENTED_EXITS = exit_statuses(ROOT / "docs" / "deplog-command.md", "## Exit statuses")
 
 
 @pytest.fixture
@@ -129,3 +131,69 @@ def test_a_permanent_refusal_never_advises_resubmit(
 def _register(signer: Signer, namespace: str) -> tuple[str, ...]:
     key = signer.verifier().vkey()
     return ("publisher", "add", signer.name, "--namespace", namespace, "--key", key)
+
+
+def test_a_mistyped_log_key_file_is_named_in_every_command(
+    authority: AuthorityProcess, home: Path
+) -> None:
+    typo, url = "keys/localhost_deplg.pub", authority.url
+    for argv in (
+        ("follow", url, "--once", "--log-key", typo),
+        ("monitor", url, "--namespace", "org.acme", "--key-id", "0a0b0c0d", "--log-key", typo),
+        ("export", url, "--out", "out", "--log-key", typo),
+        ("publish", "--url", url, "--key", "acme.key", "--log-key", typo),
+        ("verify-receipt", "r.tlog-proof", "--leaf", "leaf", "--log-key", typo),
+        ("audit", "replay", "out", "--log-key", typo),
+    ):
+        status, err = run("deplog", *argv, cwd=home)
+        assert status == 2 and err.count("\n") == 1, f"{argv}: {err}"
+        assert f"--log-key: {typo}: no such file" in err, f"{argv}: {err}"
+
+
+def test_publisher_add_where_there_is_no_authority_suggests_data_not_init(
+    publisher: Signer, home: Path
+) -> None:
+    status, err = run("authority", *_register(publisher, "org.acme"), cwd=home)
+    assert status == 1 and err.count("\n") == 1, err
+    assert "data holds no authority" in err and "give --data" in err, err
+    assert "init" not in err and list(home.iterdir()) == []
+
+
+def _mistakes(url: str, vkey: str, key: Path) -> list[tuple[str, str, tuple[str | Path, ...]]]:
+    """(what is wrong, program, argv): one of the three mistakes in each command."""
+    notice = ("--action", "deprecate", "--version", "1.0.0", "--reason", "other")
+    tool = "tool:org.acme/search"
+    return [
+        ("bad tool id", "deplog", ("publish", "--url", url, "--key", key, "--tool", "s", *notice)),
+        ("bad tool id", "deplog", ("status", "search")),
+        ("bad tool id", "deplog", ("check", "search", "1.0.0")),
+        ("bad tool id", "deplog", ("audit", "status", "proof.json", "search", "1.0.0")),
+        ("missing file", "deplog", ("inventory", "check", "nowhere.json")),
+        ("missing file", "deplog", ("verify-receipt", "nowhere.tlog-proof", "--log-key", vkey)),
+        ("missing file", "deplog", ("audit", "replay", "nowhere", "--log-key", vkey)),
+        ("missing file", "deplog", ("audit", "status", "nowhere.json", tool, "1.0.0")),
+        ("missing file", "deplog", ("follow", url, "--once", "--policy", "nowhere.policy")),
+        ("missing file", "deplog", ("publish", "--url", url, "--resubmit", "nowhere.json")),
+        ("missing file", "deplog", ("publish", "--url", url, "--key", "nowhere.key", *notice)),
+        ("missing file", "witness", ("add-log", "--data", "../w", "--logs", "nowhere.policy")),
+        ("usage error", "deplog", ("follow",)),
+        ("usage error", "deplog", ("check", tool, "one")),
+        ("usage error", "deplog", ("frobnicate",)),
+        ("usage error", "authority", ("serve", "--port", "http")),
+        ("usage error", "authority", ("publisher", "add", "acme")),
+        ("usage error", "witness", ("serve", "--data", "../w")),
+    ]
+
+
+def test_a_bad_tool_id_a_missing_file_and_a_usage_error_exit_2_in_every_command(
+    authority: AuthorityProcess, publisher: Signer, home: Path, tmp_path: Path
+) -> None:
+    witness = ("init", "--data", tmp_path / "w", "--keys", tmp_path / "wk", "--name", "w.ex/w")
+    assert run("witness", *witness, cwd=tmp_path)[0] == 0
+    key = tmp_path / "keys" / "acme.key"
+    for what, program, argv in _mistakes(authority.url, authority.log_verifier.vkey(), key):
+        status, err = run(program, *argv, cwd=home)
+        shown = f"{what}: {program} {argv}: {status} {err!r}"
+        assert status == 2 and status in DOCUMENTED_EXITS, shown
+        assert err.startswith(f"{program}") and err.count("\n") == 1, shown
+        assert "Traceback" not in err and list(home.iterdir()) == [], shown
