@@ -34,10 +34,10 @@ from typing import Any, Final
 
 import aiohttp
 
-from deplog.client.cli.messages import UNREACHABLE, explain, explain_code
+from deplog.client.cli.messages import explain, explain_code
 from deplog.client.cli.trust import read_log_key, served_checkpoint
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
-from deplog.client.follow.http import HttpClient
+from deplog.client.follow.http import HttpClient, unreachable
 from deplog.client.follow.source import FetchError
 from deplog.client.model.entries import NoticeEntry, encode_entry
 from deplog.client.model.notice import (
@@ -391,8 +391,8 @@ def _post(url: str, envelope: Envelope) -> _Answer:
         answer, retry_after = asyncio.run(_send(url, envelope.canonical_bytes()))
     except FetchError as err:  # a redirect it does not follow: nothing was logged there
         raise CLIError(f"not logged: {explain(err)}", EXIT_REFUSED) from None
-    except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
-        raise CLIError(f"not confirmed: {UNREACHABLE}", EXIT_NOT_CONFIRMED) from None
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as err:
+        raise CLIError(f"not confirmed: {explain(unreachable(err))}", EXIT_NOT_CONFIRMED) from None
     if answer.status < 300:
         return answer
     try:

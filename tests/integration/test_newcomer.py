@@ -85,7 +85,7 @@ def _cases(authority: AuthorityProcess) -> list[tuple[list[str], int, list[str]]
         (
             "follow http://127.0.0.1:9 --once --log-key log.pub --state s.db",
             1,
-            ["fetch_failed", "cannot reach the authority"],
+            ["fetch_failed", "no usable answer from the authority (connection refused"],
         ),
         (f"follow {url} --once --log-key log.pub --state .", 2, ["--state"]),
         (f"follow {url} --once --log-key nope", 2, ["--log-key", "bad_key"]),
@@ -196,4 +196,4 @@ def test_follow_waits_for_an_authority_that_is_down_at_start(
         authority_files.stop()
     assert follower.returncode == 130
     assert err.count("retrying with backoff") == 1, err  # said once per kind of failure
-    assert "fetch_failed: cannot reach the authority" in err and "Traceback" not in err
+    assert "fetch_failed: no usable answer from the authority" in err and "Traceback" not in err

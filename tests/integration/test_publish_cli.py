@@ -137,7 +137,7 @@ def test_an_unreachable_authority_leaves_the_envelope_and_the_command_to_resubmi
     url = f"http://127.0.0.1:{free_port}"
     failed = deplog("publish", "--url", url, *notice_flags(), cwd=workdir)
     assert failed.code == EXIT_NOT_CONFIRMED, failed.stderr
-    assert "cannot reach the authority" in failed.stderr
+    assert "no usable answer from the authority (connection refused" in failed.stderr
     assert "Traceback" not in failed.stderr
     [saved] = (workdir / "out").glob("*.envelope.json")
     assert f"the envelope is saved in {Path('out') / saved.name}" in failed.stderr
