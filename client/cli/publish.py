@@ -15,6 +15,9 @@ Rules (exits: ``EXIT_CODES``):
    ``--log-key``, verifies; otherwise it is kept aside as ``<stem>.tlog-proof.unverified``
    with its reason beside it, and the command exits 4.
 5. Requests follow redirects by ``client.follow.http`` rule 6 only.
+6. A receipt saved, the command prints both paths and points the links
+   ``<publisher>-latest.envelope.json`` and ``<publisher>-latest.tlog-proof`` beside them
+   at them (replaced atomically), so a script names the newest without a glob.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import asyncio
 import functools
 import json
+import os
 import re
 import shlex
 import threading
@@ -87,6 +91,7 @@ EXIT_CODES: Final[dict[int, str]] = {
 HTTP_TIMEOUT: Final = 30.0
 MAX_RESPONSE: Final = 1 << 20
 ENVELOPE_SUFFIX: Final = ".envelope.json"
+RECEIPT_SUFFIX: Final = ".tlog-proof"
 _ERROR_CODE: Final = re.compile(r"[a-z0-9_]{1,64}", re.ASCII)
 # Answers after which the notice may be logged, or will be on a later try.
 _RETRYABLE_STATUSES: Final = frozenset({408, 429})
@@ -437,8 +442,22 @@ def _keep_receipt(
             f"kept aside as {aside}, reason in {aside}.reason",
             EXIT_UNVERIFIED,
         ) from None
-    write_atomic(Path(f"{stem}.tlog-proof"), [answer.body])
+    write_atomic(Path(stem + RECEIPT_SUFFIX), [answer.body])
     return receipt
+
+
+def _link_latest(envelope: Path, receipt: Path, signed: Envelope) -> tuple[Path, Path]:
+    """Point ``<publisher>-latest.*`` beside the files at them (rule 6)."""
+    links = []
+    for target, suffix in ((envelope, ENVELOPE_SUFFIX), (receipt, RECEIPT_SUFFIX)):
+        link = target.with_name(f"{signed.notice.publisher}-latest{suffix}")
+        # a name of this thread's own: publishers may share --out
+        staged = link.with_name(f".{link.name}.{os.getpid()}.{threading.get_ident()}")
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(target.name)
+        staged.replace(link)
+        links.append(link)
+    return links[0], links[1]
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
@@ -454,6 +473,8 @@ def _cmd_publish(args: argparse.Namespace) -> int:
                 "--resubmit sends the saved envelope as it is; drop the other notice flags",
             )
         envelope_path: Path = args.resubmit
+        if envelope_path.is_symlink():  # a -latest link: the envelope it names (rule 6)
+            envelope_path = envelope_path.parent / envelope_path.readlink()
         envelope = _saved(envelope_path)
     else:
         envelope, envelope_path = _prepare(args)
@@ -465,6 +486,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
             raise CLIError(f"not confirmed (unexpected answer {answer.status})", EXIT_NOT_CONFIRMED)
         try:
             receipt = _keep_receipt(stem, answer, envelope, log_key)
+            latest = _link_latest(envelope_path, Path(stem + RECEIPT_SUFFIX), envelope)
         except OSError as err:
             raise CLIError(
                 f"logged, but the receipt cannot be written ({err.strerror})", EXIT_NOT_CONFIRMED
@@ -480,13 +502,15 @@ def _cmd_publish(args: argparse.Namespace) -> int:
             "result": kind.replace(" ", "_"),
             "index": receipt.index,
             "envelope": str(envelope_path),
-            "receipt": f"{stem}.tlog-proof",
+            "receipt": stem + RECEIPT_SUFFIX,
             "verified": log_key is not None,
         }
         print(json.dumps(shape, sort_keys=True))
         return EXIT_OK
     verified = "verified" if log_key is not None else "not verified: pass --log-key"
-    print(f"{kind} at index {receipt.index} ({verified}); receipt: {stem}.tlog-proof")
+    print(f"{kind} at index {receipt.index} ({verified})")
+    print(f"envelope: {envelope_path} (also {latest[0]})")
+    print(f"receipt: {stem}{RECEIPT_SUFFIX} (also {latest[1]})")
     return EXIT_OK
 
 

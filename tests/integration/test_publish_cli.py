@@ -539,8 +539,10 @@ def test_sixteen_threads_publishing_with_one_key_each_get_every_notice_logged_on
     for t in threads:
         t.join()
     assert codes == [EXIT_OK] * 16 * per_thread
-    envelopes = sorted((workdir / "out").glob("*.envelope.json"))
+    envelopes = sorted(p for p in (workdir / "out").glob("*.envelope.json") if not p.is_symlink())
     assert len(envelopes) == 16 * per_thread
+    latest = (workdir / "out" / "acme-latest.envelope.json").resolve()
+    assert latest in {p.resolve() for p in envelopes}  # each thread's link, replaced whole
     leaves = log_leaves(authority)
     logged = [decode_entry(leaf) for leaf in leaves[1:]]
     assert sorted(
@@ -627,7 +629,7 @@ def test_a_notice_whose_message_holds_backslashes_is_followed_replayed_and_brows
     publish_revoke(authority, workdir, "--version", "1.0.0", "--message", message)
     assert_every_verifier_takes_it(authority, workdir, TOOL, 1)
     assert deplog("check", TOOL, "1.0.0", cwd=workdir).code == 5
-    [saved] = (workdir / "out").glob("*.envelope.json")
+    saved = workdir / "out" / "acme-latest.envelope.json"
     assert Envelope.parse(saved.read_bytes()).notice.message == message
     with urllib.request.urlopen(f"{authority.url}/notices/1", timeout=30) as response:
         assert "moved to C:\\users\\shared" in response.read().decode()
