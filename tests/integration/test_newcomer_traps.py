@@ -4,11 +4,15 @@ real authority, each asserting one line on stderr, no traceback and a documented
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from deplog.client.tlog.keyfile import create_signer
 from deplog.client.tlog.note import Signer
@@ -197,3 +201,52 @@ def test_a_bad_tool_id_a_missing_file_and_a_usage_error_exit_2_in_every_command(
         assert status == 2 and status in DOCUMENTED_EXITS, shown
         assert err.startswith(f"{program}") and err.count("\n") == 1, shown
         assert "Traceback" not in err and list(home.iterdir()) == [], shown
+
+
+@contextlib.asynccontextmanager
+async def _web_server(status: int, content_type: str) -> AsyncIterator[str]:
+    """A real HTTP server on 127.0.0.1 answering every GET with ``status``: its URL."""
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(status=status, text="<html></html>", content_type=content_type)
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_fetch_failed_says_which_failure_it_was(
+    authority: AuthorityProcess, home: Path, free_port: int
+) -> None:
+    key = authority.log_verifier.vkey()
+    async with (
+        _web_server(503, "text/plain") as failing,
+        _web_server(200, "text/html") as website,
+    ):
+        cases = {
+            f"http://127.0.0.1:{free_port}": "(connection refused: nothing listens at that",
+            authority.url.replace("http://", "https://"): "(TLS failed: ",
+            failing: "(HTTP 503)",
+            website: "(not a deplog authority: no signed checkpoint at /checkpoint)",
+            authority.url + "/v1": "(not a deplog authority: ",
+        }
+        for url, why in cases.items():
+            argv = ("follow", url, "--once", "--log-key", key, "--tiles", "off")
+            status, err = await asyncio.to_thread(run, "deplog", *argv, cwd=home)
+            assert status == 1 and err.count("\n") == 1, f"{url}: {err}"
+            assert err.startswith("deplog: fetch_failed: no usable answer from the authority ")
+            assert why in err, f"{url}: {err}"
+
+
+def test_follow_prints_its_progress_once(authority: AuthorityProcess, home: Path) -> None:
+    key = authority.log_verifier.vkey()
+    status, err = run("deplog", "follow", authority.url, "--once", "--log-key", key, cwd=home)
+    assert status == 0, err
+    assert err.count("verifying entries: 1/1 entries") == 1, err
