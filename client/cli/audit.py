@@ -60,7 +60,6 @@ from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin
 from deplog.client.tlog.cosignature import TREE_LINES, Cosignature
 from deplog.client.tlog.evidence import CONFLICTING_ROOTS, FAILING_PROOF, read_evidence
-from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import MAX_NOTE_SIZE, encode_base64, parse_note
 from deplog.client.tlog.policy import (
     MAX_POLICY_SIZE,
@@ -359,8 +358,8 @@ def _cmd_map(args: argparse.Namespace) -> int:
     archive = args.dir / "checkpoints"
     if archive.is_dir():
         paths += sorted(p for p in archive.iterdir() if p.is_file())
+    key = read_log_key(args.log_key)
     notes = [read_bounded(path, MAX_NOTE_SIZE) for path in paths]
-    key = read_verifier_key(args.log_key)
     report = audit_map(read_entries(args.dir / "entries"), notes, key, args.origin)
     print(
         f"ok: {len(report.matched)} checkpoints commit to the map of their entries "

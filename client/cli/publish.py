@@ -461,7 +461,7 @@ def _link_latest(envelope: Path, receipt: Path, signed: Envelope) -> tuple[Path,
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
-    """Rules 1 to 4; every failure is a ``CLIError`` with its exit code."""
+    """Rules 1 to 6; every failure is a ``CLIError`` with its exit code."""
     log_key = None if args.log_key is None else read_log_key(args.log_key)
     if log_key is not None:
         _check_log_key_against(args.url, log_key)

@@ -3,7 +3,8 @@
 Rules:
 
 1. ``--log-key`` takes a verifier key or a file holding one (``keys/<origin>.pub``),
-   ``--policy`` a C2SP tlog-policy file; files are read against size limits.
+   ``--policy`` a C2SP tlog-policy file; files are read against size limits. A
+   ``--log-key`` that is neither names the file it was taken for, exit 2.
 2. ``follow`` and ``monitor`` share their arguments and their run (``follow_log``), so
    both read a log, write a state and report a fork the same way.
 3. ``--tiles`` (``open_log``): a URL, ``off`` (the JSON API only), or ``auto``: tiles at
@@ -250,6 +251,7 @@ def add_follow_arguments(parser: argparse.ArgumentParser, default_state: str) ->
 
 
 def _tiles(text: str) -> str:
+    """``--tiles``: auto, off, or a URL checked as every URL flag is."""
     return text if text in (TILES_AUTO, TILES_OFF) else http_url(text)
 
 

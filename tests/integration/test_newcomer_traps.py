@@ -148,6 +148,7 @@ def test_a_mistyped_log_key_file_is_named_in_every_command(
         ("publish", "--url", url, "--key", "acme.key", "--log-key", typo),
         ("verify-receipt", "r.tlog-proof", "--leaf", "leaf", "--log-key", typo),
         ("audit", "replay", "out", "--log-key", typo),
+        ("audit", "map", "out", "--log-key", typo),
     ):
         status, err = run("deplog", *argv, cwd=home)
         assert status == 2 and err.count("\n") == 1, f"{argv}: {err}"
