@@ -28,7 +28,6 @@ from deplog.authority.command import command_parser, key_file, run
 from deplog.authority.config import (
     CONFIG_FILE,
     DEFAULT_ORIGIN,
-    WITNESS_URL_SCHEMES,
     AuthorityConfig,
 )
 from deplog.authority.explorer.config import ExplorerConfig
@@ -52,6 +51,7 @@ from deplog.authority.witnessing import (
 from deplog.client.errors import CLIError
 from deplog.client.model import canonical
 from deplog.client.model.entries import PublisherStatement
+from deplog.client.plumbing.arguments import http_url, listen_port
 from deplog.client.plumbing.files import exclusive_lock, require_writable
 from deplog.client.plumbing.progress import Progress
 from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
@@ -86,7 +86,7 @@ ADMIN_SOCKET = "admin.sock"
 class ServeOptions(Listen):
     """How ``authority serve`` starts: where it listens and what it checks first."""
 
-    port: int = option(DEFAULT_PORT, "listen port")
+    port: int = option(DEFAULT_PORT, "listen port, 0 picks a free one", parse=listen_port)
     verify_on_start: bool = option(
         False,
         "rehash every leaf and subtree before serving, O(n)",
@@ -160,7 +160,10 @@ def init(data: Path, keys: Path, origin: str | None, out: IO[str]) -> Instance:
 def _load_config(data: Path) -> AuthorityConfig:
     config_path = data / CONFIG_FILE
     if not config_path.exists():
-        raise CLIError(f"{data} is not initialized: run 'authority init' first")
+        raise CLIError(
+            f"{data} holds no authority (no {CONFIG_FILE}): give --data the data directory of "
+            "the authority you mean"
+        )
     return AuthorityConfig.load(config_path)
 
 
@@ -452,10 +455,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _cmd_witness_add(args: argparse.Namespace) -> int:
     verifier = Verifier.parse_cosigner(args.key)
-    if not args.url.startswith(WITNESS_URL_SCHEMES):
-        raise CLIError(
-            "--url must start with http:// or https:// (the witness's submission prefix)"
-        )
     if args.tree_lines and verifier.sig_type != SIG_TYPE_COSIGNATURE_V1:
         raise CLIError(
             "--tree-lines applies to Ed25519 (type 0x04) witness keys: an ML-DSA-44 "
@@ -596,7 +595,9 @@ def parser() -> argparse.ArgumentParser:
 
     wsub = group("witness", "configure external witnesses")
     sp = command(wsub, "add", "add an external witness, or change its URL", _cmd_witness_add)
-    sp.add_argument("--url", required=True, help="the witness's submission prefix URL")
+    sp.add_argument(
+        "--url", type=http_url, required=True, help="the witness's submission prefix URL"
+    )
     sp.add_argument(
         "--key",
         required=True,

@@ -3,9 +3,9 @@
 Rules:
 
 1. A command ends in one line on stderr, ``<prog>: <message>``, never a traceback, with
-   an exit status from one table (docs/operators.md, "Exit statuses of authority and
-   witness"): 0 done, 1 refused, 2 usage, 65/73/74/77 storage, 69 unavailable, 141
-   quietly when the output's reader went away.
+   an exit status from the one table of every command (docs/deplog-command.md, "Exit
+   statuses"): 0 done, 1 refused, 2 usage (``Parser``, a file named that leads nowhere),
+   65/73/74/77 storage, 69 unavailable, 141 quietly when the output's reader went away.
 2. A ``DeplogError`` prints its code first, then its sentence: scripts match the code,
    people read the sentence.
 3. A file or directory that cannot be used is named, with its kind's status
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
+from deplog.client.plumbing.arguments import Parser
 from deplog.client.plumbing.files import output_closed
 from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.keyfile import KeyFileError
@@ -32,12 +33,12 @@ __all__ = ["EXIT_REFUSED", "EXIT_USAGE", "command_parser", "key_file", "refusal"
 EXIT_REFUSED = 1
 """A refusal: a stable code with its sentence, or the command's own message."""
 EXIT_USAGE = 2
-"""A flag or argument argparse refused (its own message and status)."""
+"""A flag or argument argparse refused, or a file named that leads nowhere."""
 
 
 def command_parser(prog: str, description: str) -> tuple[argparse.ArgumentParser, Any]:
     """A command's parser with ``--version``, and its subcommands' action."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = Parser(prog=prog, description=description)
     parser.add_argument(
         "--version",
         action="version",

@@ -176,7 +176,6 @@ class ErrorCode(enum.StrEnum):
     # client/cli/audit.py
     MISSING_INPUT = "missing_input"
     FILE_TOO_LARGE = "file_too_large"
-    BAD_URL = "bad_url"
     # authority/http/: requests refused by either server's HTTP layer, then the API's own
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"

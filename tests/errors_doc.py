@@ -79,9 +79,8 @@ status. Codes never carry a submitted value, so they can always be logged or ech
   by the library too: the notice schema's by `deplog publish` before anything is sent,
   `bad_consistency_proof` by `deplog audit consistency`.
 
-Exit statuses are elsewhere: `deplog`'s in
-[deplog-command.md](deplog-command.md#exit-statuses), `authority`'s and `witness`'s in
-[operators.md](operators.md#exit-statuses-of-authority-and-witness), and those of a
+Exit statuses are elsewhere: every command's in one table,
+[deplog-command.md](deplog-command.md#exit-statuses), and those of a
 database that cannot be opened in
 [operators.md](operators.md#when-a-database-cannot-be-opened).
 """

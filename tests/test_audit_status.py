@@ -251,12 +251,12 @@ def test_neither_log_key_nor_policy_is_missing_input(checked: Checked) -> None:
 @pytest.mark.parametrize(
     ("tool_id", "version"), [("org.acme/search", "1.0.0"), (SEARCH, "1.0"), (SEARCH, "v1.0.0")]
 )
-def test_a_tool_id_or_version_that_is_not_one_exits_unknown(
+def test_a_tool_id_or_version_that_is_not_one_is_a_usage_error(
     checked: Checked, proofs: Proofs, tool_id: str, version: str
 ) -> None:
-    status, out, err = checked(tool=tool_id, version=version, proof=proofs.json[SEARCH])
-    assert (status, out) == (7, "")
-    assert err.startswith("deplog audit status: unknown: bad_")
+    with pytest.raises(SystemExit) as usage:  # argparse refuses it, as in every command
+        checked(tool=tool_id, version=version, proof=proofs.json[SEARCH])
+    assert usage.value.code == 2
 
 
 def test_a_proof_file_over_the_bound_is_refused_unread(

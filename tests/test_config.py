@@ -241,7 +241,7 @@ def test_witness_add_on_an_uninitialized_directory_says_so(
         "--url", "https://b.witness.example/", "--key", WITNESS_B,
     )  # fmt: skip
     assert added == 1
-    assert "is not initialized" in capsys.readouterr().err
+    assert "holds no authority" in capsys.readouterr().err
     assert not (data / CONFIG_FILE).exists()
 
 

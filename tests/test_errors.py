@@ -148,8 +148,8 @@ Main = Callable[[Sequence[str] | None], int]
             ["status", "tool:org.acme/search", "--state", "{tmp}/none.db"],
             "deplog: {tmp}/none.db: no such state file",
         ),
-        (authority_cli.main, ["check", "--data", "{tmp}"], "authority: {tmp} is not initialized"),
-        (witness_cli.main, ["list-logs", "--data", "{tmp}"], "witness: {tmp} is not initialized"),
+        (authority_cli.main, ["check", "--data", "{tmp}"], "authority: {tmp} holds no authority"),
+        (witness_cli.main, ["list-logs", "--data", "{tmp}"], "witness: {tmp} holds no witness"),
     ],
     ids=["deplog", "authority", "witness"],
 )

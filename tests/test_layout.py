@@ -441,3 +441,18 @@ def test_the_architecture_layout_names_every_sub_package() -> None:
         directory = package.removeprefix("deplog.").split(".")
         label = f"{directory[-1]}/" if len(directory) > 1 else f"{directory[0]}/"
         assert label in layout, f"docs/architecture.md Layout lacks {package}"
+
+
+@pytest.mark.slow
+def test_building_the_package_prints_no_setuptools_warning(tmp_path: Path) -> None:
+    """What ``pip install .`` builds, built with a current pip and setuptools: the explorer's
+    asset folders are package data, not packages setuptools would warn about."""
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    output = built.stdout + built.stderr
+    assert "Warning" not in output, [line for line in output.splitlines() if "Warning" in line]

@@ -553,7 +553,7 @@ def test_audit_tools_refuses_what_is_no_listing_in_one_line(
 
 def test_audit_tools_names_a_missing_file(audited: Audited, tmp_path: Path) -> None:
     status, out, err = audited(listing=tmp_path / "nowhere.json")
-    assert (status, out) == (1, "")
+    assert (status, out) == (2, "")
     assert len(err.splitlines()) == 1 and "nowhere.json" in err
 
 

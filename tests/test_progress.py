@@ -23,13 +23,21 @@ class _Terminal(io.StringIO):
 def test_off_a_terminal_prints_at_most_one_line_per_interval_and_a_last_one() -> None:
     stream, clock = io.StringIO(), _Clock()
     with Progress("sync", stream=stream, interval=10.0, clock=clock) as progress:
-        for done in range(0, 1001, 100):
-            clock.now = done / 50  # 0 .. 20 s
+        for done in range(0, 901, 100):
+            clock.now = done / 50  # 0 .. 18 s
             progress.update(done, 1000)
+        progress.update(1000, 1000)
     lines = stream.getvalue().splitlines()
     assert lines[0].startswith("sync: 0/1000 entries")
     assert lines[-1].startswith("sync: 1000/1000 entries")
-    assert len(lines) == 4  # at 0 s, 10 s, 20 s and the closing line
+    assert len(lines) == 3  # at 0 s, 10 s and the closing line
+
+
+def test_the_closing_line_never_repeats_the_last_one() -> None:
+    stream = io.StringIO()
+    with Progress("sync", stream=stream) as progress:
+        progress.update(1, 1)  # the first line, already the whole work
+    assert stream.getvalue().count("sync: 1/1 entries") == 1
 
 
 def test_a_line_states_rate_and_time_left() -> None:

@@ -116,7 +116,8 @@ def test_an_os_error_is_classified_by_its_errno(tmp_path: Path, number: int, kin
         (errno.EROFS, 77),
         (errno.ENOSPC, 73),
         (errno.EIO, 74),
-        (errno.ENOTDIR, 1),
+        (errno.ENOTDIR, 2),  # a path that leads nowhere: a usage error, as in every command
+        (errno.EBUSY, 1),
     ],
 )
 def test_an_unusable_file_is_one_line_naming_it_with_its_kinds_status(

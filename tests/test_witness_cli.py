@@ -74,7 +74,7 @@ def test_an_unusable_data_directory_is_one_line_without_a_traceback(
         args = ["init", "--data", str(missing / "data"), "--keys", str(tmp_path / "keys")]
         if prog == "witness":
             args += ["--name", "w.example/w"]
-        assert main_(args) == 1
+        assert main_(args) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err
         assert err.startswith(f"{prog}: cannot use {missing / 'data'}")

@@ -31,6 +31,7 @@ from deplog.authority.witness.core import Witness, WitnessState, parse_logs_file
 from deplog.authority.witness.mapverify import MapVerifier, http_entries
 from deplog.authority.witness.server import build_app, render_error
 from deplog.client.errors import CLIError
+from deplog.client.plumbing.arguments import http_url, listen_port
 from deplog.client.plumbing.files import exclusive_lock, require_writable, write_atomic
 from deplog.client.tlog.cosignature import ALGORITHMS
 from deplog.client.tlog.keyfile import create_signer, is_key_file_stem, key_file_name, load_signer
@@ -65,7 +66,7 @@ LOCK_FILE = "witness.lock"
 class ServeOptions(Listen):
     """Where ``witness serve`` listens."""
 
-    port: int = option(DEFAULT_PORT, "listen port, 0 picks a free one")
+    port: int = option(DEFAULT_PORT, "listen port, 0 picks a free one", parse=listen_port)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,10 @@ def init(
 def _read_config(data: Path) -> WitnessConfig:
     config_path = data / CONFIG_FILE
     if not config_path.exists():
-        raise CLIError(f"{data} is not initialized: run 'witness init' first")
+        raise CLIError(
+            f"{data} holds no witness (no {CONFIG_FILE}): give --data the data directory of the "
+            "witness you mean, or make one with 'witness init'"
+        )
     try:
         raw = json.loads(config_path.read_bytes())
     except (ValueError, RecursionError):
@@ -139,11 +143,7 @@ def _read_config(data: Path) -> WitnessConfig:
 
 def _add_logs_from_file(state: WitnessState, path: Path, out: IO[str]) -> None:
     """Trust every ``log <vkey>`` line of a tlog-policy file."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise CLIError(f"cannot read {path}: {err.strerror}") from None
-    for verifier in parse_logs_file(text):
+    for verifier in parse_logs_file(path.read_text()):
         _, added = state.add_log(verifier.vkey(), int(time.time()))
         print(f"{'added' if added else 'known'} log {verifier.name}", file=out)
 
@@ -284,6 +284,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--logs", type=Path, help="tlog-policy file of logs to trust at startup")
     sp.add_argument(
         "--verify-map",
+        type=http_url,
         metavar="URL",
         help="cosign only checkpoints whose deplog-map/v1 root this witness reproduced from "
         "the log's entries at URL (run it under its own name and key)",

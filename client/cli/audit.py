@@ -53,9 +53,8 @@ from deplog.client.map.proof import MapProof, MapProofDocument, verify_tool_stat
 from deplog.client.model import canonical
 from deplog.client.model.canonical import JSONFormatError
 from deplog.client.model.entries import MAX_ENTRY_BYTES, NoticeEntry, decode_entry, encode_entry
-from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_id
+from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope
 from deplog.client.model.rules import InvalidEntry
-from deplog.client.model.semver import Version
 from deplog.client.plumbing.progress import Progress
 from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint, check_origin
@@ -67,7 +66,6 @@ from deplog.client.tlog.evidence import (
     MAP_MISMATCH,
     read_evidence,
 )
-from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import MAX_NOTE_SIZE, encode_base64, parse_note
 from deplog.client.tlog.policy import (
     MAX_POLICY_SIZE,
@@ -323,8 +321,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         raise AuditInputError(
             ErrorCode.MISSING_INPUT, "give DIR, or --checkpoint FILE and --entries FILE"
         )
-    note = read_bounded(checkpoint_path, MAX_NOTE_SIZE)
     log_key = read_log_key(args.log_key)
+    note = read_bounded(checkpoint_path, MAX_NOTE_SIZE)
     if args.entries is None and not entries_path.exists() and (args.dir / "tile").is_dir():
         leaves: Iterator[bytes] = tiles_dir_leaves(args.dir, note)  # a mirrored tiles directory
     else:
@@ -369,8 +367,8 @@ def _cmd_map(args: argparse.Namespace) -> int:
     archive = args.dir / "checkpoints"
     if archive.is_dir():
         paths += sorted(p for p in archive.iterdir() if p.is_file())
+    key = read_log_key(args.log_key)
     notes = [read_bounded(path, MAX_NOTE_SIZE) for path in paths]
-    key = read_verifier_key(args.log_key)
     report = audit_map(read_entries(args.dir / "entries"), notes, key, args.origin)
     print(
         f"ok: {len(report.matched)} checkpoints commit to the map of their entries "
@@ -387,12 +385,6 @@ def _read_input(path: str, limit: int) -> bytes:
 def _cmd_status(args: argparse.Namespace) -> int:
     if args.max_age is not None and args.policy is None:
         raise CLIError("--max-age needs --policy: only witness cosignatures date a checkpoint", 2)
-    try:
-        parse_tool_id(args.tool_id)
-        Version.parse(args.version)
-    except DeplogError as err:
-        print(f"deplog audit status: unknown: {err.code}; {SENTENCES[err.code]}", file=sys.stderr)
-        return verdicts.EXIT_UNKNOWN
     at = verdicts.time_flag("--at", args.at)
     proof = _read_input(args.proof, MAX_MAP_PROOF_FILE)
     document = MapProofDocument.parse(proof) if proof[:1] == b"{" else None
@@ -645,16 +637,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "  1  not proven: the proof, the checkpoint or a signature does not verify\n"
         "  2  a usage error\n"
         f"  {verdicts.EXIT_REFUSE}  proven: revoked or sunset (refuse)\n"
-        f"  {verdicts.EXIT_STALE}  stale: the witness quorum cosigned longer ago than --max-age\n"
-        f"  {verdicts.EXIT_UNKNOWN}  unknown: not a deplog tool id or version"
+        f"  {verdicts.EXIT_STALE}  stale: the witness quorum cosigned longer ago than --max-age"
     )
     sp.add_argument(
         "proof",
         metavar="PROOF",
         help="GET /v1/tools/{tool_id}/proof's answer, JSON or binary (- reads standard input)",
     )
-    sp.add_argument("tool_id", metavar="TOOL_ID", help="tool:<namespace>/<name>")
-    sp.add_argument("version", metavar="VERSION", help="a SemVer version, e.g. 1.2.0")
+    sp.add_argument(
+        "tool_id", metavar="TOOL_ID", type=verdicts.tool_id, help="tool:<namespace>/<name>"
+    )
+    sp.add_argument(
+        "version", metavar="VERSION", type=verdicts.version, help="a SemVer version, e.g. 1.2.0"
+    )
     sp.add_argument(
         "--checkpoint",
         type=Path,

@@ -11,14 +11,12 @@ tiles (``client.audit.tiledir``). Rules:
    so an interrupted export never pairs a new checkpoint with old entries.
 2. With ``--log-key`` the checkpoint's signature is verified before anything is
    written; without, the copy is only self-consistent, and the output says so.
-3. A URL that is not http(s) is ``ExportError`` ``bad_url``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -27,25 +25,20 @@ from deplog.client.audit.offline import audit_checkpoint
 from deplog.client.audit.tiledir import MirrorReport, mirror_tiles
 from deplog.client.cli.audit import counting, describe, guarded, result
 from deplog.client.cli.trust import read_log_key
-from deplog.client.errors import CLIError, DeplogError, ErrorCode
+from deplog.client.errors import CLIError, ErrorCode
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.source import PAGE_SIZE, LogSource, fetch_page
 from deplog.client.follow.tiles import TilesLogSource
+from deplog.client.plumbing.arguments import http_url
 from deplog.client.plumbing.files import write_atomic
 from deplog.client.plumbing.progress import Progress
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import Verifier, parse_note
 from deplog.client.tlog.proofs import TreeFrontier, TreeMismatchError, leaf_hash
 
-__all__ = ["ExportError", "export", "mirror", "register"]
+__all__ = ["export", "mirror", "register"]
 
 _UNVERIFIED = "root checked, signature not verified: pass --log-key"
-
-
-class ExportError(DeplogError):
-    """An authority URL export cannot use (rule 3)."""
-
-    code = ErrorCode.BAD_URL
 
 
 def export(
@@ -55,9 +48,6 @@ def export(
     on_progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Checkpoint, bool]:
     """Copy the log at ``url`` into ``out`` (rules 1, 2); whether its signature was verified."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ExportError(ErrorCode.BAD_URL, "the authority URL must be http or https")
     with asyncio.Runner() as runner:
         source = HttpLogSource(url)
         try:
@@ -93,10 +83,7 @@ def _leaves_under(
 
 def mirror(url: str, out: Path, log_key: Verifier | None) -> tuple[MirrorReport, bool]:
     """Mirror the tlog-tiles at ``url`` into the tiles directory ``out``, resumably (rule 2)."""
-    try:
-        source = TilesLogSource(url)
-    except ValueError:
-        raise ExportError(ErrorCode.BAD_URL, "the tiles URL must be http or https") from None
+    source = TilesLogSource(url)
 
     async def run() -> MirrorReport:
         async with source:
@@ -141,7 +128,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``export`` to ``deplog``."""
     sp = subparsers.add_parser("export", help="download a log for offline audit")
-    sp.add_argument("url", help="authority base URL")
+    sp.add_argument("url", type=http_url, help="authority base URL")
     where = sp.add_mutually_exclusive_group(required=True)
     where.add_argument("--out", type=Path, help="directory to write (checkpoint, entries)")
     where.add_argument(
@@ -149,7 +136,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=Path,
         help="mirror the log's C2SP tlog-tiles into this directory instead (resumable)",
     )
-    sp.add_argument("--tiles", help="with --tiles-dir: where the tiles are (default: the URL)")
+    sp.add_argument(
+        "--tiles", type=http_url, help="with --tiles-dir: where the tiles are (default: the URL)"
+    )
     sp.add_argument("--log-key", help="log verifier key, or a file holding it")
     sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     sp.set_defaults(func=guarded("export", _cmd_export))

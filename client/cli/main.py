@@ -43,6 +43,7 @@ from deplog.client.follow.state import StateError
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry, encode_entry
 from deplog.client.model.notice import Envelope, parse_publisher_id
+from deplog.client.plumbing.arguments import Parser, http_url
 from deplog.client.plumbing.files import output_closed
 from deplog.client.plumbing.progress import Progress
 from deplog.client.plumbing.storage_faults import file_fault
@@ -84,6 +85,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify_receipt(args: argparse.Namespace) -> int:
+    log_key = None if args.log_key is None else read_log_key(args.log_key)
     receipt = Receipt.parse(args.receipt.read_bytes())
     if args.envelope is not None:
         leaf = encode_entry(
@@ -95,14 +97,14 @@ def _cmd_verify_receipt(args: argparse.Namespace) -> int:
     else:
         raise CLIError("give the logged data: --envelope FILE or --leaf FILE", 2)
     if args.policy is None:
-        if args.log_key is None:
+        if log_key is None:
             raise CLIError("give the log key (--log-key) or a witness policy (--policy FILE)", 2)
-        checkpoint = verify_receipt(receipt, leaf, read_log_key(args.log_key))
+        checkpoint = verify_receipt(receipt, leaf, log_key)
         print(f"ok: entry {receipt.index} is in {checkpoint.origin} at tree size {checkpoint.size}")
         return 0
     policy = Policy.parse(read_bounded(args.policy, MAX_POLICY_SIZE))
-    if args.log_key is not None:  # then the only log accepted, as for deplog audit
-        policy = replace(policy, logs=(PolicyLog(read_log_key(args.log_key)),))
+    if log_key is not None:  # then the only log accepted, as for deplog audit
+        policy = replace(policy, logs=(PolicyLog(log_key),))
     verified = verify_receipt_with_policy(receipt, leaf, policy, now=time.time())
     where = f"{verified.checkpoint.origin} at tree size {verified.checkpoint.size}"
     lines = auditcli.with_policy(
@@ -273,14 +275,14 @@ def _version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="deplog",
         description="Publish and verify deplog deprecation notices.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_EXIT_EPILOG,
     )
     p.add_argument("--version", action="version", version=f"deplog {_version()}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub: Any = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sp = sub.add_parser("keygen", help="create a publisher key pair")
     sp.add_argument(
@@ -317,7 +319,7 @@ def parser() -> argparse.ArgumentParser:
             "authority is unreachable, also at start-up; --once fails at once."
         ),
     )
-    sp.add_argument("url", help="authority base URL")
+    sp.add_argument("url", type=http_url, help="authority base URL")
     add_follow_arguments(sp, DEFAULT_STATE)
     add_tiles_argument(sp)
     sp.add_argument(
@@ -336,8 +338,13 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_EXIT_EPILOG,
     )
-    sp.add_argument("tool_id", help="tool:<namespace>/<name>")
-    sp.add_argument("version", nargs="?", help="a SemVer version (default: every known one)")
+    sp.add_argument("tool_id", type=verdicts.tool_id, help="tool:<namespace>/<name>")
+    sp.add_argument(
+        "version",
+        nargs="?",
+        type=verdicts.version,
+        help="a SemVer version (default: every known one)",
+    )
     verdicts.add_state_arguments(sp, DEFAULT_STATE)
     sp.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     sp.set_defaults(func=_cmd_status)
@@ -406,7 +413,7 @@ _EXIT_EPILOG = (
     "  2  a usage error\n"
     f"  {verdicts.EXIT_REFUSE}  an entry must be refused (revoked, sunset, schema mismatch)\n"
     f"  {verdicts.EXIT_STALE}  stale: the state is older than --max-age; run deplog follow\n"
-    f"  {verdicts.EXIT_UNKNOWN}  unknown (check): not a deplog tool id or version"
+    f"  {verdicts.EXIT_UNKNOWN}  unknown: the log holds entries about the tool that fail validation"
 )
 
 

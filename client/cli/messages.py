@@ -7,8 +7,11 @@ Rules:
    through :func:`explain`, so one condition reads the same in every command.
 2. A sentence says what is wrong and, where a flag or command fixes it, which one.
    It never contains a submitted value: like the codes, it can always be echoed.
-3. Conditions that are not a ``DeplogError`` but recur across commands (an
-   unreachable authority, a missing state file) have one wording here too.
+3. Conditions that are not a ``DeplogError`` but recur across commands (a missing state
+   file) have one wording here too.
+4. ``fetch_failed`` also says which failure it was, from its value-free message
+   (``client.follow.http`` rule 1): ``fetch_failed: no usable answer from the authority
+   (connection refused: ...); check the URL, or try again later``.
 """
 
 from __future__ import annotations
@@ -22,13 +25,11 @@ from deplog.client.model.notice import REASONS
 __all__ = [
     "NO_STATE_YET",
     "SENTENCES",
-    "UNREACHABLE",
     "explain",
     "explain_code",
 ]
 
-UNREACHABLE: Final = "cannot reach the authority (check the URL, or try again later)"
-"""The one wording for an authority that does not answer, in every command."""
+_NO_ANSWER: Final = "no usable answer from the authority"
 
 NO_STATE_YET: Final = "no verified state yet: run deplog follow URL --once first"
 """The one wording for a read-only command given a state file that does not exist."""
@@ -190,7 +191,7 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     ),
     _E.KEY_PERMISSIONS: "the private key file is readable by others: run chmod 600 on it",
     _E.KEY_MALFORMED: "the file does not hold a private key (PRIVATE+KEY+...)",
-    _E.FETCH_FAILED: UNREACHABLE + ", or it answered an HTTP error",
+    _E.FETCH_FAILED: f"{_NO_ANSWER}; check the URL, or try again later",
     _E.RESPONSE_TOO_LARGE: "the authority's answer is over its size bound",
     _E.BAD_RESPONSE: "the authority's answer is not what was asked",
     _E.REDIRECT_REFUSED: (
@@ -225,7 +226,6 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     _E.CONFLICTING_CHECKPOINTS: "two genuine checkpoints of one size have different roots",
     _E.MISSING_INPUT: "the command lacks an input it needs (see its --help)",
     _E.FILE_TOO_LARGE: "an input file is over its size bound",
-    _E.BAD_URL: "the authority URL must be http(s)://host[:port]",
     _E.NOT_FOUND: "the server has no such resource",
     _E.METHOD_NOT_ALLOWED: "the server does not allow that method there",
     _E.REQUEST_TIMEOUT: "the server timed out reading the request: try again",
@@ -283,6 +283,8 @@ def explain_code(code: str) -> str:
 def explain(err: DeplogError) -> str:
     """``<code>: <sentence>``, plus the first bad index where the error names one."""
     text = f"{err.code}: {SENTENCES[err.code]}"
+    if err.code == ErrorCode.FETCH_FAILED and str(err):  # rule 4
+        text = text.replace(_NO_ANSWER, f"{_NO_ANSWER} ({err})", 1)
     index = getattr(err, "index", None)
     if isinstance(index, int):
         text += f" (at index {index})"

@@ -32,6 +32,7 @@ from deplog.client.follow.monitor import (
     parse_key_id,
 )
 from deplog.client.model.notice import parse_namespace
+from deplog.client.plumbing.arguments import http_url
 from deplog.client.plumbing.progress import Progress
 from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import Verifier
@@ -122,7 +123,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             f"or its publisher. With --once: exit 0 if none, {EXIT_EVENTS} if any."
         ),
     )
-    sp.add_argument("url", help="authority base URL")
+    sp.add_argument("url", type=http_url, help="authority base URL")
     sp.add_argument("--namespace", type=_namespace, required=True, help="the namespace to watch")
     sp.add_argument(
         "--key-id",

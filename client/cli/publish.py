@@ -7,13 +7,17 @@ Rules (exits: ``EXIT_CODES``):
    answers), so a wrong key is caught before the notice is logged.
 2. The signed envelope is written to ``--out`` atomically (0644: it is public) before
    the POST, as ``<publisher>-<sequence>.envelope.json``, and never overwritten.
-3. Every failure after that prints where the envelope is and the exact ``--resubmit``
-   command. A resubmission posts the same bytes, which the authority answers with the
-   original receipt, so a notice is never logged twice.
+3. Every failure after that prints where the envelope is and, unless the refusal is
+   permanent (exit 1: a 4xx answer other than 408 and 429, a redirect not followed), the
+   exact ``--resubmit`` command. A resubmission posts the same bytes, which the authority
+   answers with the original receipt, so a notice is never logged twice.
 4. A receipt is saved as ``<stem>.tlog-proof`` only once it parses and, with
    ``--log-key``, verifies; otherwise it is kept aside as ``<stem>.tlog-proof.unverified``
    with its reason beside it, and the command exits 4.
 5. Requests follow redirects by ``client.follow.http`` rule 6 only.
+6. A receipt saved, the command prints both paths and points the links
+   ``<publisher>-latest.envelope.json`` and ``<publisher>-latest.tlog-proof`` beside them
+   at them (replaced atomically), so a script names the newest without a glob.
 """
 
 from __future__ import annotations
@@ -22,11 +26,11 @@ import argparse
 import asyncio
 import functools
 import json
+import os
 import re
 import shlex
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +38,10 @@ from typing import Any, Final
 
 import aiohttp
 
-from deplog.client.cli.messages import UNREACHABLE, explain, explain_code
-from deplog.client.cli.trust import served_checkpoint
+from deplog.client.cli.messages import explain, explain_code
+from deplog.client.cli.trust import read_log_key, served_checkpoint
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
-from deplog.client.follow.http import HttpClient
+from deplog.client.follow.http import HttpClient, unreachable
 from deplog.client.follow.source import FetchError
 from deplog.client.model.entries import NoticeEntry, encode_entry
 from deplog.client.model.notice import (
@@ -53,9 +57,10 @@ from deplog.client.model.notice import (
     parse_tool_id,
     parse_version,
 )
+from deplog.client.plumbing.arguments import http_url
 from deplog.client.plumbing.files import write_atomic
 from deplog.client.tlog.checkpoint import open_checkpoint
-from deplog.client.tlog.keyfile import load_signer, read_verifier_key
+from deplog.client.tlog.keyfile import load_signer
 from deplog.client.tlog.note import Signer, Verifier
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from deplog.client.tlog.timestamps import now_timestamp
@@ -86,6 +91,7 @@ EXIT_CODES: Final[dict[int, str]] = {
 HTTP_TIMEOUT: Final = 30.0
 MAX_RESPONSE: Final = 1 << 20
 ENVELOPE_SUFFIX: Final = ".envelope.json"
+RECEIPT_SUFFIX: Final = ".tlog-proof"
 _ERROR_CODE: Final = re.compile(r"[a-z0-9_]{1,64}", re.ASCII)
 # Answers after which the notice may be logged, or will be on a later try.
 _RETRYABLE_STATUSES: Final = frozenset({408, 429})
@@ -195,21 +201,6 @@ def _load_key(path: Path) -> Signer:
         raise _usage("--key", f"{err.code}: {path}: {why}") from None
 
 
-def _log_key(value: str | None) -> Verifier | None:
-    if value is None:
-        return None
-    try:
-        return read_verifier_key(value)
-    except DeplogError as err:
-        raise _usage(
-            "--log-key",
-            f"{err.code}: give the log's verifier key (name+hex8+base64) "
-            "or a file holding it, such as the authority's keys/<origin>.pub",
-        ) from None
-    except OSError as err:
-        raise _usage("--log-key", f"cannot read {value}: {err.strerror}") from None
-
-
 def _check_log_key_against(url: str, log_key: Verifier) -> None:
     """Rule 1's check of ``--log-key`` (an unreachable authority leaves it to the receipt)."""
     try:
@@ -226,12 +217,6 @@ def _check_log_key_against(url: str, log_key: Verifier) -> None:
             f"{err.code}: the checkpoint the authority at --url serves does not verify with "
             "this key; give that log's verifier key (its keys/<origin>.pub)",
         ) from None
-
-
-def _check_url(url: str) -> None:
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise _usage("--url", "bad_url: give the authority's base URL, http(s)://host[:port]")
 
 
 def _notice(args: argparse.Namespace, signer: Signer) -> Notice:
@@ -411,8 +396,8 @@ def _post(url: str, envelope: Envelope) -> _Answer:
         answer, retry_after = asyncio.run(_send(url, envelope.canonical_bytes()))
     except FetchError as err:  # a redirect it does not follow: nothing was logged there
         raise CLIError(f"not logged: {explain(err)}", EXIT_REFUSED) from None
-    except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
-        raise CLIError(f"not confirmed: {UNREACHABLE}", EXIT_NOT_CONFIRMED) from None
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as err:
+        raise CLIError(f"not confirmed: {explain(unreachable(err))}", EXIT_NOT_CONFIRMED) from None
     if answer.status < 300:
         return answer
     try:
@@ -457,14 +442,27 @@ def _keep_receipt(
             f"kept aside as {aside}, reason in {aside}.reason",
             EXIT_UNVERIFIED,
         ) from None
-    write_atomic(Path(f"{stem}.tlog-proof"), [answer.body])
+    write_atomic(Path(stem + RECEIPT_SUFFIX), [answer.body])
     return receipt
 
 
+def _link_latest(envelope: Path, receipt: Path, signed: Envelope) -> tuple[Path, Path]:
+    """Point ``<publisher>-latest.*`` beside the files at them (rule 6)."""
+    links = []
+    for target, suffix in ((envelope, ENVELOPE_SUFFIX), (receipt, RECEIPT_SUFFIX)):
+        link = target.with_name(f"{signed.notice.publisher}-latest{suffix}")
+        # a name of this thread's own: publishers may share --out
+        staged = link.with_name(f".{link.name}.{os.getpid()}.{threading.get_ident()}")
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(target.name)
+        staged.replace(link)
+        links.append(link)
+    return links[0], links[1]
+
+
 def _cmd_publish(args: argparse.Namespace) -> int:
-    """Rules 1 to 4; every failure is a ``CLIError`` with its exit code."""
-    _check_url(args.url)
-    log_key = _log_key(args.log_key)
+    """Rules 1 to 6; every failure is a ``CLIError`` with its exit code."""
+    log_key = None if args.log_key is None else read_log_key(args.log_key)
     if log_key is not None:
         _check_log_key_against(args.url, log_key)
     if args.resubmit is not None:
@@ -475,6 +473,8 @@ def _cmd_publish(args: argparse.Namespace) -> int:
                 "--resubmit sends the saved envelope as it is; drop the other notice flags",
             )
         envelope_path: Path = args.resubmit
+        if envelope_path.is_symlink():  # a -latest link: the envelope it names (rule 6)
+            envelope_path = envelope_path.parent / envelope_path.readlink()
         envelope = _saved(envelope_path)
     else:
         envelope, envelope_path = _prepare(args)
@@ -486,29 +486,31 @@ def _cmd_publish(args: argparse.Namespace) -> int:
             raise CLIError(f"not confirmed (unexpected answer {answer.status})", EXIT_NOT_CONFIRMED)
         try:
             receipt = _keep_receipt(stem, answer, envelope, log_key)
+            latest = _link_latest(envelope_path, Path(stem + RECEIPT_SUFFIX), envelope)
         except OSError as err:
             raise CLIError(
                 f"logged, but the receipt cannot be written ({err.strerror})", EXIT_NOT_CONFIRMED
             ) from None
     except CLIError as failure:
-        raise CLIError(
-            f"{failure.message}; the envelope is saved in {envelope_path}; resubmit it with: "
-            f"{_resubmit_command(envelope_path, args)}",
-            failure.exit_status,
-        ) from None
+        kept = f"{failure.message}; the envelope is saved in {envelope_path}"
+        if failure.exit_status != EXIT_REFUSED:
+            kept += f"; resubmit it with: {_resubmit_command(envelope_path, args)}"
+        raise CLIError(kept, failure.exit_status) from None
     kind = "logged" if answer.status == 201 else "already logged"
     if args.json:
         shape = {
             "result": kind.replace(" ", "_"),
             "index": receipt.index,
             "envelope": str(envelope_path),
-            "receipt": f"{stem}.tlog-proof",
+            "receipt": stem + RECEIPT_SUFFIX,
             "verified": log_key is not None,
         }
         print(json.dumps(shape, sort_keys=True))
         return EXIT_OK
     verified = "verified" if log_key is not None else "not verified: pass --log-key"
-    print(f"{kind} at index {receipt.index} ({verified}); receipt: {stem}.tlog-proof")
+    print(f"{kind} at index {receipt.index} ({verified})")
+    print(f"envelope: {envelope_path} (also {latest[0]})")
+    print(f"receipt: {stem}{RECEIPT_SUFFIX} (also {latest[1]})")
     return EXIT_OK
 
 
@@ -527,7 +529,9 @@ def register(sub: Any) -> None:
         ),
         epilog=f"exit codes:\n{codes}",
     )
-    sp.add_argument("--url", required=True, help="authority base URL, http(s)://host[:port]")
+    sp.add_argument(
+        "--url", type=http_url, required=True, help="authority base URL, http(s)://host[:port]"
+    )
     sp.add_argument(
         "--resubmit",
         type=Path,

@@ -3,7 +3,8 @@
 Rules:
 
 1. ``--log-key`` takes a verifier key or a file holding one (``keys/<origin>.pub``),
-   ``--policy`` a C2SP tlog-policy file; files are read against size limits.
+   ``--policy`` a C2SP tlog-policy file; files are read against size limits. A
+   ``--log-key`` that is neither names the file it was taken for, exit 2.
 2. ``follow`` and ``monitor`` share their arguments and their run (``follow_log``), so
    both read a log, write a state and report a fork the same way.
 3. ``--tiles`` (``open_log``): a URL, ``off`` (the JSON API only), or ``auto``: tiles at
@@ -32,6 +33,7 @@ from deplog.client.follow.source import LogSource
 from deplog.client.follow.state import DEFAULT_MEMORY_BUDGET_MIB, StateError
 from deplog.client.follow.tiles import TilesLogSource, publishes_tiles
 from deplog.client.follow.trust import ForkError, SuspectedForkError
+from deplog.client.plumbing.arguments import http_url
 from deplog.client.plumbing.storage_faults import (
     CORRUPT,
     StorageFault,
@@ -80,8 +82,13 @@ def read_log_key(value: str, flag: str = "--log-key") -> Verifier:
     try:
         return read_verifier_key(value)
     except DeplogError as err:
+        what = str(err.code)
+        if Path(value).exists():
+            what = f"{value} holds no verifier key ({err.code})"
+        elif value.count("+") < 2:  # not a key's name+hex+base64: meant as a file
+            what = f"{value}: no such file, nor a key ({err.code})"
         raise CLIError(
-            f"{flag}: {err.code}: give the log's verifier key (<name>+<8 hex>+<base64>) or "
+            f"{flag}: {what}: give the log's verifier key (<name>+<8 hex>+<base64>) or "
             "a file holding it, such as the authority's keys/<origin>.pub",
             2,
         ) from None
@@ -243,10 +250,16 @@ def add_follow_arguments(parser: argparse.ArgumentParser, default_state: str) ->
     )
 
 
+def _tiles(text: str) -> str:
+    """``--tiles``: auto, off, or a URL checked as every URL flag is."""
+    return text if text in (TILES_AUTO, TILES_OFF) else http_url(text)
+
+
 def add_tiles_argument(parser: argparse.ArgumentParser) -> None:
     """``--tiles URL|auto|off`` (rule 3)."""
     parser.add_argument(
         "--tiles",
+        type=_tiles,
         default=TILES_AUTO,
         metavar="URL|auto|off",
         help="read the log's C2SP tlog-tiles from URL (a CDN, a mirror); auto (default): "
@@ -264,10 +277,7 @@ async def open_log(
         if tiles == TILES_OFF:
             yield api, None
             return
-        try:
-            source = TilesLogSource(url if tiles == TILES_AUTO else tiles, timeout=timeout)
-        except ValueError:
-            raise CLIError("--tiles takes an http or https URL, auto or off") from None
+        source = TilesLogSource(url if tiles == TILES_AUTO else tiles, timeout=timeout)
         await stack.enter_async_context(source)
         if tiles == TILES_AUTO and not await publishes_tiles(source):
             yield api, None

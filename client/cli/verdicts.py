@@ -22,6 +22,7 @@ import asyncio
 import json
 import sqlite3
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
@@ -33,14 +34,15 @@ from deplog.client.cache.guard import (
     ProcessedThrough,
     Verdict,
 )
-from deplog.client.cli.messages import NO_STATE_YET, explain
+from deplog.client.cli.messages import NO_STATE_YET, SENTENCES, explain
 from deplog.client.cli.trust import load_trust, positive_seconds, served_checkpoint, state_fault
 from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.light import LightVerifier
 from deplog.client.follow.source import FetchError
 from deplog.client.follow.state import LocalState, TrustedCheckpoint
-from deplog.client.model.notice import parse_timestamp
+from deplog.client.model.notice import parse_timestamp, parse_tool_id, parse_version
+from deplog.client.plumbing.arguments import http_url
 from deplog.client.plumbing.files import write_atomic
 from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint
@@ -207,7 +209,9 @@ def add_state_arguments(parser: argparse.ArgumentParser, default_state: str) -> 
     )
     parser.add_argument(
         "--url",
-        help="authority base URL: warn on stderr when the state is behind it (never fails)",
+        type=http_url,
+        help="authority base URL: warn on stderr when the state is behind it (an authority "
+        "that does not answer never fails the command)",
     )
 
 
@@ -302,6 +306,25 @@ def _write_proof(path: Path, decision: Decision) -> None:
         raise CLIError(f"--proof: {fault.message}", fault.exit_status) from None
 
 
+def _checked(parse: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse type: the text if the model's ``parse`` takes it, else a usage error."""
+
+    def check(text: str) -> str:
+        try:
+            parse(text)
+        except DeplogError as err:
+            raise argparse.ArgumentTypeError(f"{err.code}: {SENTENCES[err.code]}") from None
+        return text
+
+    return check
+
+
+tool_id = _checked(parse_tool_id)
+"""``tool:<namespace>/<name>`` on a command line; anything else is a usage error (exit 2)."""
+version = _checked(parse_version)
+"""A SemVer version on a command line; anything else is a usage error (exit 2)."""
+
+
 def register(sub: Any, default_state: str) -> None:
     """Add ``check``: the guard's verdict from the shell."""
     codes = "\n".join(
@@ -312,7 +335,7 @@ def register(sub: Any, default_state: str) -> None:
             (2, "a usage error"),
             (EXIT_REFUSE, "refuse: revoked, sunset or schema mismatch"),
             (EXIT_STALE, "stale: run deplog follow (or refetch the cached copy)"),
-            (EXIT_UNKNOWN, "unknown: not a deplog tool id or version"),
+            (EXIT_UNKNOWN, "unknown: the log holds entries about the tool that fail validation"),
         )
     )
     sp = sub.add_parser(
@@ -325,8 +348,8 @@ def register(sub: Any, default_state: str) -> None:
         ),
         epilog=f"exit codes:\n{codes}",
     )
-    sp.add_argument("tool_id", help="tool:<namespace>/<name>")
-    sp.add_argument("version", help="a SemVer version, e.g. 1.2.0")
+    sp.add_argument("tool_id", type=tool_id, help="tool:<namespace>/<name>")
+    sp.add_argument("version", type=version, help="a SemVer version, e.g. 1.2.0")
     sp.add_argument(
         "--cached-at",
         metavar="TIME",

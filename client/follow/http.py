@@ -4,7 +4,9 @@ The follower and ``deplog export`` read a log through ``HttpLogSource``; every r
 a ``FetchError``. Rules:
 
 1. Every request has a total timeout (``DEFAULT_TIMEOUT``); a stall, a connection
-   failure or any status but 200 is ``fetch_failed``.
+   failure or any status but 200 is ``fetch_failed``, whose message says which, value-free
+   (``unreachable``): connection refused, a TLS failure, an unknown host, a timeout,
+   ``HTTP <status>``, or ``NOT_A_LOG`` for a ``/checkpoint`` that is missing or a web page.
 2. Every body is read against its bound (``MAX_*_BYTES``) on its decoded bytes, while it
    streams, and on its Content-Length when it is not compressed (a gzip-encoded body may
    be longer than the bytes it decodes to); past it is ``response_too_large``, unread.
@@ -46,10 +48,12 @@ __all__ = [
     "MAX_PAGE_BYTES",
     "MAX_PROOF_BYTES",
     "MAX_REDIRECTS",
+    "NOT_A_LOG",
     "HttpClient",
     "HttpLogSource",
     "read_bounded",
     "redirect_target",
+    "unreachable",
 ]
 
 DEFAULT_TIMEOUT: Final = 10.0
@@ -75,6 +79,25 @@ _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _MAX_JSON_DEPTH: Final = 4
 _PROOF_SIZE_HEADER: Final = "Deplog-Checkpoint-Size"
 _CHUNK: Final = 64 * 1024
+NOT_A_LOG: Final = "not a deplog authority: no signed checkpoint at /checkpoint"
+"""Why a server whose ``/checkpoint`` is missing (404) or a web page is not followed."""
+
+
+def unreachable(err: Exception) -> FetchError:
+    """``fetch_failed`` saying how a request failed to get an answer (rule 1)."""
+    if isinstance(err, aiohttp.ClientSSLError):
+        why = "TLS failed: an untrusted certificate, or https:// to a server without TLS"
+    elif isinstance(err, aiohttp.ClientConnectorDNSError):
+        why = "the host name does not resolve"
+    elif isinstance(err, aiohttp.ClientConnectorError) and isinstance(
+        err.os_error, ConnectionRefusedError
+    ):
+        why = "connection refused: nothing listens at that host and port"
+    elif isinstance(err, TimeoutError):
+        why = "no answer within the timeout"
+    else:
+        why = "the connection failed"
+    return FetchError(ErrorCode.FETCH_FAILED, why)
 
 
 def _origin(url: URL) -> tuple[str, str, int]:
@@ -248,18 +271,22 @@ class HttpLogSource(HttpClient):
                     raise FetchError(ErrorCode.FETCH_FAILED, f"HTTP {response.status}")
                 async for note in _sse_data(response.content):
                     yield note
-        except (aiohttp.ClientError, TimeoutError):
-            raise FetchError(ErrorCode.FETCH_FAILED, "checkpoint stream lost") from None
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise unreachable(err) from None
 
     async def _get(self, path: str, query: dict[str, int], limit: int) -> bytes:
         """The body of a 200 answer to GET ``path``, read up to ``limit`` bytes (rules 1, 2)."""
         try:
             async with self.request(self.url + path, params=query) as response:
+                if path == "/checkpoint" and (
+                    response.status == 404 or response.content_type == "text/html"
+                ):
+                    raise FetchError(ErrorCode.FETCH_FAILED, NOT_A_LOG)
                 if response.status != 200:
                     raise FetchError(ErrorCode.FETCH_FAILED, f"HTTP {response.status}")
                 return await read_bounded(response, limit)
-        except (aiohttp.ClientError, TimeoutError):
-            raise FetchError(ErrorCode.FETCH_FAILED, "authority unreachable") from None
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise unreachable(err) from None
 
     async def _get_json(self, path: str, query: dict[str, int], limit: int) -> Any:
         """A JSON answer, parsed strictly (rule 3)."""

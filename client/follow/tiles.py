@@ -35,8 +35,10 @@ from deplog.client.follow.http import (
     DEFAULT_TIMEOUT,
     MAX_CHECKPOINT_BYTES,
     MAX_REDIRECTS,
+    NOT_A_LOG,
     HttpClient,
     read_bounded,
+    unreachable,
 )
 from deplog.client.follow.source import FetchError
 from deplog.client.tlog.checkpoint import Checkpoint
@@ -118,7 +120,7 @@ class TilesLogSource(HttpClient):
         """``<base>/checkpoint``; its tree (size, root) is what tiles are checked against."""
         note = await self._get("checkpoint", MAX_CHECKPOINT_BYTES)
         if note is None:
-            raise FetchError(ErrorCode.FETCH_FAILED, "HTTP 404")
+            raise FetchError(ErrorCode.FETCH_FAILED, NOT_A_LOG)
         try:
             checkpoint = Checkpoint.from_text(parse_note(note)[0])
         except DeplogError:
@@ -229,8 +231,8 @@ class TilesLogSource(HttpClient):
                 if response.status != 200:
                     raise FetchError(ErrorCode.FETCH_FAILED, f"HTTP {response.status}")
                 return await read_bounded(response, limit)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            raise FetchError(ErrorCode.FETCH_FAILED, "tiles unreachable") from None
+        except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+            raise unreachable(err) from None
 
 
 async def publishes_tiles(source: TilesLogSource) -> bool:

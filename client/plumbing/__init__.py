@@ -2,4 +2,5 @@
 deplog's model: files never seen half-written and directory locks (``files``), the
 connection protocol SQL shared between databases is written against (``dbapi``), why a
 database cannot be opened (``storage_faults``), progress for a person watching
-(``progress``), and a wait a cancellation always ends (``waiting``)."""
+(``progress``), a wait a cancellation always ends (``waiting``), and the URL and port
+checks of every command line (``arguments``)."""

@@ -1,9 +1,9 @@
 """Progress of long work (first sync, replay, export, start-up checks), for a person watching.
 
 On a terminal a live bar (tqdm); elsewhere (a log, systemd, CI) a plain line at most
-every ``interval`` seconds and one at the end. Always on stderr: stdout is for results.
-Work reports through a plain ``(done, total)`` callback, so library code never imports
-this module.
+every ``interval`` seconds and one at the end, unless the last line already said it.
+Always on stderr: stdout is for results. Work reports through a plain ``(done, total)``
+callback, so library code never imports this module.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ class Progress:
         self._bar: tqdm[None] | None = None
         self._started = clock()
         self._last_line = -interval
+        self._shown: tuple[int, int] | None = None
         self._done = 0
         self._total = 0
 
@@ -73,7 +74,13 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        elif finished and not self._quiet and self._total and not self._stream.isatty():
+        elif (
+            finished
+            and not self._quiet
+            and self._total
+            and not self._stream.isatty()
+            and self._shown != (self._done, self._total)
+        ):
             self._line(self._done, self._total, self._clock())
 
     def _draw(self, done: int, total: int) -> None:
@@ -92,6 +99,7 @@ class Progress:
         self._bar.refresh()
 
     def _line(self, done: int, total: int, now: float) -> None:
+        self._shown = (done, total)
         elapsed = max(now - self._started, 1e-9)
         rate = done / elapsed
         left = (total - done) / rate if rate > 0 and total >= done else None

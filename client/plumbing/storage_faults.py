@@ -6,7 +6,8 @@ The log and both witnesses report a failed open through ``database_fault``. Rule
    the ``errno`` of our own probe of the same files, then the free space.
 2. Each kind has a stable name (the message's first word) and exit status (sysexits):
    permission 77, disk full 73, I/O 74, proven corruption 65; else
-   ``storage_unavailable``, 1.
+   ``storage_unavailable``, 1. A named path that leads to no file (``file_fault``) is a
+   usage error, 2, in every command.
 3. Corruption only when proven: ``SQLITE_CORRUPT`` alone is not (a failing read looks
    the same), so ``PRAGMA integrity_check`` must report a problem; the log's own checks
    against what it signed prove it too (``CORRUPT``).
@@ -121,7 +122,8 @@ def file_fault(err: OSError, doing: str = "use") -> CLIError:
     reason = err.strerror or type(err).__name__
     kind = _kind_of(err.errno)
     if kind is None:
-        return CLIError(f"cannot {doing}{where}: {reason}; check the path", 1)
+        usage = err.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+        return CLIError(f"cannot {doing}{where}: {reason}; check the path", 2 if usage else 1)
     evidence = _errno_name(err.errno)
     return CLIError(
         f"cannot {doing}{where}: {reason} ({evidence}); {_FILE_ADVICE[kind.code]}",

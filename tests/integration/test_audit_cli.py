@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deplog.client.audit.bundle import read_entries
-from deplog.client.cli.export import ExportError, export
+from deplog.client.cli.export import export
 from deplog.client.follow.http import MAX_PAGE_BYTES
 from deplog.client.follow.source import FetchError
 from deplog.client.tlog.checkpoint import Checkpoint
@@ -258,13 +258,6 @@ def test_export_failures_are_printed_with_the_followers_codes(tmp_path: Path) ->
     assert exported.returncode == 1
     assert exported.stderr.startswith("deplog export: fetch_failed")
     assert not (tmp_path / "out").exists()
-
-
-def test_export_refuses_a_url_that_is_not_http(tmp_path: Path) -> None:
-    with pytest.raises(ExportError) as caught:
-        export("file:///etc", tmp_path, None)
-    assert caught.value.code == "bad_url"
-    assert list(tmp_path.iterdir()) == []
 
 
 # --- export paging and refusals, against a scripted authority serving chosen leaves --------

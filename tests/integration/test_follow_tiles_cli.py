@@ -100,5 +100,7 @@ def test_follow_with_tiles_off_reads_the_json_api_though_tiles_are_served(
 def test_follow_refuses_a_tiles_url_that_is_not_http(
     local: LocalLog, api: ScriptedAuthority, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert follow_once(local, api.url, tmp_path / "s.db", "--tiles", "ftp://cdn/log") != 0
-    assert "--tiles" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:  # a usage error, as every URL flag's
+        follow_once(local, api.url, tmp_path / "s.db", "--tiles", "ftp://cdn/log")
+    assert usage.value.code == 2
+    assert "argument --tiles: ftp://cdn/log is not a URL" in capsys.readouterr().err

@@ -60,7 +60,7 @@ def _cases(authority: AuthorityProcess) -> list[tuple[list[str], int, list[str]]
             2,
             ["--key", "keys/acme.pub", "private key"],
         ),
-        (f"{deprecate} --action deprecate --version 1.0.0 --reason old", 2, ["--reason", "sunset"]),
+        (f"{deprecate} --action deprecate --version 1.0.0 --reason old", 2, ["--reason", "old"]),
         (f"{deprecate} --action deprecate --reason other", 2, ["missing_field", "--version"]),
         (
             f"{deprecate} --action deprecate --version 1.0.0 --reason other --withdraws 1",
@@ -76,7 +76,7 @@ def _cases(authority: AuthorityProcess) -> list[tuple[list[str], int, list[str]]
         ("check tool:org.acme/search 1.0.0", 1, no_state),
         ("inventory check inventory.json", 1, no_state),
         ("inventory diff inventory.json --from cp --to cp --log-key log.pub", 1, no_state),
-        ("inventory check nowhere.json", 1, ["nowhere.json"]),
+        ("inventory check nowhere.json", 2, ["nowhere.json"]),
         (
             f"follow {url} --once --log-key {other_key} --state s.db",
             1,
@@ -85,13 +85,13 @@ def _cases(authority: AuthorityProcess) -> list[tuple[list[str], int, list[str]]
         (
             "follow http://127.0.0.1:9 --once --log-key log.pub --state s.db",
             1,
-            ["fetch_failed", "cannot reach the authority"],
+            ["fetch_failed", "no usable answer from the authority (connection refused"],
         ),
         (f"follow {url} --once --log-key log.pub --state .", 2, ["--state"]),
         (f"follow {url} --once --log-key nope", 2, ["--log-key", "bad_key"]),
         (f"export {url} --out inventory.json", 1, ["inventory.json"]),
-        ("audit replay nowhere --log-key log.pub", 1, ["nowhere/checkpoint"]),
-        ("verify-receipt --log-key log.pub gone.tlog-proof", 1, ["gone.tlog-proof"]),
+        ("audit replay nowhere --log-key log.pub", 2, ["nowhere/checkpoint"]),
+        ("verify-receipt --log-key log.pub gone.tlog-proof", 2, ["gone.tlog-proof"]),
         (
             f"monitor {url} --namespace org.acme --key-id xyz --log-key log.pub --once",
             2,
@@ -196,4 +196,4 @@ def test_follow_waits_for_an_authority_that_is_down_at_start(
         authority_files.stop()
     assert follower.returncode == 130
     assert err.count("retrying with backoff") == 1, err  # said once per kind of failure
-    assert "fetch_failed: cannot reach the authority" in err and "Traceback" not in err
+    assert "fetch_failed: no usable answer from the authority" in err and "Traceback" not in err

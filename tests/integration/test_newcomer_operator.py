@@ -1,6 +1,6 @@
 """A newcomer operating ``authority`` and ``witness`` from the docs, down every error path:
-each ends in one line on stderr, no traceback, an exit status from the table of
-docs/operators.md, and the file, flag or port it is about named in the message."""
+each ends in one line on stderr, no traceback, an exit status from the one table of
+docs/deplog-command.md, and the file, flag or port it is about named in the message."""
 
 from __future__ import annotations
 
@@ -20,10 +20,8 @@ from tests.integration.syscall_faults import Fault, refused_start
 
 pytestmark = pytest.mark.slow  # authority and witness commands in processes
 
-DOCUMENTED_EXITS = exit_statuses(
-    ROOT / "docs" / "operators.md", "### Exit statuses of authority and witness"
-)
-"""docs/operators.md, "Exit statuses of authority and witness", read from its table."""
+DOCUMENTED_EXITS = exit_statuses(ROOT / "docs" / "deplog-command.md", "## Exit statuses")
+"""The one exit-status table of every command (docs/deplog-command.md), read from the page."""
 NOT_A_KEY = "garbage"
 
 
@@ -82,13 +80,14 @@ def test_init_under_a_file(program: str, tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     name = ["--name", "w.example/w"] if program == "witness" else []
     ran = command(program, "init", "--data", blocker / "data", "--keys", tmp_path / "k", *name)
-    assert_one_clear_line(ran, 1, program, str(blocker / "data"))
+    assert_one_clear_line(ran, 2, program, str(blocker / "data"))
 
 
 def test_check_before_init(dirs: tuple[Path, Path]) -> None:
     data, keys = dirs
     ran = command("authority", "check", "--data", data, "--keys", keys)
-    assert_one_clear_line(ran, 1, "authority", str(data), "authority init")
+    assert_one_clear_line(ran, 1, "authority", str(data), "give --data")
+    assert "authority init" not in ran.err  # that would start another log
 
 
 def test_list_logs_before_init(dirs: tuple[Path, Path]) -> None:

@@ -1,4 +1,4 @@
-"""The README's cache example runs as printed against a real authority."""
+"""The README's cache example and its walkthrough run as printed against a real authority."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
@@ -68,3 +69,48 @@ async def test_cache_example_serves_then_refuses_a_revoked_version(
     refused = run_example(authority, tmp_path)
     assert refused.returncode == 1
     assert refused.stderr.strip().endswith("LookupError: refuse: revoked")
+
+
+def walkthrough(port: int) -> str:
+    """The README's five-minute walkthrough, against an authority on ``port``."""
+    section = README.read_text().split("## Five-minute walkthrough", 1)[1]
+    match = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert match is not None, "the README lost its walkthrough"
+    return match.group(1).replace("127.0.0.1:7460", f"127.0.0.1:{port}")
+
+
+def test_the_walkthrough_runs_as_printed_and_again_for_a_second_notice(
+    tmp_path: Path, free_port: int
+) -> None:
+    """Steps 3 and 4 again publish and verify a second notice: the names the walkthrough
+    uses still name one file each, as a glob would not."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    serve = [sys.executable, "-m", "deplog.authority.cli", "serve", "--port", str(free_port)]
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen(serve, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while "serving on" not in (tmp_path / "serve.log").read_text():
+            assert server.poll() is None and time.monotonic() < deadline, "no authority"
+            time.sleep(0.1)
+        script = walkthrough(free_port)
+        second = script[script.index("# 3.") : script.index("# 5.")]
+        for part in (script, second):
+            ran = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", part],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            assert ran.returncode == 0, ran.stdout + ran.stderr
+            assert "Traceback" not in ran.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+        log.close()
+    assert ran.stdout.count("ok: entry 2 is in localhost/deplog") == 1
+    assert "envelope: receipts/acme-" in ran.stdout
+    assert "(also receipts/acme-latest.tlog-proof)" in ran.stdout

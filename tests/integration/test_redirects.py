@@ -366,7 +366,7 @@ def test_publish_through_a_307_within_the_origin_is_logged_once(
     authority_front.move_to, authority_front.move_status = MOVED, 307
     run = deplog("publish", "--url", authority_front.url, *notice_flags(), cwd=publish_dir)
     assert run.code == EXIT_OK, run.stderr
-    [envelope] = (publish_dir / "out").glob("*.envelope.json")
+    [envelope] = [p for p in (publish_dir / "out").glob("*.envelope.json") if not p.is_symlink()]
     assert times_logged(authority, envelope) == 1
 
 
