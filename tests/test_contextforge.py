@@ -91,7 +91,11 @@ def test_a_violation_names_verdict_reason_and_log_index(
     fields = violation(decision)
     assert fields["code"] == "DEPLOG_REVOKED"
     assert fields["reason"] == "deplog refuse: revoked"
-    assert f"log indexes [{index}]" in fields["description"]
+    assert fields["description"].startswith(
+        "deplog refused the call to tool:org.acme/search@1.0.0: the deplog log says it is "
+        "revoked since "
+    )
+    assert f"log indexes {index})." in fields["description"]
     assert fields["details"][REFUSAL_KEY]["notices"] == [index]
 
 

@@ -44,6 +44,7 @@ from deplog.client.follow.mapcheck import MapProver
 from deplog.client.follow.state import Folded, TrustedCheckpoint
 from deplog.client.model.notice import parse_tool_id, parse_version
 from deplog.client.model.status import StatusIndex, VersionStatus
+from deplog.client.model.table import StatusRow, version_row
 
 __all__ = [
     "DEFAULT_FRESHNESS",
@@ -97,6 +98,8 @@ class Decision:
     status: VersionStatus | None = None
     proof: bytes | None = None
     """The JSON map proof behind ``status``, when asked for (``with_proof``)."""
+    message: str | None = None
+    """The deciding notice's message (``client.model.table`` rule 3), where the state keeps it."""
 
     @property
     def may_serve(self) -> bool:
@@ -167,7 +170,7 @@ class Guard:
         self._through_for: TrustedCheckpoint | None = None
         self._through_cached: ProcessedThrough | None = None
         self._memo: dict[
-            tuple[str, str], tuple[StatusIndex, float, tuple[VersionStatus, float | None]]
+            tuple[str, str], tuple[StatusIndex, float, tuple[StatusRow, float | None]]
         ] = {}
         self._prover: MapProver | None = None
         self._proofs: dict[tuple[str, str], bytes] = {}
@@ -232,10 +235,11 @@ class Guard:
         looked_up = self._status(tool_id, version, now)
         if looked_up is None:
             return Decision(Verdict.UNKNOWN, "bad_identifier", tool_id, version, through)
-        status, last_processed = looked_up
+        row, last_processed = looked_up
+        status = row.decided
 
         def decide(verdict: Verdict, reason: str) -> Decision:
-            return Decision(verdict, reason, tool_id, version, through, status)
+            return Decision(verdict, reason, tool_id, version, through, status, message=row.message)
 
         if status.status == "unknown":
             return decide(*served(status))
@@ -258,8 +262,8 @@ class Guard:
 
     def _status(
         self, tool_id: str, version: str, now: float
-    ) -> tuple[VersionStatus, float | None] | None:
-        """A version's status and its latest notice's processing time, memoized (None: bad)."""
+    ) -> tuple[StatusRow, float | None] | None:
+        """A version's row and its latest notice's processing time, memoized (None: bad)."""
         index, processed = self.state.tool_status(tool_id)
         memo = self._memo.get((tool_id, version))
         if memo is not None and memo[0] is index and now < memo[1]:
@@ -267,12 +271,13 @@ class Guard:
         if not valid_identity(tool_id, version):
             return None
         moment = datetime.fromtimestamp(now, UTC)
-        status = index.lookup(tool_id, version, moment)
+        row = version_row(index, tool_id, version, moment)
+        status = row.decided
         behind = (*status.notices, *status.pending, *(i for pair in status.withdrawn for i in pair))
         last_processed = max((processed[i] for i in behind if i in processed), default=None)
         transition = index.next_transition(tool_id, moment)
         valid_until = transition.timestamp() if transition is not None else float("inf")
         if len(self._memo) >= MEMO_ENTRIES:
             self._memo.clear()
-        self._memo[(tool_id, version)] = (index, valid_until, (status, last_processed))
-        return status, last_processed
+        self._memo[(tool_id, version)] = (index, valid_until, (row, last_processed))
+        return row, last_processed

@@ -35,6 +35,7 @@ from deplog.client.errors import CLIError, DeplogError, ErrorCode
 from deplog.client.follow.source import FetchError
 from deplog.client.follow.state import LocalState, TrustedCheckpoint
 from deplog.client.model.notice import parse_timestamp
+from deplog.client.model.table import says
 from deplog.client.plumbing.files import write_atomic
 from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.checkpoint import Checkpoint
@@ -95,21 +96,9 @@ def exit_for(codes: list[int]) -> int:
 
 
 def row_line(tool_id: str, row: dict[str, Any]) -> str:
-    """One row of a tool's status table (or a ``VersionStatus``) as a sentence: what it
-    covers, its status since when, why, the publisher's message, what to use instead."""
-    line = f"{tool_id} {row.get('covers') or row['version']}: {row['status']}"
-    if row.get("effective_at"):
-        line += f" since {row['effective_at']}"
-    if row.get("sunset_at"):
-        line += f", sunset at {row['sunset_at']}"
-    if row.get("reasons"):
-        line += f"; reasons {', '.join(row['reasons'])}"
-    if row.get("advisories"):
-        line += f"; advisories {', '.join(row['advisories'])}"
-    if row.get("message"):
-        line += f"; the publisher says {json.dumps(row['message'], ensure_ascii=False)}"
-    if row.get("replacement"):
-        line += f"; use {row['replacement']['tool_id']}@{row['replacement']['version']}"
+    """One row of a tool's status table (or a ``VersionStatus``) as a line: what it covers,
+    ``table.says``, pending notices and the notices behind it."""
+    line = f"{tool_id} {row.get('covers') or row['version']}: {says(row)}"
     pending = row.get("pending") or []
     if pending and isinstance(pending[0], dict):
         line += "".join(f"; notice {p['index']} pending until {p['effective_at']}" for p in pending)

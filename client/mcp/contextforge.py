@@ -9,9 +9,10 @@ The gateway loads ``deplog.client.mcp.contextforge.DeplogPlugin`` on its
 2. Decisions come from a ``Guard`` over the host follower's state file, watched by path
    (``WatchedState``); freshness is ``freshness_seconds``.
 3. A refused tool, and unless ``keep_unverified`` one deplog cannot vouch for, is
-   blocked with a violation coded ``DEPLOG_<REASON>``, naming verdict, reason, notices
-   and checkpoint size; a deprecated tool passes with the deprecation in ``metadata``;
-   a tool the config does not name passes untouched.
+   blocked with a violation coded ``DEPLOG_<REASON>`` whose description is
+   ``refusal_text``'s sentence (the same a guarded MCP session gives); a deprecated tool
+   passes with the deprecation in ``metadata``; a tool the config does not name passes
+   untouched.
 4. The gateway has no hook on ``tools/list``: a refused tool stays listed, its calls
    blocked.
 5. Only a bad ``config:`` block stops the plugin loading. A state that is unavailable
@@ -43,6 +44,7 @@ from deplog.client.cache.mcp import (
     identity_annotation,
     may_list,
     refusal_annotation,
+    refusal_text,
 )
 from deplog.client.follow.state import StateError
 from deplog.client.follow.watch import LOOK_INTERVAL, StateProblem, WatchedState
@@ -204,12 +206,7 @@ def violation_fields(
 ) -> dict[str, Any]:
     """A cpex ``PluginViolation``'s fields for a blocked call (rules 3, 5)."""
     details: dict[str, Any] = {REFUSAL_KEY: refusal_annotation(decision)}
-    notices = details[REFUSAL_KEY].get("notices", [])
-    at = details[REFUSAL_KEY].get("checkpoint_size", "none")
-    description = (
-        f"{decision.tool_id}@{decision.version}: verdict {decision.verdict.value}, reason "
-        f"{decision.reason}, log indexes {notices}, processed through checkpoint size {at}"
-    )
+    description = refusal_text(decision)
     if problem is not None:
         hint = problem.message
         details[STATE_KEY] = {"path": str(path), "problem": problem.code}

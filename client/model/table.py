@@ -20,7 +20,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -30,7 +31,15 @@ from deplog.client.model.semver import Version
 from deplog.client.model.status import Status, StatusIndex, ToolFold, VersionStatus
 from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = ["SEVERITY", "StatusRow", "ToolStatus", "covers", "tool_status", "version_row"]
+__all__ = [
+    "SEVERITY",
+    "StatusRow",
+    "ToolStatus",
+    "covers",
+    "says",
+    "tool_status",
+    "version_row",
+]
 
 SEVERITY: Final[tuple[Status, ...]] = ("revoked", "sunset", "unknown", "deprecated", "active")
 """Statuses from worst to best (rule 4)."""
@@ -111,6 +120,26 @@ def covers(rng: VersionRange) -> str:
             parts.append(f"{start} {'up to' if kind == 'fixed' else 'through'} {end}")
             parts[-1] += " (not included)" if kind == "fixed" else ""
     return ", ".join(parts)
+
+
+def says(row: Mapping[str, Any]) -> str:
+    """A row's JSON (or a ``VersionStatus``'s) in words, the same at every surface: its
+    status since when, its sunset, the publisher's reasons, advisories and message, and
+    what to use instead."""
+    words = str(row["status"])
+    if row.get("effective_at"):
+        words += f" since {row['effective_at']}"
+    if row.get("sunset_at"):
+        words += f", sunset at {row['sunset_at']}"
+    if row.get("reasons"):
+        words += f"; reasons {', '.join(row['reasons'])}"
+    if row.get("advisories"):
+        words += f"; advisories {', '.join(row['advisories'])}"
+    if row.get("message"):
+        words += f"; the publisher says {json.dumps(row['message'], ensure_ascii=False)}"
+    if row.get("replacement"):
+        words += f"; use {row['replacement']['tool_id']}@{row['replacement']['version']} instead"
+    return words
 
 
 def version_row(
