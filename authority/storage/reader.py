@@ -146,7 +146,7 @@ class LogReader:
         index = (
             StatusIndex() if record is None else StatusRecord.decode(record, tool_id).status_index()
         )
-        table = tool_status(index, tool_id, now, messages=self._message)
+        table = tool_status(index, tool_id, now, messages=self._messages(tool_id, size))
         out = table.to_json()
         later = [n for n in out["notices"] if n["index"] > after]
         page = later[: min(limit, MAX_NOTICES_PAGE)]
@@ -157,11 +157,24 @@ class LogReader:
         out.update(size=size, notices=page, next=page[-1]["index"] if more else None)
         return out
 
-    def _message(self, index: int) -> str | None:
-        """The message of the notice at ``index``: one field of its hash-checked leaf, read
-        without the full decode (the map vouches it is an admitted notice)."""
-        message = json.loads(self.entries(index, index + 1)[0])["notice"].get("message")
-        return None if message is None else str(message)
+    def _messages(self, tool_id: str, size: int) -> Callable[[int], str | None]:
+        """The messages of the tool's notices below ``size``, read on the first call in one
+        query: one field of each hash-checked leaf, without the full decode (the map
+        vouches each is an admitted notice)."""
+        found: dict[int, str | None] = {}
+
+        def message(index: int) -> str | None:
+            if not found:
+                rows = self.conn.execute(
+                    "SELECT l.idx, l.data, l.hash FROM tool_entries t JOIN leaves l "
+                    "ON l.idx = t.idx WHERE t.tool_id = ? AND t.idx < ?",
+                    (tool_id, size),
+                ).fetchall()
+                for idx, data in _checked(rows):
+                    found[idx] = json.loads(data).get("notice", {}).get("message")
+            return found.get(index)
+
+        return message
 
     def _notice(self, index: int) -> Notice:
         """The notice at ``index``, from its hash-checked leaf (the map vouches it is one)."""
