@@ -167,7 +167,7 @@ def test_the_load_line_names_the_state_and_the_number_of_tools(
         gateway_guard(path, tools=tools)
     loaded = [line for level, line in plugin_lines(caplog) if "loaded" in line]
     assert loaded == [
-        f"deplog plugin loaded: guarding 2 tools with the follower state {path} "
+        f"deplog plugin loaded: guarding 2 tools (fetch, search) with the follower state {path} "
         "(freshness 300 s, unverified tools blocked)"
     ]
 

@@ -170,9 +170,11 @@ def _log_load(path: Path, settings: PluginSettings) -> None:
         _announced.add(key)
     count = len(settings.tools)
     _log.info(
-        "deplog plugin loaded: guarding %d tool%s with the follower state %s (freshness %g s, %s)",
+        "deplog plugin loaded: guarding %d tool%s (%s) with the follower state %s "
+        "(freshness %g s, %s)",
         count,
         "" if count == 1 else "s",
+        ", ".join(sorted(settings.tools)),
         path,
         settings.freshness.total_seconds(),
         "unverified tools served" if settings.keep_unverified else "unverified tools blocked",

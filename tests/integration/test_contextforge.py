@@ -320,7 +320,8 @@ def assert_loaded_and_quiet(gateway: Gateway, state: Path) -> None:
     """The plugin loaded (one line naming the state and its tool), and the log holds no
     load failure and no traceback."""
     loaded = gateway.lines("deplog plugin loaded")
-    assert len(loaded) == 1 and f"guarding 1 tool with the follower state {state}" in loaded[0]
+    assert len(loaded) == 1
+    assert f"guarding 1 tool (search) with the follower state {state}" in loaded[0]
     assert not gateway.lines("Failed to load plugin")
     assert not gateway.lines("Traceback")
 
