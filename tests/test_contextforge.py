@@ -96,7 +96,11 @@ def test_a_violation_names_verdict_reason_and_log_index(
     fields = violation(decision)
     assert fields["code"] == "DEPLOG_REVOKED"
     assert fields["reason"] == "deplog refuse: revoked"
-    assert f"log indexes [{index}]" in fields["description"]
+    assert fields["description"].startswith(
+        "deplog refused the call to tool:org.acme/search@1.0.0: the deplog log says it is "
+        "revoked since "
+    )
+    assert f"log indexes {index})." in fields["description"]
     assert fields["details"][REFUSAL_KEY]["notices"] == [index]
 
 
@@ -168,7 +172,7 @@ def test_the_load_line_names_the_state_and_the_number_of_tools(
         gateway_guard(path, tools=tools)
     loaded = [line for level, line in plugin_lines(caplog) if "loaded" in line]
     assert loaded == [
-        f"deplog plugin loaded: guarding 2 tools with the follower state {path} "
+        f"deplog plugin loaded: guarding 2 tools (fetch, search) with the follower state {path} "
         "(freshness 300 s, unverified tools blocked)"
     ]
 

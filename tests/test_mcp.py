@@ -93,10 +93,37 @@ def test_deprecated_tools_are_annotated_with_rfc_dates(
         {"tools": [tool("a", "1.0.0")]}, Guard(trusted.state), cached_at=now()
     )["tools"]
     note = annotated["_meta"][DEPRECATION_KEY]
-    assert note["sunset"] == "Thu, 01 Jan 2099 00:00:00 GMT"
-    assert note["deprecation"] == f"@{int(datetime(2026, 3, 1, tzinfo=UTC).timestamp())}"
+    assert (note["deprecated_since"], note["sunset_at"]) == (
+        "2026-03-01T00:00:00Z",
+        "2099-01-01T00:00:00Z",
+    )
+    assert note["http_headers"] == {
+        "Deprecation": f"@{int(datetime(2026, 3, 1, tzinfo=UTC).timestamp())}",
+        "Sunset": "Thu, 01 Jan 2099 00:00:00 GMT",
+    }
     assert note["replacement"] == {"tool_id": TOOL, "version": "2.0.0"}
     assert note["notices"] == [index]
+    assert "description" not in annotated  # only when asked for
+
+
+def test_describe_deprecations_adds_one_line_to_the_description(
+    trusted: TrustedState, local: LocalLog
+) -> None:
+    local.publish(
+        affected={"versions": ["1.0.0"]},
+        effective_at="2026-03-01T00:00:00Z",
+        sunset_at="2099-01-01T00:00:00Z",
+        replacement={"tool_id": TOOL, "version": "2.0.0"},
+    )
+    local.sync(trusted)
+    listed = {"tools": [{**tool("a", "1.0.0"), "description": "Search the web."}]}
+    [annotated] = guard_tools_list(
+        listed, Guard(trusted.state), cached_at=now(), describe_deprecations=True
+    )["tools"]
+    assert annotated["description"] == (
+        "Search the web.\n\ndeplog: this tool is deprecated since 2026-03-01T00:00:00Z, "
+        f"sunset at 2099-01-01T00:00:00Z; reasons superseded; use {TOOL}@2.0.0 instead."
+    )
 
 
 def test_the_input_result_is_not_modified(trusted: TrustedState, local: LocalLog) -> None:

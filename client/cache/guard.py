@@ -44,6 +44,7 @@ from deplog.client.follow.mapcheck import MapProver
 from deplog.client.follow.state import Folded, TrustedCheckpoint
 from deplog.client.model.notice import parse_tool_id, parse_version
 from deplog.client.model.status import StatusIndex, VersionStatus
+from deplog.client.model.table import version_row
 
 __all__ = [
     "DEFAULT_FRESHNESS",
@@ -102,6 +103,8 @@ class Decision:
     """The JSON map proof behind ``status``, when asked for (``with_proof``)."""
     guarantee: str | None = None
     """A light verifier's guarantee (``map_witnessed``, ``log_signed``); None: followed."""
+    message: str | None = None
+    """The deciding notice's message (``client.model.table`` rule 3), where the state keeps it."""
 
     @property
     def may_serve(self) -> bool:
@@ -145,7 +148,9 @@ def notices_behind(status: VersionStatus) -> tuple[int, ...]:
     return (*status.notices, *status.pending, *(i for pair in status.withdrawn for i in pair))
 
 
-StatusLookup = Callable[[], tuple[VersionStatus, float | None] | None]
+Found = tuple[VersionStatus, float | None, str | None]
+"""A version's status, its latest notice's processing time and the deciding message."""
+StatusLookup = Callable[[], Found | None]
 """A version's status and when its latest notice was processed (None: a bad identifier)."""
 
 
@@ -169,10 +174,10 @@ def decide(
     looked_up = status()
     if looked_up is None:
         return Decision(Verdict.UNKNOWN, "bad_identifier", tool_id, version, through)
-    found, last_processed = looked_up
+    found, last_processed, message = looked_up
 
     def verdict(verdict: Verdict, reason: str) -> Decision:
-        return Decision(verdict, reason, tool_id, version, through, found)
+        return Decision(verdict, reason, tool_id, version, through, found, message=message)
 
     if found.status == "unknown":
         return verdict(*served(found))
@@ -237,7 +242,8 @@ class Guard:
         self._through_for: TrustedCheckpoint | None = None
         self._through_cached: ProcessedThrough | None = None
         self._memo: dict[
-            tuple[str, str], tuple[StatusIndex, float, tuple[VersionStatus, float | None]]
+            tuple[str, str],
+            tuple[StatusIndex, float, tuple[VersionStatus, float | None, str | None]],
         ] = {}
         self._prover: MapProver | None = None
         self._proofs: dict[tuple[str, str], bytes] = {}
@@ -319,10 +325,9 @@ class Guard:
         assert self._through_cached is not None
         return self._through_cached
 
-    def _status(
-        self, tool_id: str, version: str, now: float
-    ) -> tuple[VersionStatus, float | None] | None:
-        """A version's status and its latest notice's processing time, memoized (None: bad)."""
+    def _status(self, tool_id: str, version: str, now: float) -> Found | None:
+        """A version's status, its latest notice's processing time and the deciding message,
+        memoized (None: not a tool id and version)."""
         index, processed = self.state.tool_status(tool_id)
         memo = self._memo.get((tool_id, version))
         if memo is not None and memo[0] is index and now < memo[1]:
@@ -330,13 +335,14 @@ class Guard:
         if not valid_identity(tool_id, version):
             return None
         moment = datetime.fromtimestamp(now, UTC)
-        status = index.lookup(tool_id, version, moment)
+        row = version_row(index, tool_id, version, moment)
         last_processed = max(
-            (processed[i] for i in notices_behind(status) if i in processed), default=None
+            (processed[i] for i in notices_behind(row.decided) if i in processed), default=None
         )
         transition = index.next_transition(tool_id, moment)
         valid_until = transition.timestamp() if transition is not None else float("inf")
         if len(self._memo) >= MEMO_ENTRIES:
             self._memo.clear()
-        self._memo[(tool_id, version)] = (index, valid_until, (status, last_processed))
-        return status, last_processed
+        found = (row.decided, last_processed, row.message)
+        self._memo[(tool_id, version)] = (index, valid_until, found)
+        return found

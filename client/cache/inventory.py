@@ -25,6 +25,7 @@ from deplog.client.model.notice import (
     require_str,
 )
 from deplog.client.model.status import VersionStatus
+from deplog.client.model.table import version_row
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.timestamps import format_timestamp
 
@@ -104,7 +105,7 @@ def check(state: LocalState, items: list[Item], at: datetime) -> dict[str, Any]:
     entries = []
     for item in sorted(items):
         index, _ = state.tool_status(item.tool_id)
-        status = index.lookup(item.tool_id, item.version, at)
+        status = version_row(index, item.tool_id, item.version, at).decided
         entry = {**_identity(item), **_status_fields(status)}
         if item.schema_digest and status.schema_digest not in (None, item.schema_digest):
             entry["schema_mismatch"] = True
@@ -146,8 +147,12 @@ def diff(
         )
     changes = []
     for item in sorted(items):
-        before = state.tool_status_at(item.tool_id, old.size).lookup(item.tool_id, item.version, at)
-        after = state.tool_status_at(item.tool_id, new.size).lookup(item.tool_id, item.version, at)
+        before, after = (
+            version_row(
+                state.tool_status_at(item.tool_id, size), item.tool_id, item.version, at
+            ).decided
+            for size in (old.size, new.size)
+        )
         found = _change(before, after)
         if found is not None:
             kind, caused_by = found

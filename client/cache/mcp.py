@@ -27,7 +27,8 @@ The reasons rules 1, 2 and 4 add to the guard's (``LISTING_REASONS``):
 ``identity_missing`` and ``identity_mismatch`` (pinned; the server declares none, or
 another), ``not_pinned``, ``not_listed``, ``schema_undigestable`` (the listed schema has
 no digest) and ``schema_digest_mismatch``. A call refused on deplog's authority carries
-``_meta["dev.deplog/refusal"]`` (``refusal_annotation``).
+``_meta["dev.deplog/refusal"]`` (``refusal_annotation``) and reads as a sentence
+(``refusal_text``), in ``client.model.table.says``'s words.
 """
 
 from __future__ import annotations
@@ -39,13 +40,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import format_datetime
-from typing import Any
+from typing import Any, Final
 
 from deplog.client.cache.guard import Decider, Decision, Verdict, valid_identity
 from deplog.client.errors import DeplogError
 from deplog.client.model import canonical
 from deplog.client.model.notice import parse_tool_id
 from deplog.client.model.semver import Version
+from deplog.client.model.table import says
+from deplog.client.tlog.timestamps import format_timestamp
 
 __all__ = [
     "DEPRECATION_KEY",
@@ -60,13 +63,17 @@ __all__ = [
     "checked_pins",
     "decide_listed",
     "deprecation_annotation",
+    "deprecation_line",
+    "describe_deprecation",
     "guard_tools_list",
     "http_date",
     "identity_annotation",
     "listed_schema_digest",
     "may_list",
     "refusal_annotation",
+    "refusal_text",
     "schema_digest",
+    "status_words",
     "unlisted_refusal",
 ]
 
@@ -229,6 +236,8 @@ def refusal_annotation(decision: Decision) -> dict[str, Any]:
     }
     if decision.status is not None:
         out["notices"] = list(decision.status.notices)
+    if decision.message is not None:
+        out["message"] = decision.message
     if decision.processed_through is not None:
         out["checkpoint_size"] = decision.processed_through.size
         out["checkpoint"] = decision.processed_through.checkpoint
@@ -237,27 +246,99 @@ def refusal_annotation(decision: Decision) -> dict[str, Any]:
     return out
 
 
+_WHY: Final = {
+    "schema_mismatch": "its input schema is not the one the publisher's notice names",
+    "checkpoint_stale": "the log state it is checked against was verified too long ago",
+    "not_synced": "no state of the log has been verified yet",
+    "state_advancing": "the log state was advancing while it was checked; try again",
+    "invalid_entry": "an entry of the log about it fails validation, so no version of it "
+    "can be vouched for",
+    "bad_identifier": "it declares no valid deplog tool id and version",
+    "cache_predates_notice": "the tool list predates the tool's latest notice",
+    "identity_missing": "the server does not declare the identity the host pinned",
+    "identity_mismatch": "the server declares another identity than the one the host pinned",
+    "not_pinned": "the host serves only the tools it pinned, and this one is not",
+    "not_listed": "the server's tool list does not show it",
+    "schema_undigestable": "its listed input schema cannot be digested",
+    "schema_digest_mismatch": "its listed input schema differs from the digest it declares",
+}
+"""Why a tool is refused in words, for the reasons that are no status of the log's."""
+
+
+def status_words(decision: Decision) -> str:
+    """The status behind a decision in ``table.says``'s words, with the deciding message."""
+    assert decision.status is not None
+    return says({**decision.status.to_json(), "message": decision.message})
+
+
+def refusal_text(decision: Decision, name: str | None = None) -> str:
+    """A refused call as a sentence a model can act on: what was refused, why (the
+    publisher's reasons, advisories and message), what to use instead, since when, and the
+    checkpoint it was decided at."""
+    subject = f"{decision.tool_id}@{decision.version}" if decision.tool_id else f"the tool {name}"
+    if decision.status is not None and decision.reason in ("revoked", "sunset"):
+        why = f"the deplog log says it is {status_words(decision)}"
+    else:
+        why = _WHY.get(decision.reason, "deplog cannot vouch for it")
+    through = decision.processed_through
+    if decision.reason in LISTING_REASONS:
+        at = "decided on the tool server's listing alone"
+    elif through is None:
+        at = "nothing of the log verified yet"
+    else:
+        at = f"decided at checkpoint size {through.size} of the log"
+    notices = "" if decision.status is None else ", ".join(map(str, decision.status.notices))
+    return (
+        f"deplog refused the call to {subject}: {why}. Do not call it again as it is; "
+        f"{at} (verdict {decision.verdict.value}, reason {decision.reason}"
+        f"{f', log indexes {notices}' if notices else ''})."
+    )
+
+
+def deprecation_line(decision: Decision) -> str:
+    """The one line ``describe_deprecations`` adds to a deprecated tool's description."""
+    return f"deplog: this tool is {status_words(decision)}."
+
+
 def http_date(moment: datetime) -> str:
     """RFC 9110 IMF-fixdate, as RFC 8594's ``Sunset`` field uses."""
     return format_datetime(moment.astimezone(UTC), usegmt=True)
 
 
 def deprecation_annotation(decision: Decision) -> dict[str, Any]:
-    """The ``dev.deplog/deprecation`` object for a deprecated tool's ``_meta``."""
+    """The ``dev.deplog/deprecation`` object for a deprecated tool's ``_meta``: RFC 3339
+    dates, and the RFC 9745 ``Deprecation`` and RFC 8594 ``Sunset`` header values under
+    ``http_headers``, for a host that forwards them as HTTP fields."""
     status = decision.status
     assert status is not None
     out: dict[str, Any] = {"status": status.status, "notices": list(status.notices)}
+    headers = {}
     if status.effective_at is not None:
-        out["deprecation"] = f"@{int(status.effective_at.timestamp())}"
+        out["deprecated_since"] = format_timestamp(status.effective_at)
+        headers["Deprecation"] = f"@{int(status.effective_at.timestamp())}"
     if status.sunset_at is not None:
-        out["sunset"] = http_date(status.sunset_at)
+        out["sunset_at"] = format_timestamp(status.sunset_at)
+        headers["Sunset"] = http_date(status.sunset_at)
+    if headers:
+        out["http_headers"] = headers
     if status.replacement is not None:
         out["replacement"] = status.replacement.to_json()
     if status.reasons:
         out["reasons"] = list(status.reasons)
+    if status.advisories:
+        out["advisories"] = list(status.advisories)
+    if decision.message is not None:
+        out["message"] = decision.message
     if decision.processed_through is not None:
         out["checkpoint_size"] = decision.processed_through.size
     return out
+
+
+def describe_deprecation(tool: dict[str, Any], decision: Decision) -> None:
+    """Add ``deprecation_line`` to a listed tool's ``description`` (``describe_deprecations``)."""
+    described = tool.get("description")
+    line = deprecation_line(decision)
+    tool["description"] = f"{described}\n\n{line}" if isinstance(described, str) else line
 
 
 def may_list(decision: Decision, *, keep_unverified: bool = False) -> bool:
@@ -279,8 +360,10 @@ def guard_tools_list(
     with_proof: bool = False,
     pins: Pins | None = None,
     require_pins: bool = False,
+    describe_deprecations: bool = False,
 ) -> dict[str, Any]:
-    """A copy of an MCP ``tools/list`` result with the rules applied."""
+    """A copy of an MCP ``tools/list`` result with the rules applied (and, with
+    ``describe_deprecations``, ``deprecation_line`` added to deprecated tools' descriptions)."""
     pinned = checked_pins(pins)
     out = copy.deepcopy(result)
     kept = []
@@ -295,6 +378,8 @@ def guard_tools_list(
                 tool["_meta"][PROOF_KEY] = json.loads(decision.proof)
             if decision.verdict == Verdict.WARN:
                 tool["_meta"][DEPRECATION_KEY] = deprecation_annotation(decision)
+                if describe_deprecations:
+                    describe_deprecation(tool, decision)
             kept.append(tool)
     out["tools"] = kept
     return out

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -316,7 +316,7 @@ class Follower:
         failures = 0
         while not stop.is_set():
             try:
-                async for note in announcer.checkpoints():
+                async for note in _until(stop, announcer.checkpoints()):
                     failures = 0
                     await self._on_push(note)
             except FetchError as err:
@@ -356,6 +356,33 @@ class Follower:
             raise
         except DeplogError as err:
             log.info("sync after push failed: %s (polling will retry)", err.code)
+
+
+async def _until(stop: asyncio.Event, notes: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``notes`` until ``stop`` is set: a live stream is left at once when it is, while a
+    note being acted on is never cut short."""
+    stopped = asyncio.ensure_future(stop.wait())
+    following: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            following = asyncio.ensure_future(anext(notes))
+            await asyncio.wait((following, stopped), return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                return
+            try:
+                note = following.result()
+            except StopAsyncIteration:
+                return
+            yield note
+    finally:
+        stopped.cancel()
+        if following is not None and not following.done():
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await following
+        aclose = getattr(notes, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 class SyncFollower:

@@ -46,6 +46,7 @@ from typing import Final
 from deplog.client.cache.guard import (
     DEFAULT_FRESHNESS,
     Decision,
+    Found,
     ProcessedThrough,
     Verdict,
     decide,
@@ -58,7 +59,7 @@ from deplog.client.follow.state import TrustedCheckpoint
 from deplog.client.follow.trust import Candidate, CheckpointRules
 from deplog.client.map.line import require_map_root
 from deplog.client.map.proof import MapProof, MapProofDocument, verify_map_proof
-from deplog.client.model.status import StatusIndex, VersionStatus
+from deplog.client.model.status import StatusIndex
 from deplog.client.plumbing.files import write_atomic
 from deplog.client.plumbing.waiting import wait_until
 from deplog.client.tlog.note import MAX_NOTE_SIZE, Verifier
@@ -276,14 +277,15 @@ class LightVerifier:
         now = self.clock()
         known = self._tools.get(tool_id)
 
-        def status() -> tuple[VersionStatus, float | None] | None:
+        def status() -> Found | None:
             if not valid_identity(tool_id, version):
                 return None
             if not isinstance(known, _Proven):
                 raise _Unproven("not_synced" if known is None else known.code.value)
             found = known.index.lookup(tool_id, version, datetime.fromtimestamp(now, UTC))
             behind = notices_behind(found)
-            return found, max(map(self._processed_at, behind)) if behind else None
+            processed = max(map(self._processed_at, behind)) if behind else None
+            return found, processed, None  # a map record keeps no message
 
         try:
             decision = decide(

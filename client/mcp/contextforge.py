@@ -12,9 +12,10 @@ The gateway loads ``deplog.client.mcp.contextforge.DeplogPlugin`` on its
    gateway rebuilds plugin instances every 30 s), refreshed by its push stream and a poll
    every ``LIGHT_POLL`` seconds from the first call on; freshness is ``freshness_seconds``.
 3. A refused tool, and unless ``keep_unverified`` one deplog cannot vouch for, is
-   blocked with a violation coded ``DEPLOG_<REASON>``, naming verdict, reason, notices
-   and checkpoint size; a deprecated tool passes with the deprecation in ``metadata``;
-   a tool the config does not name passes untouched.
+   blocked with a violation coded ``DEPLOG_<REASON>`` whose description is
+   ``refusal_text``'s sentence (the same a guarded MCP session gives); a deprecated tool
+   passes with the deprecation in ``metadata``; a tool the config does not name passes
+   untouched.
 4. The gateway has no hook on ``tools/list``: a refused tool stays listed, its calls
    blocked.
 5. Only a bad ``config:`` block stops the plugin loading. A state that is unavailable
@@ -47,6 +48,7 @@ from deplog.client.cache.mcp import (
     identity_annotation,
     may_list,
     refusal_annotation,
+    refusal_text,
 )
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.light import LightVerifier
@@ -242,9 +244,10 @@ def _log_load(where: str, settings: PluginSettings) -> None:
         _announced.add(key)
     count = len(settings.tools)
     _log.info(
-        "deplog plugin loaded: guarding %d tool%s with %s (freshness %g s, %s)",
+        "deplog plugin loaded: guarding %d tool%s (%s) with %s (freshness %g s, %s)",
         count,
         "" if count == 1 else "s",
+        ", ".join(sorted(settings.tools)),
         where,
         settings.freshness.total_seconds(),
         "unverified tools served" if settings.keep_unverified else "unverified tools blocked",
@@ -278,12 +281,7 @@ def violation_fields(
 ) -> dict[str, Any]:
     """A cpex ``PluginViolation``'s fields for a blocked call (rules 3, 5)."""
     details: dict[str, Any] = {REFUSAL_KEY: refusal_annotation(decision)}
-    notices = details[REFUSAL_KEY].get("notices", [])
-    at = details[REFUSAL_KEY].get("checkpoint_size", "none")
-    description = (
-        f"{decision.tool_id}@{decision.version}: verdict {decision.verdict.value}, reason "
-        f"{decision.reason}, log indexes {notices}, processed through checkpoint size {at}"
-    )
+    description = refusal_text(decision)
     if problem is not None:
         hint = problem.message
         details[STATE_KEY] = {"path": str(path), "problem": problem.code}

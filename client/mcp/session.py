@@ -4,13 +4,15 @@
 rules of ``client.cache.mcp``, with the host's ``pins``):
 
 1. ``list_tools`` drops the tools refused and, unless ``keep_unverified``, those it
-   cannot vouch for, and marks deprecated ones ``_meta["dev.deplog/deprecation"]``;
-   tools that are not deplog's pass, unless ``require_pins``.
-2. ``call_tool`` on a tool it would drop returns an MCP error result (``isError``) naming
-   the verdict, reason and checkpoint, also as ``_meta["dev.deplog/refusal"]``, and never
-   calls the server. A call is decided on the tool as last listed: a name never listed
-   is listed first (then ``not_listed`` or ``not_pinned``), and a listing older than the
-   tool's latest notice is refreshed once before deciding.
+   cannot vouch for, and marks deprecated ones ``_meta["dev.deplog/deprecation"]`` (and,
+   with ``describe_deprecations``, one line in their description); tools that are not
+   deplog's pass, unless ``require_pins``.
+2. ``call_tool`` on a tool it would drop returns an MCP error result (``isError``) whose
+   text is a sentence a model can act on (``refusal_text``), with
+   ``_meta["dev.deplog/refusal"]``, and never calls the server. A call is decided on the
+   tool as last listed: a name never listed is listed first (then ``not_listed`` or
+   ``not_pinned``), and a listing older than the tool's latest notice is refreshed once
+   before deciding.
 
 ``ProvenClientSession`` is the same for an agent without a follower: it trusts only its
 ``verify_checkpoint`` and decides from the map proofs stamped on the tools
@@ -32,7 +34,6 @@ from deplog.client.cache.guard import Decider, Decision, Verdict
 from deplog.client.cache.listing_proofs import ListedTool, VerifyCheckpoint, verify_listing
 from deplog.client.cache.mcp import (
     DEPRECATION_KEY,
-    LISTING_REASONS,
     REFUSAL_KEY,
     ListedIdentity,
     Pins,
@@ -40,8 +41,10 @@ from deplog.client.cache.mcp import (
     checked_pins,
     decide_listed,
     deprecation_annotation,
+    deprecation_line,
     may_list,
     refusal_annotation,
+    refusal_text,
     unlisted_refusal,
 )
 from deplog.client.mcp.compat import to_wire
@@ -60,24 +63,14 @@ V = TypeVar("V")
 
 
 def refusal_result(decision: Decision, name: str | None = None) -> types.CallToolResult:
-    """The error result of a call deplog did not let through (to the tool called ``name``)."""
-    through = decision.processed_through
-    if decision.reason in LISTING_REASONS:
-        at = "decided on the tool server's listing alone"
-    else:
-        size = "nothing verified yet" if through is None else f"checkpoint size {through.size}"
-        at = f"processed through {size}"
-    subject = f"{decision.tool_id}@{decision.version}" if decision.tool_id else f"tool {name}"
-    text = (
-        f"deplog refused {subject}: verdict {decision.verdict.value},"
-        f" reason {decision.reason}, {at}"
-    )
+    """The error result of a call deplog did not let through (to the tool called ``name``):
+    ``refusal_text``'s sentence, and ``_meta["dev.deplog/refusal"]``."""
     refusal = refusal_annotation(decision)
     if name is not None:
         refusal["name"] = name
     return types.CallToolResult.model_validate(
         {
-            "content": [{"type": "text", "text": text}],
+            "content": [{"type": "text", "text": refusal_text(decision, name)}],
             "isError": True,
             "_meta": {REFUSAL_KEY: refusal},
         }
@@ -95,6 +88,7 @@ class GuardedClientSession(ClientSession):
         keep_unverified: bool = False,
         pins: Pins | None = None,
         require_pins: bool = False,
+        describe_deprecations: bool = False,
         **kwargs: Any,
     ) -> None:
         pinned = checked_pins(pins)  # before anything is set up: a typo fails here
@@ -103,6 +97,7 @@ class GuardedClientSession(ClientSession):
         self.keep_unverified = keep_unverified
         self.pins = pinned
         self.require_pins = require_pins
+        self.describe_deprecations = describe_deprecations
         self._listed: OrderedDict[str, tuple[ListedIdentity | Decision | None, float]] = (
             OrderedDict()
         )
@@ -129,7 +124,7 @@ class GuardedClientSession(ClientSession):
             if decision is None:
                 kept.append(tool)
             elif may_list(decision, keep_unverified=self.keep_unverified):
-                kept.append(_with_deprecation(tool, decision))
+                kept.append(_with_deprecation(tool, decision, self.describe_deprecations))
         return result.model_copy(update={"tools": kept})
 
     async def call_tool(self, name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -172,6 +167,7 @@ class ProvenClientSession(ClientSession):
         keep_unverified: bool = False,
         pins: Pins | None = None,
         require_pins: bool = False,
+        describe_deprecations: bool = False,
         **kwargs: Any,
     ) -> None:
         pinned = checked_pins(pins)  # before anything is set up: a typo fails here
@@ -180,6 +176,7 @@ class ProvenClientSession(ClientSession):
         self.keep_unverified = keep_unverified
         self.pins = pinned
         self.require_pins = require_pins
+        self.describe_deprecations = describe_deprecations
         self._listed: OrderedDict[str, dict[str, Any]] = OrderedDict()
         """Per tool name (at most ``MAX_LISTED``): the tool as last listed, in wire form."""
 
@@ -200,7 +197,7 @@ class ProvenClientSession(ClientSession):
                 continue
             decision = checked.decision(now)
             if self._may_use(checked, decision):
-                kept.append(_with_deprecation(tool, decision))
+                kept.append(_with_deprecation(tool, decision, self.describe_deprecations))
         return result.model_copy(update={"tools": kept})
 
     async def call_tool(self, name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -246,12 +243,17 @@ def _remember(listed: OrderedDict[str, V], name: str, value: V) -> None:
         listed.popitem(last=False)
 
 
-def _with_deprecation(tool: Any, decision: Decision) -> Any:
-    """A listed tool, with ``_meta["dev.deplog/deprecation"]`` if the decision warns."""
+def _with_deprecation(tool: Any, decision: Decision, describe: bool) -> Any:
+    """A listed tool, with ``_meta["dev.deplog/deprecation"]`` if the decision warns, and
+    with ``describe`` the ``deprecation_line`` in its description."""
     if decision.verdict != Verdict.WARN:
         return tool
     meta = {**(tool.meta or {}), DEPRECATION_KEY: deprecation_annotation(decision)}
-    return tool.model_copy(update={"meta": meta})
+    update: dict[str, Any] = {"meta": meta}
+    if describe:
+        line = deprecation_line(decision)
+        update["description"] = f"{tool.description}\n\n{line}" if tool.description else line
+    return tool.model_copy(update=update)
 
 
 async def _list_every_page(session: ClientSession) -> None:

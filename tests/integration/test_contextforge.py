@@ -10,7 +10,7 @@ server (streamable HTTP) registered with a real gateway process that loads
 with the settings ``docs/contextforge.md`` makes mandatory:
 
 * a call goes through, a revoke is published, and the next call is blocked with a
-  violation naming the verdict and the log index;
+  violation whose description is the refusal sentence (verdict, reason, log index);
 * the plugin loads whatever the state file does, and blocks every guarded call with
   ``DEPLOG_NOT_SYNCED`` (naming the path and what to do) while the state is missing
   (gateway first, follower later; a typo in the path; the file deleted while the
@@ -289,7 +289,11 @@ async def test_the_gateway_blocks_a_revoked_tool_with_a_violation_naming_verdict
         blocked = await call(http, url, token, tools["search"])
     blocked_after = time.monotonic() - published
     assert "results for q" not in json.dumps(blocked)
-    assert "verdict refuse" in json.dumps(blocked) and "log indexes [1]" in json.dumps(blocked)
+    assert (
+        "deplog refused the call to tool:org.acme/search@1.0.0: the deplog log says it is "
+        "revoked since "
+    ) in json.dumps(blocked)
+    assert "(verdict refuse, reason revoked, log indexes 1)." in json.dumps(blocked)
     other = await call(http, url, token, tools["echo"], text="still served")
     assert "still served" in json.dumps(other) and "DEPLOG" not in json.dumps(other)
     print(f"blocked {blocked_after * 1000:.0f} ms after the 201:", json.dumps(blocked))
@@ -316,7 +320,8 @@ def assert_loaded_and_quiet(gateway: Gateway, state: Path) -> None:
     """The plugin loaded (one line naming the state and its tool), and the log holds no
     load failure and no traceback."""
     loaded = gateway.lines("deplog plugin loaded")
-    assert len(loaded) == 1 and f"guarding 1 tool with the follower state {state}" in loaded[0]
+    assert len(loaded) == 1
+    assert f"guarding 1 tool (search) with the follower state {state}" in loaded[0]
     assert not gateway.lines("Failed to load plugin")
     assert not gateway.lines("Traceback")
 

@@ -42,7 +42,7 @@ from deplog.client.cache.mcp import (
 from deplog.client.follow.follower import Follower
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.light import LightVerifier
-from deplog.client.mcp.compat import to_wire
+from deplog.client.mcp.compat import SDK_MAJOR, to_wire
 from deplog.client.mcp.session import GuardedClientSession, ProvenClientSession
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint
 from deplog.client.tlog.note import Signer
@@ -166,7 +166,15 @@ async def test_a_revoked_tool_is_gone_refused_and_announced_by_push(
     refusal = refused["_meta"][REFUSAL_KEY]
     assert (refusal["verdict"], refusal["reason"]) == ("refuse", "revoked")
     assert refusal["tool_id"] == "tool:org.acme/search" and refusal["checkpoint_size"] == 2
-    assert "verdict refuse, reason revoked" in refused["content"][0]["text"]
+    assert refused["content"][0]["text"].startswith(
+        "deplog refused the call to tool:org.acme/search@1.0.0: the deplog log says it is "
+        "revoked since "
+    )
+    assert "; reasons security; advisories CVE-2026-1234." in refused["content"][0]["text"]
+    assert refused["content"][0]["text"].endswith(
+        "decided at checkpoint size 2 of the log (verdict refuse, reason revoked, "
+        f"log indexes {refusal['notices'][0]})."
+    )
     assert notifications.list_changed[0] - acknowledged < PUSH_BOUND
 
 
@@ -210,42 +218,44 @@ async def test_the_server_stamps_the_digest_of_the_schema_it_lists(
     assert IDENTITY_KEY not in tools["echo"].get("_meta", {})
 
 
-def mcp_doc_example(session: str) -> str:
-    """The example of docs/mcp.md, "Sessions", that opens ``session``."""
+def mcp_doc_example(marker: str) -> str:
+    """The example of docs/mcp.md, "Sessions", that holds ``marker``."""
     examples = code_blocks(section(MCP_DOC, "## Sessions"), "python")
-    [example] = [code for code in examples if f"{session}(" in code]
+    [example] = [code for code in examples if marker in code]
     return example
 
 
+@pytest.mark.skipif(SDK_MAJOR < 2, reason="docs/mcp.md's examples are written for SDK 2.x")
 @pytest.mark.parametrize("session", ["GuardedClientSession", "ProvenClientSession"])
-async def test_the_mcp_doc_session_example_runs_as_printed(
+async def test_the_mcp_doc_session_example_runs_as_printed_from_the_installed_package(
     session: str,
     authority: AuthorityProcess,
     publisher: Signer,
     http: aiohttp.ClientSession,
     tmp_path: Path,
 ) -> None:
-    env = dict(
-        os.environ,
-        DEPLOG_URL=authority.url,
-        DEPLOG_LOG_KEY=authority.log_verifier.vkey(),
-        DEPLOG_CHECKOUT=str(ROOT),
-    )
+    """The docs' tool server and agent, saved as files and run outside the checkout."""
+    (tmp_path / "tool_server.py").write_text(mcp_doc_example("stamp_tools("))
+    (tmp_path / "agent.py").write_text(mcp_doc_example(f"{session}("))
+    env = dict(os.environ, DEPLOG_URL=authority.url, DEPLOG_LOG_KEY=authority.log_verifier.vkey())
+    env.pop("PYTHONPATH", None)
 
     async def run() -> list[str]:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", mcp_doc_example(session), cwd=tmp_path, env=env,
-            stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            sys.executable, "agent.py", cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE
+        )
         out, _ = await asyncio.wait_for(process.communicate(), 60)
         assert process.returncode == 0
         return out.decode().splitlines()
 
-    assert await run() == ["['echo', 'fetch', 'search']", "results for deplog"]
+    assert await run() == ["['echo', 'fetch', 'search']", "False results for deplog"]
     await revoke(http, authority.url, publisher)
     listed, refused = await run()
     assert listed == "['echo', 'fetch']"
-    assert refused.startswith("deplog refused tool:org.acme/search@1.0.0: verdict refuse")
+    assert refused.startswith(
+        "True deplog refused the call to tool:org.acme/search@1.0.0: the deplog log says it "
+        "is revoked since "
+    )
 
 
 async def test_tools_the_guard_cannot_vouch_for_are_hidden_and_refused_unless_kept(
@@ -427,7 +437,10 @@ async def test_a_lying_servers_tools_are_each_refused_with_their_own_reason(
     assert {name: refusal["reason"] for name, refusal in refusals.items()} == LIED_ABOUT
     for name, result in refused.items():
         reason = LIED_ABOUT[name]
-        assert result["isError"] is True and f"reason {reason}, " in result["content"][0]["text"]
+        assert (
+            result["isError"] is True
+            and f"(verdict refuse, reason {reason}" in result["content"][0]["text"]
+        )
         on_the_log = reason == "schema_mismatch"  # the others are decided on the listing
         assert ("checkpoint_size" in refusals[name]) == on_the_log
     assert (refusals["fetch"]["tool_id"], refusals["lookup"]["tool_id"]) == (
@@ -463,8 +476,9 @@ async def test_requiring_pins_refuses_every_tool_the_host_did_not_pin(
         "count": "not_pinned",
     }
     assert refused["echo"]["content"][0]["text"] == (
-        "deplog refused tool echo: verdict refuse, reason not_pinned,"
-        " decided on the tool server's listing alone"
+        "deplog refused the call to the tool echo: the host serves only the tools it pinned, "
+        "and this one is not. Do not call it again as it is; decided on the tool server's "
+        "listing alone (verdict refuse, reason not_pinned)."
     )
     assert not searched.get("isError")
 

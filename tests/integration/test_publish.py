@@ -144,9 +144,9 @@ async def test_tool_status_lists_the_notices_behind_it(
     async with http.get(authority.url + "/v1/tools/tool:org.acme/search") as response:
         assert response.status == 200
         described = await response.json()
-    [version] = described["versions"]
+    [version] = described["rows"]
     assert (version["version"], version["status"]) == ("1.0.0", "revoked")
-    assert version["notices"] == [index]
+    assert version["notices"] == [index] and described["status"] == "revoked"
 
 
 async def test_publishers_health_and_metrics_are_served(

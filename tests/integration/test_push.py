@@ -69,6 +69,20 @@ async def test_a_pushed_revocation_is_refused_within_a_second_without_polling(
         await running
 
 
+async def test_listen_returns_within_a_second_of_stop_while_the_stream_is_live(
+    authority: AuthorityProcess, tmp_path: Path
+) -> None:
+    async with Follower(authority.url, authority.log_verifier, tmp_path / "s.db") as follower:
+        stop = asyncio.Event()
+        listening = asyncio.create_task(follower.listen(stop))
+        await asyncio.sleep(1.0)  # subscribed: the stream is live, nothing new to push
+        assert not listening.done()
+        stop.set()
+        stopped = time.monotonic()
+        await asyncio.wait_for(listening, 5)
+        assert time.monotonic() - stopped < 1.0
+
+
 async def test_with_the_stream_refused_it_still_converges_by_polling(
     authority_files: AuthorityProcess,
     publisher: Signer,
