@@ -3,7 +3,8 @@
 Rules:
 
 1. Every function reads through a ``LogReader`` (on a reader thread) and is bounded: at
-   most ``PAGE_SIZE`` rows, ``LogReader.tool``'s fold, one leaf per notice page.
+   most ``PAGE_SIZE`` rows (``RECENT_ENTRIES`` on the home page), ``LogReader.tool``'s
+   fold per tool shown, one leaf per notice page, ``MAX_SCANNED_LEAVES`` for an advisory.
 2. Tool status and publishers are those of ``GET /v1/tools/...`` and ``GET
    /v1/publishers``; nothing here folds notices again.
 3. Nothing is rendered here: values go to the templates, which escape them.
@@ -18,11 +19,11 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from deplog.authority.http.plumbing import HTTPRequestError
-from deplog.authority.storage.reader import LogReader
+from deplog.authority.storage.reader import MAX_TOOL_NOTICES, LogReader
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, PublisherEntry
-from deplog.client.model.notice import parse_tool_id
+from deplog.client.model.notice import parse_advisories, parse_tool_id
 from deplog.client.model.rules import decode_leaf, readable_tool_id
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.cosignature import ALGORITHMS, cosignatures
@@ -42,6 +43,7 @@ __all__ = [
     "publishers_page",
     "search_page",
     "tool_page",
+    "tool_status",
 ]
 
 PAGE_SIZE: Final = 25
@@ -50,6 +52,10 @@ GROWTH_POINTS: Final = 24
 MAX_QUERY_CHARS: Final = 200
 MAX_SEARCH_PAGE: Final = 100
 """Search results past page 100 are refused: a narrower query finds them."""
+SEVERITY: Final = ("revoked", "sunset", "unknown", "deprecated", "active")
+"""Statuses, most severe first (the order of ``deplog``'s exit statuses)."""
+CHART: Final = {"left": 48, "top": 8, "width": 340, "height": 100}
+"""The growth chart's plot area inside its 400 by 150 viewBox; axis labels go around it."""
 
 
 _OPTIONAL_NOTICE_FIELDS: Final = (
@@ -173,65 +179,148 @@ def _canonical_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def home_page(reader: LogReader, served: Served, now: float) -> dict[str, Any]:
-    """The home page: checkpoint, cosigners, growth, the latest entries."""
+def home_page(
+    reader: LogReader, served: Served, now: float, before_raw: str | None
+) -> dict[str, Any]:
+    """The home page: checkpoint, cosigners, growth, and entries below ``before`` (default:
+    the latest), ``RECENT_ENTRIES`` at a time."""
     size = served.size
-    growth = reader.growth(size, GROWTH_POINTS)
-    recent = [_entry_summary(i, leaf) for i, leaf in reader.recent_entries(size, RECENT_ENTRIES)]
+    before = _decimal(before_raw, 1, size) if before_raw else size
+    entries = reader.recent_entries(before, RECENT_ENTRIES)
     return {
         "checkpoint": checkpoint_view(served, now),
-        "growth": _chart(growth),
-        "recent": recent,
+        "growth": _chart(reader.growth(size, GROWTH_POINTS)),
+        "recent": [_entry_summary(i, leaf) for i, leaf in entries],
+        "newer": None if before == size else min(size, before + RECENT_ENTRIES),
+        "older": entries[-1][0] if entries and entries[-1][0] > 0 else None,
     }
 
 
 def _chart(points: list[tuple[int, str]]) -> dict[str, Any]:
-    """An SVG polyline (viewBox 0 0 300 100) of log size over signing time."""
+    """An SVG polyline of log size over signing time, in the plot area of ``CHART``."""
     if not points:
-        return {"points": "", "first": None, "last": None, "max": 0}
+        return {"points": "", "first": None, "last": None, "max": 0} | CHART
+    left, top, width, height = CHART["left"], CHART["top"], CHART["width"], CHART["height"]
     times = [datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp() for _, t in points]
     t0, t1 = times[0], times[-1]
-    top = max(s for s, _ in points)
+    most = max(s for s, _ in points)
     coords = []
     for (s, _), t in zip(points, times, strict=True):
-        x = 0.0 if t1 == t0 else 300 * (t - t0) / (t1 - t0)
-        y = 100 - 100 * s / top
-        coords.append(f"{x:.1f},{y:.1f}")
-    return {"points": " ".join(coords), "first": points[0][1], "last": points[-1][1], "max": top}
+        x = left + (0.0 if t1 == t0 else width * (t - t0) / (t1 - t0))
+        coords.append(f"{x:.1f},{top + height - height * s / most:.1f}")
+    return {
+        "points": " ".join(coords),
+        "first": points[0][1],
+        "last": points[-1][1],
+        "max": most,
+    } | CHART
+
+
+def _worst(rows: list[dict[str, Any]]) -> str | None:
+    """The most severe status among ``rows`` (None without rows)."""
+    statuses = {r["status"] for r in rows}
+    return next((s for s in SEVERITY if s in statuses), None)
+
+
+def _advisory(text: str) -> str | None:
+    """``text`` as a CVE or GHSA id in its canonical case, or None if it is none."""
+    head, _, rest = text.partition("-")
+    if head not in ("cve", "ghsa") or not rest:
+        return None
+    candidate = head.upper() + "-" + (rest.upper() if head == "cve" else rest)
+    try:
+        parse_advisories([candidate])
+    except DeplogError:
+        return None
+    return candidate
 
 
 def search_page(
-    reader: LogReader, served: Served, query: str | None, page_raw: str | None
+    reader: LogReader, served: Served, query: str | None, page_raw: str | None, now: datetime
 ) -> dict[str, Any]:
-    """Tools whose id, publishers whose id or namespace, contains the query; paged."""
+    """Tools whose id contains the query (every tool for none), publishers whose id or
+    namespace does, notices naming an advisory; paged, each tool with its worst status.
+    An exact tool id is a redirect (``{"redirect": tool_id}``)."""
     page = _decimal(page_raw, 1, MAX_SEARCH_PAGE + 1) if page_raw else 1
     text = (query or "").strip().lower()[:MAX_QUERY_CHARS]
-    if not text:
-        return {"query": "", "page": 1, "tools": [], "publishers": [], "more": False}
     offset = (page - 1) * PAGE_SIZE
-    tools = reader.search_tools(text, served.size, offset, PAGE_SIZE + 1)
-    publishers = []
-    if page == 1:
+    advisory = _advisory(text)
+    out: dict[str, Any] = {"query": text, "page": page, "publishers": [], "advisory": advisory}
+    if advisory is not None:
+        indexes, partial = reader.leaves_containing(
+            f'"{advisory}"'.encode(), served.size, PAGE_SIZE
+        )
+        summaries = [_entry_summary(i, reader.entries(i, i + 1)[0]) for i in indexes]
+        names = list(dict.fromkeys(e["tool_id"] for e in summaries if e["tool_id"]))
+        out.update(notices=summaries, partial=partial, more=False)
+    else:
+        names = reader.search_tools(text, served.size, offset, PAGE_SIZE + 1)
+        if text.startswith("tool:") and names[:1] == [text]:
+            return {"redirect": text}
+        out.update(notices=[], partial=False, more=len(names) > PAGE_SIZE)
+        names = names[:PAGE_SIZE]
+    out["tools"] = [
+        {"tool_id": t, "status": _worst(tool_status(reader, served, t, now)["rows"])} for t in names
+    ]
+    if text and page == 1:
         for p in reader.publishers()["publishers"]:
-            names = [p["publisher"], *p["namespaces"]]
-            if any(text in name for name in names):
-                publishers.append(p)
-    return {
-        "query": text,
-        "page": page,
-        "tools": tools[:PAGE_SIZE],
-        "publishers": publishers[:PAGE_SIZE],
-        "more": len(tools) > PAGE_SIZE,
-    }
+            if any(text in name for name in [p["publisher"], *p["namespaces"]]):
+                out["publishers"].append(p)
+        out["publishers"] = out["publishers"][:PAGE_SIZE]
+    return out
 
 
-def tool_page(reader: LogReader, served: Served, tool_id: str, now: datetime) -> dict[str, Any]:
-    """A tool's status from the API's own fold, or ``not_found`` if no notice names it."""
-    parse_tool_id(tool_id)
+def tool_status(reader: LogReader, served: Served, tool_id: str, now: datetime) -> dict[str, Any]:
+    """The one status object a tool page and a search result show: a row per named version
+    and per range (each with the notices behind it), and the tool's notices."""
     described = reader.tool(tool_id, served.size, now)
-    if described["last_index"] is None:
+    effective = {n["index"]: n["effective_at"] for n in described["notices"]}
+    rows = [
+        v | {"kind": "version", "label": v["version"], "applying": v["notices"]}
+        for v in described["versions"]
+    ]
+    rows += [
+        {
+            "kind": "range",
+            "label": "; ".join(f"{k} {v}" for e in r["events"] for k, v in e.items()),
+            "status": None,
+            "applying": r["notices"],
+            "pending": [],
+            "withdrawn": [],
+        }
+        for r in described["ranges"]
+    ]
+    for row in rows:
+        row["pending"] = [{"index": i, "effective_at": effective[i]} for i in row["pending"]]
+    return described | {"rows": rows}
+
+
+def tool_page(
+    reader: LogReader,
+    served: Served,
+    tool_id: str,
+    now: datetime,
+    origin: str,
+    page_raw: str | None,
+) -> dict[str, Any]:
+    """A tool's status and one page of its notices, or ``not_found`` if no notice names it;
+    ``origin`` is the address the offline check names."""
+    parse_tool_id(tool_id)
+    page = _decimal(page_raw, 1, MAX_TOOL_NOTICES // PAGE_SIZE + 2) if page_raw else 1
+    status = tool_status(reader, served, tool_id, now)
+    if status["last_index"] is None:
         raise _not_found()
-    return {"tool": described, "tool_id": tool_id, "log_key": served.log_key.vkey()}
+    offset = (page - 1) * PAGE_SIZE
+    return {
+        "page": page,
+        "notices": status["notices"][offset : offset + PAGE_SIZE],
+        "more": len(status["notices"]) > offset + PAGE_SIZE,
+        "status": status,
+        "worst": _worst(status["rows"]),
+        "tool_id": tool_id,
+        "log_key": served.log_key.vkey(),
+        "origin": origin,
+    }
 
 
 def _decimal(raw: str, low: int, high: int) -> int:
@@ -284,7 +373,8 @@ def notice_page(reader: LogReader, served: Served, raw_index: str) -> dict[str, 
         out.update(kind="notice", notice=shown, key_id=key_id, key=key)
     else:
         assert isinstance(entry, PublisherEntry)
-        out.update(kind="publisher", statement=entry.statement.to_json(), key=None)
+        statement = {"namespaces": [], "keys": []} | entry.statement.to_json()
+        out.update(kind="publisher", statement=statement, key=None)
     return out
 
 
@@ -297,13 +387,18 @@ def _raw(leaf: bytes) -> object:
 
 
 def publishers_page(reader: LogReader) -> dict[str, Any]:
-    """Every publisher and key; a revoked key is ``rotated`` if a later one is active."""
+    """Every publisher and key; a revoked publisher's keys are ``revoked``, a revoked key
+    is ``rotated`` if a later one is active."""
     publishers = reader.publishers()["publishers"]
     for p in publishers:
         for k in p["keys"]:
-            label = k["status"]
-            if label == "revoked" and any(
-                o["status"] == "active" and o["added_at"] > k["added_at"] for o in p["keys"]
+            label = "revoked" if p["status"] == "revoked" else k["status"]
+            if (
+                label == "revoked"
+                and p["status"] != "revoked"
+                and any(
+                    o["status"] == "active" and o["added_at"] > k["added_at"] for o in p["keys"]
+                )
             ):
                 label = "rotated"
             k["label"] = label

@@ -33,7 +33,7 @@ from deplog.client.model.rules import decode_leaf
 from deplog.client.model.status import FoldNotice, InvalidMark, StatusIndex
 from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_hash
 
-__all__ = ["MAX_SEARCH_ROWS", "MAX_TOOL_NOTICES", "LogReader", "ReaderPool"]
+__all__ = ["MAX_SCANNED_LEAVES", "MAX_SEARCH_ROWS", "MAX_TOOL_NOTICES", "LogReader", "ReaderPool"]
 
 _T = TypeVar("_T")
 
@@ -41,6 +41,8 @@ MAX_TOOL_NOTICES = 4096
 """A tool with more notices is folded from its first ones only, flagged ``truncated``."""
 MAX_SEARCH_ROWS = 200
 """The most rows one listing query returns (every query the explorer makes)."""
+MAX_SCANNED_LEAVES = 65536
+"""The most leaves one ``leaves_containing`` reads (no index holds advisories)."""
 
 
 class LogReader:
@@ -111,6 +113,21 @@ class LogReader:
             (*args, size, limit, offset),
         ).fetchall()
         return [str(r[0]) for r in rows]
+
+    def leaves_containing(self, needle: bytes, size: int, limit: int) -> tuple[list[int], bool]:
+        """Indexes of the newest leaves below ``size`` containing ``needle``, newest first,
+        and whether older leaves were left unread."""
+        limit, end = min(limit, MAX_SEARCH_ROWS), size
+        found: list[int] = []
+        while end > 0 and len(found) < limit and size - end < MAX_SCANNED_LEAVES:
+            start = max(0, end - 4096, size - MAX_SCANNED_LEAVES)
+            rows = self.conn.execute(
+                "SELECT idx, data FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx DESC",
+                (start, end),
+            ).fetchall()
+            found += [int(i) for i, data in rows if needle in bytes(data)]
+            end = start
+        return found[:limit], end > 0
 
     def growth(self, size: int, points: int) -> list[tuple[int, str]]:
         """Up to ``points`` (size, signed_at) of checkpoints spread evenly over 1..``size``."""
