@@ -42,6 +42,7 @@ __all__ = [
     "StatusChange",
     "StatusError",
     "StatusIndex",
+    "ToolFold",
     "VersionStatus",
 ]
 
@@ -150,7 +151,9 @@ class InvalidMark:
 
 
 @dataclass
-class _Tool:
+class ToolFold:
+    """One tool's folded entries: notices by log index, withdrawals, invalid marks."""
+
     # Deprecate/revoke notices by log index (dicts keep insertion = log order).
     notices: dict[int, FoldNotice] = field(default_factory=dict)
     # Target index -> [(withdraw index, withdraw effective_at)].
@@ -164,7 +167,7 @@ class StatusIndex:
     """The folded status of every tool seen in the log."""
 
     def __init__(self) -> None:
-        self._tools: dict[str, _Tool] = {}
+        self._tools: dict[str, ToolFold] = {}
         self._last_index = -1
 
     def copy(self) -> StatusIndex:
@@ -172,7 +175,7 @@ class StatusIndex:
         twin = StatusIndex()
         twin._last_index = self._last_index
         twin._tools = {
-            tool_id: _Tool(
+            tool_id: ToolFold(
                 dict(tool.notices),
                 {target: list(ws) for target, ws in tool.withdrawals.items()},
                 dict(tool.withdraws),
@@ -190,7 +193,7 @@ class StatusIndex:
         tool = self._tools.get(notice.tool_id)
         if notice.action == "invalid":
             if tool is None:
-                tool = self._tools[notice.tool_id] = _Tool()
+                tool = self._tools[notice.tool_id] = ToolFold()
             tool.invalid.append(index)
         elif notice.action == "withdraw":
             assert notice.withdraws is not None  # guaranteed by Notice.from_json
@@ -202,7 +205,7 @@ class StatusIndex:
             tool.withdraws[index] = notice
         else:
             if tool is None:
-                tool = self._tools[notice.tool_id] = _Tool()
+                tool = self._tools[notice.tool_id] = ToolFold()
             tool.notices[index] = notice
         tool.last_index = index
         self._last_index = index
@@ -229,18 +232,29 @@ class StatusIndex:
     def lookup(self, tool_id: str, version: str, now: datetime) -> VersionStatus:
         """The status of ``tool_id`` at ``version`` at ``now``."""
         parse_tool_id(tool_id)
-        return self._lookup(tool_id, parse_version(version), _utc(now))
+        v = parse_version(version)
+        tool = self._tools.get(tool_id)
+        about = () if tool is None else [i for i, n in tool.notices.items() if n.affects(v)]
+        return self.decide(tool_id, v.text, about, _utc(now))
 
-    def _lookup(self, tool_id: str, v: Version, now: datetime) -> VersionStatus:
+    def tool(self, tool_id: str) -> ToolFold | None:
+        """What the fold holds of ``tool_id``, or None if no entry names it."""
+        return self._tools.get(tool_id)
+
+    def decide(
+        self, tool_id: str, version: str, about: Iterable[int], now: datetime
+    ) -> VersionStatus:
+        """Rules 1-5 over the deprecate/revoke notices at ``about`` (log order), reported
+        under ``version``: a lookup's, or a row's of ``client.model.table``."""
         tool = self._tools.get(tool_id)
         if tool is None:
-            return VersionStatus(tool_id, v.text, "active")
+            return VersionStatus(tool_id, version, "active")
+        now = _utc(now)
         applying: list[tuple[int, FoldNotice]] = []
         pending: set[int] = set()
         withdrawn: list[tuple[int, int]] = []
-        for idx, n in tool.notices.items():
-            if not n.affects(v):
-                continue
+        for idx in about:
+            n = tool.notices[idx]
             done = [w for w, at in tool.withdrawals.get(idx, ()) if at <= now]
             if done:
                 withdrawn.append((idx, min(done)))
@@ -278,7 +292,7 @@ class StatusIndex:
             digest = n.schema_digest or digest
         return VersionStatus(
             tool_id=tool_id,
-            version=v.text,
+            version=version,
             status=status,
             notices=tuple(i for i, _ in applying),
             pending=tuple(sorted(pending)),
@@ -297,7 +311,7 @@ class StatusIndex:
         parse_tool_id(tool_id)
         now = _utc(now)
         found = self._tools.get(tool_id)
-        tool = _Tool() if found is None else found
+        tool = ToolFold() if found is None else found
         named: dict[str, Version] = {}
         ranges: dict[str, tuple[dict[str, Any], list[int]]] = {}
         for idx, n in tool.notices.items():
@@ -322,7 +336,7 @@ class StatusIndex:
         return {
             "tool_id": tool_id,
             "last_index": None if found is None else tool.last_index,
-            "versions": [self._lookup(tool_id, ver, now).to_json() for ver in versions],
+            "versions": [self.lookup(tool_id, ver.text, now).to_json() for ver in versions],
             "ranges": [{**rj, "notices": idxs} for rj, idxs in ranges.values()],
             "notices": notices,
             "invalid": list(tool.invalid),
