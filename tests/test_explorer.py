@@ -355,6 +355,7 @@ async def test_search_results_carry_each_tools_worst_status(site: Site) -> None:
     items = page.all_text.split("Tools ", 1)[1]
     assert "revoked tool:org.acme/fetch" in items
     assert "deprecated tool:org.acme/search" in items
+    assert "revoked tool:org.acme/weather" in items  # its revoked range outranks 2.3.1
 
 
 async def test_an_exact_tool_id_goes_straight_to_the_tool(site: Site) -> None:
@@ -409,7 +410,8 @@ async def test_a_tool_page_leads_with_every_version_and_range_row(site: Site) ->
     page, _ = await site.get("/tools/tool:org.acme/weather")
     text = page.all_text
     assert text.index("Status of every version and range") < text.index("Check it yourself")
-    assert "introduced 1.0.0; fixed 2.0.0" in text and "2.3.1 deprecated" in text
+    assert "1.0.0 up to 2.0.0 (not included) revoked" in text and "2.3.1 deprecated" in text
+    assert "/search?q=CVE-2026-4242" in page.links() and "Upgrade to 2.3.1 at least." in text
     assert "/tools/tool%3Aorg.acme/weather" in page.links()  # the replacement
 
 

@@ -3,10 +3,10 @@
 Rules:
 
 1. Every function reads through a ``LogReader`` (on a reader thread) and is bounded: at
-   most ``PAGE_SIZE`` rows (``RECENT_ENTRIES`` on the home page), ``LogReader.tool``'s
-   fold per tool shown, one leaf per notice page, ``MAX_SCANNED_LEAVES`` for an advisory.
-2. Tool status and publishers are those of ``GET /v1/tools/...`` and ``GET
-   /v1/publishers``; nothing here folds notices again.
+   most ``PAGE_SIZE`` rows (``RECENT_ENTRIES`` on the home page), ``LogReader.tool_fold``
+   per tool shown, one leaf per notice page, ``MAX_SCANNED_LEAVES`` for an advisory.
+2. A tool's status is ``client.model.table.tool_status`` over ``LogReader.tool_fold``,
+   the answer of every surface; publishers are those of ``GET /v1/publishers``.
 3. Nothing is rendered here: values go to the templates, which escape them.
 4. A log index at or past the served checkpoint is ``not_found``, like one never written.
 """
@@ -21,7 +21,7 @@ from typing import Any, Final
 from deplog.authority.http.plumbing import HTTPRequestError
 from deplog.authority.storage.reader import MAX_TOOL_NOTICES, LogReader
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.model import canonical
+from deplog.client.model import canonical, table
 from deplog.client.model.entries import NoticeEntry, PublisherEntry
 from deplog.client.model.notice import parse_advisories, parse_tool_id
 from deplog.client.model.rules import decode_leaf, readable_tool_id
@@ -52,8 +52,6 @@ GROWTH_POINTS: Final = 24
 MAX_QUERY_CHARS: Final = 200
 MAX_SEARCH_PAGE: Final = 100
 """Search results past page 100 are refused: a narrower query finds them."""
-SEVERITY: Final = ("revoked", "sunset", "unknown", "deprecated", "active")
-"""Statuses, most severe first (the order of ``deplog``'s exit statuses)."""
 CHART: Final = {"left": 48, "top": 8, "width": 340, "height": 100}
 """The growth chart's plot area inside its 400 by 150 viewBox; axis labels go around it."""
 
@@ -216,12 +214,6 @@ def _chart(points: list[tuple[int, str]]) -> dict[str, Any]:
     } | CHART
 
 
-def _worst(rows: list[dict[str, Any]]) -> str | None:
-    """The most severe status among ``rows`` (None without rows)."""
-    statuses = {r["status"] for r in rows}
-    return next((s for s in SEVERITY if s in statuses), None)
-
-
 def _advisory(text: str) -> str | None:
     """``text`` as a CVE or GHSA id in its canonical case, or None if it is none."""
     head, _, rest = text.partition("-")
@@ -260,7 +252,7 @@ def search_page(
         out.update(notices=[], partial=False, more=len(names) > PAGE_SIZE)
         names = names[:PAGE_SIZE]
     out["tools"] = [
-        {"tool_id": t, "status": _worst(tool_status(reader, served, t, now)["rows"])} for t in names
+        {"tool_id": t, "status": tool_status(reader, served, t, now)["status"]} for t in names
     ]
     if text and page == 1:
         for p in reader.publishers()["publishers"]:
@@ -271,28 +263,11 @@ def search_page(
 
 
 def tool_status(reader: LogReader, served: Served, tool_id: str, now: datetime) -> dict[str, Any]:
-    """The one status object a tool page and a search result show: a row per named version
-    and per range (each with the notices behind it), and the tool's notices."""
-    described = reader.tool(tool_id, served.size, now)
-    effective = {n["index"]: n["effective_at"] for n in described["notices"]}
-    rows = [
-        v | {"kind": "version", "label": v["version"], "applying": v["notices"]}
-        for v in described["versions"]
-    ]
-    rows += [
-        {
-            "kind": "range",
-            "label": "; ".join(f"{k} {v}" for e in r["events"] for k, v in e.items()),
-            "status": None,
-            "applying": r["notices"],
-            "pending": [],
-            "withdrawn": [],
-        }
-        for r in described["ranges"]
-    ]
-    for row in rows:
-        row["pending"] = [{"index": i, "effective_at": effective[i]} for i in row["pending"]]
-    return described | {"rows": rows}
+    """The tool's status table (``client.model.table``) at the served size: what its page
+    and a search result show."""
+    index, truncated = reader.tool_fold(tool_id, served.size)
+    status = table.tool_status(index, tool_id, now).to_json()
+    return status | {"size": served.size, "truncated": truncated}
 
 
 def tool_page(
@@ -316,7 +291,6 @@ def tool_page(
         "notices": status["notices"][offset : offset + PAGE_SIZE],
         "more": len(status["notices"]) > offset + PAGE_SIZE,
         "status": status,
-        "worst": _worst(status["rows"]),
         "tool_id": tool_id,
         "log_key": served.log_key.vkey(),
         "origin": origin,

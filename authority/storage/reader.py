@@ -146,8 +146,17 @@ class LogReader:
 
     def tool(self, tool_id: str, size: int, now: datetime) -> dict[str, Any]:
         """A tool's status at ``size``, folded from its notices and invalid entries' marks."""
+        index, truncated = self.tool_fold(tool_id, size)
+        described = index.describe(tool_id, now)
+        described["size"] = size
+        if truncated:
+            described["truncated"] = True
+        return described
+
+    def tool_fold(self, tool_id: str, size: int) -> tuple[StatusIndex, bool]:
+        """The fold of a tool's entries below ``size`` (its first ``MAX_TOOL_NOTICES``
+        notices), and whether it has more."""
         indexes = store.tool_entry_indexes(self.conn, tool_id, size, MAX_TOOL_NOTICES + 1)
-        truncated = len(indexes) > MAX_TOOL_NOTICES
         items: list[tuple[int, FoldNotice]] = [
             (i, InvalidMark(tool_id, i))
             for i in store.invalid_entry_indexes(self.conn, tool_id, size)
@@ -159,11 +168,7 @@ class LogReader:
         index = StatusIndex()
         for i, item in sorted(items, key=lambda pair: pair[0]):
             index.apply(i, item)
-        described = index.describe(tool_id, now)
-        described["size"] = size
-        if truncated:
-            described["truncated"] = True
-        return described
+        return index, len(indexes) > MAX_TOOL_NOTICES
 
     def map_proof(
         self, tool_id: str, view: MapView | None = None, moved: Callable[[], bool] | None = None

@@ -413,8 +413,11 @@ async def test_the_tool_page_leads_with_the_range_row(tab: Tab, seeded: Seeded) 
     await tab.page.goto(f"{tab.url}/tools/tool:org.acme/weather")
     rows = tab.page.locator("table.status tbody tr")
     await expect(rows).to_have_count(2)
-    await expect(rows.filter(has_text="introduced 1.0.0; fixed 2.0.0")).to_have_count(1)
-    await expect(rows.filter(has_text="2.3.1")).to_contain_text("deprecated")
+    await expect(rows.nth(0).locator("th")).to_have_text("2.3.1")
+    await expect(rows.nth(0).locator(".badge")).to_have_text("deprecated")
+    await expect(rows.nth(1).locator("th")).to_have_text("1.0.0 up to 2.0.0 (not included)")
+    await expect(rows.nth(1).locator(".badge")).to_have_text("revoked")
+    await expect(rows.nth(1)).to_contain_text("CVE-2026-4242")
     await tab.screenshot("tool-ranged")
     assert tab.errors == []
 
