@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from deplog.authority.http.plumbing import HTTPRequestError
-from deplog.authority.storage.reader import MAX_TOOL_NOTICES, LogReader
+from deplog.authority.storage.reader import LogReader
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model import canonical, table
 from deplog.client.model.entries import NoticeEntry, PublisherEntry
@@ -278,18 +278,20 @@ def tool_page(
     origin: str,
     page_raw: str | None,
 ) -> dict[str, Any]:
-    """A tool's status and one page of its notices, or ``not_found`` if no notice names it;
-    ``origin`` is the address the offline check names."""
+    """One page of a tool's status rows and of its notices, or ``not_found`` if no entry
+    names it or the page is past both; ``origin`` is the address the offline check names."""
     parse_tool_id(tool_id)
-    page = _decimal(page_raw, 1, MAX_TOOL_NOTICES // PAGE_SIZE + 2) if page_raw else 1
+    page = _decimal(page_raw, 1, 2**31) if page_raw else 1
     status = tool_status(reader, served, tool_id, now)
-    if status["last_index"] is None:
-        raise _not_found()
     offset = (page - 1) * PAGE_SIZE
+    longest = max(len(status["rows"]), len(status["notices"]))
+    if status["last_index"] is None or (page > 1 and offset >= longest):
+        raise _not_found()
     return {
         "page": page,
+        "rows": status["rows"][offset : offset + PAGE_SIZE],
         "notices": status["notices"][offset : offset + PAGE_SIZE],
-        "more": len(status["notices"]) > offset + PAGE_SIZE,
+        "more": longest > offset + PAGE_SIZE,
         "status": status,
         "tool_id": tool_id,
         "log_key": served.log_key.vkey(),
