@@ -225,10 +225,12 @@ def search_page(
     }
 
 
-def tool_page(reader: LogReader, served: Served, tool_id: str, now: datetime) -> dict[str, Any]:
-    """A tool's status from the API's own fold, or ``not_found`` if no notice names it."""
+def tool_page(
+    reader: LogReader, served: Served, tool_id: str, now: datetime, record: bytes | None
+) -> dict[str, Any]:
+    """A tool's status from the API's own table, or ``not_found`` if no notice names it."""
     parse_tool_id(tool_id)
-    described = reader.tool(tool_id, served.size, now)
+    described = reader.tool(tool_id, served.size, now, record)
     if described["last_index"] is None:
         raise _not_found()
     return {"tool": described, "tool_id": tool_id, "log_key": served.log_key.vkey()}

@@ -40,6 +40,7 @@ from deplog.authority.http.status import http_status
 from deplog.authority.publication import Publication
 from deplog.authority.storage.reader import LogReader
 from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.model.notice import parse_tool_id
 from deplog.client.tlog.note import Verifier
 
 __all__ = ["Explorer", "add_explorer"]
@@ -142,8 +143,15 @@ class Explorer:
     async def tool(self, request: web.Request) -> web.StreamResponse:
         tool_id = request.match_info["tool_id"]
         now = datetime.now(UTC)
+        try:
+            parse_tool_id(tool_id)
+            _, proof = await self.publication().map_proof(tool_id)
+        except DeplogError as err:
+            return self.error_page(err)
         return await self.page(
-            request, "tool.html", lambda r, served: pages.tool_page(r, served, tool_id, now)
+            request,
+            "tool.html",
+            lambda r, served: pages.tool_page(r, served, tool_id, now, proof.record),
         )
 
     async def notice(self, request: web.Request) -> web.StreamResponse:
