@@ -127,7 +127,7 @@ def test_a_deprecated_version_is_proven_and_served(checked: Checked) -> None:
     status, out, _ = checked()
     first, second = out.splitlines()
     assert status == 0
-    assert first.startswith(f"ok: {SEARCH} 1.0.0: deprecated (notices ")
+    assert first.startswith(f"ok: {SEARCH} 1.0.0: deprecated since ")
     assert "proven (present) by the map " in second
     assert "status.test/log size " in second
 

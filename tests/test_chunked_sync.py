@@ -28,6 +28,7 @@ from deplog.client.follow.trust import Advanced, MapMismatchError, TrustedState
 from deplog.client.map.line import map_line, require_map_root
 from deplog.client.map.stored import StoredMap
 from deplog.client.map.verifiable import VerifiableMap
+from deplog.client.model.table import tool_status
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.evidence import MAP_MISMATCH, read_evidence
 from deplog.client.tlog.note import Signer
@@ -111,7 +112,8 @@ def reads(state: LocalState) -> tuple[object, ...]:
         state.root,
         tuple(state.notice_at(i) for i in range(ENTRIES + 2)),
         tuple(
-            state.tool_status_at(tool(k), ENTRIES + 2).describe(tool(k), NOW) for k in range(TOOLS)
+            tool_status(state.tool_status_at(tool(k), ENTRIES + 2), tool(k), NOW).to_json()
+            for k in range(TOOLS)
         ),
     )
 
@@ -286,7 +288,7 @@ def test_a_tool_with_more_notices_than_the_budget_is_folded_per_question(
         assert state.status_budget < ENTRIES // TOOLS
         first, second = state.tool_status(tool(0)), state.tool_status(tool(0))
         assert first is not second
-        assert first[0].describe(tool(0), NOW) == second[0].describe(tool(0), NOW)
+        assert tool_status(first[0], tool(0), NOW) == tool_status(second[0], tool(0), NOW)
     finally:
         state.close()
 
@@ -318,7 +320,7 @@ def test_after_an_advance_a_kept_fold_holds_the_new_notices(
         after = state.tool_status(tool(0))
         assert after is not kept and added in after[1]
         fresh = state.tool_status_at(tool(0), state.size)
-        assert after[0].describe(tool(0), NOW) == fresh.describe(tool(0), NOW)
+        assert tool_status(after[0], tool(0), NOW) == tool_status(fresh, tool(0), NOW)
         assert after[0].lookup(tool(0), "1.0.0", NOW).status == "revoked"
     finally:
         state.close()

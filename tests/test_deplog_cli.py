@@ -418,9 +418,44 @@ def test_status_is_text_by_default_and_exits_5_when_a_version_is_refused(
     status, out, _ = run(capsys, "status", TOOL, "--state", str(synced))
     assert status == EXIT_REFUSE
     lines = out.splitlines()
-    assert lines[0].startswith(f"{TOOL} 1.0.0: revoked (notices ")
-    assert lines[1].startswith(f"{TOOL} 2.0.0: deprecated (notices ")
+    assert lines[0] == f"{TOOL}: revoked (the worst of 2 rows)"
+    assert lines[1].startswith(f"{TOOL} 1.0.0: revoked since ")
+    assert lines[2].startswith(f"{TOOL} 2.0.0: deprecated since ")
     assert lines[-1].startswith("processed through size ")
+
+
+def test_status_shows_a_revoked_range_with_its_advisories_and_exits_5(
+    tmp_path: Path, local: LocalLog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The weather example: 1.0.0 to 2.0.0 revoked for security, 2.3.1 deprecated."""
+    state = tmp_path / "state.db"
+    local.publish(
+        action="revoke",
+        reasons=["security"],
+        advisories=["CVE-2026-1234", "GHSA-23cf-gh45-mpqr"],
+        affected={
+            "ranges": [{"type": "SEMVER", "events": [{"introduced": "1.0.0"}, {"fixed": "2.0.0"}]}]
+        },
+        message="remote code execution",
+    )
+    local.publish(affected={"versions": ["2.3.1"]})
+    local.sync(TrustedState(LocalState(state, ORIGIN), local.signer.verifier()))
+    status, out, _ = run(capsys, "status", TOOL, "--state", str(state))
+    assert status == EXIT_REFUSE
+    assert out.splitlines()[2].startswith(
+        f"{TOOL} 1.0.0 up to 2.0.0 (not included): revoked since "
+    )
+    row = out.splitlines()[2]
+    assert "; reasons security; advisories CVE-2026-1234, GHSA-23cf-gh45-mpqr;" in row
+    assert '; the publisher says "remote code execution"' in row
+
+
+def test_status_of_a_tool_no_notice_names_says_so_and_exits_0(
+    synced: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, _ = run(capsys, "status", "tool:org.acme/other", "--state", str(synced))
+    assert status == 0
+    assert out.splitlines()[0] == "no notice names tool:org.acme/other as of checkpoint 3"
 
 
 def test_status_of_a_served_version_exits_0_and_json_is_one_object(

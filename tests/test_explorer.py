@@ -416,15 +416,16 @@ async def test_a_tool_page_leads_with_every_version_and_range_row(site: Site) ->
 
 
 async def test_a_tools_notices_are_paged(site: Site) -> None:
+    indexes = []
     for n in range(26):
         body = make_envelope(site.publisher, 200 + n, tool="tool:org.acme/busy").to_json()
-        await site.post_notice(canonical.dumps(body))
+        indexes.append(await site.post_notice(canonical.dumps(body)))
     first, _ = await site.get("/tools/tool:org.acme/busy")
-    second, _ = await site.get("/tools/tool:org.acme/busy?page=2")
-    rows = [sum(1 for t, _ in page.tags if t == "tr") for page in (first, second)]
-    assert rows == [1 + 1 + 1 + 25, 1 + 1]  # headers, the one version row, notices
-    assert "?page=2" in first.links() and "?page=1" in second.links()
-    assert "?page=3" not in second.links()
+    assert f"?after={indexes[24]}" in first.links() and "?" not in first.links()
+    later, _ = await site.get(f"/tools/tool:org.acme/busy?after={indexes[24]}")
+    rows = [sum(1 for t, _ in page.tags if t == "tr") for page in (first, later)]
+    assert rows == [1 + 1 + 1 + 25, 1 + 1 + 1 + 1]  # headers, the one version row, notices
+    assert "?" in later.links() and not any("after=" in link for link in later.links())
 
 
 @pytest.mark.both_backends
@@ -456,6 +457,7 @@ async def test_search_results_are_paged(site: Site) -> None:
         "/?before=0",
         "/tools/tool:org.acme/search?page=0",
         "/tools/tool:org.acme/search?page=2",
+        "/tools/tool:org.acme/search?after=x",
         "/notices/99999999999999999999",
         "/notices/01",
         "/notices/-1",

@@ -8,6 +8,7 @@ import pytest
 
 from deplog.client.cache.guard import Guard, Verdict
 from deplog.client.follow.trust import TrustedState
+from deplog.client.model.table import tool_status
 from tests.builders import Clock, LocalLog
 
 TOOL = "tool:org.acme/search"
@@ -232,8 +233,7 @@ def test_reports_do_not_see_an_advance_in_progress(local: LocalLog, trusted: Tru
     with trusted.advance(trusted.check_checkpoint(published.note)) as session:
         session.add(local.log.tree.leaf_data(old, published.size))
         assert trusted.state.notice_at(old) is None
-        assert not trusted.state.tool_status_at("tool:org.acme/brand-new", published.size).describe(
-            "tool:org.acme/brand-new", datetime.now(UTC)
-        )["notices"]
+        index = trusted.state.tool_status_at("tool:org.acme/brand-new", published.size)
+        assert not tool_status(index, "tool:org.acme/brand-new", datetime.now(UTC)).notices
         session.finish()
     assert trusted.state.notice_at(old) is not None

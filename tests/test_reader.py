@@ -60,9 +60,25 @@ def test_tool_search_is_in_byte_order_by_prefix_and_by_substring(reader: LogRead
 
 def test_growth_tool_status_map_proof_and_publishers(reader: LogReader) -> None:
     assert [size for size, _ in reader.growth(9, 3)] == [3, 6, 9]
-    status = reader.tool("tool:org.acme/ab", 9, datetime.now(UTC))
-    assert status["size"] == 9
     size, proof = reader.map_proof("tool:org.acme/ab")
     assert size == 9 and proof is not None
+    status = reader.tool("tool:org.acme/ab", 9, datetime.now(UTC), proof.record)
+    assert status["size"] == 9 and status["status"] == "deprecated"
     [publisher] = reader.publishers()["publishers"]
     assert publisher["publisher"] == "acme"
+
+
+def test_a_tools_notices_come_in_pages_each_with_its_publisher_and_a_next_cursor(
+    reader: LogReader,
+) -> None:
+    _, proof = reader.map_proof("tool:org.acme/ab")
+    first = reader.tool("tool:org.acme/ab", 9, datetime.now(UTC), proof.record, limit=1)
+    [notice] = first["notices"]
+    assert notice["publisher"] == "acme" and first["next"] == notice["index"]
+    rest = reader.tool("tool:org.acme/ab", 9, datetime.now(UTC), proof.record, first["next"])
+    assert [n["index"] for n in rest["notices"]] > [notice["index"]] and rest["next"] is None
+
+
+def test_a_tool_no_entry_names_is_an_empty_table_at_the_size(reader: LogReader) -> None:
+    status = reader.tool("tool:org.acme/none", 9, datetime.now(UTC), None)
+    assert (status["size"], status["rows"], status["notices"], status["next"]) == (9, [], [], None)

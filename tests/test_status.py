@@ -173,26 +173,6 @@ def test_last_index_tracks_every_touch() -> None:
     assert idx.last_index("tool:org.example/other") == 7
 
 
-def test_describe_lists_versions_ranges_and_notices() -> None:
-    rng = {"type": "SEMVER", "events": [{"introduced": "2.0.0"}, {"last_affected": "2.3.0"}]}
-    idx = index_of(
-        make_notice(affected={"versions": ["1.1.0", "1.0.0"], "ranges": [rng]}),
-        revoke(affected={"versions": ["1.0.0"], "ranges": [rng]}),
-        withdraw(1),
-    )
-    d = idx.describe(TOOL, DURING)
-    assert d["last_index"] == 2
-    assert [v["version"] for v in d["versions"]] == ["1.0.0", "1.1.0"]
-    assert all(v["status"] == "deprecated" for v in d["versions"])
-    assert d["ranges"] == [{**rng, "notices": [0, 1]}]
-    assert [(n["index"], n["withdrawn_by"]) for n in d["notices"]] == [(0, []), (1, [2])]
-
-
-def test_describe_unknown_tool() -> None:
-    d = StatusIndex().describe(TOOL, DURING)
-    assert d["last_index"] is None and d["versions"] == []
-
-
 def test_version_status_json_has_every_key() -> None:
     j = index_of(make_notice()).lookup(TOOL, "1.0.0", DURING).to_json()
     assert j["status"] == "deprecated"

@@ -3,10 +3,11 @@
 Rules:
 
 1. Every function reads through a ``LogReader`` (on a reader thread) and is bounded: at
-   most ``PAGE_SIZE`` rows (``RECENT_ENTRIES`` on the home page), ``LogReader.tool_fold``
-   per tool shown, one leaf per notice page, ``MAX_SCANNED_LEAVES`` for an advisory.
-2. A tool's status is ``client.model.table.tool_status`` over ``LogReader.tool_fold``,
-   the answer of every surface; publishers are those of ``GET /v1/publishers``.
+   most ``PAGE_SIZE`` rows (``RECENT_ENTRIES`` on the home page), a map record per tool
+   shown, one leaf per notice page, ``MAX_SCANNED_LEAVES`` for an advisory.
+2. A tool's status is ``GET /v1/tools/...``'s (``LogReader.tool``: the status table
+   of the tool's map record at the served checkpoint); publishers are those of ``GET
+   /v1/publishers``.
 3. Nothing is rendered here: values go to the templates, which escape them.
 4. A log index at or past the served checkpoint is ``not_found``, like one never written.
 """
@@ -14,6 +15,7 @@ Rules:
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -21,7 +23,8 @@ from typing import Any, Final
 from deplog.authority.http.plumbing import HTTPRequestError
 from deplog.authority.storage.reader import LogReader
 from deplog.client.errors import DeplogError, ErrorCode
-from deplog.client.model import canonical, table
+from deplog.client.map.proof import MapProof
+from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, PublisherEntry
 from deplog.client.model.notice import parse_advisories, parse_tool_id
 from deplog.client.model.rules import decode_leaf, readable_tool_id
@@ -43,7 +46,6 @@ __all__ = [
     "publishers_page",
     "search_page",
     "tool_page",
-    "tool_status",
 ]
 
 PAGE_SIZE: Final = 25
@@ -228,11 +230,17 @@ def _advisory(text: str) -> str | None:
 
 
 def search_page(
-    reader: LogReader, served: Served, query: str | None, page_raw: str | None, now: datetime
+    reader: LogReader,
+    served: Served,
+    query: str | None,
+    page_raw: str | None,
+    now: datetime,
+    proof_at: Callable[[LogReader, str], MapProof | None],
 ) -> dict[str, Any]:
     """Tools whose id contains the query (every tool for none), publishers whose id or
-    namespace does, notices naming an advisory; paged, each tool with its worst status.
-    An exact tool id is a redirect (``{"redirect": tool_id}``)."""
+    namespace does, notices naming an advisory; paged, each tool with its status from its
+    map proof at the served checkpoint (``proof_at``: None if the map is elsewhere). An
+    exact tool id is a redirect (``{"redirect": tool_id}``)."""
     page = _decimal(page_raw, 1, MAX_SEARCH_PAGE + 1) if page_raw else 1
     text = (query or "").strip().lower()[:MAX_QUERY_CHARS]
     offset = (page - 1) * PAGE_SIZE
@@ -251,9 +259,11 @@ def search_page(
             return {"redirect": text}
         out.update(notices=[], partial=False, more=len(names) > PAGE_SIZE)
         names = names[:PAGE_SIZE]
-    out["tools"] = [
-        {"tool_id": t, "status": tool_status(reader, served, t, now)["status"]} for t in names
-    ]
+    out["tools"] = []
+    for t in names:
+        proof = proof_at(reader, t)
+        status = proof and reader.tool(t, served.size, now, proof.record, limit=1)["status"]
+        out["tools"].append({"tool_id": t, "status": status})
     if text and page == 1:
         for p in reader.publishers()["publishers"]:
             if any(text in name for name in [p["publisher"], *p["namespaces"]]):
@@ -262,40 +272,34 @@ def search_page(
     return out
 
 
-def tool_status(reader: LogReader, served: Served, tool_id: str, now: datetime) -> dict[str, Any]:
-    """The tool's status table (``client.model.table``) at the served size: what its page
-    and a search result show."""
-    index, truncated = reader.tool_fold(tool_id, served.size)
-    status = table.tool_status(index, tool_id, now).to_json()
-    return status | {"size": served.size, "truncated": truncated}
-
-
 def tool_page(
     reader: LogReader,
     served: Served,
     tool_id: str,
     now: datetime,
-    origin: str,
-    page_raw: str | None,
+    record: bytes | None,
+    query: Mapping[str, str],
 ) -> dict[str, Any]:
-    """One page of a tool's status rows and of its notices, or ``not_found`` if no entry
-    names it or the page is past both; ``origin`` is the address the offline check names."""
+    """A tool's status table from its map ``record`` at the served checkpoint (the API's
+    own, ``LogReader.tool``): ``?page=N`` of its rows, its notices ``?after=INDEX``; or
+    ``not_found`` if no entry names it or the page is past its rows. ``query["origin"]``
+    is the address the offline check names."""
     parse_tool_id(tool_id)
-    page = _decimal(page_raw, 1, 2**31) if page_raw else 1
-    status = tool_status(reader, served, tool_id, now)
+    page = _decimal(query["page"], 1, 2**31) if query.get("page") else 1
+    after = _decimal(query["after"], 0, served.size) if query.get("after") else -1
+    status = reader.tool(tool_id, served.size, now, record, after, PAGE_SIZE)
     offset = (page - 1) * PAGE_SIZE
-    longest = max(len(status["rows"]), len(status["notices"]))
-    if status["last_index"] is None or (page > 1 and offset >= longest):
+    if status["last_index"] is None or (page > 1 and offset >= len(status["rows"])):
         raise _not_found()
     return {
         "page": page,
+        "after": after,
         "rows": status["rows"][offset : offset + PAGE_SIZE],
-        "notices": status["notices"][offset : offset + PAGE_SIZE],
-        "more": longest > offset + PAGE_SIZE,
+        "more_rows": len(status["rows"]) > offset + PAGE_SIZE,
         "status": status,
         "tool_id": tool_id,
         "log_key": served.log_key.vkey(),
-        "origin": origin,
+        "origin": query["origin"],
     }
 
 

@@ -42,6 +42,9 @@ from deplog.authority.http.status import http_status
 from deplog.authority.publication import Publication
 from deplog.authority.storage.reader import LogReader
 from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.map.layer import ViewMoved
+from deplog.client.map.proof import MapProof
+from deplog.client.model.notice import parse_tool_id
 from deplog.client.tlog.note import Verifier
 
 __all__ = ["Explorer", "add_explorer"]
@@ -146,21 +149,37 @@ class Explorer:
 
     async def search(self, request: web.Request) -> web.StreamResponse:
         query, page = request.query.get("q"), request.query.get("page")
-        now = datetime.now(UTC)
+        now, publication = datetime.now(UTC), self.publication()
+        stored = publication.sequencer.log.map
+        view = stored.view  # as ``Publication.map_proof`` reads it: taken on the loop
+
+        def proof_at(reader: LogReader, tool_id: str) -> MapProof | None:
+            try:
+                size, proof = reader.map_proof(tool_id, view, lambda: stored.slices != view.slices)
+            except ViewMoved:
+                return None
+            return proof if size == publication.checkpoint.size else None
+
         return await self.page(
             request,
             "search.html",
-            lambda r, served: pages.search_page(r, served, query, page, now),
+            lambda r, served: pages.search_page(r, served, query, page, now, proof_at),
         )
 
     async def tool(self, request: web.Request) -> web.StreamResponse:
         tool_id = request.match_info["tool_id"]
-        now, origin = datetime.now(UTC), f"{request.scheme}://{request.host}"
-        page = request.query.get("page")
+        now = datetime.now(UTC)
+        query = {k: request.query.get(k, "") for k in ("page", "after")}
+        query["origin"] = f"{request.scheme}://{request.host}"
+        try:
+            parse_tool_id(tool_id)
+            _, proof = await self.publication().map_proof(tool_id)
+        except DeplogError as err:
+            return self.error_page(err)
         return await self.page(
             request,
             "tool.html",
-            lambda r, served: pages.tool_page(r, served, tool_id, now, origin, page),
+            lambda r, served: pages.tool_page(r, served, tool_id, now, proof.record, query),
         )
 
     async def notice(self, request: web.Request) -> web.StreamResponse:

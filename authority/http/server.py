@@ -50,7 +50,7 @@ from deplog.authority.sequencer import SequencerLimits
 from deplog.authority.storage import audit
 from deplog.authority.storage.backends import open_database
 from deplog.authority.storage.errors import IntegrityError
-from deplog.authority.storage.reader import ReaderPool
+from deplog.authority.storage.reader import MAX_NOTICES_PAGE, ReaderPool
 from deplog.authority.supervise import Supervisor
 from deplog.authority.tiles import DEFAULT_PARTIAL_GRACE, TilesDirectory, served_tile
 from deplog.authority.witnessing import Witnessing
@@ -392,13 +392,22 @@ async def _get_entries(request: web.Request) -> web.Response:
 
 
 async def _get_tool(request: web.Request) -> web.Response:
+    """A tool's status table at the served checkpoint, folded from its map record there,
+    with one page of its notices (``?after=INDEX&limit=N``)."""
     state = request.app[_STATE]
     tool_id = request.match_info["tool_id"]
     parse_tool_id(tool_id)
-    size = state.publication.checkpoint.size
+    after = _int_param(request, "after") if "after" in request.query else -1
+    limit = _int_param(request, "limit") if "limit" in request.query else MAX_NOTICES_PAGE
+    if not 0 < limit <= MAX_NOTICES_PAGE:
+        raise RequestError(ErrorCode.BAD_PARAMETER, f"limit is 1 to {MAX_NOTICES_PAGE}")
+    _, proof = await state.publication.map_proof(tool_id)
+    size = state.publication.checkpoint.size  # map_proof returns at the served size
     now = datetime.now(UTC)
-    described = await state.readers.read(lambda r: r.tool(tool_id, size, now))
-    return web.json_response(described)
+    table = await state.readers.read(
+        lambda r: r.tool(tool_id, size, now, proof.record, after, limit)
+    )
+    return web.json_response(table)
 
 
 async def _get_tool_proof(request: web.Request) -> web.Response:

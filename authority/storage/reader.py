@@ -27,18 +27,27 @@ from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.errors import DeplogError
 from deplog.client.map.layer import MapView
 from deplog.client.map.proof import MapProof
+from deplog.client.map.record import StatusRecord
 from deplog.client.map.stored import StoredMap
 from deplog.client.model.entries import NoticeEntry
+from deplog.client.model.notice import Notice
 from deplog.client.model.rules import decode_leaf
-from deplog.client.model.status import FoldNotice, InvalidMark, StatusIndex
+from deplog.client.model.status import StatusIndex
+from deplog.client.model.table import tool_status
 from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_hash
 
-__all__ = ["MAX_SCANNED_LEAVES", "MAX_SEARCH_ROWS", "MAX_TOOL_NOTICES", "LogReader", "ReaderPool"]
+__all__ = [
+    "MAX_NOTICES_PAGE",
+    "MAX_SCANNED_LEAVES",
+    "MAX_SEARCH_ROWS",
+    "LogReader",
+    "ReaderPool",
+]
 
 _T = TypeVar("_T")
 
-MAX_TOOL_NOTICES = 4096
-"""A tool with more notices is folded from its first ones only, flagged ``truncated``."""
+MAX_NOTICES_PAGE = 100
+"""The most notices one page of a tool's status details (``GET /v1/tools/{id}?limit=``)."""
 MAX_SEARCH_ROWS = 200
 """The most rows one listing query returns (every query the explorer makes)."""
 MAX_SCANNED_LEAVES = 65536
@@ -144,31 +153,39 @@ class LogReader:
                 found[int(row[0])] = str(row[1])
         return sorted(found.items())
 
-    def tool(self, tool_id: str, size: int, now: datetime) -> dict[str, Any]:
-        """A tool's status at ``size``, folded from its notices and invalid entries' marks."""
-        index, truncated = self.tool_fold(tool_id, size)
-        described = index.describe(tool_id, now)
-        described["size"] = size
-        if truncated:
-            described["truncated"] = True
-        return described
+    def tool(
+        self,
+        tool_id: str,
+        size: int,
+        now: datetime,
+        record: bytes | None,
+        after: int = -1,
+        limit: int = MAX_NOTICES_PAGE,
+    ) -> dict[str, Any]:
+        """A tool's status table at ``size`` folded from its map ``record`` there (None: no
+        entry names it), and one page of its notices after log index ``after``: only the
+        page's leaves and the deciding notices' are read, so the work is linear in the
+        tool's notices, never one leaf decode per notice."""
+        index = (
+            StatusIndex() if record is None else StatusRecord.decode(record, tool_id).status_index()
+        )
+        table = tool_status(index, tool_id, now, messages=lambda i: self._notice(i).message)
+        out = table.to_json()
+        later = [n for n in out["notices"] if n["index"] > after]
+        page = later[: min(limit, MAX_NOTICES_PAGE)]
+        for summary in page:
+            notice = self._notice(summary["index"])
+            summary.update(publisher=notice.publisher, message=notice.message)
+        more = len(later) > len(page)
+        out.update(size=size, notices=page, next=page[-1]["index"] if more else None)
+        return out
 
-    def tool_fold(self, tool_id: str, size: int) -> tuple[StatusIndex, bool]:
-        """The fold of a tool's entries below ``size`` (its first ``MAX_TOOL_NOTICES``
-        notices), and whether it has more."""
-        indexes = store.tool_entry_indexes(self.conn, tool_id, size, MAX_TOOL_NOTICES + 1)
-        items: list[tuple[int, FoldNotice]] = [
-            (i, InvalidMark(tool_id, i))
-            for i in store.invalid_entry_indexes(self.conn, tool_id, size)
-        ]
-        for i in indexes[:MAX_TOOL_NOTICES]:
-            entry = decode_leaf(self.entries(i, i + 1)[0])
-            if isinstance(entry, NoticeEntry):
-                items.append((i, entry.envelope.notice))
-        index = StatusIndex()
-        for i, item in sorted(items, key=lambda pair: pair[0]):
-            index.apply(i, item)
-        return index, len(indexes) > MAX_TOOL_NOTICES
+    def _notice(self, index: int) -> Notice:
+        """The notice at ``index``, from its hash-checked leaf (the map vouches it is one)."""
+        entry = decode_leaf(self.entries(index, index + 1)[0])
+        if not isinstance(entry, NoticeEntry):
+            raise IntegrityError()
+        return entry.envelope.notice
 
     def map_proof(
         self, tool_id: str, view: MapView | None = None, moved: Callable[[], bool] | None = None

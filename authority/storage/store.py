@@ -36,7 +36,6 @@ __all__ = [
     "registry_snapshot",
     "save_published_note",
     "save_registry_snapshot",
-    "tool_entry_indexes",
 ]
 
 
@@ -95,14 +94,6 @@ def insert_notices(conn: Connection, rows: Sequence[NoticeRow]) -> None:
         conn, "INSERT INTO notices (publisher, sequence, idx, digest)", [r[:4] for r in rows]
     )
     insert_rows(conn, "INSERT INTO tool_entries (tool_id, idx)", [(r[4], r[2]) for r in rows])
-
-
-def tool_entry_indexes(conn: Connection, tool_id: str, size: int, limit: int) -> list[int]:
-    rows = conn.execute(
-        "SELECT idx FROM tool_entries WHERE tool_id = ? AND idx < ? ORDER BY idx LIMIT ?",
-        (tool_id, size, limit),
-    ).fetchall()
-    return [int(r[0]) for r in rows]
 
 
 def registry_entry_indexes(conn: Connection, size: int) -> list[int]:

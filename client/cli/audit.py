@@ -408,7 +408,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     map_root = encode_base64(require_map_root(checkpoint))
     proven = f"  at {format_timestamp(at)}, proven ({parsed.result}) by the map {map_root} of "
     lines = [
-        f"ok: {verdicts.status_lines(status.to_json())[0]}",
+        f"ok: {verdicts.row_line(args.tool_id, status.to_json())}",
         *with_policy(proven + describe(checkpoint), policy_lines),
     ]
     shape = {
@@ -493,7 +493,7 @@ def _cmd_tools(args: argparse.Namespace) -> int:
     lines = [first]
     for tool in tools:
         said = (
-            verdicts.status_lines(tool.status.to_json())[0]
+            verdicts.row_line(tool.status.tool_id, tool.status.to_json())
             if tool.status is not None
             else f"{_shown(tool.tool_id)} {_shown(tool.version)}: {tool.reason}"
         )

@@ -43,6 +43,7 @@ from deplog.client.follow.state import StateError
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, decode_entry, encode_entry
 from deplog.client.model.notice import Envelope, parse_publisher_id
+from deplog.client.model.table import tool_status, version_row
 from deplog.client.plumbing.files import output_closed
 from deplog.client.plumbing.progress import Progress
 from deplog.client.plumbing.storage_faults import file_fault
@@ -187,7 +188,8 @@ def _warn_invalid(result: SyncResult) -> None:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    """A tool's status from the local follower state (no network); exit by verdict."""
+    """A tool's status table (or one version's row) from the local follower state (no
+    network); exit by the worst row, like ``inventory check``."""
     state = verdicts.open_state(args.state)
     try:
         verdicts.warn_if_behind(args.url, state)
@@ -196,13 +198,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
         now = datetime.now(UTC)
         index, _ = state.tool_status(args.tool_id)
         if args.version is not None:
-            out: dict[str, Any] = index.lookup(args.tool_id, args.version, now).to_json()
-            statuses = [out["status"]]
+            row = version_row(index, args.tool_id, args.version, now)
+            out: dict[str, Any] = {"tool_id": args.tool_id, **row.to_json()}
+            lines = [verdicts.row_line(args.tool_id, out)]
         else:
-            out = index.describe(args.tool_id, now)
-            statuses = [row["status"] for row in out["versions"]]
-            if out["invalid"]:
-                statuses.append("unknown")
+            out = tool_status(index, args.tool_id, now).to_json()
+            lines = verdicts.table_lines(out, trusted.size)
         out["processed_through"] = verdicts.processed_through(trusted)
         stale = verdicts.is_stale(trusted, args.max_age)
     finally:
@@ -210,13 +211,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True))
     else:
-        print("\n".join(verdicts.status_lines(out)))
+        print("\n".join(lines))
         through = out["processed_through"]
         print(f"processed through size {through['size']}, verified at {through['verified_at']}")
         if stale:
             print("stale: the state is older than --max-age; run deplog follow", file=sys.stderr)
-    codes = [verdicts.status_exit(status) for status in statuses]
-    return verdicts.exit_for([*codes, verdicts.EXIT_STALE if stale else 0])
+    code = verdicts.status_exit(out["status"])
+    return verdicts.exit_for([code, verdicts.EXIT_STALE if stale else 0])
 
 
 def _emit(report: dict[str, Any], fmt: str) -> None:

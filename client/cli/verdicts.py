@@ -52,8 +52,9 @@ __all__ = [
     "open_state",
     "processed_through",
     "register",
+    "row_line",
     "status_exit",
-    "status_lines",
+    "table_lines",
     "time_flag",
     "warn_if_behind",
 ]
@@ -93,29 +94,43 @@ def exit_for(codes: list[int]) -> int:
     return 0
 
 
-def status_lines(out: dict[str, Any]) -> list[str]:
-    """A status as text (``deplog status``, ``deplog audit status``): one line per version of
-    ``GET /v1/tools/{tool_id}``'s object, or the one line of a ``VersionStatus``'s."""
-    rows = [out] if "status" in out else out["versions"]
-    lines = []
-    if out.get("invalid"):
-        indexes = ", ".join(str(i) for i in out["invalid"])
+def row_line(tool_id: str, row: dict[str, Any]) -> str:
+    """One row of a tool's status table (or a ``VersionStatus``) as a sentence: what it
+    covers, its status since when, why, the publisher's message, what to use instead."""
+    line = f"{tool_id} {row.get('covers') or row['version']}: {row['status']}"
+    if row.get("effective_at"):
+        line += f" since {row['effective_at']}"
+    if row.get("sunset_at"):
+        line += f", sunset at {row['sunset_at']}"
+    if row.get("reasons"):
+        line += f"; reasons {', '.join(row['reasons'])}"
+    if row.get("advisories"):
+        line += f"; advisories {', '.join(row['advisories'])}"
+    if row.get("message"):
+        line += f"; the publisher says {json.dumps(row['message'], ensure_ascii=False)}"
+    if row.get("replacement"):
+        line += f"; use {row['replacement']['tool_id']}@{row['replacement']['version']}"
+    pending = row.get("pending") or []
+    if pending and isinstance(pending[0], dict):
+        line += "".join(f"; notice {p['index']} pending until {p['effective_at']}" for p in pending)
+    if row.get("notices"):
+        line += f" (notices {', '.join(str(i) for i in row['notices'])})"
+    return line
+
+
+def table_lines(table: dict[str, Any], size: int) -> list[str]:
+    """``deplog status TOOL`` as text: the tool's worst status, then one line per row."""
+    tool_id = table["tool_id"]
+    if not table["rows"] and not table["invalid"]:
+        return [f"no notice names {tool_id} as of checkpoint {size}"]
+    lines = [f"{tool_id}: {table['status']} (the worst of {len(table['rows'])} rows)"]
+    if table["invalid"]:
+        indexes = ", ".join(str(i) for i in table["invalid"])
         lines.append(
-            f"{out['tool_id']}: unknown: the log holds entries about it that fail validation "
+            f"{tool_id}: unknown: the log holds entries about it that fail validation "
             f"({indexes}); no version can be vouched for"
         )
-    if not rows:
-        return lines or [f"{out['tool_id']}: no notice names any version"]
-    for row in rows:
-        line = f"{row['tool_id']} {row['version']}: {row['status']}"
-        if row.get("sunset_at"):
-            line += f", sunset at {row['sunset_at']}"
-        if row.get("replacement"):
-            line += f", replaced by {row['replacement']['tool_id']}@{row['replacement']['version']}"
-        if row.get("notices"):
-            line += f" (notices {', '.join(str(i) for i in row['notices'])})"
-        lines.append(line)
-    return lines
+    return lines + [row_line(tool_id, row) for row in table["rows"]]
 
 
 def open_state(path: Path) -> LocalState:

@@ -306,42 +306,6 @@ class StatusIndex:
             invalid=tuple(tool.invalid),
         )
 
-    def describe(self, tool_id: str, now: datetime) -> dict[str, Any]:
-        """A tool's summary, what ``GET /v1/tools/<tool_id>`` returns (docs/http-api.md)."""
-        parse_tool_id(tool_id)
-        now = _utc(now)
-        found = self._tools.get(tool_id)
-        tool = ToolFold() if found is None else found
-        named: dict[str, Version] = {}
-        ranges: dict[str, tuple[dict[str, Any], list[int]]] = {}
-        for idx, n in tool.notices.items():
-            assert n.affected is not None  # deprecate/revoke always carry it
-            for ver in n.affected.versions:
-                named.setdefault(ver.text, ver)
-            for r in n.affected.ranges:
-                rj = r.to_json()
-                key = repr(r.events)
-                ranges.setdefault(key, (rj, []))[1].append(idx)
-        versions = sorted(named.values(), key=lambda x: (x.sort_key, x.text))
-        notices = [
-            {
-                "index": idx,
-                "action": n.action,
-                "publisher": n.publisher,
-                "effective_at": format_timestamp(n.effective_at),
-                "withdrawn_by": [w for w, _ in tool.withdrawals.get(idx, ())],
-            }
-            for idx, n in tool.notices.items()
-        ]
-        return {
-            "tool_id": tool_id,
-            "last_index": None if found is None else tool.last_index,
-            "versions": [self.lookup(tool_id, ver.text, now).to_json() for ver in versions],
-            "ranges": [{**rj, "notices": idxs} for rj, idxs in ranges.values()],
-            "notices": notices,
-            "invalid": list(tool.invalid),
-        }
-
 
 def _utc(now: datetime) -> datetime:
     if now.tzinfo is None:
