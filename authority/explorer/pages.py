@@ -372,13 +372,11 @@ def publishers_page(reader: LogReader) -> dict[str, Any]:
     publishers = reader.publishers()["publishers"]
     for p in publishers:
         for k in p["keys"]:
-            label = "revoked" if p["status"] == "revoked" else k["status"]
-            if (
-                label == "revoked"
-                and p["status"] != "revoked"
-                and any(
-                    o["status"] == "active" and o["added_at"] > k["added_at"] for o in p["keys"]
-                )
+            label = k["status"]
+            if p["status"] == "revoked":
+                label = "revoked"
+            elif label == "revoked" and any(
+                o["status"] == "active" and o["added_at"] > k["added_at"] for o in p["keys"]
             ):
                 label = "rotated"
             k["label"] = label

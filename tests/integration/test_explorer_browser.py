@@ -201,7 +201,7 @@ async def test_click_through_from_search_to_a_verified_notice(
     result = await tab.verify()
     text = await result.inner_text()
     assert "VERIFIED in your browser" in text and "FAILED" not in text
-    assert "This checks the bytes (the raw entry), not the page's summary of them." in text
+    assert "This checks the entry's bytes (the raw entry below), not the page's summary" in text
     assert "Inclusion proof: entry " + str(index) in text
     assert "Cosignature by witness" in text and "Witness quorum: 1 of 1" in text
     assert "Notice signature by the publisher key acme+" in text

@@ -333,8 +333,11 @@
       out.className = failed ? "result-failed" : "result-verified";
       banner.textContent = failed
         ? "FAILED: this entry could not be verified. Do not trust what this page shows."
-        : "VERIFIED in your browser: these entry bytes are in the log, under the keys above. " +
-          "This checks the bytes (the raw entry), not the page's summary of them.";
+        : "VERIFIED in your browser.";
+      const scope = document.createElement("p");
+      scope.textContent =
+        "This checks the entry's bytes (the raw entry below), not the page's summary of them.";
+      banner.after(scope);
       button.disabled = false;
     });
   }
