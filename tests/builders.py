@@ -536,6 +536,7 @@ class ServedLog:
     log_key: Signer
     publisher: Signer
     """``acme``, registered for ``org.acme``."""
+    admin: TestClient[object, object]
 
 
 @contextlib.asynccontextmanager
@@ -551,7 +552,7 @@ async def serving_log(directory: Path, origin: str, **config: Any) -> AsyncItera
         body = canonical.dumps(register_statement("acme", ("org.acme",), (publisher,)).to_json())
         response = await admin.post("/admin/publishers", data=body)
         assert response.status == 201, await response.text()
-        yield ServedLog(app, client, log_key, publisher)
+        yield ServedLog(app, client, log_key, publisher, admin)
 
 
 def unused_port() -> int:

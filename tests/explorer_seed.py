@@ -1,9 +1,11 @@
-"""The notices every explorer test browses: one of each action, and one hostile message.
+"""The entries every explorer test browses: every kind of registry change, one notice of each
+action, and one hostile message.
 
-``seed`` posts them through the real ``POST /v1/notices`` of a running
-authority (in process or not) in a fixed order, so the tests can name the log
-indexes. The publisher ``acme`` owning ``org.acme`` must be registered at
-index 0 first.
+``seed`` appends a second publisher's whole life (``register``, ``add_key``,
+``revoke_key``, ``revoke_publisher``) through the caller's admin path, then posts
+the notices through the real ``POST /v1/notices`` of a running authority (in
+process or not), in a fixed order, so the tests can name the log indexes. The
+publisher ``acme`` owning ``org.acme`` must be registered at index 0 first.
 """
 
 from __future__ import annotations
@@ -13,18 +15,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from deplog.client.model import canonical
+from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import Envelope
 from deplog.client.tlog.note import Signer
-from tests.builders import make_envelope
+from tests.builders import make_envelope, publisher_statement
 
-__all__ = ["HOSTILE_MESSAGE", "Seeded", "seed"]
+__all__ = ["HOSTILE_MESSAGE", "Seeded", "registry_changes", "seed"]
 
 HOSTILE_MESSAGE = (
     '<script>document.title="pwned"</script><b id="injected">bold</b>'
     '<img src="x" id="injected-img" onerror="document.title=1"> & "quotes"'
 )
 
+WEATHER_EVENTS = [{"introduced": "1.0.0"}, {"fixed": "2.0.0"}]
 PostNotice = Callable[[bytes], Awaitable[int]]
+AppendStatement = Callable[[PublisherStatement], Awaitable[int]]
 
 
 @dataclass(frozen=True)
@@ -36,15 +41,33 @@ class Seeded:
     withdrawn: int
     withdraw: int
     hostile: int
+    registry: tuple[int, ...] = ()
+    """``register``, ``add_key``, ``revoke_key`` and ``revoke_publisher`` of ``beta``."""
+    ranged: int = 0
+    """``tool:org.acme/weather`` 1.0.0 up to 2.0.0 revoked for security (a CVE and a GHSA)."""
 
 
 def _body(envelope: Envelope) -> bytes:
     return canonical.dumps(envelope.to_json())
 
 
-async def seed(publisher: Signer, post: PostNotice) -> Seeded:
-    """Post a deprecation, a revocation, a withdrawn deprecation and its withdraw, and a notice
-    whose message is markup."""
+def registry_changes() -> list[PublisherStatement]:
+    """Publisher ``beta`` (``org.beta``) registered, given a second key, its first key
+    revoked, then revoked itself."""
+    first, second = Signer.generate("beta"), Signer.generate("beta")
+    return [
+        publisher_statement("register", "beta", (first,), ("org.beta",)),
+        publisher_statement("add_key", "beta", (second,)),
+        publisher_statement("revoke_key", "beta", (first,)),
+        publisher_statement("revoke_publisher", "beta"),
+    ]
+
+
+async def seed(publisher: Signer, post: PostNotice, append: AppendStatement) -> Seeded:
+    """Append ``registry_changes``, then post a deprecation, a revocation, a withdrawn
+    deprecation and its withdraw, a notice whose message is markup, and a revoked range and a
+    deprecated version of one tool."""
+    registry = tuple([await append(statement) for statement in registry_changes()])
     sign: Callable[..., Envelope] = make_envelope
 
     def notice(sequence: int, **fields: Any) -> bytes:
@@ -80,4 +103,23 @@ async def seed(publisher: Signer, post: PostNotice) -> Seeded:
         )
     )
     hostile = await post(notice(5, tool="tool:org.acme/markup", message=HOSTILE_MESSAGE))
-    return Seeded(deprecated, revoked, withdrawn, withdraw, hostile)
+    ranged = await post(
+        notice(
+            6,
+            tool="tool:org.acme/weather",
+            action="revoke",
+            affected={"ranges": [{"type": "SEMVER", "events": WEATHER_EVENTS}]},
+            reasons=["security"],
+            advisories=["CVE-2026-4242", "GHSA-2345-6789-cfgh"],
+            message="Upgrade to 2.3.1 at least.",
+        )
+    )
+    await post(
+        notice(
+            7,
+            tool="tool:org.acme/weather",
+            affected={"versions": ["2.3.1"]},
+            replacement={"tool_id": "tool:org.acme/weather", "version": "3.0.0"},
+        )
+    )
+    return Seeded(deprecated, revoked, withdrawn, withdraw, hostile, registry, ranged)

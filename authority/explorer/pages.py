@@ -3,9 +3,11 @@
 Rules:
 
 1. Every function reads through a ``LogReader`` (on a reader thread) and is bounded: at
-   most ``PAGE_SIZE`` rows, ``LogReader.tool``'s fold, one leaf per notice page.
-2. Tool status and publishers are those of ``GET /v1/tools/...`` and ``GET
-   /v1/publishers``; nothing here folds notices again.
+   most ``PAGE_SIZE`` rows (``RECENT_ENTRIES`` on the home page), a map record per tool
+   shown, one leaf per notice page, ``MAX_SCANNED_LEAVES`` for an advisory.
+2. A tool's status is ``GET /v1/tools/...``'s (``LogReader.tool``: the status table
+   of the tool's map record at the served checkpoint); publishers are those of ``GET
+   /v1/publishers``.
 3. Nothing is rendered here: values go to the templates, which escape them.
 4. A log index at or past the served checkpoint is ``not_found``, like one never written.
 """
@@ -13,6 +15,7 @@ Rules:
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -20,9 +23,10 @@ from typing import Any, Final
 from deplog.authority.http.plumbing import HTTPRequestError
 from deplog.authority.storage.reader import LogReader
 from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.map.proof import MapProof
 from deplog.client.model import canonical
 from deplog.client.model.entries import NoticeEntry, PublisherEntry
-from deplog.client.model.notice import parse_tool_id
+from deplog.client.model.notice import parse_advisories, parse_tool_id
 from deplog.client.model.rules import decode_leaf, readable_tool_id
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.cosignature import ALGORITHMS, cosignatures
@@ -50,6 +54,8 @@ GROWTH_POINTS: Final = 24
 MAX_QUERY_CHARS: Final = 200
 MAX_SEARCH_PAGE: Final = 100
 """Search results past page 100 are refused: a narrower query finds them."""
+CHART: Final = {"left": 48, "top": 8, "width": 340, "height": 100}
+"""The growth chart's plot area inside its 400 by 150 viewBox; axis labels go around it."""
 
 
 _OPTIONAL_NOTICE_FIELDS: Final = (
@@ -173,67 +179,128 @@ def _canonical_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def home_page(reader: LogReader, served: Served, now: float) -> dict[str, Any]:
-    """The home page: checkpoint, cosigners, growth, the latest entries."""
+def home_page(
+    reader: LogReader, served: Served, now: float, before_raw: str | None
+) -> dict[str, Any]:
+    """The home page: checkpoint, cosigners, growth, and entries below ``before`` (default:
+    the latest), ``RECENT_ENTRIES`` at a time."""
     size = served.size
-    growth = reader.growth(size, GROWTH_POINTS)
-    recent = [_entry_summary(i, leaf) for i, leaf in reader.recent_entries(size, RECENT_ENTRIES)]
+    before = _decimal(before_raw, 1, size) if before_raw else size
+    entries = reader.recent_entries(before, RECENT_ENTRIES)
     return {
         "checkpoint": checkpoint_view(served, now),
-        "growth": _chart(growth),
-        "recent": recent,
+        "growth": _chart(reader.growth(size, GROWTH_POINTS)),
+        "recent": [_entry_summary(i, leaf) for i, leaf in entries],
+        "newer": None if before == size else min(size, before + RECENT_ENTRIES),
+        "older": entries[-1][0] if entries and entries[-1][0] > 0 else None,
     }
 
 
 def _chart(points: list[tuple[int, str]]) -> dict[str, Any]:
-    """An SVG polyline (viewBox 0 0 300 100) of log size over signing time."""
+    """An SVG polyline of log size over signing time, in the plot area of ``CHART``."""
     if not points:
-        return {"points": "", "first": None, "last": None, "max": 0}
+        return {"points": "", "first": None, "last": None, "max": 0} | CHART
+    left, top, width, height = CHART["left"], CHART["top"], CHART["width"], CHART["height"]
     times = [datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp() for _, t in points]
     t0, t1 = times[0], times[-1]
-    top = max(s for s, _ in points)
+    most = max(s for s, _ in points)
     coords = []
     for (s, _), t in zip(points, times, strict=True):
-        x = 0.0 if t1 == t0 else 300 * (t - t0) / (t1 - t0)
-        y = 100 - 100 * s / top
-        coords.append(f"{x:.1f},{y:.1f}")
-    return {"points": " ".join(coords), "first": points[0][1], "last": points[-1][1], "max": top}
+        x = left + (0.0 if t1 == t0 else width * (t - t0) / (t1 - t0))
+        coords.append(f"{x:.1f},{top + height - height * s / most:.1f}")
+    return {
+        "points": " ".join(coords),
+        "first": points[0][1],
+        "last": points[-1][1],
+        "max": most,
+    } | CHART
+
+
+def _advisory(text: str) -> str | None:
+    """``text`` as a CVE or GHSA id in its canonical case, or None if it is none."""
+    head, _, rest = text.partition("-")
+    if head not in ("cve", "ghsa") or not rest:
+        return None
+    candidate = head.upper() + "-" + (rest.upper() if head == "cve" else rest)
+    try:
+        parse_advisories([candidate])
+    except DeplogError:
+        return None
+    return candidate
 
 
 def search_page(
-    reader: LogReader, served: Served, query: str | None, page_raw: str | None
+    reader: LogReader,
+    served: Served,
+    query: str | None,
+    page_raw: str | None,
+    now: datetime,
+    proof_at: Callable[[LogReader, str], MapProof | None],
 ) -> dict[str, Any]:
-    """Tools whose id, publishers whose id or namespace, contains the query; paged."""
+    """Tools whose id contains the query (every tool for none), publishers whose id or
+    namespace does, notices naming an advisory; paged, each tool with its status from its
+    map proof at the served checkpoint (``proof_at``: None if the map is elsewhere). An
+    exact tool id is a redirect (``{"redirect": tool_id}``)."""
     page = _decimal(page_raw, 1, MAX_SEARCH_PAGE + 1) if page_raw else 1
     text = (query or "").strip().lower()[:MAX_QUERY_CHARS]
-    if not text:
-        return {"query": "", "page": 1, "tools": [], "publishers": [], "more": False}
     offset = (page - 1) * PAGE_SIZE
-    tools = reader.search_tools(text, served.size, offset, PAGE_SIZE + 1)
-    publishers = []
-    if page == 1:
+    advisory = _advisory(text)
+    out: dict[str, Any] = {"query": text, "page": page, "publishers": [], "advisory": advisory}
+    if advisory is not None:
+        indexes, partial = reader.leaves_containing(
+            f'"{advisory}"'.encode(), served.size, PAGE_SIZE
+        )
+        summaries = [_entry_summary(i, reader.entries(i, i + 1)[0]) for i in indexes]
+        names = list(dict.fromkeys(e["tool_id"] for e in summaries if e["tool_id"]))
+        out.update(notices=summaries, partial=partial, more=False)
+    else:
+        names = reader.search_tools(text, served.size, offset, PAGE_SIZE + 1)
+        if text.startswith("tool:") and names[:1] == [text]:
+            return {"redirect": text}
+        out.update(notices=[], partial=False, more=len(names) > PAGE_SIZE)
+        names = names[:PAGE_SIZE]
+    out["tools"] = []
+    for t in names:
+        proof = proof_at(reader, t)
+        status = proof and reader.tool(t, served.size, now, proof.record, limit=1)["status"]
+        out["tools"].append({"tool_id": t, "status": status})
+    if text and page == 1:
         for p in reader.publishers()["publishers"]:
-            names = [p["publisher"], *p["namespaces"]]
-            if any(text in name for name in names):
-                publishers.append(p)
-    return {
-        "query": text,
-        "page": page,
-        "tools": tools[:PAGE_SIZE],
-        "publishers": publishers[:PAGE_SIZE],
-        "more": len(tools) > PAGE_SIZE,
-    }
+            if any(text in name for name in [p["publisher"], *p["namespaces"]]):
+                out["publishers"].append(p)
+        out["publishers"] = out["publishers"][:PAGE_SIZE]
+    return out
 
 
 def tool_page(
-    reader: LogReader, served: Served, tool_id: str, now: datetime, record: bytes | None
+    reader: LogReader,
+    served: Served,
+    tool_id: str,
+    now: datetime,
+    record: bytes | None,
+    query: Mapping[str, str],
 ) -> dict[str, Any]:
-    """A tool's status from the API's own table, or ``not_found`` if no notice names it."""
+    """A tool's status table from its map ``record`` at the served checkpoint (the API's
+    own, ``LogReader.tool``): ``?page=N`` of its rows, its notices ``?after=INDEX``; or
+    ``not_found`` if no entry names it or the page is past its rows. ``query["origin"]``
+    is the address the offline check names."""
     parse_tool_id(tool_id)
-    described = reader.tool(tool_id, served.size, now, record)
-    if described["last_index"] is None:
+    page = _decimal(query["page"], 1, 2**31) if query.get("page") else 1
+    after = _decimal(query["after"], 0, served.size) if query.get("after") else -1
+    status = reader.tool(tool_id, served.size, now, record, after, PAGE_SIZE)
+    offset = (page - 1) * PAGE_SIZE
+    if status["last_index"] is None or (page > 1 and offset >= len(status["rows"])):
         raise _not_found()
-    return {"tool": described, "tool_id": tool_id, "log_key": served.log_key.vkey()}
+    return {
+        "page": page,
+        "after": after,
+        "rows": status["rows"][offset : offset + PAGE_SIZE],
+        "more_rows": len(status["rows"]) > offset + PAGE_SIZE,
+        "status": status,
+        "tool_id": tool_id,
+        "log_key": served.log_key.vkey(),
+        "origin": query["origin"],
+    }
 
 
 def _decimal(raw: str, low: int, high: int) -> int:
@@ -286,7 +353,8 @@ def notice_page(reader: LogReader, served: Served, raw_index: str) -> dict[str, 
         out.update(kind="notice", notice=shown, key_id=key_id, key=key)
     else:
         assert isinstance(entry, PublisherEntry)
-        out.update(kind="publisher", statement=entry.statement.to_json(), key=None)
+        statement = {"namespaces": [], "keys": []} | entry.statement.to_json()
+        out.update(kind="publisher", statement=statement, key=None)
     return out
 
 
@@ -299,12 +367,15 @@ def _raw(leaf: bytes) -> object:
 
 
 def publishers_page(reader: LogReader) -> dict[str, Any]:
-    """Every publisher and key; a revoked key is ``rotated`` if a later one is active."""
+    """Every publisher and key; a revoked publisher's keys are ``revoked``, a revoked key
+    is ``rotated`` if a later one is active."""
     publishers = reader.publishers()["publishers"]
     for p in publishers:
         for k in p["keys"]:
             label = k["status"]
-            if label == "revoked" and any(
+            if p["status"] == "revoked":
+                label = "revoked"
+            elif label == "revoked" and any(
                 o["status"] == "active" and o["added_at"] > k["added_at"] for o in p["keys"]
             ):
                 label = "rotated"

@@ -9,8 +9,9 @@ Rules:
    ``nosniff``, no referrer, no framing.
 3. Assets are named in their URL by a digest of their bytes and cached for a year; a
    request for another digest gets the current bytes without the long lifetime.
-4. A page is cached for ``CACHE_SECONDS``, only for the tree size it was rendered at, at
-   most ``CACHE_ENTRIES`` pages (least recently used first out).
+4. A page is cached for ``CACHE_SECONDS``, only for the host, path, query and tree size
+   it was rendered for (the tool page names the host), at most ``CACHE_ENTRIES`` pages
+   (least recently used first out).
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ class Renderer:
 
 
 class PageCache:
-    """Rendered pages by (request path and query, tree size), briefly (rule 4)."""
+    """Rendered pages by (request host, path and query, tree size), briefly (rule 4)."""
 
     def __init__(self) -> None:
         self._pages: OrderedDict[tuple[str, int], tuple[float, int, bytes]] = OrderedDict()

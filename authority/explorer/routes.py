@@ -10,7 +10,8 @@ Rules:
 3. Each request takes a token from the explorer's per-address bucket, sized like the
    API's (``--rate-per-address``); past it, 429 with ``Retry-After``.
 4. A refusal is an HTML page with the stable code and its ``status.py`` status, never
-   echoing the request; a repeated query parameter is refused as the API refuses it.
+   echoing the request; a repeated query parameter is refused as the API refuses it;
+   any other failure is the ``internal`` page (500), logged.
 5. Routes live under the configured prefix: ``/``, ``/search``, ``/tools/<id>``,
    ``/notices/<index>``, ``/publishers``, ``/witnesses``, ``/assets/<file>``.
 """
@@ -18,10 +19,12 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -40,12 +43,15 @@ from deplog.authority.http.status import http_status
 from deplog.authority.publication import Publication
 from deplog.authority.storage.reader import LogReader
 from deplog.client.errors import DeplogError, ErrorCode
+from deplog.client.map.layer import ViewMoved
+from deplog.client.map.proof import MapProof
 from deplog.client.model.notice import parse_tool_id
 from deplog.client.tlog.note import Verifier
 
 __all__ = ["Explorer", "add_explorer"]
 
 MAX_RENDERS = 1
+log = logging.getLogger("deplog.authority")
 
 PageBuilder = Callable[[LogReader, pages.Served], dict[str, Any]]
 
@@ -86,27 +92,35 @@ class Explorer:
     async def page(
         self, request: web.Request, template: str, build: PageBuilder
     ) -> web.StreamResponse:
-        """Rate-limit, then serve the cached render or read and render on a reader thread."""
+        """Rate-limit, then serve the cached render or read and render on a reader thread; a
+        context naming a ``redirect`` (a path under the prefix) is answered 302."""
         publication = self.publication()
         try:
             self.limit.take(request.remote or "unknown")
             served = self.served(publication)
-            key = (request.path_qs, served.size)
+            key = (request.host + request.path_qs, served.size)
             cached = self.cache.get(key)
             if cached is None:
 
-                def work(reader: LogReader) -> bytes:
+                def work(reader: LogReader) -> tuple[int, bytes]:
                     context = build(reader, served)
+                    if "redirect" in context:
+                        return 302, context["redirect"].encode()
                     context["served"] = {"size": served.size}
-                    return self.renderer.render(template, context)
+                    return 200, self.renderer.render(template, context)
 
                 async with self._renders:
-                    body: bytes = await publication.readers.read(work)
-                self.cache.put(key, 200, body)
-            else:
-                body = cached[1]
+                    cached = await publication.readers.read(work)
+                self.cache.put(key, *cached)
         except DeplogError as err:
             return self.error_page(err)
+        except Exception:
+            log.exception("internal error on explorer page %s", template)
+            return self.error_page(InternalError())
+        status, body = cached
+        if status == 302:
+            location = f"{self.config.prefix}/tools/{quote(body.decode(), safe=':/')}"
+            return web.Response(status=302, headers=page_headers() | {"Location": location})
         return web.Response(
             body=body, content_type="text/html", charset="utf-8", headers=page_headers()
         )
@@ -129,9 +143,9 @@ class Explorer:
         )
 
     async def home(self, request: web.Request) -> web.StreamResponse:
-        now = time.time()
+        now, before = time.time(), request.query.get("before")
         return await self.page(
-            request, "home.html", lambda r, served: pages.home_page(r, served, now)
+            request, "home.html", lambda r, served: pages.home_page(r, served, now, before)
         )
 
     async def search(self, request: web.Request) -> web.StreamResponse:
@@ -139,13 +153,31 @@ class Explorer:
             query, page = query_param(request, "q"), query_param(request, "page")
         except DeplogError as err:
             return self.error_page(err)
+        now, publication = datetime.now(UTC), self.publication()
+        stored = publication.sequencer.log.map
+        view = stored.view  # as ``Publication.map_proof`` reads it: taken on the loop
+
+        def proof_at(reader: LogReader, tool_id: str) -> MapProof | None:
+            try:
+                size, proof = reader.map_proof(tool_id, view, lambda: stored.slices != view.slices)
+            except ViewMoved:
+                return None
+            return proof if size == publication.checkpoint.size else None
+
         return await self.page(
-            request, "search.html", lambda r, served: pages.search_page(r, served, query, page)
+            request,
+            "search.html",
+            lambda r, served: pages.search_page(r, served, query, page, now, proof_at),
         )
 
     async def tool(self, request: web.Request) -> web.StreamResponse:
         tool_id = request.match_info["tool_id"]
         now = datetime.now(UTC)
+        try:
+            query = {k: query_param(request, k) or "" for k in ("page", "after")}
+        except DeplogError as err:
+            return self.error_page(err)
+        query["origin"] = f"{request.scheme}://{request.host}"
         try:
             parse_tool_id(tool_id)
             _, proof = await self.publication().map_proof(tool_id)
@@ -154,7 +186,7 @@ class Explorer:
         return await self.page(
             request,
             "tool.html",
-            lambda r, served: pages.tool_page(r, served, tool_id, now, proof.record),
+            lambda r, served: pages.tool_page(r, served, tool_id, now, proof.record, query),
         )
 
     async def notice(self, request: web.Request) -> web.StreamResponse:

@@ -36,7 +36,13 @@ from deplog.client.model.status import StatusIndex
 from deplog.client.model.table import tool_status
 from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_hash
 
-__all__ = ["MAX_NOTICES_PAGE", "MAX_SEARCH_ROWS", "LogReader", "ReaderPool"]
+__all__ = [
+    "MAX_NOTICES_PAGE",
+    "MAX_SCANNED_LEAVES",
+    "MAX_SEARCH_ROWS",
+    "LogReader",
+    "ReaderPool",
+]
 
 _T = TypeVar("_T")
 
@@ -44,6 +50,8 @@ MAX_NOTICES_PAGE = 100
 """The most notices one page of a tool's status details (``GET /v1/tools/{id}?limit=``)."""
 MAX_SEARCH_ROWS = 200
 """The most rows one listing query returns (every query the explorer makes)."""
+MAX_SCANNED_LEAVES = 65536
+"""The most leaves one ``leaves_containing`` reads (no index holds advisories)."""
 
 
 class LogReader:
@@ -114,6 +122,21 @@ class LogReader:
             (*args, size, limit, offset),
         ).fetchall()
         return [str(r[0]) for r in rows]
+
+    def leaves_containing(self, needle: bytes, size: int, limit: int) -> tuple[list[int], bool]:
+        """Indexes of the newest leaves below ``size`` containing ``needle``, newest first,
+        and whether older leaves were left unread."""
+        limit, end = min(limit, MAX_SEARCH_ROWS), size
+        found: list[int] = []
+        while end > 0 and len(found) < limit and size - end < MAX_SCANNED_LEAVES:
+            start = max(0, end - 4096, size - MAX_SCANNED_LEAVES)
+            rows = self.conn.execute(
+                "SELECT idx, data FROM leaves WHERE idx >= ? AND idx < ? ORDER BY idx DESC",
+                (start, end),
+            ).fetchall()
+            found += [int(i) for i, data in rows if needle in bytes(data)]
+            end = start
+        return found[:limit], end > 0
 
     def growth(self, size: int, points: int) -> list[tuple[int, str]]:
         """Up to ``points`` (size, signed_at) of checkpoints spread evenly over 1..``size``."""

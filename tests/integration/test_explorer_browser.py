@@ -16,7 +16,9 @@ they are skipped with the reason.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -28,6 +30,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from deplog.client.model.entries import PublisherStatement
 from deplog.client.tlog.note import Signer
 from tests.explorer_seed import HOSTILE_MESSAGE, Seeded, seed
 from tests.integration.harness import AuthorityProcess
@@ -87,7 +90,10 @@ async def explored(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ex
                     assert response.status == 201, await response.text()
                     return int(response.headers["Deplog-Index"])
 
-            seeded = await seed(publisher, post)
+            async def append(statement: PublisherStatement) -> int:
+                return await asyncio.to_thread(_append_statement, authority, statement)
+
+            seeded = await seed(publisher, post, append)
         async with async_playwright() as p:
             browser = await p.chromium.launch(
                 executable_path=CHROMIUM, args=["--no-sandbox", "--headless=new", "--disable-gpu"]
@@ -96,6 +102,24 @@ async def explored(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ex
             await browser.close()
     finally:
         authority.stop()
+
+
+_COMMANDS = {
+    "register": "add",
+    "add_key": "add-key",
+    "revoke_key": "revoke-key",
+    "revoke_publisher": "revoke",
+}
+
+
+def _append_statement(authority: AuthorityProcess, statement: PublisherStatement) -> int:
+    """The registry change as ``authority publisher ...`` makes it, against the running log."""
+    args = ["publisher", _COMMANDS[statement.action], statement.publisher, "--json"]
+    args += [f"--namespace={n}" for n in statement.namespaces]
+    args += [f"--key={k}" for k in statement.keys]
+    done = authority.run_cli(*args)
+    assert done.returncode == 0, done.stderr
+    return int(json.loads(done.stdout)["index"])
 
 
 @pytest.fixture
@@ -177,6 +201,7 @@ async def test_click_through_from_search_to_a_verified_notice(
     result = await tab.verify()
     text = await result.inner_text()
     assert "VERIFIED in your browser" in text and "FAILED" not in text
+    assert "This checks the entry's bytes (the raw entry below), not the page's summary" in text
     assert "Inclusion proof: entry " + str(index) in text
     assert "Cosignature by witness" in text and "Witness quorum: 1 of 1" in text
     assert "Notice signature by the publisher key acme+" in text
@@ -195,7 +220,10 @@ async def test_every_page_renders_at_desktop_and_phone_width_without_errors(
 ) -> None:
     for name, path in [
         ("home", "/"),
+        ("home-older", "/?before=5"),
         ("search", "/search?q=acme"),
+        ("search-all", "/search"),
+        ("search-advisory", "/search?q=CVE-2026-4242"),
         ("publishers", "/publishers"),
         ("witnesses", "/witnesses"),
         ("registry-change", "/notices/0"),
@@ -368,3 +396,92 @@ async def test_the_mldsa_cosignature_does_not_count_toward_the_quorum(
 async def test_a_three_line_cosignature_without_tree_lines_fails(tab: Tab, seeded: Seeded) -> None:
     text = await _verify_with_extra_cosigners(tab, seeded.deprecated, False, 1)
     assert "✗ FAILED: bad cosignature by lite.witness.test/w1" in text
+
+
+async def test_every_entry_kind_has_a_page(tab: Tab, seeded: Seeded) -> None:
+    actions = ("register", "add-key", "revoke-key", "revoke-publisher")
+    for index, name in zip(seeded.registry, actions, strict=True):
+        await tab.page.goto(f"{tab.url}/notices/{index}")
+        await expect(tab.page.get_by_role("heading", level=2).first).to_contain_text(
+            f"Registry change: {name.replace('-', ' ')} publisher beta"
+        )
+        await tab.screenshot(f"entry-{name}")
+    assert tab.errors == []
+
+
+async def test_the_tool_page_leads_with_the_range_row(tab: Tab, seeded: Seeded) -> None:
+    await tab.page.goto(f"{tab.url}/tools/tool:org.acme/weather")
+    rows = tab.page.locator("table.status tbody tr")
+    await expect(rows).to_have_count(2)
+    await expect(rows.nth(0).locator("th")).to_have_text("2.3.1")
+    await expect(rows.nth(0).locator(".badge")).to_have_text("deprecated")
+    await expect(rows.nth(1).locator("th")).to_have_text("1.0.0 up to 2.0.0 (not included)")
+    await expect(rows.nth(1).locator(".badge")).to_have_text("revoked")
+    await expect(rows.nth(1)).to_contain_text("CVE-2026-4242")
+    await tab.screenshot("tool-ranged")
+    assert tab.errors == []
+
+
+async def test_search_results_carry_status_badges(tab: Tab, seeded: Seeded) -> None:
+    await tab.page.goto(f"{tab.url}/search?q=org.acme")
+    fetch = tab.page.locator("ul.results li").filter(has_text="tool:org.acme/fetch")
+    await expect(fetch.locator(".badge")).to_have_text("revoked")
+    await tab.page.goto(f"{tab.url}/search?q=tool:org.acme/fetch")
+    await expect(tab.page.get_by_role("heading", level=1)).to_have_text("tool:org.acme/fetch")
+
+
+_PHONE_LAYOUT = """() => {
+  const size = (sel) => {
+    const el = document.querySelector(sel);
+    return el ? parseFloat(getComputedStyle(el).fontSize) : 0;
+  };
+  const hidden = [];
+  for (const cell of document.querySelectorAll("table td, table th")) {
+    const box = cell.getBoundingClientRect();
+    if (box.width && box.right > document.documentElement.clientWidth + 1) {
+      hidden.push(cell.textContent.trim().slice(0, 40));
+    }
+  }
+  const tallest = Math.max(0, ...Array.from(document.querySelectorAll("td time.when"),
+    (t) => t.getBoundingClientRect().height / parseFloat(getComputedStyle(t).lineHeight)));
+  return { h1: size("h1"), h2: size("h2"), body: size("main p"), hidden, tallest };
+}"""
+
+
+async def test_at_phone_width_titles_lead_and_no_column_or_date_is_lost(
+    tab: Tab, seeded: Seeded
+) -> None:
+    await tab.page.set_viewport_size(PHONE)
+    for path in (
+        "/",
+        "/witnesses",
+        "/tools/tool:org.acme/weather",
+        "/search?q=acme",
+        "/publishers",
+    ):
+        await tab.page.goto(tab.url + path)
+        layout = await tab.page.evaluate(_PHONE_LAYOUT)
+        assert layout["h1"] > layout["h2"] > layout["body"], (path, layout)
+        assert layout["hidden"] == [], (path, layout)
+        assert layout["tallest"] < 2.5, (path, layout)
+
+
+async def test_sunset_wears_the_refusal_colour(tab: Tab, seeded: Seeded) -> None:
+    await tab.page.goto(tab.url + "/")
+    colours = await tab.page.evaluate(
+        """() => ["sunset", "revoked", "deprecated"].map((s) => {
+          const el = document.createElement("span");
+          el.className = "badge badge-" + s;
+          document.body.append(el);
+          return getComputedStyle(el).color;
+        })"""
+    )
+    assert colours[0] == colours[1] != colours[2]
+
+
+async def test_a_malformed_witness_key_is_named_by_its_line(tab: Tab, seeded: Seeded) -> None:
+    await tab.page.goto(f"{tab.url}/notices/{seeded.revoked}")
+    box = tab.page.locator("#witness-keys")
+    await box.fill((await box.input_value()).strip() + "\nnot-a-key")
+    text = await _verdict(tab)
+    assert "✗ FAILED: the witness key on line 2: malformed verifier key" in text

@@ -118,6 +118,8 @@ def test_the_authority_starts_folds_them_reports_them_and_appends_on(
         with urllib.request.urlopen(f"{url}/notices/{index}", timeout=30) as page:
             assert page.status == 200
             assert b"fails validation" in page.read()
+    with urllib.request.urlopen(f"{url}/tools/{FORGED}", timeout=30) as page:
+        assert b"it is unknown in every version" in page.read()
 
 
 def test_a_follower_goes_on_past_them_and_agrees_on_the_map_root(

@@ -59,8 +59,17 @@
   const MLDSA44 = 0x06;
 
   // A verifier key "name+hex8+base64(type || key)", its key ID checked: Ed25519 (types
-  // 0x01 and 0x04, 32-byte keys) or ML-DSA-44 (type 0x06, 1312-byte keys).
-  async function parseVerifierKey(vkey) {
+  // 0x01 and 0x04, 32-byte keys) or ML-DSA-44 (type 0x06, 1312-byte keys). An error names
+  // ``which`` key it is.
+  async function parseVerifierKey(vkey, which) {
+    try {
+      return await parseKey(vkey);
+    } catch (err) {
+      throw new Error(which + ": " + err.message);
+    }
+  }
+
+  async function parseKey(vkey) {
     // Key names never contain "+", but base64 may: split at the first two only.
     const m = /^([^+]+)\+([0-9a-f]{8})\+(.+)$/.exec(vkey.trim());
     if (!m) throw new Error("malformed verifier key");
@@ -201,20 +210,21 @@
   async function verify(section, report) {
     const index = Number(section.dataset.index);
     const shownLeaf = b64decode(section.dataset.leaf);
-    const logKey = await parseVerifierKey(document.getElementById("log-key").value);
+    const logKey = await parseVerifierKey(document.getElementById("log-key").value, "the log key");
     const witnessText = document.getElementById("witness-keys").value;
     const witnesses = [];
-    for (const line of witnessText.split("\n")) {
+    for (const [n, line] of witnessText.split("\n").entries()) {
+      const which = "the witness key on line " + (n + 1);
       // "<vkey>" or "<vkey> tree-lines" (a witness that may sign the first three lines only).
       const words = line.trim().split(/\s+/);
       if (!words[0]) continue;
       if (words.length > 2 || (words.length === 2 && words[1] !== "tree-lines")) {
-        throw new Error("a witness line is a verifier key, optionally followed by tree-lines");
+        throw new Error(which + ": a verifier key, optionally followed by tree-lines");
       }
-      const key = await parseVerifierKey(words[0]);
+      const key = await parseVerifierKey(words[0], which);
       key.treeLines = words.length === 2;
       if (key.treeLines && key.type !== 0x04) {
-        throw new Error("tree-lines applies to Ed25519 (0x04) witness keys only");
+        throw new Error(which + ": tree-lines applies to Ed25519 (0x04) witness keys only");
       }
       witnesses.push(key);
     }
@@ -280,13 +290,14 @@
     report(included, "Inclusion proof: entry " + index + " is in the tree of size " + checkpoint.size);
 
     if (section.dataset.publisherKey) {
-      const publisher = await parseVerifierKey(section.dataset.publisherKey);
+      const publisher = await parseVerifierKey(section.dataset.publisherKey, "the publisher key");
       const signed = noticeBytes(shownLeaf);
       const signedOk =
         publisher.type === 0x01 &&
         signed.keyId === hex(publisher.id) &&
         (await ed25519Verify(publisher.publicKey, b64decode(signed.sig), signed.bytes));
-      report(signedOk, "Notice signature by the publisher key " + publisher.text);
+      const other = signed.keyId === hex(publisher.id) ? "" : " (the notice names key ID " + signed.keyId + ")";
+      report(signedOk, "Notice signature by the publisher key " + publisher.text + other);
     }
   }
 
@@ -323,6 +334,10 @@
       banner.textContent = failed
         ? "FAILED: this entry could not be verified. Do not trust what this page shows."
         : "VERIFIED in your browser.";
+      const scope = document.createElement("p");
+      scope.textContent =
+        "This checks the entry's bytes (the raw entry below), not the page's summary of them.";
+      banner.after(scope);
       button.disabled = false;
     });
   }
