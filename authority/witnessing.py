@@ -23,6 +23,9 @@ Rules:
 6. With ``shared`` (``storage/cluster.py`` rule 2), a request to a witness also holds its
    database lock and starts from the size the log's processes together got it to: "this
    log" in rule 5 is every process.
+7. ``last_embedded`` is the checkpoint the embedded witness last cosigned, with that very
+   line signed again from its record, writing nothing: what was published before a
+   restart, servable while the witness cannot write.
 """
 
 from __future__ import annotations
@@ -156,6 +159,17 @@ class LocalWitness:
         return await asyncio.get_running_loop().run_in_executor(
             self._thread, self.witness.add_checkpoint, body, int(time.time())
         )
+
+    async def recorded_size(self, origin: str) -> int | None:
+        """The size of the checkpoint last cosigned for ``origin``."""
+        loop = asyncio.get_running_loop()
+        recorded = await loop.run_in_executor(self._thread, self.witness.state.recorded, origin)
+        return None if recorded is None else recorded.size
+
+    async def cosigned_again(self, note: bytes) -> bytes | None:
+        """``Witness.cosigned_again`` on the witness's thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self.witness.cosigned_again, note)
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)
@@ -388,6 +402,22 @@ class Witnessing:
                     text, line, witness.verifier, tree_lines=witness.tree_lines
                 )
                 self._keep(checkpoint.size, witness, line, float(cosigned.timestamp))
+
+    async def last_embedded(
+        self, origin: str, checkpoint_at: Callable[[int], Awaitable[StoredCheckpoint | None]]
+    ) -> tuple[StoredCheckpoint, bytes] | None:
+        """Rule 7: the checkpoint and note with every embedded line, or None."""
+        clients = [w.client for w in self.embedded if isinstance(w.client, LocalWitness)]
+        if not clients:
+            return None
+        size = await clients[0].recorded_size(origin)
+        stored = None if size is None else await checkpoint_at(size)
+        if stored is None:
+            return None
+        lines = [await client.cosigned_again(stored.note) for client in clients]
+        if None in lines:
+            return None
+        return stored, stored.note + b"".join(line for line in lines if line is not None)
 
     async def witness_new(self, checkpoint: StoredCheckpoint) -> None:
         """Cosign a new checkpoint as publication requires (rule 3), or raise."""

@@ -598,6 +598,19 @@ class Witness:
         )
         return cosign(note.text, self.signer, timestamp).line().encode("utf-8")
 
+    def cosigned_again(self, note: bytes) -> bytes | None:
+        """The line last given on ``note``'s checkpoint, signed again from the record (Ed25519
+        is deterministic: the same bytes) and writing nothing; None for another checkpoint."""
+        text, _ = parse_note(note)
+        checkpoint = Checkpoint.from_text(text)
+        recorded = self.state.recorded(checkpoint.origin)
+        if recorded is None or (recorded.size, recorded.root) != (
+            checkpoint.size,
+            checkpoint.root_hash,
+        ):
+            return None
+        return cosign(text, self.signer, recorded.updated_at).line().encode("utf-8")
+
     @staticmethod
     def _check_consistency(
         request: AddCheckpointRequest, checkpoint: Checkpoint, recorded_root: bytes
