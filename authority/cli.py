@@ -382,7 +382,8 @@ def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -
             explorer=from_options(ExplorerConfig, args),
         )
         witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args))
-        asyncio.run(_serve(instance, sock, config, witnesses))
+        with reaching(instance.database):  # a database lost in any window of the start
+            asyncio.run(_serve(instance, sock, config, witnesses))
     return 0
 
 
