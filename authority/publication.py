@@ -523,7 +523,7 @@ def _write_checkpoint_file(tiles: TilesDirectory, size: int, note: bytes) -> Non
         tiles.publish_checkpoint(size, note)
     except (OSError, StorageFault) as err:
         log.error("writing the tiles directory's checkpoint failed: %s", err)
-        raise StorageError() from None
+        raise StorageError.of(err) from None
 
 
 def _consume_failure(future: asyncio.Future[None]) -> None:

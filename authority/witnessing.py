@@ -10,7 +10,8 @@ Rules:
    one (``forget_below``): a line for S+1 does not take one off the note served for S.
 2. ``note_for`` is a pure function of a checkpoint and the lines kept for its very size.
 3. ``witness_new`` raises ``EmbeddedWitnessUnavailableError`` (503
-   ``embedded_witness_unavailable``) unless every embedded witness cosigned, and
+   ``embedded_witness_unavailable``; ``StorageError`` ``storage_full`` when its disk is
+   full) unless every embedded witness cosigned, and
    ``QuorumUnavailableError`` (503 ``witness_quorum_unavailable``) unless the quorum of
    external witnesses did; without a quorum, external witnesses are asked in the
    background.
@@ -48,6 +49,7 @@ from prometheus_client import CollectorRegistry
 from deplog.authority import collectors
 from deplog.authority.options import option
 from deplog.authority.storage.database import Database, reaching
+from deplog.authority.storage.errors import StorageError
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.supervise import Supervisor
 from deplog.authority.witness.core import SizeConflictError, Witness, WitnessState
@@ -432,6 +434,12 @@ class Witnessing:
                     restart=False,  # the refresh loop is its retry
                 )
         if not self.cosigned_by_embedded(checkpoint.size):
+            if any(
+                isinstance(w.client, LocalWitness)
+                and w.client.witness.state.failing == ErrorCode.STORAGE_FULL
+                for w in self.embedded
+            ):
+                raise StorageError(ErrorCode.STORAGE_FULL)
             raise EmbeddedWitnessUnavailableError()
         kept = self._lines.get(checkpoint.size, {})
         if sum(1 for w in self.externals if w.name in kept) < self.quorum:

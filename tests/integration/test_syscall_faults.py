@@ -204,7 +204,7 @@ async def test_a_restart_while_the_embedded_witness_cannot_write_serves_only_pub
     for _ in range(2):  # the second start finds the checkpoint signed under the first
         authority.start()
         status, answer = await post(http, authority, make_envelope(publisher, 3))
-        assert (status, json.loads(answer)) == (503, {"error": "embedded_witness_unavailable"})
+        assert (status, json.loads(answer)) == (503, {"error": "storage_full"})  # its disk
         assert await served(http, authority) == published
         authority.stop()
     witness = embedded_witness_key(authority)
@@ -340,6 +340,22 @@ async def test_a_full_disk_at_start_is_named_and_nothing_acknowledged_is_lost(
     async with http.get(authority.url + "/checkpoint") as answer:
         note = await answer.read()
     assert set(acknowledged) <= set(await logged_notices(http, authority, note))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")
+async def test_appends_on_a_full_disk_answer_storage_full_and_healthz_says_so(
+    full_disk: tuple[AuthorityProcess, Path], publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    authority, filler = full_disk
+    authority.start()
+    fill(filler)
+    status, answer = await post(http, authority, make_envelope(publisher, 1))
+    assert (status, json.loads(answer)) == (503, {"error": "storage_full"})
+    async with http.get(authority.url + "/healthz") as response:
+        assert "storage_full" in (await response.json())["reasons"]
+    filler.unlink()
+    status, _ = await post(http, authority, make_envelope(publisher, 1))
+    assert status == 201
 
 
 # The standalone witness: every cosignature it returned is durable, and it recovers.
