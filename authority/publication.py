@@ -200,9 +200,10 @@ class Publication:
             saved = await self.sequencer.call(self.sequencer.log.last_published)
             if saved is None and self.witnessing is not None:
                 origin = self.checkpoint.note.split(b"\n", 1)[0].decode()
-                saved = await self.witnessing.last_embedded(
-                    origin, lambda size: self.readers.read(lambda r: r.checkpoint_at(size))
-                )
+                with contextlib.suppress(DeplogError):  # its record unreadable too
+                    saved = await self.witnessing.last_embedded(
+                        origin, lambda size: self.readers.read(lambda r: r.checkpoint_at(size))
+                    )
             async with self._publishing:
                 if saved is not None and self.witnessing is not None:
                     self.witnessing.remember(*saved)
