@@ -167,13 +167,18 @@ class _Connection:
 
 @contextlib.asynccontextmanager
 async def _heartbeat(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> AsyncIterator[None]:
-    """``SELECT 1`` every ``HEARTBEAT`` seconds until the body ends (rule 5)."""
+    """``SELECT 1`` every ``HEARTBEAT`` seconds until the body ends (rule 5); a beat that
+    failed (the server ended the transaction) fails the body's end, never its commit alone."""
     done = asyncio.Event()
+    failed: list[psycopg.Error] = []
 
     async def beat() -> None:
         while not await wait_until(done, HEARTBEAT):
-            with contextlib.suppress(psycopg.Error):  # the body's next statement fails too
+            try:
                 await conn.execute("SELECT 1")
+            except psycopg.Error as err:
+                failed.append(err)
+                return
 
     task = asyncio.create_task(beat())
     try:
@@ -181,6 +186,8 @@ async def _heartbeat(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> Async
     finally:
         done.set()
         await task
+    if failed:
+        raise failed[0]
 
 
 def _conninfo_with_bounds(url: str, round_timeout: float) -> str:
