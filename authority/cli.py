@@ -38,7 +38,7 @@ from deplog.authority.options import add_options, from_options, option
 from deplog.authority.publication import Publication
 from deplog.authority.sequencer import SequencerLimits
 from deplog.authority.storage import schema_postgres
-from deplog.authority.storage.audit import audit_storage
+from deplog.authority.storage.audit import DB_ENV, audit_storage
 from deplog.authority.storage.backends import is_postgres_url, open_database
 from deplog.authority.storage.database import Database, reaching
 from deplog.authority.witnessing import (
@@ -76,6 +76,8 @@ __all__ = [
 
 DEFAULT_PORT = 7460
 DB_FILE = "log.db"
+MAX_DB_FILE = 4096
+"""Bytes of a ``--db-file`` read at most."""
 EMBEDDED_WITNESS_DB = "embedded-witness.db"
 LOCK_FILE = "authority.lock"
 _INIT = "authority init"
@@ -251,13 +253,57 @@ def _audit(db: Database) -> tuple[int, str | None]:
 
 
 def _db_url(args: argparse.Namespace) -> str | None:
-    """``--db``: a PostgreSQL URL, or None for the SQLite file in the data directory."""
-    db: str | None = getattr(args, "db", None)
+    """The PostgreSQL URL of ``--db``, ``--db-file`` or ``$DEPLOG_DB`` (in that order), or
+    None for the SQLite file in the data directory; a password in ``--db`` is warned of."""
+    if not hasattr(args, "db"):
+        return None
+    db: str | None = args.db
+    if args.db_file is not None:
+        db = _read_db_file(args.db_file)
+    elif db is None:
+        db = os.environ.get(DB_ENV) or None
+    else:
+        _warn_of_password("--db", db)
     if db is not None and not is_postgres_url(db):
         raise CLIError(
             "--db must be a postgresql:// URL (the SQLite log lives in --data as log.db)"
         )
     return db
+
+
+def _warn_of_password(flag: str, target: str) -> None:
+    """One line on stderr when a command-line URL holds a password (``ps`` shows it)."""
+    if is_postgres_url(target) and open_database(target).redact(target) != target:
+        print(
+            f"warning: the {flag} URL holds a password, which other local users can read "
+            f"(ps, /proc): give it in a --db-file, ${DB_ENV} or libpq's password file instead",
+            file=sys.stderr,
+        )
+
+
+def _copy_end(flag: str, target: str) -> Database:
+    """``--from`` or ``--to``: ``-`` is the URL in ``$DEPLOG_DB``."""
+    if target == "-":
+        target = os.environ.get(DB_ENV, "")
+        if not is_postgres_url(target):
+            raise CLIError(f"{flag} -: ${DB_ENV} must hold a postgresql:// URL")
+    _warn_of_password(flag, target)
+    return open_database(target)
+
+
+def _read_db_file(path: Path) -> str:
+    """``--db-file``: the URL on the first line of a file only its owner can read."""
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_mode & 0o077:
+                raise CLIError(f"--db-file: {path} is readable by others: chmod 600 {path}")
+            text = f.read(MAX_DB_FILE + 1)
+    except OSError as err:
+        raise CLIError(f"--db-file: cannot read {path}: {err.strerror}") from None
+    lines = text.decode("utf-8", "replace").splitlines()
+    if len(text) > MAX_DB_FILE or not lines:
+        raise CLIError(f"--db-file: {path} must hold one postgresql:// URL")
+    return lines[0].strip()
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
@@ -273,8 +319,8 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     url = _db_url(args)
     if url is None:
         raise CLIError(
-            "authority migrate needs --db postgresql://...: a SQLite log's tables are "
-            "created when it opens"
+            f"authority migrate needs --db postgresql://..., --db-file or ${DB_ENV}: a "
+            "SQLite log's tables are created when it opens"
         )
     db = open_database(url)
     with reaching(db), contextlib.closing(db.connect()) as conn:
@@ -292,7 +338,7 @@ def _cmd_copy(args: argparse.Namespace) -> int:
     from deplog.authority.storage.copy import copy_log
 
     verifier = _open_instance(args).signer.verifier()
-    source, target = open_database(args.source), open_database(args.target)
+    source, target = _copy_end("--from", args.source), _copy_end("--to", args.target)
 
     def progress(line: str) -> None:
         if not args.json:
@@ -339,7 +385,8 @@ def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -
             explorer=from_options(ExplorerConfig, args),
         )
         witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args))
-        asyncio.run(_serve(instance, sock, config, witnesses))
+        with reaching(instance.database):  # a database lost in any window of the start
+            asyncio.run(_serve(instance, sock, config, witnesses))
     return 0
 
 
@@ -544,11 +591,18 @@ def parser() -> argparse.ArgumentParser:
         )
         return sp
 
-    def db_flag(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument(
+    def db_flag(sp: argparse.ArgumentParser, what: str = "holding the log") -> None:
+        db = sp.add_mutually_exclusive_group()
+        db.add_argument(
             "--db",
             metavar="URL",
-            help="a postgresql:// database holding the log (default: <data>/log.db, SQLite)",
+            help=f"a postgresql:// database {what} (default: ${DB_ENV}, else <data>/log.db)",
+        )
+        db.add_argument(
+            "--db-file",
+            type=Path,
+            metavar="PATH",
+            help="a file (mode 0600) holding the --db URL, kept out of ps and /proc",
         )
 
     def json_flag(sp: argparse.ArgumentParser, shape: str) -> None:
@@ -560,9 +614,7 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("migrate", help="create or upgrade the schema of a PostgreSQL --db")
     sp.set_defaults(func=_cmd_migrate)
-    sp.add_argument(
-        "--db", metavar="URL", required=True, help="the postgresql:// database to migrate"
-    )
+    db_flag(sp, "to migrate")
     json_flag(sp, '{"database", "before", "after"}')
 
     sp = command(
@@ -572,9 +624,19 @@ def parser() -> argparse.ArgumentParser:
         _cmd_copy,
     )
     sp.add_argument(
-        "--from", dest="source", metavar="DB", required=True, help="a log.db path or URL"
+        "--from",
+        dest="source",
+        metavar="DB",
+        required=True,
+        help=f"a log.db path, URL or - (${DB_ENV})",
     )
-    sp.add_argument("--to", dest="target", metavar="DB", required=True, help="an empty path or URL")
+    sp.add_argument(
+        "--to",
+        dest="target",
+        metavar="DB",
+        required=True,
+        help=f"an empty path, URL or - (${DB_ENV})",
+    )
     json_flag(sp, '{"from", "to", "size", "checkpoint", "rows"}')
 
     sp = command(sub, "serve", "serve the HTTP API (runs init on first start)", _cmd_serve)

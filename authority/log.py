@@ -352,9 +352,9 @@ class Log:
             head = self.db.begin_write(self.conn)
             if self._stale or (head is not None and head != self.tree.size):
                 self._reload()
-        except self.db.errors:
+        except self.db.errors as err:
             self._rollback()
-            raise StorageError() from None
+            raise StorageError.of(err) from None
 
     def _refresh(self) -> None:
         """Reconnect if the connection was lost, and reload the state (after a failure)."""
@@ -367,9 +367,9 @@ class Log:
     def _commit(self) -> None:
         try:
             self.conn.execute("COMMIT")
-        except self.db.errors:
+        except self.db.errors as err:
             self._rollback()
-            raise StorageError() from None
+            raise StorageError.of(err) from None
         self.map.committed()
 
     @contextlib.contextmanager
@@ -379,9 +379,9 @@ class Log:
         self._begin(ordered)
         try:
             yield
-        except (*self.db.errors, *faults):
+        except (*self.db.errors, *faults) as err:
             self._rollback()
-            raise StorageError() from None
+            raise StorageError.of(err) from None
         except BaseException:  # no transaction is left open for the next batch
             self._rollback()
             raise

@@ -26,7 +26,8 @@ Rules, cited by name:
   entries before it cosigns. They are committed and signed; only their cosignatures are
   withheld. Proofs and the map stay at the served checkpoint.
 * **Start.** Until a publication succeeds after start, the served checkpoint is the one
-  last saved under a quorum, or else the latest with whatever lines it has.
+  last saved under a quorum, or else the one the embedded witness last cosigned, with its
+  line (``witnessing.py`` rule 7): never one that was not published.
 * **Background.** Re-cosigning, external rounds and learning run under the server's one
   ``Supervisor``; each of ``stop_steps`` runs even when an earlier one failed.
 * **Rounds.** With a cluster (``storage/cluster.py``) publishing is a round; a row learned
@@ -197,6 +198,12 @@ class Publication:
         except _PUBLICATION_FAILURES:
             # Serve what last met the quorum (*Start*); the refresh loop keeps trying.
             saved = await self.sequencer.call(self.sequencer.log.last_published)
+            if saved is None and self.witnessing is not None:
+                origin = self.checkpoint.note.split(b"\n", 1)[0].decode()
+                with contextlib.suppress(DeplogError):  # its record unreadable too
+                    saved = await self.witnessing.last_embedded(
+                        origin, lambda size: self.readers.read(lambda r: r.checkpoint_at(size))
+                    )
             async with self._publishing:
                 if saved is not None and self.witnessing is not None:
                     self.witnessing.remember(*saved)
@@ -517,7 +524,7 @@ def _write_checkpoint_file(tiles: TilesDirectory, size: int, note: bytes) -> Non
         tiles.publish_checkpoint(size, note)
     except (OSError, StorageFault) as err:
         log.error("writing the tiles directory's checkpoint failed: %s", err)
-        raise StorageError() from None
+        raise StorageError.of(err) from None
 
 
 def _consume_failure(future: asyncio.Future[None]) -> None:

@@ -251,7 +251,7 @@ class Sequencer:
             self.tiles.extend(self.log.published.size)
         except (OSError, StorageFault) as err:
             log.error("writing the tiles directory failed: %s", err)
-            raise StorageError() from None
+            raise StorageError.of(err) from None
 
     async def _run(self) -> None:
         """Sequence batches until stop's marker, which follows every earlier submission."""

@@ -10,7 +10,8 @@ Rules:
    one (``forget_below``): a line for S+1 does not take one off the note served for S.
 2. ``note_for`` is a pure function of a checkpoint and the lines kept for its very size.
 3. ``witness_new`` raises ``EmbeddedWitnessUnavailableError`` (503
-   ``embedded_witness_unavailable``) unless every embedded witness cosigned, and
+   ``embedded_witness_unavailable``; ``StorageError`` ``storage_full`` when its disk is
+   full) unless every embedded witness cosigned, and
    ``QuorumUnavailableError`` (503 ``witness_quorum_unavailable``) unless the quorum of
    external witnesses did; without a quorum, external witnesses are asked in the
    background.
@@ -23,6 +24,9 @@ Rules:
 6. With ``shared`` (``storage/cluster.py`` rule 2), a request to a witness also holds its
    database lock and starts from the size the log's processes together got it to: "this
    log" in rule 5 is every process.
+7. ``last_embedded`` is the checkpoint the embedded witness last cosigned, with that very
+   line signed again from its record, writing nothing: what was published before a
+   restart, servable while the witness cannot write.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from prometheus_client import CollectorRegistry
 from deplog.authority import collectors
 from deplog.authority.options import option
 from deplog.authority.storage.database import Database, reaching
+from deplog.authority.storage.errors import StorageError
 from deplog.authority.storage.store import StoredCheckpoint
 from deplog.authority.supervise import Supervisor
 from deplog.authority.witness.core import SizeConflictError, Witness, WitnessState
@@ -156,6 +161,17 @@ class LocalWitness:
         return await asyncio.get_running_loop().run_in_executor(
             self._thread, self.witness.add_checkpoint, body, int(time.time())
         )
+
+    async def recorded_size(self, origin: str) -> int | None:
+        """The size of the checkpoint last cosigned for ``origin``."""
+        loop = asyncio.get_running_loop()
+        recorded = await loop.run_in_executor(self._thread, self.witness.state.recorded, origin)
+        return None if recorded is None else recorded.size
+
+    async def cosigned_again(self, note: bytes) -> bytes | None:
+        """``Witness.cosigned_again`` on the witness's thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self.witness.cosigned_again, note)
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)
@@ -389,6 +405,22 @@ class Witnessing:
                 )
                 self._keep(checkpoint.size, witness, line, float(cosigned.timestamp))
 
+    async def last_embedded(
+        self, origin: str, checkpoint_at: Callable[[int], Awaitable[StoredCheckpoint | None]]
+    ) -> tuple[StoredCheckpoint, bytes] | None:
+        """Rule 7: the checkpoint and note with every embedded line, or None."""
+        clients = [w.client for w in self.embedded if isinstance(w.client, LocalWitness)]
+        if not clients:
+            return None
+        size = await clients[0].recorded_size(origin)
+        stored = None if size is None else await checkpoint_at(size)
+        if stored is None:
+            return None
+        lines = [await client.cosigned_again(stored.note) for client in clients]
+        if None in lines:
+            return None
+        return stored, stored.note + b"".join(line for line in lines if line is not None)
+
     async def witness_new(self, checkpoint: StoredCheckpoint) -> None:
         """Cosign a new checkpoint as publication requires (rule 3), or raise."""
         if self.quorum:
@@ -402,6 +434,12 @@ class Witnessing:
                     restart=False,  # the refresh loop is its retry
                 )
         if not self.cosigned_by_embedded(checkpoint.size):
+            if any(
+                isinstance(w.client, LocalWitness)
+                and w.client.witness.state.failing == ErrorCode.STORAGE_FULL
+                for w in self.embedded
+            ):
+                raise StorageError(ErrorCode.STORAGE_FULL)
             raise EmbeddedWitnessUnavailableError()
         kept = self._lines.get(checkpoint.size, {})
         if sum(1 for w in self.externals if w.name in kept) < self.quorum:

@@ -1,6 +1,7 @@
 """The long failover campaign on PostgreSQL, run by hand: front-ends SIGKILLed under load.
 
     python bench/pg_failover.py [--kills 60] [--front-ends 3] [--publishers 30] [--seed N]
+    python bench/pg_failover.py --freezes 10 [--freeze-seconds 6] [--freeze-head]
 
 Starts a throwaway PostgreSQL cluster (tests/pgcluster.py), ``--front-ends`` authority
 processes on one database, and ``--publishers`` concurrent publishers (real signed
@@ -12,6 +13,10 @@ acknowledged notice in it exactly once and proven by inclusion, no size with two
 every checkpoint a client saw consistent with the final one, appends resumed after every
 kill within ``--resume-bound`` seconds. CI runs a shorter campaign
 (tests/integration/test_pg_failover.py).
+
+With ``--freezes`` it SIGSTOPs the holder of the publication-round lock (``--freeze-head``:
+of the ``log_head`` row) instead, for ``--freeze-seconds`` each time, out of the
+publishers' rotation meanwhile, and prints the longest wait for a 201 around each freeze.
 
 It prints the outcome counts, the kills (how many hit the sequencer's holder), the
 failover time (last 201 before a kill to the first 201 after) p50/p99/max, the restart
@@ -36,11 +41,17 @@ from bench.common import median, pct
 from deplog.client.tlog.note import Signer
 from tests.integration.log_oracle import Observations, first_violation, resume_gaps
 from tests.integration.pg_campaign import (
+    HOLDER_QUERY,
+    ROUND_HOLDER_QUERY,
     CampaignConfig,
     FrontEnds,
+    Load,
+    freeze_loop,
     run_campaign,
+    run_under_load,
     sequencer_holder,
     setup_database,
+    stalls,
 )
 from tests.pgcluster import PgCluster
 
@@ -62,7 +73,13 @@ def failover_figures(observations: Observations) -> str:
 
 
 async def campaign(
-    tmp: Path, cluster: PgCluster, front_end_count: int, config: CampaignConfig, bound: float
+    tmp: Path,
+    cluster: PgCluster,
+    front_end_count: int,
+    config: CampaignConfig,
+    bound: float,
+    freezes: tuple[int, float] = (0, 0.0),
+    freeze_head: bool = False,
 ) -> int:
     import psycopg
 
@@ -78,8 +95,18 @@ async def campaign(
         def holder() -> int | None:
             return sequencer_holder(conn, [p.pid for p in front_ends.processes])
 
+        def lock_holder() -> int | None:
+            query = HOLDER_QUERY if freeze_head else ROUND_HOLDER_QUERY
+            return sequencer_holder(conn, [p.pid for p in front_ends.processes], query)
+
+        async def freeze(load: Load) -> None:
+            await freeze_loop(front_ends, *freezes, load, lock_holder)
+
         try:
-            load, note, leaves = await run_campaign(front_ends, signers, config, holder)
+            if freezes[0]:
+                load, note, leaves = await run_under_load(front_ends, signers, freeze)
+            else:
+                load, note, leaves = await run_campaign(front_ends, signers, config, holder)
         finally:
             front_ends.stop()
     elapsed = time.monotonic() - started
@@ -92,9 +119,18 @@ async def campaign(
         f"{len(observations.acks)} acknowledged, {len(leaves)} leaves in the final log, "
         f"{len(observations.seen)} checkpoints seen by clients"
     )
-    print(failover_figures(observations))
-    restarts = front_ends.restarts
-    print(f"restarts: p50 {median(restarts):.2f} s, max {max(restarts):.2f} s")
+    if freezes[0]:
+        found = stalls(load)
+        print(
+            f"{len(found)} freezes of the {'log_head' if freeze_head else 'round'} lock's "
+            f"holder, {freezes[1]:.0f} s each: "
+            f"longest wait for a 201 p50 {median(found or [0]):.2f} s, "
+            f"max {max(found, default=0):.2f} s"
+        )
+    else:
+        print(failover_figures(observations))
+        restarts = front_ends.restarts
+        print(f"restarts: p50 {median(restarts):.2f} s, max {max(restarts):.2f} s")
     for line in load.unexpected[:10]:
         print("UNEXPECTED:", line)
     tracebacks = front_ends.outputs().count("Traceback")
@@ -110,6 +146,9 @@ def main() -> None:
     parser.add_argument("--publishers", type=int, default=30)
     parser.add_argument("--resume-bound", type=float, default=15.0, help="seconds")
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--freezes", type=int, default=0, help="freeze instead of kill")
+    parser.add_argument("--freeze-seconds", type=float, default=6.0)
+    parser.add_argument("--freeze-head", action="store_true", help="the log_head row's holder")
     args = parser.parse_args()
     print(f"seed {args.seed}")
     config = CampaignConfig(kills=args.kills, publishers=args.publishers, seed=args.seed)
@@ -117,7 +156,15 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             code = asyncio.run(
-                campaign(Path(tmp), cluster, args.front_ends, config, args.resume_bound)
+                campaign(
+                    Path(tmp),
+                    cluster,
+                    args.front_ends,
+                    config,
+                    args.resume_bound,
+                    (args.freezes, args.freeze_seconds),
+                    args.freeze_head,
+                )
             )
     finally:
         cluster.destroy()

@@ -196,6 +196,7 @@ class ErrorCode(enum.StrEnum):
     OVERLOADED = "overloaded"
     SHUTTING_DOWN = "shutting_down"
     STORAGE_UNAVAILABLE = "storage_unavailable"
+    STORAGE_FULL = "storage_full"
     STORAGE_CORRUPT = "storage_corrupt"
     STORED_ROOT_MISMATCH = "stored_root_mismatch"
     CHECKPOINT_INVALID = "checkpoint_invalid"

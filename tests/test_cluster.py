@@ -7,12 +7,17 @@ real, migrated database of the session's throwaway cluster; no mocks.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
 
-from deplog.authority.storage.cluster import PUBLISHED_CHANNEL, Cluster
+from deplog.authority.storage.cluster import IDLE, PUBLISHED_CHANNEL, Cluster
 from tests.conftest import migrated
 
 pytestmark = pytest.mark.slow  # PostgreSQL
@@ -85,7 +90,7 @@ async def test_a_killed_process_round_frees_the_lock_at_once(
     with psycopg.connect(db, autocommit=True) as admin:  # the process dies: its backend goes
         admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE state = 'idle in transaction' AND application_name = 'deplog-cluster'"
+            "WHERE state <> 'idle' AND application_name = 'deplog-cluster'"
         )
     async with asyncio.timeout(5):
         async with second.round() as round_:
@@ -93,6 +98,48 @@ async def test_a_killed_process_round_frees_the_lock_at_once(
     hold.set()
     with pytest.raises(psycopg.Error):
         await stuck
+
+
+HOLD_A_ROUND = """
+import asyncio, sys
+from deplog.authority.storage.cluster import Cluster
+
+async def main():
+    async with Cluster(sys.argv[1]).round():
+        print("holding", flush=True)
+        await asyncio.sleep(60)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_frozen_process_round_frees_the_lock_within_the_idle_bound(
+    processes: tuple[Cluster, Cluster], db: str
+) -> None:
+    """Rule 5: SIGSTOP (alive, connected, silent) ends the holder's heartbeat."""
+    _, second = processes
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_A_ROUND, db], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"holding\n"
+        os.kill(holder.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        async with second.round():
+            waited = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait(10)
+    assert waited < IDLE + 1.0
+
+
+async def test_a_live_round_longer_than_the_idle_bound_commits(
+    processes: tuple[Cluster, Cluster],
+) -> None:
+    """Rule 5: the heartbeat keeps a round waiting for a slow witness alive."""
+    first, second = processes
+    async with first.round() as round_:
+        await asyncio.sleep(3 * IDLE)
+        await round_.save(9, b"nine\n")
+    assert await second.published() == (9, b"nine\n")
 
 
 async def test_witness_progress_is_shared_and_only_grows(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from deplog.client.plumbing.files import exclusive_lock, write_atomic
+from deplog.client.plumbing.files import exclusive_lock, write_atomic, write_private
 
 
 @pytest.fixture
@@ -108,6 +108,22 @@ def test_the_new_file_does_not_inherit_the_old_files_mode(target: Path) -> None:
 def test_the_mode_can_be_asked_for(target: Path) -> None:
     write_atomic(target, [b"private"], mode=0o600)
     assert mode_of(target) == 0o600
+
+
+# write_private
+
+
+def test_a_private_file_is_0600_in_a_new_0700_directory(tmp_path: Path) -> None:
+    write_private(tmp_path / "keys" / "a.key", [b"secret"])
+    assert (mode_of(tmp_path / "keys"), mode_of(tmp_path / "keys" / "a.key")) == (0o700, 0o600)
+
+
+def test_a_private_file_never_replaces_one_and_leaves_no_temporary(tmp_path: Path) -> None:
+    write_private(tmp_path / "a.key", [b"first"])
+    with pytest.raises(FileExistsError):
+        write_private(tmp_path / "a.key", [b"second"])
+    assert (tmp_path / "a.key").read_bytes() == b"first"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.key"]
 
 
 # exclusive_lock

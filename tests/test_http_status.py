@@ -206,6 +206,7 @@ def test_statuses_are_errors_and_503_means_try_again() -> None:
         ErrorCode.OVERLOADED,
         ErrorCode.SHUTTING_DOWN,
         ErrorCode.STORAGE_UNAVAILABLE,
+        ErrorCode.STORAGE_FULL,
         ErrorCode.STORAGE_CORRUPT,
         ErrorCode.STORED_ROOT_MISMATCH,
         ErrorCode.WITNESS_QUORUM_UNAVAILABLE,

@@ -143,7 +143,7 @@ SERVE_OPTIONS = {
     for config in authority_cli.SERVE_CONFIGS
     for config_field, spec, flag in options_of(config)
 }
-INSTANCE_FLAGS = {"-h", "--help", "--data", "--keys", "--origin", "--db"}
+INSTANCE_FLAGS = {"-h", "--help", "--data", "--keys", "--origin", "--db", "--db-file"}
 """What every authority command takes: where the data, keys and log database are, the origin
 on first start."""
 

@@ -22,6 +22,7 @@ from deplog.client.plumbing.storage_faults import (
     StorageFault,
     database_fault,
     database_files,
+    disk_full,
     file_fault,
     integrity_problem,
     opening_database,
@@ -90,6 +91,31 @@ def test_sqlite_full_is_a_full_disk(tmp_path: Path) -> None:
     conn.close()
     fault = database_fault(full.value, path)
     assert (fault.kind, fault.exit_status, fault.evidence) == (DISK_FULL, 73, "SQLITE_FULL")
+
+
+def test_a_write_failing_on_a_full_disk_is_told_from_other_failures(tmp_path: Path) -> None:
+    """Rule 6: SQLite's SQLITE_FULL, ENOSPC and EDQUOT, SQLSTATE 53100; nothing else."""
+    path = healthy_database(tmp_path / "log.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA max_page_count = 1")
+    with pytest.raises(sqlite3.Error) as full:
+        conn.execute("INSERT INTO t VALUES (randomblob(100000))")
+    conn.close()
+    locked = sqlite_error(tmp_path / "other.db", "SELECT * FROM missing")
+    pg_full = pytest.importorskip("psycopg").errors.DiskFull("could not extend file")
+
+    assert [
+        disk_full(err)
+        for err in (
+            full.value,
+            OSError(errno.ENOSPC, "full"),
+            OSError(errno.EDQUOT, "quota"),
+            pg_full,
+            locked,
+            OSError(errno.EIO, "io"),
+            RuntimeError(),
+        )
+    ] == [True, True, True, True, False, False, False]
 
 
 @pytest.mark.parametrize(

@@ -240,6 +240,15 @@ def test_first_checkpoint_from_old_zero_is_cosigned(
     assert stored(state) == (5, log.root(5))
 
 
+def test_the_last_line_is_given_again_from_the_record_alone(
+    witness: Witness, log: MinimalLog
+) -> None:
+    line = witness.add_checkpoint(log.request(0, 5), NOW)
+    log.grow(8)
+    assert witness.cosigned_again(log.checkpoint(5)) == line
+    assert witness.cosigned_again(log.checkpoint(8)) is None  # never cosigned
+
+
 @pytest.mark.parametrize(("old", "new"), [(5, 6), (5, 8), (5, 13), (5, 64)])
 def test_growth_with_a_valid_consistency_proof_is_cosigned(
     witnessed: Witness,

@@ -498,7 +498,11 @@ def build_app(
         loop = asyncio.get_running_loop()
         log, tiles = await loop.run_in_executor(None, lambda: _open_log(config, signer))
         state = _AuthorityState(config, log, witnessing, tiles)
-        await state.start()
+        try:
+            await state.start()
+        except BaseException:  # a failed start leaves nothing running behind its one line
+            await state.stop()
+            raise
         app[_STATE] = state
         state.register_metrics(metrics.registry)
 

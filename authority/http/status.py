@@ -117,6 +117,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
             ErrorCode.OVERLOADED,
             ErrorCode.SHUTTING_DOWN,
             ErrorCode.STORAGE_UNAVAILABLE,
+            ErrorCode.STORAGE_FULL,
             ErrorCode.STORAGE_CORRUPT,
             ErrorCode.STORED_ROOT_MISMATCH,
             ErrorCode.WITNESS_QUORUM_UNAVAILABLE,

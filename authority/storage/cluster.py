@@ -17,6 +17,12 @@ Rules:
    ``deplog_signed`` (``announce_signed``).
 4. Database failures are ``psycopg.Error``; a failed connection is closed and opened
    again on next use.
+5. A frozen or cut-off holder is fenced by the database: every transaction here runs
+   ``SELECT 1`` every ``HEARTBEAT`` seconds while it waits for a witness or a thread, and
+   the server ends one idle in it for ``IDLE`` seconds, releasing its locks, so the other
+   processes' rounds wait about ``IDLE`` for a frozen one. A fenced round can still have
+   saved only a published note no smaller than the row's (rule 1, the row's trigger),
+   and it signs nothing: checkpoints are signed by the log, one root per size.
 """
 
 from __future__ import annotations
@@ -31,9 +37,12 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from deplog.client.plumbing.dbapi import Connection
+from deplog.client.plumbing.waiting import wait_until
 
 __all__ = [
     "CONNECTING",
+    "HEARTBEAT",
+    "IDLE",
     "PUBLISHED_CHANNEL",
     "ROUND_LOCK",
     "SCHEMA",
@@ -55,6 +64,10 @@ CONNECTING = {
     "keepalives_count": 3,
 }
 """Every connection's bound on connecting, and the keepalives that notice a dead peer."""
+IDLE = 1.0
+"""Seconds the server lets a transaction of this module idle before ending it (rule 5)."""
+HEARTBEAT = IDLE / 4
+"""Seconds between the statements that keep a live holder's transaction busy (rule 5)."""
 PUBLISHED_CHANNEL = "deplog_published"
 SIGNED_CHANNEL = "deplog_signed"
 """Notified by a writer that is no server when it signed a checkpoint (rule 3)."""
@@ -145,19 +158,45 @@ class _Connection:
                     await self.close()
                     conn = await self.get()
                     await stack.enter_async_context(conn.transaction())
+                await stack.enter_async_context(_heartbeat(conn))
                 yield conn
         except (psycopg.Error, asyncio.CancelledError):
             await self.close()
             raise
 
 
+@contextlib.asynccontextmanager
+async def _heartbeat(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> AsyncIterator[None]:
+    """``SELECT 1`` every ``HEARTBEAT`` seconds until the body ends (rule 5); a beat that
+    failed (the server ended the transaction) fails the body's end, never its commit alone."""
+    done = asyncio.Event()
+    failed: list[psycopg.Error] = []
+
+    async def beat() -> None:
+        while not await wait_until(done, HEARTBEAT):
+            try:
+                await conn.execute("SELECT 1")
+            except psycopg.Error as err:
+                failed.append(err)
+                return
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        done.set()
+        await task
+    if failed:
+        raise failed[0]
+
+
 def _conninfo_with_bounds(url: str, round_timeout: float) -> str:
-    """``url`` with settings bounding every wait (rule 1), and keepalives."""
+    """``url`` with settings bounding every wait (rules 1 and 5), and keepalives."""
     milliseconds = int(round_timeout * 1000)
     options = (
         f"-c lock_timeout={milliseconds} "
         f"-c statement_timeout={milliseconds + 5000} "
-        f"-c idle_in_transaction_session_timeout={milliseconds}"
+        f"-c idle_in_transaction_session_timeout={int(IDLE * 1000)}"
     )
     return make_conninfo(url, options=options, application_name="deplog-cluster", **CONNECTING)
 

@@ -11,7 +11,9 @@ Rules:
      with ``isolation_level=None``; ``in_transaction`` reports the server's view.
   3. ``bytea`` reads back as ``bytes`` and ``bytes`` is sent as ``bytea``.
   4. Every wait is bounded by the session settings of :data:`SESSION` (a statement, a lock
-     wait, an idle open transaction), and TCP keepalives notice a dead peer.
+     wait, an idle open transaction), and TCP keepalives notice a dead peer. The writer and
+     the embedded witness, whose transactions wait for nothing but the database, idle at
+     most :data:`WRITER_IDLE`: a frozen holder of the order loses it within that.
   5. ``executemany`` (pipelined) ends with one plain statement: the server re-arms
      ``idle_in_transaction_session_timeout`` only when it answers ready for a query (psycopg
      3.3, PostgreSQL 15), so a process frozen after a pipeline still loses the order.
@@ -36,7 +38,7 @@ from deplog.authority.storage.database import Database, WitnessStore, unavailabl
 from deplog.client.errors import CLIError
 from deplog.client.plumbing.dbapi import Connection, Cursor
 
-__all__ = ["SESSION", "PostgresDatabase"]
+__all__ = ["SESSION", "WRITER_IDLE", "PostgresDatabase"]
 
 SESSION = {
     "lock_timeout": "10s",
@@ -44,6 +46,8 @@ SESSION = {
     "idle_in_transaction_session_timeout": "5s",
 }
 """Session settings of every connection (rule 4)."""
+WRITER_IDLE = "1s"
+"""``idle_in_transaction_session_timeout`` of the writer and embedded witness (rule 4)."""
 SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 """A read transaction whose reads all see one snapshot, while other processes commit."""
 
@@ -88,12 +92,15 @@ class _PgConnection:
         self.raw.close()
 
 
-def _connect(url: str, *, readonly: bool = False, application: str = "deplog") -> _PgConnection:
+def _connect(
+    url: str, *, readonly: bool = False, application: str = "deplog", writer: bool = False
+) -> _PgConnection:
     """A connection with rule 4's settings (read-only: one snapshot a transaction)."""
     conninfo = make_conninfo(url, application_name=application, **CONNECTING)
     conn = psycopg.connect(conninfo, autocommit=True)
+    settings = SESSION | ({"idle_in_transaction_session_timeout": WRITER_IDLE} if writer else {})
     try:
-        for name, value in SESSION.items():
+        for name, value in settings.items():
             conn.execute(f"SET {name} = '{value}'")
         if readonly:
             conn.execute("SET default_transaction_isolation = 'repeatable read'")
@@ -141,6 +148,9 @@ class PostgresDatabase(Database):
     def connect(self, readonly: bool = False) -> Connection:
         return _connect(self.url, readonly=readonly)
 
+    def connect_writer(self) -> Connection:
+        return _connect(self.url, writer=True)
+
     def prepare(self, conn: Connection) -> None:
         schema_postgres.require_current(conn, self.describe())
 
@@ -176,7 +186,7 @@ class PostgresDatabase(Database):
 
     def embedded_witness_store(self) -> WitnessStore:
         def connect_witness() -> Connection:
-            conn = _connect(self.url, application="deplog-embedded-witness")
+            conn = _connect(self.url, application="deplog-embedded-witness", writer=True)
             conn.execute(f"SET search_path = {schema_postgres.EMBEDDED_WITNESS_SCHEMA}")
             return conn
 

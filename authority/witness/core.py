@@ -37,7 +37,7 @@ from typing import Protocol, TypeVar
 
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 from deplog.client.plumbing.dbapi import Connection
-from deplog.client.plumbing.storage_faults import opening_database
+from deplog.client.plumbing.storage_faults import disk_full, opening_database
 from deplog.client.tlog.checkpoint import (
     Checkpoint,
     CheckpointFormatError,
@@ -407,13 +407,15 @@ class WitnessState:
 
     @contextlib.contextmanager
     def _storage(self) -> Iterator[None]:
-        """Database errors as :class:`StorageUnavailableError`, noted in ``failing``."""
+        """Database errors as :class:`StorageUnavailableError`, noted in ``failing``
+        (``storage_full`` when the evidence shows a full disk, else the error's class)."""
         try:
             yield
         except self.errors as err:
-            if self.failing != type(err).__name__:
+            reason = ErrorCode.STORAGE_FULL if disk_full(err) else type(err).__name__
+            if self.failing != reason:
                 log.error("witness database error: %s: %s", type(err).__name__, err)
-                self.failing = type(err).__name__
+                self.failing = reason
             raise StorageUnavailableError() from None
 
     def _recovered(self) -> None:
@@ -597,6 +599,19 @@ class Witness:
             origin, recorded, checkpoint.size, checkpoint.root_hash, now
         )
         return cosign(note.text, self.signer, timestamp).line().encode("utf-8")
+
+    def cosigned_again(self, note: bytes) -> bytes | None:
+        """The line last given on ``note``'s checkpoint, signed again from the record (Ed25519
+        is deterministic: the same bytes) and writing nothing; None for another checkpoint."""
+        text, _ = parse_note(note)
+        checkpoint = Checkpoint.from_text(text)
+        recorded = self.state.recorded(checkpoint.origin)
+        if recorded is None or (recorded.size, recorded.root) != (
+            checkpoint.size,
+            checkpoint.root_hash,
+        ):
+            return None
+        return cosign(text, self.signer, recorded.updated_at).line().encode("utf-8")
 
     @staticmethod
     def _check_consistency(

@@ -84,11 +84,15 @@ async def _post_add_checkpoint(request: web.Request) -> web.Response:
 
 
 async def _get_healthz(request: web.Request) -> web.Response:
-    """200 ``ok``; 503 ``degraded`` (``storage_unavailable``) while the database fails."""
+    """200 ``ok``; 503 ``degraded`` (``storage_unavailable``, or ``storage_full``) while the
+    database fails."""
     witness = request.app[WITNESS]
     report: dict[str, object] = {"status": "ok", "witness": witness.verifier().vkey()}
     if witness.state.failing is not None:
-        report.update(status="degraded", reasons=["storage_unavailable"])
+        full = witness.state.failing == ErrorCode.STORAGE_FULL
+        report.update(
+            status="degraded", reasons=["storage_full" if full else "storage_unavailable"]
+        )
         return web.json_response(report, status=503)
     return web.json_response(report)
 

@@ -244,6 +244,7 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     _E.OVERLOADED: "the authority is overloaded: try again later",
     _E.SHUTTING_DOWN: "the authority is shutting down: try again later",
     _E.STORAGE_UNAVAILABLE: "the authority's storage is failing: try again later",
+    _E.STORAGE_FULL: "the authority's disk is full: its operator must free space; try again later",
     _E.STORAGE_CORRUPT: "the authority's storage is corrupt: tell its operator",
     _E.STORED_ROOT_MISMATCH: "the authority's stored tree does not match what it signed",
     _E.CHECKPOINT_INVALID: "the latest stored checkpoint is not signed by the log key",

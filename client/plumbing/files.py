@@ -5,7 +5,10 @@ Rules:
 1. ``write_atomic``: a reader of ``path`` sees the old file or the complete new one (a
    temporary file beside it, fsynced, renamed over it, the directory fsynced); a failed
    write leaves ``path`` untouched and no temporary file.
-2. The written file's mode is exactly ``mode`` (0644 unless asked), whatever the umask.
+2. The written file's mode is exactly ``mode`` (0644 unless asked), whatever the umask;
+   ``exclusive`` never replaces an existing file (``FileExistsError``).
+5. ``write_private``: a secret (a private key) is written as in rules 1 and 2 at 0600,
+   exclusively, and a directory made for it is 0700.
 3. ``exclusive_lock``: one holder of a lock file at a time, across processes and opens
    (``flock``); the lock goes with its holder, so it is never left stale.
 4. ``output_closed``: a command whose stdout's reader went away (``| head``) ends quietly
@@ -30,6 +33,7 @@ __all__ = [
     "output_closed",
     "require_writable",
     "write_atomic",
+    "write_private",
 ]
 
 _BUFFER: Final = 1 << 16
@@ -45,7 +49,9 @@ def output_closed() -> int:
     return EXIT_OUTPUT_CLOSED
 
 
-def write_atomic(path: Path, chunks: Iterable[bytes], *, mode: int = 0o644) -> None:
+def write_atomic(
+    path: Path, chunks: Iterable[bytes], *, mode: int = 0o644, exclusive: bool = False
+) -> None:
     """Replace ``path`` with the concatenation of ``chunks``, all or nothing (rules 1, 2)."""
     path = Path(path)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -57,12 +63,22 @@ def write_atomic(path: Path, chunks: Iterable[bytes], *, mode: int = 0o644) -> N
             out.flush()
             os.fchmod(out.fileno(), mode)
             os.fsync(out.fileno())
-        tmp.replace(path)
+        if exclusive:
+            os.link(tmp, path)  # FileExistsError rather than a rename over it
+            tmp.unlink()
+        else:
+            tmp.replace(path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
     _fsync_directory(path.parent)
+
+
+def write_private(path: Path, chunks: Iterable[bytes]) -> None:
+    """Create the secret file ``path`` (rule 5): 0600, all or nothing, never over another."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_atomic(path, chunks, mode=0o600, exclusive=True)
 
 
 def require_writable(*directories: Path) -> None:

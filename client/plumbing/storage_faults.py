@@ -13,6 +13,8 @@ The log and both witnesses report a failed open through ``database_fault``. Rule
    against what it signed prove it too (``CORRUPT``).
 4. Only proven corruption mentions backups: one holding every published checkpoint.
 5. The message is one line naming files and evidence (codes, never data).
+6. ``disk_full``: the same evidence for a write that failed while serving (SQLite's
+   ``SQLITE_FULL``, ``ENOSPC``/``EDQUOT``, PostgreSQL's SQLSTATE 53100 ``disk_full``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
     "StorageFault",
     "database_fault",
     "database_files",
+    "disk_full",
     "file_fault",
     "integrity_problem",
     "opening_database",
@@ -175,6 +178,17 @@ def database_fault(err: sqlite3.Error | OSError, path: Path) -> StorageFault:
     if code in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN):
         return StorageFault(IO_ERROR, path, name)
     return StorageFault(UNAVAILABLE, path, name)
+
+
+def disk_full(err: BaseException) -> bool:
+    """Whether ``err`` shows a full file system or quota (rule 6)."""
+    if isinstance(err, StorageFault):
+        return err.kind is DISK_FULL
+    if isinstance(err, sqlite3.Error):
+        return _primary_code(err) == sqlite3.SQLITE_FULL
+    if isinstance(err, OSError):
+        return err.errno in _FULL_ERRNOS
+    return getattr(err, "sqlstate", None) == "53100"
 
 
 def _prove_corruption(path: Path, name: str) -> StorageFault:

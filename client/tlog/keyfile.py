@@ -9,13 +9,13 @@ key from being loaded as a log key.
 
 from __future__ import annotations
 
-import os
 import stat
 from collections.abc import Collection
 from pathlib import Path
 from typing import Final
 
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
+from deplog.client.plumbing.files import write_atomic, write_private
 from deplog.client.tlog.note import SIG_TYPE_ED25519, Signer, Verifier
 
 __all__ = [
@@ -48,16 +48,11 @@ def is_key_file_stem(stem: str) -> bool:
 
 
 def create_signer(keys_dir: Path, stem: str, name: str, sig_type: int = SIG_TYPE_ED25519) -> Signer:
-    """Generate a key, write ``<stem>.key`` (0600, created exclusively) and ``<stem>.pub``."""
-    keys_dir.mkdir(parents=True, exist_ok=True)
+    """Generate a key, write ``<stem>.key`` (``write_private``: 0600, whole, exclusively, in
+    a 0700 directory if made here) and ``<stem>.pub``."""
     signer = Signer.generate(name, sig_type)
-    private = keys_dir / f"{stem}.key"
-    fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(signer.skey() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    (keys_dir / f"{stem}.pub").write_text(signer.verifier().vkey() + "\n")
+    write_private(keys_dir / f"{stem}.key", [(signer.skey() + "\n").encode()])
+    write_atomic(keys_dir / f"{stem}.pub", [(signer.verifier().vkey() + "\n").encode()])
     return signer
 
 

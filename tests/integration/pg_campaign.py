@@ -10,9 +10,12 @@ hand (bench/pg_failover.py, bench/bench_pg.py). The pieces:
   notice (resubmission is idempotent), anything else is recorded as unexpected.
 * ``Watchers``: a ``/checkpoint`` poller and a push subscriber per front-end, so every
   checkpoint a client could see is collected.
-* ``sequencer_holder``: which front-end's transaction holds the sequencer row lock, from
-  ``pg_locks`` and ``pg_stat_activity`` (the backend's client port, mapped to the process
-  that owns that socket), so a campaign kills the sequencer on purpose, not only by chance.
+* ``sequencer_holder``: which front-end's transaction holds the sequencer row lock (or,
+  with ``ROUND_HOLDER_QUERY``, the publication-round lock), from ``pg_locks`` and
+  ``pg_stat_activity`` (the backend's client port, mapped to the process that owns that
+  socket), so a campaign kills or freezes the holder on purpose, not only by chance.
+* ``freeze_loop``: SIGSTOP the round lock's holder for a while, then SIGCONT it;
+  ``stalls`` gives the longest wait between two 201s around each freeze.
 
 * ``run_under_load``: all of the above around a scenario (``kill_loop`` for the failover
   campaign, a database outage for the outage test), then one last notice so the final
@@ -26,9 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
+import signal
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -40,6 +45,7 @@ from typing import Any
 import aiohttp
 
 from deplog.authority.cli import main as authority_main
+from deplog.authority.storage.cluster import ROUND_LOCK
 from deplog.client.errors import DeplogError
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.tlog.checkpoint import open_checkpoint
@@ -139,6 +145,8 @@ class FrontEnds:
         self.urls: list[str] = []
         self._up: set[int] = set()
         """The front-ends serving: started and answering, not killed since."""
+        self.frozen: set[int] = set()
+        """The front-ends out of the publishers' rotation: frozen (``freeze_loop``)."""
         self.restarts: list[float] = []
         """Seconds each restart took, until its ``/healthz`` answered."""
 
@@ -188,6 +196,14 @@ WHERE c.relname = 'log_head' AND l.granted AND l.mode = 'RowShareLock'
 """
 """Backends whose transaction took ``SELECT ... FOR UPDATE`` on the head row (a
 ``RowShareLock`` on the table) and are not waiting for the row: the holder."""
+ROUND_HOLDER_QUERY = f"""
+SELECT a.client_port
+FROM pg_locks l
+JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted
+  AND l.classid::bigint = {ROUND_LOCK} AND l.objid::bigint = 0 AND l.objsubid = 2
+"""
+"""The backend holding the publication-round advisory lock (two-key form: objsubid 2)."""
 
 
 def _socket_inodes(pid: int) -> set[str]:
@@ -217,11 +233,14 @@ def _local_port_inodes() -> dict[int, set[str]]:
     return ports
 
 
-def sequencer_holder(conn: Any, pids: Sequence[int | None]) -> int | None:
+def sequencer_holder(
+    conn: Any, pids: Sequence[int | None], query: str = HOLDER_QUERY
+) -> int | None:
     """The position in ``pids`` of the process whose transaction holds the sequencer row
-    lock now, or None (nobody holds it, or the holder is not one of ``pids``). ``conn`` is
-    a psycopg connection in autocommit mode; the processes connect over TCP."""
-    ports = [row[0] for row in conn.execute(HOLDER_QUERY).fetchall() if row[0] is not None]
+    lock (or the lock ``query`` finds) now, or None (nobody holds it, or the holder is not
+    one of ``pids``). ``conn`` is a psycopg connection in autocommit mode; the processes
+    connect over TCP."""
+    ports = [row[0] for row in conn.execute(query).fetchall() if row[0] is not None]
     if not ports:
         return None
     by_port = _local_port_inodes()
@@ -246,6 +265,8 @@ class Load:
     """Answers no failover may cause (anything but 200, 201, 503 or a lost connection)."""
     timeline: list[tuple[float, str]] = field(default_factory=list)
     """(time, outcome) of every answer, for the outage test's windows."""
+    freezes: list[tuple[float, float]] = field(default_factory=list)
+    """(SIGSTOP, SIGCONT) times of every freeze that caught the round lock held."""
 
     def record(self, outcome: str) -> None:
         self.outcomes[outcome] += 1
@@ -268,7 +289,8 @@ async def publish(
     rng: random.Random,
     give_up: float = 60.0,
 ) -> None:
-    """Submit ``sequences`` in order (until ``stop``), each to a random front-end, each
+    """Submit ``sequences`` in order (until ``stop``), each to a random front-end (an empty
+    URL is one out of rotation, as a load balancer takes out a frozen one), each
     retried with the same bytes on a 503 or a lost connection until acknowledged; after
     ``stop`` the notice in hand is still retried for ``give_up`` seconds."""
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
@@ -278,7 +300,7 @@ async def publish(
         body = make_envelope(signer, sequence).canonical_bytes()
         stopped_at: float | None = None
         while True:
-            n = rng.randrange(len(urls()))
+            n = rng.choice([n for n, url in enumerate(urls()) if url])
             try:
                 async with http.post(
                     urls()[n] + "/v1/notices", data=body, headers=JSON, timeout=timeout
@@ -411,6 +433,54 @@ async def kill_loop(
     await asyncio.gather(*restarts)
 
 
+async def freeze_loop(
+    front_ends: FrontEnds,
+    freezes: int,
+    seconds: float,
+    load: Load,
+    holder: Callable[[], int | None],
+) -> None:
+    """Freeze the round lock's holder for ``seconds``, ``freezes`` times, out of the
+    publishers' rotation meanwhile; a freeze counts only if the frozen process still holds
+    the lock (a round lasts milliseconds)."""
+    for _ in range(freezes * 20):
+        if len(load.freezes) >= freezes:
+            return
+        await asyncio.sleep(1.0)
+        deadline = time.monotonic() + 5.0
+        victim = None
+        while victim is None and time.monotonic() < deadline:
+            victim = await asyncio.to_thread(holder)
+        pid = None if victim is None else front_ends.processes[victim].pid
+        if pid is None:
+            continue
+        os.kill(pid, signal.SIGSTOP)
+        front_ends.frozen.add(victim)
+        stopped = time.monotonic()
+        try:
+            if await asyncio.to_thread(holder) != victim:
+                continue
+            await asyncio.sleep(seconds)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            front_ends.frozen.discard(victim)
+        load.freezes.append((stopped, time.monotonic()))
+
+
+def stalls(load: Load) -> list[float]:
+    """For each freeze: the longest time without a 201 between the last 201 before it
+    and the first after it."""
+    created = sorted(ack.at for ack in load.observations.acks if ack.status == 201)
+    found = []
+    for stopped, resumed in load.freezes:
+        before = [t for t in created if t <= stopped][-1:] or [stopped]
+        during = [t for t in created if stopped < t <= resumed]
+        after = [t for t in created if t > resumed][:1] or [resumed]
+        times = [*before, *during, *after]
+        found.append(max(b - a for a, b in itertools.pairwise(times)))
+    return found
+
+
 async def run_campaign(
     front_ends: FrontEnds,
     signers: Sequence[Signer],
@@ -440,9 +510,13 @@ async def run_under_load(
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as http:
         urls = list(front_ends.urls)
+
+        def rotation() -> list[str]:
+            return ["" if n in front_ends.frozen else url for n, url in enumerate(urls)]
+
         tasks = [
             asyncio.create_task(
-                publish(http, lambda: urls, s, range(1, 10**9), load, stop, random.Random(k))
+                publish(http, rotation, s, range(1, 10**9), load, stop, random.Random(k))
             )
             for k, s in enumerate(signers)
         ]

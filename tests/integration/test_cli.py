@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,24 @@ def test_walkthrough_step_7_a_cache_hands_on_the_proof_of_its_verdict(
     assert audited.returncode == 0, audited.stderr
     assert audited.stdout.startswith(f"ok: {tool} 1.2.0: deprecated")
     assert " proven (present) by the map " in audited.stdout
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_keygen_killed_while_writing_the_key_leaves_no_partial_key(tmp_path: Path) -> None:
+    """SIGKILL at the key's first write (``strace -e inject``): no key rather than a
+    partial one, and nothing of it readable by others."""
+    keygen = [sys.executable, "-m", "deplog.client.cli.main", "keygen", "--name", "walker"]
+    strace = ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=write"]
+    killed = subprocess.run(
+        [*strace, "-e", "inject=write:signal=KILL:when=1", *keygen, "--out", "keys"],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+    )
+    assert killed.returncode != 0
+    keys = tmp_path / "keys"
+    assert not (keys / "walker.key").exists()
+    assert keys.stat().st_mode & 0o777 == 0o700
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in keys.iterdir())
+    made = deplog("keygen", "--name", "walker", "--out", "keys", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr

@@ -8,6 +8,9 @@ with the final one, appends resumed after every kill within a bound).
 * The campaign: 3 front-ends, 20 publishers, 15 SIGKILLs (about half aimed at the process
   whose transaction holds the sequencer row, found in ``pg_locks``), each restarted.
   bench/pg_failover.py runs the long one (>= 50 kills) by hand.
+* The freeze: the holder of the publication-round lock SIGSTOPped 3 times for 4 s: the
+  others acknowledge again within 2 s (``storage/cluster.py`` rule 5).
+* A start cut short: the database stopped while a front-end starts is one line, exit 69.
 * The outage: the cluster stopped with ``pg_ctl stop -m immediate`` under load and started
   again: every answer in between is 503 ``storage_unavailable`` (or, for a notice committed
   just before the stop, ``embedded_witness_unavailable``), no process dies or prints a
@@ -31,16 +34,20 @@ from typing import Any
 
 import pytest
 
+from deplog.authority.storage.cluster import ROUND_LOCK
 from deplog.client.tlog.note import Signer
 from tests.integration.log_oracle import first_violation, resume_gaps
 from tests.integration.pg_campaign import (
+    ROUND_HOLDER_QUERY,
     CampaignConfig,
     FrontEnds,
     Load,
+    freeze_loop,
     run_campaign,
     run_under_load,
     sequencer_holder,
     setup_database,
+    stalls,
 )
 from tests.pgcluster import PgCluster
 
@@ -53,6 +60,10 @@ OUTAGE = 4.0
 """Seconds the database stays down in the outage test."""
 RECOVERY_BOUND = 30.0
 """Seconds within which appends must resume after the database is back."""
+FREEZE = 4.0
+"""Seconds the round lock's holder stays frozen (SIGSTOP) in the freeze test."""
+STALL_BOUND = 2.0
+"""Seconds the other front-ends may go without a 201 while it is frozen."""
 
 
 @pytest.fixture
@@ -206,3 +217,57 @@ async def _until(condition: Callable[[], bool], timeout: float) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"not reached within {timeout} s")
         await asyncio.sleep(0.05)
+
+
+async def test_freezing_the_round_lock_holder_stalls_acknowledgements_under_two_seconds(
+    front_ends: FrontEnds, pg_url: str, signers: list[Signer]
+) -> None:
+    """The frozen process is out of the publishers' rotation, as a load balancer's health
+    check takes it out; the others must keep acknowledging, and no size gets two roots."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+
+        def holder() -> int | None:
+            pids = [p.pid for p in front_ends.processes]
+            return sequencer_holder(conn, pids, ROUND_HOLDER_QUERY)
+
+        async def freezes(load: Load) -> None:
+            await freeze_loop(front_ends, 3, FREEZE, load, holder)
+
+        load, note, leaves = await run_under_load(front_ends, signers, freezes)
+    found = stalls(load)
+    print(f"longest waits for a 201 around {FREEZE} s freezes: {found}")
+    verdict = first_violation(load.observations, note, leaves, front_ends.log_verifier)
+    assert verdict is None, verdict
+    assert load.unexpected == []
+    assert len(found) == 3 and max(found) < STALL_BOUND
+    printed = front_ends.outputs()
+    assert "Traceback" not in printed, printed[max(0, printed.find("Traceback") - 300) :][:3000]
+
+
+def test_the_database_lost_while_serve_starts_is_one_line_and_exit_69(tmp_path: Path) -> None:
+    """Its own cluster, stopped while a starting front-end waits in ``Cluster.prepare``
+    (its lock held here): the window where a traceback and exit 1 came out."""
+    import psycopg
+
+    cluster = PgCluster()
+    try:
+        db = cluster.create_database()
+        front_ends = FrontEnds(tmp_path, db, 1)
+        with contextlib.redirect_stdout(io.StringIO()):
+            setup_database(front_ends, [])
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("SELECT pg_advisory_lock(%s, 1)", (ROUND_LOCK,))
+            command = [*front_ends.processes[0].command(), "--port", "0"]
+            serve = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 30
+            while not _waiting(conn) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            cluster.stop("immediate")
+        _, stderr = serve.communicate(timeout=60)
+    finally:
+        cluster.destroy()
+    assert serve.returncode == 69, stderr
+    assert stderr.count("\n") == 1, stderr
+    assert stderr.startswith("authority: storage_unavailable: cannot use the database ")

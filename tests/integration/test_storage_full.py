@@ -1,4 +1,5 @@
-"""A full database (the operator's size quota) refuses appends with 503 and loses nothing."""
+"""A full database (the operator's size quota) refuses appends with 503 ``storage_full``,
+says so in ``/healthz``, and loses nothing."""
 
 from __future__ import annotations
 
@@ -42,7 +43,9 @@ async def test_full_database_answers_503_and_recovers_when_space_returns(
                     await response.json(),
                 )
                 break
-        assert refused == (503, "1", {"error": "storage_unavailable"})
+        assert refused == (503, "1", {"error": "storage_full"})
+        async with http.get(authority_files.url + "/healthz") as response:
+            assert "storage_full" in (await response.json())["reasons"]
         async with http.get(authority_files.url + "/checkpoint") as response:
             before, _ = open_checkpoint(await response.read(), authority_files.log_verifier)
     finally:

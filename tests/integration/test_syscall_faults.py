@@ -14,6 +14,7 @@ skips loudly, and under CI=true it fails instead, so CI can never skip it.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from deplog.client.model.notice import Envelope
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope
 from tests.integration.campaign import witness_log
@@ -37,6 +39,8 @@ from tests.integration.syscall_faults import (
     Fault,
     FaultRun,
     WitnessFaultRun,
+    embedded_witness_key,
+    is_cosigned,
     logged_notices,
     refused_start,
     run_authority_fault,
@@ -128,7 +132,9 @@ def test_every_acknowledged_notice_is_in_the_log_exactly_once(
 def test_a_log_storage_fault_is_refused_as_storage_unavailable(
     authority_runs: dict[str, FaultRun], name: str
 ) -> None:
-    assert set(authority_runs[name].refusals) == {"storage_unavailable"}
+    """ENOSPC is evidence of a full disk: ``storage_full``, a kind of the same failure."""
+    full = AUTHORITY_FAULTS[name].error == "ENOSPC"
+    assert set(authority_runs[name].refusals) == {"storage_full" if full else "storage_unavailable"}
 
 
 @pytest.mark.parametrize("name", TRANSIENT)
@@ -178,6 +184,46 @@ def test_shutdown_under_a_fault_completes_and_the_restart_serves_a_cosigned_chec
     run = authority_runs[name]
     assert run.stop_status == 0
     assert run.served_after_restart_cosigned
+
+
+async def test_a_restart_while_the_embedded_witness_cannot_write_serves_only_published(
+    authority_files: AuthorityProcess,
+    publisher: Signer,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    """A checkpoint signed while the embedded witness could not write was never published:
+    a restart under the same fault serves the last published one, with its cosignature."""
+    authority = authority_files
+    authority.start()
+    for sequence in (1, 2):
+        status, _ = await post(http, authority, make_envelope(publisher, sequence))
+        assert status == 201
+    published = await served(http, authority)
+    authority.stop()
+    fault = Fault("embedded ENOSPC", ("pwrite64", "write"), "ENOSPC", "1+", EMBEDDED_FILES)
+    authority.wrapper = fault.strace(authority.data, tmp_path / "strace.txt")
+    for _ in range(2):  # the second start finds the checkpoint signed under the first
+        authority.start()
+        status, answer = await post(http, authority, make_envelope(publisher, 3))
+        assert (status, json.loads(answer)) == (503, {"error": "storage_full"})  # its disk
+        assert await served(http, authority) == published
+        authority.stop()
+    witness = embedded_witness_key(authority)
+    assert is_cosigned(published, witness)
+
+
+async def post(
+    http: aiohttp.ClientSession, authority: AuthorityProcess, envelope: Envelope
+) -> tuple[int, bytes]:
+    body = envelope.canonical_bytes()
+    async with http.post(authority.url + "/v1/notices", data=body, headers=JSON) as answer:
+        return answer.status, await answer.read()
+
+
+async def served(http: aiohttp.ClientSession, authority: AuthorityProcess) -> bytes:
+    async with http.get(authority.url + "/checkpoint") as answer:
+        return await answer.read()
 
 
 # Start-up: accurate one-line messages and exit statuses (issue 12 defect 4).
@@ -296,6 +342,22 @@ async def test_a_full_disk_at_start_is_named_and_nothing_acknowledged_is_lost(
     async with http.get(authority.url + "/checkpoint") as answer:
         note = await answer.read()
     assert set(acknowledged) <= set(await logged_notices(http, authority, note))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")
+async def test_appends_on_a_full_disk_answer_storage_full_and_healthz_says_so(
+    full_disk: tuple[AuthorityProcess, Path], publisher: Signer, http: aiohttp.ClientSession
+) -> None:
+    authority, filler = full_disk
+    authority.start()
+    fill(filler)
+    status, answer = await post(http, authority, make_envelope(publisher, 1))
+    assert (status, json.loads(answer)) == (503, {"error": "storage_full"})
+    async with http.get(authority.url + "/healthz") as response:
+        assert "storage_full" in (await response.json())["reasons"]
+    filler.unlink()
+    status, _ = await post(http, authority, make_envelope(publisher, 1))
+    assert status == 201
 
 
 # The standalone witness: every cosignature it returned is durable, and it recovers.
