@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import json
 import socket
 import time
 
 import aiohttp
 import pytest
 
+from deplog.client.follow.http import HttpLogSource
+from deplog.client.follow.source import fetch_page
 from tests.builders import make_envelope
-from tests.integration.harness import AuthorityProcess
+from tests.integration.harness import AuthorityProcess, publish
 
 pytestmark = pytest.mark.slow  # real authority processes
 
@@ -189,5 +192,57 @@ async def test_x_forwarded_for_from_an_untrusted_peer_is_ignored(
             async with http.post(url, data=b"{}", headers=headers) as response:
                 statuses.append(response.status)
         assert statuses == [400, 429]
+    finally:
+        authority_files.stop()
+
+
+LARGE = {"affected": {"versions": [f"1.0.{n}-{'x' * 115}" for n in range(256)]}}
+"""A notice of about 32 KB: 256 long versions."""
+
+
+async def publish_large(http: aiohttp.ClientSession, url: str, publisher, count: int) -> None:
+    for sequence in range(1, count + 1):
+        await publish(http, url, publisher, sequence, **LARGE)
+
+
+async def test_a_page_stops_at_its_byte_bound_and_a_follower_reads_every_entry(
+    authority_files: AuthorityProcess, publisher, http: aiohttp.ClientSession
+) -> None:
+    authority_files.extra_args = ["--max-page-mb", "0.5"]
+    authority_files.start()
+    try:
+        await publish_large(http, authority_files.url, publisher, 24)
+        async with http.get(authority_files.url + "/v1/entries?start=0&end=25") as response:
+            page = await response.read()
+        assert 1 < len(json.loads(page)["entries"]) < 25
+        assert len(page) < 0.5 * 1024 * 1024 + 100
+        source = HttpLogSource(authority_files.url, session=http)
+        leaves: list[bytes] = []
+        while len(leaves) < 25:
+            leaves.extend(await fetch_page(source, len(leaves), 25))
+        assert len(leaves) == 25
+    finally:
+        authority_files.stop()
+
+
+async def test_a_client_that_does_not_read_its_page_is_disconnected(
+    authority_files: AuthorityProcess, publisher, http: aiohttp.ClientSession
+) -> None:
+    authority_files.extra_args = ["--write-timeout", "1"]
+    authority_files.start()
+    try:
+        await publish_large(http, authority_files.url, publisher, 130)
+        host, port = authority_files.url.removeprefix("http://").split(":")
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((host, int(port)))
+            sock.sendall(b"GET /v1/entries?start=0&end=131 HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(4)
+            received = 0
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := sock.recv(1 << 20):
+                    received += len(chunk)
+        assert received < 3 * 1024 * 1024  # the 4 MiB page was cut off
+        quiet(authority_files)
     finally:
         authority_files.stop()
