@@ -133,7 +133,10 @@ class ServerConfig:
     body_timeout: float = option(
         10.0, "seconds a client has to send a request body", note="then 408"
     )
-    max_subscribers: int = option(1024, "live checkpoint push streams at most", note="then 503")
+    max_subscribers: int = option(10_000, "live checkpoint push streams at most", note="then 503")
+    max_subscribers_per_address: int = option(
+        100, "live checkpoint push streams from one client address at most", note="then 503"
+    )
     max_page_bytes: int = option(
         4 * 1024 * 1024,
         "bytes of base64 entries in one GET /v1/entries answer (at least one entry)",
@@ -210,7 +213,7 @@ class _AuthorityState:
         self.tiles_root = config.tiles_path
         self.supervisor = Supervisor()
         self.readers = ReaderPool(log.db, config.reader_threads)
-        self.push = PushHub(config.max_subscribers)
+        self.push = PushHub(config.max_subscribers, config.max_subscribers_per_address)
         self.publication = Publication(
             log,
             self.readers,
