@@ -114,7 +114,8 @@ class LogReader:
         return _checked(rows)
 
     def search_tools(self, text: str, size: int, offset: int, limit: int) -> list[str]:
-        """Tool ids with a notice below ``size`` containing ``text``, in id order."""
+        """Tool ids with a notice below ``size`` containing ``text``, in id order: read from
+        ``tools``, each id once, never from every notice."""
         limit = min(limit, MAX_SEARCH_ROWS)
         args: tuple[str, ...]
         if text.startswith("tool:"):  # a tool id's one colon: such text matches a prefix only
@@ -122,7 +123,7 @@ class LogReader:
         else:
             match, args = "instr(tool_id, ?) > 0", (text,)
         rows = self.conn.execute(
-            f"SELECT DISTINCT tool_id FROM tool_entries WHERE {match} AND idx < ? "
+            f"SELECT tool_id FROM tools WHERE {match} AND first_idx < ? "
             "ORDER BY tool_id LIMIT ? OFFSET ?",
             (*args, size, limit, offset),
         ).fetchall()
