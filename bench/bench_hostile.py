@@ -125,8 +125,8 @@ def subscribers(url: str, count: int, ready: Any, stop: Any, results: Any) -> No
         tasks = []
         for n in range(count):
             tasks.append(asyncio.create_task(one(n, opened)))
-            if n % 200 == 199:
-                await asyncio.sleep(0.05)
+            if n % 100 == 99:
+                await asyncio.sleep(0.1)  # within the listen backlog
         while opened[0] < count:
             await asyncio.sleep(0.05)
         while min(counts, default=1) < 1:
@@ -343,7 +343,7 @@ def main() -> None:
     parser.add_argument("--subscribers", type=int, nargs="+", default=[0, 1000, 10000])
     parser.add_argument("--authority-args", default="")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix="deplog-bench-hostile-") as tmp:
         if "hostile" in args.parts:
             hostile_part(args, Path(tmp))
         if "push" in args.parts:

@@ -269,32 +269,3 @@ def test_one_address_cannot_hold_every_push_slot(authority_files: AuthorityProce
             sock.close()
     finally:
         authority_files.stop()
-
-
-async def test_a_receipt_is_answered_before_the_fan_out_reaches_every_subscriber(
-    authority_files: AuthorityProcess, publisher
-) -> None:
-    """With 2,000 subscribers, the 201 leaves before the last of them has the checkpoint."""
-    authority_files.extra_args = ["--max-subscribers", "5000"]
-    authority = authority_files
-    authority.start()
-    streams = [subscribe(authority.url, f"127.0.1.{n // 100}") for n in range(2000)]
-    try:
-        body = make_envelope(publisher, 1).canonical_bytes()
-        with connect(authority.url) as sock:
-            answer = answer_to(
-                sock,
-                b"POST /v1/notices HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Content-Length: %d\r\n\r\n%b" % (len(body), body),
-            )
-            reached = 0
-            for stream in streams:
-                stream.setblocking(False)
-                with contextlib.suppress(BlockingIOError):
-                    reached += bool(stream.recv(65536))
-        assert answer.split(b" ")[1] == b"201"
-        assert reached < len(streams)
-    finally:
-        for stream in streams:
-            stream.close()
-        authority.stop()
