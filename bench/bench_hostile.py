@@ -106,7 +106,7 @@ def entries_reader(url: str, end: int, source: str, stop: Any, pages: Any) -> No
     asyncio.run(main())
 
 
-def subscribers(url: str, count: int, ready: Any, stop: Any, results: Any) -> None:
+def subscribers(url: str, count: int, ready: Any, stop: Any, expect: Any, results: Any) -> None:
     """``count`` push streams, 100 per address from 127.0.1.1, each counting its events."""
     counts = [0] * count
 
@@ -134,6 +134,9 @@ def subscribers(url: str, count: int, ready: Any, stop: Any, results: Any) -> No
         ready.set()
         while not stop.is_set():
             await asyncio.sleep(0.1)
+        deadline = time.monotonic() + 30
+        while min(counts, default=expect.value) < expect.value and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)  # the streams read what was sent
         results.put(counts)
         for task in tasks:
             task.cancel()
@@ -294,9 +297,9 @@ def push_part(args: argparse.Namespace, tmp: Path) -> None:
         base_rss = rss_mib(authority.process.pid)
         for count in args.subscribers:
             stop, ready = multiprocessing.Event(), multiprocessing.Event()
-            results: Any = multiprocessing.Queue()
+            expect, results = multiprocessing.Value("i", 41), multiprocessing.Queue()
             child = multiprocessing.Process(
-                target=subscribers, args=(authority.url, count, ready, stop, results)
+                target=subscribers, args=(authority.url, count, ready, stop, expect, results)
             )
             child.start()
             if not ready.wait(300):
@@ -319,9 +322,8 @@ def push_part(args: argparse.Namespace, tmp: Path) -> None:
                         await asyncio.sleep(0.05)
 
             asyncio.run(post_all(latencies))
-            time.sleep(2)
             stop.set()
-            counts = results.get(timeout=60) if count else []
+            counts = results.get(timeout=90) if count else []
             child.join(30)
             every = sum(1 for c in counts if c >= 41)  # the first checkpoint, then 40
             per = (rss - base_rss) * 1024 / count if count else 0.0

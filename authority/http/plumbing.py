@@ -458,8 +458,9 @@ class ServingRunner(web.AppRunner):
 ADDRESS_UNAVAILABLE_EXIT = 69
 """Exit status when the listen address cannot be had (sysexits ``EX_UNAVAILABLE``)."""
 _BACKLOG = 128
-"""Connections queued in the kernel, and accepted in one go: at most this many open files
-past the admitted connections until the loop closes the refused ones (in ``FD_RESERVE``)."""
+"""Connections asyncio accepts in one go: at most this many open files past the admitted
+connections until the loop closes the refused ones (in ``FD_RESERVE``). The kernel's queue
+is ``socket.SOMAXCONN`` long, so a flood of connections does not drop others' SYNs."""
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -523,6 +524,7 @@ async def serve_until_signalled(
 ) -> None:
     """Serve on ``sock``, print ``<banner> serving on <url>``, run until SIGINT/SIGTERM."""
     await web.SockSite(runner, sock, backlog=_BACKLOG).start()
+    sock.listen(socket.SOMAXCONN)  # the kernel's queue; asyncio's batch stays _BACKLOG
     settle_collector()
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
