@@ -66,6 +66,7 @@ __all__ = [
     "Listen",
     "ServingRunner",
     "bind",
+    "connection_lost",
     "errors_and_metrics",
     "serve_until_signalled",
     "settle_collector",
@@ -318,6 +319,8 @@ class _Connection(web.RequestHandler):
         self._address: str | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self.reserve = False
+        self.lost: asyncio.Future[None] = self._loop.create_future()
+        """Done once the client's connection is gone (a long response ends at once)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
@@ -337,6 +340,7 @@ class _Connection(web.RequestHandler):
         self._address = None
         if self._deadline is not None:
             self._deadline.cancel()
+        self.lost.set_result(None)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -377,6 +381,12 @@ class _Connection(web.RequestHandler):
         response = self._render(err, HTTP_STATUS[err.code])
         response.force_close()
         return response
+
+
+def connection_lost(request: web.BaseRequest) -> asyncio.Future[None] | None:
+    """What is done once ``request``'s connection is gone, on a :class:`ServingRunner`."""
+    connection = request.protocol
+    return connection.lost if isinstance(connection, _Connection) else None
 
 
 class _Server(web.Server):

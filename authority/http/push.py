@@ -20,6 +20,7 @@ from aiohttp import HttpVersion11, web
 from prometheus_client import CollectorRegistry
 
 from deplog.authority import collectors
+from deplog.authority.http.plumbing import connection_lost
 from deplog.client.errors import DeplogError, ErrorCode
 
 __all__ = ["PushHub", "TooManySubscribersError", "sse_event"]
@@ -159,6 +160,9 @@ class PushHub:
             return response
         chunked = request.version >= HttpVersion11
         stream = _Stream(transport, chunked, address, asyncio.get_running_loop().create_future())
+        lost = connection_lost(request)
+        if lost is not None:  # the slot is freed at once, not at the next keep-alive
+            lost.add_done_callback(lambda _: self._drop(stream, behind=False))
         self.subscribers.add(stream)
         self.by_address[address] += 1
         try:

@@ -254,7 +254,9 @@ def subscribe(url: str, source: str) -> socket.socket:
     sock.sendall(b"GET /v1/checkpoints/stream HTTP/1.1\r\nHost: x\r\n\r\n")
     received = b""
     while b"\n\n" not in received.split(b"\r\n\r\n", 1)[-1]:
-        received += sock.recv(65536)
+        chunk = sock.recv(65536)
+        assert chunk, received.split(b"\r\n", 1)[0]  # refused: the status line
+        received += chunk
     return sock
 
 
@@ -267,5 +269,18 @@ def test_one_address_cannot_hold_every_push_slot(authority_files: AuthorityProce
         held.append(subscribe(authority_files.url, "127.0.0.3"))
         for sock in held:
             sock.close()
+    finally:
+        authority_files.stop()
+
+
+def test_a_push_slot_is_free_again_as_soon_as_its_client_goes(
+    authority_files: AuthorityProcess,
+) -> None:
+    authority_files.extra_args = ["--max-subscribers-per-address", "1"]
+    authority_files.start()
+    try:
+        subscribe(authority_files.url, "127.0.0.2").close()
+        time.sleep(0.5)
+        subscribe(authority_files.url, "127.0.0.2").close()  # not 503 until a keep-alive
     finally:
         authority_files.stop()
