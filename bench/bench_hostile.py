@@ -299,7 +299,9 @@ def push_part(args: argparse.Namespace, tmp: Path) -> None:
             stop, ready = multiprocessing.Event(), multiprocessing.Event()
             expect, results = multiprocessing.Value("i", 41), multiprocessing.Queue()
             child = multiprocessing.Process(
-                target=subscribers, args=(authority.url, count, ready, stop, expect, results)
+                target=subscribers,
+                args=(authority.url, count, ready, stop, expect, results),
+                daemon=True,  # ends with the bench, also when a step fails
             )
             child.start()
             if not ready.wait(300):
