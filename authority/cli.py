@@ -216,14 +216,21 @@ def _witness_setup(
     return build
 
 
+_RESERVED = (("GET", "/healthz"), ("POST", "/v1/notices"))
+"""What a reserve connection serves (``http/plumbing.py``, *Bounded connections*)."""
+
+
 async def _serve(
     instance: Instance,
     sock: socket.socket,
+    serve: ServeOptions,
     config: ServerConfig,
     witnessing: Callable[[Publication], Witnessing] | None,
 ) -> None:
     app = build_app(config, instance.signer, witnessing)
-    runner = ServingRunner(app, error_response, access_log=None, keepalive_timeout=30)
+    runner = ServingRunner(
+        app, error_response, serve, _RESERVED, access_log=None, keepalive_timeout=30
+    )
     await runner.setup()
     admin_runner = web.AppRunner(build_admin_app(app), access_log=None)
     await admin_runner.setup()
@@ -386,7 +393,7 @@ def _start(args: argparse.Namespace, serve: ServeOptions, sock: socket.socket) -
         )
         witnesses = _witness_setup(instance, args.keys, from_options(WitnessingConfig, args))
         with reaching(instance.database):  # a database lost in any window of the start
-            asyncio.run(_serve(instance, sock, config, witnesses))
+            asyncio.run(_serve(instance, sock, serve, config, witnesses))
     return 0
 
 

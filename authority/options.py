@@ -14,6 +14,7 @@ Rules:
 3. A ``bool`` field is a switch: ``--flag`` when off by default, ``--flag/--no-flag``
    when on.
 4. Fields without an ``option`` are the program's to set, never on the command line.
+5. A ``tuple`` field is a repeatable flag: each use adds one ``parse``d item.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _show(value: object) -> str:
         return "on" if value else "off"
     if isinstance(value, float):
         return f"{value:g}"
-    return "none" if value is None else str(value)
+    return "none" if value is None or value == () else str(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +118,8 @@ def add_options(parser: argparse.ArgumentParser, config: type[Any]) -> None:
         if isinstance(default, bool):
             action = argparse.BooleanOptionalAction if default else "store_true"
             parser.add_argument(flag, action=action, **common)
+        elif isinstance(default, tuple) and spec.parse is not None:
+            parser.add_argument(flag, type=spec.parse, action="append", **common)
         elif spec.parse is not None:
             parser.add_argument(flag, type=spec.parse, **common)
         elif isinstance(default, int | float | str):
@@ -132,6 +135,7 @@ def from_options(config: type[C], args: argparse.Namespace, **fixed: Any) -> C:
         for field, _, flag in options_of(config)
         if hasattr(args, _dest(flag))
     }
+    given = {name: tuple(v) if isinstance(v, list) else v for name, v in given.items()}
     return config(**given, **fixed)
 
 

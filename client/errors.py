@@ -191,6 +191,7 @@ class ErrorCode(enum.StrEnum):
     RATE_LIMITED = "rate_limited"
     PUBLISHER_RATE_LIMITED = "publisher_rate_limited"
     TOO_MANY_SUBSCRIBERS = "too_many_subscribers"
+    TOO_MANY_CONNECTIONS = "too_many_connections"
     # authority/: its configuration, the log, its storage and its witnessing
     MALFORMED_CONFIG = "malformed_config"
     OVERLOADED = "overloaded"

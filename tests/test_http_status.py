@@ -213,6 +213,7 @@ def test_statuses_are_errors_and_503_means_try_again() -> None:
         ErrorCode.EMBEDDED_WITNESS_UNAVAILABLE,
         ErrorCode.MAP_NOT_PUBLISHED,
         ErrorCode.TOO_MANY_SUBSCRIBERS,
+        ErrorCode.TOO_MANY_CONNECTIONS,
         ErrorCode.UNAVAILABLE,
         ErrorCode.BUSY,
         ErrorCode.ENTRIES_UNAVAILABLE,

@@ -144,6 +144,7 @@ def test_version_two_lays_the_map_out_again_under_the_same_signed_root(pg_url: s
         conn.execute("INSERT INTO map_leaf VALUES ('\\x00', '\\x00')")
         conn.execute(b"DROP INDEX notices_by_idx")  # and version 3's objects
         conn.execute(b"DROP TABLE invalid_entries")
+        conn.execute(b"DROP TABLE tools")  # and version 4's
         conn.execute("UPDATE schema_version SET version = 1")
     with pytest.raises(CLIError, match="authority migrate"):
         Log(pg_url, signer, ORIGIN)
@@ -160,6 +161,29 @@ def test_version_two_lays_the_map_out_again_under_the_same_signed_root(pg_url: s
     log.sequence([make_envelope(publisher, 3)])
     assert log.map.size() == 4 and log.map.root() != signed_root
     log.close()
+
+
+def test_version_four_fills_the_tools_table_from_the_logged_notices(pg_url: str) -> None:
+    signer, publisher = Signer.generate(ORIGIN), Signer.generate("acme")
+    log = Log(migrated(pg_url), signer, ORIGIN)
+    register(log, publisher)
+    log.sequence([make_envelope(publisher, 1), make_envelope(publisher, 2, tool="tool:org.acme/b")])
+    log.sequence([make_envelope(publisher, 3)])
+    log.close()
+    with psycopg.connect(pg_url) as conn:  # back to version 3
+        conn.execute(b"DROP TABLE tools")
+        conn.execute("UPDATE schema_version SET version = 3")
+    db = open_database(pg_url)
+    conn = db.connect()
+    try:
+        assert schema_postgres.migrate(conn, db.describe()) == (3, 4)
+        rows = conn.execute("SELECT tool_id, first_idx FROM tools ORDER BY tool_id").fetchall()
+    finally:
+        conn.close()
+    assert [(str(t), int(i)) for t, i in rows] == [
+        ("tool:org.acme/b", 2),
+        ("tool:org.acme/search", 1),
+    ]
 
 
 def test_a_log_refuses_a_database_without_the_schema(pg_cluster: object, pg_url: str) -> None:

@@ -4,7 +4,10 @@ client's verifiers accept, hash-checked entries, tool search in byte order (Post
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +51,38 @@ def test_entries_are_the_stored_leaves_hash_checked(reader: LogReader) -> None:
     entries = reader.entries(0, 9)
     assert [leaf_hash(e) for e in entries] == [reader.inclusion(i, 9).leaf_hash for i in range(9)]
     assert [i for i, _ in reader.recent_entries(9, 3)] == [8, 7, 6]
+
+
+FIRST = {TOOLS[1]: 1, TOOLS[2]: 2, TOOLS[3]: 3, TOOLS[0]: 4}
+"""Each tool's first leaf index in ``reader``'s log (index 0 registers the publisher)."""
+
+
+def test_the_log_keeps_each_tool_id_once_with_its_first_index(reader: LogReader) -> None:
+    rows = reader.conn.execute("SELECT tool_id, first_idx FROM tools").fetchall()
+    assert {str(tool): int(first) for tool, first in rows} == FIRST
+    assert len(rows) == len(FIRST)
+
+
+def test_a_sqlite_log_from_before_the_tools_table_gets_it_filled_at_open(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "log.db"
+    signer, publisher = Signer.generate(ORIGIN), Signer.generate("acme")
+    log = Log(path, signer, ORIGIN)
+    register(log, publisher)
+    for sequence in range(1, 9):
+        log.sequence([make_envelope(publisher, sequence, tool=TOOLS[sequence % len(TOOLS)])])
+    log.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("DROP TABLE tools")
+        conn.commit()
+    Log(path, signer, ORIGIN).close()
+    reader = LogReader(path)
+    try:
+        rows = reader.conn.execute("SELECT tool_id, first_idx FROM tools").fetchall()
+        assert {str(tool): int(first) for tool, first in rows} == FIRST
+    finally:
+        reader.close()
 
 
 def test_tool_search_is_in_byte_order_by_prefix_and_by_substring(reader: LogReader) -> None:

@@ -10,6 +10,16 @@ Rules:
 * **One value a parameter.** A query parameter given twice is ``repeated_parameter``
   (:func:`query_param`), for the API and the explorer alike.
 * **Bounded metrics.** Every request is counted by route template and status.
+* **Bounded connections.** A connection past ``Listen``'s total or per-address bound (a
+  trusted proxy has no per-address bound) is closed at once, counted, and logged in at most
+  one line a minute; the last ``connection_reserve`` of the total serve only the routes the
+  server reserves (``/healthz`` and appends), others get ``503 too_many_connections``. The
+  total is kept ``FD_RESERVE`` below the open-file limit (raised toward its hard limit at
+  start). A request's headers must arrive within ``header_timeout`` of its first byte (of
+  the connection, for the first): else the connection is closed.
+* **Client addresses.** ``request.remote`` is the peer, or, when the peer is a trusted proxy
+  (``--trusted-proxy``), the rightmost ``X-Forwarded-For`` address that is not one.
+* **Vanished clients.** A client gone mid-request is closed quietly: no answer, no log.
 * **Bind first.** A server binds its port (:func:`bind`) before it creates anything, so a
   busy port changes nothing; once listening it prints one "serving on <url>" line, then
   serves until SIGINT or SIGTERM.
@@ -20,18 +30,24 @@ from __future__ import annotations
 import asyncio
 import errno
 import gc
+import ipaddress
 import logging
+import resource
 import signal
 import socket
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
+from aiohttp.web_protocol import RequestPayloadError
 from aiohttp.web_request import BaseRequest
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Counter as CounterMetric
 
 from deplog.authority.http.metrics import Metrics
 from deplog.authority.http.status import HTTP_STATUS, http_status
@@ -40,6 +56,7 @@ from deplog.client.errors import CLIError, DeplogError, ErrorCode, TooLargeError
 
 __all__ = [
     "ADDRESS_UNAVAILABLE_EXIT",
+    "FD_RESERVE",
     "MAX_HEADERS",
     "MAX_LINE",
     "METRICS",
@@ -52,6 +69,7 @@ __all__ = [
     "RequestError",
     "ServingRunner",
     "bind",
+    "connection_lost",
     "errors_and_metrics",
     "query_param",
     "serve_until_signalled",
@@ -77,6 +95,7 @@ class HTTPRequestError(DeplogError):
             ErrorCode.REQUEST_TIMEOUT,
             ErrorCode.UNSUPPORTED_MEDIA_TYPE,
             ErrorCode.BAD_REQUEST,
+            ErrorCode.TOO_MANY_CONNECTIONS,
         }
     )
 
@@ -153,12 +172,13 @@ def errors_and_metrics(render: ErrorRenderer, hot_handlers: Iterable[Handler] = 
             response = _answer(render, _refusal(exc.status), request)
             if exc.status == 405 and "Allow" in exc.headers:
                 response.headers["Allow"] = exc.headers["Allow"]
-        except HttpProcessingError:
-            # a bad chunk while a handler read the body
+        except (HttpProcessingError, RequestPayloadError):
+            # a bad chunk, or a body its Content-Encoding does not decode
             response = _answer(render, HTTPRequestError(ErrorCode.BAD_REQUEST), request)
             response.force_close()
-        except asyncio.CancelledError:
-            raise
+            request.content.feed_eof()  # nothing more is read from it
+        except (asyncio.CancelledError, ConnectionError):
+            raise  # the client went away (*Vanished clients*)
         except Exception:
             # The type only: an exception's text may carry request values.
             log.exception("internal error on %s", _route_of(request))
@@ -187,12 +207,186 @@ def _answer(render: ErrorRenderer, err: DeplogError, request: web.Request) -> we
     return response
 
 
-class _Connection(web.RequestHandler):
-    """One client connection whose protocol-level refusals are answered as API errors."""
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-    def __init__(self, manager: web.Server, render: ErrorRenderer, **kwargs: Any) -> None:
+
+@dataclass(frozen=True)
+class Listen:
+    """Where a server listens (loopback unless the operator exposes it, SECURITY.md) and the
+    bounds of its connections (*Bounded connections*)."""
+
+    host: str = option("127.0.0.1", "listen address")
+    max_connections: int = option(
+        12_000, "open client connections at most", note="fewer under a lower open-file limit"
+    )
+    max_connections_per_address: int = option(
+        256, "open connections from one client address at most (trusted proxies excepted)"
+    )
+    connection_reserve: int = option(
+        64, "of --max-connections, the last kept for /healthz and appends"
+    )
+    header_timeout: float = option(
+        5.0, "seconds a client has to send a request's headers", note="then closed"
+    )
+    trusted_proxy: tuple[Network, ...] = option(
+        (),
+        "a proxy (CIDR, repeatable) whose X-Forwarded-For names the client",
+        parse=ipaddress.ip_network,
+    )
+
+
+FD_RESERVE = 256
+"""Open files kept from connections: the database, tiles, threads, logs, and the sockets
+accepted in one go before they are refused (``_BACKLOG``)."""
+REFUSALS_LOGGED_EVERY = 60.0
+"""Seconds between two log lines about refused connections."""
+
+
+def _open_file_budget(wanted: int) -> int:
+    """Connections the open-file limit allows, after raising it toward ``wanted`` (and its
+    hard limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted + FD_RESERVE:
+        raised = wanted + FD_RESERVE
+        if hard != resource.RLIM_INFINITY:
+            raised = min(raised, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        soft = raised
+    return max(0, soft - FD_RESERVE) if soft != resource.RLIM_INFINITY else wanted
+
+
+class _Connections:
+    """The open connections, counted in total and per address (*Bounded connections*)."""
+
+    def __init__(
+        self, listen: Listen, reserved: frozenset[tuple[str, str]], registry: CollectorRegistry
+    ) -> None:
+        self.listen = listen
+        self.reserved = reserved
+        self.limit = min(listen.max_connections, _open_file_budget(listen.max_connections))
+        if self.limit < listen.max_connections:
+            log.warning("at most %d connections: the open-file limit allows no more", self.limit)
+        self.by_address: Counter[str] = Counter()
+        self.open = 0
+        self.refused = 0
+        self._logged_at = -REFUSALS_LOGGED_EVERY
+        self._refused_at_log = 0
+        Gauge(
+            "deplog_connections_open", "Open client connections.", registry=registry
+        ).set_function(lambda: float(self.open))
+        self._refused_total = CounterMetric(
+            "deplog_connections_refused",
+            "Connections closed at once: past the total or per-address bound.",
+            registry=registry,
+        )
+
+    def trusted(self, address: str) -> bool:
+        """Whether ``address`` is a configured trusted proxy."""
+        if not self.listen.trusted_proxy:
+            return False
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in network for network in self.listen.trusted_proxy)
+
+    def admit(self, address: str) -> bool | None:
+        """None if a connection from ``address`` is refused, else whether it is a reserve one."""
+        if self.open >= self.limit or (
+            self.by_address[address] >= self.listen.max_connections_per_address
+            and not self.trusted(address)
+        ):
+            self._refuse()
+            return None
+        self.open += 1
+        self.by_address[address] += 1
+        return self.open > self.limit - self.listen.connection_reserve
+
+    def release(self, address: str) -> None:
+        self.open -= 1
+        self.by_address[address] -= 1
+        if not self.by_address[address]:
+            del self.by_address[address]
+
+    def _refuse(self) -> None:
+        self.refused += 1
+        self._refused_total.inc()
+        now = time.monotonic()
+        if now - self._logged_at >= REFUSALS_LOGGED_EVERY:
+            log.warning(
+                "refused %d connections past --max-connections or --max-connections-per-address",
+                self.refused - self._refused_at_log,
+            )
+            self._logged_at, self._refused_at_log = now, self.refused
+
+    def forwarded_for(self, peer: str, header: str | None) -> str:
+        """The client behind a trusted proxy ``peer``: the rightmost untrusted address of
+        ``header`` (*Client addresses*)."""
+        for hop in reversed((header or "").split(",")):
+            hop = hop.strip()
+            try:
+                ipaddress.ip_address(hop)
+            except ValueError:
+                return peer
+            if not self.trusted(hop):
+                return hop
+        return peer
+
+
+class _Connection(web.RequestHandler):
+    """One client connection: admitted within the bounds, its headers on time, and its
+    protocol-level refusals answered as API errors."""
+
+    def __init__(
+        self, manager: _Server, render: ErrorRenderer, connections: _Connections, **kwargs: Any
+    ) -> None:
         super().__init__(manager, **kwargs)
         self._render = render
+        self._connections = connections
+        self._address: str | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+        self.reserve = False
+        self.lost: asyncio.Future[None] = self._loop.create_future()
+        """Done once the client's connection is gone (a long response ends at once)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) else ""
+        admitted = self._connections.admit(address)
+        if admitted is None:
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        self._address, self.reserve = address, admitted
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._address is None:
+            return  # refused: never started
+        self._connections.release(self._address)
+        self._address = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self.lost.set_result(None)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._arm()
+
+    def _arm(self) -> None:
+        """Start the header deadline, unless one runs."""
+        if self._deadline is None:
+            self._deadline = self._loop.call_later(
+                self._connections.listen.header_timeout, self._headers_due, self._request_count
+            )
+
+    def _headers_due(self, requests: int) -> None:
+        """Close a connection still waiting for the headers it started on time."""
+        self._deadline = None
+        waiting = self._waiter is not None and not self._waiter.done()
+        if waiting and self._request_count == requests:
+            self.force_close()
 
     def handle_error(
         self,
@@ -202,6 +396,8 @@ class _Connection(web.RequestHandler):
         message: str | None = None,
     ) -> web.StreamResponse:
         """aiohttp's answer to a request it could not parse (never its ``message``)."""
+        if isinstance(exc, ConnectionError):
+            raise exc  # a vanished client: closed quietly
         if status < 500:
             self.logger.debug("refused before routing: %d %s", status, type(exc).__name__)
         else:
@@ -214,22 +410,56 @@ class _Connection(web.RequestHandler):
         return response
 
 
+def connection_lost(request: web.BaseRequest) -> asyncio.Future[None] | None:
+    """What is done once ``request``'s connection is gone, on a :class:`ServingRunner`."""
+    connection = request.protocol
+    return connection.lost if isinstance(connection, _Connection) else None
+
+
 class _Server(web.Server):
     """aiohttp's low-level server, making :class:`_Connection` connections."""
 
-    def __init__(self, render: ErrorRenderer, built: web.Server) -> None:
+    def __init__(self, render: ErrorRenderer, built: web.Server, connections: _Connections) -> None:
         self._connection_args: dict[str, Any] = dict(built._kwargs)
+        self._built = built
         super().__init__(
-            built.request_handler,
-            request_factory=built.request_factory,
+            self._reserved_or_app,
+            request_factory=self._client_request,
             handler_cancellation=built.handler_cancellation,
             loop=asyncio.get_running_loop(),
             **self._connection_args,
         )
         self._render = render
+        self.bounds = connections
+
+    def _client_request(self, *args: Any) -> BaseRequest:
+        """The request, its ``remote`` the client behind a trusted proxy (*Client addresses*)."""
+        request = self._built.request_factory(*args)
+        peer = request.remote or ""
+        if self.bounds.trusted(peer):
+            client = self.bounds.forwarded_for(peer, request.headers.get(hdrs.X_FORWARDED_FOR))
+            request = request.clone(remote=client)
+        return request
+
+    async def _reserved_or_app(self, request: BaseRequest) -> web.StreamResponse:
+        """A reserve connection serves only the reserved routes (*Bounded connections*)."""
+        connection = request.protocol
+        if (
+            isinstance(connection, _Connection)
+            and connection.reserve
+            and (request.method, request.path) not in self.bounds.reserved
+        ):
+            err = HTTPRequestError(ErrorCode.TOO_MANY_CONNECTIONS)
+            response = self._render(err, HTTP_STATUS[err.code])
+            response.headers["Retry-After"] = "1"
+            response.force_close()
+            return response
+        return await self._built.request_handler(request)
 
     def __call__(self) -> web.RequestHandler:
-        return _Connection(self, self._render, loop=self._loop, **self._connection_args)
+        return _Connection(
+            self, self._render, self.bounds, loop=self._loop, **self._connection_args
+        )
 
 
 MAX_HEADERS = 64
@@ -239,28 +469,35 @@ MAX_LINE = 8190
 
 
 class ServingRunner(web.AppRunner):
-    """An ``AppRunner`` whose protocol-level refusals are answered by ``render``."""
+    """An ``AppRunner`` within ``listen``'s bounds, whose protocol-level refusals are
+    answered by ``render``; ``reserved`` are the (method, path) a reserve connection serves."""
 
-    def __init__(self, app: web.Application, render: ErrorRenderer, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        app: web.Application,
+        render: ErrorRenderer,
+        listen: Listen,
+        reserved: Iterable[tuple[str, str]] = (("GET", "/healthz"),),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(
             app, max_line_size=MAX_LINE, max_field_size=MAX_LINE, max_headers=MAX_HEADERS, **kwargs
         )
         self._render = render
+        self._listen = listen
+        self._reserved = frozenset(reserved)
 
     async def _make_server(self) -> web.Server:
-        return _Server(self._render, await super()._make_server())
-
-
-@dataclass(frozen=True)
-class Listen:
-    """Where a server listens: loopback unless the operator exposes it (SECURITY.md)."""
-
-    host: str = option("127.0.0.1", "listen address")
+        connections = _Connections(self._listen, self._reserved, self.app[METRICS].registry)
+        return _Server(self._render, await super()._make_server(), connections)
 
 
 ADDRESS_UNAVAILABLE_EXIT = 69
 """Exit status when the listen address cannot be had (sysexits ``EX_UNAVAILABLE``)."""
-_BACKLOG = 1024
+_BACKLOG = 128
+"""Connections asyncio accepts in one go: at most this many open files past the admitted
+connections until the loop closes the refused ones (in ``FD_RESERVE``). The kernel's queue
+is ``socket.SOMAXCONN`` long, so a flood of connections does not drop others' SYNs."""
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -324,6 +561,7 @@ async def serve_until_signalled(
 ) -> None:
     """Serve on ``sock``, print ``<banner> serving on <url>``, run until SIGINT/SIGTERM."""
     await web.SockSite(runner, sock, backlog=_BACKLOG).start()
+    sock.listen(socket.SOMAXCONN)  # the kernel's queue; asyncio's batch stays _BACKLOG
     settle_collector()
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host

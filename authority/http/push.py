@@ -2,25 +2,34 @@
 
 A push message is only a hint: it carries the cosigned note, which a follower verifies
 like any other, so a dropped or forged message costs nothing but latency. Bounded: at most
-``max_subscribers`` streams, each with a queue of ``queue_size`` messages; a subscriber
-that falls behind is dropped (its stream ends, it reconnects), never waited for.
+``max_subscribers`` streams, ``max_per_address`` from one client address, each with at most
+``MAX_BUFFERED`` bytes unsent; a subscriber that falls behind is dropped (its stream ends,
+it reconnects), never waited for. A note is framed once (an HTTP/1.1 chunk) and written
+to each stream's transport by one fan-out task, ``FAN_OUT_SLICE`` streams between two
+yields to the loop, so a publisher's receipt never waits for it; notes reach each
+subscriber in the order they were published.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from collections import Counter
 from dataclasses import dataclass, field
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from prometheus_client import CollectorRegistry
 
 from deplog.authority import collectors
+from deplog.authority.http.plumbing import connection_lost
 from deplog.client.errors import DeplogError, ErrorCode
 
 __all__ = ["PushHub", "TooManySubscribersError", "sse_event"]
 
 KEEPALIVE_SECONDS = 15.0
+FAN_OUT_SLICE = 256
+"""Streams written between two yields to the event loop."""
+MAX_BUFFERED = 64 * 1024
+"""Bytes a stream may leave unsent before it is dropped as fallen behind."""
 
 
 class TooManySubscribersError(DeplogError):
@@ -38,15 +47,36 @@ def sse_event(note: bytes) -> bytes:
     return f"event: checkpoint\n{body}\n".encode()
 
 
+def _chunk(data: bytes) -> tuple[bytes, bytes]:
+    """``data`` as written to a stream: one chunk of an HTTP/1.1 chunked body, and as is
+    (HTTP/1.0)."""
+    return b"%x\r\n%b\r\n" % (len(data), data), data
+
+
+_KEEPALIVE = _chunk(b": keep-alive\n\n")
+
+
+@dataclass(eq=False)
+class _Stream:
+    """One subscriber: its connection, its client address, and its end."""
+
+    transport: asyncio.Transport
+    chunked: bool
+    address: str
+    ended: asyncio.Future[None]
+
+
 @dataclass
 class PushHub:
     """The set of live subscribers and the latest message."""
 
-    max_subscribers: int = 1024
-    queue_size: int = 8
-    subscribers: set[asyncio.Queue[bytes | None]] = field(default_factory=set)
+    max_subscribers: int = 10_000
+    max_per_address: int = 100
+    subscribers: set[_Stream] = field(default_factory=set)
+    by_address: Counter[str] = field(default_factory=Counter)
     latest: bytes | None = None
     dropped: int = 0
+    _fan_out: asyncio.Task[None] | None = None
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         """The live streams and the subscribers dropped for falling behind."""
@@ -64,34 +94,59 @@ class PushHub:
         )
 
     def publish(self, note: bytes) -> None:
-        """Offer a new note to every subscriber without ever waiting for one."""
+        """Offer a new note to every subscriber, in a task of its own (a stream that starts
+        later sends it itself), without ever waiting for one."""
         if note == self.latest:
             return
         self.latest = note
-        message = sse_event(note)
-        for queue in list(self.subscribers):
-            try:
-                queue.put_nowait(message)
-            except asyncio.QueueFull:
-                self._drop(queue)
+        if self.subscribers:
+            offer = self._offer(_chunk(sse_event(note)), list(self.subscribers), self._fan_out)
+            self._fan_out = asyncio.get_running_loop().create_task(offer)
 
-    def _drop(self, queue: asyncio.Queue[bytes | None]) -> None:
-        self.subscribers.discard(queue)
-        self.dropped += 1
-        with contextlib.suppress(asyncio.QueueEmpty):
-            while True:
-                queue.get_nowait()
-        queue.put_nowait(None)  # tells the stream to end
+    async def _offer(
+        self,
+        chunk: tuple[bytes, bytes],
+        streams: list[_Stream],
+        previous: asyncio.Task[None] | None,
+    ) -> None:
+        if previous is not None:
+            await previous
+        for n, stream in enumerate(streams):
+            if n % FAN_OUT_SLICE == 0:
+                await asyncio.sleep(0)
+            if stream in self.subscribers:
+                self._send(stream, chunk)
+
+    def _send(self, stream: _Stream, chunk: tuple[bytes, bytes]) -> None:
+        """Write ``chunk`` to ``stream``, or end a stream that is gone or fell behind."""
+        transport = stream.transport
+        if transport.is_closing():
+            self._drop(stream, behind=False)
+        elif transport.get_write_buffer_size() > MAX_BUFFERED:
+            self._drop(stream)
+        else:
+            transport.write(chunk[0] if stream.chunked else chunk[1])
+
+    def _drop(self, stream: _Stream, behind: bool = True) -> None:
+        self.subscribers.discard(stream)
+        self.dropped += behind
+        if not stream.ended.done():
+            stream.ended.set_result(None)
 
     def close(self) -> None:
-        for queue in list(self.subscribers):
-            self._drop(queue)
+        if self._fan_out is not None:
+            self._fan_out.cancel()
+        for stream in list(self.subscribers):
+            self._drop(stream)
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/checkpoints/stream``: the latest checkpoint now, then each new one."""
-        if len(self.subscribers) >= self.max_subscribers:
+        address = request.remote or "unknown"
+        if (
+            len(self.subscribers) >= self.max_subscribers
+            or self.by_address[address] >= self.max_per_address
+        ):
             raise TooManySubscribersError()
-        queue: asyncio.Queue[bytes | None] = asyncio.Queue(self.queue_size)
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -99,23 +154,29 @@ class PushHub:
                 "X-Accel-Buffering": "no",
             }
         )
-        await response.prepare(request)
-        self.subscribers.add(queue)
+        await response.prepare(request)  # HTTP/1.1: chunked, each write below one chunk
+        transport = request.transport
+        if not isinstance(transport, asyncio.Transport):
+            return response
+        chunked = request.version >= HttpVersion11
+        stream = _Stream(transport, chunked, address, asyncio.get_running_loop().create_future())
+        lost = connection_lost(request)
+        if lost is not None:  # the slot is freed at once, not at the next keep-alive
+            lost.add_done_callback(lambda _: self._drop(stream, behind=False))
+        self.subscribers.add(stream)
+        self.by_address[address] += 1
         try:
             if self.latest is not None:
-                await response.write(sse_event(self.latest))
-            while True:
+                self._send(stream, _chunk(sse_event(self.latest)))
+            while stream in self.subscribers:
                 try:
                     async with asyncio.timeout(KEEPALIVE_SECONDS):
-                        message = await queue.get()
+                        await asyncio.shield(stream.ended)
                 except TimeoutError:
-                    await response.write(b": keep-alive\n\n")
-                    continue
-                if message is None:
-                    break
-                await response.write(message)
-        except ConnectionResetError:
-            pass  # the subscriber went away
+                    self._send(stream, _KEEPALIVE)
         finally:
-            self.subscribers.discard(queue)
+            self.subscribers.discard(stream)
+            self.by_address[address] -= 1
+            if not self.by_address[address]:
+                del self.by_address[address]
         return response

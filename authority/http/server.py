@@ -18,6 +18,10 @@ Rules, cited by name:
   ``Publication.health``; 503 ``storage_corrupt`` once the background storage audit found a
   problem (appends are refused from then on). Entries of the log that fail validation are
   reported beside the status (``invalid_entries``): the log serves on.
+* **Pages.** ``GET /v1/entries`` answers as many entries as fit in ``--max-page-mb`` (at
+  least one; a follower asks again from the next), built on a reader thread, and written in
+  slices that the client must read within ``--write-timeout`` or be disconnected; at most
+  ``PAGES_IN_FLIGHT`` pages at once, ``PAGES_PER_ADDRESS`` for one client address.
 * **Stop.** ``stop`` runs every shutdown step, the publication's included, even when one
   fails.
 """
@@ -25,10 +29,10 @@ Rules, cited by name:
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,7 +45,7 @@ from prometheus_client import CollectorRegistry
 from deplog.authority import collectors
 from deplog.authority.explorer.config import ExplorerConfig
 from deplog.authority.explorer.routes import add_explorer
-from deplog.authority.http.limits import Rate, RateLimiter
+from deplog.authority.http.limits import Rate, RateLimitedError, RateLimiter
 from deplog.authority.http.metrics import Metrics
 from deplog.authority.http.plumbing import (
     METRICS,
@@ -90,6 +94,11 @@ TILE_CACHE = "public, max-age=31536000, immutable"
 """A tile, full or partial, never changes, so caches keep it for a year."""
 HELD_TILES = 256
 """Hash tiles the authority keeps in memory once served (2 MiB at most): they never change."""
+PAGES_IN_FLIGHT = 32
+"""Entries pages built or being written at once (*Pages*); more wait."""
+PAGES_PER_ADDRESS = 4
+"""Entries pages one client address has in flight at most; more is ``429 rate_limited``."""
+_WRITE_SLICE = 64 * 1024
 _TILE_TYPE = "application/octet-stream"
 _MAP_PROOF_BINARY = "application/octet-stream"
 """The media type of the binary map proof (docs/fold-spec.md section 6)."""
@@ -130,7 +139,19 @@ class ServerConfig:
     body_timeout: float = option(
         10.0, "seconds a client has to send a request body", note="then 408"
     )
-    max_subscribers: int = option(1024, "live checkpoint push streams at most", note="then 503")
+    max_subscribers: int = option(10_000, "live checkpoint push streams at most", note="then 503")
+    max_subscribers_per_address: int = option(
+        100, "live checkpoint push streams from one client address at most", note="then 503"
+    )
+    max_page_bytes: int = option(
+        4 * 1024 * 1024,
+        "bytes of base64 entries in one GET /v1/entries answer (at least one entry)",
+        flag="--max-page-mb",
+        units=MEBIBYTES,
+    )
+    write_timeout: float = option(
+        30.0, "seconds a client has to read one GET /v1/entries answer", note="then closed"
+    )
     tiles: bool = option(True, "write the C2SP tlog-tiles directory and serve GET /tile/...")
     tiles_dir: Path | None = option(
         None,
@@ -179,7 +200,7 @@ class _AuthorityState:
         self.tiles_root = config.tiles_path
         self.supervisor = Supervisor()
         self.readers = ReaderPool(log.db, config.reader_threads)
-        self.push = PushHub(config.max_subscribers)
+        self.push = PushHub(config.max_subscribers, config.max_subscribers_per_address)
         self.publication = Publication(
             log,
             self.readers,
@@ -194,6 +215,8 @@ class _AuthorityState:
         )
         self.sequencer = self.publication.sequencer
         self.checkpoint_requests = 0
+        self.pages = asyncio.Semaphore(PAGES_IN_FLIGHT)
+        self.pages_by_address: Counter[str] = Counter()
         self.address_limit = RateLimiter(config.address_rate, ErrorCode.RATE_LIMITED)
         self.publisher_limit = RateLimiter(config.publisher_rate, ErrorCode.PUBLISHER_RATE_LIMITED)
         self.corrupt: str | None = None
@@ -369,7 +392,7 @@ async def _get_consistency(request: web.Request) -> web.Response:
     return web.json_response(proof.to_json())
 
 
-async def _get_entries(request: web.Request) -> web.Response:
+async def _get_entries(request: web.Request) -> web.StreamResponse:
     state = request.app[_STATE]
     start, end = _int_param(request, "start"), _int_param(request, "end")
     # The checks that need no state first: a range is refused the same way at any log size.
@@ -379,10 +402,38 @@ async def _get_entries(request: web.Request) -> web.Response:
         raise RequestError(ErrorCode.RANGE_TOO_LARGE, "too many entries in one request")
     if end > max(state.publication.checkpoint.size, state.publication.entries_size):
         raise RequestError(ErrorCode.SIZE_NOT_PUBLISHED, "range goes past the signed checkpoints")
-    leaves = await state.readers.read(lambda r: r.entries(start, end))
-    return web.json_response(
-        {"start": start, "entries": [base64.b64encode(leaf).decode() for leaf in leaves]}
-    )
+    address = request.remote or "unknown"
+    if state.pages_by_address[address] >= PAGES_PER_ADDRESS:
+        raise RateLimitedError(ErrorCode.RATE_LIMITED, 1)
+    state.pages_by_address[address] += 1
+    try:
+        async with state.pages:
+            page = await state.readers.read(
+                lambda r: r.entries_page(start, end, state.config.max_page_bytes)
+            )
+            return await _send(request, page, state.config.write_timeout)
+    finally:
+        state.pages_by_address[address] -= 1
+        if not state.pages_by_address[address]:
+            del state.pages_by_address[address]
+
+
+async def _send(request: web.Request, body: bytes, timeout: float) -> web.StreamResponse:
+    """``body`` written a slice at a time, all within ``timeout`` (*Pages*); a client that
+    does not read it in time is disconnected."""
+    response = web.StreamResponse(headers={hdrs.CONTENT_TYPE: _JSON})
+    response.content_length = len(body)
+    try:
+        async with asyncio.timeout(timeout):
+            await response.prepare(request)
+            view = memoryview(body)
+            for offset in range(0, len(body), _WRITE_SLICE):
+                await response.write(view[offset : offset + _WRITE_SLICE])
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.abort()
+        raise ConnectionResetError("the client did not read its page in time") from None
+    return response
 
 
 async def _get_tool(request: web.Request) -> web.Response:

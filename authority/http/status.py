@@ -124,6 +124,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = _by_status(
             ErrorCode.EMBEDDED_WITNESS_UNAVAILABLE,
             ErrorCode.MAP_NOT_PUBLISHED,
             ErrorCode.TOO_MANY_SUBSCRIBERS,
+            ErrorCode.TOO_MANY_CONNECTIONS,
             ErrorCode.UNAVAILABLE,
             ErrorCode.BUSY,
             ErrorCode.ENTRIES_UNAVAILABLE,

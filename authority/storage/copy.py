@@ -39,6 +39,7 @@ TABLES = (
     ("nodes", ("level", "idx", "hash"), "level, idx"),
     ("notices", ("publisher", "sequence", "idx", "digest"), "publisher, sequence"),
     ("tool_entries", ("tool_id", "idx"), "tool_id, idx"),
+    ("tools", ("tool_id", "first_idx"), "tool_id"),
     ("registry", ("id", "size", "state"), "id"),
     ("map_group", ("id", "nodes"), "id"),
     ("map_record", ("tool_id", "record"), "tool_id"),

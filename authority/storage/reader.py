@@ -10,6 +10,7 @@ is ``StorageError`` and drops that thread's reader, so the next read reconnects.
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import contextlib
 import json
@@ -99,6 +100,21 @@ class LogReader:
             raise IntegrityError()
         return [data for _, data in _checked(rows)]
 
+    def entries_page(self, start: int, end: int, max_bytes: int) -> bytes:
+        """``GET /v1/entries``'s JSON: the leaves of ``[start, end)`` from ``start`` on, as
+        many as fit in ``max_bytes`` of base64 (at least one), read a few at a time."""
+        items: list[bytes] = []
+        size, index = 0, start
+        while index < end:
+            for leaf in self.entries(index, min(end, index + _PAGE_READ)):
+                item = b'"' + base64.b64encode(leaf) + b'"'
+                size += len(item) + 2
+                if items and size > max_bytes:
+                    return _page(start, items)
+                items.append(item)
+            index = min(end, index + _PAGE_READ)
+        return _page(start, items)
+
     def recent_entries(self, size: int, limit: int) -> list[tuple[int, bytes]]:
         """The last ``limit`` leaves below ``size``, newest first, each hash-checked."""
         limit = min(limit, MAX_SEARCH_ROWS)
@@ -109,7 +125,8 @@ class LogReader:
         return _checked(rows)
 
     def search_tools(self, text: str, size: int, offset: int, limit: int) -> list[str]:
-        """Tool ids with a notice below ``size`` containing ``text``, in id order."""
+        """Tool ids with a notice below ``size`` containing ``text``, in id order: read from
+        ``tools``, each id once, never from every notice."""
         limit = min(limit, MAX_SEARCH_ROWS)
         args: tuple[str, ...]
         if text.startswith("tool:"):  # a tool id's one colon: such text matches a prefix only
@@ -117,7 +134,7 @@ class LogReader:
         else:
             match, args = "instr(tool_id, ?) > 0", (text,)
         rows = self.conn.execute(
-            f"SELECT DISTINCT tool_id FROM tool_entries WHERE {match} AND idx < ? "
+            f"SELECT tool_id FROM tools WHERE {match} AND first_idx < ? "
             "ORDER BY tool_id LIMIT ? OFFSET ?",
             (*args, size, limit, offset),
         ).fetchall()
@@ -229,6 +246,14 @@ class LogReader:
             return {"publishers": []}
         state: dict[str, Any] = json.loads(snapshot[1])
         return {"publishers": state["publishers"]}
+
+
+_PAGE_READ = 64
+"""Leaves read in one query while a page is built: its memory is the page and these."""
+
+
+def _page(start: int, items: list[bytes]) -> bytes:
+    return b'{"start": %d, "entries": [%b]}' % (start, b", ".join(items))
 
 
 def _checked(rows: list[tuple[int, bytes, bytes]]) -> list[tuple[int, bytes]]:

@@ -7,8 +7,8 @@ transaction under an advisory lock; a server refuses a database not at
 one order, decided by the database".
 
 What the database itself enforces (not only ``Log``):
-  1. ``leaves``, ``nodes``, ``checkpoints``, ``notices`` and ``tool_entries`` are
-     append-only: UPDATE, DELETE and TRUNCATE raise.
+  1. ``leaves``, ``nodes``, ``checkpoints``, ``notices``, ``tool_entries`` and ``tools``
+     are append-only: UPDATE, DELETE and TRUNCATE raise.
   2. Leaf indices are contiguous: a leaf must be the next index after the largest one.
   3. ``log_head`` (one row) holds the committed log size: it only grows, equals the number
      of leaves, and a transaction that adds leaves must move it (a deferred constraint
@@ -40,7 +40,7 @@ __all__ = [
     "schema_version",
 ]
 
-CURRENT_VERSION = 3
+CURRENT_VERSION = 4
 EXIT_CONFIG = 78
 """Exit status of a database without the current schema (sysexits ``EX_CONFIG``)."""
 _MIGRATE_LOCK = 0x6465706C6F67  # "deplog": serializes concurrent migrations
@@ -245,7 +245,20 @@ _V3 = (
     "CREATE INDEX invalid_by_tool ON invalid_entries (tool_id, idx)",
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3}
+_V4 = (
+    # Each tool id once, with its first leaf index (store.py): what the explorer searches.
+    """CREATE TABLE tools (
+        tool_id text COLLATE "C" PRIMARY KEY,
+        first_idx bigint NOT NULL
+    )""",
+    "INSERT INTO tools SELECT tool_id, min(idx) FROM tool_entries GROUP BY tool_id",
+    """CREATE TRIGGER tools_append_only BEFORE UPDATE OR DELETE ON tools
+        FOR EACH ROW EXECUTE FUNCTION deplog_append_only()""",
+    """CREATE TRIGGER tools_no_truncate BEFORE TRUNCATE ON tools
+        FOR EACH STATEMENT EXECUTE FUNCTION deplog_append_only()""",
+)
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 """Version -> the statements that bring the schema from version - 1 to it."""
 
 

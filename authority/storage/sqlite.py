@@ -99,6 +99,7 @@ _TABLES: tuple[tuple[str, dict[str, type], str | tuple[str, ...], set[str], str]
         "CREATE INDEX IF NOT EXISTS notices_by_idx ON notices (idx)",
     ),
     ("tool_entries", {"tool_id": str, "idx": int}, ("tool_id", "idx"), set(), ""),
+    ("tools", {"tool_id": str, "first_idx": int}, "tool_id", {"first_idx"}, ""),
     (
         "invalid_entries",
         {"idx": int, "code": str, "cause": str, "tool_id": str},
@@ -123,10 +124,23 @@ def _create_schema(conn: sqlite3.Connection) -> None:
             STORE_FORMAT,
         )
     db = _database(conn)
-    for name, columns, key, not_null, index in _TABLES:
-        db.table(name).create(columns, pk=key, not_null=not_null, if_not_exists=True, strict=True)
-        if index:
-            conn.execute(index)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        new_tools = db.table("tool_entries").exists() and not db.table("tools").exists()
+        for name, columns, key, not_null, index in _TABLES:
+            db.table(name).create(
+                columns, pk=key, not_null=not_null, if_not_exists=True, strict=True
+            )
+            if index:
+                conn.execute(index)
+        if new_tools:  # a log from before the tools table
+            conn.execute(
+                "INSERT INTO tools SELECT tool_id, min(idx) FROM tool_entries GROUP BY tool_id"
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 class SqliteDatabase(Database):

@@ -7,6 +7,7 @@ backend's DDL is its own. Only the log's writer writes. Tables besides the tree'
   * ``notices``: (publisher, sequence) -> leaf index and digest, for idempotent
     resubmission and unique sequence numbers.
   * ``tool_entries``: (tool_id, leaf index), so a tool's status folds only its notices.
+  * ``tools``: each tool id once, with its first leaf index: what the explorer searches.
   * ``invalid_entries``: entries that fail validation, found when the map is folded from
     the leaves (docs/fold-spec.md, "Entries that fail validation").
   * ``registry``: the publisher registry and the size it reflects.
@@ -94,6 +95,15 @@ def insert_notices(conn: Connection, rows: Sequence[NoticeRow]) -> None:
         conn, "INSERT INTO notices (publisher, sequence, idx, digest)", [r[:4] for r in rows]
     )
     insert_rows(conn, "INSERT INTO tool_entries (tool_id, idx)", [(r[4], r[2]) for r in rows])
+    first: dict[str, int] = {}
+    for row in rows:
+        first.setdefault(row[4], row[2])
+    insert_rows(
+        conn,
+        "INSERT INTO tools (tool_id, first_idx)",
+        list(first.items()),
+        "ON CONFLICT (tool_id) DO NOTHING",
+    )
 
 
 def registry_entry_indexes(conn: Connection, size: int) -> list[int]:

@@ -148,8 +148,11 @@ def _add_logs_from_file(state: WitnessState, path: Path, out: IO[str]) -> None:
         print(f"{'added' if added else 'known'} log {verifier.name}", file=out)
 
 
-async def _serve(config: WitnessConfig, witness: Witness, sock: socket.socket) -> None:
-    runner = ServingRunner(build_app(witness), render_error, access_log=None)
+async def _serve(
+    config: WitnessConfig, witness: Witness, sock: socket.socket, listen: Listen
+) -> None:
+    reserved = (("GET", "/healthz"), ("POST", "/add-checkpoint"))
+    runner = ServingRunner(build_app(witness), render_error, listen, reserved, access_log=None)
     await runner.setup()
     await serve_until_signalled(runner, sock, f"witness {config.name}")
 
@@ -204,10 +207,10 @@ def _cmd_list_logs(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     listen = from_options(ServeOptions, args)
     with contextlib.closing(bind(listen.host, listen.port)) as sock:
-        return _start(args, sock)
+        return _start(args, sock, listen)
 
 
-def _start(args: argparse.Namespace, sock: socket.socket) -> int:
+def _start(args: argparse.Namespace, sock: socket.socket, listen: Listen) -> int:
     """Everything ``serve`` does once its port is bound: read, lock, open, serve."""
     config = _read_config(args.data)
     with key_file(args.keys / f"{config.key_stem}.key", "witness init"):
@@ -233,7 +236,7 @@ def _start(args: argparse.Namespace, sock: socket.socket) -> int:
                 )
                 witness.statement = verifier.check
             try:
-                asyncio.run(_serve(config, witness, sock))
+                asyncio.run(_serve(config, witness, sock, listen))
             finally:
                 if verifier is not None:
                     verifier.close()

@@ -5,7 +5,8 @@ Rules:
 * **Off the loop.** The add-checkpoint work runs on a small thread pool and, once started,
   to completion even if the client goes away: the record and the cosignature stay in step.
 * **Bounded.** Body size (``too_large``), time to send it (``request_timeout``), requests
-  in flight (``busy``, with ``Retry-After``).
+  in flight, bodies being read included, in total and from one client address (``busy``,
+  with ``Retry-After``): slow bodies from one address cannot keep others out.
 * **Answers.** A refusal is its tlog-witness status with the code as text, but
   ``old_size_mismatch``, whose body is the recorded size as ``text/x.tlog.size``.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
+from collections import Counter
 
 from aiohttp import hdrs, web
 from prometheus_client.metrics_core import GaugeMetricFamily
@@ -30,6 +32,7 @@ __all__ = ["SIZE_CONFLICT_STATUS", "SIZE_CONTENT_TYPE", "BusyError", "build_app"
 BODY_TIMEOUT = 10.0
 """Seconds a client has to send its add-checkpoint body."""
 MAX_IN_FLIGHT = 64
+MAX_IN_FLIGHT_PER_ADDRESS = 8
 WORKER_THREADS = 4
 
 SIZE_CONTENT_TYPE = "text/x.tlog.size"
@@ -40,7 +43,7 @@ TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 
 WITNESS = web.AppKey("witness", Witness)
 _EXECUTOR = web.AppKey("executor", concurrent.futures.ThreadPoolExecutor)
-_IN_FLIGHT = web.AppKey("in_flight", list)
+_IN_FLIGHT = web.AppKey("in_flight", Counter)
 
 
 class BusyError(DeplogError):
@@ -64,10 +67,11 @@ async def _post_add_checkpoint(request: web.Request) -> web.Response:
     """tlog-witness add-checkpoint: read the bounded body, then check and cosign on a thread."""
     if request.content_length is not None and request.content_length > MAX_BODY_SIZE:
         raise TooLargeError(message="add-checkpoint body over 1 MiB")
-    in_flight = request.app[_IN_FLIGHT]
-    if in_flight[0] >= MAX_IN_FLIGHT:
+    in_flight: Counter[str] = request.app[_IN_FLIGHT]
+    address = request.remote or "unknown"
+    if in_flight.total() >= MAX_IN_FLIGHT or in_flight[address] >= MAX_IN_FLIGHT_PER_ADDRESS:
         raise BusyError()
-    in_flight[0] += 1
+    in_flight[address] += 1
     try:
         try:
             body = await asyncio.wait_for(request.read(), BODY_TIMEOUT)
@@ -79,7 +83,9 @@ async def _post_add_checkpoint(request: web.Request) -> web.Response:
             request.app[_EXECUTOR], lambda: witness.add_checkpoint(body, int(time.time()))
         )
     finally:
-        in_flight[0] -= 1
+        in_flight[address] -= 1
+        if not in_flight[address]:
+            del in_flight[address]
     return web.Response(status=200, body=line, headers={"Content-Type": TEXT_CONTENT_TYPE})
 
 
@@ -154,7 +160,7 @@ def build_app(witness: Witness, threads: int = WORKER_THREADS) -> web.Applicatio
     metrics = Metrics()
     metrics.registry.register(_LogGauges(witness))
     app[METRICS] = metrics
-    app[_IN_FLIGHT] = [0]
+    app[_IN_FLIGHT] = Counter()
     executor = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="witness")
     app[_EXECUTOR] = executor
 

@@ -240,6 +240,7 @@ SENTENCES: Final[Mapping[ErrorCode, str]] = {
     _E.RATE_LIMITED: "too many requests: wait and try again",
     _E.PUBLISHER_RATE_LIMITED: "this publisher sent too many notices: wait and try again",
     _E.TOO_MANY_SUBSCRIBERS: "the authority has too many push subscribers: try again later",
+    _E.TOO_MANY_CONNECTIONS: "the server has too many open connections: try again later",
     _E.MALFORMED_CONFIG: "the authority's config.json is not valid",
     _E.OVERLOADED: "the authority is overloaded: try again later",
     _E.SHUTTING_DOWN: "the authority is shutting down: try again later",

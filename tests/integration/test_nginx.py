@@ -24,6 +24,7 @@ import contextlib
 import gzip
 import os
 import shutil
+import socket
 import subprocess
 import time
 import urllib.error
@@ -324,3 +325,31 @@ async def test_a_follower_reading_an_altered_bundle_falls_back_to_the_api_unpois
         local.close()
     assert root == checkpoint.root_hash
     assert [notice.sequence for notice in kept if notice is not None] == [1, 2]
+
+
+async def test_metrics_is_closed_behind_nginx(nginx: Nginx, http: aiohttp.ClientSession) -> None:
+    assert (await get(http, nginx.url + "/metrics"))[0] == 403
+
+
+def test_behind_nginx_each_client_address_has_its_own_rate(
+    authority_files: AuthorityProcess, tmp_path: Path, free_port: int
+) -> None:
+    authority_files.extra_args = ["--trusted-proxy", "127.0.0.1/32", "--rate-per-address", "1/1"]
+    authority_files.start()
+    try:
+        with running_nginx(authority_files, tmp_path, free_port):
+
+            def status(source: str) -> bytes:
+                with socket.create_connection(
+                    ("127.0.0.1", free_port), timeout=10, source_address=(source, 0)
+                ) as sock:
+                    sock.sendall(
+                        b"POST /v1/notices HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                        b"application/json\r\nContent-Length: 2\r\n\r\n{}"
+                    )
+                    return sock.recv(4096).split(b" ")[1]
+
+            assert [status("127.0.0.2"), status("127.0.0.2")] == [b"400", b"429"]
+            assert status("127.0.0.3") == b"400"
+    finally:
+        authority_files.stop()

@@ -9,6 +9,7 @@ restart.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,6 +86,24 @@ async def test_oversized_body_is_413_over_http(
 ) -> None:
     status, _, body = await add_checkpoint(http, witness, b"old 0\n\n" + b"x" * MAX_BODY_SIZE)
     assert (status, body) == (413, b"too_large\n")
+
+
+async def test_slow_bodies_from_one_address_leave_add_checkpoint_to_others(
+    witness: WitnessProcess, log: MinimalLog, http: aiohttp.ClientSession
+) -> None:
+    """The issue's reproduction: 96 bodies that never finish, from one address."""
+    host, port = witness.url.removeprefix("http://").split(":")
+    slow = []
+    for _ in range(96):
+        sock = socket.create_connection((host, int(port)), source_address=("127.0.0.2", 0))
+        sock.sendall(b"POST /add-checkpoint HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n\r\no")
+        slow.append(sock)
+    try:
+        time.sleep(0.5)
+        assert (await add_checkpoint(http, witness, log.request(0, 5)))[0] == 200
+    finally:
+        for sock in slow:
+            sock.close()
 
 
 async def test_record_survives_sigkill_and_no_rollback_is_accepted_after_restart(

@@ -1,0 +1,69 @@
+"""The push hub (``authority/http/push.py``) over real connections: a note is fanned out by
+a task of its own, in slices, so whoever published it (a receipt) is not held up by it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from deplog.authority.http.push import FAN_OUT_SLICE, PushHub
+
+STREAMS = 2 * FAN_OUT_SLICE + 10
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[PushHub, int]]:
+    """A hub behind a real aiohttp server on 127.0.0.1."""
+    hub = PushHub()
+    app = web.Application()
+    app.router.add_get("/stream", hub.stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    yield hub, port
+    hub.close()
+    await runner.cleanup()
+
+
+def pending(sock: socket.socket) -> bytes:
+    with contextlib.suppress(BlockingIOError):
+        return sock.recv(1 << 16)
+    return b""
+
+
+async def test_publish_returns_before_any_stream_is_written_and_every_one_gets_the_note(
+    served: tuple[PushHub, int],
+) -> None:
+    hub, port = served
+    clients = []
+    for n in range(STREAMS):
+        sock = socket.create_connection(
+            ("127.0.0.1", port), source_address=(f"127.0.2.{n // 90 + 1}", 0)
+        )
+        sock.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.setblocking(False)
+        clients.append(sock)
+        await asyncio.sleep(0.001)  # the server accepts it
+    try:
+        while len(hub.subscribers) < STREAMS:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        for sock in clients:
+            pending(sock)  # the response's headers
+        hub.publish(b"origin\n1\nroot\n")
+        await asyncio.sleep(0)  # one turn of the loop: what a receipt's answer would get
+        assert sum(bool(pending(sock)) for sock in clients) < STREAMS
+        assert hub._fan_out is not None
+        await hub._fan_out
+        await asyncio.sleep(0.1)
+        assert all(b"data: origin" in pending(sock) for sock in clients)
+    finally:
+        for sock in clients:
+            sock.close()
