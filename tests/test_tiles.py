@@ -172,7 +172,21 @@ class SpecReader:
         for n in range(count // 256):
             yield 256, self.files[self.path(level, n, 256)]
         if count % 256:
-            yield count % 256, self.files[self.path(level, count // 256, count % 256)]
+            n, width = count // 256, count % 256
+            try:
+                yield width, self.files[self.path(level, n, width)]
+            except KeyError:  # gone once its full tile exists: the spec's fallback
+                yield width, self._cut(level, self.files[self.path(level, n, 256)], width)
+
+    @staticmethod
+    def _cut(level: int | str, full: bytes, width: int) -> bytes:
+        """A full tile's first ``width`` hashes or entries: its partial tile's bytes."""
+        if level != "entries":
+            return full[: 32 * width]
+        at = 0
+        for _ in range(width):
+            at += 2 + int.from_bytes(full[at : at + 2], "big")
+        return full[:at]
 
     def level(self, level: int) -> list[bytes]:
         hashes: list[bytes] = []
