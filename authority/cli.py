@@ -60,20 +60,6 @@ from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Signer, Verifier, i
 from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.timestamps import now_timestamp
 
-__all__ = [
-    "ADMIN_SOCKET",
-    "DB_FILE",
-    "DEFAULT_PORT",
-    "EMBEDDED_WITNESS_DB",
-    "LOCK_FILE",
-    "SERVE_CONFIGS",
-    "Instance",
-    "ServeOptions",
-    "init",
-    "main",
-    "parser",
-]
-
 DEFAULT_PORT = 7460
 DB_FILE = "log.db"
 MAX_DB_FILE = 4096

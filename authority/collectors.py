@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-__all__ = ["counter", "gauge", "labeled_counter", "labeled_gauge"]
-
 _Samples = Callable[[], Iterable[tuple[tuple[str, ...], float]]]
 
 

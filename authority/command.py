@@ -28,8 +28,6 @@ from deplog.client.plumbing.files import output_closed
 from deplog.client.plumbing.storage_faults import file_fault
 from deplog.client.tlog.keyfile import KeyFileError
 
-__all__ = ["EXIT_REFUSED", "EXIT_USAGE", "command_parser", "key_file", "refusal", "run"]
-
 EXIT_REFUSED = 1
 """A refusal: a stable code with its sentence, or the command's own message."""
 EXIT_USAGE = 2

@@ -32,15 +32,6 @@ from deplog.client.plumbing.files import write_atomic
 from deplog.client.tlog.keyfile import is_key_file_stem, key_file_name
 from deplog.client.tlog.note import SIG_TYPE_COSIGNATURE_V1, Verifier, is_valid_key_name
 
-__all__ = [
-    "CONFIG_FILE",
-    "DEFAULT_ORIGIN",
-    "WITNESS_URL_SCHEMES",
-    "AuthorityConfig",
-    "ConfigError",
-    "ExternalWitness",
-]
-
 CONFIG_FILE: Final = "config.json"
 DEFAULT_ORIGIN: Final = "localhost/deplog"
 WITNESS_URL_SCHEMES: Final = ("http://", "https://")

@@ -75,8 +75,6 @@ from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import format_receipt
 from deplog.client.tlog.timestamps import now_timestamp
 
-__all__ = ["Admitted", "Log", "Sequenced"]
-
 logger = logging.getLogger("deplog.authority")
 MAP_LAYER_ENTRIES = 4096
 """Log entries the map folds in memory before a batch writes its rows: also the most a

@@ -24,19 +24,6 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
-__all__ = [
-    "MEBIBYTES",
-    "MILLISECONDS",
-    "Option",
-    "Units",
-    "add_options",
-    "from_options",
-    "mebibytes",
-    "milliseconds",
-    "option",
-    "options_of",
-]
-
 T = TypeVar("T")
 C = TypeVar("C")
 

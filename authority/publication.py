@@ -77,8 +77,6 @@ from deplog.client.tlog.note import parse_note
 if TYPE_CHECKING:  # psycopg is the optional postgres extra
     from deplog.authority.storage.cluster import Cluster
 
-__all__ = ["MAP_PROOF_WAIT", "MapNotPublishedError", "Publication"]
-
 log = logging.getLogger("deplog.authority")
 
 STALE_REFRESHES = 3

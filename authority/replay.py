@@ -44,8 +44,6 @@ from deplog.client.plumbing.dbapi import Connection
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Verifier
 
-__all__ = ["Replay", "Writer"]
-
 logger = logging.getLogger("deplog.authority")
 INVALID_REPORTED = 20
 """Entries that fail validation ``/healthz`` names (it counts them all)."""

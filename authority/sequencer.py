@@ -48,15 +48,6 @@ from deplog.client.model.entries import PublisherStatement
 from deplog.client.model.notice import Envelope
 from deplog.client.plumbing.storage_faults import StorageFault
 
-__all__ = [
-    "OverloadedError",
-    "Published",
-    "Receipted",
-    "Sequencer",
-    "SequencerLimits",
-    "ShuttingDownError",
-]
-
 T = TypeVar("T")
 log = logging.getLogger("deplog.sequencer")
 

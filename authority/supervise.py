@@ -30,8 +30,6 @@ from prometheus_client import CollectorRegistry
 
 from deplog.authority import collectors
 
-__all__ = ["Supervisor"]
-
 log = logging.getLogger("deplog.supervise")
 
 BACKOFF_BASE = 0.5

@@ -58,17 +58,6 @@ from deplog.client.tlog.tiles import (
     hash_tiles,
 )
 
-__all__ = [
-    "CHECKPOINT_FILE",
-    "TILES_CORRUPT",
-    "WRITERS",
-    "Tile",
-    "TilesDirectory",
-    "partial_tiles",
-    "served_tile",
-    "tile_bytes",
-]
-
 log = logging.getLogger("deplog.tiles")
 
 CHECKPOINT_FILE: Final = "checkpoint"

@@ -70,21 +70,6 @@ from deplog.client.tlog.note import (
 if TYPE_CHECKING:
     from deplog.authority.storage.cluster import WitnessProgress
 
-__all__ = [
-    "Cosigner",
-    "EmbeddedWitnessUnavailableError",
-    "LocalWitness",
-    "QuorumUnavailableError",
-    "RemoteWitness",
-    "SharedProgress",
-    "WitnessAnswerError",
-    "WitnessTrack",
-    "Witnessing",
-    "WitnessingConfig",
-    "open_embedded_witness",
-    "request_body",
-]
-
 log = logging.getLogger("deplog.witnessing")
 
 MAX_WITNESS_RESPONSE = 64 * 1024

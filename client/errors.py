@@ -19,15 +19,6 @@ from __future__ import annotations
 import enum
 from typing import ClassVar
 
-__all__ = [
-    "CLIError",
-    "DeplogError",
-    "ErrorCode",
-    "FormatError",
-    "TooLargeError",
-    "VerificationError",
-]
-
 
 class ErrorCode(enum.StrEnum):
     """Every stable error code, grouped by the module whose class owns it."""

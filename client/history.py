@@ -27,8 +27,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Final, Generic, TypeVar, cast
 
-__all__ = ["History", "Snapshot"]
-
 K = TypeVar("K")
 V = TypeVar("V")
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deplog.authority.log import Log
-from deplog.client.audit.bundle import BundleFormatError, read_entries, write_entries
+from deplog.client.audit.bundle import read_entries, write_entries
 from deplog.client.audit.offline import (
     AuditError,
     audit_checkpoint,
@@ -31,6 +31,7 @@ from deplog.client.model.rules import InvalidEntry
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer, Verifier
 from deplog.client.tlog.proofs import ConsistencyProof, ProofError, TreeMismatchError
+from deplog.client.tlog.tiles import BundleFormatError
 from tests.builders import (
     make_envelope,
     notice_leaf,

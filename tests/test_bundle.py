@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deplog.client.audit.bundle import BundleFormatError, read_entries, write_entries
+from deplog.client.audit.bundle import read_entries, write_entries
+from deplog.client.tlog.tiles import BundleFormatError
 
 entry_lists = st.lists(st.binary(max_size=300), max_size=20)
 

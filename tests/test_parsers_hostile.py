@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from deplog.authority.http.server import MAX_INT, _int_param
 from deplog.authority.witness.core import parse_add_checkpoint
 from deplog.authority.witnessing import request_body
-from deplog.client.audit.bundle import BundleFormatError, read_entries, write_entries
+from deplog.client.audit.bundle import read_entries, write_entries
 from deplog.client.errors import DeplogError
 from deplog.client.model import canonical
 from deplog.client.model.entries import decode_entry, encode_entry
@@ -38,6 +38,7 @@ from deplog.client.tlog.note import Signer, add_signature_lines, parse_note
 from deplog.client.tlog.policy import Policy
 from deplog.client.tlog.proofs import inclusion_path, leaf_hash, root_from_leaf_hashes
 from deplog.client.tlog.receipt import Receipt
+from deplog.client.tlog.tiles import BundleFormatError
 from tests.builders import (
     HOSTILE_TOKENS,
     notice_json,

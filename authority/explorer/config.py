@@ -16,8 +16,6 @@ from typing import Final
 
 from deplog.authority.options import option
 
-__all__ = ["RESERVED_PREFIXES", "ExplorerConfig", "parse_prefix"]
-
 RESERVED_PREFIXES: Final = ("/v1", "/checkpoint", "/tile", "/healthz", "/metrics", "/admin")
 _PREFIX = re.compile(r"(/[a-z0-9-]+)*", re.ASCII)
 

@@ -33,21 +33,6 @@ from deplog.client.tlog.cosignature import ALGORITHMS, cosignatures
 from deplog.client.tlog.note import Verifier, parse_note
 from deplog.client.tlog.policy import Policy
 
-__all__ = [
-    "GROWTH_POINTS",
-    "MAX_QUERY_CHARS",
-    "MAX_SEARCH_PAGE",
-    "PAGE_SIZE",
-    "RECENT_ENTRIES",
-    "Served",
-    "checkpoint_view",
-    "home_page",
-    "notice_page",
-    "publishers_page",
-    "search_page",
-    "tool_page",
-]
-
 PAGE_SIZE: Final = 25
 RECENT_ENTRIES: Final = 10
 GROWTH_POINTS: Final = 24

@@ -28,19 +28,6 @@ from typing import Any, Final
 import jinja2
 from aiohttp import web
 
-__all__ = [
-    "ASSET_TYPES",
-    "CACHE_ENTRIES",
-    "CACHE_SECONDS",
-    "CONTENT_SECURITY_POLICY",
-    "Asset",
-    "PageCache",
-    "Renderer",
-    "asset_response",
-    "load_assets",
-    "page_headers",
-]
-
 CACHE_SECONDS: Final = 5.0
 CACHE_ENTRIES: Final = 512
 CONTENT_SECURITY_POLICY: Final = (

@@ -48,8 +48,6 @@ from deplog.client.map.proof import MapProof
 from deplog.client.model.notice import parse_tool_id
 from deplog.client.tlog.note import Verifier
 
-__all__ = ["Explorer", "add_explorer"]
-
 MAX_RENDERS = 1
 log = logging.getLogger("deplog.authority")
 

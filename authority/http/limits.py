@@ -16,8 +16,6 @@ from dataclasses import KW_ONLY, dataclass, field
 
 from deplog.client.errors import DeplogError, ErrorCode
 
-__all__ = ["MAX_KEYS", "Rate", "RateLimitedError", "RateLimiter"]
-
 MAX_KEYS = 65536
 
 

@@ -16,8 +16,6 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-__all__ = ["LATENCY_BUCKETS", "Metrics"]
-
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 """Upper bounds, in seconds, of ``deplog_http_request_duration_seconds`` (``+Inf`` added)."""
 

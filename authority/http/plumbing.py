@@ -54,28 +54,6 @@ from deplog.authority.http.status import HTTP_STATUS, http_status
 from deplog.authority.options import option
 from deplog.client.errors import CLIError, DeplogError, ErrorCode, TooLargeError
 
-__all__ = [
-    "ADDRESS_UNAVAILABLE_EXIT",
-    "FD_RESERVE",
-    "MAX_HEADERS",
-    "MAX_LINE",
-    "METRICS",
-    "YOUNG_COLLECTION_EVERY",
-    "ErrorRenderer",
-    "HTTPRequestError",
-    "Handler",
-    "InternalError",
-    "Listen",
-    "RequestError",
-    "ServingRunner",
-    "bind",
-    "connection_lost",
-    "errors_and_metrics",
-    "query_param",
-    "serve_until_signalled",
-    "settle_collector",
-]
-
 log = logging.getLogger("deplog.http")
 
 METRICS = web.AppKey("metrics", Metrics)

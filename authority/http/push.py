@@ -23,8 +23,6 @@ from deplog.authority import collectors
 from deplog.authority.http.plumbing import connection_lost
 from deplog.client.errors import DeplogError, ErrorCode
 
-__all__ = ["PushHub", "TooManySubscribersError", "sse_event"]
-
 KEEPALIVE_SECONDS = 15.0
 FAN_OUT_SLICE = 256
 """Streams written between two yields to the event loop."""

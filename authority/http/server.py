@@ -74,15 +74,6 @@ from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.tiles import TILE_HEIGHT, TILE_WIDTH, EntryTile, HashTile, parse_tile_path
 
-__all__ = [
-    "MAX_ENTRIES_PER_REQUEST",
-    "TILE_CACHE",
-    "ServerConfig",
-    "build_admin_app",
-    "build_app",
-    "error_response",
-]
-
 log = logging.getLogger("deplog.authority")
 
 MAX_ENTRIES_PER_REQUEST = 1000

@@ -20,8 +20,6 @@ from typing import Final
 
 from deplog.client.errors import ErrorCode
 
-__all__ = ["HTTP_STATUS", "http_status"]
-
 
 def _by_status(groups: Mapping[int, tuple[ErrorCode, ...]]) -> Mapping[ErrorCode, int]:
     table: dict[ErrorCode, int] = {}

@@ -31,18 +31,6 @@ from deplog.authority.storage.database import Database
 from deplog.authority.storage.tree import StoredHashTree, TreeCorruptError
 from deplog.client.plumbing.progress import Progress
 
-__all__ = [
-    "DB_ENV",
-    "EXIT_CORRUPT",
-    "EXIT_OK",
-    "EXIT_UNREADABLE",
-    "NICENESS",
-    "audit_in_process",
-    "audit_storage",
-    "lower_priority",
-    "main",
-]
-
 DB_ENV = "DEPLOG_DB"
 """Where the command reads a database URL given as ``-`` (a password stays out of argv)."""
 EXIT_OK = 0

@@ -12,8 +12,6 @@ from deplog.authority.storage.database import Database
 from deplog.authority.storage.sqlite import SqliteDatabase
 from deplog.client.errors import CLIError
 
-__all__ = ["is_postgres_url", "open_database"]
-
 _SCHEMES = ("postgresql://", "postgres://")
 
 

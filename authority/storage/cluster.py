@@ -39,21 +39,6 @@ from psycopg.conninfo import make_conninfo
 from deplog.client.plumbing.dbapi import Connection
 from deplog.client.plumbing.waiting import wait_until
 
-__all__ = [
-    "CONNECTING",
-    "HEARTBEAT",
-    "IDLE",
-    "PUBLISHED_CHANNEL",
-    "ROUND_LOCK",
-    "SCHEMA",
-    "SIGNED_CHANNEL",
-    "WITNESS_LOCK",
-    "Cluster",
-    "Round",
-    "WitnessProgress",
-    "announce_signed",
-]
-
 log = logging.getLogger("deplog.cluster")
 
 CONNECTING = {

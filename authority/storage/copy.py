@@ -29,8 +29,6 @@ from deplog.client.plumbing.dbapi import Connection
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Verifier
 
-__all__ = ["CHUNK", "TABLES", "CopyReport", "copy_log"]
-
 CHUNK = 2048
 """Rows read and written at a time."""
 

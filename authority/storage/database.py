@@ -34,8 +34,6 @@ from deplog.client.plumbing.dbapi import Connection
 if TYPE_CHECKING:
     from deplog.authority.storage.cluster import Cluster
 
-__all__ = ["DATABASE_UNAVAILABLE_EXIT", "Database", "WitnessStore", "reaching", "unavailable"]
-
 DATABASE_UNAVAILABLE_EXIT = 69
 """Exit status when the database cannot be reached at start (sysexits ``EX_UNAVAILABLE``,
 as for a listen address)."""

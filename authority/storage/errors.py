@@ -11,8 +11,6 @@ from __future__ import annotations
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.plumbing.storage_faults import disk_full
 
-__all__ = ["IntegrityError", "StorageError"]
-
 
 class StorageError(DeplogError):
     """The database failed (disk full, read-only, I/O error): nothing was changed."""

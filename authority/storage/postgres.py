@@ -38,8 +38,6 @@ from deplog.authority.storage.database import Database, WitnessStore, unavailabl
 from deplog.client.errors import CLIError
 from deplog.client.plumbing.dbapi import Connection, Cursor
 
-__all__ = ["SESSION", "WRITER_IDLE", "PostgresDatabase"]
-
 SESSION = {
     "lock_timeout": "10s",
     "statement_timeout": "30s",

@@ -37,14 +37,6 @@ from deplog.client.model.status import StatusIndex
 from deplog.client.model.table import tool_status
 from deplog.client.tlog.proofs import ConsistencyProof, InclusionProof, leaf_hash
 
-__all__ = [
-    "MAX_NOTICES_PAGE",
-    "MAX_SCANNED_LEAVES",
-    "MAX_SEARCH_ROWS",
-    "LogReader",
-    "ReaderPool",
-]
-
 _T = TypeVar("_T")
 
 MAX_NOTICES_PAGE = 100

@@ -27,19 +27,6 @@ from __future__ import annotations
 from deplog.client.errors import CLIError
 from deplog.client.plumbing.dbapi import Connection
 
-__all__ = [
-    "CURRENT_VERSION",
-    "EMBEDDED_WITNESS_DDL",
-    "EMBEDDED_WITNESS_SCHEMA",
-    "EXIT_CONFIG",
-    "MIGRATIONS",
-    "MOVE_HEAD",
-    "TAKE_ORDER",
-    "migrate",
-    "require_current",
-    "schema_version",
-]
-
 CURRENT_VERSION = 4
 EXIT_CONFIG = 78
 """Exit status of a database without the current schema (sysexits ``EX_CONFIG``)."""

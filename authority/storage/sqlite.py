@@ -33,8 +33,6 @@ from deplog.client.map.stored import StoredMap
 from deplog.client.plumbing.dbapi import Connection
 from deplog.client.plumbing.storage_faults import database_fault, database_files, opening_database
 
-__all__ = ["SqliteDatabase"]
-
 BUSY_TIMEOUT_MS = 5000
 WRITER_CACHE_KIB = 64 * 1024
 """SQLite's page cache on the writer's connection (64 MiB, against SQLite's default

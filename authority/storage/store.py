@@ -21,24 +21,6 @@ from dataclasses import dataclass
 
 from deplog.client.plumbing.dbapi import Connection, insert_rows
 
-__all__ = [
-    "NoticeRow",
-    "StoredCheckpoint",
-    "checkpoint_at",
-    "insert_checkpoint_once",
-    "insert_invalid_entries",
-    "insert_notices",
-    "invalid_entries",
-    "invalid_entry_indexes",
-    "latest_checkpoint",
-    "notices_by_sequence",
-    "published_note",
-    "registry_entry_indexes",
-    "registry_snapshot",
-    "save_published_note",
-    "save_registry_snapshot",
-]
-
 
 @dataclass(frozen=True)
 class StoredCheckpoint:

@@ -27,8 +27,6 @@ from pymerkle import BaseMerkleTree
 from deplog.client.plumbing.dbapi import Connection, insert_rows
 from deplog.client.tlog.proofs import TreeFrontier, leaf_hash, node_hash
 
-__all__ = ["AUDIT_PROGRESS_STEP", "KNOWN_HASHES", "StoredHashTree", "TreeCorruptError"]
-
 AUDIT_PROGRESS_STEP = 4096
 """Leaves between two progress reports of :meth:`StoredHashTree.audit`."""
 KNOWN_HASHES = 1 << 16

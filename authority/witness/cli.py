@@ -43,18 +43,6 @@ from deplog.client.tlog.note import (
 )
 from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = [
-    "CONFIG_FILE",
-    "DB_FILE",
-    "DEFAULT_PORT",
-    "LOCK_FILE",
-    "ServeOptions",
-    "WitnessConfig",
-    "init",
-    "main",
-    "parser",
-]
-
 DEFAULT_PORT = 7461
 CONFIG_FILE = "witness.json"
 DB_FILE = "witness.db"

@@ -59,33 +59,6 @@ from deplog.client.tlog.note import (
 )
 from deplog.client.tlog.proofs import EMPTY_ROOT, HASH_SIZE, ProofError, verify_consistency
 
-__all__ = [
-    "MAX_BODY_SIZE",
-    "MAX_EVIDENCE_PER_LOG",
-    "MAX_LOGS_FILE_SIZE",
-    "MAX_PROOF_LINES",
-    "MAX_TIMESTAMP",
-    "AddCheckpointRequest",
-    "ConflictingRootError",
-    "Evidence",
-    "LogConfigError",
-    "LogStatus",
-    "MalformedRequestError",
-    "OldSizeTooLargeError",
-    "RecordedCheckpoint",
-    "SizeConflictError",
-    "StateStore",
-    "StorageUnavailableError",
-    "UnknownLogError",
-    "UntrustedCheckpointError",
-    "Witness",
-    "WitnessError",
-    "WitnessState",
-    "parse_add_checkpoint",
-    "parse_log_verifier",
-    "parse_logs_file",
-]
-
 _T = TypeVar("_T")
 log = logging.getLogger("deplog.witness")
 

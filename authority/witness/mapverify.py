@@ -52,14 +52,6 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.proofs import TreeFrontier, leaf_hash
 
-__all__ = [
-    "EntriesUnavailableError",
-    "FetchEntries",
-    "MapNotReproducedError",
-    "MapVerifier",
-    "http_entries",
-]
-
 FetchEntries = Callable[[int, int], Sequence[bytes]]
 """The log's entries ``[start, end)``, or fewer (a page); raises DeplogError if it cannot."""
 

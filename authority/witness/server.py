@@ -27,8 +27,6 @@ from deplog.authority.http.status import HTTP_STATUS
 from deplog.authority.witness.core import MAX_BODY_SIZE, SizeConflictError, Witness
 from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 
-__all__ = ["SIZE_CONFLICT_STATUS", "SIZE_CONTENT_TYPE", "BusyError", "build_app", "render_error"]
-
 BODY_TIMEOUT = 10.0
 """Seconds a client has to send its add-checkpoint body."""
 MAX_IN_FLIGHT = 64

@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from deplog.client.plumbing.files import write_atomic
-from deplog.client.tlog.tiles import BundleFormatError, decode_entries, encode_entries
-
-__all__ = ["BundleFormatError", "read_entries", "write_entries"]
+from deplog.client.tlog.tiles import decode_entries, encode_entries
 
 _BUFFER: Final = 1 << 16
 

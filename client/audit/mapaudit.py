@@ -28,8 +28,6 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.proofs import TreeFrontier, TreeMismatchError, leaf_hash
 
-__all__ = ["MapAuditReport", "MapRootError", "audit_map"]
-
 _FOLD_CHUNK = 4096
 """Entries folded per batch between two checkpoints (bounds memory, not the result)."""
 

@@ -39,16 +39,6 @@ from deplog.client.tlog.proofs import (
 )
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 
-__all__ = [
-    "AuditError",
-    "AuditInputError",
-    "ReplayReport",
-    "audit_checkpoint",
-    "audit_consistency",
-    "audit_receipt",
-    "replay",
-]
-
 
 class AuditError(VerificationError):
     """Two checkpoints, each genuine, that contradict each other: one size, two roots."""

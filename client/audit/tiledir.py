@@ -39,13 +39,6 @@ from deplog.client.tlog.tiles import (
     verify_entry_bundle,
 )
 
-__all__ = [
-    "CHECKPOINT_FILE",
-    "MirrorReport",
-    "mirror_tiles",
-    "tiles_dir_leaves",
-]
-
 CHECKPOINT_FILE: Final = "checkpoint"
 _WINDOW: Final = 8
 

@@ -46,22 +46,6 @@ from deplog.client.model.notice import parse_tool_id, parse_version
 from deplog.client.model.status import StatusIndex, VersionStatus
 from deplog.client.model.table import version_row
 
-__all__ = [
-    "DEFAULT_FRESHNESS",
-    "SNAPSHOT_ATTEMPTS",
-    "Decider",
-    "Decision",
-    "Guard",
-    "GuardState",
-    "ProcessedThrough",
-    "Verdict",
-    "decide",
-    "notices_behind",
-    "refusal",
-    "served",
-    "valid_identity",
-]
-
 DEFAULT_FRESHNESS = timedelta(minutes=5)
 MEMO_ENTRIES = 100_000
 SNAPSHOT_ATTEMPTS = 8

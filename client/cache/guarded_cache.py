@@ -20,12 +20,6 @@ from deplog.client.model.status import StatusChange
 if TYPE_CHECKING:
     from deplog.client.follow.follower import SyncResult
 
-__all__ = [
-    "GuardedCache",
-    "Hit",
-    "Key",
-]
-
 T = TypeVar("T")
 Key = tuple[str, str]
 

@@ -29,16 +29,6 @@ from deplog.client.model.table import version_row
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = [
-    "InventoryFormatError",
-    "Item",
-    "check",
-    "diff",
-    "parse_inventory",
-    "to_json",
-    "to_markdown",
-]
-
 MAX_INVENTORY_ITEMS = 100_000
 _FIELDS = frozenset({"tool_id", "version", "schema_digest"})
 

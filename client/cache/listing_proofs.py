@@ -37,8 +37,6 @@ from deplog.client.model.status import VersionStatus
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import parse_note
 
-__all__ = ["ListedTool", "VerifyCheckpoint", "verify_listing"]
-
 VerifyCheckpoint = Callable[[bytes], Checkpoint]
 """The caller's trust: a signed note in, the verified checkpoint out (or a ``DeplogError``,
 ``stale_checkpoint`` when it is too old to count)."""

@@ -78,17 +78,6 @@ from deplog.client.tlog.proofs import ConsistencyProof, leaf_hash, verify_inclus
 from deplog.client.tlog.receipt import MAX_RECEIPT_SIZE, Receipt
 from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = [
-    "EXIT_NOT_PROVEN",
-    "counting",
-    "describe",
-    "guarded",
-    "policy_lines",
-    "register",
-    "result",
-    "with_policy",
-]
-
 MAX_PROOF_FILE: Final = 64 * 1024
 MAX_MAP_PROOF_FILE: Final = 16 * 1024 * 1024
 """A tool-status proof carries the tool's whole record (no per-tool cap in v1): 16 MiB is

@@ -36,8 +36,6 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import Verifier, parse_note
 from deplog.client.tlog.proofs import TreeFrontier, TreeMismatchError, leaf_hash
 
-__all__ = ["export", "mirror", "register"]
-
 _UNVERIFIED = "root checked, signature not verified: pass --log-key"
 
 

@@ -54,11 +54,6 @@ from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy, PolicyLog
 from deplog.client.tlog.receipt import Receipt, verify_receipt, verify_receipt_with_policy
 from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = [
-    "main",
-    "parser",
-]
-
 DEFAULT_STATE = "deplog-state.db"
 
 

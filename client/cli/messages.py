@@ -22,13 +22,6 @@ from typing import Final
 from deplog.client.errors import DeplogError, ErrorCode
 from deplog.client.model.notice import REASONS
 
-__all__ = [
-    "NO_STATE_YET",
-    "SENTENCES",
-    "explain",
-    "explain_code",
-]
-
 _NO_ANSWER: Final = "no usable answer from the authority"
 
 NO_STATE_YET: Final = "no verified state yet: run deplog follow URL --once first"

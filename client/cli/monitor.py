@@ -38,8 +38,6 @@ from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
 
-__all__ = ["EXIT_EVENTS", "register"]
-
 DEFAULT_MONITOR_STATE: Final = "deplog-monitor.db"
 EXIT_EVENTS: Final = 3
 """``--once`` found events: something in the namespace the publisher should look at."""

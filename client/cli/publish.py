@@ -65,16 +65,6 @@ from deplog.client.tlog.note import Signer, Verifier
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from deplog.client.tlog.timestamps import now_timestamp
 
-__all__ = [
-    "EXIT_NOT_CONFIRMED",
-    "EXIT_OK",
-    "EXIT_REFUSED",
-    "EXIT_UNVERIFIED",
-    "EXIT_USAGE",
-    "SequenceClock",
-    "register",
-]
-
 EXIT_OK: Final = 0
 EXIT_REFUSED: Final = 1
 EXIT_USAGE: Final = 2

@@ -44,24 +44,6 @@ from deplog.client.tlog.keyfile import read_verifier_key
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import MAX_POLICY_SIZE, Policy
 
-__all__ = [
-    "EXIT_NOT_PROVEN",
-    "TILES_AUTO",
-    "add_follow_arguments",
-    "add_tiles_argument",
-    "another_log_error",
-    "follow_log",
-    "fork_error",
-    "load_trust",
-    "log_origin",
-    "open_log",
-    "positive_seconds",
-    "read_bounded",
-    "read_log_key",
-    "served_checkpoint",
-    "state_fault",
-]
-
 EXIT_NOT_PROVEN: Final = 4
 """Exit status for a suspicion that proves nothing (``audit evidence``, ``follow --once``)."""
 

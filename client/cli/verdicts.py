@@ -50,24 +50,6 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import parse_note
 from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = [
-    "EXIT_REFUSE",
-    "EXIT_STALE",
-    "EXIT_UNKNOWN",
-    "VERDICT_EXITS",
-    "add_state_arguments",
-    "exit_for",
-    "is_stale",
-    "open_state",
-    "processed_through",
-    "register",
-    "row_line",
-    "status_exit",
-    "table_lines",
-    "time_flag",
-    "warn_if_behind",
-]
-
 EXIT_REFUSE: Final = 5
 EXIT_STALE: Final = 6
 EXIT_UNKNOWN: Final = 7

@@ -56,15 +56,6 @@ from deplog.client.plumbing.waiting import wait_until
 from deplog.client.tlog.note import Verifier
 from deplog.client.tlog.policy import Policy
 
-__all__ = [
-    "SUSPICION_ESCALATION",
-    "Follower",
-    "FollowerCounters",
-    "OnAdvance",
-    "SyncFollower",
-    "SyncResult",
-]
-
 log = logging.getLogger("deplog.follower")
 
 SUSPICION_ESCALATION = 3

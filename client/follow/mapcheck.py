@@ -31,8 +31,6 @@ from deplog.client.model.status import InvalidMark
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import parse_note
 
-__all__ = ["FollowerMap", "MapProver"]
-
 
 class FollowerMap:
     """The map beside one advance: ``add`` each verified page, then ``matches``."""

@@ -31,14 +31,6 @@ from deplog.client.model.notice import MAX_ENVELOPE_BYTES, Envelope, parse_tool_
 from deplog.client.model.registry import PublisherRegistry
 from deplog.client.model.rules import InvalidEntry
 
-__all__ = [
-    "Journal",
-    "JournalError",
-    "Monitor",
-    "MonitorEvent",
-    "parse_key_id",
-]
-
 JOURNAL_SUFFIX: Final = ".envelope.json"
 
 

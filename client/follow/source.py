@@ -44,20 +44,6 @@ from deplog.client.tlog.proofs import (
     leaf_hash,
 )
 
-__all__ = [
-    "CHUNK_SIZE",
-    "PAGE_SIZE",
-    "CheckpointStream",
-    "FetchError",
-    "LogSource",
-    "MapProofSource",
-    "MemoryLogSource",
-    "OnProgress",
-    "fetch_page",
-    "prefix_root",
-    "sync_step",
-]
-
 PAGE_SIZE: Final = 1000
 """The most entries asked for at once: the authority's ``/v1/entries`` limit."""
 

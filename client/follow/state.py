@@ -45,19 +45,6 @@ from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import Verifier, open_note, parse_note
 from deplog.client.tlog.proofs import EMPTY_ROOT, TreeFrontier
 
-__all__ = [
-    "DEFAULT_MEMORY_BUDGET_MIB",
-    "SCHEMA",
-    "AdvanceWriter",
-    "FoldCache",
-    "Folded",
-    "LocalState",
-    "Pending",
-    "StateError",
-    "TrustedCheckpoint",
-    "status_budget",
-]
-
 NOTICE_BYTES = 1500
 """Resident bytes of one folded notice (parsed objects and index entries), as measured."""
 

@@ -77,22 +77,6 @@ from deplog.client.tlog.proofs import (
     verify_consistency,
 )
 
-__all__ = [
-    "AdvanceSession",
-    "Advanced",
-    "Candidate",
-    "CheckpointRejectedError",
-    "CheckpointRules",
-    "EntryWatch",
-    "ForkError",
-    "MapMismatchError",
-    "RollbackError",
-    "SuspectedForkError",
-    "TrustError",
-    "TrustPoint",
-    "TrustedState",
-]
-
 
 class TrustError(DeplogError):
     """Base of the refusals only the trust state makes (the others keep their own class)."""

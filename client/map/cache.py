@@ -26,8 +26,6 @@ from deplog.client.map.groups import Group, decode_group
 from deplog.client.map.layer import CommittedLayer, MapLayer, MapView
 from deplog.client.map.nodes import ChildRef
 
-__all__ = ["MapCache"]
-
 DEFAULT_CACHE_GROUP_BYTES = 24 << 20
 """Stored bytes of groups a writer's cache keeps: about 200,000 nodes."""
 DEFAULT_CACHE_RECORD_BYTES = 16 << 20

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from deplog.client.errors import DeplogError, ErrorCode, FormatError, VerificationError
 
-__all__ = ["MapFormatError", "MapLineError", "MapProofError", "MapStorageError"]
-
 
 class MapFormatError(FormatError):
     """A map proof or status record that is not the format's one encoding."""

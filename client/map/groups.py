@@ -19,8 +19,6 @@ from deplog.client.map.errors import MapStorageError
 from deplog.client.map.hashing import KEY_BITS, leaf_hash
 from deplog.client.map.nodes import ChildRef, InnerNode
 
-__all__ = ["decode_group", "encode_group", "group_id"]
-
 GROUP_BITS: Final = 4
 """Split bits per group (rule 1): at most 2^4 - 1 inner nodes."""
 

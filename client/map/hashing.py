@@ -18,17 +18,6 @@ from typing import Final
 
 from deplog.client.model.notice import parse_tool_id
 
-__all__ = [
-    "EMPTY_ROOT",
-    "KEY_BITS",
-    "bit_of",
-    "leaf_hash",
-    "map_key",
-    "node_hash",
-    "node_id",
-    "value_hash",
-]
-
 KEY_BITS: Final = 256
 """Keys are SHA-256 digests; a child reference with ``bits == KEY_BITS`` is a leaf."""
 

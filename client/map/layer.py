@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from deplog.client.history import History, Snapshot
 from deplog.client.map.nodes import ChildRef
 
-__all__ = ["CommittedLayer", "MapLayer", "MapView", "ViewMoved"]
-
 
 @dataclass
 class MapLayer:

@@ -19,8 +19,6 @@ from deplog.client.map.errors import MapLineError
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import decode_base64, encode_base64
 
-__all__ = ["MAP_LINE_KEYWORD", "map_line", "map_root_of", "require_map_root"]
-
 MAP_LINE_KEYWORD: Final = "deplog-map/v1"
 
 

@@ -18,8 +18,6 @@ from typing import NamedTuple, Protocol
 
 from deplog.client.map.errors import MapStorageError
 
-__all__ = ["ChildRef", "InnerNode", "MemoryNodeStore", "NodeStore"]
-
 
 class ChildRef(NamedTuple):
     """A child as its parent row holds it: ``id`` (an inner node's id, a leaf's key), its

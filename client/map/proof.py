@@ -36,15 +36,6 @@ from deplog.client.model.status import VersionStatus
 from deplog.client.tlog.checkpoint import Checkpoint
 from deplog.client.tlog.note import decode_base64, encode_base64, parse_note
 
-__all__ = [
-    "MapProof",
-    "MapProofDocument",
-    "verify_map_proof",
-    "verify_proof_document",
-    "verify_status",
-    "verify_tool_status",
-]
-
 PROOF_TYPE: Final = "deplog.map_proof/v1"
 BINARY_VERSION: Final = 1
 MAX_PATH: Final = KEY_BITS  # split bits strictly decrease from leaf to root

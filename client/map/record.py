@@ -42,17 +42,6 @@ from deplog.client.model.notice import (
 from deplog.client.model.semver import Version
 from deplog.client.model.status import FoldNotice, InvalidMark, StatusIndex, VersionStatus
 
-__all__ = [
-    "DROPPED_NOTICE_FIELDS",
-    "RecordItem",
-    "RecordNotice",
-    "StatusRecord",
-    "evaluate",
-    "extend_record_bytes",
-    "fold_notices",
-    "record_item_bytes",
-]
-
 RECORD_FORMAT: Final = 1
 """The first byte of every record (``docs/fold-spec.md`` section 3)."""
 DROPPED_NOTICE_FIELDS: Final[Mapping[str, str]] = {

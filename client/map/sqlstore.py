@@ -33,8 +33,6 @@ from deplog.client.map.nodes import ChildRef, InnerNode
 from deplog.client.map.record import StatusRecord
 from deplog.client.plumbing.dbapi import Connection, insert_rows
 
-__all__ = ["SCHEMA", "STORE_FORMAT", "SqliteNodeStore", "SqliteRecords"]
-
 STORE_FORMAT: Final = 3
 """The layout of these tables: 3, groups and binary records; 2 had a row per node and a
 leaf table; 1 (no ``format`` column), the first draft's JSON records."""

@@ -40,8 +40,6 @@ from deplog.client.model.notice import Notice
 from deplog.client.model.status import InvalidMark
 from deplog.client.plumbing.dbapi import Connection
 
-__all__ = ["StoredMap"]
-
 _TABLES: Final = ("map_state", "map_group", "map_record")
 _OLD_TABLES: Final = ("map_inner", "map_leaf")  # format 2's (rule *one format*)
 

@@ -33,8 +33,6 @@ from deplog.client.map.hashing import (
 )
 from deplog.client.map.nodes import ChildRef, InnerNode, MemoryNodeStore, NodeStore
 
-__all__ = ["KeyPath", "PathStep", "PrefixTree", "root_from_path"]
-
 
 @dataclass(frozen=True)
 class PathStep:

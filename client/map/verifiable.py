@@ -20,8 +20,6 @@ from deplog.client.map.tree import PrefixTree
 from deplog.client.model.notice import Notice
 from deplog.client.model.status import InvalidMark
 
-__all__ = ["VerifiableMap"]
-
 
 class VerifiableMap:
     """Tool id -> status record over a ``PrefixTree``: fold entries in, prove lookups."""

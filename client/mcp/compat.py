@@ -19,15 +19,6 @@ from mcp import types
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.session import ServerSession
 
-__all__ = [
-    "SDK_MAJOR",
-    "advertise_tools_changed",
-    "connection_of",
-    "on_tools_listed",
-    "to_wire",
-    "tool_manager",
-]
-
 SDK_MAJOR = int(version("mcp").split(".", 1)[0])
 
 

@@ -23,8 +23,6 @@ import rfc8785
 
 from deplog.client.errors import ErrorCode, FormatError
 
-__all__ = ["MAX_SAFE_INTEGER", "JSONFormatError", "dumps", "loads", "loads_checked"]
-
 # RFC 8785 section 3.2.2.3 / I-JSON (RFC 7493 section 2.2): integers beyond
 # this magnitude are not exactly representable in every implementation.
 MAX_SAFE_INTEGER = 2**53 - 1

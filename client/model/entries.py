@@ -43,20 +43,6 @@ from deplog.client.tlog.timestamps import format_timestamp
 if TYPE_CHECKING:
     from deplog.client.tlog.note import Signer
 
-__all__ = [
-    "MAX_ENTRY_BYTES",
-    "PUBLISHER_STATEMENT_PREFIX",
-    "Entry",
-    "EntryFormatError",
-    "EntrySignatureError",
-    "NoticeEntry",
-    "PublisherEntry",
-    "PublisherStatement",
-    "decode_entry",
-    "encode_entry",
-    "sign_publisher_statement",
-]
-
 PUBLISHER_STATEMENT_PREFIX: Final = b"deplog/publisher-statement/v1\n"
 # C2SP tlog-tiles entry bundles prefix each entry with a big-endian u16 length,
 # so no leaf may be longer; a 60 KiB envelope plus the "type" member fits.

@@ -39,37 +39,6 @@ from deplog.client.tlog.timestamps import format_timestamp
 if TYPE_CHECKING:
     from deplog.client.tlog.note import Signer, Verifier
 
-__all__ = [
-    "ACTIONS",
-    "EVENT_KINDS",
-    "MAX_ENVELOPE_BYTES",
-    "REASONS",
-    "Affected",
-    "Envelope",
-    "Interval",
-    "Notice",
-    "NoticeError",
-    "NoticeSignatureError",
-    "Replacement",
-    "VersionRange",
-    "encode_signature",
-    "parse_advisories",
-    "parse_key_id",
-    "parse_namespace",
-    "parse_publisher_id",
-    "parse_reasons",
-    "parse_schema_digest",
-    "parse_signature_object",
-    "parse_timestamp",
-    "parse_tool_id",
-    "parse_version",
-    "require_fields",
-    "require_list",
-    "require_object",
-    "require_str",
-    "require_unique",
-]
-
 MAX_ENVELOPE_BYTES: Final = 60 * 1024
 """An envelope's bound: its leaf must fit a tlog-tiles bundle's u16 length (entries.py)."""
 MAX_SAFE_INTEGER: Final = canonical.MAX_SAFE_INTEGER

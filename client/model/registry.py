@@ -22,16 +22,6 @@ from deplog.client.model.entries import PublisherEntry
 from deplog.client.model.notice import Envelope, Notice
 from deplog.client.tlog.note import Verifier
 
-__all__ = [
-    "AuthorizationError",
-    "ConflictError",
-    "KeyState",
-    "NoticeRef",
-    "PublisherRegistry",
-    "PublisherState",
-    "RegistryError",
-]
-
 SNAPSHOT_FORMAT: Final = "deplog-registry/v1"
 
 

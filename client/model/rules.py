@@ -36,19 +36,6 @@ from deplog.client.model.registry import ConflictError, NoticeRef, PublisherRegi
 from deplog.client.model.status import InvalidMark
 from deplog.client.tlog.note import Verifier
 
-__all__ = [
-    "EntryChecker",
-    "InvalidEntry",
-    "Judged",
-    "LogReplay",
-    "RuleViolation",
-    "SequenceLookup",
-    "TargetLookup",
-    "decode_leaf",
-    "fold_item",
-    "readable_tool_id",
-]
-
 TargetLookup = Callable[[int], NoticeRef | None]
 """Finds the notice at an earlier log index (None: no notice there)."""
 

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 from deplog.client.errors import ErrorCode, FormatError
 
-__all__ = ["MAX_VERSION_LENGTH", "SemverError", "Version", "is_version"]
-
 MAX_VERSION_LENGTH = 128
 
 _NUM = r"0|[1-9][0-9]*"

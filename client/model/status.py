@@ -35,17 +35,6 @@ from deplog.client.model.notice import (
 from deplog.client.model.semver import Version
 from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = [
-    "FoldNotice",
-    "FoldSource",
-    "InvalidMark",
-    "StatusChange",
-    "StatusError",
-    "StatusIndex",
-    "ToolFold",
-    "VersionStatus",
-]
-
 Status = Literal["active", "deprecated", "sunset", "revoked", "unknown"]
 
 

@@ -31,16 +31,6 @@ from deplog.client.model.semver import Version
 from deplog.client.model.status import Status, StatusIndex, ToolFold, VersionStatus
 from deplog.client.tlog.timestamps import format_timestamp
 
-__all__ = [
-    "SEVERITY",
-    "StatusRow",
-    "ToolStatus",
-    "covers",
-    "says",
-    "tool_status",
-    "version_row",
-]
-
 SEVERITY: Final[tuple[Status, ...]] = ("revoked", "sunset", "unknown", "deprecated", "active")
 """Statuses from worst to best (rule 4)."""
 _DECIDES: Final = {"revoked": "revoke", "sunset": "deprecate", "deprecated": "deprecate"}

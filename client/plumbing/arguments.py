@@ -17,8 +17,6 @@ import argparse
 import urllib.parse
 from typing import NoReturn
 
-__all__ = ["Parser", "http_url", "listen_port"]
-
 
 class Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line (rule 3)."""

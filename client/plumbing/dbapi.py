@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, Protocol
 
-__all__ = ["MAX_PARAMETERS", "Connection", "Cursor", "insert_rows"]
-
 
 class Cursor(Protocol):
     """The result of one statement."""

@@ -27,15 +27,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
-__all__ = [
-    "EXIT_OUTPUT_CLOSED",
-    "exclusive_lock",
-    "output_closed",
-    "require_writable",
-    "write_atomic",
-    "write_private",
-]
-
 _BUFFER: Final = 1 << 16
 EXIT_OUTPUT_CLOSED: Final = 141
 """128 + ``SIGPIPE``: what a shell shows for a command the signal stopped (rule 4)."""

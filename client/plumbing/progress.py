@@ -16,8 +16,6 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-__all__ = ["Progress"]
-
 
 class Progress:
     """A context manager whose ``update`` is the work's ``(done, total)`` callback."""

@@ -29,22 +29,6 @@ from pathlib import Path
 
 from deplog.client.errors import CLIError
 
-__all__ = [
-    "CORRUPT",
-    "DISK_FULL",
-    "IO_ERROR",
-    "PERMISSION_DENIED",
-    "UNAVAILABLE",
-    "FaultKind",
-    "StorageFault",
-    "database_fault",
-    "database_files",
-    "disk_full",
-    "file_fault",
-    "integrity_problem",
-    "opening_database",
-]
-
 LOW_SPACE_BYTES = 64 * 1024
 """Free space below which a failed write is taken for a full file system."""
 

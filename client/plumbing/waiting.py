@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 
-__all__ = ["wait_until"]
-
 
 async def wait_until(event: asyncio.Event, seconds: float) -> bool:
     """Wait for ``event`` at most ``seconds``: True if it is set, False once they passed."""

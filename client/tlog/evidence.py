@@ -38,20 +38,6 @@ from deplog.client.tlog.note import Verifier, decode_base64, encode_base64
 from deplog.client.tlog.proofs import HASH_SIZE, ConsistencyProof, ProofError, verify_consistency
 from deplog.client.tlog.timestamps import now_timestamp
 
-__all__ = [
-    "CONFLICTING_ROOTS",
-    "EVIDENCE_FORMAT",
-    "FAILING_PROOF",
-    "INCONSISTENT_PREFIX",
-    "MAP_MISMATCH",
-    "EvidenceError",
-    "EvidenceFormatError",
-    "ForkEvidence",
-    "evidence_between",
-    "read_evidence",
-    "write_evidence",
-]
-
 EVIDENCE_FORMAT = "deplog-fork-evidence/v2"
 MAX_EVIDENCE_BYTES = 4 * 1024 * 1024
 CONFLICTING_ROOTS = "conflicting_roots"

@@ -18,16 +18,6 @@ from deplog.client.errors import DeplogError, ErrorCode, TooLargeError
 from deplog.client.plumbing.files import write_atomic, write_private
 from deplog.client.tlog.note import SIG_TYPE_ED25519, Signer, Verifier
 
-__all__ = [
-    "KeyFileError",
-    "create_signer",
-    "is_key_file_stem",
-    "key_file_name",
-    "load_or_create_signer",
-    "load_signer",
-    "read_verifier_key",
-]
-
 MAX_VERIFIER_KEY_FILE: Final = 4096
 
 

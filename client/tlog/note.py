@@ -39,35 +39,6 @@ from cryptography.hazmat.primitives.asymmetric.mldsa import MLDSA44PrivateKey, M
 
 from deplog.client.errors import ErrorCode, FormatError, VerificationError
 
-__all__ = [
-    "COSIGNER_TYPES",
-    "MAX_NOTE_SIZE",
-    "MAX_SIGNATURES",
-    "MLDSA44_KEY_SIZE",
-    "SIG_TYPE_COSIGNATURE_MLDSA44",
-    "SIG_TYPE_COSIGNATURE_V1",
-    "SIG_TYPE_ED25519",
-    "InvalidNoteSignatureError",
-    "KeyFormatError",
-    "Note",
-    "NoteFormatError",
-    "NoteSignature",
-    "Signer",
-    "UnverifiedNoteError",
-    "Verifier",
-    "add_signature_lines",
-    "cosigned_message",
-    "decode_base64",
-    "encode_base64",
-    "is_valid_key_name",
-    "key_id",
-    "open_note",
-    "parse_note",
-    "sign_note",
-    "subtree_cosigned_message",
-    "tree_lines",
-]
-
 SIG_TYPE_ED25519 = 0x01
 """Signature type byte of Ed25519 note signatures (signed-note, "Signature types")."""
 

@@ -50,24 +50,6 @@ from deplog.client.tlog.note import (
     parse_note,
 )
 
-__all__ = [
-    "MAX_CLOCK_SKEW",
-    "MAX_GROUPS",
-    "MAX_LOGS",
-    "MAX_POLICY_SIZE",
-    "MAX_WITNESSES",
-    "NONE",
-    "NO_QUORUM",
-    "NoQuorum",
-    "Policy",
-    "PolicyError",
-    "PolicyFormatError",
-    "PolicyGroup",
-    "PolicyLog",
-    "PolicyWitness",
-    "VerifiedCheckpoint",
-]
-
 DIRECTIVE: Final = b"#deplog:"
 """How deplog's own policy lines start (rule 5)."""
 

@@ -24,28 +24,6 @@ from typing import Any
 from deplog.client.errors import ErrorCode, FormatError, VerificationError
 from deplog.client.tlog.note import decode_base64, encode_base64
 
-__all__ = [
-    "EMPTY_ROOT",
-    "HASH_SIZE",
-    "MAX_PROOF_HASHES",
-    "MAX_TREE_SIZE",
-    "ConsistencyProof",
-    "InclusionProof",
-    "ProofError",
-    "ProofFormatError",
-    "TreeFrontier",
-    "TreeMismatchError",
-    "consistency_path",
-    "consistency_ranges",
-    "inclusion_path",
-    "inclusion_ranges",
-    "leaf_hash",
-    "node_hash",
-    "root_from_leaf_hashes",
-    "verify_consistency",
-    "verify_inclusion",
-]
-
 HASH_SIZE = 32
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 """MTH({}), the root of the empty tree (RFC 9162 section 2.1.1)."""

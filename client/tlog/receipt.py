@@ -33,16 +33,6 @@ from deplog.client.tlog.proofs import (
     verify_inclusion,
 )
 
-__all__ = [
-    "HEADER",
-    "MAX_RECEIPT_SIZE",
-    "Receipt",
-    "ReceiptFormatError",
-    "format_receipt",
-    "verify_receipt",
-    "verify_receipt_with_policy",
-]
-
 HEADER = b"c2sp.org/tlog-proof@v1"
 """The first line of every receipt (tlog-proof, "Format")."""
 

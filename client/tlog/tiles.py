@@ -49,36 +49,6 @@ from deplog.client.tlog.proofs import (
     root_from_leaf_hashes,
 )
 
-__all__ = [
-    "MAX_ENTRY_SIZE",
-    "TILE_HEIGHT",
-    "TILE_WIDTH",
-    "BundleFormatError",
-    "EntryTile",
-    "HashTile",
-    "ReadTile",
-    "TileError",
-    "TileFormatError",
-    "TilePathError",
-    "consistency_tiles",
-    "decode_entries",
-    "decode_entry_bundle",
-    "decode_hash_tile",
-    "encode_entries",
-    "encode_entry_bundle",
-    "encode_hash_tile",
-    "entry_bundle_tiles",
-    "entry_bundles_tiles",
-    "entry_tiles",
-    "hash_tiles",
-    "inclusion_tiles",
-    "parse_tile_path",
-    "prove_consistency",
-    "prove_inclusion",
-    "verify_entry_bundle",
-    "verify_entry_bundles",
-]
-
 TILE_HEIGHT: Final = 8
 TILE_WIDTH: Final = 1 << TILE_HEIGHT
 """Hashes in a full tile, and entries in a full bundle."""

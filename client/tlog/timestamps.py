@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-__all__ = ["format_timestamp", "now_timestamp"]
-
 
 def format_timestamp(dt: datetime) -> str:
     """Format an aware datetime as ``YYYY-MM-DDTHH:MM:SSZ`` (the only form we accept)."""
