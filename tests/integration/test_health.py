@@ -39,13 +39,9 @@ async def test_failing_appends_make_health_degraded_until_one_succeeds(
     log_files = [authority.data / f"log.db{s}" for s in ("", "-wal")]
     with injected(authority.process.pid, log_files, ["pwrite64", "fdatasync", "fsync"], "ENOSPC"):
         body = make_envelope(publisher, 1).canonical_bytes()
-        assert await post(http, url, body) == (503, b'{"error": "storage_unavailable"}')
+        assert await post(http, url, body) == (503, b'{"error": "storage_full"}')
         status, report = await healthz(http, url)
-    assert (status, report["status"], report["reasons"]) == (
-        503,
-        "degraded",
-        ["storage_unavailable"],
-    )
+    assert (status, report["status"], report["reasons"]) == (503, "degraded", ["storage_full"])
     assert {"size", "pending"} <= report.keys()
     assert (await healthz(http, url))[0] == 503  # no append succeeded since
     assert (await post(http, url, body))[0] == 201

@@ -65,7 +65,8 @@ def test_serve_refuses_a_database_without_the_schema(tmp_path: Path, pg_url: str
         "--db", with_password(pg_url),
     )  # fmt: skip
     assert done.returncode == 78
-    [line] = done.stderr.strip().splitlines()
+    warning, line = done.stderr.strip().splitlines()
+    assert warning.startswith("authority: warning: the --db URL holds a password")
     assert "run 'authority migrate --db URL' first" in line and pg_url in line
     assert "s3cr3t-pw" not in done.stdout + done.stderr
 
@@ -77,7 +78,8 @@ def test_serve_on_an_unreachable_database_is_one_line_exit_69(tmp_path: Path) ->
         "--db", url,
     )  # fmt: skip
     assert done.returncode == 69
-    [line] = done.stderr.strip().splitlines()
+    warning, line = done.stderr.strip().splitlines()
+    assert warning.startswith("authority: warning: the --db URL holds a password")
     assert line.startswith("authority: storage_unavailable: cannot use the database ")
     assert "postgresql://deplog@127.0.0.1:9/log" in line and "start it or check --db" in line
     assert "s3cr3t-pw" not in done.stdout + done.stderr

@@ -168,7 +168,7 @@ async def test_full_disk_answers_503_and_recovers_when_space_is_freed(
             )
             statuses.append(status)
             if status == 503:
-                assert payload == {"error": "storage_unavailable"}
+                assert payload == {"error": "storage_full"}
                 break
         assert statuses[-1] == 503, "a full disk must refuse appends"
         refused_at = await size_of(http, authority)
