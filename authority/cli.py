@@ -268,8 +268,8 @@ def _warn_of_password(flag: str, target: str) -> None:
     """One line on stderr when a command-line URL holds a password (``ps`` shows it)."""
     if is_postgres_url(target) and open_database(target).redact(target) != target:
         print(
-            f"authority: warning: the {flag} URL holds a password, which other local users can read "
-            f"(ps, /proc): give it in a --db-file, ${DB_ENV} or libpq's password file instead",
+            f"authority: warning: the {flag} URL holds a password, which other local users can "
+            f"read (ps, /proc): give it in a --db-file, ${DB_ENV} or libpq's password file instead",
             file=sys.stderr,
         )
 
