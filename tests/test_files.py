@@ -118,6 +118,14 @@ def test_a_private_file_is_0600_in_a_new_0700_directory(tmp_path: Path) -> None:
     assert (mode_of(tmp_path / "keys"), mode_of(tmp_path / "keys" / "a.key")) == (0o700, 0o600)
 
 
+def test_a_private_file_closes_an_existing_directory_to_group_and_others(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    keys.chmod(0o755)  # as git checks out the repository's keys/
+    write_private(keys / "a.key", [b"secret"])
+    assert (mode_of(keys), mode_of(keys / "a.key")) == (0o700, 0o600)
+
+
 def test_a_private_file_never_replaces_one_and_leaves_no_temporary(tmp_path: Path) -> None:
     write_private(tmp_path / "a.key", [b"first"])
     with pytest.raises(FileExistsError):

@@ -8,7 +8,8 @@ Rules:
 2. The written file's mode is exactly ``mode`` (0644 unless asked), whatever the umask;
    ``exclusive`` never replaces an existing file (``FileExistsError``).
 5. ``write_private``: a secret (a private key) is written as in rules 1 and 2 at 0600,
-   exclusively, and a directory made for it is 0700.
+   exclusively, in a directory that is 0700: made so, or closed to group and others
+   first (a checked-in ``keys/`` is 0755 in a fresh clone).
 3. ``exclusive_lock``: one holder of a lock file at a time, across processes and opens
    (``flock``); the lock goes with its holder, so it is never left stale.
 4. ``output_closed``: a command whose stdout's reader went away (``| head``) ends quietly
@@ -21,6 +22,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -69,6 +71,9 @@ def write_atomic(
 def write_private(path: Path, chunks: Iterable[bytes]) -> None:
     """Create the secret file ``path`` (rule 5): 0600, all or nothing, never over another."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.parent.stat().st_mode)
+    if mode & 0o077:
+        path.parent.chmod(mode & 0o700)
     write_atomic(path, chunks, mode=0o600, exclusive=True)
 
 
