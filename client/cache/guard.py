@@ -225,10 +225,7 @@ class Guard:
         self.clock = clock
         self._through_for: TrustedCheckpoint | None = None
         self._through_cached: ProcessedThrough | None = None
-        self._memo: dict[
-            tuple[str, str],
-            tuple[StatusIndex, float, tuple[VersionStatus, float | None, str | None]],
-        ] = {}
+        self._memo: dict[tuple[str, str], tuple[StatusIndex, float, Found]] = {}
         self._prover: MapProver | None = None
         self._proofs: dict[tuple[str, str], bytes] = {}
 
