@@ -140,6 +140,33 @@ async def test_a_pushed_checkpoint_refreshes_the_verifier_without_waiting_for_a_
         await running
 
 
+async def test_an_unexpected_failure_of_a_refresh_is_counted_and_the_loop_goes_on(
+    served: Served,
+) -> None:
+    light = served.light()
+    real = light.source.checkpoint
+    calls = 0
+
+    async def failing_once() -> bytes:  # a fault injected into the real source, once
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("injected")
+        return await real()
+
+    light.source.checkpoint = failing_once  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    running = asyncio.create_task(light.run(interval=0.05, stop=stop))
+    try:
+        async with asyncio.timeout(10):
+            while light.trusted is None:
+                await asyncio.sleep(0.01)
+    finally:
+        stop.set()
+        await running
+    assert light.failures == {"refresh: RuntimeError": 1}
+
+
 async def test_a_tool_never_prepared_is_unknown_not_synced(served: Served) -> None:
     light = served.light()
     await light.refresh()

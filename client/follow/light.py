@@ -173,6 +173,8 @@ class LightVerifier:
         self.state.load(self.rules)
         self._tools: dict[str, _Proven | _Failed] = {}
         self._advances: list[tuple[int, float]] = []
+        self.failures: dict[str, int] = {}
+        """Unexpected failures of the background loops, by loop and exception type."""
         self._step = asyncio.Lock()
         if self.state.trusted is not None:
             self._advances.append((self.state.size, self.clock()))
@@ -338,6 +340,8 @@ class LightVerifier:
                     await self._refresh_logged(note)
             except DeplogError as err:
                 log.info("push stream lost: %s", err.code)
+            except Exception as err:  # supervised: counted, logged once, retried
+                self._failed("push stream", err)
             await wait_until(stop, random.uniform(0.5, 1.5))
 
     async def _refresh_logged(self, note: bytes | None = None) -> None:
@@ -345,6 +349,16 @@ class LightVerifier:
             await self.refresh(note)
         except DeplogError as err:
             log.warning("light verifier refresh refused: %s", err.code)
+        except Exception as err:  # supervised: counted, logged once, retried
+            self._failed("refresh", err)
+
+    def _failed(self, what: str, err: Exception) -> None:
+        """An unexpected failure of a background loop: counted, logged once per kind, and the
+        loop goes on (verdicts go stale meanwhile, never fail open)."""
+        kind = f"{what}: {type(err).__name__}"
+        self.failures[kind] = self.failures.get(kind, 0) + 1
+        if self.failures[kind] == 1:
+            log.exception("light verifier %s failed unexpectedly; retrying", what)
 
 
 def _needs_fetch(known: _Proven | _Failed | None) -> bool:
