@@ -34,8 +34,11 @@ Rules, cited by name:
   from another process (``_learn``) is served only once its signatures verify, else
   counted (``deplog_published_rejected_total``) and never served.
 * **Health.** ``health`` names what is degraded, as stable codes: the storage while
-  appends fail, a failed publication's code, ``embedded_witness_unavailable``, and
-  ``cosignatures_stale`` past ``STALE_REFRESHES`` refresh intervals.
+  appends fail, or, with a cluster, while the published row has not been read for
+  ``CONTACT_POLLS`` poll intervals (a process cut off from the database says so before
+  anyone appends); a failed publication's code, ``embedded_witness_unavailable``, and
+  ``cosignatures_stale`` past ``STALE_REFRESHES`` refresh intervals. ``abilities`` says
+  what the process can still do given them.
 * **Map proofs at the served checkpoint.** A map proof is made at the served checkpoint
   only: while the map is at a batch not yet served it waits at most ``map_proof_wait``
   seconds (``deplog_map_proofs_waiting``), then fails with 503 ``map_not_published``.
@@ -83,6 +86,9 @@ STALE_REFRESHES = 3
 """Refresh intervals after which the served embedded cosignature counts as stale."""
 MAP_PROOF_WAIT = 5.0
 """Seconds a map proof waits for its batch's publication, by default (``--map-proof-wait``)."""
+CONTACT_POLLS = 3
+"""Poll intervals without a read of the published row after which the database counts as
+unreachable (*Health*)."""
 _PUBLICATION_FAILURES = (EmbeddedWitnessUnavailableError, QuorumUnavailableError, StorageError)
 _PUBLICATION_CODES = frozenset(
     error.code for error in (EmbeddedWitnessUnavailableError, QuorumUnavailableError)
@@ -137,6 +143,8 @@ class Publication:
         self._failing: str | None = None
         self.published_rejected = 0
         self.poll_failures = 0
+        self.contact_at = time.monotonic()
+        """When the published row was last read (*Health*)."""
         self._rejected_size: int | None = None
         self._learn_now = asyncio.Event()
         self._signed_elsewhere = asyncio.Event()
@@ -333,6 +341,7 @@ class Publication:
             self._learn_now.clear()
             try:
                 await self._poll_once()
+                self.contact_at = time.monotonic()
                 if self._signed_elsewhere.is_set():
                     self._signed_elsewhere.clear()
                     await self._publish_signed_elsewhere()
@@ -474,6 +483,10 @@ class Publication:
             reasons.append(failing)  # the storage: clears when an append succeeds
         if self._failing is not None:
             reasons.append(self._failing)  # clears when a publication succeeds
+        if self.cluster is not None:
+            silent = time.monotonic() - self.contact_at
+            if silent > CONTACT_POLLS * self.cluster.poll_interval:
+                reasons.append(ErrorCode.STORAGE_UNAVAILABLE)  # clears at the next read
         if self.witnessing is not None:
             if self.witnessing.embedded_failing:
                 reasons.append(EmbeddedWitnessUnavailableError.code)
@@ -482,6 +495,17 @@ class Publication:
             if age is not None and bound > 0 and age > bound:
                 reasons.append("cosignatures_stale")
         return sorted(set(reasons))
+
+    @staticmethod
+    def abilities(reasons: Sequence[str]) -> dict[str, bool]:
+        """What a process degraded for ``reasons`` still does (*Health*): appends need all
+        but fresh cosignatures, reads need the database; the served checkpoint, from
+        memory, is always served."""
+        return {
+            "append": set(reasons) <= {"cosignatures_stale"},
+            "read": ErrorCode.STORAGE_UNAVAILABLE not in reasons,
+            "checkpoint": True,
+        }
 
     async def map_proof(self, tool_id: str) -> tuple[bytes, MapProof]:
         """The served note and ``tool_id``'s proof (*Map proofs at the served checkpoint*)."""

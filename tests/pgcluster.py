@@ -12,7 +12,9 @@ real thing) and ``trust`` authentication: a password in a test URL is accepted a
 which lets tests check that a password never reaches a message.
 
 ``stop()``/``start()`` stop and restart the same cluster on the same port (the database
-outage tests).
+outage tests). With ``wrapper`` (``ip netns exec NAME``) the server runs in a network
+namespace (tests/integration/netbed.py): its clients, this object's own statements
+included, must then connect from inside it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.builders import unused_port
@@ -55,7 +58,7 @@ def find_postgres_bin() -> Path:
 class PgCluster:
     """One running throwaway cluster; ``create_database()`` hands out fresh empty databases."""
 
-    def __init__(self) -> None:
+    def __init__(self, wrapper: Sequence[str] = ()) -> None:
         try:
             import psycopg  # noqa: F401
         except ImportError:
@@ -64,6 +67,7 @@ class PgCluster:
             ) from None
         self.bindir = find_postgres_bin()
         self.as_root = os.geteuid() == 0
+        self.wrapper = list(wrapper)
         self.dir = Path(tempfile.mkdtemp(prefix="deplog-pg-"))
         self.data = self.dir / "data"
         self.port = unused_port()
@@ -83,12 +87,15 @@ class PgCluster:
             "UTF8",
             "--no-sync",
         )
+        with open(self.data / "pg_hba.conf", "a") as hba:  # the relays connect from 127.x.y.z
+            hba.write("host all all 127.0.0.0/8 trust\n")
         self.start()
 
     def _run(self, *argv: str) -> None:
         command = list(argv)
         if self.as_root:
             command = ["runuser", "-u", "postgres", "--", *command]
+        command = [*self.wrapper, *command]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(

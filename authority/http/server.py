@@ -490,6 +490,7 @@ async def _get_healthz(request: web.Request) -> web.Response:
     if invalid:
         report["invalid_entries"] = {"count": invalid, "first": [e.to_json() for e in first]}
     reasons = state.publication.health(time.time())
+    report["can"] = state.publication.abilities(reasons)
     if reasons:
         report.update(status="degraded", reasons=reasons)
         return web.json_response(report, status=503)

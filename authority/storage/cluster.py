@@ -47,8 +47,11 @@ CONNECTING = {
     "keepalives_idle": 5,
     "keepalives_interval": 2,
     "keepalives_count": 3,
+    "tcp_user_timeout": 5000,
 }
-"""Every connection's bound on connecting, and the keepalives that notice a dead peer."""
+"""Every connection's bound on connecting, the keepalives that notice a dead peer, and the
+milliseconds a cut-off peer may leave data unacknowledged before the connection fails (not
+the 15 minutes of TCP's retransmissions)."""
 IDLE = 1.0
 """Seconds the server lets a transaction of this module idle before ending it (rule 5)."""
 HEARTBEAT = IDLE / 4

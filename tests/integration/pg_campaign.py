@@ -37,6 +37,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from random import Random
@@ -156,9 +157,11 @@ class FrontEnds:
         return Verifier.parse((self.root / "keys" / f"{stem}.pub").read_text().strip())
 
     def start(self) -> list[str]:
+        """Start every front-end at once, as an operator starts a fleet."""
         for process in self.processes:
             process.root.mkdir(parents=True, exist_ok=True)
-            process.start()
+        with ThreadPoolExecutor(len(self.processes)) as pool:
+            list(pool.map(lambda process: process.start(), self.processes))
         self._up = set(range(len(self.processes)))
         self.urls = [p.url for p in self.processes]
         return self.urls
