@@ -36,7 +36,8 @@ Rules, cited by name:
 * **Health.** ``health`` names what is degraded, as stable codes: the storage while
   appends fail, or, with a cluster, while the published row has not been read for
   ``CONTACT_POLLS`` poll intervals (a process cut off from the database says so before
-  anyone appends); a failed publication's code, ``embedded_witness_unavailable``, and
+  anyone appends), until its embedded witnesses cosign again once it is back; a failed
+  publication's code, ``embedded_witness_unavailable``, and
   ``cosignatures_stale`` past ``STALE_REFRESHES`` refresh intervals. ``abilities`` says
   what the process can still do given them.
 * **Map proofs at the served checkpoint.** A map proof is made at the served checkpoint
@@ -354,6 +355,24 @@ class Publication:
             if failing:
                 log.info("reading the published checkpoint works again")
                 failing = False
+                await self._reached_again()
+
+    async def _reached_again(self) -> None:
+        """The database answers again (*Health*): out of a balancer's rotation no append
+        comes to clear a storage or embedded witness reason, so the embedded witnesses
+        cosign the served checkpoint anew, a write on the appends' path."""
+        if self.witnessing is not None:
+            async with self._publishing:
+                await self.witnessing.cosign_all(self.checkpoint, self.witnessing.embedded)
+            if self.witnessing.embedded_failing:
+                return
+        self.sequencer.reached_again()
+        cosigned = self.witnessing is None or self.witnessing.cosigned_by_embedded(
+            self.checkpoint.size
+        )
+        if cosigned and self._failing in (StorageError.code, EmbeddedWitnessUnavailableError.code):
+            log.info("publication resumed at size %d", self.checkpoint.size)
+            self._failing = None
 
     async def _publish_signed_elsewhere(self) -> None:
         """Publish a checkpoint an admin command signed now, not at the next refresh."""

@@ -15,7 +15,8 @@ Rules, cited by name:
 * **In order.** Batches and admin appends are committed and published one at a time, so
   ``publish`` never gets a checkpoint smaller than the one before; a batch's tiles are
   written right after its commit (``tiles.py`` rule 2). ``failing`` is the code of the
-  latest failed batch, None once one succeeds (``/healthz``).
+  latest failed batch, None once one succeeds, or for ``storage_unavailable`` once the
+  publication found the database writable again (``reached_again``; ``/healthz``).
 * **Idle.** ``MAP_FLUSH_IDLE`` seconds without a submission after a batch, and after an
   admin append, the writer writes the map's held rows a slice a transaction while no
   submission waits; a failure is logged once and counted (``map_flush_failures``), and the
@@ -139,6 +140,12 @@ class Sequencer:
         self.map_flush_failures = 0
         self._map_flush_ok = True
         self._flush_when_idle = False
+
+    def reached_again(self) -> None:
+        """The database took a write again: a lost connection's failure is over (a full
+        disk's is not: only an append shows it)."""
+        if self.failing == StorageError.code:
+            self.failing = None
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="sequencer")

@@ -12,7 +12,8 @@ drop bytes, so it arrives one retransmission timeout (``RTO``) late instead, as 
 deliver it. The kernel's own segments (handshake, ACKs, keepalives) are not delayed: the
 relay delays what the applications exchange, which is what their timings feel.
 
-A connection closed on one side is closed on the other once the delayed bytes are written.
+The end of a stream is passed on once the delayed bytes before it are written (a
+half-close); a reset on either side closes both.
 The relay prints ``relaying`` once every route listens, and runs until killed.
 """
 
@@ -42,7 +43,8 @@ async def _carry(
     loss: float,
     rng: random.Random,
 ) -> None:
-    """Copy ``reader`` to ``writer``, each chunk ``delay`` later (``RTO`` more if lost)."""
+    """Copy ``reader`` to ``writer``, each chunk ``delay`` later (``RTO`` more if lost), and
+    pass the end of the stream on (a half-close: the other direction goes on)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
 
@@ -51,6 +53,7 @@ async def _carry(
             due, chunk = await queue.get()
             await asyncio.sleep(max(0.0, due - loop.time()))
             if not chunk:
+                writer.write_eof()
                 return
             writer.write(chunk)
             await writer.drain()
@@ -66,13 +69,9 @@ async def _carry(
             if not chunk:
                 break
         await delivery
-    except (OSError, asyncio.IncompleteReadError):
-        pass
     finally:
         delivery.cancel()
-        with contextlib.suppress(BaseException):
-            await delivery
-        writer.close()
+        await asyncio.gather(delivery, return_exceptions=True)
 
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -91,10 +90,20 @@ def _route(
         except OSError:
             writer.close()
             return
-        await asyncio.gather(
-            _carry(reader, up_writer, delay, loss, rng),
-            _carry(up_reader, writer, delay, loss, rng),
-        )
+        directions = [
+            asyncio.create_task(_carry(reader, up_writer, delay, loss, rng)),
+            asyncio.create_task(_carry(up_reader, writer, delay, loss, rng)),
+        ]
+        try:
+            await asyncio.gather(*directions)
+        except OSError:  # reset on either side: both go
+            pass
+        finally:
+            for direction in directions:
+                direction.cancel()
+            await asyncio.gather(*directions, return_exceptions=True)
+            writer.close()
+            up_writer.close()
 
     return accepted
 

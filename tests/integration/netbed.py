@@ -31,6 +31,7 @@ import io
 import itertools
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -115,11 +116,31 @@ def in_namespace(namespace: str, work: Callable[[], T]) -> T:
     return outcome[0]
 
 
+def _remove(host: str) -> None:
+    """Kill what runs on ``host`` and remove it."""
+    pids = subprocess.run(
+        ["ip", "netns", "pids", host], capture_output=True, text=True, check=False
+    ).stdout.split()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+    subprocess.run(["ip", "netns", "del", host], capture_output=True, check=False)
+
+
+def _remove_orphans() -> None:
+    """Remove the hosts of beds whose process is gone (killed before it could clean up)."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+    for line in listed.stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        match = re.fullmatch(r"dl(\d+)(pg|cl|fe\d)", name)
+        if match and not Path(f"/proc/{match[1]}").exists():
+            _remove(name)
+
+
 @dataclass
 class NetFrontEnd(FrontEnd):
     """A front-end on host ``feN``: started inside it, reached through its relay."""
 
-    host: str = ""
     address: str = ""
     """Where clients reach it: its relay, ``10.78.N.1:80``."""
 
@@ -128,6 +149,12 @@ class NetFrontEnd(FrontEnd):
 
     def reached_at(self, url: str) -> str:
         return f"http://{self.address}"
+
+    def _signal(self, signal_number: int) -> None:
+        """``ip netns exec`` execs the server: its pid is the server's (its children, if
+        any, are the server's own)."""
+        assert self.process is not None
+        os.kill(self.process.pid, signal_number)
 
     @property
     def port(self) -> int:
@@ -145,7 +172,7 @@ class NetBed:
         self.root = root
         self.delay = delay
         self.loss = loss
-        self.prefix = f"dl{os.getpid() % 100000}"
+        self.prefix = f"dl{os.getpid()}"
         self.fronts = [f"{self.prefix}fe{n}" for n in range(3)]
         self.pg = f"{self.prefix}pg"
         self.clients = f"{self.prefix}cl"
@@ -156,6 +183,7 @@ class NetBed:
     # --- hosts and links ---------------------------------------------------------------
 
     def __enter__(self) -> NetBed:
+        _remove_orphans()
         try:
             for host in self.hosts:
                 _ip("netns", "add", host)
@@ -183,13 +211,7 @@ class NetBed:
         if self.cluster is not None:
             self.cluster.destroy()
         for host in self.hosts:
-            pids = subprocess.run(
-                ["ip", "netns", "pids", host], capture_output=True, text=True, check=False
-            ).stdout.split()
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
-            subprocess.run(["ip", "netns", "del", host], capture_output=True, check=False)
+            _remove(host)
 
     @staticmethod
     def wrap(host: str) -> list[str]:
@@ -237,7 +259,6 @@ class NetBed:
                 name=process.name,
                 db=db,
                 shared_keys=process.shared_keys,
-                host=self.fronts[n],
                 address=f"10.78.{n}.1:{FRONT_PORT}",
             )
             for n, process in enumerate(cluster.processes)
@@ -286,8 +307,8 @@ class NetCampaign:
     freeze_seconds: float = 4.0
     """Round-lock holders SIGSTOPped, out of the rotation meanwhile (``freeze_loop``)."""
     partitions: int = 1
-    partition_seconds: float = 6.0
-    """A front-end cut off from PostgreSQL."""
+    partition_seconds: tuple[float, float] = (6.0, 6.0)
+    """A front-end cut off from PostgreSQL, for seconds drawn in this range."""
     outages: int = 1
     outage_seconds: float = 5.0
     """PostgreSQL cut off from every front-end."""
@@ -344,8 +365,8 @@ async def _partition(
     seconds: float,
 ) -> Cut:
     """Cut ``cut_off`` from PostgreSQL for ``seconds``: each leaves the rotation once its
-    ``/healthz`` says it is cut off (as a load balancer's check takes it out), and comes
-    back once it says ``ok``."""
+    ``/healthz`` says it is cut off (as a load balancer's check takes it out; never the
+    last one), and comes back once it says ``ok``."""
     cut = Cut(cut_off, seconds)
     urls = [front_ends.urls[n] for n in cut_off]
     acks_before = len(load.observations.acks)
@@ -355,8 +376,8 @@ async def _partition(
 
     async def watch(n: int, url: str) -> float | None:
         said = await _until_said(http, url, _cut_off, seconds)
-        if said is not None:
-            front_ends.frozen.add(n)
+        if said is not None and len(front_ends.frozen) + 1 < len(front_ends.processes):
+            front_ends.frozen.add(n)  # a balancer with no healthy front-end tries them all
         return said
 
     cut.said_degraded = list(await asyncio.gather(*map(watch, cut_off, urls)))
@@ -411,9 +432,8 @@ async def run_net_campaign(
             for _ in range(config.partitions):
                 await _until_acknowledged(load, 10, 120)
                 victim = [rng.randrange(len(front_ends.processes))]
-                cuts.append(
-                    await _partition(bed, front_ends, load, http, victim, config.partition_seconds)
-                )
+                seconds = rng.uniform(*config.partition_seconds)
+                cuts.append(await _partition(bed, front_ends, load, http, victim, seconds))
             everyone = list(range(len(front_ends.processes)))
             for _ in range(config.outages):
                 await _until_acknowledged(load, 10, 120)

@@ -3,7 +3,8 @@
 States (docs/operators.md, "Health"): 200 ``ok``; 503 ``degraded`` with stable ``reasons``
 while appends fail (``storage_unavailable``), while the embedded witness cannot
 cosign (``embedded_witness_unavailable``), or while the served embedded
-cosignature is older than three refresh intervals (``cosignatures_stale``).
+cosignature is older than three refresh intervals (``cosignatures_stale``); ``can`` says
+what the process still does. A front-end cut off from PostgreSQL is test_netbed.py's.
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ from tests.integration.test_publication import healthz, locked_database, post
 pytestmark = pytest.mark.slow  # real authority processes
 
 REFRESH = 0.3
+EVERYTHING = {"append": True, "read": True, "checkpoint": True}
 
 
 async def test_health_is_ok_with_the_existing_fields(
     authority: AuthorityProcess, http: aiohttp.ClientSession
 ) -> None:
-    assert await healthz(http, authority.url) == (200, {"status": "ok", "size": 1, "pending": 0})
+    assert await healthz(http, authority.url) == (
+        200,
+        {"status": "ok", "size": 1, "pending": 0, "can": EVERYTHING},
+    )
 
 
 @needs_strace
@@ -42,10 +47,14 @@ async def test_failing_appends_make_health_degraded_until_one_succeeds(
         assert await post(http, url, body) == (503, b'{"error": "storage_full"}')
         status, report = await healthz(http, url)
     assert (status, report["status"], report["reasons"]) == (503, "degraded", ["storage_full"])
+    assert report["can"] == {"append": False, "read": True, "checkpoint": True}
     assert {"size", "pending"} <= report.keys()
     assert (await healthz(http, url))[0] == 503  # no append succeeded since
     assert (await post(http, url, body))[0] == 201
-    assert await healthz(http, url) == (200, {"status": "ok", "size": 2, "pending": 0})
+    assert await healthz(http, url) == (
+        200,
+        {"status": "ok", "size": 2, "pending": 0, "can": EVERYTHING},
+    )
 
 
 async def test_an_embedded_witness_that_cannot_cosign_makes_health_degraded_and_stale(
@@ -64,6 +73,7 @@ async def test_an_embedded_witness_that_cannot_cosign_makes_health_degraded_and_
             "degraded",
             ["cosignatures_stale", "embedded_witness_unavailable"],
         )
+        assert report["can"] == {"append": False, "read": True, "checkpoint": True}
         for _ in range(100):
             if (await healthz(http, url))[0] == 200:
                 break
