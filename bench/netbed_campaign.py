@@ -2,7 +2,7 @@
 
     python bench/netbed_campaign.py [--delays 0 0.02 0.05] [--loss P] [--kills 10]
         [--freezes 3] [--partitions 3] [--partition-seconds 5 30] [--outages 2]
-        [--restarts 2] [--seed N]
+        [--restarts 2] [--quiet 300] [--seed N]
 
 For each one-way delay, a fresh test bed (tests/integration/netbed.py: PostgreSQL, three
 front-ends and the clients on five network namespaces, the delay on every link, and with
@@ -15,7 +15,8 @@ PostgreSQL for ``--partition-seconds``, ``--outages`` cuts of PostgreSQL from ev
 Printed per delay: a lone publisher's POST -> 201 before the campaign (p50, 10 notices);
 failover (last 201 before a kill to the first after) p50/max; the longest wait for a 201
 around each freeze, beside the longest between two 201s before any fault; propagation (a
-201 on one front-end until every other serves a checkpoint that large) p50/p99; for each
+201 on one front-end until every other serves a checkpoint that large, over the ``--quiet``
+201s before the first fault) p50/p99; for each
 cut, how long the cut-off front-ends took to say so on ``/healthz`` and to say ``ok`` after;
 the answers; the oracle's verdict. Exits 1 on any violation. Needs root, iproute2 and
 PostgreSQL.
@@ -104,6 +105,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--delays", type=float, nargs="+", default=[0.0, 0.02, 0.05])
     parser.add_argument("--loss", type=float, default=0.0)
+    parser.add_argument("--quiet", type=int, default=300, help="201s before the first fault")
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--freezes", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=3)
@@ -114,6 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"seed {args.seed}")
     config = NetCampaign(
+        quiet=args.quiet,
         kills=args.kills,
         freezes=args.freezes,
         partitions=args.partitions,

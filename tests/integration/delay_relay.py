@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 RTO = 0.2
 """Seconds a lost chunk arrives late: Linux's minimum retransmission timeout."""
 CHUNK = 65536
+_LIVE: set[asyncio.Task[None]] = set()
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -94,6 +95,7 @@ def _route(
             asyncio.create_task(_carry(reader, up_writer, delay, loss, rng)),
             asyncio.create_task(_carry(up_reader, writer, delay, loss, rng)),
         ]
+        _LIVE.update(directions)  # the loop holds tasks weakly: a stalled one would vanish
         try:
             await asyncio.gather(*directions)
         except OSError:  # reset on either side: both go
@@ -102,6 +104,7 @@ def _route(
             for direction in directions:
                 direction.cancel()
             await asyncio.gather(*directions, return_exceptions=True)
+            _LIVE.difference_update(directions)
             writer.close()
             up_writer.close()
 

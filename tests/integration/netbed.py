@@ -49,7 +49,7 @@ from deplog.client.errors import DeplogError
 from deplog.client.tlog.checkpoint import open_checkpoint
 from deplog.client.tlog.note import Signer, Verifier
 from deplog.client.tlog.receipt import Receipt
-from tests.integration.log_oracle import Observations
+from tests.integration.log_oracle import Ack, Observations
 from tests.integration.pg_campaign import (
     HOLDER_QUERY,
     ROUND_HOLDER_QUERY,
@@ -301,6 +301,8 @@ def holder(conn: Any, query: str) -> int | None:
 class NetCampaign:
     """What ``run_net_campaign`` does to the bed under load, in this order."""
 
+    quiet: int = 20
+    """201s before the first fault (``quiet_gap`` and ``propagation`` are measured there)."""
     kills: int = 1
     """Front-ends SIGKILLed and restarted (``pg_campaign.kill_loop``)."""
     freezes: int = 1
@@ -424,7 +426,7 @@ async def run_net_campaign(
         return holder(conn, ROUND_HOLDER_QUERY)
 
     async def scenario(load: Load) -> None:
-        await _until_acknowledged(load, 20, 120)
+        await _until_acknowledged(load, config.quiet, 600)
         kills = CampaignConfig(kills=config.kills, seed=config.seed)
         await kill_loop(front_ends, kills, load, rng, sequencer)
         await freeze_loop(front_ends, config.freezes, config.freeze_seconds, load, round_lock)
@@ -455,26 +457,29 @@ async def run_net_campaign(
     return load, note, leaves, cuts
 
 
+def _quiet_acks(observations: Observations) -> list[Ack]:
+    """The 201s before the first fault (the first kill)."""
+    first = min((kill.at for kill in observations.kills), default=float("inf"))
+    return [ack for ack in observations.acks if ack.status == 201 and ack.at < first]
+
+
 def quiet_gap(load: Load) -> float:
-    """The longest wait between two 201s before the first fault (the first kill): what a
-    stall is measured against when every append takes many round trips."""
-    first = min((kill.at for kill in load.observations.kills), default=float("inf"))
-    created = sorted(a.at for a in load.observations.acks if a.status == 201 and a.at < first)
+    """The longest wait between two 201s before the first fault: what a stall is measured
+    against when every append takes many round trips."""
+    created = sorted(ack.at for ack in _quiet_acks(load.observations))
     return max((b - a for a, b in itertools.pairwise(created)), default=0.0)
 
 
 def propagation(observations: Observations, log_verifier: Verifier) -> list[float]:
-    """For each 201: seconds until every other front-end was seen serving a checkpoint at
-    least as large as its receipt's (polls and pushes), where all were."""
+    """For each 201 before the first fault: seconds until every other front-end was seen
+    serving a checkpoint at least as large as its receipt's (polls and pushes)."""
     seen: dict[int, list[tuple[float, int]]] = {}
     for one in observations.seen:
         with contextlib.suppress(DeplogError):
             size = open_checkpoint(one.note, log_verifier)[0].size
             seen.setdefault(one.process, []).append((one.at, size))
     delays = []
-    for ack in observations.acks:
-        if ack.status != 201:
-            continue
+    for ack in _quiet_acks(observations):
         size = open_checkpoint(Receipt.parse(ack.receipt).checkpoint, log_verifier)[0].size
         waits = [
             min(
