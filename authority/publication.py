@@ -34,12 +34,13 @@ Rules, cited by name:
   from another process (``_learn``) is served only once its signatures verify, else
   counted (``deplog_published_rejected_total``) and never served.
 * **Health.** ``health`` names what is degraded, as stable codes: the storage while
-  appends fail, or, with a cluster, while the published row has not been read for
-  ``CONTACT_POLLS`` poll intervals (a process cut off from the database says so before
-  anyone appends), until its embedded witnesses cosign again once it is back; a failed
-  publication's code, ``embedded_witness_unavailable``, and
-  ``cosignatures_stale`` past ``STALE_REFRESHES`` refresh intervals. ``abilities`` says
-  what the process can still do given them.
+  appends fail, and with a cluster while the published row has not been read for
+  ``CONTACT_POLLS`` poll intervals (cut off, the process says so before anyone appends);
+  a failed publication's code; ``embedded_witness_unavailable``; ``cosignatures_stale``
+  past ``STALE_REFRESHES`` refresh intervals. A storage or embedded witness reason clears
+  at the next success, or with a cluster once the database answers and the embedded
+  witnesses cosign anew (``_reached_again``: a balancer sends no append to a process it
+  took out). ``abilities`` says what the process still does.
 * **Map proofs at the served checkpoint.** A map proof is made at the served checkpoint
   only: while the map is at a batch not yet served it waits at most ``map_proof_wait``
   seconds (``deplog_map_proofs_waiting``), then fails with 503 ``map_not_published``.
@@ -87,6 +88,8 @@ STALE_REFRESHES = 3
 """Refresh intervals after which the served embedded cosignature counts as stale."""
 MAP_PROOF_WAIT = 5.0
 """Seconds a map proof waits for its batch's publication, by default (``--map-proof-wait``)."""
+_CLEARED_BY_A_WRITE = frozenset({StorageError.code, EmbeddedWitnessUnavailableError.code})
+"""Publication failures a successful write of the embedded witness clears (*Health*)."""
 CONTACT_POLLS = 3
 """Poll intervals without a read of the published row after which the database counts as
 unreachable (*Health*)."""
@@ -336,6 +339,7 @@ class Publication:
         """Supervised: learn the published row when notified and every poll interval."""
         assert self.cluster is not None
         failing = False
+        recovered = 0.0
         failures: tuple[type[Exception], ...] = (*self.cluster.errors, StorageError)
         while True:
             await wait_until(self._learn_now, self.cluster.poll_interval)
@@ -355,12 +359,22 @@ class Publication:
             if failing:
                 log.info("reading the published checkpoint works again")
                 failing = False
+            if self._writes_failed() and time.monotonic() - recovered > self.cluster.poll_interval:
+                recovered = time.monotonic()
                 await self._reached_again()
 
+    def _writes_failed(self) -> bool:
+        """Whether a reason ``_reached_again`` can clear stands."""
+        return (
+            self.sequencer.failing == StorageError.code
+            or self._failing in _CLEARED_BY_A_WRITE
+            or (self.witnessing is not None and self.witnessing.embedded_failing)
+        )
+
     async def _reached_again(self) -> None:
-        """The database answers again (*Health*): out of a balancer's rotation no append
-        comes to clear a storage or embedded witness reason, so the embedded witnesses
-        cosign the served checkpoint anew, a write on the appends' path."""
+        """The database answers (*Health*), and an earlier write failed: out of a balancer's
+        rotation no append comes to clear the reason, so the embedded witnesses cosign the
+        served checkpoint anew, a write on the appends' path (at most once a poll interval)."""
         if self.witnessing is not None:
             async with self._publishing:
                 await self.witnessing.cosign_all(self.checkpoint, self.witnessing.embedded)
@@ -370,7 +384,7 @@ class Publication:
         cosigned = self.witnessing is None or self.witnessing.cosigned_by_embedded(
             self.checkpoint.size
         )
-        if cosigned and self._failing in (StorageError.code, EmbeddedWitnessUnavailableError.code):
+        if cosigned and self._failing in _CLEARED_BY_A_WRITE:
             log.info("publication resumed at size %d", self.checkpoint.size)
             self._failing = None
 
