@@ -513,7 +513,7 @@ class Publication:
         reasons = []
         failing = self.sequencer.failing
         if failing is not None and failing not in _PUBLICATION_CODES:
-            reasons.append(failing)  # the storage: clears when an append succeeds
+            reasons.append(failing)  # the storage: clears when a write succeeds
         if self._failing is not None:
             reasons.append(self._failing)  # clears when a publication succeeds
         if self.cluster is not None:
