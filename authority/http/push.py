@@ -9,12 +9,15 @@ it reconnects), never waited for. One fan-out task writes to each stream's trans
 waits for it; a stream it has not reached yet when newer notes come gets them all in one
 write (the last ``KEPT_EVENTS``; older ones are skipped), so the fan-out's work per stream
 is bounded however fast notes come, and each stream gets notes in the order published.
+A stream's own state is its connection and a few fields: one keep-alive task writes a
+comment to every stream each ``KEEPALIVE_SECONDS`` (a stream has no timer of its own).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiohttp import HttpVersion11, web
@@ -57,7 +60,7 @@ def _chunk(data: bytes) -> tuple[bytes, bytes]:
 _KEEPALIVE = _chunk(b": keep-alive\n\n")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Stream:
     """One subscriber: its connection, its client address, the count of events it was
     sent (``PushHub.published`` then), and its end."""
@@ -83,6 +86,7 @@ class PushHub:
     """The latest ``KEPT_EVENTS`` events, oldest first."""
     dropped: int = 0
     _fan_out: asyncio.Task[None] | None = None
+    _keep_alive_task: asyncio.Task[None] | None = None
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         """The live streams and the subscribers dropped for falling behind."""
@@ -111,18 +115,37 @@ class PushHub:
             self._fan_out = asyncio.get_running_loop().create_task(self._fan_out_all())
 
     async def _fan_out_all(self) -> None:
-        """Until every stream has the latest event: each behind gets what it misses."""
+        """Until every stream has the latest event: each behind gets what it missed."""
+        framed: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+
+        def missed(stream: _Stream) -> tuple[bytes, bytes]:
+            count = min(self.published - stream.sent, KEPT_EVENTS)
+            stream.sent = self.published
+            if (self.published, count) not in framed:
+                framed[self.published, count] = _chunk(b"".join(self.events[-count:]))
+            return framed[self.published, count]
+
         while behind := [s for s in self.subscribers if s.sent < self.published]:
-            for n, stream in enumerate(behind):
-                if n % FAN_OUT_SLICE == 0:
-                    await asyncio.sleep(0)
-                    framed: dict[int, tuple[bytes, bytes]] = {}  # notes may have come meanwhile
-                if stream in self.subscribers:
-                    missed = min(self.published - stream.sent, KEPT_EVENTS)
-                    if missed not in framed:
-                        framed[missed] = _chunk(b"".join(self.events[-missed:]))
-                    self._send(stream, framed[missed])
-                    stream.sent = self.published
+            framed.clear()
+            await self._write_each(behind, missed)
+
+    async def _keep_alive(self) -> None:
+        """A comment to every stream every ``KEEPALIVE_SECONDS``: proxies keep it open, and
+        a client gone is found."""
+        while True:
+            await asyncio.sleep(KEEPALIVE_SECONDS)
+            await self._write_each(list(self.subscribers), lambda _: _KEEPALIVE)
+
+    async def _write_each(
+        self, streams: list[_Stream], chunk_of: Callable[[_Stream], tuple[bytes, bytes]]
+    ) -> None:
+        """``chunk_of`` each of ``streams`` still subscribed, written to it, ``FAN_OUT_SLICE``
+        streams between two yields to the loop."""
+        for n, stream in enumerate(streams):
+            if n % FAN_OUT_SLICE == 0:
+                await asyncio.sleep(0)
+            if stream in self.subscribers:
+                self._send(stream, chunk_of(stream))
 
     def _send(self, stream: _Stream, chunk: tuple[bytes, bytes]) -> None:
         """Write ``chunk`` to ``stream``, or end a stream that is gone or fell behind."""
@@ -141,8 +164,9 @@ class PushHub:
             stream.ended.set_result(None)
 
     def close(self) -> None:
-        if self._fan_out is not None:
-            self._fan_out.cancel()
+        for task in (self._fan_out, self._keep_alive_task):
+            if task is not None:
+                task.cancel()
         for stream in list(self.subscribers):
             self._drop(stream)
 
@@ -173,15 +197,12 @@ class PushHub:
             lost.add_done_callback(lambda _: self._drop(stream, behind=False))
         self.subscribers.add(stream)
         self.by_address[address] += 1
+        if self._keep_alive_task is None:
+            self._keep_alive_task = asyncio.get_running_loop().create_task(self._keep_alive())
         try:
             if self.events:
                 self._send(stream, _chunk(self.events[-1]))
-            while stream in self.subscribers:
-                try:
-                    async with asyncio.timeout(KEEPALIVE_SECONDS):
-                        await asyncio.shield(stream.ended)
-                except TimeoutError:
-                    self._send(stream, _KEEPALIVE)
+            await stream.ended
         finally:
             self.subscribers.discard(stream)
             self.by_address[address] -= 1
