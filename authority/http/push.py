@@ -74,13 +74,12 @@ class _Stream:
 
 @dataclass
 class PushHub:
-    """The set of live subscribers and the latest message."""
+    """The set of live subscribers and the latest events."""
 
     max_subscribers: int = 10_000
     max_per_address: int = 100
     subscribers: set[_Stream] = field(default_factory=set)
     by_address: Counter[str] = field(default_factory=Counter)
-    latest: bytes | None = None
     published: int = 0
     events: list[bytes] = field(default_factory=list)
     """The latest ``KEPT_EVENTS`` events, oldest first."""
@@ -106,11 +105,11 @@ class PushHub:
     def publish(self, note: bytes) -> None:
         """Offer a new note to every subscriber by the fan-out task (a stream that starts
         later sends it itself), without ever waiting for one."""
-        if note == self.latest:
+        event = sse_event(note)
+        if self.events and event == self.events[-1]:
             return
-        self.latest = note
         self.published += 1
-        self.events = [*self.events[1 - KEPT_EVENTS :], sse_event(note)]
+        self.events = [*self.events[1 - KEPT_EVENTS :], event]
         if self.subscribers and (self._fan_out is None or self._fan_out.done()):
             self._fan_out = asyncio.get_running_loop().create_task(self._fan_out_all())
 
