@@ -55,6 +55,10 @@ FIXTURES = Path("/tmp/deplog-follower-fixtures")
 Clock = Callable[[], float]
 
 
+UNTHROTTLED = ["--entries-mb-per-address", "0"]
+"""The follower is measured, not the authority's share of pages for one address."""
+
+
 def tool_of(sequence: int) -> str:
     return f"tool:org.bench/t{sequence % TOOLS}"
 
@@ -121,7 +125,8 @@ def fixture(root: Path, entries: int) -> tuple[AuthorityProcess, Signer]:
         publisher = build_fast(authority, entries)
         print(f"built a log of {entries + 1} entries in {time.perf_counter() - started:.0f} s")
         done.write_text(publisher.skey())
-    return AuthorityProcess(directory / "authority"), Signer.parse(done.read_text().strip())
+    authority = AuthorityProcess(directory / "authority", extra_args=UNTHROTTLED)
+    return authority, Signer.parse(done.read_text().strip())
 
 
 def verify_rate(publisher: Signer, n: int = 20_000, clock: Clock = time.perf_counter) -> float:
@@ -245,7 +250,7 @@ def main() -> None:
         measure_rss(args.fixtures, args.rss)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        authority = AuthorityProcess(Path(tmp) / "authority")
+        authority = AuthorityProcess(Path(tmp) / "authority", extra_args=UNTHROTTLED)
         authority.init()
         started = time.perf_counter()
         publisher = build(authority, args.entries)

@@ -10,8 +10,9 @@ probes ``/healthz`` every 50 ms on a fresh connection. The hostile phase adds, f
 process, 1,100 connections from 127.0.0.2 that send a request's headers a byte a second
 (reconnecting whenever closed), and from another a client at 127.0.0.3 that loops over
 ``GET /v1/entries`` of every large notice, reading each answer whole. Reported: appends/s
-and ``/healthz`` p50/p99 per phase, the ratio of appends (goal: at least 0.5), connections
-refused, the authority's RSS.
+and ``/healthz`` p50/p99 per phase with the load average, the ratio of appends (goal: at
+least 0.5; with ``--rounds N``, the phases N times over and the median ratio, as a machine
+shared with other work drifts), connections refused, the authority's RSS.
 
 ``push``: a real authority with its defaults; subscribers from a child process, 100 per
 client address (127.0.1.x), reading their streams. At 0, 1,000 and 10,000 subscribers, 40
@@ -25,9 +26,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import multiprocessing
 import shlex
 import socket
+import statistics
 import sys
 import tempfile
 import threading
@@ -252,11 +255,9 @@ def hostile_part(args: argparse.Namespace, tmp: Path) -> None:
 
         asyncio.run(log_large())
         end = args.large + len(publishers)  # the registrations, then the large notices
-        quiet = phase(authority, publishers, next_seq, args.seconds, None, multiprocessing.Event())
-        stop = multiprocessing.Event()
         pages = multiprocessing.Value("i", 0)
 
-        def start_hostile() -> list[multiprocessing.Process]:
+        def start_hostile(stop: Any) -> list[multiprocessing.Process]:
             children = [
                 multiprocessing.Process(
                     target=slowloris, args=(authority.url, 1100, "127.0.0.2", stop)
@@ -269,15 +270,26 @@ def hostile_part(args: argparse.Namespace, tmp: Path) -> None:
                 child.start()
             return children
 
-        loud = phase(authority, publishers, next_seq, args.seconds, start_hostile, stop)
+        rounds = []
+        for _ in range(args.rounds):
+            quiet = phase(
+                authority, publishers, next_seq, args.seconds, None, multiprocessing.Event()
+            )
+            stop = multiprocessing.Event()
+            hostile = functools.partial(start_hostile, stop)
+            loud = phase(authority, publishers, next_seq, args.seconds, hostile, stop)
+            rounds.append((quiet, loud, Path("/proc/loadavg").read_text().split()[0]))
         refused = metric(authority.url, "deplog_connections_refused_total")
     finally:
         authority.stop()
     print(f"hostile: {args.seconds:g} s a phase, {args.large} large notices, open files 1024")
-    for name in quiet:
-        print(f"  {name:16} quiet {quiet[name]:9.1f}   hostile {loud[name]:9.1f}")
-    ratio = loud["appends/s"] / quiet["appends/s"]
-    print(f"  appends hostile/quiet {ratio:.2f}; entries pages read {pages.value}; ", end="")
+    for quiet, loud, load in rounds:
+        print(f"  round, load {load}:")
+        for name in quiet:
+            print(f"    {name:16} quiet {quiet[name]:9.1f}   hostile {loud[name]:9.1f}")
+    ratios = sorted(loud["appends/s"] / quiet["appends/s"] for quiet, loud, _ in rounds)
+    print(f"  appends hostile/quiet {statistics.median(ratios):.2f} (median of ", end="")
+    print(f"{', '.join(f'{r:.2f}' for r in ratios)}); entries pages read {pages.value}; ", end="")
     print(f"connections refused {refused:g}")
     printed = authority.output.read_text()
     print(
@@ -344,6 +356,7 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", default=["hostile", "push"])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--large", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=1, help="quiet then hostile, N times")
     parser.add_argument("--subscribers", type=int, nargs="+", default=[0, 1000, 10000])
     parser.add_argument("--authority-args", default="")
     args = parser.parse_args()

@@ -27,7 +27,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_follower import build, publish
+from bench.bench_follower import UNTHROTTLED, build, publish
 from deplog.client.follow.follower import Follower
 from deplog.client.follow.http import HttpLogSource
 from deplog.client.follow.source import LogSource, fetch_page
@@ -139,7 +139,7 @@ def main() -> None:
     order = ("json", "tiles") if args.json_first else ("tiles", "json")
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        authority = AuthorityProcess(tmp / "authority")
+        authority = AuthorityProcess(tmp / "authority", extra_args=UNTHROTTLED)
         authority.init()
         started = time.perf_counter()
         publisher, last = build(authority, args.entries)

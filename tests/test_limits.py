@@ -44,6 +44,16 @@ def test_check_takes_nothing(clock: Clock) -> None:
         limiter.check("a")
 
 
+def test_a_charge_of_many_tokens_is_waited_for_and_its_unused_part_given_back(
+    clock: Clock,
+) -> None:
+    limiter = RateLimiter(Rate(100, 400), "rate_limited", clock=clock)
+    limiter.charge("a", 400)
+    assert limiter.delay("a", 400) == 4.0
+    limiter.charge("a", -100)
+    assert limiter.delay("a", 400) == 3.0
+
+
 def test_a_zero_rate_disables_the_limit(clock: Clock) -> None:
     limiter = RateLimiter(Rate(0, 1), "rate_limited", clock=clock)
     for _ in range(1000):

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
 
-from deplog.authority.http.push import FAN_OUT_SLICE, PushHub
+from deplog.authority.http import push
+from deplog.authority.http.push import FAN_OUT_SLICE, KEPT_EVENTS, PushHub
 
 STREAMS = 2 * FAN_OUT_SLICE + 10
 
@@ -67,3 +69,41 @@ async def test_publish_returns_before_any_stream_is_written_and_every_one_gets_t
     finally:
         for sock in clients:
             sock.close()
+
+
+async def test_notes_faster_than_the_fan_out_reach_a_stream_in_order_the_latest_kept_only(
+    served: tuple[PushHub, int],
+) -> None:
+    hub, port = served
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+    sock.setblocking(False)
+    try:
+        while not hub.subscribers:
+            await asyncio.sleep(0.01)
+        for n in range(KEPT_EVENTS + 4):  # all before the fan-out task first runs
+            hub.publish(b"origin\n%d\nroot\n" % n)
+        assert hub._fan_out is not None
+        await hub._fan_out
+        await asyncio.sleep(0.1)
+        numbers = re.findall(rb"data: (\d+)\n", pending(sock))
+        assert numbers == [b"%d" % n for n in range(4, KEPT_EVENTS + 4)]
+    finally:
+        sock.close()
+
+
+async def test_an_idle_stream_gets_a_keep_alive_comment(
+    served: tuple[PushHub, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(push, "KEEPALIVE_SECONDS", 0.05)
+    _, port = served
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+    sock.setblocking(False)
+    try:
+        received = b""
+        while b": keep-alive\n\n" not in received:
+            await asyncio.sleep(0.01)
+            received += pending(sock)
+    finally:
+        sock.close()

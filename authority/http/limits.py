@@ -66,22 +66,26 @@ class RateLimiter:
         tokens, stamp = self._buckets.get(key, (self.limit.burst, now))
         return min(self.limit.burst, tokens + (now - stamp) * self.limit.rate)
 
+    def delay(self, key: str, need: float = 1.0) -> float:
+        """Seconds until ``key`` has ``need`` tokens (0: it has them now)."""
+        if self.limit.rate <= 0:
+            return 0.0
+        return max(0.0, (need - self._tokens(key, self.clock())) / self.limit.rate)
+
     def check(self, key: str) -> None:
         """Refuse (``RateLimitedError``) if ``key`` has no token left; takes none."""
-        if self.limit.rate <= 0:
-            return
-        tokens = self._tokens(key, self.clock())
-        if tokens < 1:
-            raise RateLimitedError(self.code, math.ceil((1 - tokens) / self.limit.rate))
+        if (delay := self.delay(key)) > 0:
+            raise RateLimitedError(self.code, math.ceil(delay))
 
-    def charge(self, key: str) -> None:
-        """Take one token for ``key`` (down to zero at most)."""
+    def charge(self, key: str, cost: float = 1.0) -> None:
+        """Take ``cost`` tokens for ``key`` (down to zero at most; a negative cost gives
+        tokens back)."""
         if self.limit.rate <= 0:
             return
         now = self.clock()
         tokens = self._tokens(key, now)
         self._buckets.pop(key, None)
-        self._buckets[key] = (max(0.0, tokens - 1), now)
+        self._buckets[key] = (max(0.0, tokens - cost), now)
         if len(self._buckets) > self.max_keys:
             self._buckets.popitem(last=False)
 

@@ -4,16 +4,20 @@ A push message is only a hint: it carries the cosigned note, which a follower ve
 like any other, so a dropped or forged message costs nothing but latency. Bounded: at most
 ``max_subscribers`` streams, ``max_per_address`` from one client address, each with at most
 ``MAX_BUFFERED`` bytes unsent; a subscriber that falls behind is dropped (its stream ends,
-it reconnects), never waited for. A note is framed once (an HTTP/1.1 chunk) and written
-to each stream's transport by one fan-out task, ``FAN_OUT_SLICE`` streams between two
-yields to the loop, so a publisher's receipt never waits for it; notes reach each
-subscriber in the order they were published.
+it reconnects), never waited for. One fan-out task writes to each stream's transport,
+``FAN_OUT_SLICE`` streams between two yields to the loop, so a publisher's receipt never
+waits for it; a stream it has not reached yet when newer notes come gets them all in one
+write (the last ``KEPT_EVENTS``; older ones are skipped), so the fan-out's work per stream
+is bounded however fast notes come, and each stream gets notes in the order published.
+A stream's own state is its connection and a few fields: one keep-alive task writes a
+comment to every stream each ``KEEPALIVE_SECONDS`` (a stream has no timer of its own).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiohttp import HttpVersion11, web
@@ -24,8 +28,10 @@ from deplog.authority.http.plumbing import connection_lost
 from deplog.client.errors import DeplogError, ErrorCode
 
 KEEPALIVE_SECONDS = 15.0
-FAN_OUT_SLICE = 256
+FAN_OUT_SLICE = 32
 """Streams written between two yields to the event loop."""
+KEPT_EVENTS = 16
+"""Latest events a stream the fan-out has not reached yet is sent in one write."""
 MAX_BUFFERED = 64 * 1024
 """Bytes a stream may leave unsent before it is dropped as fallen behind."""
 
@@ -54,27 +60,32 @@ def _chunk(data: bytes) -> tuple[bytes, bytes]:
 _KEEPALIVE = _chunk(b": keep-alive\n\n")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Stream:
-    """One subscriber: its connection, its client address, and its end."""
+    """One subscriber: its connection, its client address, the count of events it was
+    sent (``PushHub.published`` then), and its end."""
 
     transport: asyncio.Transport
     chunked: bool
     address: str
+    sent: int
     ended: asyncio.Future[None]
 
 
 @dataclass
 class PushHub:
-    """The set of live subscribers and the latest message."""
+    """The set of live subscribers and the latest events."""
 
     max_subscribers: int = 10_000
     max_per_address: int = 100
     subscribers: set[_Stream] = field(default_factory=set)
     by_address: Counter[str] = field(default_factory=Counter)
-    latest: bytes | None = None
+    published: int = 0
+    events: list[bytes] = field(default_factory=list)
+    """The latest ``KEPT_EVENTS`` events, oldest first."""
     dropped: int = 0
     _fan_out: asyncio.Task[None] | None = None
+    _keep_alive_task: asyncio.Task[None] | None = None
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         """The live streams and the subscribers dropped for falling behind."""
@@ -92,28 +103,48 @@ class PushHub:
         )
 
     def publish(self, note: bytes) -> None:
-        """Offer a new note to every subscriber, in a task of its own (a stream that starts
+        """Offer a new note to every subscriber by the fan-out task (a stream that starts
         later sends it itself), without ever waiting for one."""
-        if note == self.latest:
+        event = sse_event(note)
+        if self.events and event == self.events[-1]:
             return
-        self.latest = note
-        if self.subscribers:
-            offer = self._offer(_chunk(sse_event(note)), list(self.subscribers), self._fan_out)
-            self._fan_out = asyncio.get_running_loop().create_task(offer)
+        self.published += 1
+        self.events = [*self.events[1 - KEPT_EVENTS :], event]
+        if self.subscribers and (self._fan_out is None or self._fan_out.done()):
+            self._fan_out = asyncio.get_running_loop().create_task(self._fan_out_all())
 
-    async def _offer(
-        self,
-        chunk: tuple[bytes, bytes],
-        streams: list[_Stream],
-        previous: asyncio.Task[None] | None,
+    async def _fan_out_all(self) -> None:
+        """Until every stream has the latest event: each behind gets what it missed."""
+        framed: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+
+        def missed(stream: _Stream) -> tuple[bytes, bytes]:
+            count = min(self.published - stream.sent, KEPT_EVENTS)
+            stream.sent = self.published
+            if (self.published, count) not in framed:
+                framed[self.published, count] = _chunk(b"".join(self.events[-count:]))
+            return framed[self.published, count]
+
+        while behind := [s for s in self.subscribers if s.sent < self.published]:
+            framed.clear()
+            await self._write_each(behind, missed)
+
+    async def _keep_alive(self) -> None:
+        """A comment to every stream every ``KEEPALIVE_SECONDS``: proxies keep it open, and
+        a client gone is found."""
+        while True:
+            await asyncio.sleep(KEEPALIVE_SECONDS)
+            await self._write_each(list(self.subscribers), lambda _: _KEEPALIVE)
+
+    async def _write_each(
+        self, streams: list[_Stream], chunk_of: Callable[[_Stream], tuple[bytes, bytes]]
     ) -> None:
-        if previous is not None:
-            await previous
+        """``chunk_of`` each of ``streams`` still subscribed, written to it, ``FAN_OUT_SLICE``
+        streams between two yields to the loop."""
         for n, stream in enumerate(streams):
             if n % FAN_OUT_SLICE == 0:
                 await asyncio.sleep(0)
             if stream in self.subscribers:
-                self._send(stream, chunk)
+                self._send(stream, chunk_of(stream))
 
     def _send(self, stream: _Stream, chunk: tuple[bytes, bytes]) -> None:
         """Write ``chunk`` to ``stream``, or end a stream that is gone or fell behind."""
@@ -132,8 +163,9 @@ class PushHub:
             stream.ended.set_result(None)
 
     def close(self) -> None:
-        if self._fan_out is not None:
-            self._fan_out.cancel()
+        for task in (self._fan_out, self._keep_alive_task):
+            if task is not None:
+                task.cancel()
         for stream in list(self.subscribers):
             self._drop(stream)
 
@@ -157,21 +189,19 @@ class PushHub:
         if not isinstance(transport, asyncio.Transport):
             return response
         chunked = request.version >= HttpVersion11
-        stream = _Stream(transport, chunked, address, asyncio.get_running_loop().create_future())
+        ended = asyncio.get_running_loop().create_future()
+        stream = _Stream(transport, chunked, address, self.published, ended)
         lost = connection_lost(request)
         if lost is not None:  # the slot is freed at once, not at the next keep-alive
             lost.add_done_callback(lambda _: self._drop(stream, behind=False))
         self.subscribers.add(stream)
         self.by_address[address] += 1
+        if self._keep_alive_task is None:
+            self._keep_alive_task = asyncio.get_running_loop().create_task(self._keep_alive())
         try:
-            if self.latest is not None:
-                self._send(stream, _chunk(sse_event(self.latest)))
-            while stream in self.subscribers:
-                try:
-                    async with asyncio.timeout(KEEPALIVE_SECONDS):
-                        await asyncio.shield(stream.ended)
-                except TimeoutError:
-                    self._send(stream, _KEEPALIVE)
+            if self.events:
+                self._send(stream, _chunk(self.events[-1]))
+            await stream.ended
         finally:
             self.subscribers.discard(stream)
             self.by_address[address] -= 1

@@ -21,7 +21,9 @@ Rules, cited by name:
 * **Pages.** ``GET /v1/entries`` answers as many entries as fit in ``--max-page-mb`` (at
   least one; a follower asks again from the next), built on a reader thread, and written in
   slices that the client must read within ``--write-timeout`` or be disconnected; at most
-  ``PAGES_IN_FLIGHT`` pages at once, ``PAGES_PER_ADDRESS`` for one client address.
+  ``PAGES_IN_FLIGHT`` pages at once, ``PAGES_PER_ADDRESS`` for one client address, whose
+  pages wait for its share of ``--entries-mb-per-address`` (a page's worth of bytes is
+  taken before it is built, and what it did not use given back).
 * **Stop.** ``stop`` runs every shutdown step, the publication's included, even when one
   fails.
 """
@@ -143,6 +145,13 @@ class ServerConfig:
     write_timeout: float = option(
         30.0, "seconds a client has to read one GET /v1/entries answer", note="then closed"
     )
+    page_rate: int = option(
+        16 * 1024 * 1024,
+        "bytes of GET /v1/entries answers a second to one client address, 0 = no limit",
+        flag="--entries-mb-per-address",
+        units=MEBIBYTES,
+        note="then pages wait",
+    )
     tiles: bool = option(True, "write the C2SP tlog-tiles directory and serve GET /tile/...")
     tiles_dir: Path | None = option(
         None,
@@ -209,6 +218,8 @@ class _AuthorityState:
         self.pages = asyncio.Semaphore(PAGES_IN_FLIGHT)
         self.pages_by_address: Counter[str] = Counter()
         self.address_limit = RateLimiter(config.address_rate, ErrorCode.RATE_LIMITED)
+        burst = max(2 * config.page_rate, config.max_page_bytes)
+        self.page_budget = RateLimiter(Rate(config.page_rate, burst), ErrorCode.RATE_LIMITED)
         self.publisher_limit = RateLimiter(config.publisher_rate, ErrorCode.PUBLISHER_RATE_LIMITED)
         self.corrupt: str | None = None
         """The storage audit's finding: appends are refused and ``/healthz`` fails."""
@@ -397,11 +408,16 @@ async def _get_entries(request: web.Request) -> web.StreamResponse:
     if state.pages_by_address[address] >= PAGES_PER_ADDRESS:
         raise RateLimitedError(ErrorCode.RATE_LIMITED, 1)
     state.pages_by_address[address] += 1
+    budget, need = state.page_budget, state.config.max_page_bytes
     try:
+        while (delay := budget.delay(address, need)) > 0:
+            await asyncio.sleep(delay)
+        budget.charge(address, need)
         async with state.pages:
             page = await state.readers.read(
                 lambda r: r.entries_page(start, end, state.config.max_page_bytes)
             )
+            budget.charge(address, len(page) - need)
             return await _send(request, page, state.config.write_timeout)
     finally:
         state.pages_by_address[address] -= 1

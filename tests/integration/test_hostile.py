@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gzip
 import json
@@ -243,6 +244,35 @@ async def test_a_client_that_does_not_read_its_page_is_disconnected(
                 while chunk := sock.recv(1 << 20):
                     received += len(chunk)
         assert received < 3 * 1024 * 1024  # the 4 MiB page was cut off
+        quiet(authority_files)
+    finally:
+        authority_files.stop()
+
+
+async def test_a_page_past_its_address_share_waits_while_another_address_is_served(
+    authority_files: AuthorityProcess, publisher, http: aiohttp.ClientSession
+) -> None:
+    # Pages of 100 KiB at most, 10 KiB/s to an address: after one notice of about 45 KB
+    # of base64, the next page to that address waits about 4 s for its share.
+    authority_files.extra_args = ["--max-page-mb", "0.1", "--entries-mb-per-address", "0.01"]
+    authority_files.start()
+    try:
+        await publish_large(http, authority_files.url, publisher, 1)
+        url = authority_files.url + "/v1/entries?start=1&end=2"
+
+        async def status(session: aiohttp.ClientSession) -> int:
+            async with session.get(url) as response:
+                await response.read()
+                return response.status
+
+        assert await status(http) == 200
+        waiting = asyncio.create_task(status(http))
+        await asyncio.sleep(0.5)  # the second page from 127.0.0.1 is asked for
+        connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+        async with aiohttp.ClientSession(connector=connector) as other:
+            assert await status(other) == 200
+        assert not waiting.done()
+        assert await waiting == 200
         quiet(authority_files)
     finally:
         authority_files.stop()
