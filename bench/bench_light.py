@@ -25,7 +25,8 @@ the authority serving it runs as its own process. Per size, in the same run:
 - the full follower's ``deplog follow --once`` from nothing, as ``bench_follower``
   measures it (wall time and whole-process max RSS).
 
-Each row ends with the 1-minute load average when it was measured.
+Measuring starts once the authority's startup storage audit (a read of every leaf) has
+ended. Each row ends with the 1-minute load average when it was measured.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -56,6 +58,7 @@ from deplog.client.map.line import require_map_root
 from deplog.client.map.proof import MapProof, verify_map_proof
 from deplog.client.tlog.note import Signer, Verifier
 from tests.builders import make_envelope
+from tests.integration.harness import AuthorityProcess
 
 HOSTS = {
     "bench": [tool_of(k) for k in range(50)],  # N/1000 notices each: records grow with N
@@ -158,6 +161,14 @@ async def post_fresh(url: str, publisher: Signer) -> None:
                 assert r.status == 201, await r.text()
 
 
+def audited(authority: AuthorityProcess, since: int) -> None:
+    """Wait until the storage audit the authority started with has read every leaf."""
+    deadline = time.monotonic() + 900
+    while not re.search(r" (\d+)/\1 leaves", authority.output.read_text()[since:]):
+        assert time.monotonic() < deadline, "the storage audit did not end"
+        time.sleep(0.5)
+
+
 def light_join(
     url: str, key: str, publisher_file: Path, hosts: str, encoding: str
 ) -> dict[str, Any]:
@@ -194,7 +205,9 @@ def main() -> None:
         authority, publisher = fixture(args.fixtures, entries)
         key_file = args.fixtures / str(entries) / "publisher.key"
         try:
+            since = len(authority.output.read_text()) if authority.output.exists() else 0
             authority.start()  # stopped even if it never answers
+            audited(authority, since)
             key = authority.log_verifier.vkey()
             asyncio.run(post_fresh(authority.url, publisher))
             joins = {
