@@ -58,6 +58,7 @@ from deplog.client.map.line import require_map_root
 from deplog.client.map.proof import MapProof, verify_map_proof
 from deplog.client.tlog.note import Signer, Verifier
 from tests.builders import make_envelope
+from tests.integration import harness
 from tests.integration.harness import AuthorityProcess
 
 HOSTS = {
@@ -190,6 +191,7 @@ def main() -> None:
     parser.add_argument("--no-full", action="store_true", help="skip the full follower")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    harness.STARTUP_TIMEOUT = 600  # an authority opens a 10^6-entry log in about a minute
     if args.child:
         url, key, publisher_file, hosts, encoding = args.child
         publisher = Signer.parse(Path(publisher_file).read_text().strip())
