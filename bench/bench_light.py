@@ -11,17 +11,22 @@ the authority serving it runs as its own process. Per size, in the same run:
 
 - the light join, in a child process: one checkpoint, then the binary map proofs of 50
   tools (8 at a time), all verified; the 50 are ``bench`` tools (N/1000 notices each,
-  so their records grow with the log) or ``fresh`` ones (one notice each, posted
-  first); its wall time, the bytes it fetched (header lines, from aiohttp's trace
-  hooks, and bodies by their Content-Length, which the authority always sends) and its
+  so their records grow with the log) or ``fresh`` ones (a handful each: every run
+  posts one more to each first), the realistic host; its wall time, the bytes it
+  fetched (header lines, from aiohttp's trace hooks, and bodies by their
+  Content-Length, which the authority always sends) and its
   peak RSS above the RSS it had once its imports were done (``VmHWM`` and ``VmRSS``,
-  /proc/self/status);
+  /proc/self/status); run twice, asking for compressed answers (aiohttp's default) and
+  for ``identity``: the bytes of both are printed, the rest from the first;
 - a refresh after one new notice: the checkpoint and one consistency proof (time and
   bytes), then re-proving the 50 tools at the new checkpoint, median of 5;
 - verifying one proof (binary parse, path to the map root, record decode), median of
   the 50 proofs each verified 200 times;
 - the full follower's ``deplog follow --once`` from nothing, as ``bench_follower``
   measures it (wall time and whole-process max RSS).
+
+Measuring starts once the authority's startup storage audit (a read of every leaf) has
+ended. Each row ends with the 1-minute load average when it was measured.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import re
 import statistics
 import subprocess
 import sys
@@ -51,10 +58,12 @@ from deplog.client.map.line import require_map_root
 from deplog.client.map.proof import MapProof, verify_map_proof
 from deplog.client.tlog.note import Signer, Verifier
 from tests.builders import make_envelope
+from tests.integration import harness
+from tests.integration.harness import AuthorityProcess
 
 HOSTS = {
     "bench": [tool_of(k) for k in range(50)],  # N/1000 notices each: records grow with N
-    "fresh": [f"tool:org.bench/host{k}" for k in range(50)],  # one notice each
+    "fresh": [f"tool:org.bench/host{k}" for k in range(50)],  # a notice more each run
 }
 
 
@@ -69,11 +78,12 @@ def status_kib(field: str) -> int:
 class Counted:
     """An aiohttp session whose responses' bytes (header lines and body) are counted."""
 
-    def __init__(self) -> None:
+    def __init__(self, encoding: str) -> None:
         self.bytes = 0
         trace = aiohttp.TraceConfig()
         trace.on_request_end.append(self._end)
-        self.session = aiohttp.ClientSession(trace_configs=[trace])
+        headers = {} if encoding == "compressed" else {"Accept-Encoding": encoding}
+        self.session = aiohttp.ClientSession(trace_configs=[trace], headers=headers)
 
     async def _end(self, session: Any, context: Any, params: Any) -> None:
         response = params.response
@@ -85,10 +95,12 @@ class Counted:
         return counted
 
 
-async def child(url: str, key: str, publisher: Signer, tools: list[str]) -> dict[str, Any]:
+async def child(
+    url: str, key: str, publisher: Signer, tools: list[str], encoding: str
+) -> dict[str, Any]:
     """The light join, then refreshes, in this (fresh) process: what ``main`` prints."""
     base_rss = status_kib("VmRSS")
-    counted = Counted()
+    counted = Counted(encoding)
     source = HttpLogSource(url, session=counted.session)
     light = LightVerifier(source, Verifier.parse(key))
     started = time.perf_counter()
@@ -150,10 +162,20 @@ async def post_fresh(url: str, publisher: Signer) -> None:
                 assert r.status == 201, await r.text()
 
 
-def light_join(url: str, key: str, publisher_file: Path, hosts: str) -> dict[str, Any]:
+def audited(authority: AuthorityProcess, since: int) -> None:
+    """Wait until the storage audit the authority started with has read every leaf."""
+    deadline = time.monotonic() + 900
+    while not re.search(r" (\d+)/\1 leaves", authority.output.read_text()[since:]):
+        assert time.monotonic() < deadline, "the storage audit did not end"
+        time.sleep(0.5)
+
+
+def light_join(
+    url: str, key: str, publisher_file: Path, hosts: str, encoding: str
+) -> dict[str, Any]:
     """``child`` in a fresh process, so its memory is its own."""
     out = subprocess.run(
-        [sys.executable, __file__, "--child", url, key, str(publisher_file), hosts],
+        [sys.executable, __file__, "--child", url, key, str(publisher_file), hosts, encoding],
         check=True,
         capture_output=True,
         text=True,
@@ -167,46 +189,66 @@ def main() -> None:
     parser.add_argument("sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--fixtures", type=Path, default=FIXTURES)
     parser.add_argument("--no-full", action="store_true", help="skip the full follower")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    harness.STARTUP_TIMEOUT = 600  # an authority opens a 10^6-entry log in about a minute
     if args.child:
-        url, key, publisher_file, hosts = args.child
+        url, key, publisher_file, hosts, encoding = args.child
         publisher = Signer.parse(Path(publisher_file).read_text().strip())
-        print(json.dumps(asyncio.run(child(url, key, publisher, HOSTS[hosts]))))
+        print(json.dumps(asyncio.run(child(url, key, publisher, HOSTS[hosts], encoding))))
         return
     print(
-        "| notices | host tools | light join | bytes | RSS above imports | refresh | bytes "
-        "| re-prove 50 | bytes | proof | verify/proof | full follow | full max RSS |"
+        "| notices | host tools | light join | bytes (identity) | RSS above imports | refresh "
+        "| bytes (identity) | re-prove 50 | bytes (identity) | proof | verify/proof "
+        "| full follow | full max RSS | load |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for entries in args.sizes:
         authority, publisher = fixture(args.fixtures, entries)
         key_file = args.fixtures / str(entries) / "publisher.key"
         try:
+            since = len(authority.output.read_text()) if authority.output.exists() else 0
             authority.start()  # stopped even if it never answers
+            audited(authority, since)
             key = authority.log_verifier.vkey()
             asyncio.run(post_fresh(authority.url, publisher))
-            joins = {hosts: light_join(authority.url, key, key_file, hosts) for hosts in HOSTS}
+            joins = {
+                hosts: [
+                    light_join(authority.url, key, key_file, hosts, encoding)
+                    for encoding in ("compressed", "identity")
+                ]
+                for hosts in HOSTS
+            }
             seconds = rss = float("nan")
             if not args.no_full:
                 with tempfile.TemporaryDirectory() as tmp:
                     seconds, _, rss = follow_once(authority, Path(tmp) / "state.db")
         finally:
             authority.stop()
-        for hosts, light in joins.items():
-            print_row(entries, hosts, light, seconds, rss)
+        for hosts, (light, identity) in joins.items():
+            print_row(entries, hosts, light, identity, seconds, rss)
 
 
-def print_row(entries: int, hosts: str, light: dict[str, Any], seconds: float, rss: float) -> None:
-    """One line of the table."""
+def print_row(
+    entries: int,
+    hosts: str,
+    light: dict[str, Any],
+    identity: dict[str, Any],
+    seconds: float,
+    rss: float,
+) -> None:
+    """One line of the table: ``light``'s figures, and ``identity``'s bytes beside them."""
+
+    def kib(name: str) -> str:
+        return f"{light[name] / 1024:.1f} ({identity[name] / 1024:.1f}) KiB"
+
     print(
-        f"| {entries:,} | {hosts} | {1000 * light['join_s']:.0f} ms"
-        f" | {light['join_bytes'] / 1024:.1f} KiB"
+        f"| {entries:,} | {hosts} | {1000 * light['join_s']:.0f} ms | {kib('join_bytes')}"
         f" | {light['rss_above_kib'] / 1024:.1f} MiB"
-        f" | {1000 * light['refresh_s']:.1f} ms | {light['refresh_bytes'] / 1024:.1f} KiB"
-        f" | {1000 * light['reproof_s']:.0f} ms | {light['reproof_bytes'] / 1024:.1f} KiB"
+        f" | {1000 * light['refresh_s']:.1f} ms | {kib('refresh_bytes')}"
+        f" | {1000 * light['reproof_s']:.0f} ms | {kib('reproof_bytes')}"
         f" | {light['proof_bytes']:.0f} B | {light['verify_proof_us']:.0f} µs"
-        f" | {seconds:.1f} s | {rss:.0f} MiB |",
+        f" | {seconds:.1f} s | {rss:.0f} MiB | {os.getloadavg()[0]:.1f} |",
         flush=True,
     )
 

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from deplog.authority.http.server import COMPRESS_ABOVE
 from deplog.client.cache.guard import Guard, Verdict
 from deplog.client.cli.main import main
 from deplog.client.follow.follower import Follower
@@ -220,6 +221,31 @@ async def test_proofs_are_kept_until_the_checkpoint_moves(served: Served) -> Non
     assert await light.refresh()
     await light.prepare([SEARCH])
     assert source.requests == asked + 3  # checkpoint, consistency proof, the proof again
+
+
+async def proof_answer(served: Served, tool: str, encoding: str) -> tuple[Any, bytes]:
+    """The headers and decoded body of ``tool``'s binary map proof, asked with ``encoding``."""
+    path = f"/v1/tools/{tool}/proof?format=binary"
+    response = await served.log.client.get(path, headers={"Accept-Encoding": encoding})
+    return response.headers, await response.read()
+
+
+async def test_a_map_proof_over_512_bytes_travels_compressed_and_decodes_to_the_same_bytes(
+    served: Served,
+) -> None:
+    for minor in range(20):
+        assert await served.post(SEARCH, affected={"versions": [f"1.{minor}.0"]}) == 201
+    plain_headers, plain = await proof_answer(served, SEARCH, "identity")
+    headers, body = await proof_answer(served, SEARCH, "gzip, deflate")
+    assert len(plain) > COMPRESS_ABOVE and "Content-Encoding" not in plain_headers
+    assert headers["Content-Encoding"] in ("gzip", "deflate") and body == plain
+    assert int(headers["Content-Length"]) < len(plain) and headers["Vary"] == "Accept-Encoding"
+
+
+async def test_a_map_proof_of_512_bytes_or_less_travels_as_is(served: Served) -> None:
+    await served.post(SEARCH)
+    headers, body = await proof_answer(served, SEARCH, "gzip, deflate")
+    assert len(body) <= COMPRESS_ABOVE and "Content-Encoding" not in headers
 
 
 class LyingProofs(HttpLogSource):

@@ -24,6 +24,8 @@ Rules, cited by name:
   ``PAGES_IN_FLIGHT`` pages at once, ``PAGES_PER_ADDRESS`` for one client address, whose
   pages wait for its share of ``--entries-mb-per-address`` (a page's worth of bytes is
   taken before it is built, and what it did not use given back).
+* **Compression.** A proof's answer (inclusion, consistency, map) over ``COMPRESS_ABOVE``
+  bytes is compressed when the client accepts it; clients bound its decoded bytes.
 * **Stop.** ``stop`` runs every shutdown step, the publication's included, even when one
   fails.
 """
@@ -91,6 +93,8 @@ PAGES_IN_FLIGHT = 32
 """Entries pages built or being written at once (*Pages*); more wait."""
 PAGES_PER_ADDRESS = 4
 """Entries pages one client address has in flight at most; more is ``429 rate_limited``."""
+COMPRESS_ABOVE = 512
+"""Bytes over which a proof's answer is compressed: a shorter one saves less than the header."""
 _WRITE_SLICE = 64 * 1024
 _TILE_TYPE = "application/octet-stream"
 _MAP_PROOF_BINARY = "application/octet-stream"
@@ -381,7 +385,7 @@ async def _get_inclusion(request: web.Request) -> web.Response:
         raise RequestError(ErrorCode.OUT_OF_RANGE, "index must be below size")
     _published(state, size)
     proof = await state.readers.read(lambda r: r.inclusion(index, size))
-    return web.json_response(proof.to_json())
+    return _compressed(web.json_response(proof.to_json()))
 
 
 async def _get_consistency(request: web.Request) -> web.Response:
@@ -391,7 +395,7 @@ async def _get_consistency(request: web.Request) -> web.Response:
         raise RequestError(ErrorCode.OUT_OF_RANGE, "old must not exceed new")
     _published(state, new)
     proof = await state.readers.read(lambda r: r.consistency(old, new))
-    return web.json_response(proof.to_json())
+    return _compressed(web.json_response(proof.to_json()))
 
 
 async def _get_entries(request: web.Request) -> web.StreamResponse:
@@ -477,9 +481,18 @@ async def _get_tool_proof(request: web.Request) -> web.Response:
     note, proof = await state.publication.map_proof(tool_id)
     headers = {"Deplog-Checkpoint-Size": str(state.publication.checkpoint.size)}
     if binary:
-        return web.Response(body=proof.to_binary(), content_type=_MAP_PROOF_BINARY, headers=headers)
-    document = MapProofDocument(note, tool_id, proof)
-    return web.Response(body=document.encode(), content_type=_JSON, headers=headers)
+        body, content_type = proof.to_binary(), _MAP_PROOF_BINARY
+    else:
+        body, content_type = MapProofDocument(note, tool_id, proof).encode(), _JSON
+    return _compressed(web.Response(body=body, content_type=content_type, headers=headers))
+
+
+def _compressed(response: web.Response) -> web.Response:
+    """``response``, compressed if it is a long one (*Compression*); caches keep each coding."""
+    if (response.content_length or 0) > COMPRESS_ABOVE:
+        response.headers[hdrs.VARY] = hdrs.ACCEPT_ENCODING
+        response.enable_compression()
+    return response
 
 
 async def _get_publishers(request: web.Request) -> web.Response:

@@ -1,13 +1,14 @@
 """An authority stand-in on 127.0.0.1 whose answers a test scripts.
 
 A real aiohttp application with the authority's read routes (``/checkpoint``,
-``/v1/proofs/consistency``, ``/v1/entries``, ``/v1/checkpoints/stream``). By
+``/v1/proofs/consistency``, ``/v1/entries``, ``/v1/checkpoints/stream``, one tool's
+map proof). By
 default the first three answer from a ``LogSource`` in the authority's wire
 format, so serving an honest source (an authority ``Log`` read in-process)
 makes it an honest authority and serving a ``MemoryLogSource`` over chosen
 leaves makes it a lying one. A test can then replace one answer (a
 checkpoint, a proof, a rewritten page) or a route's whole response (``Raw``,
-the only thing the stream route ever serves).
+the only thing the stream and map proof routes ever serve).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from aiohttp.web import ContentCoding
 
 from deplog.client.follow.source import LogSource, MemoryLogSource
 from deplog.client.tlog.checkpoint import Checkpoint, sign_checkpoint
@@ -27,6 +29,8 @@ from deplog.client.tlog.proofs import ConsistencyProof, leaf_hash, root_from_lea
 from tests.builders import unused_port
 
 STREAM = "/v1/checkpoints/stream"
+MAP_PROOF_OF = "tool:org.acme/search"
+MAP_PROOF = f"/v1/tools/{MAP_PROOF_OF}/proof"
 
 
 def signed_log(signer: Signer, leaves: list[bytes]) -> MemoryLogSource:
@@ -50,7 +54,8 @@ def unreachable_url() -> str:
 class Raw:
     """A whole response served verbatim.
 
-    ``chunked`` leaves out its Content-Length; ``declared_length`` announces a
+    ``headers`` are added; ``chunked`` leaves out its Content-Length; ``gzip`` encodes it;
+    ``declared_length`` announces a
     Content-Length of that many bytes but sends only ``body`` (a client that
     trusts its bound never asks for the rest); ``delay`` stalls before answering.
     """
@@ -58,6 +63,8 @@ class Raw:
     body: bytes
     status: int = 200
     chunked: bool = False
+    gzip: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
     declared_length: int | None = None
     delay: float = 0.0
 
@@ -70,9 +77,11 @@ class Raw:
             await streamed.prepare(request)
             await streamed.write(self.body)
             return streamed
-        response = web.Response(status=self.status, body=self.body)
+        response = web.Response(status=self.status, body=self.body, headers=self.headers)
         if self.chunked:
             response.enable_chunked_encoding()
+        if self.gzip:
+            response.enable_compression(ContentCoding.gzip)
         return response
 
 
@@ -106,7 +115,8 @@ class ScriptedAuthority:
         app.router.add_get("/checkpoint", self._checkpoint)
         app.router.add_get("/v1/proofs/consistency", self._consistency)
         app.router.add_get("/v1/entries", self._entries)
-        app.router.add_get(STREAM, self._stream)
+        app.router.add_get(STREAM, self._scripted)
+        app.router.add_get(MAP_PROOF, self._scripted)
         return app
 
     def _source(self) -> LogSource:
@@ -143,9 +153,9 @@ class ScriptedAuthority:
         encoded = [base64.b64encode(leaf).decode() for leaf in leaves]
         return web.json_response({"start": start, "entries": encoded})
 
-    async def _stream(self, request: web.Request) -> web.StreamResponse:
+    async def _scripted(self, request: web.Request) -> web.StreamResponse:
         raw = await self._raw(request)
-        assert raw is not None, "script the stream with raw[STREAM]"
+        assert raw is not None, "script this route with raw[path]"
         return raw
 
 

@@ -17,6 +17,9 @@ with the settings ``docs/contextforge.md`` makes mandatory:
   gateway runs) or unusable, and decides as soon as a state appears, without a
   restart. "Unusable" is a directory where the file should be, and a file that is
   not an SQLite database: CI runs as root, for whom ``chmod 000`` hides nothing;
+* with ``url`` and ``log_key`` instead of ``state``, the plugin decides with a light
+  verifier of the authority: a tool past its sunset is blocked once pushed, a good one
+  passes, and an authority it cannot reach blocks every guarded call ``DEPLOG_NOT_SYNCED``;
 * a plugin that cannot load (a bad ``config:`` block) keeps the gateway from
   starting with ``PLUGINS_FAIL_ON_PLUGIN_ERROR=true``, and does not with the
   ``plugin_settings`` key of the config file, which the gateway ignores.
@@ -41,7 +44,7 @@ import pytest
 
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, unused_port
-from tests.integration.harness import ORIGIN, AuthorityProcess
+from tests.integration.harness import JSON, ORIGIN, AuthorityProcess
 from tests.integration.test_mcp_stacks import wait_for_port
 
 pytestmark = pytest.mark.slow  # the ContextForge gateway in its own venv
@@ -79,15 +82,17 @@ PUSH_BOUND = 10.0  # catches a block that never came; how fast is a figure, prin
 LOOK_BOUND = 10.0  # a state that appears, or vanishes, is seen within a second; slack for CI
 
 
-def plugin_config(state: Path, **settings: Any) -> str:
+def plugin_config(state: Path | None, **settings: Any) -> str:
     """The gateway's plugins/config.yaml: deplog on tool_pre_invoke, mandatory (JSON is
-    YAML); ``settings`` go into the plugin's ``config:`` block, or beside ``plugins``
-    for ``plugin_settings``."""
+    YAML); ``settings`` go into the plugin's ``config:`` block (with no ``state``, a
+    light verifier's ``url`` and ``log_key``), or beside ``plugins`` for
+    ``plugin_settings``."""
     config: dict[str, Any] = {
-        "state": str(state),
         "freshness_seconds": 300,
         "tools": {"search": {"tool_id": "tool:org.acme/search", "version": "1.0.0"}},
     }
+    if state is not None:
+        config["state"] = str(state)
     plugin_settings = settings.pop("plugin_settings", None)
     config.update(settings)
     deplog = {
@@ -432,3 +437,65 @@ async def test_the_config_file_s_fail_on_plugin_error_is_ignored_by_the_gateway(
         served = text(await call(http, gateway.url, gateway.token, tools["search"]))
         assert "results for q" in served
         assert gateway.lines("Failed to load plugin deplog")
+
+
+# -- a light verifier instead of a state ------------------------------------------------
+
+LIGHT_TOOLS = {
+    "search": {"tool_id": "tool:org.acme/search", "version": "1.0.0"},
+    "fetch": {"tool_id": "tool:org.acme/fetch", "version": "2.0.0"},
+}
+
+
+async def test_a_light_plugin_refuses_a_tool_past_its_sunset_and_passes_a_good_one(
+    authority: AuthorityProcess,
+    publisher: Signer,
+    http: aiohttp.ClientSession,
+    tool_server: str,
+    tmp_path: Path,
+) -> None:
+    """No state file: the plugin's light verifier proves each tool's map record at the
+    authority's checkpoint, and the push stream tells it of the deprecation."""
+    key = authority.log_verifier.vkey()
+    plugins = plugin_config(None, url=authority.url, log_key=key, tools=LIGHT_TOOLS)
+    with running(tmp_path, plugins) as gateway:
+        tools = await register(http, gateway.url, gateway.token, tool_server)
+        served = text(await call(http, gateway.url, gateway.token, tools["search"]))
+        assert "results for q" in served and "DEPLOG" not in served
+
+        body = make_envelope(
+            publisher, 1, sunset_at="2026-01-02T00:00:00Z", reasons=["superseded"]
+        ).canonical_bytes()
+        async with http.post(authority.url + "/v1/notices", data=body, headers=JSON) as response:
+            assert response.status == 201
+        refused = await blocked_until(http, gateway, tools["search"], "DEPLOG_SUNSET")
+        assert "results for q" not in refused
+        assert "(verdict refuse, reason sunset, log indexes 1)." in refused
+        fetched = text(await call(http, gateway.url, gateway.token, tools["fetch"], url="u"))
+        assert "fetched u" in fetched and "DEPLOG" not in fetched
+        loaded = gateway.lines("deplog plugin loaded")
+        assert len(loaded) == 1 and f"with the light verifier of {authority.url}" in loaded[0]
+        assert not gateway.lines("Traceback")
+
+
+async def test_a_light_plugin_whose_authority_is_unreachable_blocks_every_guarded_call(
+    authority: AuthorityProcess,
+    http: aiohttp.ClientSession,
+    tool_server: str,
+    tmp_path: Path,
+) -> None:
+    """Fail closed: nothing verified is ``DEPLOG_NOT_SYNCED``, naming what to check."""
+    nowhere = f"http://127.0.0.1:{unused_port()}"
+    key = authority.log_verifier.vkey()
+    plugins = plugin_config(None, url=nowhere, log_key=key, tools=LIGHT_TOOLS)
+    with running(tmp_path, plugins) as gateway:
+        tools = await register(http, gateway.url, gateway.token, tool_server)
+        for name, arguments in [("search", {"query": "q"}), ("fetch", {"url": "u"})] * 2:
+            answer = await call(http, gateway.url, gateway.token, tools[name], **arguments)
+            refused = text(answer)
+            assert "DEPLOG_NOT_SYNCED" in refused and "results for" not in refused
+            assert "fetched" not in refused
+            assert f"the light verifier of {nowhere} has verified no checkpoint" in refused
+        other = await call(http, gateway.url, gateway.token, tools["echo"], text="unguarded")
+        assert "unguarded" in text(other) and "DEPLOG" not in text(other)
+        assert not gateway.lines("Traceback")

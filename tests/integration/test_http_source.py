@@ -22,6 +22,7 @@ from deplog.authority.http.push import sse_event
 from deplog.client.follow.http import (
     MAX_CHECKPOINT_BYTES,
     MAX_EVENT_BYTES,
+    MAX_MAP_PROOF_BYTES,
     MAX_PAGE_BYTES,
     MAX_PROOF_BYTES,
     HttpLogSource,
@@ -31,6 +32,8 @@ from deplog.client.model.entries import MAX_ENTRY_BYTES
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.proofs import ConsistencyProof, consistency_path, leaf_hash
 from tests.integration.scripted_authority import (
+    MAP_PROOF,
+    MAP_PROOF_OF,
     STREAM,
     Raw,
     ScriptedAuthority,
@@ -112,10 +115,11 @@ BOUNDED = [
         proof_padded_to,
         lambda source: source.consistency(2, 5),
     ),
+    (MAP_PROOF, MAX_MAP_PROOF_BYTES, lambda size: b"x" * size, lambda s: s.map_proof(MAP_PROOF_OF)),
 ]
 
 
-@pytest.mark.parametrize("chunked", [False, True], ids=["with-length", "chunked"])
+@pytest.mark.parametrize("framing", ["with-length", "chunked", "gzip"])
 @pytest.mark.parametrize(
     ("route", "bound", "body", "ask"), BOUNDED, ids=[route for route, *_ in BOUNDED]
 )
@@ -126,11 +130,14 @@ async def test_a_body_at_its_bound_is_read_and_one_byte_more_is_refused(
     bound: int,
     body: Callable[[int], bytes],
     ask: Callable[[HttpLogSource], Awaitable[object]],
-    chunked: bool,
+    framing: str,
 ) -> None:
-    server.raw[route] = Raw(body(bound), chunked=chunked)
+    """Its decoded bytes are bounded: a gzip-encoded body of a few bytes decodes past it."""
+    chunked, gzip = framing == "chunked", framing == "gzip"
+    sized = {"Deplog-Checkpoint-Size": "5"}  # a map proof names its checkpoint's size
+    server.raw[route] = Raw(body(bound), chunked=chunked, gzip=gzip, headers=sized)
     await ask(source)
-    server.raw[route] = Raw(body(bound + 1), chunked=chunked)
+    server.raw[route] = Raw(body(bound + 1), chunked=chunked, gzip=gzip, headers=sized)
     assert await refusal(ask(source)) == "response_too_large"
 
 
