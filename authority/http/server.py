@@ -15,7 +15,8 @@ Rules, cited by name:
   up to the served checkpoint's. A tile from bytes has a digest of them as ETag (the
   same on every process), and ``If-None-Match`` answered 304.
 * **Health.** ``/healthz``: 200 ``ok``; 503 ``degraded`` with the ``reasons`` of
-  ``Publication.health``; 503 ``storage_corrupt`` once the background storage audit found a
+  ``Publication.health``, and in both what the process can still do (``can``,
+  ``Publication.abilities``); 503 ``storage_corrupt`` once the background storage audit found a
   problem (appends are refused from then on). Entries of the log that fail validation are
   reported beside the status (``invalid_entries``): the log serves on.
 * **Pages.** ``GET /v1/entries`` answers as many entries as fit in ``--max-page-mb`` (at
