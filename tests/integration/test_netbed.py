@@ -43,12 +43,13 @@ DELAY = 0.02
 RESUME_BOUND = 30.0
 """Seconds within which appends must resume after a kill (each append is dozens of round
 trips to the database: BENCHMARKS.md has the figures)."""
-STALL_BOUND = 2.0
-"""Seconds the others may go without a 201 while the round lock's holder is frozen, beyond
-the longest wait between two 201s before any fault (``quiet_gap``)."""
+FREEZE = 8.0
+"""Seconds the round lock's holder stays frozen: fenced by PostgreSQL after a second, it
+must not hold the others' 201s back until it thaws (each 201 is about 50 round trips, so
+the wait around a freeze is the gap between 201s plus the fence plus a round: BENCHMARKS.md)."""
 SAID_BOUND = 6.0
 """Seconds a cut-off front-end may take to say so on ``/healthz``."""
-OK_BOUND = 10.0
+OK_BOUND = 15.0
 """Seconds after the heal within which it says ``ok`` again, out of the rotation (no append
 comes to clear its reasons)."""
 
@@ -72,7 +73,9 @@ def test_the_campaign_across_hosts_loses_nothing_and_every_cut_off_front_end_say
     bed.run(front_ends.start)
     try:
         load, note, leaves, cuts = bed.run(
-            lambda: asyncio.run(run_net_campaign(bed, front_ends, signers, NetCampaign()))
+            lambda: asyncio.run(
+                run_net_campaign(bed, front_ends, signers, NetCampaign(freeze_seconds=FREEZE))
+            )
         )
     finally:
         bed.run(front_ends.stop)
@@ -88,7 +91,7 @@ def test_the_campaign_across_hosts_loses_nothing_and_every_cut_off_front_end_say
     )
     assert verdict is None, verdict
     assert load.unexpected == []
-    assert max(stalls(load)) < quiet_gap(load) + STALL_BOUND
+    assert max(stalls(load)) < FREEZE
     one, everyone = cuts
     assert all(said is not None and said < SAID_BOUND for cut in cuts for said in cut.said_degraded)
     assert all(said is not None and said < OK_BOUND for cut in cuts for said in cut.said_ok)
