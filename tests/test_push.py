@@ -29,7 +29,9 @@ async def served() -> AsyncIterator[tuple[PushHub, int]]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
+    keep_alive = asyncio.create_task(hub.keep_alive())  # the server's supervisor runs it
     yield hub, port
+    keep_alive.cancel()
     hub.close()
     await runner.cleanup()
 

@@ -9,8 +9,9 @@ it reconnects), never waited for. One fan-out task writes to each stream's trans
 waits for it; a stream it has not reached yet when newer notes come gets them all in one
 write (the last ``KEPT_EVENTS``; older ones are skipped), so the fan-out's work per stream
 is bounded however fast notes come, and each stream gets notes in the order published.
-A stream's own state is its connection and a few fields: one keep-alive task writes a
-comment to every stream each ``KEEPALIVE_SECONDS`` (a stream has no timer of its own).
+A stream's own state is its connection and a few fields: one keep-alive loop
+(``keep_alive``, run by the server's supervisor) writes a comment to every stream each
+``KEEPALIVE_SECONDS`` (a stream has no timer of its own).
 """
 
 from __future__ import annotations
@@ -85,7 +86,6 @@ class PushHub:
     """The latest ``KEPT_EVENTS`` events, oldest first."""
     dropped: int = 0
     _fan_out: asyncio.Task[None] | None = None
-    _keep_alive_task: asyncio.Task[None] | None = None
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         """The live streams and the subscribers dropped for falling behind."""
@@ -128,9 +128,9 @@ class PushHub:
             framed.clear()
             await self._write_each(behind, missed)
 
-    async def _keep_alive(self) -> None:
+    async def keep_alive(self) -> None:
         """A comment to every stream every ``KEEPALIVE_SECONDS``: proxies keep it open, and
-        a client gone is found."""
+        a client gone is found (a supervised background task of the server's)."""
         while True:
             await asyncio.sleep(KEEPALIVE_SECONDS)
             await self._write_each(list(self.subscribers), lambda _: _KEEPALIVE)
@@ -163,9 +163,8 @@ class PushHub:
             stream.ended.set_result(None)
 
     def close(self) -> None:
-        for task in (self._fan_out, self._keep_alive_task):
-            if task is not None:
-                task.cancel()
+        if self._fan_out is not None:
+            self._fan_out.cancel()
         for stream in list(self.subscribers):
             self._drop(stream)
 
@@ -196,8 +195,6 @@ class PushHub:
             lost.add_done_callback(lambda _: self._drop(stream, behind=False))
         self.subscribers.add(stream)
         self.by_address[address] += 1
-        if self._keep_alive_task is None:
-            self._keep_alive_task = asyncio.get_running_loop().create_task(self._keep_alive())
         try:
             if self.events:
                 self._send(stream, _chunk(self.events[-1]))

@@ -246,6 +246,7 @@ class _AuthorityState:
     async def start(self) -> None:
         await self.publication.start()
         self.supervisor.spawn("storage_audit", self._audit_storage)
+        self.supervisor.spawn("push_keep_alive", self.push.keep_alive)
 
     async def _audit_storage(self) -> None:
         problem = await audit.audit_in_process(self.database)
