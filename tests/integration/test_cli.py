@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.integration.attached_faults import needs_strace
 from tests.integration.harness import AuthorityProcess, deplog
 
 # Real authority processes; SQLite, and serve --db postgresql://.
@@ -209,7 +209,7 @@ def test_walkthrough_step_7_a_cache_hands_on_the_proof_of_its_verdict(
     assert " proven (present) by the map " in audited.stdout
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+@needs_strace
 def test_keygen_killed_while_writing_the_key_leaves_no_partial_key(tmp_path: Path) -> None:
     """SIGKILL at the key's first write (``strace -e inject``): no key rather than a
     partial one, and nothing of it readable by others."""
