@@ -12,9 +12,12 @@ Rules, cited by name:
   finds an admitted entry invalid.
 * **Idempotent.** An identical resubmission is answered with the logged entry, never
   logged twice.
-* **One root per size.** A checkpoint is signed after the commit, over committed leaves
-  only, inserted unless its size has one, and read back: the stored root is the only one
-  served (``stored_root_mismatch``). It is persisted before anyone sees it.
+* **One root per size.** A batch signs its checkpoint in the transaction that appends its
+  leaves, in the log's order, where its size is new: it is inserted with them (a size that
+  has one fails the batch) and commits with them or not at all. Any other checkpoint is
+  signed after the commit, over committed leaves only, inserted unless its size has one,
+  and read back: the stored root is the only one served (``stored_root_mismatch``). A
+  checkpoint is persisted before anyone sees it.
 * **Registry.** The registry snapshot is saved in the transaction of the publisher entry
   that changed it, and checked against the leaves at every start (``replay.py``:
   *Registry from the leaves*).
@@ -432,7 +435,19 @@ class Log:
             store.insert_notices(self.conn, rows)
             self._fold_map(start, [notice for _, _, notice in created])
             self._end_write()
+            signed = self._sign_new_size() if created else None
+        if signed is not None:
+            self.published = signed
         return results
+
+    def _sign_new_size(self) -> store.StoredCheckpoint:
+        """Sign the size this write appended, in its transaction (*One root per size*)."""
+        assert self._map_at is not None and self._map_at[0] == self.tree.size
+        size, root = self.tree.size, self.tree.current_root()
+        extensions = (map_line(self._map_at[1]),)
+        note = sign_checkpoint(Checkpoint(self.origin, size, root, extensions), self.signer)
+        store.insert_checkpoint(self.conn, size, root, note, now_timestamp())
+        return store.StoredCheckpoint(size, root, note)
 
     def _prepare(self, envelope: Envelope) -> _Prepared:
         """Outside the lock: the leaf, its digest, its decoding and authorization."""
@@ -534,6 +549,8 @@ class Log:
                 self.conn, self.tree.size, json.dumps(registry.to_json(), sort_keys=True)
             )
             self._end_write()
+            signed = self._sign_new_size()
+        self.published = signed
         self.registry = registry
         self._registry_size = self.tree.size
         return index

@@ -272,14 +272,15 @@ class Publication:
                     await self._learn(*row)
                     if self.checkpoint.size >= checkpoint.size:
                         return
-                latest = await self._latest_signed()
+                latest = round_.latest
                 if latest is None or latest.size < checkpoint.size:
                     raise StorageError()
+                self._verified(latest)
                 note = latest.note
                 if self.witnessing is not None:
                     await self.witnessing.witness_new(latest)
                     note = self.witnessing.note_for(latest)
-                await round_.save(latest.size, note)
+                round_.save(latest.size, note)
         except self.cluster.errors as err:
             log.warning("publication round failed: %s", type(err).__name__)
             raise StorageError() from None
@@ -420,9 +421,7 @@ class Publication:
                         with contextlib.suppress(DeplogError):
                             self.witnessing.remember(self.checkpoint, row[1])
                     if self.witnessing.cosigned_by_embedded(self.checkpoint.size):
-                        await round_.save(
-                            self.checkpoint.size, self.witnessing.note_for(self.checkpoint)
-                        )
+                        round_.save(self.checkpoint.size, self.witnessing.note_for(self.checkpoint))
             except self.cluster.errors as err:
                 log.warning("sharing cosignatures failed: %s", type(err).__name__)
                 return

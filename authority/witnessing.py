@@ -303,7 +303,7 @@ class Witnessing:
                 witness.cosigned_size = max(witness.cosigned_size or 0, progress.size)
             done = await self._cosign(witness, checkpoint)
             if done:
-                await progress.cosigned(checkpoint.size)
+                progress.cosigned(checkpoint.size)
             return done
 
     async def _cosign(self, witness: WitnessTrack, checkpoint: StoredCheckpoint) -> bool:

@@ -56,7 +56,7 @@ async def test_rounds_of_two_processes_never_overlap_and_the_second_sees_the_fir
         waiting = asyncio.create_task(second_round())
         await asyncio.sleep(SETTLE)
         assert not waiting.done()  # the lock is the first process's until it commits
-        await round_.save(5, b"note of 5\n")
+        round_.save(5, b"note of 5\n")
     await asyncio.wait_for(waiting, 10)
     assert seen == [(5, b"note of 5\n")]
 
@@ -66,9 +66,9 @@ async def test_a_saved_row_never_moves_to_a_smaller_size(
 ) -> None:
     first, second = processes
     async with first.round() as round_:
-        await round_.save(7, b"seven\n")
+        round_.save(7, b"seven\n")
     async with second.round() as round_:
-        await round_.save(6, b"six\n")  # a late round: silently not applied
+        round_.save(6, b"six\n")  # a late round: silently not applied
     assert await first.published() == (7, b"seven\n")
 
 
@@ -81,7 +81,7 @@ async def test_a_killed_process_round_frees_the_lock_at_once(
 
     async def stuck_round() -> None:
         async with first.round() as round_:
-            await round_.save(3, b"three\n")  # never committed
+            round_.save(3, b"three\n")  # never committed
             entered.set()
             await hold.wait()
 
@@ -138,7 +138,7 @@ async def test_a_live_round_longer_than_the_idle_bound_commits(
     first, second = processes
     async with first.round() as round_:
         await asyncio.sleep(3 * IDLE)
-        await round_.save(9, b"nine\n")
+        round_.save(9, b"nine\n")
     assert await second.published() == (9, b"nine\n")
 
 
@@ -148,10 +148,10 @@ async def test_witness_progress_is_shared_and_only_grows(
     first, second = processes
     async with first.witness("w1") as progress:
         assert progress.size is None
-        await progress.cosigned(10)
+        progress.cosigned(10)
     async with second.witness("w1") as progress:
         assert progress.size == 10  # what another process got it to cosign
-        await progress.cosigned(4)  # a stale success never lowers it
+        progress.cosigned(4)  # a stale success never lowers it
     async with first.witness("w1") as progress:
         assert progress.size == 10
     async with first.witness("w2") as progress:
@@ -172,7 +172,7 @@ async def test_requests_to_one_witness_are_serialized_across_processes(
         waiting = asyncio.create_task(second_request())
         await asyncio.sleep(SETTLE)
         order.append("first")
-        await progress.cosigned(8)
+        progress.cosigned(8)
     await asyncio.wait_for(waiting, 10)
     assert order == ["first", "second from 8"]
 
@@ -195,7 +195,7 @@ async def test_a_saved_row_wakes_every_listening_process(
         while calls == 0:
             await asyncio.sleep(0.01)
         async with first.round() as round_:
-            await round_.save(2, b"two\n")
+            round_.save(2, b"two\n")
         await asyncio.wait_for(woken.wait(), 5)
     finally:
         listening.cancel()

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from deplog.authority.log import Log
+from deplog.authority.storage import store
 from deplog.authority.storage.errors import StorageError
 from deplog.client.map.line import require_map_root
 from deplog.client.map.verifiable import VerifiableMap
@@ -142,13 +143,25 @@ def test_checkpoints_and_leaves_survive_reopening(
     assert reopened.sequence([make_envelope(publisher, 2)])[0].index == 2
 
 
-def test_leaves_committed_without_a_checkpoint_are_covered_on_open(
+def test_a_batch_commits_its_checkpoint_with_its_leaves(
     db_path: str, log: Log, log_signer: Signer, publisher: Signer
 ) -> None:
-    """A crash between the leaves' commit and the checkpoint's loses nothing."""
+    """No crash falls between the leaves' commit and their checkpoint's: one transaction."""
     log.admit_notices([make_envelope(publisher, 1)])
-    assert log.published is not None and log.published.size == 1
+    assert log.published is not None and log.published.size == 2
+    assert store.checkpoint_at(log.conn, 2) == log.published
+
+
+def test_leaves_committed_without_a_checkpoint_are_covered_on_open(
+    backend: Backend, db_path: str, log: Log, log_signer: Signer, publisher: Signer
+) -> None:
+    """Leaves an older version committed before a crash, without their checkpoint, get one."""
+    log.admit_notices([make_envelope(publisher, 1)])
     log.close()
+    backend.alter(
+        "DELETE FROM checkpoints WHERE size = 2",
+        "ALTER TABLE checkpoints DISABLE TRIGGER USER;DELETE FROM checkpoints WHERE size = 2",
+    )
     reopened = Log(db_path, log_signer, ORIGIN)
     assert reopened.published is not None and reopened.published.size == 2
 

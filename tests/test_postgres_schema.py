@@ -6,9 +6,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from deplog.authority.log import Log
 from deplog.authority.storage import schema_postgres, store
@@ -16,6 +19,7 @@ from deplog.authority.storage.backends import open_database
 from deplog.authority.storage.errors import StorageError
 from deplog.authority.storage.postgres import PostgresDatabase
 from deplog.client.errors import CLIError
+from deplog.client.plumbing.dbapi import Connection, write
 from deplog.client.tlog.note import Signer
 from tests.builders import make_envelope, register
 from tests.conftest import migrated
@@ -260,47 +264,98 @@ def _terminate_writers(url: str) -> None:
         )
 
 
-def test_a_connection_lost_between_commit_and_signing_is_a_storage_error_then_recovers(
+def test_a_connection_lost_in_the_batch_transaction_is_a_storage_error_then_recovers(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The batch committed, the checkpoint is not signed yet: 503, never a raw driver
-    error (the sequencer would log it as a bug); the resubmission finds the notice."""
+    """Lost after the checkpoint is signed, before the commit: 503, never a raw driver error
+    (the sequencer would log it as a bug), and nothing of the batch stays; the resubmission
+    logs the notice under a checkpoint of its own."""
     url = migrated(pg_url)
     log = Log(url, Signer.generate(ORIGIN), ORIGIN)
     publisher = Signer.generate("acme")
     register(log, publisher)
-    read_checkpoint = store.checkpoint_at
+    insert_checkpoint = store.insert_checkpoint
 
-    def lose_the_connection_first(conn: object, size: int) -> object:
-        monkeypatch.setattr(store, "checkpoint_at", read_checkpoint)
+    def lose_the_connection_first(conn: Connection, *row: Any) -> None:
+        monkeypatch.setattr(store, "insert_checkpoint", insert_checkpoint)
         _terminate_writers(url)
-        return read_checkpoint(conn, size)  # type: ignore[arg-type]
+        insert_checkpoint(conn, *row)
 
-    monkeypatch.setattr(store, "checkpoint_at", lose_the_connection_first)
+    monkeypatch.setattr(store, "insert_checkpoint", lose_the_connection_first)
     envelope = make_envelope(publisher, 1)  # once: a second one may carry a later issued_at
     with pytest.raises(StorageError):
         log.sequence([envelope])
     [result] = log.sequence([envelope])
-    assert (result.index, result.created) == (1, False)
+    assert (result.index, result.created) == (1, True)
     assert result.checkpoint is not None and result.checkpoint.size == 2
     log.close()
 
 
-@pytest.mark.parametrize("last", ["execute", "executemany"])
+@pytest.fixture
+def kept(pg_url: str) -> Iterator[Connection]:
+    """A connection of the adapter, and a table ``kept`` to write to."""
+    conn = PostgresDatabase(pg_url).connect()
+    conn.execute("CREATE TABLE kept (t TEXT, b BYTEA, n BIGINT)")
+    yield conn
+    conn.close()
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    text=st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00")),
+    data=st.binary(max_size=300),
+    number=st.integers(-(2**63), 2**63 - 1),
+)
+def test_a_deferred_write_stores_its_parameters_exactly(
+    kept: Connection, text: str, data: bytes, number: int
+) -> None:
+    """Rule 7 quotes parameters as literals: every text, byte string and integer survives."""
+    write(kept, "BEGIN")
+    write(kept, "INSERT INTO kept (t, b, n) VALUES (?, ?, ?)", (text, data, number))
+    row = kept.execute("SELECT t, b, n FROM kept").fetchone()
+    kept.execute("ROLLBACK")
+    assert (row[0], bytes(row[1]), row[2]) == (text, data, number)
+
+
+def test_a_rollback_drops_the_deferred_writes(kept: Connection) -> None:
+    write(kept, "BEGIN")
+    write(kept, "INSERT INTO kept (n) VALUES (?)", (1,))
+    kept.execute("ROLLBACK")
+    assert not kept.in_transaction
+    assert kept.execute("SELECT count(*) FROM kept").fetchone() == (0,)
+
+
+def test_a_failing_deferred_write_fails_the_read_it_goes_with_and_what_follows_it(
+    kept: Connection,
+) -> None:
+    write(kept, "BEGIN")
+    write(kept, "INSERT INTO missing (n) VALUES (?)", (1,))
+    write(kept, "INSERT INTO kept (n) VALUES (?)", (2,))
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        kept.execute("SELECT count(*) FROM kept")
+    kept.execute("ROLLBACK")
+    assert kept.execute("SELECT count(*) FROM kept").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("last", ["execute", "executemany", "deferred"])
 def test_a_transaction_left_idle_after_any_statement_ends_at_the_idle_timeout(
     pg_url: str, last: str
 ) -> None:
-    """Rule 5 of authority/storage/postgres.py: a writer frozen after a pipelined
-    ``executemany`` loses its transaction (and the log's order) like after any other."""
+    """Rules 5 and 7 of authority/storage/postgres.py: a writer frozen after a pipelined
+    ``executemany``, or after deferred writes went with a read, loses its transaction (and
+    the log's order) like after any other."""
     conn = PostgresDatabase(pg_url).connect()
     try:
         conn.execute("SET idle_in_transaction_session_timeout = '1s'")
         conn.execute("CREATE TABLE frozen (a integer)")
-        conn.execute("BEGIN")
+        write(conn, "BEGIN")
         if last == "execute":
             conn.execute("INSERT INTO frozen VALUES (?)", (1,))
-        else:
+        elif last == "executemany":
             conn.executemany("INSERT INTO frozen VALUES (?)", [(1,), (2,)])
+        else:
+            write(conn, "INSERT INTO frozen VALUES (?)", (1,))
+            assert conn.execute("SELECT count(*) FROM frozen").fetchone() == (1,)
         time.sleep(2)
         with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
             conn.execute("SELECT 1")

@@ -23,6 +23,12 @@ Rules:
    processes' rounds wait about ``IDLE`` for a frozen one. A fenced round can still have
    saved only a published note no smaller than the row's (rule 1, the row's trigger),
    and it signs nothing: checkpoints are signed by the log, one root per size.
+6. A transaction is two round trips besides what its body waits for: ``BEGIN`` with its
+   opening statements (locks, then reads, each statement seeing what the lock let through),
+   and its deferred writes with ``COMMIT``, each one simple query, so the server answers
+   ready for a query after it and rule 5's timeout is armed (a pipeline would leave it
+   disarmed: psycopg follows its sync with a flush). A round also reads the latest signed
+   checkpoint as it opens.
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from deplog.authority.storage.store import StoredCheckpoint
 from deplog.client.plumbing.dbapi import Connection
 from deplog.client.plumbing.waiting import wait_until
 
@@ -73,22 +80,42 @@ SCHEMA = (
 """The table of rule 2 (``Cluster.prepare`` creates it if missing)."""
 
 
+Row = tuple[object, ...]
+Statement = tuple[str, tuple[object, ...]]
+"""A statement and its parameters (``%s`` placeholders)."""
+
+
+@dataclass
+class Transaction:
+    """One transaction of this module: the rows its opening statements returned, and the
+    writes it defers to its commit (rule 6)."""
+
+    conn: psycopg.AsyncConnection[Row]
+    opened: list[list[Row]]
+    deferred: list[Statement] = field(default_factory=list)
+
+
 @dataclass
 class Round:
-    """One publication round (rule 1): the ``published`` row as the lock found it."""
+    """One publication round (rule 1): the ``published`` row as the lock found it, and the
+    latest checkpoint signed then."""
 
-    conn: psycopg.AsyncConnection[tuple[object, ...]]
+    transaction: Transaction
     published: tuple[int, bytes] | None
+    latest: StoredCheckpoint | None
 
-    async def save(self, size: int, note: bytes) -> None:
-        """Replace the published note (never by a smaller size) and notify, with the round."""
-        await self.conn.execute(
-            "INSERT INTO published (id, size, note) VALUES (1, %s, %s) "
-            "ON CONFLICT (id) DO UPDATE SET size = excluded.size, note = excluded.note "
-            "WHERE excluded.size >= published.size",
-            (size, note),
-        )
-        await self.conn.execute("SELECT pg_notify(%s, %s)", (PUBLISHED_CHANNEL, str(size)))
+    def save(self, size: int, note: bytes) -> None:
+        """Replace the published note (never by a smaller size) and notify, with the round's
+        commit."""
+        self.transaction.deferred += [
+            (
+                "INSERT INTO published (id, size, note) VALUES (1, %s, %s) "
+                "ON CONFLICT (id) DO UPDATE SET size = excluded.size, note = excluded.note "
+                "WHERE excluded.size >= published.size",
+                (size, note),
+            ),
+            ("SELECT pg_notify(%s, %s)", (PUBLISHED_CHANNEL, str(size))),
+        ]
         self.published = (size, note)
 
 
@@ -96,34 +123,52 @@ class Round:
 class WitnessProgress:
     """One witness's row of ``witness_progress`` while its lock is held (rule 2)."""
 
-    conn: psycopg.AsyncConnection[tuple[object, ...]]
+    transaction: Transaction
     name: str
     size: int | None
 
-    async def cosigned(self, size: int) -> None:
+    def cosigned(self, size: int) -> None:
+        """The witness cosigned ``size``: the row grows with the request's commit."""
         if self.size is not None and size <= self.size:
             return  # a refresh, or a stale success: nothing to raise
-        await self.conn.execute(
-            "INSERT INTO witness_progress (witness, size) VALUES (%s, %s) "
-            "ON CONFLICT (witness) DO UPDATE "
-            "SET size = GREATEST(witness_progress.size, excluded.size)",
-            (self.name, size),
+        self.transaction.deferred.append(
+            (
+                "INSERT INTO witness_progress (witness, size) VALUES (%s, %s) "
+                "ON CONFLICT (witness) DO UPDATE "
+                "SET size = GREATEST(witness_progress.size, excluded.size)",
+                (self.name, size),
+            )
         )
         self.size = size if self.size is None else max(self.size, size)
+
+
+async def _script(
+    conn: psycopg.AsyncConnection[Row], statements: list[Statement]
+) -> list[list[Row]]:
+    """``statements`` as one simple query, their parameters quoted by psycopg (rule 6); the
+    rows of each statement that returns rows, in order."""
+    quoting = psycopg.AsyncClientCursor(conn)
+    text = "; ".join(quoting.mogrify(sql, params) if params else sql for sql, params in statements)
+    cursor = await conn.execute(text, prepare=False)
+    rows: list[list[Row]] = []
+    while True:
+        if cursor.description is not None:
+            rows.append(await cursor.fetchall())
+        if not cursor.nextset():
+            return rows
 
 
 class _Connection:
     """One lazily opened connection, closed after any failure and opened again on next use."""
 
-    def __init__(self, cluster: Cluster, autocommit: bool) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.autocommit = autocommit
-        self.conn: psycopg.AsyncConnection[tuple[object, ...]] | None = None
+        self.conn: psycopg.AsyncConnection[Row] | None = None
 
-    async def get(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
+    async def get(self) -> psycopg.AsyncConnection[Row]:
         if self.conn is None or self.conn.closed:
             self.conn = await psycopg.AsyncConnection.connect(
-                self.cluster.conninfo, autocommit=self.autocommit
+                self.cluster.conninfo, autocommit=True
             )
         return self.conn
 
@@ -134,20 +179,32 @@ class _Connection:
             self.conn = None
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[object, ...]]]:
-        """A transaction; a failed or interrupted one closes the connection (rule 4), and one
-        the server dropped since its last use (a restart) is made again, once."""
+    async def transaction(self, *opening: Statement) -> AsyncIterator[Transaction]:
+        """A transaction begun with ``opening`` and committed with what it deferred, a round
+        trip each (rule 6); a failed or interrupted one closes the connection (rule 4), and
+        one the server dropped since its last use (a restart) is made again, once."""
+        begin = [("BEGIN", ()), *opening]
         try:
-            async with contextlib.AsyncExitStack() as stack:
+            conn = await self.get()
+            try:
+                opened = await _script(conn, begin)
+            except psycopg.OperationalError:
+                await self.close()
                 conn = await self.get()
+                opened = await _script(conn, begin)
+            transaction = Transaction(conn, opened)
+            try:
+                async with _heartbeat(conn):
+                    yield transaction
+            except psycopg.Error:
+                raise
+            except Exception:  # the body refused: nothing of it stays
                 try:
-                    await stack.enter_async_context(conn.transaction())
-                except psycopg.OperationalError:
+                    await conn.execute("ROLLBACK")
+                except psycopg.Error:
                     await self.close()
-                    conn = await self.get()
-                    await stack.enter_async_context(conn.transaction())
-                await stack.enter_async_context(_heartbeat(conn))
-                yield conn
+                raise
+            await _script(conn, [*transaction.deferred, ("COMMIT", ())])
         except (psycopg.Error, asyncio.CancelledError):
             await self.close()
             raise
@@ -200,17 +257,16 @@ class Cluster:
     ) -> None:
         self.conninfo = _conninfo_with_bounds(conninfo, round_timeout)
         self.poll_interval = poll_interval
-        self._round = _Connection(self, autocommit=False)
-        self._reads = _Connection(self, autocommit=True)
+        self._round = _Connection(self)
+        self._reads = _Connection(self)
         self._witnesses: dict[str, _Connection] = {}
-        self._listener = _Connection(self, autocommit=True)
+        self._listener = _Connection(self)
 
     async def prepare(self) -> None:
         """Create this module's table if it is missing, under a lock."""
-        async with self._round.transaction() as conn:
-            await conn.execute("SELECT pg_advisory_xact_lock(%s, 1)", (ROUND_LOCK,))
-            for statement in SCHEMA:
-                await conn.execute(statement)
+        lock = ("SELECT pg_advisory_xact_lock(%s, 1)", (ROUND_LOCK,))
+        async with self._round.transaction(lock, *((sql, ()) for sql in SCHEMA)):
+            pass
 
     async def close(self) -> None:
         for conn in (self._round, self._reads, self._listener, *self._witnesses.values()):
@@ -219,15 +275,23 @@ class Cluster:
     @contextlib.asynccontextmanager
     async def round(self) -> AsyncIterator[Round]:
         """Rule 1; the caller serializes its own rounds (one connection)."""
-        async with self._round.transaction() as conn:
-            await conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (ROUND_LOCK,))
-            yield Round(conn, await _published(conn))
+        async with self._round.transaction(
+            ("SELECT pg_advisory_xact_lock(%s, 0)", (ROUND_LOCK,)),
+            (PUBLISHED, ()),
+            ("SELECT size, root, note FROM checkpoints ORDER BY size DESC LIMIT 1", ()),
+        ) as transaction:
+            _, published, latest = transaction.opened
+            yield Round(
+                transaction,
+                _published_row(published),
+                StoredCheckpoint(*_ints_and_bytes(latest[0])) if latest else None,
+            )
 
     async def published(self) -> tuple[int, bytes] | None:
         """The ``published`` row now (size, note), or None before the first publication."""
         try:
             conn = await self._reads.get()
-            return await _published(conn)
+            return _published_row(await (await conn.execute(PUBLISHED)).fetchall())
         except BaseException:
             await self._reads.close()
             raise
@@ -235,16 +299,15 @@ class Cluster:
     @contextlib.asynccontextmanager
     async def witness(self, name: str) -> AsyncIterator[WitnessProgress]:
         """Rule 2, for one request to the witness ``name``; the caller serializes its own."""
-        connection = self._witnesses.setdefault(name, _Connection(self, autocommit=False))
-        async with connection.transaction() as conn:
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (WITNESS_LOCK, name)
-            )
-            await conn.execute("SET LOCAL synchronous_commit = off")  # a hint: rule 2
-            row = await (
-                await conn.execute("SELECT size FROM witness_progress WHERE witness = %s", (name,))
-            ).fetchone()
-            yield WitnessProgress(conn, name, None if row is None else int(str(row[0])))
+        connection = self._witnesses.setdefault(name, _Connection(self))
+        async with connection.transaction(
+            ("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (WITNESS_LOCK, name)),
+            ("SET LOCAL synchronous_commit = off", ()),  # a hint: rule 2
+            ("SELECT size FROM witness_progress WHERE witness = %s", (name,)),
+        ) as transaction:
+            rows = transaction.opened[-1]
+            size = int(str(rows[0][0])) if rows else None
+            yield WitnessProgress(transaction, name, size)
 
     async def listen(
         self, published: Callable[[], None], signed: Callable[[], None] = lambda: None
@@ -263,14 +326,21 @@ class Cluster:
             await self._listener.close()
 
 
-async def _published(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> tuple[int, bytes] | None:
-    cursor = await conn.execute("SELECT size, note FROM published WHERE id = 1")
-    row = await cursor.fetchone()
-    if row is None:
+PUBLISHED = "SELECT size, note FROM published WHERE id = 1"
+
+
+def _published_row(rows: list[Row]) -> tuple[int, bytes] | None:
+    if not rows:
         return None
-    size, note = row
+    size, note = rows[0]
     assert isinstance(size, int) and isinstance(note, bytes)
     return size, note
+
+
+def _ints_and_bytes(row: Row) -> tuple[int, bytes, bytes]:
+    size, root, note = row
+    assert isinstance(size, int) and isinstance(root, bytes) and isinstance(note, bytes)
+    return size, root, note
 
 
 def announce_signed(conn: Connection, size: int) -> None:

@@ -19,6 +19,12 @@ Rules:
      3.3, PostgreSQL 15), so a process frozen after a pipeline still loses the order.
   6. A URL is named without its password (:func:`_redact_url`), and reaches a child process
      in its environment, never its argv.
+  7. Deferred writes (``dbapi.write``): inside a transaction, a statement whose result
+     nobody reads waits, and goes with the next statement that is read (or ``COMMIT``) in
+     one simple query, its parameters quoted by psycopg: one round trip for all, and one
+     answer of ready for a query, which keeps rule 5 (a pipeline would not: psycopg follows
+     its sync with a flush). The first failing statement ends the query and fails the
+     transaction. ``ROLLBACK`` drops what waits.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from deplog.authority.storage import schema_postgres
 from deplog.authority.storage.cluster import CONNECTING, Cluster
 from deplog.authority.storage.database import Database, WitnessStore, unavailable
 from deplog.client.errors import CLIError
-from deplog.client.plumbing.dbapi import Connection, Cursor
+from deplog.client.plumbing.dbapi import Connection, Cursor, write
 
 SESSION = {
     "lock_timeout": "10s",
@@ -61,25 +67,52 @@ class _PgConnection:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.raw = conn
+        self._deferred: list[tuple[str, tuple[Any, ...]]] = []
 
     def execute(self, sql: str, parameters: Any = (), /) -> Cursor:
-        params = tuple(parameters)
+        if sql == "ROLLBACK":
+            self._deferred.clear()
+        if self._deferred:  # rule 7
+            script = [*self._deferred, (sql, tuple(parameters))]
+            self._deferred = []
+            cursor = self.raw.execute("; ".join(self._inline(*s) for s in script), prepare=False)
+            while cursor.nextset():  # to the last statement's result
+                pass
+            return cursor
+        return self._send(sql, tuple(parameters))
+
+    def _send(self, sql: str, params: tuple[Any, ...]) -> Cursor:
         if not params:  # psycopg sends a statement without parameters as it is
             return self.raw.execute(sql)
         cursor: Cursor = self.raw.execute(_translate(sql), params)
         return cursor
 
+    def _inline(self, sql: str, params: tuple[Any, ...]) -> str:
+        """``sql`` with its parameters as literals, quoted by psycopg (rule 7)."""
+        if not params:
+            return sql
+        return psycopg.ClientCursor(self.raw).mogrify(_translate(sql), params)
+
+    def defer(self, sql: str, parameters: Any = (), /) -> None:
+        """Rule 7: a ``BEGIN``, or a statement in a transaction, waits for the next read."""
+        if sql == "BEGIN" or self.in_transaction:
+            self._deferred.append((sql, tuple(parameters)))
+        else:
+            self.execute(sql, parameters)
+
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> None:
         rows = [tuple(row) for row in parameters]
         if not rows:
             return
+        if self._deferred:
+            self.execute("SELECT 1")  # what waits goes first (rule 7)
         with self.raw.cursor() as cursor:
             cursor.executemany(_translate(sql), rows)
         self.raw.execute("SELECT 1")  # rule 5
 
     @property
     def in_transaction(self) -> bool:
-        return self.raw.info.transaction_status != pq.TransactionStatus.IDLE
+        return bool(self._deferred) or self.raw.info.transaction_status != pq.TransactionStatus.IDLE
 
     @property
     def broken(self) -> bool:
@@ -87,6 +120,7 @@ class _PgConnection:
         return self.raw.closed or self.raw.broken
 
     def close(self) -> None:
+        self._deferred.clear()
         self.raw.close()
 
 
@@ -156,18 +190,18 @@ class PostgresDatabase(Database):
         schema_postgres.require_current(conn, self.describe())
 
     def begin_write(self, conn: Connection) -> int | None:
-        conn.execute("BEGIN")
+        write(conn, "BEGIN")
         row = conn.execute(schema_postgres.TAKE_ORDER).fetchone()
         return int(row[0])
 
     def begin_unordered(self, conn: Connection) -> None:
-        conn.execute("BEGIN")
+        write(conn, "BEGIN")
 
     def begin_read(self, conn: Connection) -> None:
         conn.execute(SNAPSHOT)
 
     def set_head(self, conn: Connection, size: int) -> None:
-        conn.execute(schema_postgres.MOVE_HEAD, (size,))
+        write(conn, schema_postgres.MOVE_HEAD, (size,))
 
     def broken(self, conn: Connection) -> bool:
         pg: _PgConnection = conn  # type: ignore[assignment]

@@ -68,8 +68,9 @@ class LogReader:
     def inclusion(self, index: int, size: int) -> InclusionProof:
         self.tree.pin(size)
         try:
-            hashes = self.tree.inclusion_proof(index, size)
-            leaf = self.tree._subroot(0, index)
+            with self.tree.memoized():  # the leaf's hash is read with the proof's
+                hashes = self.tree.inclusion_proof(index, size)
+                leaf = self.tree._subroot(0, index)
         except TreeCorruptError:
             raise IntegrityError() from None
         return InclusionProof(index=index, size=size, leaf_hash=leaf, hashes=tuple(hashes))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from deplog.client.plumbing.dbapi import Connection, insert_rows
+from deplog.client.plumbing.dbapi import Connection, insert_rows, write
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,8 @@ def insert_invalid_entries(
 ) -> None:
     """Record entries that fail validation (idx, code, cause, tool id), once each."""
     for row in rows:
-        conn.execute(
+        write(
+            conn,
             "INSERT INTO invalid_entries (idx, code, cause, tool_id) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (idx) DO NOTHING",
             row,
@@ -145,7 +146,8 @@ def published_note(conn: Connection) -> tuple[int, bytes] | None:
 
 def save_published_note(conn: Connection, size: int, note: bytes) -> None:
     """Replace the published note, never by one of a smaller size."""
-    conn.execute(
+    write(
+        conn,
         "INSERT INTO published (id, size, note) VALUES (1, ?, ?) "
         "ON CONFLICT (id) DO UPDATE SET size = excluded.size, note = excluded.note "
         "WHERE excluded.size >= published.size",
@@ -160,10 +162,23 @@ def registry_snapshot(conn: Connection) -> tuple[int, str] | None:
 
 def save_registry_snapshot(conn: Connection, size: int, state: str) -> None:
     """Replace the snapshot, inside the caller's transaction (rare: publisher changes only)."""
-    conn.execute(
+    write(
+        conn,
         "INSERT INTO registry (id, size, state) VALUES (1, ?, ?) "
         "ON CONFLICT (id) DO UPDATE SET size = excluded.size, state = excluded.state",
         (size, state),
+    )
+
+
+def insert_checkpoint(
+    conn: Connection, size: int, root: bytes, note: bytes, signed_at: str
+) -> None:
+    """Insert the checkpoint of a size new in the caller's transaction: one already stored
+    for it fails the transaction, never a second root."""
+    write(
+        conn,
+        "INSERT INTO checkpoints (size, root, note, signed_at) VALUES (?, ?, ?, ?)",
+        (size, root, note, signed_at),
     )
 
 
@@ -171,7 +186,8 @@ def insert_checkpoint_once(
     conn: Connection, size: int, root: bytes, note: bytes, signed_at: str
 ) -> StoredCheckpoint:
     """Insert a checkpoint unless one of that size exists; the one stored (the only one)."""
-    conn.execute(
+    write(
+        conn,
         "INSERT INTO checkpoints (size, root, note, signed_at) VALUES (?, ?, ?, ?) "
         "ON CONFLICT (size) DO NOTHING",
         (size, root, note, signed_at),

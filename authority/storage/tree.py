@@ -12,7 +12,8 @@ Invariants:
   * ``frontier`` (``TreeFrontier``) is the in-memory right edge, all an append or the
     current root needs; it is rebuilt from ``nodes`` with O(log n) reads on open.
 
-Costs: append O(log n) writes, no reads; any root or proof O(log n) indexed reads.
+Costs: append O(log n) writes, no reads; any root or proof O(log n) indexed reads, a proof's
+in one statement (``_read_first``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import contextlib
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
+from typing import TypeVar
 
 from pymerkle import BaseMerkleTree
 
@@ -31,6 +33,11 @@ AUDIT_PROGRESS_STEP = 4096
 """Leaves between two progress reports of :meth:`StoredHashTree.audit`."""
 KNOWN_HASHES = 1 << 16
 """Hashes a tree instance keeps of those it wrote or loaded (about 12 MiB at most)."""
+SUBROOTS_PER_READ = 256
+"""Stored hashes one statement of ``_read_first`` reads (a proof needs about 2 log n)."""
+PLACEHOLDER = bytes(32)
+"""The hash ``_read_first``'s dry run stands in for every stored one."""
+T = TypeVar("T")
 
 
 class TreeCorruptError(Exception):
@@ -49,6 +56,7 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         self.size: int = 0 if row[0] is None else row[0] + 1
         self.memo: dict[tuple[int, int], bytes] | None = None
         self.known: dict[tuple[int, int], bytes] = {}
+        self._wanted: list[tuple[int, int]] | None = None
         self._deferring = False
         self._leaf_rows_due: list[tuple[int, bytes, bytes]] = []
         self._node_rows_due: list[tuple[int, int, bytes]] = []
@@ -122,6 +130,9 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
         known = self.known.get((level, index))
         if known is not None:
             return known
+        if self._wanted is not None:  # the dry run of ``_read_first``
+            self._wanted.append((level, index))
+            return PLACEHOLDER
         if self.memo is not None:
             cached = self.memo.get((level, index))
             if cached is None:
@@ -137,6 +148,44 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
             yield
         finally:
             self.memo = None
+
+    def _read_first(self, prove: Callable[[], T]) -> T:
+        """``prove()``, after one statement read every stored hash it needs: which subtrees
+        a proof needs depends on its sizes alone, so a dry run over placeholder hashes names
+        them (one round trip, not one per hash, on a distant database)."""
+        self._wanted = []
+        try:
+            prove()
+        finally:
+            wanted, self._wanted = self._wanted, None
+        kept = self.memo
+        self.memo = {} if kept is None else kept
+        try:
+            self.memo.update(self._read_subroots([k for k in wanted if k not in self.memo]))
+            return prove()
+        finally:
+            self.memo = kept
+
+    def _read_subroots(self, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+        self.flush()
+        found: dict[tuple[int, int], bytes] = {}
+        keys = list(dict.fromkeys(keys))
+        for start in range(0, len(keys), SUBROOTS_PER_READ):
+            chunk = keys[start : start + SUBROOTS_PER_READ]
+            leaves = [index for level, index in chunk if level == 0]
+            nodes = [k for k in chunk if k[0] > 0]
+            parts, params = [], []
+            if leaves:
+                marks = ", ".join("?" * len(leaves))
+                parts.append(f"SELECT 0, idx, hash FROM leaves WHERE idx IN ({marks})")
+                params += leaves
+            if nodes:
+                where = " OR ".join(["(level = ? AND idx = ?)"] * len(nodes))
+                parts.append(f"SELECT level, idx, hash FROM nodes WHERE {where}")
+                params += [v for key in nodes for v in key]
+            for level, index, digest in self.conn.execute(" UNION ALL ".join(parts), params):
+                found[(int(level), int(index))] = bytes(digest)
+        return found
 
     def _read_subroot(self, level: int, index: int) -> bytes:
         self.flush()
@@ -231,14 +280,14 @@ class StoredHashTree(BaseMerkleTree):  # type: ignore[misc]
 
     def inclusion_proof(self, index: int, size: int) -> list[bytes]:
         """RFC 9162 2.1.3.1 PATH for 0-based ``index`` in the tree of ``size`` leaves."""
-        path = self.prove_inclusion(index + 1, size).path
+        path = self._read_first(lambda: self.prove_inclusion(index + 1, size)).path
         return [bytes(h) for h in path[1:]]  # pymerkle's starts with the leaf hash itself
 
     def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
         """RFC 9162 2.1.4.1 PROOF between the trees of ``old_size`` and ``new_size`` leaves."""
         if old_size == 0 or old_size == new_size:
             return []
-        proof = self.prove_consistency(old_size, new_size)
+        proof = self._read_first(lambda: self.prove_consistency(old_size, new_size))
         return _consistency_path_from_pymerkle(proof.subset, proof.path)
 
 

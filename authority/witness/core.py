@@ -428,11 +428,25 @@ class WitnessState:
         return verifier, False
 
     def log_verifier(self, origin: str) -> Verifier | None:
-        """The trusted key for ``origin``, or None; a request's first read (``_first``)."""
-        query = "SELECT vkey FROM logs WHERE origin = ?"
+        """The trusted key for ``origin``, or None."""
+        trusted = self.trusted(origin)
+        return None if trusted is None else trusted[0]
+
+    def trusted(self, origin: str) -> tuple[Verifier, RecordedCheckpoint | None] | None:
+        """The trusted key for ``origin`` and its record, or None for an unknown log: a
+        request's first read (``_first``), one statement."""
+        query = (
+            "SELECT l.vkey, c.size, c.root, c.updated_at FROM logs l "
+            "LEFT JOIN checkpoints c ON c.origin = l.origin WHERE l.origin = ?"
+        )
         with self._storage():
             row = self._first(lambda conn: conn.execute(query, (origin,)).fetchone())
-        return None if row is None else Verifier.parse(row[0])
+        if row is None:
+            return None
+        vkey, size, root, at = row
+        return Verifier.parse(vkey), None if size is None else RecordedCheckpoint(
+            size, bytes(root), at
+        )
 
     def recorded(self, origin: str) -> RecordedCheckpoint | None:
         """The latest checkpoint cosigned for ``origin``, or None if there is none."""
@@ -463,23 +477,26 @@ class WitnessState:
         self, origin: str, expected: RecordedCheckpoint | None, size: int, root: bytes, now: int
     ) -> int:
         """Swap the record ``expected`` for (size, root); the cosignature time."""
-        # SQL both databases speak: no INSERT OR IGNORE, no two-argument max().
-        with self._storage(), self._transaction() as conn:
-            if expected is None:
-                rows = conn.execute(
-                    "INSERT INTO checkpoints (origin, size, root, updated_at) "
-                    "VALUES (?, ?, ?, ?) ON CONFLICT (origin) DO NOTHING RETURNING updated_at",
-                    (origin, size, root, now),
-                ).fetchall()
-            else:
-                rows = conn.execute(
-                    "UPDATE checkpoints SET size = ?, root = ?, "
-                    "updated_at = CASE WHEN updated_at > ? THEN updated_at ELSE ? END "
-                    "WHERE origin = ? AND size = ? AND root = ? RETURNING updated_at",
-                    (size, root, now, now, origin, expected.size, expected.root),
-                ).fetchall()
+        # SQL both databases speak: no INSERT OR IGNORE, no two-argument max(). One
+        # statement is its own transaction: the swap is one round trip to a distant database.
+        params: tuple[object, ...]
+        if expected is None:
+            swap, params = (
+                "INSERT INTO checkpoints (origin, size, root, updated_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (origin) DO NOTHING RETURNING updated_at",
+                (origin, size, root, now),
+            )
+        else:
+            swap, params = (
+                "UPDATE checkpoints SET size = ?, root = ?, "
+                "updated_at = CASE WHEN updated_at > ? THEN updated_at ELSE ? END "
+                "WHERE origin = ? AND size = ? AND root = ? RETURNING updated_at",
+                (size, root, now, now, origin, expected.size, expected.root),
+            )
+        with self._storage():
+            rows = self._first(lambda conn: conn.execute(swap, params).fetchall())
             if len(rows) != 1:
-                current = self._recorded(conn, origin)
+                current = self.recorded(origin)
                 raise SizeConflictError(0 if current is None else current.size)
         self._recovered()
         timestamp: int = rows[0][0]
@@ -540,9 +557,10 @@ class Witness:
             raise MalformedRequestError(message="checkpoint is not a signed note") from None
         # The origin line picks the key; the text is trusted once its signature verified.
         origin = text.split("\n", 1)[0]
-        verifier = self.state.log_verifier(origin)
-        if verifier is None:
+        trusted = self.state.trusted(origin)
+        if trusted is None:
             raise UnknownLogError()
+        verifier, recorded = trusted
         try:
             note = open_note(request.note, [verifier])
         except (InvalidNoteSignatureError, UnverifiedNoteError):
@@ -553,7 +571,6 @@ class Witness:
             raise MalformedRequestError(message="note text is not a checkpoint") from None
         if request.old_size > checkpoint.size:
             raise OldSizeTooLargeError()
-        recorded = self.state.recorded(origin)
         recorded_size = 0 if recorded is None else recorded.size
         if request.old_size != recorded_size:
             raise SizeConflictError(recorded_size)

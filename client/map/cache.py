@@ -12,6 +12,9 @@ Rules (the mechanism: ``docs/architecture.md``, "The writer's cache"):
    by the batch that takes it past a bound, or with ``slice_groups`` in paced slices.
 4. **Commits and rollbacks.** ``commit`` keeps the layer (and a write in slices) as of
    the caller's commit; ``forget`` goes back to exactly that.
+5. **The state row.** ``state`` is ``map_state`` as the writer's transaction sees it (read
+   once, then changed by its writes) under rule 1: a batch reads it at most once, none
+   while no other process wrote since (a round trip each, on a distant database).
 """
 
 from __future__ import annotations
@@ -79,6 +82,15 @@ class _Writing:
     finished: bool = False
 
 
+@dataclass(frozen=True)
+class MapState:
+    """The ``map_state`` row: entries folded (None: no map yet), the root, a root leaf's value."""
+
+    size: int | None
+    root: ChildRef | None
+    root_value: bytes | None
+
+
 class MapCache:
     """A writer's bounded copy of map rows and records, and the rows it holds back (rules 1
     to 3): ``layer_*`` bound them (zero: none held), ``slice_*`` the least a slice writes."""
@@ -116,6 +128,8 @@ class MapCache:
         self._written_whole = False
         """Written whole in the open transaction: no slice starts from the older layer."""
         self._changed = False
+        self.state: MapState | None = None
+        """Rule 5: the ``map_state`` row, None until read."""
 
     @property
     def holds(self) -> bool:
@@ -291,6 +305,7 @@ class MapCache:
 
     def forget(self) -> None:
         """Drop every cached row and go back to the layer as last committed (rule 4)."""
+        self.state = None
         self.groups.clear()
         self.records.clear()
         self.decoded.clear()

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMappin
 from typing import Any, Final, TypeVar
 
 from deplog.client.errors import ErrorCode
-from deplog.client.map.cache import MapCache
+from deplog.client.map.cache import MapCache, MapState
 from deplog.client.map.errors import MapFormatError, MapStorageError
 from deplog.client.map.groups import (
     Group,
@@ -31,7 +31,7 @@ from deplog.client.map.groups import (
 from deplog.client.map.hashing import KEY_BITS
 from deplog.client.map.nodes import ChildRef, InnerNode
 from deplog.client.map.record import StatusRecord
-from deplog.client.plumbing.dbapi import Connection, insert_rows
+from deplog.client.plumbing.dbapi import Connection, insert_rows, write
 
 STORE_FORMAT: Final = 3
 """The layout of these tables: 3, groups and binary records; 2 had a row per node and a
@@ -76,23 +76,35 @@ class SqliteNodeStore:
         self.conn = conn
         self.cache = cache
 
+    def state(self) -> MapState:
+        """The ``map_state`` row, read once while a cache keeps it (``cache`` rule 5)."""
+        cache = self.cache
+        if cache is not None and cache.state is not None:
+            return cache.state
+        row = self.conn.execute(
+            "SELECT size, root_id, root_bits, root_hash, root_value FROM map_state WHERE id = 1"
+        ).fetchone()
+        if row is None:
+            state = MapState(None, None, None)
+        else:
+            size, node, bits, digest, value = row
+            root = None if node is None else ChildRef(bytes(node), int(bits), bytes(digest))
+            state = MapState(int(size), root, None if value is None else bytes(value))
+        if cache is not None:
+            cache.state = state
+        return state
+
     def root(self) -> ChildRef | None:
         """The root reference, None for the empty map (or no map yet)."""
         if self.cache is not None and self.cache.layer is not None:
             return self.cache.layer.root
-        row = self.conn.execute(
-            "SELECT root_id, root_bits, root_hash FROM map_state WHERE id = 1"
-        ).fetchone()
-        if row is None or row[0] is None:
-            return None
-        return ChildRef(bytes(row[0]), int(row[1]), bytes(row[2]))
+        return self.state().root
 
     def root_value(self) -> bytes | None:
         """The root leaf's value, None unless the root is a leaf."""
         if self.cache is not None and self.cache.layer is not None:
             return self.cache.layer.root_value
-        row = self.conn.execute("SELECT root_value FROM map_state WHERE id = 1").fetchone()
-        return None if row is None or row[0] is None else bytes(row[0])
+        return self.state().root_value
 
     def group(self, gid: bytes) -> bytes | None:
         """The stored bytes of group ``gid`` as the map has them now, or None."""
@@ -237,11 +249,20 @@ class SqliteNodeStore:
     ) -> None:
         """Set ``map_state``'s root (and its size, unless None) in the caller's transaction."""
         row = (None, None, None, None) if root is None else (root.id, root.bits, root.hash, value)
+        if self.cache is not None:
+            known = self.cache.state
+            if size is None and known is None:
+                self.cache.state = None  # the size is not known here: read the row again
+            else:
+                folded = known.size if size is None and known is not None else size
+                self.cache.state = MapState(folded, root, None if root is None else value)
         if size is None:
-            self.conn.execute(f"UPDATE map_state SET {_ROOT_COLUMNS} WHERE id = 1", row)
+            write(self.conn, f"UPDATE map_state SET {_ROOT_COLUMNS} WHERE id = 1", row)
         else:
-            self.conn.execute(
-                f"UPDATE map_state SET size = ?, {_ROOT_COLUMNS} WHERE id = 1", (size, *row)
+            write(
+                self.conn,
+                f"UPDATE map_state SET size = ?, {_ROOT_COLUMNS} WHERE id = 1",
+                (size, *row),
             )
 
     def warm(self) -> int:

@@ -28,7 +28,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Final
 
-from deplog.client.map.cache import MapCache
+from deplog.client.map.cache import MapCache, MapState
 from deplog.client.map.errors import MapStorageError
 from deplog.client.map.hashing import map_key, value_hash
 from deplog.client.map.layer import CommittedLayer, MapView, ViewMoved
@@ -38,7 +38,7 @@ from deplog.client.map.sqlstore import SCHEMA, STORE_FORMAT, SqliteNodeStore, Sq
 from deplog.client.map.verifiable import VerifiableMap
 from deplog.client.model.notice import Notice
 from deplog.client.model.status import InvalidMark
-from deplog.client.plumbing.dbapi import Connection
+from deplog.client.plumbing.dbapi import Connection, write
 
 _TABLES: Final = ("map_state", "map_group", "map_record")
 _OLD_TABLES: Final = ("map_inner", "map_leaf")  # format 2's (rule *one format*)
@@ -156,8 +156,10 @@ class StoredMap(VerifiableMap):
 
     def size(self) -> int | None:
         """The log size folded in (the layer's, if one is held), None without a map."""
-        if self.cache is not None and self.cache.layer is not None:
-            return self.cache.layer.size
+        if self.cache is not None:
+            if self.cache.layer is not None:
+                return self.cache.layer.size
+            return self.nodes.state().size
         return self._table_size()
 
     def _table_size(self) -> int | None:
@@ -191,9 +193,13 @@ class StoredMap(VerifiableMap):
         if size is None:
             if hold:
                 raise ValueError("a map's first row is written, never held")
-            self.conn.execute(
-                "INSERT INTO map_state (id, format, size) VALUES (1, ?, 0)", (STORE_FORMAT,)
+            write(
+                self.conn,
+                "INSERT INTO map_state (id, format, size) VALUES (1, ?, 0)",
+                (STORE_FORMAT,),
             )
+            if self.cache is not None:
+                self.cache.state = MapState(0, None, None)
         with self.scoped_cache():  # without one, path reads and write decode twice
             cache = self.cache
             assert cache is not None

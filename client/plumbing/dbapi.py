@@ -3,6 +3,8 @@
 ``sqlite3.Connection`` has it, and so does the authority's PostgreSQL adapter. Code typed
 with ``Connection`` writes the two databases' common subset: ``?`` placeholders, ``INSERT
 ... ON CONFLICT``, no backend-only functions, and ``BEGIN``/``COMMIT`` by its caller.
+A statement whose result nobody reads goes through :func:`write`: a connection far from its
+database sends it with the next statement that is read (one round trip for all).
 """
 
 from __future__ import annotations
@@ -34,6 +36,17 @@ class Connection(Protocol):
     def close(self) -> None: ...
 
 
+def write(conn: Connection, sql: str, parameters: Sequence[Any] = ()) -> None:
+    """Run ``sql`` for its effect alone. A connection with ``defer`` (the PostgreSQL writer's)
+    sends it with the next statement whose result is read, or the ``COMMIT``: a failure then
+    surfaces there, in the same transaction, which the caller rolls back as any failure."""
+    defer = getattr(conn, "defer", None)
+    if defer is None:
+        conn.execute(sql, parameters)
+    else:
+        defer(sql, parameters)
+
+
 MAX_PARAMETERS: Final = 999
 """Parameters of one ``insert_rows`` statement: the bound of the oldest SQLite builds."""
 
@@ -54,5 +67,5 @@ def insert_rows(conn: Connection, head: str, rows: Sequence[Sequence[Any]], tail
         count = min(most, 1 << (left.bit_length() - 1))
         chunk = rows[at : at + count]
         values = ", ".join([one] * count)
-        conn.execute(f"{head} VALUES {values} {tail}", [v for row in chunk for v in row])
+        write(conn, f"{head} VALUES {values} {tail}", [v for row in chunk for v in row])
         at += count
