@@ -219,3 +219,23 @@ async def test_a_lost_listening_connection_ends_listen_with_an_error(
         )
     with pytest.raises(psycopg.OperationalError):
         await asyncio.wait_for(listening, 10)
+
+
+async def test_a_round_that_waits_past_its_timeout_fails_once_and_is_not_retried(
+    db: str, processes: tuple[Cluster, Cluster]
+) -> None:
+    """A lock timeout is the round's answer (rule 1), not a lost connection to open again."""
+    first, _ = processes
+    impatient = Cluster(db, round_timeout=0.5)
+    try:
+        async with first.round():
+            started = time.monotonic()
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                async with impatient.round():
+                    pass
+            waited = time.monotonic() - started
+        assert waited < 1.0  # one timeout of 0.5 s, not two
+        async with impatient.round() as round_:  # and the next round has a connection
+            assert round_.published is None
+    finally:
+        await impatient.close()

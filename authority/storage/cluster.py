@@ -189,6 +189,8 @@ class _Connection:
             try:
                 opened = await _script(conn, begin)
             except psycopg.OperationalError:
+                if not conn.broken:  # a lock timeout, not a lost connection
+                    raise
                 await self.close()
                 conn = await self.get()
                 opened = await _script(conn, begin)
@@ -284,7 +286,7 @@ class Cluster:
             yield Round(
                 transaction,
                 _published_row(published),
-                StoredCheckpoint(*_ints_and_bytes(latest[0])) if latest else None,
+                _stored_checkpoint(latest[0]) if latest else None,
             )
 
     async def published(self) -> tuple[int, bytes] | None:
@@ -337,10 +339,10 @@ def _published_row(rows: list[Row]) -> tuple[int, bytes] | None:
     return size, note
 
 
-def _ints_and_bytes(row: Row) -> tuple[int, bytes, bytes]:
+def _stored_checkpoint(row: Row) -> StoredCheckpoint:
     size, root, note = row
     assert isinstance(size, int) and isinstance(root, bytes) and isinstance(note, bytes)
-    return size, root, note
+    return StoredCheckpoint(size, root, note)
 
 
 def announce_signed(conn: Connection, size: int) -> None:
