@@ -45,6 +45,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -71,7 +72,7 @@ from deplog.client.model.entries import (
 from deplog.client.model.notice import Envelope, Notice
 from deplog.client.model.registry import PublisherRegistry
 from deplog.client.model.rules import EntryChecker, InvalidEntry, RuleViolation, decode_leaf
-from deplog.client.plumbing.dbapi import Connection
+from deplog.client.plumbing.dbapi import Connection, Query
 from deplog.client.plumbing.storage_faults import CORRUPT, StorageFault
 from deplog.client.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from deplog.client.tlog.note import Signer
@@ -339,20 +340,23 @@ class Log:
                 ErrorCode.STORED_ROOT_MISMATCH, f"tree root at size {latest.size} differs"
             )
 
-    def _begin(self, ordered: bool = True) -> None:
-        """Start a write transaction, ``ordered`` in the log's order; reload stale state."""
+    def _begin(self, ordered: bool = True, reads: Sequence[Query] = ()) -> list[list[Any]]:
+        """Start a write transaction, ``ordered`` in the log's order (with ``reads``: their
+        rows); reload stale state."""
         try:
             if not ordered:
+                assert not reads
                 if self._stale:
                     self._refresh()
                 self.db.begin_unordered(self.conn)
-                return
+                return []
             if self._stale and self.db.broken(self.conn):
                 self._close_quietly()
                 self.conn = self.db.connect_writer()
-            head = self.db.begin_write(self.conn)
+            head, rows = self.db.begin_write(self.conn, reads)
             if self._stale or (head is not None and head != self.tree.size):
                 self._reload()
+            return rows
         except self.db.errors as err:
             self._rollback()
             raise StorageError.of(err) from None
@@ -374,12 +378,15 @@ class Log:
         self.map.committed()
 
     @contextlib.contextmanager
-    def _write(self, *faults: type[Exception], ordered: bool = True) -> Iterator[None]:
+    def _write(
+        self, *faults: type[Exception], ordered: bool = True, reads: Sequence[Query] = ()
+    ) -> Iterator[list[list[Any]]]:
         """A write transaction, committed on success; a database error (or one of
-        ``faults``) rolls it back as StorageError, anything else rolls it back and goes on."""
-        self._begin(ordered)
+        ``faults``) rolls it back as StorageError, anything else rolls it back and goes on.
+        It yields the rows of ``reads``, run as it begins (``Database.begin_write``)."""
+        rows = self._begin(ordered, reads)
         try:
-            yield
+            yield rows
         except (*self.db.errors, *faults) as err:
             self._rollback()
             raise StorageError.of(err) from None
@@ -413,13 +420,12 @@ class Log:
         seen = self._registry_size
         results: list[Admitted | DeplogError] = []
         created: list[tuple[int, bytes, Notice]] = []
-        with self._write(TreeCorruptError, MapStorageError):
+        wanted = [e.notice for e, p in zip(envelopes, prepared, strict=True) if not p.malformed]
+        lookups = store.notice_lookups([(n.publisher, n.sequence) for n in wanted])
+        with self._write(TreeCorruptError, MapStorageError, reads=lookups) as found:
             recheck = self._registry_size != seen
             start = self.tree.size
-            wanted = [e.notice for e, p in zip(envelopes, prepared, strict=True) if not p.malformed]
-            logged = store.notices_by_sequence(
-                self.conn, [(n.publisher, n.sequence) for n in wanted]
-            )
+            logged = store.notices_found(found)
             with self.tree.deferred():
                 for envelope, ready in zip(envelopes, prepared, strict=True):
                     try:

@@ -26,10 +26,10 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from deplog.client.errors import CLIError
-from deplog.client.plumbing.dbapi import Connection
+from deplog.client.plumbing.dbapi import Connection, Query
 
 if TYPE_CHECKING:
     from deplog.authority.storage.cluster import Cluster
@@ -106,8 +106,12 @@ class Database(ABC):
         """Refuse (``CLIError``) a database without a log of this version (*Schema*)."""
 
     @abstractmethod
-    def begin_write(self, conn: Connection) -> int | None:
-        """Start a write in the log's order (*Order*); the committed size if kept, else None."""
+    def begin_write(
+        self, conn: Connection, reads: Sequence[Query] = ()
+    ) -> tuple[int | None, list[list[Any]]]:
+        """Start a write in the log's order (*Order*): the committed size if kept (else
+        None), and the rows of ``reads`` run next, under the order (with the start, in one
+        round trip, where the database is distant)."""
 
     @abstractmethod
     def begin_unordered(self, conn: Connection) -> None:

@@ -30,7 +30,7 @@ Rules:
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -42,7 +42,7 @@ from deplog.authority.storage import schema_postgres
 from deplog.authority.storage.cluster import CONNECTING, Cluster
 from deplog.authority.storage.database import Database, WitnessStore, unavailable
 from deplog.client.errors import CLIError
-from deplog.client.plumbing.dbapi import Connection, Cursor, write
+from deplog.client.plumbing.dbapi import Connection, Cursor, Query, write
 
 SESSION = {
     "lock_timeout": "10s",
@@ -73,13 +73,27 @@ class _PgConnection:
         if sql == "ROLLBACK":
             self._deferred.clear()
         if self._deferred:  # rule 7
-            script = [*self._deferred, (sql, tuple(parameters))]
-            self._deferred = []
-            cursor = self.raw.execute("; ".join(self._inline(*s) for s in script), prepare=False)
+            cursor = self._send_script([(sql, parameters)])
             while cursor.nextset():  # to the last statement's result
                 pass
             return cursor
         return self._send(sql, tuple(parameters))
+
+    def script(self, statements: Sequence[Query]) -> list[list[Any]]:
+        """Rule 7: what waits, then ``statements``, as one simple query; the rows of each
+        statement that returns rows (deferred writes return none)."""
+        cursor = self._send_script(statements)
+        rows: list[list[Any]] = []
+        while True:
+            if cursor.description is not None:
+                rows.append(cursor.fetchall())
+            if not cursor.nextset():
+                return rows
+
+    def _send_script(self, statements: Sequence[Query]) -> psycopg.Cursor[Any]:
+        every = [*self._deferred, *((sql, tuple(params)) for sql, params in statements)]
+        self._deferred = []
+        return self.raw.execute("; ".join(self._inline(*s) for s in every), prepare=False)
 
     def _send(self, sql: str, params: tuple[Any, ...]) -> Cursor:
         if not params:  # psycopg sends a statement without parameters as it is
@@ -87,7 +101,7 @@ class _PgConnection:
         cursor: Cursor = self.raw.execute(_translate(sql), params)
         return cursor
 
-    def _inline(self, sql: str, params: tuple[Any, ...]) -> str:
+    def _inline(self, sql: str, params: Sequence[Any]) -> str:
         """``sql`` with its parameters as literals, quoted by psycopg (rule 7)."""
         if not params:
             return sql
@@ -189,10 +203,12 @@ class PostgresDatabase(Database):
     def require_current(self, conn: Connection) -> None:
         schema_postgres.require_current(conn, self.describe())
 
-    def begin_write(self, conn: Connection) -> int | None:
-        write(conn, "BEGIN")
-        row = conn.execute(schema_postgres.TAKE_ORDER).fetchone()
-        return int(row[0])
+    def begin_write(
+        self, conn: Connection, reads: Sequence[Query] = ()
+    ) -> tuple[int | None, list[list[Any]]]:
+        pg: _PgConnection = conn  # type: ignore[assignment]
+        head, *rows = pg.script([("BEGIN", ()), (schema_postgres.TAKE_ORDER, ()), *reads])
+        return int(head[0][0]), rows
 
     def begin_unordered(self, conn: Connection) -> None:
         write(conn, "BEGIN")

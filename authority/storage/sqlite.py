@@ -20,9 +20,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import sqlite_utils
 
@@ -30,7 +30,7 @@ from deplog.authority.storage.database import Database
 from deplog.client.errors import CLIError
 from deplog.client.map.sqlstore import STORE_FORMAT
 from deplog.client.map.stored import StoredMap
-from deplog.client.plumbing.dbapi import Connection
+from deplog.client.plumbing.dbapi import Connection, Query
 from deplog.client.plumbing.storage_faults import database_fault, database_files, opening_database
 
 BUSY_TIMEOUT_MS = 5000
@@ -189,9 +189,11 @@ class SqliteDatabase(Database):
                 "(it brings the log up to date), then copy"
             )
 
-    def begin_write(self, conn: Connection) -> int | None:
+    def begin_write(
+        self, conn: Connection, reads: Sequence[Query] = ()
+    ) -> tuple[int | None, list[list[Any]]]:
         conn.execute("BEGIN IMMEDIATE")
-        return None
+        return None, [conn.execute(sql, params).fetchall() for sql, params in reads]
 
     def begin_unordered(self, conn: Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")

@@ -16,10 +16,11 @@ backend's DDL is its own. Only the log's writer writes. Tables besides the tree'
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from deplog.client.plumbing.dbapi import Connection, insert_rows, write
+from deplog.client.plumbing.dbapi import Connection, Query, insert_rows, write
 
 
 @dataclass(frozen=True)
@@ -53,15 +54,32 @@ def notices_by_sequence(
     conn: Connection, keys: Sequence[tuple[str, int]]
 ) -> dict[tuple[str, int], tuple[int, bytes]]:
     """Index and digest of the logged notices among ``keys``, one statement a chunk."""
-    found: dict[tuple[str, int], tuple[int, bytes]] = {}
+    lookups = notice_lookups(keys)
+    return notices_found(conn.execute(sql, params).fetchall() for sql, params in lookups)
+
+
+def notice_lookups(keys: Sequence[tuple[str, int]]) -> list[Query]:
+    """The statements of ``notices_by_sequence``, to run where the caller wants them."""
     unique = list(dict.fromkeys(keys))
+    lookups: list[Query] = []
     for start in range(0, len(unique), NOTICE_LOOKUP_CHUNK):
         chunk = unique[start : start + NOTICE_LOOKUP_CHUNK]
         where = " OR ".join(["(publisher = ? AND sequence = ?)"] * len(chunk))
-        rows = conn.execute(
-            f"SELECT publisher, sequence, idx, digest FROM notices WHERE {where}",
-            [value for key in chunk for value in key],
-        ).fetchall()
+        lookups.append(
+            (
+                f"SELECT publisher, sequence, idx, digest FROM notices WHERE {where}",
+                [value for key in chunk for value in key],
+            )
+        )
+    return lookups
+
+
+def notices_found(
+    results: Iterable[Sequence[Any]],
+) -> dict[tuple[str, int], tuple[int, bytes]]:
+    """The rows of ``notice_lookups``' statements, by (publisher, sequence)."""
+    found: dict[tuple[str, int], tuple[int, bytes]] = {}
+    for rows in results:
         for publisher, sequence, idx, digest in rows:
             found[(str(publisher), int(sequence))] = (int(idx), bytes(digest))
     return found

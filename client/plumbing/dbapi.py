@@ -36,6 +36,10 @@ class Connection(Protocol):
     def close(self) -> None: ...
 
 
+Query = tuple[str, Sequence[Any]]
+"""A statement and its parameters."""
+
+
 def write(conn: Connection, sql: str, parameters: Sequence[Any] = ()) -> None:
     """Run ``sql`` for its effect alone. A connection with ``defer`` (the PostgreSQL writer's)
     sends it with the next statement whose result is read, or the ``COMMIT``: a failure then

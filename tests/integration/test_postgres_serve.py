@@ -9,11 +9,14 @@ database does, with nothing acknowledged lost.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import time
 from pathlib import Path
 
 import aiohttp
+import psycopg
 import pytest
 
 from deplog.authority.cli import main as authority_main
@@ -21,7 +24,7 @@ from deplog.authority.storage import schema_postgres
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf
-from tests.integration.harness import ORIGIN, AuthorityProcess, authority_command
+from tests.integration.harness import ORIGIN, AuthorityProcess, authority_command, publish
 from tests.pgcluster import PgCluster
 
 pytestmark = pytest.mark.slow  # PostgreSQL and real processes
@@ -110,6 +113,52 @@ async def test_serve_publishes_receipts_that_verify_and_check_passes(
     check = authority_command("check", *files, "--db", url, "--json")
     assert check.returncode == 0, check.stderr
     assert json.loads(check.stdout) == {"size": 4, "problem": None}
+
+
+ROUND_TRIPS_PER_RECEIPT = 11
+"""Statements an authority sends PostgreSQL for a lone receipt, each a round trip: 2 for
+the batch, 7 for the publication round (docs/architecture.md), and the read of the
+checkpoint it then serves, with one to spare. Distance multiplies them (BENCHMARKS.md,
+"Across hosts"): the receipt took about 50 before they were counted."""
+_LOGGED = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] LOG:  (?:statement|execute [^:]+): (.*)$")
+_POLL = "SELECT size, note FROM published WHERE id = 1"
+
+
+def statements_between_markers(log: str, marker_pid: int) -> list[str]:
+    """The statements ``log_statement = 'all'`` logged between the first and the last
+    statement of the backend ``marker_pid``, by other backends."""
+    sent = [(int(m[1]), m[2]) for m in map(_LOGGED.match, log.splitlines()) if m is not None]
+    marks = [i for i, (pid, _) in enumerate(sent) if pid == marker_pid]
+    return [text for pid, text in sent[marks[0] + 1 : marks[-1]] if pid != marker_pid]
+
+
+async def test_a_lone_receipt_costs_a_bounded_number_of_round_trips(
+    pg_cluster: PgCluster, pg_url: str, pg_authority: AuthorityProcess, publisher: Signer
+) -> None:
+    """Counted in the server's statement log, without the once-a-second poll of the
+    published row: a change that adds a round trip to every receipt fails here, where
+    distance would only make it slow."""
+    database = pg_url.rsplit("/", 1)[1]
+    pg_cluster.admin_execute(f"ALTER DATABASE \"{database}\" SET log_statement = 'all'")
+    log = pg_cluster.dir / "server.log"
+    pg_authority.start()
+    counts = []
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as marker:
+            async with aiohttp.ClientSession() as http:
+                for sequence in (1, 2, 3, 4):
+                    start = log.stat().st_size
+                    marker.execute("SELECT 'before the receipt'")
+                    await publish(http, pg_authority.url, publisher, sequence)
+                    marker.execute("SELECT 'after the receipt'")
+                    logged = log.read_bytes()[start:].decode(errors="replace")
+                    sent = statements_between_markers(logged, marker.info.backend_pid)
+                    counts.append(sum(1 for text in sent if text != _POLL))
+                    await asyncio.sleep(0.5)  # what follows a receipt lands before the next
+    finally:
+        assert pg_authority.stop() == 0
+    print(f"statements per receipt: {counts}")
+    assert max(counts[1:]) <= ROUND_TRIPS_PER_RECEIPT, counts  # the first warms the caches
 
 
 async def test_a_stopped_database_is_503_and_service_resumes_by_itself(
