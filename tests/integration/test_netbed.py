@@ -40,13 +40,16 @@ pytestmark = pytest.mark.slow  # five hosts, PostgreSQL, real processes
 
 DELAY = 0.02
 """Seconds of one-way delay on every link."""
-RESUME_BOUND = 30.0
-"""Seconds within which appends must resume after a kill (each append is dozens of round
-trips to the database: BENCHMARKS.md has the figures)."""
+RESUME_BOUND = 10.0
+"""Seconds within which appends must resume after a kill (about 1 s at 20 ms: an append is
+about 10 round trips to the database; BENCHMARKS.md has the figures)."""
 FREEZE = 8.0
 """Seconds the round lock's holder stays frozen: fenced by PostgreSQL after a second, it
-must not hold the others' 201s back until it thaws (each 201 is about 50 round trips, so
-the wait around a freeze is the gap between 201s plus the fence plus a round: BENCHMARKS.md)."""
+must not hold the others' 201s back until it thaws."""
+STALL_BOUND = 3.0
+"""Seconds the longest wait for a 201 around the freeze may last: the gap between 201s,
+the fence (1 s) and a round of about 10 round trips. The goal is 2 s, met at 20 ms in
+every benchmark run (1.5-1.8 s, BENCHMARKS.md); a loaded CI host gets a second more."""
 SAID_BOUND = 6.0
 """Seconds a cut-off front-end may take to say so on ``/healthz``."""
 OK_BOUND = 15.0
@@ -91,7 +94,7 @@ def test_the_campaign_across_hosts_loses_nothing_and_every_cut_off_front_end_say
     )
     assert verdict is None, verdict
     assert load.unexpected == []
-    assert max(stalls(load)) < FREEZE
+    assert max(stalls(load)) < STALL_BOUND
     one, everyone = cuts
     assert all(said is not None and said < SAID_BOUND for cut in cuts for said in cut.said_degraded)
     assert all(said is not None and said < OK_BOUND for cut in cuts for said in cut.said_ok)
