@@ -334,3 +334,34 @@ def test_warm_fills_the_cache_with_the_shallowest_groups_up_to_its_bound(
         }
         assert not asked & stored.keys()
     conn.close()
+
+
+def test_a_writer_reads_the_map_state_row_once_until_it_forgets(
+    tmp_path: Path, publisher: Signer
+) -> None:
+    """Rule 5: batches after the first read no ``map_state`` row (a round trip each on a
+    distant database); after ``forget`` (another writer may have moved it) the next reads
+    it again, once."""
+    conn = sqlite3.connect(tmp_path / "map.db", isolation_level=None)
+    StoredMap.create_schema(conn)
+    writer, rng = StoredMap(conn, MapCache()), random.Random(5)
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    position = 0
+
+    def batch() -> int:
+        nonlocal position
+        statements.clear()
+        added = leaves(publisher, position + 1, 3, rng)
+        conn.execute("BEGIN IMMEDIATE")
+        advance_leaves(writer, position, added)
+        writer.root()
+        conn.execute("COMMIT")
+        writer.committed()
+        position += len(added)
+        return sum(1 for s in statements if re.search(r"SELECT .* FROM map_state", s))
+
+    assert [batch(), batch(), batch()] == [1, 0, 0]
+    writer.forget()
+    assert [batch(), batch()] == [1, 0]
+    conn.close()
