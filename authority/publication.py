@@ -266,7 +266,8 @@ class Publication:
         """One round (*Rounds*; ``force``: even if published); the caller holds the lock."""
         assert self.cluster is not None
         try:
-            async with self.cluster.round() as round_:
+            witnesses = [] if self.witnessing is None else self.witnessing.round_witnesses
+            async with self.cluster.round(witnesses) as round_:
                 row = round_.published
                 if not force and row is not None and row[0] >= checkpoint.size:
                     await self._learn(*row)
@@ -278,7 +279,7 @@ class Publication:
                 self._verified(latest)
                 note = latest.note
                 if self.witnessing is not None:
-                    await self.witnessing.witness_new(latest)
+                    await self.witnessing.witness_new(latest, round_.witnesses)
                     note = self.witnessing.note_for(latest)
                 round_.save(latest.size, note)
         except self.cluster.errors as err:

@@ -23,7 +23,8 @@ Rules:
    is reported as a possible fork.
 6. With ``shared`` (``storage/cluster.py`` rule 2), a request to a witness also holds its
    database lock and starts from the size the log's processes together got it to: "this
-   log" in rule 5 is every process.
+   log" in rule 5 is every process. In a publication round the round holds the locks of
+   ``round_witnesses`` (``held``); any other request takes its witness's own.
 7. ``last_embedded`` is the checkpoint the embedded witness last cosigned, with that very
    line signed again from its record, writing nothing: what was published before a
    restart, servable while the witness cannot write.
@@ -38,7 +39,7 @@ import logging
 import math
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -269,12 +270,22 @@ class Witnessing:
     def externals(self) -> list[WitnessTrack]:
         return [w for w in self.witnesses if w.external]
 
-    async def cosign(self, witness: WitnessTrack, checkpoint: StoredCheckpoint) -> bool:
+    @property
+    def round_witnesses(self) -> list[str]:
+        """The witnesses ``witness_new`` asks before it returns (rule 3)."""
+        return [w.name for w in (self.witnesses if self.quorum else self.embedded)]
+
+    async def cosign(
+        self,
+        witness: WitnessTrack,
+        checkpoint: StoredCheckpoint,
+        held: WitnessProgress | None = None,
+    ) -> bool:
         """Ask one witness to cosign; True if it did (its line is kept for that size)."""
         async with witness.lock:
             try:
                 done = await asyncio.wait_for(
-                    self._cosign_shared(witness, checkpoint), self.timeout
+                    self._cosign_shared(witness, checkpoint, held), self.timeout
                 )
             except self._failures as err:
                 reason = type(err).__name__
@@ -293,18 +304,27 @@ class Witnessing:
             log.warning("witness %s cannot cosign: %s", witness.name, reason)
             witness.failing = reason
 
-    async def _cosign_shared(self, witness: WitnessTrack, checkpoint: StoredCheckpoint) -> bool:
+    async def _cosign_shared(
+        self, witness: WitnessTrack, checkpoint: StoredCheckpoint, held: WitnessProgress | None
+    ) -> bool:
         """``_cosign``, under rule 6 when processes share the log."""
+        if held is not None:
+            return await self._cosign_from(witness, checkpoint, held)
         if self.shared is None:
             return await self._cosign(witness, checkpoint)
         async with self.shared.witness(witness.name) as progress:
-            if progress.size is not None:
-                witness.size = max(witness.size or 0, progress.size)
-                witness.cosigned_size = max(witness.cosigned_size or 0, progress.size)
-            done = await self._cosign(witness, checkpoint)
-            if done:
-                progress.cosigned(checkpoint.size)
-            return done
+            return await self._cosign_from(witness, checkpoint, progress)
+
+    async def _cosign_from(
+        self, witness: WitnessTrack, checkpoint: StoredCheckpoint, progress: WitnessProgress
+    ) -> bool:
+        if progress.size is not None:
+            witness.size = max(witness.size or 0, progress.size)
+            witness.cosigned_size = max(witness.cosigned_size or 0, progress.size)
+        done = await self._cosign(witness, checkpoint)
+        if done:
+            progress.cosigned(checkpoint.size)
+        return done
 
     async def _cosign(self, witness: WitnessTrack, checkpoint: StoredCheckpoint) -> bool:
         for _ in range(2):  # a size conflict teaches us the witness's size; retry once from there
@@ -352,10 +372,14 @@ class Witnessing:
         )
 
     async def cosign_all(
-        self, checkpoint: StoredCheckpoint, witnesses: Sequence[WitnessTrack]
+        self,
+        checkpoint: StoredCheckpoint,
+        witnesses: Sequence[WitnessTrack],
+        held: Mapping[str, WitnessProgress] | None = None,
     ) -> None:
-        """Ask several witnesses in parallel."""
-        await asyncio.gather(*(self.cosign(w, checkpoint) for w in witnesses))
+        """Ask several witnesses in parallel (``held``: those a round holds, rule 6)."""
+        held = held or {}
+        await asyncio.gather(*(self.cosign(w, checkpoint, held.get(w.name)) for w in witnesses))
 
     def note_for(self, checkpoint: StoredCheckpoint) -> bytes:
         """The checkpoint with every line kept for its very size, in witness order (rule 2)."""
@@ -406,12 +430,15 @@ class Witnessing:
             return None
         return stored, stored.note + b"".join(line for line in lines if line is not None)
 
-    async def witness_new(self, checkpoint: StoredCheckpoint) -> None:
-        """Cosign a new checkpoint as publication requires (rule 3), or raise."""
+    async def witness_new(
+        self, checkpoint: StoredCheckpoint, held: Mapping[str, WitnessProgress] | None = None
+    ) -> None:
+        """Cosign a new checkpoint as publication requires (rule 3), or raise; ``held``: the
+        round's hold on ``round_witnesses`` (rule 6)."""
         if self.quorum:
-            await self.cosign_all(checkpoint, self.witnesses)
+            await self.cosign_all(checkpoint, self.witnesses, held)
         else:
-            await self.cosign_all(checkpoint, self.embedded)
+            await self.cosign_all(checkpoint, self.embedded, held)
             if self.externals:
                 self.supervisor.spawn(
                     "external_witnessing",

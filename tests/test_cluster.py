@@ -239,3 +239,29 @@ async def test_a_round_that_waits_past_its_timeout_fails_once_and_is_not_retried
             assert round_.published is None
     finally:
         await impatient.close()
+
+
+async def test_a_round_holds_the_witnesses_it_names_until_its_commit(
+    processes: tuple[Cluster, Cluster],
+) -> None:
+    """Rule 2 inside a round: a request to a witness the round holds waits for the round,
+    and starts from the progress the round committed; other witnesses are free."""
+    first, second = processes
+    async with first.witness("w1") as progress:
+        progress.cosigned(3)
+    order: list[str] = []
+
+    async def second_request(name: str) -> None:
+        async with second.witness(name) as progress:
+            order.append(f"{name} from {progress.size}")
+
+    async with first.round(["w1", "w1"]) as round_:
+        assert round_.witnesses.keys() == {"w1"} and round_.witnesses["w1"].size == 3
+        held = asyncio.create_task(second_request("w1"))
+        await asyncio.wait_for(second_request("w2"), 10)  # not held: not waiting
+        await asyncio.sleep(SETTLE)
+        order.append("round")
+        round_.witnesses["w1"].cosigned(9)
+        round_.save(9, b"nine\n")
+    await asyncio.wait_for(held, 10)
+    assert order == ["w2 from None", "round", "w1 from 9"]

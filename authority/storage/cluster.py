@@ -11,7 +11,8 @@ Rules:
 2. Requests to one witness, from any process, hold its advisory lock (``WITNESS_LOCK``)
    and start from its ``witness_progress`` row, which only grows. The row is a hint, not
    flushed at commit: the witness keeps its own record, so a row lost in a crash costs one
-   old-size conflict. Locks are taken round, then witness, never the reverse.
+   old-size conflict. Locks are taken round, then witness, never the reverse: a round
+   takes the witnesses it asks as it opens (by name), and their rows grow with its commit.
 3. Every process learns new notes by ``LISTEN deplog_published`` and by polling every
    ``poll_interval`` seconds; a checkpoint signed outside any round is announced on
    ``deplog_signed`` (``announce_signed``).
@@ -36,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -97,12 +98,13 @@ class Transaction:
 
 @dataclass
 class Round:
-    """One publication round (rule 1): the ``published`` row as the lock found it, and the
-    latest checkpoint signed then."""
+    """One publication round (rule 1): the ``published`` row as the lock found it, the
+    latest checkpoint signed then, and the witnesses it holds (rule 2)."""
 
     transaction: Transaction
     published: tuple[int, bytes] | None
     latest: StoredCheckpoint | None
+    witnesses: dict[str, WitnessProgress] = field(default_factory=dict)
 
     def save(self, size: int, note: bytes) -> None:
         """Replace the published note (never by a smaller size) and notify, with the round's
@@ -275,18 +277,25 @@ class Cluster:
             await conn.close()
 
     @contextlib.asynccontextmanager
-    async def round(self) -> AsyncIterator[Round]:
-        """Rule 1; the caller serializes its own rounds (one connection)."""
+    async def round(self, witnesses: Sequence[str] = ()) -> AsyncIterator[Round]:
+        """Rule 1, holding ``witnesses`` too (rule 2: their progress grows with the round's
+        commit); the caller serializes its own rounds (one connection)."""
+        names = sorted(set(witnesses))
         async with self._round.transaction(
             ("SELECT pg_advisory_xact_lock(%s, 0)", (ROUND_LOCK,)),
             (PUBLISHED, ()),
             ("SELECT size, root, note FROM checkpoints ORDER BY size DESC LIMIT 1", ()),
+            *(statement for name in names for statement in _witness_opening(name)),
         ) as transaction:
-            _, published, latest = transaction.opened
+            _, published, latest, *held = transaction.opened
             yield Round(
                 transaction,
                 _published_row(published),
                 _stored_checkpoint(latest[0]) if latest else None,
+                {
+                    name: WitnessProgress(transaction, name, _progress(rows))
+                    for name, rows in zip(names, held[1::2], strict=True)
+                },
             )
 
     async def published(self) -> tuple[int, bytes] | None:
@@ -303,13 +312,10 @@ class Cluster:
         """Rule 2, for one request to the witness ``name``; the caller serializes its own."""
         connection = self._witnesses.setdefault(name, _Connection(self))
         async with connection.transaction(
-            ("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (WITNESS_LOCK, name)),
             ("SET LOCAL synchronous_commit = off", ()),  # a hint: rule 2
-            ("SELECT size FROM witness_progress WHERE witness = %s", (name,)),
+            *_witness_opening(name),
         ) as transaction:
-            rows = transaction.opened[-1]
-            size = int(str(rows[0][0])) if rows else None
-            yield WitnessProgress(transaction, name, size)
+            yield WitnessProgress(transaction, name, _progress(transaction.opened[-1]))
 
     async def listen(
         self, published: Callable[[], None], signed: Callable[[], None] = lambda: None
@@ -329,6 +335,18 @@ class Cluster:
 
 
 PUBLISHED = "SELECT size, note FROM published WHERE id = 1"
+
+
+def _witness_opening(name: str) -> list[Statement]:
+    """Rule 2's lock of the witness ``name``, then its progress row."""
+    return [
+        ("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (WITNESS_LOCK, name)),
+        ("SELECT size FROM witness_progress WHERE witness = %s", (name,)),
+    ]
+
+
+def _progress(rows: list[Row]) -> int | None:
+    return int(str(rows[0][0])) if rows else None
 
 
 def _published_row(rows: list[Row]) -> tuple[int, bytes] | None:

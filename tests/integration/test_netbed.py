@@ -42,13 +42,13 @@ DELAY = 0.02
 """Seconds of one-way delay on every link."""
 RESUME_BOUND = 10.0
 """Seconds within which appends must resume after a kill (about 1 s at 20 ms: an append is
-about 10 round trips to the database; BENCHMARKS.md has the figures)."""
+about 8 round trips to the database; BENCHMARKS.md has the figures)."""
 FREEZE = 8.0
 """Seconds the round lock's holder stays frozen: fenced by PostgreSQL after a second, it
 must not hold the others' 201s back until it thaws."""
 STALL_BOUND = 3.0
 """Seconds the longest wait for a 201 around the freeze may last: the gap between 201s,
-the fence (1 s) and a round of about 10 round trips. The goal is 2 s, met at 20 ms in
+the fence (1 s) and a receipt of about 8 round trips. The goal is 2 s, met at 20 ms in
 every benchmark run (1.5-1.8 s, BENCHMARKS.md); a loaded CI host gets a second more."""
 SAID_BOUND = 6.0
 """Seconds a cut-off front-end may take to say so on ``/healthz``."""

@@ -115,9 +115,9 @@ async def test_serve_publishes_receipts_that_verify_and_check_passes(
     assert json.loads(check.stdout) == {"size": 4, "problem": None}
 
 
-ROUND_TRIPS_PER_RECEIPT = 11
+ROUND_TRIPS_PER_RECEIPT = 9
 """Statements an authority sends PostgreSQL for a lone receipt, each a round trip: 2 for
-the batch, 7 for the publication round (docs/architecture.md), and the read of the
+the batch, 5 for the publication round (docs/architecture.md), and the read of the
 checkpoint it then serves, with one to spare. Distance multiplies them (BENCHMARKS.md,
 "Across hosts"): the receipt took about 50 before they were counted."""
 _LOGGED = re.compile(r"^\S+ \S+ \S+ \[(\d+)\] LOG:  (?:statement|execute [^:]+): (.*)$")
