@@ -199,3 +199,18 @@ def test_audit_names_an_altered_subtree_hash(conn: sqlite3.Connection) -> None:
     conn.execute("DROP TRIGGER nodes_append_only_update")
     conn.execute("UPDATE nodes SET hash = zeroblob(32) WHERE level = 3 AND idx = 2")
     assert tree.audit() == "subtree hash over leaves 16.. (level 3) is wrong"
+
+
+def test_a_proof_reads_its_stored_hashes_in_one_statement(conn: sqlite3.Connection) -> None:
+    """One round trip per proof on a distant database, however large the tree."""
+    grow(conn, 1000)
+    fresh = StoredHashTree(conn)  # nothing known but the right edge
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    inclusion = fresh.inclusion_proof(3, 777)
+    consistency = fresh.consistency_proof(100, 999)
+    conn.set_trace_callback(None)
+    assert [s.split()[0] for s in statements] == ["SELECT", "SELECT"]
+    hashes = [leaf_hash(leaf(i)) for i in range(1000)]
+    assert inclusion == inclusion_path(hashes, 3, 777)
+    assert consistency == consistency_path(hashes, 100, 999)
