@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import hashlib
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -674,3 +675,19 @@ def test_an_mldsa_witness_cosigns_the_tree_lines_with_a_type_6_key(
     assert (cosig.timestamp, cosig.statement, cosig.algorithm) == (NOW, "tree_lines", "ml-dsa-44")
     # The same checks as any witness: an old size it did not record is refused.
     assert refusal(witness, log.request(0, 6)).code == "old_size_mismatch"
+
+
+def test_a_commit_that_fails_leaves_no_transaction_open(tmp_path: Path, log: MinimalLog) -> None:
+    """SQLite keeps a transaction open when its COMMIT fails (here: a deferred foreign key);
+    the state rolls it back, so the next request starts clean instead of failing too."""
+    state = WitnessState(tmp_path / "witness.db")
+    conn = state._conn()
+    conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+    conn.execute(
+        "CREATE TABLE child (p INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)"
+    )
+    with pytest.raises(sqlite3.IntegrityError), state._transaction() as writing:
+        writing.execute("INSERT INTO child VALUES (1)")
+    assert not conn.in_transaction
+    assert state.add_log(log.vkey, NOW)[1]
+    state.close()

@@ -371,12 +371,12 @@ class WitnessState:
         conn = self._first(begin)
         try:
             yield conn
-        except BaseException:
+            conn.execute("COMMIT")
+        except BaseException:  # a failed COMMIT too: SQLite may keep the transaction open
             if conn.in_transaction:
                 with contextlib.suppress(*self.errors):
                     conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     @contextlib.contextmanager
     def _storage(self) -> Iterator[None]:
