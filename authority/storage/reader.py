@@ -283,18 +283,31 @@ class ReaderPool:
         return reader
 
     def _read(self, fn: Callable[[LogReader], _T]) -> _T:
-        """Reader thread: a database failure drops the reader (the next one reconnects)."""
+        """Reader thread: a database failure drops the reader (the next one reconnects); one
+        on a connection the database ended since (a restart) is tried once more at once."""
         try:
             return fn(self._reader())
         except self.db.errors:
-            reader: LogReader | None = getattr(self._local, "reader", None)
-            if reader is not None:
-                self._local.reader = None
-                with self._lock:
-                    self._readers.remove(reader)
-                with contextlib.suppress(Exception):
-                    reader.close()
+            if not self._drop_reader():
+                raise StorageError() from None
+        try:  # on a new connection: the old one was ended since this thread's last read
+            return fn(self._reader())
+        except self.db.errors:
+            self._drop_reader()
             raise StorageError() from None
+
+    def _drop_reader(self) -> bool:
+        """Close this thread's reader; whether its connection had been lost."""
+        reader: LogReader | None = getattr(self._local, "reader", None)
+        if reader is None:
+            return False
+        lost = self.db.broken(reader.conn)
+        self._local.reader = None
+        with self._lock:
+            self._readers.remove(reader)
+        with contextlib.suppress(Exception):
+            reader.close()
+        return lost
 
     def close(self) -> None:
         """Wait for the reads under way, then close every reader."""

@@ -21,9 +21,11 @@ import pytest
 
 from deplog.authority.cli import main as authority_main
 from deplog.authority.storage import schema_postgres
+from deplog.authority.storage.reader import ReaderPool
 from deplog.client.tlog.note import Signer
 from deplog.client.tlog.receipt import Receipt, verify_receipt
 from tests.builders import make_envelope, notice_leaf
+from tests.conftest import migrated
 from tests.integration.harness import ORIGIN, AuthorityProcess, authority_command, publish
 from tests.pgcluster import PgCluster
 
@@ -207,3 +209,19 @@ async def test_a_stopped_database_is_503_and_service_resumes_by_itself(
     finally:
         assert pg_authority.stop() == 0
     assert acknowledged == [1, 2]
+
+
+async def test_a_reader_whose_connection_a_restart_ended_reads_again_at_once(
+    pg_url: str, pg_cluster: PgCluster
+) -> None:
+    """After PostgreSQL restarts, a reader thread's first read is not a 503: the connection
+    the database ended is replaced and the read tried once more."""
+    migrated(pg_url)
+    pool = ReaderPool(pg_url, threads=1)
+    try:
+        assert await pool.read(lambda reader: reader.latest_checkpoint()) is None
+        pg_cluster.stop()
+        pg_cluster.start()
+        assert await pool.read(lambda reader: reader.latest_checkpoint()) is None
+    finally:
+        pool.close()
